@@ -1,0 +1,34 @@
+//! The command line: one binary, one subcommand per job.
+
+use clap::{Parser, Subcommand};
+
+use crate::Result;
+
+mod dump;
+mod get;
+
+/// nczarrfs: NCZarr datasets as a filesystem and on the command line.
+#[derive(Debug, Parser)]
+#[command(name = "nczarrfs", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print a dataset as CDL, like ncdump.
+    Dump(dump::DumpArgs),
+    /// Write the raw values of a hyperslab, in native byte order or as .npy.
+    Get(get::GetArgs),
+}
+
+/// Runs the parsed command line; returns the process exit code.
+pub fn run(cli: Cli) -> Result<i32> {
+    match cli.command {
+        Command::Dump(args) => dump::run(args),
+        Command::Get(args) => get::run(args),
+    }
+}

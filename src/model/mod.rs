@@ -1,0 +1,410 @@
+//! The netCDF-4 data model that NCZarr can hold: groups, shared dimensions, variables and
+//! attributes of the atomic types (no user-defined types).
+//!
+//! The model is an arena: groups, dimensions and variables live in flat vectors of the
+//! [`Dataset`] and refer to each other by index ([`GroupId`], [`DimId`], [`VarId`]). Creation
+//! order is the vector order within each group's lists, which is the order ncdump shows.
+
+mod types;
+
+pub use types::{AttrValue, ByteOrder, DtypeKind, NcType, ZarrDtype};
+
+/// Index of a group in [`Dataset::groups`]; the root group is `GroupId(0)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct GroupId(pub usize);
+
+/// Index of a dimension in [`Dataset::dims`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DimId(pub usize);
+
+/// Index of a variable in [`Dataset::vars`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct VarId(pub usize);
+
+/// A named, typed attribute of a group or variable.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Attribute {
+    /// The attribute name.
+    pub name: String,
+    /// The typed values.
+    pub value: AttrValue,
+}
+
+/// A shared dimension, declared in one group and visible in its descendants.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Dimension {
+    /// The dimension name (unique within its group).
+    pub name: String,
+    /// The group that declares it.
+    pub group: GroupId,
+    /// Current length (for an unlimited dimension: the largest extent written so far).
+    pub len: u64,
+    /// Whether the dimension is unlimited (record dimension).
+    pub unlimited: bool,
+}
+
+/// A group: a namespace of dimensions, variables, attributes and subgroups.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Group {
+    /// The group name; empty for the root group.
+    pub name: String,
+    /// The parent group; `None` for the root.
+    pub parent: Option<GroupId>,
+    /// Dimensions declared here, in creation order.
+    pub dims: Vec<DimId>,
+    /// Variables declared here, in creation order.
+    pub vars: Vec<VarId>,
+    /// Subgroups, in creation order.
+    pub groups: Vec<GroupId>,
+    /// Group attributes, in creation order (hidden `_nczarr_*` attributes excluded).
+    pub attrs: Vec<Attribute>,
+}
+
+/// Memory order of the elements within a stored chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ChunkOrder {
+    /// Row-major (last index varies fastest).
+    #[default]
+    C,
+    /// Column-major (first index varies fastest).
+    F,
+}
+
+/// How a stored codec chain is described; the chunk engine builds a pipeline from it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CodecSpec {
+    /// Zarr v2: `filters` (applied first when encoding) then `compressor`.
+    V2 {
+        /// The `filters` list, possibly empty.
+        filters: Vec<serde_json::Value>,
+        /// The `compressor` object, or `None` for `null`.
+        compressor: Option<serde_json::Value>,
+    },
+    /// Zarr v3: the `codecs` list of `{"name":..,"configuration":..}` objects.
+    V3(Vec<serde_json::Value>),
+}
+
+impl Default for CodecSpec {
+    fn default() -> Self {
+        CodecSpec::V2 {
+            filters: Vec::new(),
+            compressor: None,
+        }
+    }
+}
+
+/// How chunk keys are spelled under the array's key prefix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChunkKeyEncoding {
+    /// Zarr v2 style `i.j.k` (or `i/j/k` with separator `/`); scalars use `0`.
+    V2 {
+        /// `.` or `/`.
+        separator: char,
+    },
+    /// Zarr v3 default `c/i/j/k` (or `c.i.j.k`); scalars use `c`.
+    Default {
+        /// `/` or `.`.
+        separator: char,
+    },
+}
+
+impl Default for ChunkKeyEncoding {
+    fn default() -> Self {
+        ChunkKeyEncoding::V2 { separator: '.' }
+    }
+}
+
+/// Where and how a variable's values are stored.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct VarStorage {
+    /// zmap key prefix of the array (no leading or trailing `/`; `""` is never an array).
+    pub key: String,
+    /// The stored element type; `None` when it is not supported (see `unreadable`).
+    pub dtype: Option<ZarrDtype>,
+    /// The array's stored shape (`[1]` for a netCDF scalar in Zarr v2, `[]` in pure Zarr).
+    pub shape: Vec<u64>,
+    /// Chunk shape, same rank as `shape`.
+    pub chunks: Vec<u64>,
+    /// Element order inside chunks.
+    pub order: ChunkOrder,
+    /// Chunk key spelling.
+    pub key_encoding: ChunkKeyEncoding,
+    /// The fill value as one element in the variable's native in-memory representation
+    /// (see [`Variable::element_size`]); `None` means no fill value (`fill_value: null`).
+    pub fill_value: Option<Vec<u8>>,
+    /// The codec chain.
+    pub codecs: CodecSpec,
+    /// Why this variable cannot be read (unsupported dtype, …); it stays visible in the model.
+    pub unreadable: Option<String>,
+}
+
+/// A variable: a typed, dimensioned array (or scalar) with attributes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Variable {
+    /// The variable name (unique within its group).
+    pub name: String,
+    /// The group that holds it.
+    pub group: GroupId,
+    /// The netCDF type.
+    pub nctype: NcType,
+    /// The dimensions, outermost first; empty for a scalar.
+    pub dims: Vec<DimId>,
+    /// Width in bytes of one string element in native buffers (`string` variables only):
+    /// values are UTF-8, NUL-padded to this width.
+    pub string_width: usize,
+    /// Attributes in creation order (hidden attributes excluded; `_FillValue` included when the
+    /// dataset declares one).
+    pub attrs: Vec<Attribute>,
+    /// Storage description.
+    pub storage: VarStorage,
+}
+
+impl Variable {
+    /// Size in bytes of one element in native buffers: the type size, or
+    /// [`Variable::string_width`] for strings.
+    pub fn element_size(&self) -> usize {
+        match self.nctype {
+            NcType::String => self.string_width,
+            t => t.size(),
+        }
+    }
+
+    /// Looks up an attribute by name.
+    pub fn attr(&self, name: &str) -> Option<&Attribute> {
+        self.attrs.iter().find(|a| a.name == name)
+    }
+}
+
+/// A whole dataset: the arena of groups, dimensions and variables.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Dataset {
+    /// All groups; `groups[0]` is the root.
+    pub groups: Vec<Group>,
+    /// All dimensions.
+    pub dims: Vec<Dimension>,
+    /// All variables.
+    pub vars: Vec<Variable>,
+}
+
+impl Default for Dataset {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Dataset {
+    /// The root group's id.
+    pub const ROOT: GroupId = GroupId(0);
+
+    /// An empty dataset with only a root group.
+    pub fn new() -> Self {
+        Dataset {
+            groups: vec![Group::default()],
+            dims: Vec::new(),
+            vars: Vec::new(),
+        }
+    }
+
+    /// The group with id `id`.
+    pub fn group(&self, id: GroupId) -> &Group {
+        &self.groups[id.0]
+    }
+
+    /// The dimension with id `id`.
+    pub fn dim(&self, id: DimId) -> &Dimension {
+        &self.dims[id.0]
+    }
+
+    /// The variable with id `id`.
+    pub fn var(&self, id: VarId) -> &Variable {
+        &self.vars[id.0]
+    }
+
+    /// Adds a subgroup `name` under `parent` and returns its id.
+    pub fn add_group(&mut self, parent: GroupId, name: &str) -> GroupId {
+        let id = GroupId(self.groups.len());
+        self.groups.push(Group {
+            name: name.to_string(),
+            parent: Some(parent),
+            ..Group::default()
+        });
+        self.groups[parent.0].groups.push(id);
+        id
+    }
+
+    /// Adds a dimension to `group` and returns its id.
+    pub fn add_dim(&mut self, group: GroupId, name: &str, len: u64, unlimited: bool) -> DimId {
+        let id = DimId(self.dims.len());
+        self.dims.push(Dimension {
+            name: name.to_string(),
+            group,
+            len,
+            unlimited,
+        });
+        self.groups[group.0].dims.push(id);
+        id
+    }
+
+    /// Adds a variable (its `group` field says where) and returns its id.
+    pub fn add_var(&mut self, var: Variable) -> VarId {
+        let id = VarId(self.vars.len());
+        let group = var.group;
+        self.vars.push(var);
+        self.groups[group.0].vars.push(id);
+        id
+    }
+
+    /// The current shape of a variable: the lengths of its dimensions (the netCDF view; for an
+    /// unlimited dimension this may exceed the stored shape, and the excess reads as fill).
+    pub fn var_shape(&self, id: VarId) -> Vec<u64> {
+        self.var(id).dims.iter().map(|d| self.dim(*d).len).collect()
+    }
+
+    /// Names of the groups from the root down to `id` (empty for the root).
+    pub fn group_path(&self, id: GroupId) -> Vec<&str> {
+        let mut names = Vec::new();
+        let mut cur = Some(id);
+        while let Some(g) = cur {
+            let group = self.group(g);
+            if group.parent.is_some() {
+                names.push(group.name.as_str());
+            }
+            cur = group.parent;
+        }
+        names.reverse();
+        names
+    }
+
+    /// The fully qualified name of a group: `/` for the root, `/g1/g2` otherwise.
+    pub fn group_fqn(&self, id: GroupId) -> String {
+        let path = self.group_path(id);
+        if path.is_empty() {
+            "/".to_string()
+        } else {
+            path.iter().map(|n| format!("/{n}")).collect()
+        }
+    }
+
+    /// The fully qualified name of an object named `name` in group `group`: `/g1/name`.
+    pub fn fqn_in(&self, group: GroupId, name: &str) -> String {
+        let g = self.group_fqn(group);
+        if g == "/" {
+            format!("/{name}")
+        } else {
+            format!("{g}/{name}")
+        }
+    }
+
+    /// The fully qualified name of a dimension.
+    pub fn dim_fqn(&self, id: DimId) -> String {
+        let d = self.dim(id);
+        self.fqn_in(d.group, &d.name)
+    }
+
+    /// The fully qualified name of a variable.
+    pub fn var_fqn(&self, id: VarId) -> String {
+        let v = self.var(id);
+        self.fqn_in(v.group, &v.name)
+    }
+
+    /// Finds a subgroup of `parent` by name.
+    pub fn find_group_in(&self, parent: GroupId, name: &str) -> Option<GroupId> {
+        self.group(parent)
+            .groups
+            .iter()
+            .copied()
+            .find(|g| self.group(*g).name == name)
+    }
+
+    /// Finds a variable of `group` by name.
+    pub fn find_var_in(&self, group: GroupId, name: &str) -> Option<VarId> {
+        self.group(group)
+            .vars
+            .iter()
+            .copied()
+            .find(|v| self.var(*v).name == name)
+    }
+
+    /// Finds a dimension declared in `group` by name.
+    pub fn find_dim_in(&self, group: GroupId, name: &str) -> Option<DimId> {
+        self.group(group)
+            .dims
+            .iter()
+            .copied()
+            .find(|d| self.dim(*d).name == name)
+    }
+
+    /// Finds a dimension visible from `group`: declared there or in an ancestor (innermost wins).
+    pub fn find_dim_visible(&self, group: GroupId, name: &str) -> Option<DimId> {
+        let mut cur = Some(group);
+        while let Some(g) = cur {
+            if let Some(d) = self.find_dim_in(g, name) {
+                return Some(d);
+            }
+            cur = self.group(g).parent;
+        }
+        None
+    }
+
+    /// Resolves a group path such as `/g1/g2`, `g1/g2` or `/`.
+    pub fn find_group(&self, path: &str) -> Option<GroupId> {
+        let mut cur = Self::ROOT;
+        for part in path.split('/').filter(|p| !p.is_empty()) {
+            cur = self.find_group_in(cur, part)?;
+        }
+        Some(cur)
+    }
+
+    /// Resolves a variable by full name (`/g1/v`) or by a name relative to the root (`g1/v`, `v`).
+    pub fn find_var(&self, path: &str) -> Option<VarId> {
+        let trimmed = path.trim_start_matches('/');
+        let (group, name) = match trimmed.rfind('/') {
+            Some(i) => (self.find_group(&trimmed[..i])?, &trimmed[i + 1..]),
+            None => (Self::ROOT, trimmed),
+        };
+        self.find_var_in(group, name)
+    }
+
+    /// Resolves a dimension by fully qualified name (`/g1/d`).
+    pub fn find_dim(&self, fqn: &str) -> Option<DimId> {
+        let trimmed = fqn.trim_start_matches('/');
+        let (group, name) = match trimmed.rfind('/') {
+            Some(i) => (self.find_group(&trimmed[..i])?, &trimmed[i + 1..]),
+            None => (Self::ROOT, trimmed),
+        };
+        self.find_dim_in(group, name)
+    }
+
+    /// All groups in depth-first pre-order (the order ncdump prints them), root first.
+    pub fn groups_preorder(&self) -> Vec<GroupId> {
+        let mut out = Vec::with_capacity(self.groups.len());
+        let mut stack = vec![Self::ROOT];
+        while let Some(g) = stack.pop() {
+            out.push(g);
+            stack.extend(self.group(g).groups.iter().rev().copied());
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fqns_and_lookup() {
+        let mut ds = Dataset::new();
+        let g1 = ds.add_group(Dataset::ROOT, "g1");
+        let g2 = ds.add_group(g1, "g2");
+        let d = ds.add_dim(Dataset::ROOT, "x", 3, false);
+        let d2 = ds.add_dim(g1, "x", 5, true);
+        assert_eq!(ds.group_fqn(Dataset::ROOT), "/");
+        assert_eq!(ds.group_fqn(g2), "/g1/g2");
+        assert_eq!(ds.dim_fqn(d2), "/g1/x");
+        assert_eq!(ds.find_dim_visible(g2, "x"), Some(d2));
+        assert_eq!(ds.find_dim_visible(Dataset::ROOT, "x"), Some(d));
+        assert_eq!(ds.find_dim("/g1/x"), Some(d2));
+        assert_eq!(ds.find_group("/g1/g2"), Some(g2));
+        assert_eq!(ds.groups_preorder(), vec![Dataset::ROOT, g1, g2]);
+    }
+}

@@ -1,0 +1,283 @@
+//! netCDF types, Zarr storage dtypes, and typed attribute values.
+
+/// The netCDF-4 atomic types that NCZarr supports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NcType {
+    /// 8-bit signed integer (`byte`).
+    Byte,
+    /// 8-bit unsigned integer (`ubyte`).
+    UByte,
+    /// 16-bit signed integer (`short`).
+    Short,
+    /// 16-bit unsigned integer (`ushort`).
+    UShort,
+    /// 32-bit signed integer (`int`).
+    Int,
+    /// 32-bit unsigned integer (`uint`).
+    UInt,
+    /// 64-bit signed integer (`int64`).
+    Int64,
+    /// 64-bit unsigned integer (`uint64`).
+    UInt64,
+    /// 32-bit IEEE float (`float`).
+    Float,
+    /// 64-bit IEEE float (`double`).
+    Double,
+    /// One 8-bit character (`char`).
+    Char,
+    /// A string (`string`); fixed-width in Zarr storage.
+    String,
+}
+
+impl NcType {
+    /// Every type, in netCDF's type-number order.
+    pub const ALL: [NcType; 12] = [
+        NcType::Byte,
+        NcType::Char,
+        NcType::Short,
+        NcType::Int,
+        NcType::Float,
+        NcType::Double,
+        NcType::UByte,
+        NcType::UShort,
+        NcType::UInt,
+        NcType::Int64,
+        NcType::UInt64,
+        NcType::String,
+    ];
+
+    /// The CDL keyword (`byte`, `ushort`, `string`, …).
+    pub fn cdl_name(self) -> &'static str {
+        match self {
+            NcType::Byte => "byte",
+            NcType::UByte => "ubyte",
+            NcType::Short => "short",
+            NcType::UShort => "ushort",
+            NcType::Int => "int",
+            NcType::UInt => "uint",
+            NcType::Int64 => "int64",
+            NcType::UInt64 => "uint64",
+            NcType::Float => "float",
+            NcType::Double => "double",
+            NcType::Char => "char",
+            NcType::String => "string",
+        }
+    }
+
+    /// Parses a CDL keyword, accepting ncgen's synonyms (`long`, `real`, `unsigned int`, …).
+    pub fn from_cdl_name(name: &str) -> Option<NcType> {
+        Some(match name {
+            "byte" => NcType::Byte,
+            "ubyte" => NcType::UByte,
+            "short" => NcType::Short,
+            "ushort" => NcType::UShort,
+            "int" | "long" | "integer" => NcType::Int,
+            "uint" => NcType::UInt,
+            "int64" => NcType::Int64,
+            "uint64" => NcType::UInt64,
+            "float" | "real" => NcType::Float,
+            "double" => NcType::Double,
+            "char" => NcType::Char,
+            "string" => NcType::String,
+            _ => return None,
+        })
+    }
+
+    /// Size in bytes of one value; 0 for `string` (its width is per variable).
+    pub fn size(self) -> usize {
+        match self {
+            NcType::Byte | NcType::UByte | NcType::Char => 1,
+            NcType::Short | NcType::UShort => 2,
+            NcType::Int | NcType::UInt | NcType::Float => 4,
+            NcType::Int64 | NcType::UInt64 | NcType::Double => 8,
+            NcType::String => 0,
+        }
+    }
+
+    /// Whether the type is an integer type.
+    pub fn is_integer(self) -> bool {
+        !matches!(
+            self,
+            NcType::Float | NcType::Double | NcType::Char | NcType::String
+        )
+    }
+}
+
+/// Byte order of a stored dtype.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ByteOrder {
+    /// `<`
+    Little,
+    /// `>`
+    Big,
+    /// `|` (single bytes, strings)
+    NotApplicable,
+}
+
+/// The kind letter of a NumPy-style dtype.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DtypeKind {
+    /// `b`: boolean (one byte).
+    Bool,
+    /// `i`: signed integer.
+    Int,
+    /// `u`: unsigned integer.
+    UInt,
+    /// `f`: IEEE float (2, 4 or 8 bytes).
+    Float,
+    /// `S`: fixed-width byte string of `size` bytes.
+    Bytes,
+    /// `U`: fixed-width UCS-4 string; `size` is in bytes (4 per character).
+    Unicode,
+}
+
+/// A stored element type: a NumPy dtype such as `<i4`, `>f8`, `|S12`, `<U5`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZarrDtype {
+    /// Byte order.
+    pub order: ByteOrder,
+    /// Kind.
+    pub kind: DtypeKind,
+    /// Size of one stored element in bytes.
+    pub size: usize,
+}
+
+impl ZarrDtype {
+    /// Parses a NumPy dtype string (`<i4`, `|S1`, `<U3`, `|b1`, …).
+    pub fn parse(text: &str) -> Option<ZarrDtype> {
+        let mut chars = text.chars();
+        let order = match chars.next()? {
+            '<' => ByteOrder::Little,
+            '>' => ByteOrder::Big,
+            '|' | '=' => ByteOrder::NotApplicable,
+            _ => return None,
+        };
+        let kind = match chars.next()? {
+            'b' => DtypeKind::Bool,
+            'i' => DtypeKind::Int,
+            'u' => DtypeKind::UInt,
+            'f' => DtypeKind::Float,
+            'S' => DtypeKind::Bytes,
+            'U' => DtypeKind::Unicode,
+            _ => return None,
+        };
+        let n: usize = chars.as_str().parse().ok()?;
+        let size = match kind {
+            DtypeKind::Unicode => n.checked_mul(4)?,
+            _ => n,
+        };
+        let valid = match kind {
+            DtypeKind::Bool => size == 1,
+            DtypeKind::Int | DtypeKind::UInt => matches!(size, 1 | 2 | 4 | 8),
+            DtypeKind::Float => matches!(size, 2 | 4 | 8),
+            DtypeKind::Bytes | DtypeKind::Unicode => size > 0,
+        };
+        valid.then_some(ZarrDtype { order, kind, size })
+    }
+
+    /// The NumPy spelling (`<i4`, `|S12`, `<U5`).
+    pub fn to_numpy(&self) -> String {
+        let order = match self.order {
+            ByteOrder::Little => '<',
+            ByteOrder::Big => '>',
+            ByteOrder::NotApplicable => '|',
+        };
+        let (kind, n) = match self.kind {
+            DtypeKind::Bool => ('b', self.size),
+            DtypeKind::Int => ('i', self.size),
+            DtypeKind::UInt => ('u', self.size),
+            DtypeKind::Float => ('f', self.size),
+            DtypeKind::Bytes => ('S', self.size),
+            DtypeKind::Unicode => ('U', self.size / 4),
+        };
+        format!("{order}{kind}{n}")
+    }
+}
+
+/// Typed attribute values: one vector per netCDF type.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AttrValue {
+    /// `byte` values.
+    Byte(Vec<i8>),
+    /// `ubyte` values.
+    UByte(Vec<u8>),
+    /// `short` values.
+    Short(Vec<i16>),
+    /// `ushort` values.
+    UShort(Vec<u16>),
+    /// `int` values.
+    Int(Vec<i32>),
+    /// `uint` values.
+    UInt(Vec<u32>),
+    /// `int64` values.
+    Int64(Vec<i64>),
+    /// `uint64` values.
+    UInt64(Vec<u64>),
+    /// `float` values.
+    Float(Vec<f32>),
+    /// `double` values.
+    Double(Vec<f64>),
+    /// `char` text as raw bytes (may hold NULs; usually UTF-8).
+    Char(Vec<u8>),
+    /// `string` values.
+    Str(Vec<String>),
+}
+
+impl AttrValue {
+    /// The netCDF type of the values.
+    pub fn nctype(&self) -> NcType {
+        match self {
+            AttrValue::Byte(_) => NcType::Byte,
+            AttrValue::UByte(_) => NcType::UByte,
+            AttrValue::Short(_) => NcType::Short,
+            AttrValue::UShort(_) => NcType::UShort,
+            AttrValue::Int(_) => NcType::Int,
+            AttrValue::UInt(_) => NcType::UInt,
+            AttrValue::Int64(_) => NcType::Int64,
+            AttrValue::UInt64(_) => NcType::UInt64,
+            AttrValue::Float(_) => NcType::Float,
+            AttrValue::Double(_) => NcType::Double,
+            AttrValue::Char(_) => NcType::Char,
+            AttrValue::Str(_) => NcType::String,
+        }
+    }
+
+    /// Number of values (characters for `char`).
+    pub fn len(&self) -> usize {
+        match self {
+            AttrValue::Byte(v) => v.len(),
+            AttrValue::UByte(v) => v.len(),
+            AttrValue::Short(v) => v.len(),
+            AttrValue::UShort(v) => v.len(),
+            AttrValue::Int(v) => v.len(),
+            AttrValue::UInt(v) => v.len(),
+            AttrValue::Int64(v) => v.len(),
+            AttrValue::UInt64(v) => v.len(),
+            AttrValue::Float(v) => v.len(),
+            AttrValue::Double(v) => v.len(),
+            AttrValue::Char(v) => v.len(),
+            AttrValue::Str(v) => v.len(),
+        }
+    }
+
+    /// Whether there are no values.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dtype_round_trip() {
+        for s in ["<i4", ">f8", "|u1", "|S12", "<U5", "|b1", ">i2", "<u8"] {
+            assert_eq!(ZarrDtype::parse(s).unwrap().to_numpy(), s);
+        }
+        assert_eq!(ZarrDtype::parse("<U5").unwrap().size, 20);
+        for bad in ["", "<i3", "<x4", "i4", "<f16", "|S0", "<c8"] {
+            assert!(ZarrDtype::parse(bad).is_none(), "{bad}");
+        }
+    }
+}
