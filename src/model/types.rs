@@ -94,6 +94,25 @@ impl NcType {
         }
     }
 
+    /// netCDF's default fill value (`NC_FILL_*`) as one native little-endian element; empty
+    /// for `string` (the default string fill is the empty string).
+    pub fn default_fill(self) -> Vec<u8> {
+        match self {
+            NcType::Byte => (-127i8).to_le_bytes().to_vec(),
+            NcType::UByte => 255u8.to_le_bytes().to_vec(),
+            NcType::Short => (-32767i16).to_le_bytes().to_vec(),
+            NcType::UShort => 65535u16.to_le_bytes().to_vec(),
+            NcType::Int => (-2147483647i32).to_le_bytes().to_vec(),
+            NcType::UInt => 4294967295u32.to_le_bytes().to_vec(),
+            NcType::Int64 => (-9223372036854775806i64).to_le_bytes().to_vec(),
+            NcType::UInt64 => 18446744073709551614u64.to_le_bytes().to_vec(),
+            NcType::Float => 9.969_21e36_f32.to_le_bytes().to_vec(),
+            NcType::Double => 9.969_209_968_386_869e36_f64.to_le_bytes().to_vec(),
+            NcType::Char => vec![0],
+            NcType::String => Vec::new(),
+        }
+    }
+
     /// Whether the type is an integer type.
     pub fn is_integer(self) -> bool {
         !matches!(
