@@ -119,6 +119,19 @@ pub enum Error {
     /// A feature that is not implemented yet.
     #[error("not supported: {0}")]
     Unsupported(String),
+    /// A CDL text that cannot be parsed or does not describe a valid dataset; the message
+    /// reads like a compiler's (`x.cdl:12:7: type mismatch: ...`).
+    #[error("{file}:{line}:{column}: {reason}")]
+    Cdl {
+        /// The file name (or `-`) the text came from.
+        file: String,
+        /// 1-based line.
+        line: usize,
+        /// 1-based column (in characters).
+        column: usize,
+        /// What is wrong.
+        reason: String,
+    },
 }
 
 impl Error {
