@@ -1,0 +1,126 @@
+"""Oracle: random netCDF-4 content, `ncdump` of the HDF5 twin vs `nczarrfs dump` of the NCZarr twin.
+
+Each run draws NCZARRFS_ORACLE_COUNT (default 100) datasets from a fresh base seed (printed in
+the header; set NCZARRFS_SEED to reproduce). For every dataset:
+
+* `ncdump NAME.nc` must equal `nczarrfs dump NAME.file` byte for byte (both name it NAME);
+* `nczarrfs get` of every variable must equal netCDF4-python's values from NAME.nc, and so
+  must one random strided hyperslab per dataset.
+"""
+
+from __future__ import annotations
+
+import difflib
+import io
+import os
+import subprocess
+
+import netCDF4
+import numpy as np
+import pytest
+
+import twins
+from conftest import SEED
+
+COUNT = int(os.environ.get("NCZARRFS_ORACLE_COUNT", "100"))
+
+
+def _location(zpath: str, index: int) -> str:
+    # Alternate between the two location forms the CLI accepts.
+    return zpath if index % 2 == 0 else twins.nczarr_url(zpath)
+
+
+def _context(seed: int, path) -> str:
+    return f"seed {seed} (NCZARRFS_SEED={SEED}, dataset #{seed - SEED}), files in {path}"
+
+
+def _native(values: np.ndarray) -> np.ndarray:
+    if values.dtype.kind == "O":
+        return values
+    return np.ascontiguousarray(values.astype(values.dtype.newbyteorder("=")))
+
+
+def _decode(raw: bytes, like: np.ndarray) -> np.ndarray:
+    dtype = like.dtype.newbyteorder("=")
+    if len(raw) != like.size * dtype.itemsize:
+        raise AssertionError(f"got {len(raw)} bytes, expected {like.size * dtype.itemsize}")
+    return np.frombuffer(raw, dtype=dtype).reshape(like.shape)
+
+
+def _as_text(array: np.ndarray) -> list[str]:
+    out = []
+    for item in array.flat:
+        out.append(item.decode() if isinstance(item, bytes) else str(item))
+    return out
+
+
+def _check_get(nczarrfs, location, name, expected, tmp_path, extra=()):
+    out = tmp_path / "get.out"
+    if expected.dtype.kind == "O":
+        res = nczarrfs("get", location, name, *extra, "--npy", "-o", str(out))
+        assert res.returncode == 0, f"get {name} failed: {res.stderr.decode(errors='replace')}"
+        got = np.load(io.BytesIO(out.read_bytes()), allow_pickle=False)
+        assert got.shape == expected.shape, f"get {name}: shape {got.shape} != {expected.shape}"
+        assert _as_text(got) == _as_text(expected), f"get {name}: strings differ"
+        return
+    res = nczarrfs("get", location, name, *extra, "-o", str(out))
+    assert res.returncode == 0, f"get {name} failed: {res.stderr.decode(errors='replace')}"
+    got = _decode(out.read_bytes(), expected)
+    assert twins.same_values(got, _native(expected)), (
+        f"get {name} {' '.join(extra)}: values differ\n ours     {got!r}\n expected {expected!r}"
+    )
+
+
+def _random_slab(rng: np.random.Generator, shape):
+    start, count, stride = [], [], []
+    for n in shape:
+        s = int(rng.integers(0, n))
+        st = int(rng.integers(1, 4))
+        c = int(rng.integers(1, (n - s - 1) // st + 2))
+        start.append(s)
+        count.append(c)
+        stride.append(st)
+    return start, count, stride
+
+
+@pytest.mark.parametrize("index", range(COUNT))
+def test_dump_and_get_match_netcdf_c(nczarrfs, tmp_path, index):
+    seed = SEED + index
+    name = f"ds{index:03d}"
+    zpath, hpath, _ = twins.write_twins(str(tmp_path), name, seed)
+    where = _context(seed, tmp_path)
+    location = _location(zpath, index)
+
+    expected = subprocess.run(["ncdump", hpath], capture_output=True, check=True).stdout
+    ours = nczarrfs("dump", location)
+    if ours.returncode != 0:
+        err = ours.stderr.decode(errors="replace")
+        pytest.fail(f"{where}\nnczarrfs dump {location} failed:\n{err}", pytrace=False)
+    if ours.stdout != expected:
+        diff = difflib.unified_diff(
+            expected.decode(errors="replace").splitlines(keepends=True),
+            ours.stdout.decode(errors="replace").splitlines(keepends=True),
+            fromfile=f"ncdump {name}.nc",
+            tofile=f"nczarrfs dump {location}",
+        )
+        pytest.fail(f"{where}\n" + "".join(diff), pytrace=False)
+
+    rng = np.random.default_rng(seed)
+    slab_done = False
+    with netCDF4.Dataset(hpath) as nc:
+        for full_name, var in twins.walk_variables(nc):
+            values = twins.read_values(var)
+            try:
+                _check_get(nczarrfs, location, full_name, values, tmp_path)
+                if not slab_done and values.ndim and values.size and values.dtype.kind != "O":
+                    start, count, stride = _random_slab(rng, values.shape)
+                    index_ = tuple(slice(s, s + c * st, st) for s, c, st in zip(start, count, stride))
+                    extra = (
+                        "--start", ",".join(map(str, start)),
+                        "--count", ",".join(map(str, count)),
+                        "--stride", ",".join(map(str, stride)),
+                    )
+                    _check_get(nczarrfs, location, full_name, values[index_], tmp_path, extra)
+                    slab_done = True
+            except AssertionError as err:
+                pytest.fail(f"{where}\n{err}", pytrace=False)
