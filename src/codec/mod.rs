@@ -1,9 +1,32 @@
 //! Chunk codecs: the compressors and filters of Zarr v2 (`compressor`, `filters`) and the
 //! codec chain of Zarr v3, each behind the [`Codec`] trait.
+//!
+//! Zarr v2 codec entries are numcodecs configurations (`{"id": "zlib", "level": 1}`); every
+//! codec here reads streams numcodecs 0.16 writes and writes streams numcodecs reads. netcdf-c
+//! spells some parameters its own way (`"elementsize": 0` for shuffle, quoted numbers), which
+//! [`Config`] accepts too.
 
 use std::fmt::Debug;
 
+use serde_json::{Map, Value};
+
 use crate::{Error, Result};
+
+mod blosc;
+mod bz2;
+mod checksum;
+mod deflate;
+mod lz4;
+mod shuffle;
+mod zstd_codec;
+
+pub use blosc::Blosc;
+pub use bz2::Bz2;
+pub use checksum::{Checksum, ChecksumKind};
+pub use deflate::{Gzip, Zlib};
+pub use lz4::Lz4;
+pub use shuffle::Shuffle;
+pub use zstd_codec::Zstd;
 
 /// One bytes-to-bytes transformation of a chunk.
 pub trait Codec: Send + Sync + Debug {
@@ -13,6 +36,24 @@ pub trait Codec: Send + Sync + Debug {
     fn decode(&self, input: Vec<u8>) -> Result<Vec<u8>>;
     /// Transforms stored-order bytes towards the stored chunk.
     fn encode(&self, input: Vec<u8>) -> Result<Vec<u8>>;
+
+    /// Like [`Codec::decode`], but fails instead of producing more than `max_len` bytes.
+    /// Decompressors override this so that a hostile stream cannot make them allocate more
+    /// than the caller expects (a decompression bomb); the default suits codecs whose output
+    /// is never larger than their input.
+    fn decode_bounded(&self, input: Vec<u8>, max_len: usize) -> Result<Vec<u8>> {
+        let out = self.decode(input)?;
+        if out.len() > max_len {
+            return Err(too_large(self.id(), max_len));
+        }
+        Ok(out)
+    }
+
+    /// An upper bound of the encoded size of `decoded_len` bytes; used to bound the
+    /// intermediate stages of a chain when decoding.
+    fn max_encoded_len(&self, decoded_len: usize) -> usize {
+        decoded_len
+    }
 }
 
 /// A chain of codecs in encoding order (Zarr v2: filters, then the compressor).
@@ -24,18 +65,31 @@ pub struct Pipeline {
 impl Pipeline {
     /// Builds the chain of a Zarr v2 array. `element_size` is the stored dtype's size (used by
     /// shuffle when its `elementsize` is 0 or missing, and as blosc's typesize).
+    ///
+    /// An id that is not implemented fails with [`Error::UnknownCodec`]; a known id with an
+    /// invalid parameter fails with [`Error::Codec`].
     pub fn from_v2(
-        filters: &[serde_json::Value],
-        compressor: Option<&serde_json::Value>,
+        filters: &[Value],
+        compressor: Option<&Value>,
         element_size: usize,
     ) -> Result<Pipeline> {
-        let _ = element_size;
-        if let Some(c) = filters.iter().chain(compressor).next() {
-            return Err(Error::UnknownCodec {
-                name: c.get("id").and_then(|v| v.as_str()).unwrap_or("?").to_string(),
-            });
-        }
-        Ok(Pipeline::default())
+        let codecs = filters
+            .iter()
+            .chain(compressor)
+            .filter(|v| !v.is_null())
+            .map(|v| codec_from_v2(v, element_size))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Pipeline { codecs })
+    }
+
+    /// The ids of the codecs, in encoding order.
+    pub fn ids(&self) -> Vec<&str> {
+        self.codecs.iter().map(|c| c.id()).collect()
+    }
+
+    /// Whether the chain is empty (chunks are stored as raw bytes).
+    pub fn is_empty(&self) -> bool {
+        self.codecs.is_empty()
     }
 
     /// Decodes a stored chunk.
@@ -46,11 +100,250 @@ impl Pipeline {
         Ok(bytes)
     }
 
+    /// Decodes a stored chunk that must decode to exactly `expected_len` bytes. Every stage is
+    /// bounded, so a corrupt or hostile chunk fails without allocating much more than
+    /// `expected_len`; a wrong final size is an [`Error::Codec`].
+    pub fn decode_expect(&self, mut bytes: Vec<u8>, expected_len: usize) -> Result<Vec<u8>> {
+        // bounds[i]: the largest output decoding through codecs[i] may produce, i.e. the
+        // largest input codecs[i] can have been given when encoding.
+        let mut bounds = Vec::with_capacity(self.codecs.len());
+        let mut bound = expected_len;
+        for c in &self.codecs {
+            bounds.push(bound);
+            bound = c.max_encoded_len(bound);
+        }
+        for (c, max) in self.codecs.iter().zip(bounds).rev() {
+            bytes = c.decode_bounded(bytes, max)?;
+        }
+        if bytes.len() != expected_len {
+            let codec = self.codecs.first().map_or("null", |c| c.id());
+            return Err(Error::Codec {
+                codec: codec.to_string(),
+                reason: format!(
+                    "chunk decoded to {} bytes, expected {expected_len}",
+                    bytes.len()
+                ),
+            });
+        }
+        Ok(bytes)
+    }
+
     /// Encodes a chunk for storage.
     pub fn encode(&self, mut bytes: Vec<u8>) -> Result<Vec<u8>> {
         for c in &self.codecs {
             bytes = c.encode(bytes)?;
         }
         Ok(bytes)
+    }
+}
+
+/// Builds one codec from a numcodecs configuration object.
+fn codec_from_v2(value: &Value, element_size: usize) -> Result<Box<dyn Codec>> {
+    let obj = value.as_object().ok_or_else(|| Error::Codec {
+        codec: "?".to_string(),
+        reason: format!("codec configuration is not an object: {value}"),
+    })?;
+    let id = obj
+        .get("id")
+        .and_then(Value::as_str)
+        .ok_or_else(|| Error::Codec {
+            codec: "?".to_string(),
+            reason: format!("codec configuration without a string \"id\": {value}"),
+        })?;
+    let cfg = Config { id, params: obj };
+    Ok(match id {
+        "zlib" => Box::new(Zlib::from_config(&cfg)?),
+        "gzip" => Box::new(Gzip::from_config(&cfg)?),
+        "zstd" => Box::new(Zstd::from_config(&cfg)?),
+        "bz2" => Box::new(Bz2::from_config(&cfg)?),
+        "lz4" => Box::new(Lz4::from_config(&cfg)?),
+        "blosc" => Box::new(Blosc::from_config(&cfg, element_size)?),
+        "shuffle" => Box::new(Shuffle::from_config(&cfg, element_size)?),
+        "fletcher32" | "crc32c" | "crc32" | "adler32" => Box::new(Checksum::from_config(&cfg)?),
+        _ => {
+            return Err(Error::UnknownCodec {
+                name: id.to_string(),
+            })
+        }
+    })
+}
+
+/// The parameters of one codec configuration, with lenient number parsing: netcdf-c and
+/// hand-written metadata sometimes quote numbers (`"elementsize": "4"`).
+#[derive(Debug, Clone, Copy)]
+pub struct Config<'a> {
+    /// The codec id (v2) or name (v3), for error messages.
+    pub id: &'a str,
+    /// The parameters (for v2, the whole object including `id`).
+    pub params: &'a Map<String, Value>,
+}
+
+impl Config<'_> {
+    /// An error naming this codec.
+    pub fn error(&self, reason: impl Into<String>) -> Error {
+        Error::Codec {
+            codec: self.id.to_string(),
+            reason: reason.into(),
+        }
+    }
+
+    /// An integer parameter; `None` when absent or `null`.
+    pub fn opt_int(&self, key: &str) -> Result<Option<i64>> {
+        let v = match self.params.get(key) {
+            None | Some(Value::Null) => return Ok(None),
+            Some(v) => v,
+        };
+        let n = match v {
+            Value::Number(n) => n.as_i64().or_else(|| {
+                // 4.0 is an integer written by a float formatter; 4.5 is not.
+                n.as_f64()
+                    .filter(|f| f.fract() == 0.0 && f.abs() < 9.0e15)
+                    .map(|f| f as i64)
+            }),
+            Value::String(s) => s.trim().parse::<i64>().ok(),
+            Value::Bool(b) => Some(i64::from(*b)),
+            _ => None,
+        };
+        n.map(Some)
+            .ok_or_else(|| self.error(format!("parameter {key:?} is not an integer: {v}")))
+    }
+
+    /// An integer parameter within `range`, `default` when absent.
+    pub fn int_in(
+        &self,
+        key: &str,
+        default: i64,
+        range: std::ops::RangeInclusive<i64>,
+    ) -> Result<i64> {
+        let n = self.opt_int(key)?.unwrap_or(default);
+        if !range.contains(&n) {
+            return Err(self.error(format!(
+                "parameter {key:?} = {n} is outside {}..={}",
+                range.start(),
+                range.end()
+            )));
+        }
+        Ok(n)
+    }
+
+    /// A string parameter, `default` when absent.
+    pub fn string<'s>(&'s self, key: &str, default: &'s str) -> Result<&'s str> {
+        match self.params.get(key) {
+            None | Some(Value::Null) => Ok(default),
+            Some(Value::String(s)) => Ok(s),
+            Some(v) => Err(self.error(format!("parameter {key:?} is not a string: {v}"))),
+        }
+    }
+}
+
+/// The error of a decoder whose output would exceed its bound.
+pub(crate) fn too_large(codec: &str, max_len: usize) -> Error {
+    Error::Codec {
+        codec: codec.to_string(),
+        reason: format!("decoded data exceeds the expected {max_len} bytes"),
+    }
+}
+
+/// A generous worst case of any of the compressors' output for `n` input bytes (zlib, gzip,
+/// bzip2, zstd, lz4 and blosc all stay under `n + n/64 + 1024`).
+pub(crate) fn compressed_bound(n: usize) -> usize {
+    n.saturating_add(n / 64).saturating_add(1024)
+}
+
+/// Reads a decompressing reader to its end, failing once it yields more than `limit` bytes.
+/// `limit == usize::MAX` means unbounded.
+pub(crate) fn read_bounded(
+    reader: impl std::io::Read,
+    codec: &str,
+    limit: usize,
+    input_len: usize,
+) -> Result<Vec<u8>> {
+    use std::io::Read;
+    // A known bound is usually the exact size; otherwise guess a typical compression ratio.
+    let capacity = if limit == usize::MAX {
+        input_len.saturating_mul(4).max(4096)
+    } else {
+        limit
+    };
+    let mut out = Vec::with_capacity(capacity);
+    let take = u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(1);
+    reader
+        .take(take)
+        .read_to_end(&mut out)
+        .map_err(|e| Error::Codec {
+            codec: codec.to_string(),
+            reason: e.to_string(),
+        })?;
+    if out.len() > limit {
+        return Err(too_large(codec, limit));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn unknown_codec_is_reported_at_build_time() {
+        let err = Pipeline::from_v2(&[json!({"id": "szip", "mask": 32})], None, 4).unwrap_err();
+        assert!(matches!(err, Error::UnknownCodec { ref name } if name == "szip"));
+    }
+
+    #[test]
+    fn malformed_entries_are_codec_errors() {
+        for bad in [json!("zlib"), json!({"level": 1}), json!({"id": 3})] {
+            let err = Pipeline::from_v2(&[], Some(&bad), 4).unwrap_err();
+            assert!(matches!(err, Error::Codec { .. }), "{bad}: {err}");
+        }
+        let err = Pipeline::from_v2(&[], Some(&json!({"id": "zlib", "level": "x"})), 4);
+        assert!(matches!(err, Err(Error::Codec { ref codec, .. }) if codec == "zlib"));
+        let err = Pipeline::from_v2(&[], Some(&json!({"id": "zlib", "level": 10})), 4);
+        assert!(matches!(err, Err(Error::Codec { .. })));
+    }
+
+    #[test]
+    fn null_compressor_and_empty_filters_are_identity() {
+        let p = Pipeline::from_v2(&[], Some(&Value::Null), 8).unwrap();
+        assert!(p.is_empty());
+        let data = vec![1u8, 2, 3];
+        assert_eq!(p.encode(data.clone()).unwrap(), data);
+        assert_eq!(p.decode_expect(data.clone(), 3).unwrap(), data);
+        assert!(matches!(
+            p.decode_expect(data, 4),
+            Err(Error::Codec { ref codec, .. }) if codec == "null"
+        ));
+    }
+
+    #[test]
+    fn netcdf_c_chain_round_trips() {
+        // What netcdf-c 4.10.1 writes for shuffle + deflate + fletcher32 on an int variable.
+        let filters = [
+            json!({"id": "shuffle", "elementsize": 0}),
+            json!({"id": "zlib", "level": 4}),
+        ];
+        let p = Pipeline::from_v2(&filters, Some(&json!({"id": "fletcher32"})), 4).unwrap();
+        assert_eq!(p.ids(), ["shuffle", "zlib", "fletcher32"]);
+        let data: Vec<u8> = (0u32..1000).flat_map(|i| i.to_le_bytes()).collect();
+        let enc = p.encode(data.clone()).unwrap();
+        assert!(enc.len() < data.len() / 4);
+        assert_eq!(p.decode_expect(enc.clone(), data.len()).unwrap(), data);
+        assert_eq!(p.decode(enc.clone()).unwrap(), data);
+        assert!(p.decode_expect(enc, data.len() - 1).is_err());
+    }
+
+    #[test]
+    fn quoted_and_float_integers_are_accepted() {
+        let obj = json!({"id": "x", "a": "4", "b": 4.0, "c": 4.5, "d": [1]});
+        let cfg = Config {
+            id: "x",
+            params: obj.as_object().unwrap(),
+        };
+        assert_eq!(cfg.opt_int("a").unwrap(), Some(4));
+        assert_eq!(cfg.opt_int("b").unwrap(), Some(4));
+        assert!(cfg.opt_int("c").is_err());
+        assert!(cfg.opt_int("d").is_err());
+        assert_eq!(cfg.opt_int("missing").unwrap(), None);
     }
 }

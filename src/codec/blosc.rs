@@ -1,0 +1,223 @@
+//! numcodecs `blosc`, through c-blosc 1.x (the library numcodecs bundles) and its thread-safe
+//! `_ctx` entry points.
+
+use std::ffi::CString;
+use std::os::raw::{c_int, c_void};
+
+use super::{too_large, Codec, Config};
+use crate::{Error, Result};
+
+/// The compressors c-blosc 1.x may be built with (all are enabled in this build).
+const CNAMES: [&str; 6] = ["blosclz", "lz4", "lz4hc", "zlib", "zstd", "snappy"];
+
+/// numcodecs' `AUTOSHUFFLE`: bit-shuffle for 1-byte items, byte-shuffle otherwise.
+const AUTOSHUFFLE: i64 = -1;
+
+fn codec_error(reason: impl Into<String>) -> Error {
+    Error::Codec {
+        codec: "blosc".to_string(),
+        reason: reason.into(),
+    }
+}
+
+/// numcodecs `Blosc(cname, clevel, shuffle, blocksize, typesize)`.
+#[derive(Debug, Clone)]
+pub struct Blosc {
+    cname: CString,
+    clevel: c_int,
+    /// c-blosc's `doshuffle` (0, 1 or 2), `AUTOSHUFFLE` already resolved.
+    shuffle: c_int,
+    blocksize: usize,
+    typesize: usize,
+}
+
+impl Blosc {
+    /// From `{"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": 1, "blocksize": 0}`,
+    /// optionally with `"typesize"`; otherwise the typesize is the array's `element_size`, as
+    /// numcodecs takes it from the chunk's dtype.
+    pub fn from_config(cfg: &Config<'_>, element_size: usize) -> Result<Self> {
+        let cname = cfg.string("cname", "lz4")?;
+        if !CNAMES.contains(&cname) {
+            return Err(cfg.error(format!("unknown blosc compressor {cname:?}")));
+        }
+        let cname = CString::new(cname).map_err(|_| cfg.error("NUL in cname"))?;
+        // SAFETY: cname is a NUL-terminated string; the function only compares it.
+        if unsafe { blosc_src::blosc_compname_to_compcode(cname.as_ptr()) } < 0 {
+            return Err(cfg.error(format!("blosc compressor {cname:?} not built in")));
+        }
+        let clevel = cfg.int_in("clevel", 5, 0..=9)?;
+        let typesize = match cfg.opt_int("typesize")? {
+            Some(t) => usize::try_from(t).map_err(|_| cfg.error("negative typesize"))?,
+            None => element_size,
+        }
+        .max(1);
+        let shuffle = match cfg.int_in("shuffle", 1, -1..=2)? {
+            AUTOSHUFFLE if typesize == 1 => 2,
+            AUTOSHUFFLE => 1,
+            s => s,
+        };
+        let blocksize = cfg.int_in("blocksize", 0, 0..=i64::from(i32::MAX))?;
+        Ok(Blosc {
+            cname,
+            clevel: c_int::try_from(clevel).map_err(|_| cfg.error("bad clevel"))?,
+            shuffle: c_int::try_from(shuffle).map_err(|_| cfg.error("bad shuffle"))?,
+            blocksize: usize::try_from(blocksize).map_err(|_| cfg.error("bad blocksize"))?,
+            typesize,
+        })
+    }
+}
+
+impl Codec for Blosc {
+    fn id(&self) -> &str {
+        "blosc"
+    }
+
+    fn decode(&self, input: Vec<u8>) -> Result<Vec<u8>> {
+        self.decode_bounded(input, usize::MAX)
+    }
+
+    fn decode_bounded(&self, input: Vec<u8>, max_len: usize) -> Result<Vec<u8>> {
+        let mut nbytes: usize = 0;
+        // SAFETY: validate reads at most `input.len()` bytes (it refuses fewer than the
+        // 16-byte header before reading) and writes one usize.
+        let rc = unsafe {
+            blosc_src::blosc_cbuffer_validate(
+                input.as_ptr().cast::<c_void>(),
+                input.len(),
+                &mut nbytes,
+            )
+        };
+        if rc != 0 {
+            return Err(codec_error(format!(
+                "invalid blosc header ({} bytes of input)",
+                input.len()
+            )));
+        }
+        if nbytes > max_len {
+            return Err(too_large("blosc", max_len));
+        }
+        let mut out: Vec<u8> = Vec::with_capacity(nbytes);
+        if nbytes == 0 {
+            return Ok(out);
+        }
+        // SAFETY: the header was validated against the input length, which c-blosc documents
+        // as making decompression safe to attempt; it writes at most `nbytes` bytes into
+        // `out`'s allocation of that capacity.
+        let n = unsafe {
+            blosc_src::blosc_decompress_ctx(
+                input.as_ptr().cast::<c_void>(),
+                out.as_mut_ptr().cast::<c_void>(),
+                nbytes,
+                1,
+            )
+        };
+        if usize::try_from(n).ok() != Some(nbytes) {
+            return Err(codec_error(format!(
+                "decompression failed (code {n}) for {nbytes} bytes"
+            )));
+        }
+        // SAFETY: c-blosc reported writing exactly `nbytes` bytes.
+        unsafe { out.set_len(nbytes) };
+        Ok(out)
+    }
+
+    fn encode(&self, input: Vec<u8>) -> Result<Vec<u8>> {
+        let max_buffer = blosc_src::BLOSC_MAX_BUFFERSIZE as usize;
+        if input.len() > max_buffer {
+            return Err(codec_error(format!(
+                "chunk of {} bytes exceeds blosc's limit of {max_buffer}",
+                input.len()
+            )));
+        }
+        let capacity = input.len() + blosc_src::BLOSC_MAX_OVERHEAD as usize;
+        let mut out: Vec<u8> = Vec::with_capacity(capacity);
+        // SAFETY: source and destination are valid for the lengths passed and do not overlap;
+        // cname is NUL-terminated; c-blosc writes at most `capacity` bytes.
+        let n = unsafe {
+            blosc_src::blosc_compress_ctx(
+                self.clevel,
+                self.shuffle,
+                self.typesize,
+                input.len(),
+                input.as_ptr().cast::<c_void>(),
+                out.as_mut_ptr().cast::<c_void>(),
+                capacity,
+                self.cname.as_ptr(),
+                self.blocksize,
+                1,
+            )
+        };
+        let n = usize::try_from(n)
+            .ok()
+            .filter(|n| (1..=capacity).contains(n))
+            .ok_or_else(|| codec_error(format!("compression failed (code {n})")))?;
+        // SAFETY: c-blosc reported writing `n` bytes, within the capacity.
+        unsafe { out.set_len(n) };
+        Ok(out)
+    }
+
+    fn max_encoded_len(&self, decoded_len: usize) -> usize {
+        decoded_len.saturating_add(blosc_src::BLOSC_MAX_OVERHEAD as usize)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn blosc(v: serde_json::Value, es: usize) -> Result<Blosc> {
+        Blosc::from_config(
+            &Config {
+                id: "blosc",
+                params: v.as_object().unwrap(),
+            },
+            es,
+        )
+    }
+
+    #[test]
+    fn all_compressors_and_shuffles_round_trip() {
+        let data: Vec<u8> = (0..20_000u32)
+            .flat_map(|i| ((i as f64).sin() * 1000.0).to_le_bytes())
+            .collect();
+        for cname in CNAMES {
+            for shuffle in [-1, 0, 1, 2] {
+                let b = blosc(
+                    json!({"id": "blosc", "cname": cname, "clevel": 5, "shuffle": shuffle,
+                           "blocksize": 0}),
+                    8,
+                )
+                .unwrap();
+                let enc = b.encode(data.clone()).unwrap();
+                // Header: format version 2, typesize 8, nbytes little-endian.
+                assert_eq!(enc[0], 2);
+                assert_eq!(enc[3], 8);
+                assert_eq!(&enc[4..8], &(data.len() as u32).to_le_bytes());
+                assert_eq!(b.decode(enc.clone()).unwrap(), data, "{cname} {shuffle}");
+                assert!(b.decode_bounded(enc, data.len() - 1).is_err());
+            }
+        }
+    }
+
+    #[test]
+    fn bad_configs_and_inputs_are_errors() {
+        assert!(blosc(json!({"id": "blosc", "cname": "lzma"}), 4).is_err());
+        assert!(blosc(json!({"id": "blosc", "shuffle": 3}), 4).is_err());
+        let b = blosc(json!({"id": "blosc"}), 4).unwrap();
+        assert!(b.decode(vec![]).is_err());
+        assert!(b.decode(vec![0; 15]).is_err());
+        let mut enc = b.encode(vec![5u8; 1000]).unwrap();
+        enc.push(0);
+        assert!(
+            b.decode(enc.clone()).is_err(),
+            "length disagrees with header"
+        );
+        enc.pop();
+        enc.pop();
+        assert!(b.decode(enc).is_err(), "truncated");
+        // An empty chunk encodes to a bare header and decodes back.
+        let empty = b.encode(vec![]).unwrap();
+        assert_eq!(b.decode(empty).unwrap(), b"");
+    }
+}

@@ -1,0 +1,96 @@
+//! numcodecs `lz4`: the uncompressed size as a 4-byte little-endian integer, then one LZ4 block.
+
+use super::{too_large, Codec, Config};
+use crate::{Error, Result};
+
+fn codec_error(reason: impl Into<String>) -> Error {
+    Error::Codec {
+        codec: "lz4".to_string(),
+        reason: reason.into(),
+    }
+}
+
+/// numcodecs `LZ4(acceleration)`. The acceleration only trades ratio for speed when encoding;
+/// lz4_flex has a single speed, and any stream it writes decodes the same.
+#[derive(Debug, Clone)]
+pub struct Lz4;
+
+impl Lz4 {
+    /// From `{"id": "lz4", "acceleration": N}`.
+    pub fn from_config(cfg: &Config<'_>) -> Result<Self> {
+        cfg.int_in("acceleration", 1, i64::from(i32::MIN)..=i64::from(i32::MAX))?;
+        Ok(Lz4)
+    }
+}
+
+impl Codec for Lz4 {
+    fn id(&self) -> &str {
+        "lz4"
+    }
+
+    fn decode(&self, input: Vec<u8>) -> Result<Vec<u8>> {
+        self.decode_bounded(input, usize::MAX)
+    }
+
+    fn decode_bounded(&self, input: Vec<u8>, max_len: usize) -> Result<Vec<u8>> {
+        let (header, block) = input
+            .split_first_chunk::<4>()
+            .ok_or_else(|| codec_error("input shorter than the 4-byte size header"))?;
+        // numcodecs writes the size as a signed 32-bit integer.
+        let size = i32::from_le_bytes(*header);
+        let size = usize::try_from(size)
+            .map_err(|_| codec_error(format!("negative uncompressed size {size}")))?;
+        if size > max_len {
+            return Err(too_large("lz4", max_len));
+        }
+        let mut out = vec![0u8; size];
+        let n = lz4_flex::block::decompress_into(block, &mut out)
+            .map_err(|e| codec_error(e.to_string()))?;
+        if n != size {
+            return Err(codec_error(format!(
+                "block decoded to {n} bytes, header says {size}"
+            )));
+        }
+        Ok(out)
+    }
+
+    fn encode(&self, input: Vec<u8>) -> Result<Vec<u8>> {
+        let size = i32::try_from(input.len())
+            .map_err(|_| codec_error("input larger than 2 GiB cannot be encoded"))?;
+        let mut out = vec![0u8; 4 + lz4_flex::block::get_maximum_output_size(input.len())];
+        out[..4].copy_from_slice(&size.to_le_bytes());
+        let n = lz4_flex::block::compress_into(&input, &mut out[4..])
+            .map_err(|e| codec_error(e.to_string()))?;
+        out.truncate(4 + n);
+        Ok(out)
+    }
+
+    fn max_encoded_len(&self, decoded_len: usize) -> usize {
+        // lz4_flex's own bound overflows near usize::MAX; numcodecs' header caps sizes anyway.
+        if decoded_len > i32::MAX as usize {
+            return usize::MAX;
+        }
+        4 + lz4_flex::block::get_maximum_output_size(decoded_len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_is_little_endian_size() {
+        let data: Vec<u8> = (0..3000u32).map(|i| (i % 13) as u8).collect();
+        let enc = Lz4.encode(data.clone()).unwrap();
+        assert_eq!(&enc[..4], &3000i32.to_le_bytes());
+        assert_eq!(Lz4.decode(enc.clone()).unwrap(), data);
+        assert!(Lz4.decode_bounded(enc.clone(), 2999).is_err());
+        let mut lying = enc.clone();
+        lying[..4].copy_from_slice(&3001i32.to_le_bytes());
+        assert!(Lz4.decode(lying).is_err());
+        lying = enc;
+        lying[..4].copy_from_slice(&(-1i32).to_le_bytes());
+        assert!(Lz4.decode(lying).is_err());
+        assert!(Lz4.decode(vec![1, 2]).is_err());
+    }
+}
