@@ -1,0 +1,207 @@
+"""Stores written by zarr-python (zarr_format=2) and xarray, read back by nczarrfs.
+
+The reference values are zarr-python's own reads of each store; `nczarrfs get --npy` must
+return the same values (dtype kind and size, shape, NaN positions). xarray stores also check
+that `nczarrfs dump -h` names the dimensions from `_ARRAY_DIMENSIONS`.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+
+import numcodecs
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+
+SHAPE = (9, 11)
+CHUNKS = (4, 3)
+
+COMPRESSORS = {
+    "none": None,
+    "blosc-lz4-shuffle": numcodecs.Blosc(cname="lz4", clevel=5, shuffle=numcodecs.Blosc.SHUFFLE),
+    "blosc-lz4-bitshuffle": numcodecs.Blosc(cname="lz4", shuffle=numcodecs.Blosc.BITSHUFFLE),
+    "blosc-zstd-noshuffle": numcodecs.Blosc(cname="zstd", clevel=3, shuffle=numcodecs.Blosc.NOSHUFFLE),
+    "blosc-zlib-shuffle": numcodecs.Blosc(cname="zlib", shuffle=numcodecs.Blosc.SHUFFLE),
+    "blosc-blosclz-bitshuffle": numcodecs.Blosc(cname="blosclz", shuffle=numcodecs.Blosc.BITSHUFFLE),
+    "blosc-lz4hc": numcodecs.Blosc(cname="lz4hc", shuffle=numcodecs.Blosc.SHUFFLE),
+    "zstd": numcodecs.Zstd(level=5),
+    "zlib": numcodecs.Zlib(level=6),
+    "gzip": numcodecs.GZip(level=6),
+    "lz4": numcodecs.LZ4(),
+    "bz2": numcodecs.BZ2(level=9),
+}
+
+
+def _url(path) -> str:
+    return f"file://{path}#mode=zarr,file"
+
+
+def _get(nczarrfs, location: str, var: str, tmp_path) -> np.ndarray:
+    out = tmp_path / "get.npy"
+    res = nczarrfs("get", location, var, "--npy", "-o", str(out))
+    assert res.returncode == 0, f"get {var}: {res.stderr.decode(errors='replace')}"
+    return np.load(io.BytesIO(out.read_bytes()), allow_pickle=False)
+
+
+def _text(array: np.ndarray) -> list[str]:
+    return [x.decode() if isinstance(x, bytes) else str(x) for x in array.flat]
+
+
+def assert_same(got: np.ndarray, expected: np.ndarray, what: str) -> None:
+    assert got.shape == expected.shape, f"{what}: shape {got.shape} != {expected.shape}"
+    kind = expected.dtype.kind
+    if kind in "USO":
+        assert _text(got) == _text(expected), f"{what}: text differs"
+        return
+    if kind == "b":
+        # netCDF has no bool: any integer 0/1 reading is right.
+        assert np.array_equal(got.astype(int), expected.astype(int)), f"{what}: values differ"
+        return
+    assert got.dtype.kind == kind and got.dtype.itemsize == expected.dtype.itemsize, (
+        f"{what}: dtype {got.dtype} != {expected.dtype}"
+    )
+    assert np.array_equal(got, expected, equal_nan=kind == "f"), (
+        f"{what}: values differ\n ours     {got!r}\n expected {expected!r}"
+    )
+
+
+def _data(dtype: str, shape=SHAPE) -> np.ndarray:
+    rng = np.random.default_rng(7)
+    dt = np.dtype(dtype)
+    if dt.kind == "f":
+        out = rng.normal(size=shape).astype(dt)
+        out.flat[::7] = np.nan
+        return out
+    if dt.kind == "b":
+        return rng.random(size=shape) < 0.5
+    if dt.kind in "iu":
+        info = np.iinfo(dt)
+        return rng.integers(info.min, info.max, size=shape, endpoint=True, dtype=dt.newbyteorder("="))
+    if dt.kind in "US":
+        words = ["a", "bc", "def", "", "xyz"]
+        return np.array([words[i % len(words)] for i in range(int(np.prod(shape)))], dtype=dt).reshape(shape)
+    raise ValueError(dtype)
+
+
+def _array(group, name, data, **kwargs):
+    kwargs.setdefault("chunks", tuple(min(c, n) for c, n in zip(CHUNKS, data.shape)))
+    kwargs.setdefault("attributes", {"_ARRAY_DIMENSIONS": [f"d{i}_{n}" for i, n in enumerate(data.shape)]})
+    arr = group.create_array(name, shape=data.shape, dtype=data.dtype, **kwargs)
+    arr[...] = data
+    return arr
+
+
+@pytest.mark.parametrize("compressor", list(COMPRESSORS))
+@pytest.mark.parametrize("dtype", ["<f4", "<i8", "<u2"])
+def test_compressors(nczarrfs, tmp_path, compressor, dtype):
+    path = tmp_path / "store.zarr"
+    root = zarr.open_group(str(path), mode="w", zarr_format=2)
+    _array(root, "v", _data(dtype), compressors=COMPRESSORS[compressor])
+    expected = zarr.open_array(str(path / "v"), mode="r")[...]
+    assert_same(_get(nczarrfs, _url(path), "v", tmp_path), expected, f"{compressor} {dtype}")
+
+
+@pytest.mark.parametrize(
+    "dtype", ["|b1", "|i1", "|u1", "<i2", ">i2", "<u4", ">i4", ">u8", ">f4", ">f8", "<f8", "|S3", "<U5"]
+)
+def test_dtypes(nczarrfs, tmp_path, dtype):
+    path = tmp_path / "store.zarr"
+    root = zarr.open_group(str(path), mode="w", zarr_format=2)
+    _array(root, "v", _data(dtype), compressors=numcodecs.Zlib(level=1))
+    expected = zarr.open_array(str(path / "v"), mode="r")[...]
+    assert_same(_get(nczarrfs, _url(path), "v", tmp_path), expected, dtype)
+
+
+def test_fortran_order(nczarrfs, tmp_path):
+    path = tmp_path / "store.zarr"
+    root = zarr.open_group(str(path), mode="w", zarr_format=2)
+    _array(root, "v", _data("<i4"), order="F", compressors=numcodecs.Zstd(level=1))
+    assert zarr.open_array(str(path / "v")).metadata.order == "F"
+    expected = zarr.open_array(str(path / "v"), mode="r")[...]
+    assert_same(_get(nczarrfs, _url(path), "v", tmp_path), expected, "order F")
+
+
+def test_slash_separator_and_groups(nczarrfs, tmp_path):
+    path = tmp_path / "store.zarr"
+    root = zarr.open_group(str(path), mode="w", zarr_format=2)
+    sub = root.create_group("g1").create_group("g2")
+    sep = {"name": "v2", "separator": "/"}
+    _array(root, "top", _data("<f8"), chunk_key_encoding=sep)
+    _array(sub, "deep", _data("<i2"), chunk_key_encoding=sep)
+    assert (path / "top" / "0" / "0").exists()
+    for var, key in (("top", "top"), ("/g1/g2/deep", "g1/g2/deep")):
+        expected = zarr.open_array(str(path / key), mode="r")[...]
+        assert_same(_get(nczarrfs, _url(path), var, tmp_path), expected, var)
+
+
+def test_consolidated(nczarrfs, tmp_path):
+    path = tmp_path / "store.zarr"
+    root = zarr.open_group(str(path), mode="w", zarr_format=2)
+    _array(root, "a", _data("<f4"))
+    _array(root.create_group("g"), "b", _data("<u1"))
+    zarr.consolidate_metadata(str(path))
+    assert (path / ".zmetadata").exists()
+    for var, key in (("a", "a"), ("/g/b", "g/b")):
+        expected = zarr.open_array(str(path / key), mode="r")[...]
+        assert_same(_get(nczarrfs, _url(path) + ",consolidated", var, tmp_path), expected, var)
+
+
+def test_fill_nan_unwritten_chunks(nczarrfs, tmp_path):
+    path = tmp_path / "store.zarr"
+    root = zarr.open_group(str(path), mode="w", zarr_format=2)
+    arr = root.create_array("v", shape=SHAPE, chunks=CHUNKS, dtype="<f8", fill_value=np.nan)
+    arr[:4, :3] = 1.25  # one chunk written, the rest never stored
+    expected = zarr.open_array(str(path / "v"), mode="r")[...]
+    assert np.isnan(expected).sum() == expected.size - 12
+    assert_same(_get(nczarrfs, _url(path), "v", tmp_path), expected, "NaN fill")
+
+
+def test_fill_none_fully_written(nczarrfs, tmp_path):
+    path = tmp_path / "store.zarr"
+    root = zarr.open_group(str(path), mode="w", zarr_format=2)
+    _array(root, "v", _data("<i4"), fill_value=None)
+    assert zarr.open_array(str(path / "v")).metadata.fill_value is None
+    expected = zarr.open_array(str(path / "v"), mode="r")[...]
+    assert_same(_get(nczarrfs, _url(path), "v", tmp_path), expected, "fill None")
+
+
+def test_without_array_dimensions(nczarrfs, tmp_path):
+    path = tmp_path / "store.zarr"
+    root = zarr.open_group(str(path), mode="w", zarr_format=2)
+    _array(root, "v", _data("<f4"), attributes={"units": "m"})
+    expected = zarr.open_array(str(path / "v"), mode="r")[...]
+    assert_same(_get(nczarrfs, _url(path), "v", tmp_path), expected, "anonymous dims")
+    res = nczarrfs("dump", "-h", _url(path))
+    assert res.returncode == 0, res.stderr.decode(errors="replace")
+    # netcdf-c names anonymous dims after their length.
+    text = res.stdout.decode()
+    assert "_Anonymous_Dim_9 = 9 ;" in text and "_Anonymous_Dim_11 = 11 ;" in text, text
+
+
+def test_xarray_to_zarr(nczarrfs, tmp_path):
+    path = tmp_path / "xr.zarr"
+    ds = xr.Dataset(
+        {
+            "temp": (("time", "lat"), _data("<f4", (5, 4)), {"units": "K"}),
+            "count": (("lat",), np.arange(4, dtype="<i8")),
+        },
+        coords={"time": np.arange(5, dtype="<f8"), "lat": np.linspace(-30, 30, 4)},
+        attrs={"title": "xarray store"},
+    )
+    ds.to_zarr(str(path), zarr_format=2, consolidated=True, mode="w")
+    back = xr.open_zarr(str(path), consolidated=True, mask_and_scale=False)
+    for var in ("temp", "count", "time", "lat"):
+        assert_same(_get(nczarrfs, _url(path), var, tmp_path), back[var].values, var)
+
+    res = nczarrfs("dump", "-h", _url(path))
+    assert res.returncode == 0, res.stderr.decode(errors="replace")
+    text = res.stdout.decode()
+    dims = dict(re.findall(r"^\t(\w+) = (\d+) ;$", text.split("variables:")[0], re.M))
+    assert dims == {"time": "5", "lat": "4"}, text
+    assert re.search(r"^\tfloat temp\(time, lat\) ;$", text, re.M), text
+    assert re.search(r"^\t\ttemp:units = \"K\" ;$", text, re.M), text
+    assert re.search(r'^\t\t:title = "xarray store" ;$', text, re.M), text
+    assert "_ARRAY_DIMENSIONS" not in text
