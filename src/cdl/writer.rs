@@ -1,0 +1,739 @@
+//! The CDL writer behind `nczarrfs dump`: the text Debian's `ncdump` prints for the same
+//! content stored as netCDF-4/HDF5, byte for byte.
+//!
+//! The layout rules (indentation by group depth, the 80-column wrapping of the data section,
+//! the `{ }` record markers of variables with several unlimited dimensions, which values print
+//! as `_`) follow ncdump's behaviour as observed with `ncgen -k nc4` + `ncdump`; the
+//! expected outputs used by the tests come from those tools (tests/data/dump/).
+//!
+//! Values are read in blocks of whole trailing dimensions so that memory stays bounded for
+//! big variables, and written through a buffered writer.
+
+use std::io::{self, BufWriter, Write};
+
+use crate::cdl::fmt::{
+    double_data, escape_name, escape_text, float_data, quote_char_row, write_attr_cdl,
+};
+use crate::chunk::{ChunkEngine, Hyperslab};
+use crate::model::{AttrValue, Attribute, Dataset, GroupId, NcType, VarId};
+use crate::{Error, Result};
+
+/// Options of `dump`, named after ncdump's flags.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DumpOptions {
+    /// `-h`: header only, no data section.
+    pub header_only: bool,
+    /// `-c`: data only for coordinate variables.
+    pub coords_only: bool,
+    /// `-v a,b`: data only for these variables (names, relative paths `g/v` or full names
+    /// `/g/v`); the header is still printed in full.
+    pub vars: Option<Vec<String>>,
+    /// `-n`: the name on the `netcdf NAME {` line instead of the one derived from the location.
+    pub name: Option<String>,
+}
+
+/// ncdump's default maximum line length (`-l`), of which it uses all but two columns.
+const MAX_LINE_LEN: usize = 80 - 2;
+
+/// Target size of one block of values read from the chunk engine.
+const BLOCK_BYTES: usize = 4 << 20;
+
+/// Variables whose names are CDL keywords get a space before the `:` of their attributes.
+const KEYWORDS: [&str; 5] = ["variable", "dimension", "data", "group", "types"];
+
+/// Writes the CDL of `ds` as `ncdump [-h] [-c] [-v ...]` prints it, reading values through
+/// `engine`. `name` is the dataset name unless `opts.name` overrides it.
+pub fn dump(
+    ds: &Dataset,
+    engine: &ChunkEngine,
+    name: &str,
+    opts: &DumpOptions,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let mut read = |v: VarId, slab: &Hyperslab, buf: &mut [u8]| engine.read(ds, v, slab, buf);
+    dump_with_reader(ds, name, opts, &mut read, out)
+}
+
+/// A source of variable values: fills the buffer with the hyperslab's values in native
+/// representation (what [`ChunkEngine::read`] does).
+pub type ValueReader<'a> = dyn FnMut(VarId, &Hyperslab, &mut [u8]) -> Result<()> + 'a;
+
+/// [`dump`] with values coming from any reader (tests, in-memory datasets).
+pub fn dump_with_reader(
+    ds: &Dataset,
+    name: &str,
+    opts: &DumpOptions,
+    read: &mut ValueReader<'_>,
+    out: &mut dyn Write,
+) -> Result<()> {
+    if let Some(vars) = &opts.vars {
+        for v in vars {
+            if !ds
+                .groups_preorder()
+                .iter()
+                .any(|g| selected_in(ds, *g, v).is_some())
+            {
+                return Err(Error::NotFound(format!("{v}: No such variable")));
+            }
+        }
+    }
+    let mut w = Cdl::new(out);
+    let name = opts.name.as_deref().unwrap_or(name);
+    w.raw(format!("netcdf {} {{\n", escape_name(name)).as_bytes())?;
+    w.group(ds, Dataset::ROOT, opts, read)?;
+    w.raw(b"}\n")?;
+    w.out.flush().map_err(io_err)
+}
+
+/// The header of one group as ncdump prints it, without indentation: `dimensions:`,
+/// `variables:` (declarations and attributes) and `// global attributes:` (root) or
+/// `// group attributes:`; no data and no subgroups.
+pub fn group_header(ds: &Dataset, group: GroupId) -> String {
+    let mut buf = Vec::new();
+    let mut w = Cdl::new(&mut buf);
+    // Writing to a Vec cannot fail.
+    let _ = w
+        .group_header(ds, group, 0)
+        .and_then(|()| w.out.flush().map_err(io_err));
+    drop(w);
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+/// One variable's declaration and attribute lines as ncdump prints them, without group
+/// indentation: `\tint v(d) ;\n\t\tv:units = "m" ;\n`.
+pub fn var_header(ds: &Dataset, var: VarId) -> String {
+    let mut buf = Vec::new();
+    let mut w = Cdl::new(&mut buf);
+    let _ = w
+        .var_decl(ds, var, 0)
+        .and_then(|()| w.out.flush().map_err(io_err));
+    drop(w);
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+/// An attribute's values for a file of their own: the CDL value list (`-999.f`,
+/// `1LL, 2LL`, `"a", "b"` for strings), except for `char` attributes whose raw text is
+/// returned unquoted and unescaped.
+pub fn attr_values(value: &AttrValue) -> String {
+    match value {
+        AttrValue::Char(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+        v => {
+            let mut out = Vec::new();
+            write_attr_cdl(v, &mut out);
+            String::from_utf8_lossy(&out).into_owned()
+        }
+    }
+}
+
+/// The data line(s) of one variable as ncdump prints them in a group at `depth`, given all of
+/// its values in native representation (C order). Returns the empty string when a dimension
+/// has length 0 (ncdump prints nothing for such variables).
+pub fn var_data(ds: &Dataset, var: VarId, values: &[u8], depth: usize) -> Result<String> {
+    let mut buf = Vec::new();
+    let mut w = Cdl::new(&mut buf);
+    let mut read = |_: VarId, slab: &Hyperslab, out: &mut [u8]| {
+        copy_slab(
+            &ds.var_shape(var),
+            ds.var(var).element_size(),
+            values,
+            slab,
+            out,
+        )
+    };
+    w.indent = depth * 2;
+    w.var_data(ds, var, &mut read)?;
+    w.out.flush().map_err(io_err)?;
+    drop(w);
+    Ok(String::from_utf8_lossy(&buf).into_owned())
+}
+
+/// Copies a hyperslab (unit stride) out of a whole array held in memory.
+fn copy_slab(
+    shape: &[u64],
+    elsize: usize,
+    all: &[u8],
+    slab: &Hyperslab,
+    out: &mut [u8],
+) -> Result<()> {
+    let total: u64 = shape.iter().product();
+    if all.len() as u64 != total * elsize as u64 {
+        return Err(Error::Invalid(format!(
+            "{} bytes of values for {total} elements of {elsize} bytes",
+            all.len()
+        )));
+    }
+    let n: u64 = slab.count.iter().product();
+    let mut idx = vec![0u64; shape.len()];
+    for k in 0..n as usize {
+        let mut off = 0u64;
+        for d in 0..shape.len() {
+            off = off * shape[d] + slab.start[d] + idx[d] * slab.stride[d];
+        }
+        let src = off as usize * elsize;
+        out[k * elsize..(k + 1) * elsize].copy_from_slice(&all[src..src + elsize]);
+        for d in (0..shape.len()).rev() {
+            idx[d] += 1;
+            if idx[d] < slab.count[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+    Ok(())
+}
+
+fn io_err(e: io::Error) -> Error {
+    Error::io("<output>", e)
+}
+
+/// Resolves one `-v` name in `group` the way ncdump does: a plain name is looked up in every
+/// group; `a/b/v` in groups whose full name ends with `a/b`; `/a/b/v` only in `/a/b`.
+fn selected_in(ds: &Dataset, group: GroupId, name: &str) -> Option<VarId> {
+    match name.rfind('/') {
+        None => ds.find_var_in(group, name),
+        Some(i) => {
+            let (vargroup, relname) = (&name[..i], &name[i + 1..]);
+            let fqn = ds.group_fqn(group);
+            let wanted = if name.starts_with('/') {
+                // ncdump refuses `/v` for root variables (it compares "/" with ""); accepting
+                // it is the evident intent of a full name.
+                fqn == vargroup || (vargroup.is_empty() && fqn == "/")
+            } else {
+                fqn.ends_with(vargroup)
+            };
+            wanted.then(|| ds.find_var_in(group, relname)).flatten()
+        }
+    }
+}
+
+/// The fill value ncdump compares data with to print `_`.
+enum Fill {
+    /// No fill (byte and ubyte without a `_FillValue` attribute).
+    None,
+    /// A numeric fill as one native element.
+    Native(Vec<u8>),
+    /// A string fill.
+    Str(Vec<u8>),
+}
+
+fn fill_of(ds: &Dataset, var: VarId) -> Fill {
+    let v = ds.var(var);
+    let attr = v
+        .attr("_FillValue")
+        .filter(|a| a.value.nctype() == v.nctype && a.value.len() == 1);
+    if let Some(Attribute { value, .. }) = attr {
+        return match value {
+            AttrValue::Byte(x) => Fill::Native(x[0].to_ne_bytes().to_vec()),
+            AttrValue::UByte(x) => Fill::Native(x.clone()),
+            AttrValue::Short(x) => Fill::Native(x[0].to_ne_bytes().to_vec()),
+            AttrValue::UShort(x) => Fill::Native(x[0].to_ne_bytes().to_vec()),
+            AttrValue::Int(x) => Fill::Native(x[0].to_ne_bytes().to_vec()),
+            AttrValue::UInt(x) => Fill::Native(x[0].to_ne_bytes().to_vec()),
+            AttrValue::Int64(x) => Fill::Native(x[0].to_ne_bytes().to_vec()),
+            AttrValue::UInt64(x) => Fill::Native(x[0].to_ne_bytes().to_vec()),
+            AttrValue::Float(x) => Fill::Native(x[0].to_ne_bytes().to_vec()),
+            AttrValue::Double(x) => Fill::Native(x[0].to_ne_bytes().to_vec()),
+            AttrValue::Char(x) => Fill::Native(x.clone()),
+            AttrValue::Str(x) => Fill::Str(x[0].as_bytes().to_vec()),
+        };
+    }
+    match v.nctype {
+        // ncdump does not apply default fills to bytes ("too risky").
+        NcType::Byte | NcType::UByte => Fill::None,
+        NcType::String => Fill::Str(Vec::new()),
+        t => Fill::Native(t.default_fill()),
+    }
+}
+
+fn f32_at(b: &[u8]) -> f32 {
+    f32::from_ne_bytes([b[0], b[1], b[2], b[3]])
+}
+
+fn f64_at(b: &[u8]) -> f64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[..8]);
+    f64::from_ne_bytes(a)
+}
+
+/// ncdump's fill comparison: exact for integers; for floating point within a relative
+/// machine epsilon of the fill, and NaN matches NaN, infinity matches infinity of same sign.
+fn is_fill(nctype: NcType, fill: &Fill, val: &[u8]) -> bool {
+    match fill {
+        Fill::None => false,
+        Fill::Str(s) => val[..val.iter().position(|&b| b == 0).unwrap_or(val.len())] == s[..],
+        Fill::Native(f) => match nctype {
+            NcType::Float => {
+                let (v1, v2) = (f32_at(f), f32_at(val));
+                if (v1 > 0.0) != (v2 > 0.0) {
+                    false
+                } else if v1.is_finite() && v2.is_finite() {
+                    (v1 - v2).abs() <= (f32::EPSILON * v2).abs()
+                } else {
+                    (v1.is_nan() && v2.is_nan()) || (v1.is_infinite() && v2.is_infinite())
+                }
+            }
+            NcType::Double => {
+                let (v1, v2) = (f64_at(f), f64_at(val));
+                if (v1 > 0.0) != (v2 > 0.0) {
+                    false
+                } else if v1.is_finite() && v2.is_finite() {
+                    (v1 - v2).abs() <= (f64::EPSILON * v2).abs()
+                } else {
+                    (v1.is_nan() && v2.is_nan()) || (v1.is_infinite() && v2.is_infinite())
+                }
+            }
+            _ => f[..] == val[..f.len().min(val.len())],
+        },
+    }
+}
+
+/// One value of a non-`char` variable as ncdump prints it in the data section.
+fn format_value(nctype: NcType, val: &[u8], out: &mut Vec<u8>) {
+    let text = match nctype {
+        NcType::Byte => (val[0] as i8).to_string(),
+        NcType::UByte => val[0].to_string(),
+        NcType::Short => i16::from_ne_bytes([val[0], val[1]]).to_string(),
+        NcType::UShort => u16::from_ne_bytes([val[0], val[1]]).to_string(),
+        NcType::Int => i32::from_ne_bytes([val[0], val[1], val[2], val[3]]).to_string(),
+        NcType::UInt => u32::from_ne_bytes([val[0], val[1], val[2], val[3]]).to_string(),
+        NcType::Int64 => {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&val[..8]);
+            i64::from_ne_bytes(a).to_string()
+        }
+        NcType::UInt64 => {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&val[..8]);
+            u64::from_ne_bytes(a).to_string()
+        }
+        NcType::Float => float_data(f32_at(val)),
+        NcType::Double => double_data(f64_at(val)),
+        NcType::Char => {
+            quote_char_row(&val[..1], out);
+            return;
+        }
+        NcType::String => {
+            let end = val.iter().position(|&b| b == 0).unwrap_or(val.len());
+            out.push(b'"');
+            escape_text(&val[..end], out);
+            out.push(b'"');
+            return;
+        }
+    };
+    out.extend_from_slice(text.as_bytes());
+}
+
+/// Reads a variable in blocks of consecutive elements (C order), each block a hyperslab of
+/// whole trailing dimensions of at most about [`BLOCK_BYTES`].
+struct BlockReader {
+    var: VarId,
+    shape: Vec<u64>,
+    elsize: usize,
+    /// The dimension along which blocks are cut.
+    split: usize,
+    /// Indices along `split` per block.
+    step: u64,
+    /// Start index of the next block for dimensions `0..=split`.
+    next: Vec<u64>,
+    done: bool,
+    buf: Vec<u8>,
+    pos: usize,
+}
+
+impl BlockReader {
+    /// `whole_rows` keeps each row (the last dimension) inside one block, for `char`
+    /// variables whose rows print as one string.
+    fn new(var: VarId, shape: Vec<u64>, elsize: usize, whole_rows: bool) -> Self {
+        let max_split = if whole_rows {
+            shape.len().saturating_sub(2)
+        } else {
+            shape.len().saturating_sub(1)
+        };
+        let rank = shape.len();
+        let mut split = 0;
+        let mut inner = elsize as u64 * shape.iter().product::<u64>();
+        if rank > 0 {
+            inner /= shape[0].max(1);
+            while split < max_split && inner > BLOCK_BYTES as u64 {
+                split += 1;
+                inner /= shape[split].max(1);
+            }
+        }
+        let step = if rank == 0 {
+            1
+        } else if whole_rows && split + 1 == rank {
+            shape[split]
+        } else {
+            (BLOCK_BYTES as u64 / inner.max(1)).clamp(1, shape[split].max(1))
+        };
+        BlockReader {
+            var,
+            next: vec![0; rank.min(split + 1)],
+            shape,
+            elsize,
+            split,
+            step,
+            done: false,
+            buf: Vec::new(),
+            pos: 0,
+        }
+    }
+
+    fn fill(&mut self, read: &mut ValueReader<'_>) -> Result<()> {
+        if self.done {
+            return Err(Error::Invalid("read past the end of a variable".into()));
+        }
+        let rank = self.shape.len();
+        let mut slab = Hyperslab::whole(&self.shape);
+        if rank > 0 {
+            for d in 0..self.split {
+                slab.start[d] = self.next[d];
+                slab.count[d] = 1;
+            }
+            let s = self.split;
+            slab.start[s] = self.next[s];
+            slab.count[s] = self.step.min(self.shape[s] - self.next[s]);
+            // Advance like an odometer over dimensions 0..=split.
+            self.next[s] += slab.count[s];
+            let mut d = s;
+            while self.next[d] >= self.shape[d] {
+                if d == 0 {
+                    self.done = true;
+                    break;
+                }
+                self.next[d] = 0;
+                d -= 1;
+                self.next[d] += 1;
+            }
+        } else {
+            self.done = true;
+        }
+        let n: u64 = slab.count.iter().product();
+        self.buf.resize(n as usize * self.elsize, 0);
+        self.pos = 0;
+        read(self.var, &slab, &mut self.buf)
+    }
+
+    /// The next `n` elements; `n` must not straddle a block boundary (one element always
+    /// fits; a whole row fits when blocks are cut above the last dimension).
+    fn take(&mut self, n: usize, read: &mut ValueReader<'_>) -> Result<&[u8]> {
+        if self.pos >= self.buf.len() {
+            self.fill(read)?;
+        }
+        let len = n * self.elsize;
+        if self.pos + len > self.buf.len() {
+            return Err(Error::Invalid("row straddles a read block".into()));
+        }
+        let s = &self.buf[self.pos..self.pos + len];
+        self.pos += len;
+        Ok(s)
+    }
+}
+
+/// The output state: the writer, the current group indentation and ncdump's line position
+/// for wrapping the data section.
+struct Cdl<'w> {
+    out: BufWriter<&'w mut dyn Write>,
+    indent: usize,
+    linep: usize,
+}
+
+impl<'w> Cdl<'w> {
+    fn new(out: &'w mut dyn Write) -> Self {
+        Cdl {
+            out: BufWriter::with_capacity(1 << 16, out),
+            indent: 0,
+            linep: 0,
+        }
+    }
+
+    fn raw(&mut self, b: &[u8]) -> Result<()> {
+        self.out.write_all(b).map_err(io_err)
+    }
+
+    fn indent_out(&mut self) -> Result<()> {
+        for _ in 0..self.indent {
+            self.out.write_all(b" ").map_err(io_err)?;
+        }
+        Ok(())
+    }
+
+    /// ncdump's `lput`: writes a piece that must not be split, first breaking the line (with
+    /// the group indentation plus four spaces) if the piece would pass the maximum length.
+    fn lput(&mut self, s: &[u8]) -> Result<()> {
+        let nn = s.len();
+        if nn + self.linep > MAX_LINE_LEN && nn > 2 {
+            self.raw(b"\n")?;
+            self.indent_out()?;
+            self.raw(b"    ")?;
+            self.linep = 4 + self.indent;
+        }
+        self.raw(s)?;
+        if s.last() == Some(&b'\n') {
+            self.linep = self.indent;
+        } else {
+            self.linep += nn;
+        }
+        Ok(())
+    }
+
+    fn group(
+        &mut self,
+        ds: &Dataset,
+        g: GroupId,
+        opts: &DumpOptions,
+        read: &mut ValueReader<'_>,
+    ) -> Result<()> {
+        let depth = self.indent;
+        self.group_header(ds, g, depth)?;
+        let group = ds.group(g);
+        if !opts.header_only {
+            if !group.vars.is_empty() {
+                self.indent_out()?;
+                self.raw(b"data:\n")?;
+            }
+            for &v in &group.vars {
+                if let Some(list) = &opts.vars {
+                    if !list.iter().any(|n| selected_in(ds, g, n) == Some(v)) {
+                        continue;
+                    }
+                }
+                if opts.coords_only && !is_coord_var(ds, v) {
+                    continue;
+                }
+                self.var_data(ds, v, read)?;
+            }
+        }
+        for &sub in &group.groups {
+            let name = escape_name(&ds.group(sub).name);
+            self.raw(b"\n")?;
+            self.indent_out()?;
+            self.raw(format!("group: {name} {{\n").as_bytes())?;
+            self.indent += 2;
+            self.group(ds, sub, opts, read)?;
+            self.indent_out()?;
+            self.raw(format!("}} // group {name}\n").as_bytes())?;
+            self.indent -= 2;
+        }
+        Ok(())
+    }
+
+    fn group_header(&mut self, ds: &Dataset, g: GroupId, indent: usize) -> Result<()> {
+        self.indent = indent;
+        let group = ds.group(g);
+        if !group.dims.is_empty() {
+            self.indent_out()?;
+            self.raw(b"dimensions:\n")?;
+        }
+        for &d in &group.dims {
+            let dim = ds.dim(d);
+            self.indent_out()?;
+            let line = if dim.unlimited {
+                format!(
+                    "\t{} = UNLIMITED ; // ({} currently)\n",
+                    escape_name(&dim.name),
+                    dim.len
+                )
+            } else {
+                format!("\t{} = {} ;\n", escape_name(&dim.name), dim.len)
+            };
+            self.raw(line.as_bytes())?;
+        }
+        if !group.vars.is_empty() {
+            self.indent_out()?;
+            self.raw(b"variables:\n")?;
+        }
+        for &v in &group.vars {
+            self.var_decl(ds, v, indent)?;
+        }
+        let attrs: Vec<&Attribute> = group
+            .attrs
+            .iter()
+            .filter(|a| !(g == Dataset::ROOT && a.name == "_NCProperties"))
+            .collect();
+        if !attrs.is_empty() {
+            self.raw(b"\n")?;
+            self.indent_out()?;
+            self.raw(if g == Dataset::ROOT {
+                b"// global attributes:\n"
+            } else {
+                b"// group attributes:\n"
+            })?;
+        }
+        for a in attrs {
+            self.attr_line("", a)?;
+        }
+        Ok(())
+    }
+
+    fn var_decl(&mut self, ds: &Dataset, v: VarId, indent: usize) -> Result<()> {
+        self.indent = indent;
+        let var = ds.var(v);
+        let mut line = format!("\t{} {}", var.nctype.cdl_name(), escape_name(&var.name));
+        if !var.dims.is_empty() {
+            let names: Vec<String> = var
+                .dims
+                .iter()
+                .map(|&d| dim_ref(ds, var.group, d))
+                .collect();
+            line.push('(');
+            line.push_str(&names.join(", "));
+            line.push(')');
+        }
+        line.push_str(" ;\n");
+        self.indent_out()?;
+        self.raw(line.as_bytes())?;
+        for a in &var.attrs {
+            self.attr_line(&var.name, a)?;
+        }
+        Ok(())
+    }
+
+    fn attr_line(&mut self, varname: &str, a: &Attribute) -> Result<()> {
+        let mut line = Vec::with_capacity(64);
+        line.extend_from_slice(b"\t\t");
+        if a.value.nctype() == NcType::String {
+            line.extend_from_slice(b"string ");
+        }
+        line.extend_from_slice(escape_name(varname).as_bytes());
+        if KEYWORDS.contains(&varname) {
+            line.push(b' ');
+        }
+        line.push(b':');
+        line.extend_from_slice(escape_name(&a.name).as_bytes());
+        line.extend_from_slice(b" = ");
+        write_attr_cdl(&a.value, &mut line);
+        line.extend_from_slice(b" ;\n");
+        self.indent_out()?;
+        self.raw(&line)
+    }
+
+    fn var_data(&mut self, ds: &Dataset, v: VarId, read: &mut ValueReader<'_>) -> Result<()> {
+        let var = ds.var(v);
+        let shape = ds.var_shape(v);
+        if shape.contains(&0) {
+            return Ok(());
+        }
+        let rank = shape.len();
+        let fill = fill_of(ds, v);
+        let unlimited: Vec<bool> = var.dims.iter().map(|&d| ds.dim(d).unlimited).collect();
+        self.raw(b"\n")?;
+        self.indent_out()?;
+        self.raw(b" ")?;
+        self.raw(escape_name(&var.name).as_bytes())?;
+        if rank <= 1 {
+            self.raw(b" = ")?;
+            self.linep = var.name.len() + 4 + self.indent;
+        } else {
+            self.raw(b" =\n  ")?;
+            self.linep = 2 + self.indent;
+        }
+        let ncols = if rank == 0 {
+            1
+        } else {
+            shape[rank - 1] as usize
+        };
+        let is_char = var.nctype == NcType::Char;
+        let elsize = var.element_size();
+        if elsize == 0 {
+            return Err(Error::Unreadable {
+                var: ds.var_fqn(v),
+                reason: "zero element size".into(),
+            });
+        }
+        // Char rows are printed as whole strings, so blocks must hold whole rows.
+        let mut blocks = BlockReader::new(v, shape.clone(), elsize, is_char);
+        let nrows: u64 = if rank == 0 {
+            1
+        } else {
+            shape[..rank - 1].iter().product()
+        };
+        let mut idx = vec![0u64; rank.saturating_sub(1)];
+        let mut piece = Vec::with_capacity(64);
+        for row in 0..nrows {
+            // Opening record markers: one per unlimited dimension (below the first) whose
+            // sub-block starts at this row.
+            for level in 1..rank {
+                if unlimited[level] && idx[level..].iter().all(|&i| i == 0) {
+                    self.lput(b"{")?;
+                }
+            }
+            // Closing markers: one per unlimited dimension whose sub-block ends at this row.
+            let marks = (1..rank)
+                .filter(|&level| {
+                    unlimited[level] && (level..rank - 1).all(|m| idx[m] == shape[m] - 1)
+                })
+                .count();
+            piece.clear();
+            if is_char {
+                let vals = blocks.take(ncols, read)?;
+                let mut text = Vec::with_capacity(ncols + 2);
+                quote_char_row(vals, &mut text);
+                // ncdump prints the string without moving its line position.
+                self.raw(&text)?;
+            } else {
+                for i in 0..ncols {
+                    let val = blocks.take(1, read)?;
+                    piece.clear();
+                    if is_fill(var.nctype, &fill, val) {
+                        piece.push(b'_');
+                    } else {
+                        format_value(var.nctype, val, &mut piece);
+                    }
+                    if i + 1 < ncols {
+                        piece.extend_from_slice(b", ");
+                        self.lput(&piece)?;
+                    }
+                }
+            }
+            piece.extend(std::iter::repeat_n(b'}', marks));
+            self.lput(&piece)?;
+            if row + 1 == nrows {
+                self.lput(b" ;")?;
+                self.lput(b"\n")?;
+            } else {
+                self.lput(b",\n")?;
+                self.lput(b"  ")?;
+            }
+            for d in (0..idx.len()).rev() {
+                idx[d] += 1;
+                if idx[d] < shape[d] {
+                    break;
+                }
+                idx[d] = 0;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether ncdump's `-c` treats the variable as a coordinate variable: one dimension, and a
+/// dimension of the same name visible from its group.
+fn is_coord_var(ds: &Dataset, v: VarId) -> bool {
+    let var = ds.var(v);
+    var.dims.len() == 1 && ds.find_dim_visible(var.group, &var.name).is_some()
+}
+
+/// How a variable's dimension is named in its declaration: the plain name when the name
+/// resolves to that dimension from the variable's group, else prefixed with the full name of
+/// the nearest ancestor group from which it does (ncdump's rule).
+fn dim_ref(ds: &Dataset, group: GroupId, d: crate::model::DimId) -> String {
+    let name = &ds.dim(d).name;
+    let mut loc = group;
+    loop {
+        if ds.find_dim_visible(loc, name) == Some(d) {
+            break;
+        }
+        match ds.group(loc).parent {
+            Some(p) => loc = p,
+            None => break,
+        }
+    }
+    if loc == group {
+        escape_name(name)
+    } else {
+        let fqn = ds.group_fqn(loc);
+        let sep = if fqn == "/" { "" } else { "/" };
+        format!("{}{sep}{}", escape_name(&fqn), escape_name(name))
+    }
+}
