@@ -6,6 +6,7 @@ use crate::Result;
 
 mod dump;
 mod get;
+mod mount;
 
 /// nczarrfs: NCZarr datasets as a filesystem and on the command line.
 #[derive(Debug, Parser)]
@@ -23,6 +24,8 @@ pub enum Command {
     Dump(dump::DumpArgs),
     /// Write the raw values of a hyperslab, in native byte order or as .npy.
     Get(get::GetArgs),
+    /// Serve a dataset as a FUSE filesystem.
+    Mount(mount::MountArgs),
 }
 
 /// Runs the parsed command line; returns the process exit code.
@@ -30,5 +33,6 @@ pub fn run(cli: Cli) -> Result<i32> {
     match cli.command {
         Command::Dump(args) => dump::run(args),
         Command::Get(args) => get::run(args),
+        Command::Mount(args) => mount::run(args),
     }
 }

@@ -1,0 +1,44 @@
+//! `nczarrfs mount`: serve a dataset as a FUSE filesystem.
+
+use std::path::PathBuf;
+
+use crate::fuse::{self, MountOptions, MountRequest};
+use crate::Result;
+
+/// Arguments of `mount`.
+#[derive(Debug, clap::Args)]
+pub struct MountArgs {
+    /// The dataset: a path or a URL.
+    pub location: String,
+    /// An existing directory to mount it on.
+    pub mountpoint: PathBuf,
+    /// Mount options, comma-separated: ro (default), rw, allow_other, allow_root,
+    /// default_permissions, cache_size=BYTES[K|M|G], uid=N, gid=N, umask=OCTAL, ttl=SECONDS
+    /// (0: never re-read), threads=N, readahead=BYTES, max_read=BYTES, fsname=NAME,
+    /// noatime/nodev/nosuid/noexec; mount(8)'s generic options are ignored.
+    #[arg(short = 'o', value_name = "OPTIONS")]
+    pub options: Vec<String>,
+    /// Stay in the foreground (default: become a daemon once the mount is ready).
+    #[arg(short = 'f', long)]
+    pub foreground: bool,
+    /// Append log lines to this file (level from RUST_LOG, default warn).
+    #[arg(long, value_name = "PATH")]
+    pub log_file: Option<PathBuf>,
+    /// Internal: the pipe on which the daemon reports readiness to its parent.
+    #[arg(long, hide = true)]
+    pub ready_fd: Option<i32>,
+}
+
+/// Runs `mount`.
+pub fn run(args: MountArgs) -> Result<i32> {
+    let options = MountOptions::parse(&args.options)?;
+    fuse::mount(MountRequest {
+        location: args.location,
+        mountpoint: args.mountpoint,
+        raw_options: args.options,
+        options,
+        foreground: args.foreground,
+        log_file: args.log_file,
+        ready_fd: args.ready_fd,
+    })
+}

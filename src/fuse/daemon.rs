@@ -1,0 +1,340 @@
+//! Running a mount: open the dataset, mount, tell whoever waits that the mount is ready
+//! (the parent of a daemon, or systemd), serve until unmounted or signalled, flush, exit.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use fuser::{MountOption, Session};
+
+use crate::dataset::OpenDataset;
+use crate::{Error, Result};
+
+use super::fs::{NczarrFs, RefreshHandle};
+use super::options::MountOptions;
+
+/// Everything `nczarrfs mount` was asked to do.
+#[derive(Debug, Clone)]
+pub struct MountRequest {
+    /// The dataset location (path or URL).
+    pub location: String,
+    /// Where to mount it.
+    pub mountpoint: PathBuf,
+    /// The `-o` arguments as given (passed on to the daemon process).
+    pub raw_options: Vec<String>,
+    /// The parsed options.
+    pub options: MountOptions,
+    /// Stay in the foreground instead of becoming a daemon.
+    pub foreground: bool,
+    /// Where log lines go (default: stderr in the foreground, nowhere for a daemon).
+    pub log_file: Option<PathBuf>,
+    /// Internal: the pipe on which a daemon process reports readiness to its parent.
+    pub ready_fd: Option<i32>,
+}
+
+/// Mounts as requested and returns the exit code. Without `foreground` this returns in the
+/// calling process once a daemon has the mount up (or has failed, with its error).
+pub fn mount(req: MountRequest) -> Result<i32> {
+    if !req.foreground && req.ready_fd.is_none() {
+        return spawn_daemon(&req);
+    }
+    if let Some(path) = &req.log_file {
+        redirect_stderr(path)?;
+    }
+    let ready = req.ready_fd.map(|fd| {
+        // SAFETY: the fd was opened for us by our parent and nothing else owns it.
+        let file = unsafe { File::from_raw_fd(fd) };
+        // Helpers we start (fusermount) must not hold the parent's pipe open.
+        // SAFETY: fcntl on a valid fd.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+        file
+    });
+    // Before any thread exists, so that every thread inherits the mask and only the signal
+    // thread ever sees these signals.
+    let signals = block_signals();
+    let (mut session, mountpoint, refresh) = match setup(&req) {
+        Ok(s) => s,
+        Err(e) => {
+            if let Some(mut pipe) = ready {
+                let _ = write!(pipe, "{e}");
+            }
+            return Err(e);
+        }
+    };
+    if let Some(mut pipe) = ready {
+        let _ = pipe.write_all(b"OK");
+    }
+    sd_notify("READY=1");
+    log::info!("serving {} at {}", req.location, mountpoint.display());
+    std::thread::Builder::new()
+        .name("nczarrfs-signals".into())
+        .spawn(move || signal_loop(signals, &mountpoint, &refresh))
+        .map_err(|e| Error::Invalid(format!("cannot start the signal thread: {e}")))?;
+    let result = session.run();
+    sd_notify("STOPPING=1");
+    // Dropping the session calls destroy(), which flushes.
+    drop(session);
+    match result {
+        Ok(()) => Ok(0),
+        Err(e) => {
+            log::error!("session ended: {e}");
+            Err(Error::io(&req.mountpoint, e))
+        }
+    }
+}
+
+fn setup(req: &MountRequest) -> Result<(Session<NczarrFs>, PathBuf, RefreshHandle)> {
+    let mountpoint = req
+        .mountpoint
+        .canonicalize()
+        .map_err(|e| Error::io(&req.mountpoint, e))?;
+    if !mountpoint.is_dir() {
+        return Err(Error::Invalid(format!(
+            "mount point {} is not a directory",
+            mountpoint.display()
+        )));
+    }
+    let ds = OpenDataset::open(&req.location, req.options.cache_bytes)?;
+    let fs = NczarrFs::new(ds, req.options.clone())?;
+    let refresh = fs.refresh_handle();
+    let opts = fuser_options(&req.location, &req.options);
+    let session = Session::new(fs, &mountpoint, &opts).map_err(|e| Error::io(&mountpoint, e))?;
+    Ok((session, mountpoint, refresh))
+}
+
+fn fuser_options(location: &str, o: &MountOptions) -> Vec<MountOption> {
+    let mut v = vec![
+        MountOption::FSName(o.fsname.clone().unwrap_or_else(|| location.to_string())),
+        MountOption::Subtype("nczarrfs".into()),
+        if o.read_write {
+            MountOption::RW
+        } else {
+            MountOption::RO
+        },
+    ];
+    if o.allow_other {
+        v.push(MountOption::AllowOther);
+    }
+    if o.allow_root {
+        v.push(MountOption::AllowRoot);
+    }
+    if o.default_permissions {
+        v.push(MountOption::DefaultPermissions);
+    }
+    for flag in &o.kernel_flags {
+        v.push(match flag.as_str() {
+            "noatime" => MountOption::NoAtime,
+            "atime" => MountOption::Atime,
+            "nodev" => MountOption::NoDev,
+            "nosuid" => MountOption::NoSuid,
+            "noexec" => MountOption::NoExec,
+            "sync" => MountOption::Sync,
+            "async" => MountOption::Async,
+            _ => MountOption::DirSync,
+        });
+    }
+    if let Some(n) = o.max_read {
+        v.push(MountOption::CUSTOM(format!("max_read={n}")));
+    }
+    v
+}
+
+/// Starts `nczarrfs mount` again as a daemon in its own session and waits until it reports
+/// the mount ready (exit 0) or failed (its error message).
+fn spawn_daemon(req: &MountRequest) -> Result<i32> {
+    let exe = std::env::current_exe().map_err(|e| Error::io("/proc/self/exe", e))?;
+    let cwd = std::env::current_dir().map_err(|e| Error::io(".", e))?;
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two fds into the array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(Error::io("pipe", std::io::Error::last_os_error()));
+    }
+    // SAFETY: both fds were just created and are owned here.
+    let (mut reader, writer) = unsafe { (File::from_raw_fd(fds[0]), File::from_raw_fd(fds[1])) };
+    let wfd = writer.as_raw_fd();
+    let mut cmd = Command::new(exe);
+    cmd.arg("mount").arg("--ready-fd").arg(wfd.to_string());
+    for o in &req.raw_options {
+        cmd.arg("-o").arg(o);
+    }
+    if let Some(log) = &req.log_file {
+        cmd.arg("--log-file").arg(cwd.join(log));
+    }
+    cmd.arg(absolute_location(&req.location, &cwd))
+        .arg(cwd.join(&req.mountpoint))
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::setsid();
+            if libc::fcntl(wfd, libc::F_SETFD, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().map_err(|e| Error::io("nczarrfs daemon", e))?;
+    drop(writer);
+    let mut msg = String::new();
+    let _ = reader.read_to_string(&mut msg);
+    if msg == "OK" {
+        return Ok(0);
+    }
+    let status = child.wait().map_err(|e| Error::io("nczarrfs daemon", e))?;
+    if msg.is_empty() {
+        msg = format!("the mount daemon ended ({status}) before the mount was ready");
+    }
+    Err(Error::Invalid(msg))
+}
+
+/// A plain relative path made absolute (the daemon runs in `/`); URLs are left alone.
+fn absolute_location(location: &str, cwd: &Path) -> String {
+    if location.contains("://") || location.starts_with('/') {
+        return location.to_string();
+    }
+    let (path, fragment) = match location.split_once('#') {
+        Some((p, f)) => (p, Some(f)),
+        None => (location, None),
+    };
+    let abs = cwd.join(path).to_string_lossy().into_owned();
+    match fragment {
+        Some(f) => format!("{abs}#{f}"),
+        None => abs,
+    }
+}
+
+fn redirect_stderr(path: &Path) -> Result<()> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| Error::io(path, e))?;
+    // SAFETY: dup2 of a valid fd onto stderr; env_logger writes to fd 2.
+    if unsafe { libc::dup2(file.as_raw_fd(), 2) } < 0 {
+        return Err(Error::io(path, std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+fn block_signals() -> libc::sigset_t {
+    // SAFETY: sigset manipulation on a local, then a mask change for this thread.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for s in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+            libc::sigaddset(&mut set, s);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    }
+}
+
+/// Waits for signals: SIGHUP re-reads the metadata, SIGTERM and SIGINT unmount (which ends
+/// the session loop, which flushes).
+fn signal_loop(set: libc::sigset_t, mountpoint: &Path, refresh: &RefreshHandle) {
+    loop {
+        let mut sig = 0;
+        // SAFETY: sigwait on a valid set, result written to a local.
+        if unsafe { libc::sigwait(&set, &mut sig) } != 0 {
+            continue;
+        }
+        if sig == libc::SIGHUP {
+            log::info!("SIGHUP: re-reading metadata");
+            refresh.request();
+            continue;
+        }
+        log::info!("signal {sig}: unmounting {}", mountpoint.display());
+        unmount(mountpoint);
+        return;
+    }
+}
+
+fn unmount(mountpoint: &Path) {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(mountpoint.as_os_str().as_bytes()) else {
+        return;
+    };
+    // SAFETY: umount2 with a valid C string.
+    unsafe {
+        if libc::umount2(c.as_ptr(), 0) == 0 {
+            return;
+        }
+        // Busy: detach now; the session ends when the last user lets go.
+        if libc::umount2(c.as_ptr(), libc::MNT_DETACH) == 0 {
+            return;
+        }
+    }
+    let status = Command::new("fusermount3")
+        .args(["-u", "-z", "--"])
+        .arg(mountpoint)
+        .status();
+    if !matches!(status, Ok(s) if s.success()) {
+        log::error!("cannot unmount {}", mountpoint.display());
+    }
+}
+
+/// Sends `state` to systemd's notification socket when running under `Type=notify`.
+fn sd_notify(state: &str) {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixDatagram};
+    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
+        return;
+    };
+    let bytes = std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str());
+    let addr = match bytes.strip_prefix(b"@") {
+        Some(name) => SocketAddr::from_abstract_name(name),
+        None => SocketAddr::from_pathname(Path::new(&path)),
+    };
+    let sent = addr.and_then(|a| UnixDatagram::unbound()?.send_to_addr(state.as_bytes(), &a));
+    if let Err(e) = sent {
+        log::warn!("sd_notify {state}: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relative_locations_become_absolute() {
+        let cwd = Path::new("/data");
+        assert_eq!(absolute_location("x.zarr", cwd), "/data/x.zarr");
+        assert_eq!(
+            absolute_location("x.file#mode=nczarr,file", cwd),
+            "/data/x.file#mode=nczarr,file"
+        );
+        assert_eq!(absolute_location("/abs/y", cwd), "/abs/y");
+        assert_eq!(absolute_location("s3://b/k", cwd), "s3://b/k");
+    }
+
+    #[test]
+    fn sd_notify_reaches_the_socket() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("notify");
+        let sock = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
+        // The variable is process-wide; this test is the only one that sets it.
+        std::env::set_var("NOTIFY_SOCKET", &path);
+        sd_notify("READY=1");
+        std::env::remove_var("NOTIFY_SOCKET");
+        let mut buf = [0u8; 64];
+        let n = sock.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"READY=1");
+    }
+
+    #[test]
+    fn options_map_to_fuser() {
+        let o = MountOptions::parse(&["allow_other,noatime,max_read=1M"]).unwrap();
+        let v = fuser_options("loc", &o);
+        assert!(v.contains(&MountOption::RO));
+        assert!(v.contains(&MountOption::AllowOther));
+        assert!(v.contains(&MountOption::NoAtime));
+        assert!(v.contains(&MountOption::FSName("loc".into())));
+        assert!(v.contains(&MountOption::CUSTOM("max_read=1048576".into())));
+    }
+}

@@ -1,0 +1,345 @@
+//! The directory layout of a mount (the contract documented in docs/mount.md): which names a
+//! directory holds and what each name resolves to. Nodes are named by path, not by model
+//! index, so that they survive a metadata reload; nothing here knows about inodes.
+
+use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, CONTROLS};
+
+use crate::model::{Dataset, GroupId, VarId};
+
+/// The file that holds a group's or variable's CDL.
+pub const HEADER: &str = "@header.cdl";
+/// The file that holds a group's or variable's JSON description.
+pub const METADATA: &str = "@metadata.json";
+/// The directory of attribute files.
+pub const ATTRIBUTES: &str = "@attributes";
+/// A variable's values.
+pub const DATA: &str = "data";
+
+/// Bytes that cannot appear in an attribute file name as they are.
+const ATTR_ESCAPES: &AsciiSet = &CONTROLS.add(b'/').add(b'%');
+
+/// A group or a variable, by path from the root group.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Owner {
+    /// A group: the names of the groups from the root down (empty for the root).
+    Group(Vec<String>),
+    /// A variable: its group's path and its name.
+    Var(Vec<String>, String),
+}
+
+/// The kinds of regular file in the layout.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum FileKind {
+    /// A variable's `data`.
+    Data,
+    /// `@header.cdl`.
+    Header,
+    /// `@metadata.json`.
+    Metadata,
+    /// `@attributes/NAME` (the attribute's real name, not the file name).
+    Attr(String),
+}
+
+/// Everything a path in the mount can name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Node {
+    /// A group's or variable's directory.
+    Dir(Owner),
+    /// The `@attributes` directory of a group or variable.
+    AttrDir(Owner),
+    /// A regular file.
+    File(Owner, FileKind),
+}
+
+/// The model object behind an [`Owner`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resolved {
+    /// A group.
+    Group(GroupId),
+    /// A variable.
+    Var(VarId),
+}
+
+/// The directory-entry name of a group or variable: a name starting with `@` (possible in pure
+/// Zarr) gets one more `@` so that it cannot be taken for one of the layout's own files.
+pub fn object_entry(name: &str) -> String {
+    if name.starts_with('@') {
+        format!("@{name}")
+    } else {
+        name.to_string()
+    }
+}
+
+/// Reverses [`object_entry`]; `None` for a layout file name (one leading `@`).
+pub fn object_name(entry: &str) -> Option<&str> {
+    match entry.strip_prefix('@') {
+        Some(rest) if rest.starts_with('@') => Some(rest),
+        Some(_) => None,
+        None => Some(entry),
+    }
+}
+
+/// The file name of an attribute: `/`, `%` and control characters percent-encoded, and the
+/// names `""`, `.` and `..` spelled `%00`, `%2E`, `%2E%2E`.
+pub fn attr_entry(name: &str) -> String {
+    match name {
+        "" => "%00".to_string(),
+        "." => "%2E".to_string(),
+        ".." => "%2E%2E".to_string(),
+        _ => utf8_percent_encode(name, ATTR_ESCAPES).to_string(),
+    }
+}
+
+/// Reverses [`attr_entry`].
+pub fn attr_name(entry: &str) -> String {
+    if entry == "%00" {
+        return String::new();
+    }
+    percent_decode_str(entry).decode_utf8_lossy().into_owned()
+}
+
+impl Owner {
+    /// Finds the object in `ds`.
+    pub fn resolve(&self, ds: &Dataset) -> Option<Resolved> {
+        match self {
+            Owner::Group(path) => group_at(ds, path).map(Resolved::Group),
+            Owner::Var(path, name) => {
+                let g = group_at(ds, path)?;
+                ds.find_var_in(g, name).map(Resolved::Var)
+            }
+        }
+    }
+
+    /// The path of the object's directory below the mount point, for log lines.
+    pub fn display(&self) -> String {
+        match self {
+            Owner::Group(path) => format!("/{}", path.join("/")),
+            Owner::Var(path, name) => {
+                let mut parts = path.clone();
+                parts.push(name.clone());
+                format!("/{}", parts.join("/"))
+            }
+        }
+    }
+}
+
+fn group_at(ds: &Dataset, path: &[String]) -> Option<GroupId> {
+    let mut g = Dataset::ROOT;
+    for name in path {
+        g = ds.find_group_in(g, name)?;
+    }
+    Some(g)
+}
+
+/// Whether `node` names something that exists in `ds`.
+pub fn exists(ds: &Dataset, node: &Node) -> bool {
+    match node {
+        Node::Dir(o) | Node::AttrDir(o) => o.resolve(ds).is_some(),
+        Node::File(o, kind) => match (o.resolve(ds), kind) {
+            (None, _) => false,
+            (Some(Resolved::Group(_)), FileKind::Data) => false,
+            (Some(r), FileKind::Attr(name)) => attrs_of(ds, r).iter().any(|a| &a.name == name),
+            (Some(_), _) => true,
+        },
+    }
+}
+
+/// The attributes of a group or variable.
+pub fn attrs_of(ds: &Dataset, r: Resolved) -> &[crate::model::Attribute] {
+    match r {
+        Resolved::Group(g) => &ds.group(g).attrs,
+        Resolved::Var(v) => &ds.var(v).attrs,
+    }
+}
+
+/// Looks `entry` up in directory `dir`.
+pub fn child(ds: &Dataset, dir: &Node, entry: &str) -> Option<Node> {
+    let node = match dir {
+        Node::Dir(owner) => match (owner, entry) {
+            (_, HEADER) => Node::File(owner.clone(), FileKind::Header),
+            (_, METADATA) => Node::File(owner.clone(), FileKind::Metadata),
+            (_, ATTRIBUTES) => Node::AttrDir(owner.clone()),
+            (Owner::Var(..), DATA) => Node::File(owner.clone(), FileKind::Data),
+            (Owner::Var(..), _) => return None,
+            (Owner::Group(path), _) => {
+                let name = object_name(entry)?;
+                let g = group_at(ds, path)?;
+                if ds.find_var_in(g, name).is_some() {
+                    Node::Dir(Owner::Var(path.clone(), name.to_string()))
+                } else if ds.find_group_in(g, name).is_some() {
+                    let mut p = path.clone();
+                    p.push(name.to_string());
+                    Node::Dir(Owner::Group(p))
+                } else {
+                    return None;
+                }
+            }
+        },
+        Node::AttrDir(owner) => Node::File(owner.clone(), FileKind::Attr(attr_name(entry))),
+        Node::File(..) => return None,
+    };
+    exists(ds, &node).then_some(node)
+}
+
+/// The entries of directory `dir` in listing order, with the nodes they name; `None` if `dir`
+/// is not a directory of `ds`.
+pub fn list(ds: &Dataset, dir: &Node) -> Option<Vec<(String, Node)>> {
+    let mut out = Vec::new();
+    match dir {
+        Node::Dir(owner) => {
+            let r = owner.resolve(ds)?;
+            if let Owner::Var(..) = owner {
+                out.push((DATA.to_string(), Node::File(owner.clone(), FileKind::Data)));
+            }
+            out.push((
+                HEADER.to_string(),
+                Node::File(owner.clone(), FileKind::Header),
+            ));
+            out.push((
+                METADATA.to_string(),
+                Node::File(owner.clone(), FileKind::Metadata),
+            ));
+            out.push((ATTRIBUTES.to_string(), Node::AttrDir(owner.clone())));
+            if let (Resolved::Group(g), Owner::Group(path)) = (r, owner) {
+                for v in &ds.group(g).vars {
+                    let name = &ds.var(*v).name;
+                    out.push((
+                        object_entry(name),
+                        Node::Dir(Owner::Var(path.clone(), name.clone())),
+                    ));
+                }
+                for sub in &ds.group(g).groups {
+                    let name = &ds.group(*sub).name;
+                    let mut p = path.clone();
+                    p.push(name.clone());
+                    out.push((object_entry(name), Node::Dir(Owner::Group(p))));
+                }
+            }
+        }
+        Node::AttrDir(owner) => {
+            let r = owner.resolve(ds)?;
+            for a in attrs_of(ds, r) {
+                out.push((
+                    attr_entry(&a.name),
+                    Node::File(owner.clone(), FileKind::Attr(a.name.clone())),
+                ));
+            }
+        }
+        Node::File(..) => return None,
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::model::{AttrValue, Attribute, NcType, VarStorage, Variable};
+
+    /// A small dataset: root dims x(3) and t(unlimited, 2); root var `v(t,x)` float with two
+    /// attributes, a var named `@odd`, group `g` with var `s` (scalar int) and subgroup `h`.
+    pub(crate) fn sample() -> Dataset {
+        let mut ds = Dataset::new();
+        let t = ds.add_dim(Dataset::ROOT, "t", 2, true);
+        let x = ds.add_dim(Dataset::ROOT, "x", 3, false);
+        ds.groups[0].attrs.push(Attribute {
+            name: "title".into(),
+            value: AttrValue::Char(b"hello".to_vec()),
+        });
+        let var = |name: &str, group, nctype, dims| Variable {
+            name: name.into(),
+            group,
+            nctype,
+            dims,
+            string_width: 0,
+            attrs: Vec::new(),
+            storage: VarStorage::default(),
+        };
+        let mut v = var("v", Dataset::ROOT, NcType::Float, vec![t, x]);
+        v.attrs.push(Attribute {
+            name: "units".into(),
+            value: AttrValue::Char(b"m/s".to_vec()),
+        });
+        v.attrs.push(Attribute {
+            name: "a/b".into(),
+            value: AttrValue::Int(vec![1, 2]),
+        });
+        ds.add_var(v);
+        ds.add_var(var("@odd", Dataset::ROOT, NcType::Byte, vec![x]));
+        let g = ds.add_group(Dataset::ROOT, "g");
+        ds.add_var(var("s", g, NcType::Int, vec![]));
+        ds.add_group(g, "h");
+        ds
+    }
+
+    fn names(ds: &Dataset, dir: &Node) -> Vec<String> {
+        list(ds, dir).unwrap().into_iter().map(|(n, _)| n).collect()
+    }
+
+    #[test]
+    fn listing_follows_the_layout() {
+        let ds = sample();
+        let root = Node::Dir(Owner::Group(vec![]));
+        assert_eq!(
+            names(&ds, &root),
+            [
+                "@header.cdl",
+                "@metadata.json",
+                "@attributes",
+                "v",
+                "@@odd",
+                "g"
+            ]
+        );
+        let v = child(&ds, &root, "v").unwrap();
+        assert_eq!(v, Node::Dir(Owner::Var(vec![], "v".into())));
+        assert_eq!(
+            names(&ds, &v),
+            ["data", "@header.cdl", "@metadata.json", "@attributes"]
+        );
+        let attrs = child(&ds, &v, "@attributes").unwrap();
+        assert_eq!(names(&ds, &attrs), ["units", "a%2Fb"]);
+        assert_eq!(
+            child(&ds, &attrs, "a%2Fb"),
+            Some(Node::File(
+                Owner::Var(vec![], "v".into()),
+                FileKind::Attr("a/b".into())
+            ))
+        );
+        let g = child(&ds, &root, "g").unwrap();
+        assert_eq!(
+            names(&ds, &g),
+            ["@header.cdl", "@metadata.json", "@attributes", "s", "h"]
+        );
+        assert!(child(&ds, &g, "h").is_some());
+        assert!(child(&ds, &g, "data").is_none());
+    }
+
+    #[test]
+    fn escaped_and_missing_names() {
+        let ds = sample();
+        let root = Node::Dir(Owner::Group(vec![]));
+        assert_eq!(
+            child(&ds, &root, "@@odd"),
+            Some(Node::Dir(Owner::Var(vec![], "@odd".into())))
+        );
+        assert_eq!(child(&ds, &root, "@odd"), None);
+        assert_eq!(child(&ds, &root, "nope"), None);
+        assert_eq!(child(&ds, &root, "data"), None);
+        let attrs = Node::AttrDir(Owner::Group(vec![]));
+        assert!(child(&ds, &attrs, "title").is_some());
+        assert!(child(&ds, &attrs, "units").is_none());
+    }
+
+    #[test]
+    fn entry_names_round_trip() {
+        for name in ["plain", "@x", "@@y", "a b"] {
+            assert_eq!(object_name(&object_entry(name)), Some(name));
+        }
+        assert_eq!(object_name("@header.cdl"), None);
+        for name in ["", ".", "..", "a/b", "100%", "tab\there", "ünï"] {
+            let e = attr_entry(name);
+            assert!(!e.contains('/') && e != "." && e != ".." && !e.is_empty());
+            assert_eq!(attr_name(&e), name);
+        }
+    }
+}

@@ -1,0 +1,237 @@
+//! The `-o` mount options of `nczarrfs mount` and of `mount -t nczarrfs`.
+
+use std::time::Duration;
+
+use crate::{Error, Result};
+
+/// Default staleness window of a read-only mount: metadata is re-read and the chunk cache
+/// dropped at most this long after the dataset changed underneath.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(5);
+
+/// Parsed `-o` options.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MountOptions {
+    /// `rw`: allow writes (default `ro`).
+    pub read_write: bool,
+    /// `allow_other`: let other users see the mount.
+    pub allow_other: bool,
+    /// `allow_root`: let root see the mount as well as the owner.
+    pub allow_root: bool,
+    /// `default_permissions`: the kernel checks modes against `uid`/`gid`.
+    pub default_permissions: bool,
+    /// `cache_size=`: bytes of decoded chunks kept in memory.
+    pub cache_bytes: usize,
+    /// `uid=`: owner of every file (default: the mounting user).
+    pub uid: Option<u32>,
+    /// `gid=`: group of every file (default: the mounting user's group).
+    pub gid: Option<u32>,
+    /// `umask=`: bits removed from the default modes (0555/0444 read-only, 0755/0644 `rw`).
+    pub umask: u32,
+    /// `ttl=`: staleness window in seconds; `None` (`ttl=0`) for a dataset that never changes.
+    pub ttl: Option<Duration>,
+    /// `threads=`: size of the pool that serves reads.
+    pub threads: usize,
+    /// `max_read=`: largest read request the kernel may send (a kernel mount option).
+    pub max_read: Option<u32>,
+    /// `readahead=`: bytes prefetched into the chunk cache after a sequential read (0: off).
+    pub readahead: u64,
+    /// `fsname=`: the source shown in /proc/mounts (default: the location).
+    pub fsname: Option<String>,
+    /// `noatime`, `nodev`, `nosuid`, `noexec`, `sync`, …: kernel flags passed through.
+    pub kernel_flags: Vec<String>,
+}
+
+impl Default for MountOptions {
+    fn default() -> Self {
+        MountOptions {
+            read_write: false,
+            allow_other: false,
+            allow_root: false,
+            default_permissions: false,
+            cache_bytes: crate::dataset::DEFAULT_CACHE_BYTES,
+            uid: None,
+            gid: None,
+            umask: 0,
+            ttl: Some(DEFAULT_TTL),
+            threads: 4,
+            max_read: None,
+            readahead: 32 << 20,
+            fsname: None,
+            kernel_flags: Vec::new(),
+        }
+    }
+}
+
+impl MountOptions {
+    /// Parses every `-o` argument (each a comma-separated list), later keywords winning.
+    pub fn parse<S: AsRef<str>>(lists: &[S]) -> Result<MountOptions> {
+        let mut opts = MountOptions::default();
+        for list in lists {
+            for item in list.as_ref().split(',').filter(|s| !s.is_empty()) {
+                opts.apply(item)?;
+            }
+        }
+        Ok(opts)
+    }
+
+    fn apply<'a>(&mut self, item: &'a str) -> Result<()> {
+        let (key, value) = match item.split_once('=') {
+            Some((k, v)) => (k, Some(v)),
+            None => (item, None),
+        };
+        let need = |v: Option<&'a str>| -> Result<&'a str> {
+            v.ok_or_else(|| Error::Invalid(format!("mount option {key} needs a value ({key}=...)")))
+        };
+        let bad = |v: &str| Error::Invalid(format!("bad value for mount option {key}: {v:?}"));
+        match key {
+            "ro" => self.read_write = false,
+            "rw" => self.read_write = true,
+            "allow_other" => self.allow_other = true,
+            "allow_root" => self.allow_root = true,
+            "default_permissions" => self.default_permissions = true,
+            "cache_size" => {
+                let v = need(value)?;
+                self.cache_bytes = parse_size(v)
+                    .and_then(|n| usize::try_from(n).ok())
+                    .ok_or_else(|| bad(v))?;
+            }
+            "uid" => {
+                let v = need(value)?;
+                self.uid = Some(v.parse().map_err(|_| bad(v))?);
+            }
+            "gid" => {
+                let v = need(value)?;
+                self.gid = Some(v.parse().map_err(|_| bad(v))?);
+            }
+            "umask" => {
+                let v = need(value)?;
+                self.umask = u32::from_str_radix(v, 8).map_err(|_| bad(v))? & 0o777;
+            }
+            "ttl" => {
+                let v = need(value)?;
+                let secs: f64 = v.parse().map_err(|_| bad(v))?;
+                if !secs.is_finite() || secs < 0.0 {
+                    return Err(bad(v));
+                }
+                self.ttl = (secs > 0.0).then(|| Duration::from_secs_f64(secs));
+            }
+            "threads" => {
+                let v = need(value)?;
+                self.threads = v
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=256).contains(n))
+                    .ok_or_else(|| bad(v))?;
+            }
+            "max_read" => {
+                let v = need(value)?;
+                self.max_read = Some(
+                    parse_size(v)
+                        .and_then(|n| u32::try_from(n).ok())
+                        .filter(|n| *n > 0)
+                        .ok_or_else(|| bad(v))?,
+                );
+            }
+            "readahead" => {
+                let v = need(value)?;
+                self.readahead = parse_size(v).ok_or_else(|| bad(v))?;
+            }
+            "fsname" => self.fsname = Some(need(value)?.to_string()),
+            "noatime" | "atime" | "nodev" | "nosuid" | "noexec" | "sync" | "async" | "dirsync" => {
+                self.kernel_flags.push(key.to_string())
+            }
+            // What mount(8) and fstab pass to every helper; they mean nothing here.
+            "dev" | "suid" | "exec" | "auto" | "noauto" | "nofail" | "_netdev" | "user"
+            | "nouser" | "users" | "defaults" | "relatime" | "norelatime" | "strictatime"
+            | "lazytime" | "nolazytime" | "loud" | "silent" => {}
+            k if k.starts_with("x-") || k.starts_with("comment=") => {}
+            _ => {
+                return Err(Error::Invalid(format!("unknown mount option {item:?}")));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Parses a byte count with an optional binary suffix: `4096`, `64K`, `256M`, `1G`, `2GiB`.
+fn parse_size(text: &str) -> Option<u64> {
+    let t = text.trim();
+    let digits_end = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, suffix) = t.split_at(digits_end);
+    let n: u64 = num.parse().ok()?;
+    let shift = match suffix.trim().to_ascii_uppercase().as_str() {
+        "" | "B" => 0,
+        "K" | "KB" | "KIB" => 10,
+        "M" | "MB" | "MIB" => 20,
+        "G" | "GB" | "GIB" => 30,
+        "T" | "TB" | "TIB" => 40,
+        _ => return None,
+    };
+    n.checked_mul(1u64 << shift)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_read_only_with_ttl() {
+        let o = MountOptions::parse::<&str>(&[]).unwrap();
+        assert!(!o.read_write);
+        assert_eq!(o.ttl, Some(DEFAULT_TTL));
+        assert_eq!(o.cache_bytes, crate::dataset::DEFAULT_CACHE_BYTES);
+    }
+
+    #[test]
+    fn keywords_and_values() {
+        let o = MountOptions::parse(&[
+            "rw,allow_other,cache_size=64M",
+            "uid=1000,gid=100,ttl=0.5,default_permissions,umask=022",
+        ])
+        .unwrap();
+        assert!(o.read_write && o.allow_other && o.default_permissions);
+        assert_eq!(o.cache_bytes, 64 << 20);
+        assert_eq!((o.uid, o.gid), (Some(1000), Some(100)));
+        assert_eq!(o.ttl, Some(Duration::from_millis(500)));
+        assert_eq!(o.umask, 0o022);
+        assert_eq!(MountOptions::parse(&["ttl=0"]).unwrap().ttl, None);
+        assert_eq!(MountOptions::parse(&["rw,ro"]).unwrap().read_write, false);
+    }
+
+    #[test]
+    fn generic_mount8_options_are_ignored() {
+        let o = MountOptions::parse(&[
+            "ro,dev,suid,exec,auto,nofail,_netdev,x-systemd.automount,defaults",
+        ])
+        .unwrap();
+        assert_eq!(o, MountOptions::default());
+        let o = MountOptions::parse(&["noatime,nodev"]).unwrap();
+        assert_eq!(o.kernel_flags, vec!["noatime", "nodev"]);
+    }
+
+    #[test]
+    fn unknown_or_bad_options_are_errors() {
+        for bad in [
+            "bogus",
+            "cache_size=lots",
+            "uid=-1",
+            "ttl=-1",
+            "cache_size",
+            "threads=0",
+            "umask=9",
+        ] {
+            assert!(MountOptions::parse(&[bad]).is_err(), "{bad} accepted");
+        }
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size("64K"), Some(65536));
+        assert_eq!(parse_size("1g"), Some(1 << 30));
+        assert_eq!(parse_size("2MiB"), Some(2 << 20));
+        assert_eq!(parse_size("1X"), None);
+        assert_eq!(parse_size(""), None);
+        assert_eq!(parse_size("99999999999T"), None);
+    }
+}
