@@ -1,6 +1,11 @@
 //! Dataset locations: plain paths and netcdf-c style URLs with `#mode=...` fragments.
 
-use std::path::PathBuf;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use percent_encoding::percent_decode_str;
+
+use crate::{Error, Result};
 
 /// Where a dataset is stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,25 +71,367 @@ pub struct Location {
 impl Location {
     /// Parses a plain path or a URL (`file://`, `s3://`, `http(s)://`) with an optional
     /// `#mode=...` fragment.
-    pub fn parse(text: &str) -> crate::Result<Location> {
+    ///
+    /// A plain path or `file://` URL without a `file`/`zip` mode word is probed: an existing
+    /// regular file that starts like a zip archive is [`Storage::Zip`], anything else that
+    /// exists is [`Storage::File`], and a missing path is a zip only if it ends in `.zip`.
+    /// A plain path that does not exist but contains `#key=value` is split there, so that the
+    /// fragment syntax of URLs also works on paths.
+    pub fn parse(text: &str) -> Result<Location> {
+        let invalid = |reason: String| Error::InvalidLocation {
+            location: text.to_string(),
+            reason,
+        };
+        if text.is_empty() {
+            return Err(invalid("empty location".into()));
+        }
+        let Some((scheme, rest)) = split_scheme(text) else {
+            return parse_plain_path(text);
+        };
+        let (rest, fragment) = match rest.split_once('#') {
+            Some((rest, fragment)) => (rest, fragment),
+            None => (rest, ""),
+        };
+        // Queries carry nothing NCZarr uses (netcdf-c ignores them too).
+        let rest = rest.split_once('?').map_or(rest, |(r, _)| r);
+        let frag = Fragment::parse(fragment).map_err(invalid)?;
+        let storage = match scheme.as_str() {
+            "file" => {
+                if frag.storage == Some(StorageWord::S3) {
+                    return Err(invalid(
+                        "mode s3 needs an s3:// or http(s):// URL, not file://".into(),
+                    ));
+                }
+                let path = file_url_path(rest).map_err(invalid)?;
+                local_storage(path, frag.storage)
+            }
+            "s3" | "http" | "https" => {
+                if matches!(frag.storage, Some(StorageWord::File | StorageWord::Zip)) {
+                    return Err(invalid(format!(
+                        "modes file and zip need a local path or file:// URL, not {scheme}://"
+                    )));
+                }
+                Storage::S3(parse_s3(&scheme, rest, &frag).map_err(invalid)?)
+            }
+            other => {
+                return Err(invalid(format!(
+                    "unsupported URL scheme {other:?} (use file, s3, http or https)"
+                )))
+            }
+        };
         Ok(Location {
             original: text.to_string(),
-            storage: Storage::File(PathBuf::from(text)),
-            mode: Mode::default(),
+            storage,
+            mode: frag.mode,
         })
     }
 
-    /// The dataset name as ncdump derives it: the last path component without its extension.
+    /// The dataset name as ncdump derives it: the last path component, cut at its last `.`
+    /// (`a.b.nc` → `a.b`, `x.zarr.zip` → `x.zarr`, `.hidden` → ``). A trailing `/` is ignored.
+    /// An S3 location without a key prefix is named after its bucket.
     pub fn dataset_name(&self) -> String {
         let path = match &self.storage {
             Storage::File(p) | Storage::Zip(p) => p.to_string_lossy().into_owned(),
+            Storage::S3(s3) if s3.prefix.is_empty() => s3.bucket.clone(),
             Storage::S3(s3) => s3.prefix.clone(),
             Storage::Memory => String::new(),
         };
         let last = path.trim_end_matches('/').rsplit('/').next().unwrap_or("");
-        match last.find('.') {
-            Some(i) if i > 0 => last[..i].to_string(),
-            _ => last.to_string(),
+        match last.rfind('.') {
+            Some(i) => last[..i].to_string(),
+            None => last.to_string(),
         }
     }
+}
+
+/// A storage medium named in the `mode=` list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StorageWord {
+    File,
+    Zip,
+    S3,
+}
+
+/// What a URL fragment says.
+#[derive(Debug, Default)]
+struct Fragment {
+    mode: Mode,
+    storage: Option<StorageWord>,
+    profile: Option<String>,
+    region: Option<String>,
+}
+
+impl Fragment {
+    /// Parses `key=value&key=value`; keys are case-insensitive, `mode` is a comma list.
+    fn parse(fragment: &str) -> std::result::Result<Fragment, String> {
+        let mut frag = Fragment::default();
+        let mut unknown = Vec::new();
+        for pair in fragment.split('&').filter(|p| !p.is_empty()) {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let value = decode(value)?;
+            match key.to_ascii_lowercase().as_str() {
+                "mode" => {
+                    for word in value.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+                        if !frag.apply_mode_word(&word.to_ascii_lowercase())? {
+                            unknown.push(format!("{word:?}"));
+                        }
+                    }
+                }
+                "aws.profile" | "awsprofile" => frag.profile = Some(value),
+                "aws.region" => frag.region = Some(value),
+                other => log::warn!("ignoring unknown URL fragment key {other:?}"),
+            }
+        }
+        if !unknown.is_empty() {
+            return Err(format!("unknown mode word(s) {}", unknown.join(", ")));
+        }
+        Ok(frag)
+    }
+
+    /// Applies one lower-case mode word; `Ok(false)` if the word is unknown.
+    fn apply_mode_word(&mut self, word: &str) -> std::result::Result<bool, String> {
+        fn set<T: PartialEq + Copy>(
+            slot: &mut Option<T>,
+            value: T,
+            what: &str,
+        ) -> std::result::Result<(), String> {
+            match slot {
+                Some(old) if *old != value => Err(format!("conflicting {what} in mode")),
+                _ => {
+                    *slot = Some(value);
+                    Ok(())
+                }
+            }
+        }
+        match word {
+            "nczarr" => set(
+                &mut self.mode.format,
+                Format::NcZarr,
+                "formats (nczarr, zarr)",
+            )?,
+            "zarr" => set(
+                &mut self.mode.format,
+                Format::Zarr,
+                "formats (nczarr, zarr)",
+            )?,
+            "xarray" => set(&mut self.mode.xarray, true, "xarray and noxarray")?,
+            "noxarray" => set(&mut self.mode.xarray, false, "xarray and noxarray")?,
+            "file" => set(
+                &mut self.storage,
+                StorageWord::File,
+                "storage (file, zip, s3)",
+            )?,
+            "zip" => set(
+                &mut self.storage,
+                StorageWord::Zip,
+                "storage (file, zip, s3)",
+            )?,
+            "s3" => set(
+                &mut self.storage,
+                StorageWord::S3,
+                "storage (file, zip, s3)",
+            )?,
+            "v2" => set(&mut self.mode.zarr_version, 2, "Zarr versions (v2, v3)")?,
+            "v3" => set(&mut self.mode.zarr_version, 3, "Zarr versions (v2, v3)")?,
+            "consolidated" => self.mode.consolidated = true,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}
+
+/// Percent-decodes one URL component.
+fn decode(text: &str) -> std::result::Result<String, String> {
+    percent_decode_str(text)
+        .decode_utf8()
+        .map(|s| s.into_owned())
+        .map_err(|_| format!("{text:?} does not percent-decode to UTF-8"))
+}
+
+/// Splits `scheme://rest`, with the scheme lower-cased; `None` for a plain path.
+fn split_scheme(text: &str) -> Option<(String, &str)> {
+    let (scheme, rest) = text.split_once("://")?;
+    let mut chars = scheme.chars();
+    let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic());
+    let rest_ok = chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    (first_ok && rest_ok).then(|| (scheme.to_ascii_lowercase(), rest))
+}
+
+fn parse_plain_path(text: &str) -> Result<Location> {
+    let mut path = text;
+    let mut fragment = "";
+    if !Path::new(text).exists() {
+        if let Some((p, f)) = text.split_once('#') {
+            if f.contains('=') {
+                path = p;
+                fragment = f;
+            }
+        }
+    }
+    let frag = Fragment::parse(fragment).map_err(|reason| Error::InvalidLocation {
+        location: text.to_string(),
+        reason,
+    })?;
+    if frag.storage == Some(StorageWord::S3) {
+        return Err(Error::InvalidLocation {
+            location: text.to_string(),
+            reason: "mode s3 needs an s3:// or http(s):// URL, not a path".into(),
+        });
+    }
+    Ok(Location {
+        original: text.to_string(),
+        storage: local_storage(PathBuf::from(path), frag.storage),
+        mode: frag.mode,
+    })
+}
+
+/// The local path of a `file://` URL: `file:///abs`, `file://localhost/abs`, or
+/// `file://relative` (netcdf-c reads the latter as a path relative to the working directory).
+fn file_url_path(rest: &str) -> std::result::Result<PathBuf, String> {
+    let raw = if rest.starts_with('/') {
+        rest
+    } else if let Some(abs) = rest.strip_prefix("localhost/") {
+        // Keep the leading '/' that follows the host.
+        &rest[rest.len() - abs.len() - 1..]
+    } else {
+        rest
+    };
+    if raw.is_empty() {
+        return Err("file URL without a path".into());
+    }
+    Ok(PathBuf::from(decode(raw)?))
+}
+
+/// Picks file-tree or zip storage for a local path: the mode word if any, else by probing.
+fn local_storage(path: PathBuf, word: Option<StorageWord>) -> Storage {
+    match word {
+        Some(StorageWord::Zip) => Storage::Zip(path),
+        Some(StorageWord::File) => Storage::File(path),
+        _ => match std::fs::metadata(&path) {
+            Ok(meta) if meta.is_file() && starts_like_zip(&path) => Storage::Zip(path),
+            Ok(_) => Storage::File(path),
+            Err(_) => {
+                let is_zip = path
+                    .extension()
+                    .is_some_and(|e| e.eq_ignore_ascii_case("zip"));
+                if is_zip {
+                    Storage::Zip(path)
+                } else {
+                    Storage::File(path)
+                }
+            }
+        },
+    }
+}
+
+/// Whether the file begins with a zip signature (a local file header, or the end record of an
+/// empty archive).
+fn starts_like_zip(path: &Path) -> bool {
+    let mut magic = [0u8; 4];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .is_ok()
+        && (magic == *b"PK\x03\x04" || magic == *b"PK\x05\x06")
+}
+
+/// Parses the part after `scheme://` of an S3 location.
+fn parse_s3(scheme: &str, rest: &str, frag: &Fragment) -> std::result::Result<S3Location, String> {
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    if authority.contains('@') {
+        return Err("credentials in URLs are not supported; use aws.profile".into());
+    }
+    if authority.is_empty() {
+        return Err("URL without a host or bucket".into());
+    }
+    let host = authority
+        .rsplit_once(':')
+        .filter(|(_, port)| port.chars().all(|c| c.is_ascii_digit()))
+        .map_or(authority, |(host, _)| host)
+        .to_ascii_lowercase();
+    let mut segments = Vec::new();
+    for segment in path.split('/').filter(|s| !s.is_empty()) {
+        segments.push(decode(segment)?);
+    }
+    let aws = aws_host(&host);
+    let mut s3 = match (scheme, aws) {
+        // `s3://bucket/key`: the host is the bucket.
+        ("s3", None) => S3Location {
+            bucket: decode(authority)?,
+            prefix: segments.join("/"),
+            ..S3Location::default()
+        },
+        (
+            _,
+            Some(AwsHost {
+                bucket: Some(bucket),
+                region,
+            }),
+        ) => S3Location {
+            endpoint: Some(match &region {
+                Some(r) => format!("https://s3.{r}.amazonaws.com"),
+                None => "https://s3.amazonaws.com".to_string(),
+            }),
+            bucket,
+            prefix: segments.join("/"),
+            region,
+            profile: None,
+        },
+        (_, path_style) => {
+            if path_style.is_none() && frag.storage != Some(StorageWord::S3) {
+                return Err(format!(
+                    "{scheme} URLs are only read as S3 storage: add s3 to the mode \
+                     (#mode=nczarr,s3) or use an amazonaws.com host"
+                ));
+            }
+            let endpoint_scheme = if scheme == "s3" { "https" } else { scheme };
+            let mut segments = segments.into_iter();
+            S3Location {
+                endpoint: Some(format!(
+                    "{endpoint_scheme}://{}",
+                    authority.to_ascii_lowercase()
+                )),
+                bucket: segments.next().unwrap_or_default(),
+                prefix: segments.collect::<Vec<_>>().join("/"),
+                region: path_style.and_then(|a| a.region),
+                profile: None,
+            }
+        }
+    };
+    if s3.bucket.is_empty() {
+        return Err("S3 URL without a bucket".into());
+    }
+    if frag.region.is_some() {
+        s3.region = frag.region.clone();
+    }
+    s3.profile = frag.profile.clone();
+    Ok(s3)
+}
+
+/// What an `*.amazonaws.com` host name says.
+#[derive(Debug)]
+struct AwsHost {
+    /// The bucket of a virtual-hosted-style name.
+    bucket: Option<String>,
+    region: Option<String>,
+}
+
+/// Recognises `s3.amazonaws.com`, `s3.<region>.amazonaws.com`, `s3-<region>.amazonaws.com`
+/// (path style) and the same preceded by `<bucket>.` (virtual-hosted style).
+fn aws_host(host: &str) -> Option<AwsHost> {
+    let labels: Vec<&str> = host.strip_suffix(".amazonaws.com")?.split('.').collect();
+    let is_s3 = |l: &str| l == "s3" || l.starts_with("s3-");
+    let n = labels.len();
+    // Bucket names may contain dots and even an "s3" label, so look from the right.
+    let (s3_at, region) = if is_s3(labels[n - 1]) {
+        (n - 1, labels[n - 1].strip_prefix("s3-").map(str::to_string))
+    } else if n >= 2 && labels[n - 2] == "s3" {
+        (n - 2, Some(labels[n - 1].to_string()))
+    } else {
+        return None;
+    };
+    let bucket = labels[..s3_at].join(".");
+    Some(AwsHost {
+        bucket: (!bucket.is_empty()).then_some(bucket),
+        region,
+    })
 }

@@ -6,9 +6,19 @@
 //! [`ZMap::search`] returns the immediate child names under a prefix, which is all a reader of
 //! pure Zarr needs to discover groups and arrays.
 
-use std::fmt::Debug;
+mod file;
+mod memory;
+mod zip;
 
-use crate::Result;
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use crate::location::{Location, Storage};
+use crate::{Error, Result};
+
+pub use self::file::FileMap;
+pub use self::memory::MemoryMap;
+pub use self::zip::ZipMap;
 
 /// A key/value store holding one dataset.
 pub trait ZMap: Send + Sync + Debug {
@@ -64,8 +74,87 @@ pub fn join_key(parts: &[&str]) -> String {
         .join("/")
 }
 
-/// Opens the storage of `location` (creating nothing); `writable` asks for a read-write map.
-pub fn open(location: &crate::location::Location, writable: bool) -> Result<std::sync::Arc<dyn ZMap>> {
-    let _ = writable;
-    Err(crate::Error::Unsupported(format!("storage of {}", location.original)))
+/// Opens the storage of `location`; `writable` asks for a read-write map.
+///
+/// Opening creates nothing: a read-only open of a missing path fails with "no such file or
+/// directory", while a writable open of a missing path yields an empty map whose directory or
+/// archive appears with the first `put` (directory tree) or `flush` (zip).
+pub fn open(location: &Location, writable: bool) -> Result<Arc<dyn ZMap>> {
+    match &location.storage {
+        Storage::File(path) => Ok(Arc::new(FileMap::open(path, writable)?)),
+        Storage::Zip(path) => Ok(Arc::new(ZipMap::open(path, writable)?)),
+        Storage::Memory => Ok(Arc::new(MemoryMap::new())),
+        Storage::S3(s3) => Err(Error::Unsupported(format!(
+            "S3 storage (bucket {:?}) is not implemented yet",
+            s3.bucket
+        ))),
+    }
+}
+
+/// Checks that `key` is a well-formed object key: non-empty `/`-separated segments, none of
+/// them `.` or `..`, no leading or trailing `/`, no NUL and no backslash.
+///
+/// Keys become file paths and zip entry names, so anything that could name a location outside
+/// the dataset root (or mean different things on different systems) is refused.
+pub fn validate_key(key: &str) -> Result<()> {
+    let bad = |reason: &str| {
+        Err(Error::Storage {
+            key: key.to_string(),
+            reason: reason.to_string(),
+        })
+    };
+    if key.is_empty() {
+        return bad("empty key");
+    }
+    if key.contains('\0') {
+        return bad("key contains a NUL character");
+    }
+    if key.contains('\\') {
+        return bad("key contains a backslash");
+    }
+    if key.starts_with('/') {
+        return bad("key starts with '/'");
+    }
+    for segment in key.split('/') {
+        match segment {
+            "" => return bad("key has an empty segment"),
+            "." | ".." => return bad("key has a '.' or '..' segment"),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Like [`validate_key`], but also accepts `""`, the dataset root (for [`ZMap::search`]).
+pub fn validate_prefix(prefix: &str) -> Result<()> {
+    if prefix.is_empty() {
+        Ok(())
+    } else {
+        validate_key(prefix)
+    }
+}
+
+/// The immediate child names under `prefix` among `keys` (content-bearing keys, in any order):
+/// the [`ZMap::search`] semantics for maps that keep every key in memory. The result is sorted
+/// and free of duplicates.
+pub fn search_keys<'a, I>(keys: I, prefix: &str) -> Vec<String>
+where
+    I: IntoIterator<Item = &'a str>,
+{
+    let start = if prefix.is_empty() {
+        String::new()
+    } else {
+        format!("{prefix}/")
+    };
+    // Even sorted keys do not give sorted first segments ("a!b" < "a/x"), hence the set.
+    let mut names = std::collections::BTreeSet::new();
+    for key in keys {
+        if let Some(rest) = key.strip_prefix(start.as_str()) {
+            let name = rest.split('/').next().unwrap_or(rest);
+            if !name.is_empty() {
+                names.insert(name.to_string());
+            }
+        }
+    }
+    names.into_iter().collect()
 }

@@ -1,0 +1,374 @@
+//! A directory tree: each key is a file path relative to the dataset root, as netcdf-c's
+//! `file` storage and zarr-python's `DirectoryStore`/`LocalStore` lay them out.
+
+use std::fs;
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::{validate_key, validate_prefix, ZMap};
+use crate::{Error, Result};
+
+/// Names of in-progress `put` files start with this; `search` never reports them.
+const TEMP_PREFIX: &str = ".nczarrfs-tmp.";
+
+/// Distinguishes temporary files of concurrent `put`s within this process.
+static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// A dataset stored as a directory tree.
+#[derive(Debug)]
+pub struct FileMap {
+    root: PathBuf,
+    read_only: bool,
+}
+
+impl FileMap {
+    /// Opens the directory `root`.
+    ///
+    /// A missing `root` is an error unless `writable`, in which case it is created by the first
+    /// `put`. An existing `root` that is not a directory is refused as not a dataset.
+    pub fn open(root: &Path, writable: bool) -> Result<Self> {
+        match fs::metadata(root) {
+            Ok(meta) if meta.is_dir() => {}
+            Ok(_) => {
+                return Err(Error::NotZarr {
+                    location: root.display().to_string(),
+                    reason: "neither a directory nor a zip archive".into(),
+                })
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound && writable => {}
+            Err(e) => return Err(Error::io(root, e)),
+        }
+        Ok(FileMap {
+            root: root.to_path_buf(),
+            read_only: !writable,
+        })
+    }
+
+    /// The dataset's root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn path_of(&self, key: &str) -> PathBuf {
+        let mut path = self.root.clone();
+        path.extend(key.split('/'));
+        path
+    }
+
+    fn check_writable(&self, key: &str) -> Result<()> {
+        if self.read_only {
+            return Err(Error::NotPermitted(format!(
+                "cannot modify {key:?}: {} is open read-only",
+                self.root.display()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Removes directories left empty by a delete, from `dir` up to (not including) the root,
+    /// so that `search` does not report prefixes that lead to no content.
+    fn prune_empty_dirs(&self, mut dir: &Path) {
+        while dir != self.root && dir.starts_with(&self.root) {
+            // Fails (harmlessly) as soon as a directory still has entries.
+            if fs::remove_dir(dir).is_err() {
+                break;
+            }
+            match dir.parent() {
+                Some(parent) => dir = parent,
+                None => break,
+            }
+        }
+    }
+}
+
+/// Whether an I/O error means "no object here": missing, or a path component is a file.
+fn is_absent(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+    )
+}
+
+impl ZMap for FileMap {
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        validate_key(key)?;
+        let path = self.path_of(key);
+        match fs::read(&path) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(e) if is_absent(&e) || e.kind() == io::ErrorKind::IsADirectory => Ok(None),
+            Err(e) => Err(Error::io(path, e)),
+        }
+    }
+
+    fn get_range(&self, key: &str, offset: u64, len: u64) -> Result<Option<Vec<u8>>> {
+        validate_key(key)?;
+        let path = self.path_of(key);
+        let mut file = match fs::File::open(&path) {
+            Ok(file) => file,
+            Err(e) if is_absent(&e) => return Ok(None),
+            Err(e) => return Err(Error::io(path, e)),
+        };
+        let meta = file.metadata().map_err(|e| Error::io(&path, e))?;
+        if !meta.is_file() {
+            return Ok(None);
+        }
+        let start = offset.min(meta.len());
+        let want = len.min(meta.len() - start);
+        file.seek(SeekFrom::Start(start))
+            .map_err(|e| Error::io(&path, e))?;
+        let mut buf = Vec::with_capacity(usize::try_from(want).unwrap_or(0));
+        file.take(want)
+            .read_to_end(&mut buf)
+            .map_err(|e| Error::io(&path, e))?;
+        Ok(Some(buf))
+    }
+
+    fn exists(&self, key: &str) -> Result<bool> {
+        validate_key(key)?;
+        let path = self.path_of(key);
+        match fs::metadata(&path) {
+            Ok(meta) => Ok(meta.is_file()),
+            Err(e) if is_absent(&e) => Ok(false),
+            Err(e) => Err(Error::io(path, e)),
+        }
+    }
+
+    fn put(&self, key: &str, value: &[u8]) -> Result<()> {
+        self.check_writable(key)?;
+        validate_key(key)?;
+        let path = self.path_of(key);
+        let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+            return Err(Error::Storage {
+                key: key.to_string(),
+                reason: "no file name".into(),
+            });
+        };
+        fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        // Same directory as the target so that the rename cannot cross filesystems.
+        let temp = dir.join(format!(
+            "{TEMP_PREFIX}{}.{}.{}",
+            name.to_string_lossy(),
+            std::process::id(),
+            TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        let written = fs::File::create(&temp)
+            .and_then(|mut f| f.write_all(value))
+            .map_err(|e| Error::io(&temp, e))
+            .and_then(|()| fs::rename(&temp, &path).map_err(|e| Error::io(&path, e)));
+        if written.is_err() {
+            // Best effort: the write already failed, a leftover temp file is the lesser problem.
+            let _ = fs::remove_file(&temp);
+        }
+        written
+    }
+
+    fn delete(&self, key: &str) -> Result<()> {
+        self.check_writable(key)?;
+        validate_key(key)?;
+        let path = self.path_of(key);
+        let meta = match fs::symlink_metadata(&path) {
+            Ok(meta) => meta,
+            Err(e) if is_absent(&e) => return Ok(()),
+            Err(e) => return Err(Error::io(path, e)),
+        };
+        let removed = if meta.is_dir() {
+            fs::remove_dir_all(&path)
+        } else {
+            fs::remove_file(&path)
+        };
+        match removed {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io(path, e)),
+        }
+        if let Some(parent) = path.parent() {
+            self.prune_empty_dirs(parent);
+        }
+        Ok(())
+    }
+
+    fn search(&self, prefix: &str) -> Result<Vec<String>> {
+        validate_prefix(prefix)?;
+        let dir = if prefix.is_empty() {
+            self.root.clone()
+        } else {
+            self.path_of(prefix)
+        };
+        let entries = match fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if is_absent(&e) => return Ok(Vec::new()),
+            Err(e) => return Err(Error::io(dir, e)),
+        };
+        let mut names = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| Error::io(&dir, e))?;
+            let name = entry.file_name();
+            match name.to_str() {
+                Some(name) if name.starts_with(TEMP_PREFIX) => {}
+                Some(name) => names.push(name.to_string()),
+                None => log::warn!(
+                    "ignoring {}: file name is not UTF-8",
+                    entry.path().display()
+                ),
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    fn read_only(&self) -> bool {
+        self.read_only
+    }
+
+    fn describe(&self) -> String {
+        self.root.display().to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn writable() -> (tempfile::TempDir, FileMap) {
+        let dir = tempfile::tempdir().unwrap();
+        let map = FileMap::open(&dir.path().join("ds.file"), true).unwrap();
+        (dir, map)
+    }
+
+    #[test]
+    fn get_put_delete() {
+        let (_dir, map) = writable();
+        assert_eq!(map.get(".zgroup").unwrap(), None);
+        map.put(".zgroup", b"{}").unwrap();
+        map.put("g/v/0.0", b"abcdef").unwrap();
+        assert_eq!(
+            fs::read(map.root().join("g").join("v").join("0.0")).unwrap(),
+            b"abcdef"
+        );
+        assert_eq!(map.get(".zgroup").unwrap().unwrap(), b"{}");
+        assert_eq!(map.get("g/v").unwrap(), None, "a directory is not content");
+        assert_eq!(map.get(".zgroup/x").unwrap(), None, "below a file");
+        assert!(map.exists("g/v/0.0").unwrap());
+        assert!(!map.exists("g/v").unwrap());
+        assert_eq!(map.get_range("g/v/0.0", 2, 3).unwrap().unwrap(), b"cde");
+        assert_eq!(map.get_range("g/v/0.0", 4, 100).unwrap().unwrap(), b"ef");
+        assert_eq!(map.get_range("g/v/0.0", 100, 1).unwrap().unwrap(), b"");
+        assert_eq!(map.get_range("g/v/9", 0, 1).unwrap(), None);
+        map.put("g/v/0.0", b"xyz").unwrap();
+        assert_eq!(map.get("g/v/0.0").unwrap().unwrap(), b"xyz");
+        map.delete("g/v/0.0").unwrap();
+        assert_eq!(map.get("g/v/0.0").unwrap(), None);
+        assert!(
+            !map.root().join("g").exists(),
+            "emptied directories are pruned"
+        );
+        map.delete("g/v/0.0").unwrap();
+    }
+
+    #[test]
+    fn delete_subtree() {
+        let (_dir, map) = writable();
+        map.put(".zgroup", b"{}").unwrap();
+        map.put("g/v/0.0", b"1").unwrap();
+        map.put("g/v/.zarray", b"{}").unwrap();
+        map.put("g/.zgroup", b"{}").unwrap();
+        map.delete("g/v").unwrap();
+        assert_eq!(map.search("g").unwrap(), vec![".zgroup"]);
+        map.delete("g").unwrap();
+        assert_eq!(map.search("").unwrap(), vec![".zgroup"]);
+    }
+
+    #[test]
+    fn search_children_sorted() {
+        let (_dir, map) = writable();
+        for key in [
+            "g/b/0",
+            "g/a/.zarray",
+            "g/a/0",
+            ".zgroup",
+            "g/.zgroup",
+            "g!x/y",
+        ] {
+            map.put(key, b"").unwrap();
+        }
+        assert_eq!(map.search("").unwrap(), vec![".zgroup", "g", "g!x"]);
+        assert_eq!(map.search("g").unwrap(), vec![".zgroup", "a", "b"]);
+        assert_eq!(map.search("g/a").unwrap(), vec![".zarray", "0"]);
+        assert!(map.search("g/a/0").unwrap().is_empty());
+        assert!(map.search("nothing").unwrap().is_empty());
+    }
+
+    #[test]
+    fn put_leaves_no_temp_files() {
+        let (_dir, map) = writable();
+        for i in 0..20 {
+            map.put(&format!("v/{i}"), &vec![i as u8; 1000]).unwrap();
+        }
+        map.put("v/3", b"again").unwrap();
+        let names: Vec<_> = fs::read_dir(map.root().join("v"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(names.len(), 20);
+        assert!(names.iter().all(|n| !n.starts_with('.')), "{names:?}");
+    }
+
+    #[test]
+    fn search_skips_temp_files() {
+        let (_dir, map) = writable();
+        map.put("a", b"1").unwrap();
+        fs::write(map.root().join(format!("{TEMP_PREFIX}a.1.2")), b"partial").unwrap();
+        assert_eq!(map.search("").unwrap(), vec!["a"]);
+    }
+
+    #[test]
+    fn read_only_refuses_writes() {
+        let (_dir, map) = writable();
+        map.put("a", b"1").unwrap();
+        let ro = FileMap::open(map.root(), false).unwrap();
+        assert!(ro.read_only());
+        assert!(matches!(ro.put("a", b"2"), Err(Error::NotPermitted(_))));
+        assert!(matches!(ro.delete("a"), Err(Error::NotPermitted(_))));
+        assert_eq!(ro.get("a").unwrap().unwrap(), b"1");
+    }
+
+    #[test]
+    fn bad_keys_refused() {
+        let (_dir, map) = writable();
+        for key in [
+            "",
+            "/etc/passwd",
+            "a/",
+            "a//b",
+            "../evil",
+            "a/../../b",
+            "a\0b",
+        ] {
+            assert!(map.put(key, b"").is_err(), "{key:?} accepted");
+            assert!(map.get(key).is_err(), "{key:?} accepted");
+        }
+        assert!(map.search("..").is_err());
+    }
+
+    #[test]
+    fn open_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing");
+        let err = FileMap::open(&missing, false).unwrap_err();
+        assert!(
+            matches!(&err, Error::Io { source, .. } if source.kind() == io::ErrorKind::NotFound),
+            "{err}"
+        );
+        let file = dir.path().join("plain.txt");
+        fs::write(&file, b"hello").unwrap();
+        assert!(matches!(
+            FileMap::open(&file, false),
+            Err(Error::NotZarr { .. })
+        ));
+        let map = FileMap::open(&missing, true).unwrap();
+        assert!(!missing.exists(), "opening creates nothing");
+        map.put(".zgroup", b"{}").unwrap();
+        assert!(missing.join(".zgroup").is_file());
+    }
+}

@@ -1,0 +1,416 @@
+//! A zip archive holding one dataset.
+//!
+//! Two layouts exist: zarr-python's `ZipStore` puts keys at the archive root, netcdf-c puts
+//! every key under one top-level folder (`ref_oldformat/.zgroup`) and takes the dataset folder
+//! from the archive's first entry. Both are read; a rewritten archive keeps its layout, and a
+//! new archive uses the root layout (the one zarr-python can open).
+//!
+//! The archive is indexed at open. Reads decompress on demand. Writes are kept in memory
+//! until [`ZMap::flush`], which writes a whole new archive beside the old one and renames it
+//! into place, so the archive on disk is always complete.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::{self, File};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+
+use zip::write::SimpleFileOptions;
+use zip::{CompressionMethod, ZipArchive, ZipWriter};
+
+use super::{search_keys, validate_key, validate_prefix, ZMap};
+use crate::{Error, Result};
+
+/// Objects whose presence at a level marks it as the root of a Zarr or NCZarr hierarchy.
+const ROOT_MARKERS: [&str; 6] = [
+    ".zgroup",
+    ".zarray",
+    ".zattrs",
+    "zarr.json",
+    ".nczarr",
+    ".zmetadata",
+];
+
+/// A dataset stored in a zip archive.
+#[derive(Debug)]
+pub struct ZipMap {
+    path: PathBuf,
+    read_only: bool,
+    /// The top-level folder holding the dataset including its trailing `/`, or `""`.
+    folder: String,
+    state: Mutex<State>,
+}
+
+#[derive(Debug)]
+struct State {
+    /// `None` while the archive does not exist yet (a new writable map).
+    archive: Option<ZipArchive<File>>,
+    /// Every content-bearing key (relative to `folder`) and where its bytes are.
+    objects: BTreeMap<String, Source>,
+    /// Whether `objects` differs from the archive on disk.
+    dirty: bool,
+}
+
+#[derive(Debug)]
+enum Source {
+    /// Entry number in the archive.
+    Archived(usize),
+    /// Written since the last flush.
+    Local(Vec<u8>),
+}
+
+impl ZipMap {
+    /// Opens the archive at `path`.
+    ///
+    /// A missing archive is an error unless `writable`, in which case the map starts empty and
+    /// the archive is created by the first `flush`. An entry whose name could escape the
+    /// archive (absolute, `..`, backslash) makes the open fail.
+    pub fn open(path: &Path, writable: bool) -> Result<Self> {
+        let (archive, folder, objects) = match File::open(path) {
+            Ok(file) => {
+                let is_dir = file.metadata().map_err(|e| Error::io(path, e))?.is_dir();
+                if is_dir {
+                    return Err(Error::NotZarr {
+                        location: path.display().to_string(),
+                        reason: "a directory, not a zip archive".into(),
+                    });
+                }
+                let archive = ZipArchive::new(file).map_err(|e| Error::NotZarr {
+                    location: path.display().to_string(),
+                    reason: format!("not a readable zip archive: {e}"),
+                })?;
+                let entries = list_entries(&archive)?;
+                let folder = dataset_folder(&entries);
+                let objects = index_objects(&entries, &folder);
+                (Some(archive), folder, objects)
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound && writable => {
+                (None, String::new(), BTreeMap::new())
+            }
+            Err(e) => return Err(Error::io(path, e)),
+        };
+        Ok(ZipMap {
+            path: path.to_path_buf(),
+            read_only: !writable,
+            folder,
+            state: Mutex::new(State {
+                archive,
+                objects,
+                dirty: false,
+            }),
+        })
+    }
+
+    /// The top-level folder of the archive that holds the dataset (netcdf-c's layout), or
+    /// `None` when keys are at the archive root.
+    pub fn root_folder(&self) -> Option<&str> {
+        self.folder.strip_suffix('/')
+    }
+
+    // Every update of the state is completed before anything can panic or the state is
+    // replaced as a whole, so a poisoned lock still guards a consistent state.
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn check_writable(&self, key: &str) -> Result<()> {
+        if self.read_only {
+            return Err(Error::NotPermitted(format!(
+                "cannot modify {key:?}: {} is open read-only",
+                self.path.display()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Writes the whole archive to `temp`: the dataset folder's entry first (netcdf-c names the
+    /// dataset after the first entry), then every object in key order.
+    fn write_archive(&self, state: &mut State, temp: &Path) -> Result<()> {
+        let storage_err = |key: &str, e: &dyn std::fmt::Display| Error::Storage {
+            key: key.to_string(),
+            reason: format!("writing {}: {e}", temp.display()),
+        };
+        let file = File::create(temp).map_err(|e| Error::io(temp, e))?;
+        let mut writer = ZipWriter::new(file);
+        let options = SimpleFileOptions::default().compression_method(CompressionMethod::Stored);
+        if !self.folder.is_empty() {
+            writer
+                .add_directory(self.folder.as_str(), options)
+                .map_err(|e| storage_err(&self.folder, &e))?;
+        }
+        let State {
+            archive, objects, ..
+        } = state;
+        for (key, source) in objects.iter() {
+            let name = format!("{}{key}", self.folder);
+            match source {
+                Source::Archived(index) => {
+                    let archive = archive.as_mut().ok_or_else(|| Error::Storage {
+                        key: key.clone(),
+                        reason: "archive entry without an archive".into(),
+                    })?;
+                    let entry = archive
+                        .by_index_raw(*index)
+                        .map_err(|e| storage_err(key, &e))?;
+                    writer
+                        .raw_copy_file(entry)
+                        .map_err(|e| storage_err(key, &e))?;
+                }
+                Source::Local(bytes) => {
+                    let large = u32::try_from(bytes.len()).is_err();
+                    writer
+                        .start_file(name, options.large_file(large))
+                        .map_err(|e| storage_err(key, &e))?;
+                    writer.write_all(bytes).map_err(|e| storage_err(key, &e))?;
+                }
+            }
+        }
+        let file = writer.finish().map_err(|e| storage_err("", &e))?;
+        file.sync_all().map_err(|e| Error::io(temp, e))
+    }
+}
+
+/// One archive entry: its number, its name without a trailing `/`, and whether it is a
+/// directory entry.
+struct Entry {
+    index: usize,
+    name: String,
+    is_dir: bool,
+}
+
+/// Lists and checks the archive's entries: a name that could escape a directory it is
+/// extracted to is an error naming it.
+fn list_entries(archive: &ZipArchive<File>) -> Result<Vec<Entry>> {
+    let mut entries = Vec::with_capacity(archive.len());
+    for index in 0..archive.len() {
+        let Some(raw) = archive.name_for_index(index) else {
+            continue;
+        };
+        let (name, is_dir) = match raw.strip_suffix('/') {
+            Some(dir) => (dir, true),
+            None => (raw, false),
+        };
+        if let Err(reason) = check_entry_name(name) {
+            return Err(Error::Storage {
+                key: raw.to_string(),
+                reason: format!("zip entry refused: {reason}"),
+            });
+        }
+        entries.push(Entry {
+            index,
+            name: name.to_string(),
+            is_dir,
+        });
+    }
+    Ok(entries)
+}
+
+fn check_entry_name(name: &str) -> std::result::Result<(), &'static str> {
+    if name.starts_with('/') {
+        return Err("absolute path");
+    }
+    if name.contains('\\') {
+        return Err("backslash in name");
+    }
+    if name.contains('\0') {
+        return Err("NUL in name");
+    }
+    let bytes = name.as_bytes();
+    if bytes.len() >= 2 && bytes[0].is_ascii_alphabetic() && bytes[1] == b':' {
+        return Err("drive-letter path");
+    }
+    for segment in name.split('/') {
+        match segment {
+            ".." => return Err("'..' in path"),
+            "" | "." => return Err("empty or '.' path segment"),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Decides the layout: the folder (with trailing `/`) under which the dataset's keys live, or
+/// `""` for keys at the root.
+///
+/// The dataset is in a top-level folder when that folder is the only one, holds Zarr metadata
+/// at its top, and either the root holds no metadata at all, or the root holds nothing but a
+/// `.zgroup` and the archive's first entry is in the folder (netcdf-c's rule; such archives
+/// exist with a `.zgroup` added at the root by hand).
+fn dataset_folder(entries: &[Entry]) -> String {
+    let mut root_files = BTreeSet::new();
+    let mut folders = BTreeSet::new();
+    for entry in entries {
+        match entry.name.split_once('/') {
+            Some((top, _)) => {
+                folders.insert(top);
+            }
+            None if entry.is_dir => {
+                folders.insert(entry.name.as_str());
+            }
+            None => {
+                root_files.insert(entry.name.as_str());
+            }
+        }
+    }
+    let mut folders = folders.into_iter();
+    let (Some(folder), None) = (folders.next(), folders.next()) else {
+        return String::new();
+    };
+    let has_marker = |prefix: &str| {
+        entries.iter().any(|e| {
+            !e.is_dir
+                && ROOT_MARKERS
+                    .iter()
+                    .any(|m| e.name == format!("{prefix}{m}"))
+        })
+    };
+    let folder_prefix = format!("{folder}/");
+    if !has_marker(&folder_prefix) {
+        return String::new();
+    }
+    let root_has_marker = root_files.iter().any(|f| ROOT_MARKERS.contains(f));
+    let first_in_folder = entries
+        .first()
+        .is_some_and(|e| e.name.split('/').next() == Some(folder));
+    let root_only_zgroup = root_files.iter().all(|f| *f == ".zgroup");
+    if !root_has_marker || (root_only_zgroup && first_in_folder) {
+        folder_prefix
+    } else {
+        String::new()
+    }
+}
+
+/// The content-bearing objects under `folder`, keyed relative to it.
+fn index_objects(entries: &[Entry], folder: &str) -> BTreeMap<String, Source> {
+    entries
+        .iter()
+        .filter(|e| !e.is_dir)
+        .filter_map(|e| {
+            let key = e.name.strip_prefix(folder)?;
+            Some((key.to_string(), Source::Archived(e.index)))
+        })
+        .collect()
+}
+
+impl ZMap for ZipMap {
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        validate_key(key)?;
+        let mut state = self.lock();
+        let State {
+            archive, objects, ..
+        } = &mut *state;
+        let index = match objects.get(key) {
+            None => return Ok(None),
+            Some(Source::Local(bytes)) => return Ok(Some(bytes.clone())),
+            Some(Source::Archived(index)) => *index,
+        };
+        let storage_err = |e: &dyn std::fmt::Display| Error::Storage {
+            key: key.to_string(),
+            reason: format!("reading {}: {e}", self.path.display()),
+        };
+        let archive = archive
+            .as_mut()
+            .ok_or_else(|| storage_err(&"archive entry without an archive"))?;
+        let mut entry = archive.by_index(index).map_err(|e| storage_err(&e))?;
+        // The declared size only sizes the buffer; a lying header cannot force a huge allocation.
+        let hint = usize::try_from(entry.size()).unwrap_or(0).min(64 << 20);
+        let mut bytes = Vec::with_capacity(hint);
+        entry.read_to_end(&mut bytes).map_err(|e| storage_err(&e))?;
+        Ok(Some(bytes))
+    }
+
+    fn exists(&self, key: &str) -> Result<bool> {
+        validate_key(key)?;
+        Ok(self.lock().objects.contains_key(key))
+    }
+
+    fn put(&self, key: &str, value: &[u8]) -> Result<()> {
+        self.check_writable(key)?;
+        validate_key(key)?;
+        let mut state = self.lock();
+        state
+            .objects
+            .insert(key.to_string(), Source::Local(value.to_vec()));
+        state.dirty = true;
+        Ok(())
+    }
+
+    fn delete(&self, key: &str) -> Result<()> {
+        self.check_writable(key)?;
+        validate_key(key)?;
+        let below = format!("{key}/");
+        let mut state = self.lock();
+        let before = state.objects.len();
+        state
+            .objects
+            .retain(|k, _| k != key && !k.starts_with(below.as_str()));
+        if state.objects.len() != before {
+            state.dirty = true;
+        }
+        Ok(())
+    }
+
+    fn search(&self, prefix: &str) -> Result<Vec<String>> {
+        validate_prefix(prefix)?;
+        let state = self.lock();
+        Ok(search_keys(
+            state.objects.keys().map(String::as_str),
+            prefix,
+        ))
+    }
+
+    fn flush(&self) -> Result<()> {
+        let mut state = self.lock();
+        if !state.dirty {
+            return Ok(());
+        }
+        let dir = match self.path.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let file_name = self
+            .path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let temp = dir.join(format!(".{file_name}.nczarrfs-tmp.{}", std::process::id()));
+        let written = self
+            .write_archive(&mut state, &temp)
+            .and_then(|()| fs::rename(&temp, &self.path).map_err(|e| Error::io(&self.path, e)));
+        if let Err(e) = written {
+            // Best effort: the archive on disk is untouched, only the partial copy is left.
+            let _ = fs::remove_file(&temp);
+            return Err(e);
+        }
+        // Re-index the new archive so that flushed objects are no longer held in memory.
+        let file = File::open(&self.path).map_err(|e| Error::io(&self.path, e))?;
+        let archive = ZipArchive::new(file).map_err(|e| Error::Storage {
+            key: String::new(),
+            reason: format!("reopening {}: {e}", self.path.display()),
+        })?;
+        let entries = list_entries(&archive)?;
+        state.objects = index_objects(&entries, &self.folder);
+        state.archive = Some(archive);
+        state.dirty = false;
+        Ok(())
+    }
+
+    fn read_only(&self) -> bool {
+        self.read_only
+    }
+
+    fn describe(&self) -> String {
+        self.path.display().to_string()
+    }
+}
+
+impl Drop for ZipMap {
+    fn drop(&mut self) {
+        if self.lock().dirty {
+            log::warn!(
+                "{}: changes were not flushed and are lost",
+                self.path.display()
+            );
+        }
+    }
+}
