@@ -1,0 +1,600 @@
+//! Tokens of CDL as ncgen reads them: names with backslash escapes, typed numeric literals
+//! (`1b`, `2us`, `3ll`, `1.5f`, `0x1F`, `NaNf`, `-Infinity`), quoted strings and characters
+//! with C escapes, `_` (the fill marker) and punctuation. `//` comments are skipped.
+
+use crate::model::NcType;
+use crate::{Error, Result};
+
+/// A position in the source text (1-based line and column, in characters).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Pos {
+    /// 1-based line.
+    pub line: usize,
+    /// 1-based column.
+    pub column: usize,
+}
+
+/// A numeric literal with the type its spelling implies.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Number {
+    /// An integer; `suffix` is the type named by a suffix (`b`, `ub`, `s`, `us`, `u`, `ll`,
+    /// `ull`), `None` when there is none (the parser then picks the narrowest of int, uint,
+    /// int64, uint64 that holds it).
+    Int {
+        /// The value, wide enough for every 64-bit signed or unsigned literal.
+        value: i128,
+        /// The type named by the suffix.
+        suffix: Option<NcType>,
+    },
+    /// A floating-point literal; `single` for an `f` suffix (and `NaNf`, `Infinityf`).
+    Float {
+        /// The value.
+        value: f64,
+        /// Whether the literal is a `float` rather than a `double`.
+        single: bool,
+    },
+}
+
+/// One CDL token.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Tok {
+    /// A name (escapes already removed); keywords are names too, except the section headers.
+    Ident(String),
+    /// A section header: `dimensions:`, `variables:`, `data:`, `types:` or `group:`
+    /// (the word without the colon).
+    Section(&'static str),
+    /// An absolute path name such as `/g1/d` (escapes removed).
+    Path(String),
+    /// A double-quoted string as bytes (escapes decoded).
+    Str(Vec<u8>),
+    /// A single-quoted character constant.
+    Char(u8),
+    /// A number.
+    Num(Number),
+    /// `_`: the fill value.
+    Fill,
+    /// `{`
+    LBrace,
+    /// `}`
+    RBrace,
+    /// `(`
+    LParen,
+    /// `)`
+    RParen,
+    /// `,`
+    Comma,
+    /// `;`
+    Semi,
+    /// `=`
+    Eq,
+    /// `:`
+    Colon,
+    /// `*` (only in vlen declarations, which are refused)
+    Star,
+    /// End of input.
+    Eof,
+}
+
+impl Tok {
+    /// A short description for error messages.
+    pub fn describe(&self) -> String {
+        match self {
+            Tok::Ident(s) => format!("name {s:?}"),
+            Tok::Section(s) => format!("\"{s}:\""),
+            Tok::Path(s) => format!("path {s:?}"),
+            Tok::Str(_) => "string constant".into(),
+            Tok::Char(_) => "character constant".into(),
+            Tok::Num(_) => "number".into(),
+            Tok::Fill => "\"_\"".into(),
+            Tok::LBrace => "\"{\"".into(),
+            Tok::RBrace => "\"}\"".into(),
+            Tok::LParen => "\"(\"".into(),
+            Tok::RParen => "\")\"".into(),
+            Tok::Comma => "\",\"".into(),
+            Tok::Semi => "\";\"".into(),
+            Tok::Eq => "\"=\"".into(),
+            Tok::Colon => "\":\"".into(),
+            Tok::Star => "\"*\"".into(),
+            Tok::Eof => "end of input".into(),
+        }
+    }
+}
+
+/// A token and where it starts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Token {
+    /// The token.
+    pub tok: Tok,
+    /// Where it starts.
+    pub pos: Pos,
+}
+
+/// Splits CDL text into tokens.
+pub fn tokenize(text: &str, file: &str) -> Result<Vec<Token>> {
+    let mut lx = Lexer {
+        chars: text.chars().collect(),
+        i: 0,
+        line: 1,
+        column: 1,
+        file,
+    };
+    let mut out = Vec::new();
+    loop {
+        let t = lx.next_token()?;
+        let end = t.tok == Tok::Eof;
+        out.push(t);
+        if end {
+            return Ok(out);
+        }
+    }
+}
+
+struct Lexer<'a> {
+    chars: Vec<char>,
+    i: usize,
+    line: usize,
+    column: usize,
+    file: &'a str,
+}
+
+fn is_name_start(c: char) -> bool {
+    c.is_ascii_alphabetic() || c == '_' || !c.is_ascii()
+}
+
+fn is_name_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '@' | '+' | '-') || !c.is_ascii()
+}
+
+const SECTIONS: [&str; 5] = ["dimensions", "variables", "data", "types", "group"];
+
+impl Lexer<'_> {
+    fn peek(&self, k: usize) -> Option<char> {
+        self.chars.get(self.i + k).copied()
+    }
+
+    fn bump(&mut self) -> Option<char> {
+        let c = self.chars.get(self.i).copied()?;
+        self.i += 1;
+        if c == '\n' {
+            self.line += 1;
+            self.column = 1;
+        } else {
+            self.column += 1;
+        }
+        Some(c)
+    }
+
+    fn pos(&self) -> Pos {
+        Pos {
+            line: self.line,
+            column: self.column,
+        }
+    }
+
+    fn err(&self, pos: Pos, reason: impl Into<String>) -> Error {
+        Error::Cdl {
+            file: self.file.to_string(),
+            line: pos.line,
+            column: pos.column,
+            reason: reason.into(),
+        }
+    }
+
+    fn skip_blanks(&mut self) {
+        while let Some(c) = self.peek(0) {
+            if c.is_whitespace() {
+                self.bump();
+            } else if c == '/' && self.peek(1) == Some('/') {
+                while let Some(c) = self.peek(0) {
+                    if c == '\n' {
+                        break;
+                    }
+                    self.bump();
+                }
+            } else {
+                break;
+            }
+        }
+    }
+
+    fn next_token(&mut self) -> Result<Token> {
+        self.skip_blanks();
+        let pos = self.pos();
+        let Some(c) = self.peek(0) else {
+            return Ok(Token { tok: Tok::Eof, pos });
+        };
+        let simple = match c {
+            '{' => Some(Tok::LBrace),
+            '}' => Some(Tok::RBrace),
+            '(' => Some(Tok::LParen),
+            ')' => Some(Tok::RParen),
+            ',' => Some(Tok::Comma),
+            ';' => Some(Tok::Semi),
+            '=' => Some(Tok::Eq),
+            ':' => Some(Tok::Colon),
+            '*' => Some(Tok::Star),
+            _ => None,
+        };
+        if let Some(tok) = simple {
+            self.bump();
+            return Ok(Token { tok, pos });
+        }
+        let tok = match c {
+            '"' => {
+                self.bump();
+                Tok::Str(self.quoted('"', pos)?)
+            }
+            '\'' => {
+                self.bump();
+                let bytes = self.quoted('\'', pos)?;
+                match bytes.as_slice() {
+                    [b] => Tok::Char(*b),
+                    _ => return Err(self.err(pos, "a character constant must hold one byte")),
+                }
+            }
+            '/' => {
+                let mut path = String::new();
+                while self.peek(0) == Some('/') {
+                    self.bump();
+                    path.push('/');
+                    let npos = self.pos();
+                    let name = self.name()?;
+                    if name.is_empty() {
+                        return Err(self.err(npos, "empty name in path"));
+                    }
+                    path.push_str(&name);
+                }
+                Tok::Path(path)
+            }
+            c if c.is_ascii_digit()
+                || ((c == '-' || c == '+' || c == '.')
+                    && self
+                        .peek(1)
+                        .is_some_and(|d| d.is_ascii_digit() || d == '.' || d == 'I')) =>
+            {
+                Tok::Num(self.number(pos)?)
+            }
+            c if is_name_start(c) || c == '\\' => {
+                let name = self.name()?;
+                if SECTIONS.contains(&name.as_str()) && self.peek(0) == Some(':') {
+                    self.bump();
+                    let word = SECTIONS.iter().find(|s| **s == name).copied().unwrap_or("");
+                    Tok::Section(word)
+                } else if name == "_" {
+                    Tok::Fill
+                } else if let Some(n) = special_number(&name) {
+                    Tok::Num(n)
+                } else {
+                    Tok::Ident(name)
+                }
+            }
+            other => return Err(self.err(pos, format!("unexpected character {other:?}"))),
+        };
+        Ok(Token { tok, pos })
+    }
+
+    /// A name: name characters and backslash-escaped characters (`\ `, `\:`, …).
+    fn name(&mut self) -> Result<String> {
+        let mut s = String::new();
+        while let Some(c) = self.peek(0) {
+            if c == '\\' {
+                self.bump();
+                match self.bump() {
+                    Some(e) => s.push(e),
+                    None => return Err(self.err(self.pos(), "backslash at end of input")),
+                }
+            } else if is_name_char(c) {
+                // A `+`/`-` only continues a name; `x=-1` never reaches here because `=` ends it.
+                self.bump();
+                s.push(c);
+            } else {
+                break;
+            }
+        }
+        Ok(s)
+    }
+
+    /// The body of a quoted string after the opening quote, with C escapes decoded.
+    fn quoted(&mut self, quote: char, start: Pos) -> Result<Vec<u8>> {
+        let mut out = Vec::new();
+        loop {
+            let Some(c) = self.bump() else {
+                return Err(self.err(start, "unterminated string constant"));
+            };
+            if c == quote {
+                return Ok(out);
+            }
+            if c != '\\' {
+                let mut buf = [0u8; 4];
+                out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+                continue;
+            }
+            let epos = self.pos();
+            let Some(e) = self.bump() else {
+                return Err(self.err(start, "unterminated string constant"));
+            };
+            let byte = match e {
+                'n' => b'\n',
+                't' => b'\t',
+                'r' => b'\r',
+                'a' => 7,
+                'b' => 8,
+                'f' => 12,
+                'v' => 11,
+                '\\' => b'\\',
+                '"' => b'"',
+                '\'' => b'\'',
+                '?' => b'?',
+                'x' | 'X' => {
+                    let mut v: u32 = 0;
+                    let mut n = 0;
+                    while n < 2 {
+                        match self.peek(0).and_then(|d| d.to_digit(16)) {
+                            Some(d) => {
+                                v = v * 16 + d;
+                                self.bump();
+                                n += 1;
+                            }
+                            None => break,
+                        }
+                    }
+                    if n == 0 {
+                        return Err(self.err(epos, "\\x escape without hex digits"));
+                    }
+                    v as u8
+                }
+                '0'..='7' => {
+                    let mut v: u32 = e.to_digit(8).unwrap_or(0);
+                    let mut n = 1;
+                    while n < 3 {
+                        match self.peek(0).and_then(|d| d.to_digit(8)) {
+                            Some(d) => {
+                                v = v * 8 + d;
+                                self.bump();
+                                n += 1;
+                            }
+                            None => break,
+                        }
+                    }
+                    if v > 255 {
+                        return Err(self.err(epos, "octal escape out of range"));
+                    }
+                    v as u8
+                }
+                other => {
+                    // ncgen keeps the character after an unknown escape.
+                    let mut buf = [0u8; 4];
+                    out.extend_from_slice(other.encode_utf8(&mut buf).as_bytes());
+                    continue;
+                }
+            };
+            out.push(byte);
+        }
+    }
+
+    /// A numeric literal starting at the current character.
+    fn number(&mut self, pos: Pos) -> Result<Number> {
+        let mut text = String::new();
+        if let Some(c @ ('-' | '+')) = self.peek(0) {
+            self.bump();
+            text.push(c);
+        }
+        // Signed infinities are spelled like names.
+        if self.peek(0) == Some('I') {
+            let name = self.name()?;
+            let full = format!("{text}{name}");
+            return special_number(&full)
+                .ok_or_else(|| self.err(pos, format!("malformed number {full:?}")));
+        }
+        while let Some(c) = self.peek(0) {
+            let prev = text.chars().last();
+            let exp_sign = matches!(c, '+' | '-')
+                && matches!(prev, Some('e' | 'E'))
+                && !text.starts_with("0x")
+                && !text.starts_with("-0x")
+                && !text.starts_with("+0x");
+            if c.is_ascii_alphanumeric() || c == '.' || exp_sign {
+                self.bump();
+                text.push(c);
+            } else {
+                break;
+            }
+        }
+        parse_number(&text).ok_or_else(|| self.err(pos, format!("malformed number {text:?}")))
+    }
+}
+
+/// `NaN`, `nan`, `NaNf`, `nanf`, `Infinity`, `Infinityf`, `-Infinity`, `-Infinityf`.
+fn special_number(text: &str) -> Option<Number> {
+    let (neg, body) = match text.strip_prefix('-') {
+        Some(b) => (true, b),
+        None => (false, text.strip_prefix('+').unwrap_or(text)),
+    };
+    let (value, single) = match body {
+        "NaN" | "nan" => (f64::NAN, false),
+        "NaNf" | "nanf" => (f32::NAN as f64, true),
+        "Infinity" => (f64::INFINITY, false),
+        "Infinityf" => (f64::INFINITY, true),
+        _ => return None,
+    };
+    if neg && value.is_nan() {
+        return None;
+    }
+    let value = if neg { -value } else { value };
+    Some(Number::Float { value, single })
+}
+
+/// Parses the text of a numeric literal with its optional type suffix.
+fn parse_number(text: &str) -> Option<Number> {
+    let (neg, body) = match text.strip_prefix('-') {
+        Some(b) => (true, b),
+        None => (false, text.strip_prefix('+').unwrap_or(text)),
+    };
+    let lower = body.to_ascii_lowercase();
+    let is_hex = lower.starts_with("0x");
+    let looks_float = !is_hex && (lower.contains('.') || lower.contains('e'));
+    if looks_float || (!is_hex && lower.ends_with('f') && lower.len() > 1) {
+        let (digits, single) = match lower.strip_suffix('f') {
+            Some(d) => (d, true),
+            None => (lower.strip_suffix('d').unwrap_or(&lower), false),
+        };
+        let mut v: f64 = digits.parse().ok()?;
+        if !v.is_finite() && !digits.contains("inf") {
+            // An overflowing literal is an error, not an infinity.
+            return None;
+        }
+        if neg {
+            v = -v;
+        }
+        return Some(Number::Float { value: v, single });
+    }
+    // Integer: split the suffix off the end (hex digits include b/d/f, so for hex only the
+    // unambiguous suffixes s/us/u/ll/ull/l are recognised).
+    let suffixes: [(&str, NcType); 8] = [
+        ("ull", NcType::UInt64),
+        ("ll", NcType::Int64),
+        ("ul", NcType::UInt),
+        ("ub", NcType::UByte),
+        ("us", NcType::UShort),
+        ("u", NcType::UInt),
+        ("s", NcType::Short),
+        ("l", NcType::Int),
+    ];
+    let mut digits = lower.as_str();
+    let mut suffix = None;
+    for (s, t) in suffixes {
+        if is_hex && s == "ub" {
+            continue;
+        }
+        if let Some(d) = digits.strip_suffix(s) {
+            digits = d;
+            suffix = Some(t);
+            break;
+        }
+    }
+    if suffix.is_none() && !is_hex {
+        if let Some(d) = digits.strip_suffix('b') {
+            digits = d;
+            suffix = Some(NcType::Byte);
+        } else if let Some(d) = digits.strip_suffix('d') {
+            let v: f64 = d.parse().ok()?;
+            return Some(Number::Float {
+                value: if neg { -v } else { v },
+                single: false,
+            });
+        }
+    }
+    let magnitude: i128 = if let Some(h) = digits.strip_prefix("0x") {
+        if h.is_empty() {
+            return None;
+        }
+        i128::from_str_radix(h, 16).ok()?
+    } else if digits.len() > 1 && digits.starts_with('0') {
+        i128::from_str_radix(&digits[1..], 8).ok()?
+    } else {
+        if digits.is_empty() {
+            return None;
+        }
+        digits.parse().ok()?
+    };
+    Some(Number::Int {
+        value: if neg { -magnitude } else { magnitude },
+        suffix,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn toks(s: &str) -> Vec<Tok> {
+        tokenize(s, "t")
+            .unwrap()
+            .into_iter()
+            .map(|t| t.tok)
+            .collect()
+    }
+
+    #[test]
+    fn numbers_and_suffixes() {
+        let int = |value, suffix| Tok::Num(Number::Int { value, suffix });
+        assert_eq!(
+            toks("1b 2UB -3s 4us 5 6u 7ll 8ULL 0x1F 017 0x10s"),
+            vec![
+                int(1, Some(NcType::Byte)),
+                int(2, Some(NcType::UByte)),
+                int(-3, Some(NcType::Short)),
+                int(4, Some(NcType::UShort)),
+                int(5, None),
+                int(6, Some(NcType::UInt)),
+                int(7, Some(NcType::Int64)),
+                int(8, Some(NcType::UInt64)),
+                int(31, None),
+                int(15, None),
+                int(16, Some(NcType::Short)),
+                Tok::Eof
+            ]
+        );
+        let fl = |value, single| Tok::Num(Number::Float { value, single });
+        assert_eq!(
+            toks("1.5f 2. -1e3 3.5d .5 1.e-2F"),
+            vec![
+                fl(1.5, true),
+                fl(2.0, false),
+                fl(-1000.0, false),
+                fl(3.5, false),
+                fl(0.5, false),
+                fl(0.01, true),
+                Tok::Eof
+            ]
+        );
+        match &toks("NaNf -Infinity Infinityf")[..] {
+            [Tok::Num(Number::Float {
+                value: a,
+                single: true,
+            }), Tok::Num(Number::Float {
+                value: b,
+                single: false,
+            }), Tok::Num(Number::Float {
+                value: c,
+                single: true,
+            }), Tok::Eof] => {
+                assert!(a.is_nan());
+                assert_eq!(*b, f64::NEG_INFINITY);
+                assert_eq!(*c, f64::INFINITY);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn strings_names_comments() {
+        assert_eq!(
+            toks(r#""a\n\t\"\\\000\x41\101" 'x' '\0' // comment"#),
+            vec![
+                Tok::Str(b"a\n\t\"\\\0AA".to_vec()),
+                Tok::Char(b'x'),
+                Tok::Char(0),
+                Tok::Eof
+            ]
+        );
+        assert_eq!(
+            toks(r"dimensions: a\ b /g/d x-1.y _ data:"),
+            vec![
+                Tok::Section("dimensions"),
+                Tok::Ident("a b".into()),
+                Tok::Path("/g/d".into()),
+                Tok::Ident("x-1.y".into()),
+                Tok::Fill,
+                Tok::Section("data"),
+                Tok::Eof
+            ]
+        );
+    }
+
+    #[test]
+    fn errors_have_positions() {
+        let e = tokenize("netcdf x {\n  \"abc", "f.cdl").unwrap_err();
+        assert_eq!(e.to_string(), "f.cdl:2:3: unterminated string constant");
+    }
+}

@@ -1,0 +1,1435 @@
+//! The CDL parser behind `gen`: ncgen's language for the netCDF-4 data model without
+//! user-defined types, turned into a [`Dataset`] plus, per variable, the special attributes
+//! ncgen interprets (`_ChunkSizes`, `_DeflateLevel`, …) and the data values.
+//!
+//! Rules taken from ncgen (and checked against it where the Debian build does not crash):
+//! - An untyped attribute takes its type from its constants: strings (with or without
+//!   character constants) make one `char` attribute, concatenated; character constants alone
+//!   make `byte` values; numbers unify to `double` if any is a double, else `float` if any is a
+//!   float, else the narrowest integer type holding every constant's suffix type (an
+//!   unsuffixed integer is `int`, or `uint`, `int64`, `uint64` when it does not fit).
+//! - `_FillValue` is an ordinary attribute converted to the variable's type.
+//! - Character data: each string (a run of character constants counts as one string) is
+//!   padded with NULs to a multiple of the last dimension's length, unless that dimension is
+//!   an unlimited first and only dimension, in which case strings are just concatenated.
+//!   Characters beyond the variable's size are dropped, as ncgen does with a warning.
+//! - Unlimited dimensions after the first are given with `{ }`: each braced list holds the
+//!   values of one index of the enclosing dimensions, and an unlimited dimension's length is
+//!   the largest record count any variable gives it.
+//!
+//! Data values are returned in the model's native representation: little-endian numbers,
+//! char bytes, and strings as UTF-8 NUL-padded to [`Variable::string_width`], which the parser
+//! sets to the longest value (data or fill) of the variable, and at least 1.
+//! `_nczarr_maxstrlen` and `_nczarr_default_maxstrlen` are kept as ordinary attributes, as
+//! ncgen passes them to the library unchanged.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use super::lexer::{tokenize, Number, Pos, Tok, Token};
+use crate::model::{
+    AttrValue, Attribute, Dataset, DimId, GroupId, NcType, VarId, VarStorage, Variable,
+};
+use crate::{Error, Result};
+
+/// The byte order asked for by `_Endianness`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endianness {
+    /// `"little"`
+    Little,
+    /// `"big"`
+    Big,
+    /// `"native"`
+    Native,
+}
+
+/// The storage layout asked for by `_Storage`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StorageLayout {
+    /// `"contiguous"`
+    Contiguous,
+    /// `"chunked"`
+    Chunked,
+    /// `"compact"`
+    Compact,
+}
+
+/// The special (virtual) attributes of one variable: ncgen turns them into storage settings
+/// instead of attributes. `None` means "not given".
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SpecialAttrs {
+    /// `_ChunkSizes`.
+    pub chunk_sizes: Option<Vec<u64>>,
+    /// `_DeflateLevel`.
+    pub deflate_level: Option<u32>,
+    /// `_Shuffle`.
+    pub shuffle: Option<bool>,
+    /// `_Fletcher32`.
+    pub fletcher32: Option<bool>,
+    /// `_Endianness`.
+    pub endianness: Option<Endianness>,
+    /// `_NoFill`.
+    pub no_fill: Option<bool>,
+    /// `_Storage`.
+    pub storage: Option<StorageLayout>,
+    /// `_Filter` text as written (HDF5 filter ids and parameters, `|`-separated).
+    pub filter: Option<String>,
+    /// `_Codecs` text as written (a JSON list of codec objects).
+    pub codecs: Option<String>,
+    /// `_QuantizeBitGroomNumberOfSignificantDigits`, `_QuantizeGranularBitRoundNumberOf…`,
+    /// `_QuantizeBitRoundNumberOfSignificantBits`: the attribute name and its value.
+    pub quantize: Option<(String, i64)>,
+}
+
+/// Dataset-wide special attributes (ncdump `-s` output); they never become attributes.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct GlobalSpecials {
+    /// `_Format` (`"netCDF-4"`, `"classic"`, …).
+    pub format: Option<String>,
+    /// `_IsNetcdf4`.
+    pub is_netcdf4: Option<String>,
+    /// `_SuperblockVersion`.
+    pub superblock_version: Option<i64>,
+    /// `_NCProperties`.
+    pub nc_properties: Option<String>,
+}
+
+/// What the CDL says about one variable beyond the model.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct VarExtras {
+    /// Its special attributes.
+    pub special: SpecialAttrs,
+    /// Its values over its whole shape in native representation (unset elements hold the fill
+    /// value); `None` when the CDL gives no data for it.
+    pub data: Option<Vec<u8>>,
+}
+
+/// A parsed CDL file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParsedCdl {
+    /// The name after `netcdf`.
+    pub name: String,
+    /// The dataset (groups, dimensions with final unlimited lengths, variables, attributes).
+    pub dataset: Dataset,
+    /// Per variable, indexed like [`Dataset::vars`].
+    pub vars: Vec<VarExtras>,
+    /// Dataset-wide special attributes.
+    pub globals: GlobalSpecials,
+}
+
+/// Reads and parses a CDL file; errors name the file.
+pub fn parse_cdl_file(path: &Path) -> Result<ParsedCdl> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    parse_cdl(&text, &path.display().to_string())
+}
+
+/// Parses CDL text; `file` names it in error messages.
+pub fn parse_cdl(text: &str, file: &str) -> Result<ParsedCdl> {
+    let toks = tokenize(text, file)?;
+    let mut p = Parser {
+        toks,
+        i: 0,
+        file,
+        ds: Dataset::new(),
+        extras: Vec::new(),
+        data: Vec::new(),
+        globals: GlobalSpecials::default(),
+    };
+    let name = p.file_header()?;
+    p.group_body(Dataset::ROOT)?;
+    p.expect(&Tok::RBrace)?;
+    if p.peek() != &Tok::Eof {
+        return Err(p.err(
+            p.pos(),
+            format!("unexpected {} after the end", p.peek().describe()),
+        ));
+    }
+    p.finish_data()?;
+    Ok(ParsedCdl {
+        name,
+        dataset: p.ds,
+        vars: p.extras,
+        globals: p.globals,
+    })
+}
+
+/// A constant in an attribute or data list.
+#[derive(Debug, Clone, PartialEq)]
+enum Const {
+    Num(Number),
+    Str(Vec<u8>),
+    Char(u8),
+}
+
+/// One element of a data list.
+#[derive(Debug, Clone, PartialEq)]
+enum Item {
+    Val(Const, Pos),
+    Fill(Pos),
+    Brace(Vec<Item>, Pos),
+}
+
+impl Item {
+    fn pos(&self) -> Pos {
+        match self {
+            Item::Val(_, p) | Item::Fill(p) | Item::Brace(_, p) => *p,
+        }
+    }
+}
+
+/// One element of a variable after placement: a constant, a fill marker, or one character of
+/// a string spread over a char array.
+#[derive(Debug, Clone)]
+enum Elem<'a> {
+    Val(&'a Const, Pos),
+    Fill,
+    Byte(u8),
+}
+
+struct Parser<'a> {
+    toks: Vec<Token>,
+    i: usize,
+    file: &'a str,
+    ds: Dataset,
+    extras: Vec<VarExtras>,
+    data: Vec<(VarId, Vec<Item>, Pos)>,
+    globals: GlobalSpecials,
+}
+
+const SPECIAL_VAR_ATTRS: [&str; 13] = [
+    "_ChunkSizes",
+    "_DeflateLevel",
+    "_Shuffle",
+    "_Fletcher32",
+    "_Endianness",
+    "_NoFill",
+    "_Storage",
+    "_Filter",
+    "_Codecs",
+    "_QuantizeBitGroomNumberOfSignificantDigits",
+    "_QuantizeGranularBitRoundNumberOfSignificantDigits",
+    "_QuantizeBitRoundNumberOfSignificantBits",
+    "_Format",
+];
+
+const GLOBAL_SPECIALS: [&str; 4] = [
+    "_Format",
+    "_IsNetcdf4",
+    "_SuperblockVersion",
+    "_NCProperties",
+];
+
+impl Parser<'_> {
+    fn peek(&self) -> &Tok {
+        &self.toks[self.i.min(self.toks.len() - 1)].tok
+    }
+
+    fn peek_at(&self, k: usize) -> &Tok {
+        &self.toks[(self.i + k).min(self.toks.len() - 1)].tok
+    }
+
+    fn pos(&self) -> Pos {
+        self.toks[self.i.min(self.toks.len() - 1)].pos
+    }
+
+    fn next(&mut self) -> Token {
+        let t = self.toks[self.i.min(self.toks.len() - 1)].clone();
+        if self.i < self.toks.len() - 1 {
+            self.i += 1;
+        }
+        t
+    }
+
+    fn err(&self, pos: Pos, reason: impl Into<String>) -> Error {
+        Error::Cdl {
+            file: self.file.to_string(),
+            line: pos.line,
+            column: pos.column,
+            reason: reason.into(),
+        }
+    }
+
+    fn syntax(&self, expected: &str) -> Error {
+        self.err(
+            self.pos(),
+            format!(
+                "syntax error: expected {expected}, found {}",
+                self.peek().describe()
+            ),
+        )
+    }
+
+    fn expect(&mut self, tok: &Tok) -> Result<Pos> {
+        if self.peek() == tok {
+            Ok(self.next().pos)
+        } else {
+            Err(self.syntax(&tok.describe()))
+        }
+    }
+
+    fn user_types(&self, pos: Pos) -> Error {
+        self.err(
+            pos,
+            "user-defined types are not supported (enum, compound, opaque, vlen)",
+        )
+    }
+
+    fn name_token(&mut self, what: &str) -> Result<(String, Pos)> {
+        match self.peek().clone() {
+            Tok::Ident(s) => {
+                let pos = self.next().pos;
+                check_name(&s)
+                    .map_err(|r| self.err(pos, format!("illegal {what} name {s:?}: {r}")))?;
+                Ok((s, pos))
+            }
+            _ => Err(self.syntax(&format!("a {what} name"))),
+        }
+    }
+
+    fn file_header(&mut self) -> Result<String> {
+        match self.peek() {
+            Tok::Ident(s) if s == "netcdf" => {
+                self.next();
+            }
+            _ => return Err(self.syntax("\"netcdf\"")),
+        }
+        // The dataset name may be a path-like or dotted name; ncgen takes any name here.
+        let name = match self.next().tok {
+            Tok::Ident(s) | Tok::Path(s) => s,
+            _ => {
+                return Err(self.err(
+                    self.toks[self.i - 1].pos,
+                    "syntax error: expected the dataset name",
+                ))
+            }
+        };
+        self.expect(&Tok::LBrace)?;
+        Ok(name)
+    }
+
+    /// The declarations of one group, up to (not including) its closing brace.
+    fn group_body(&mut self, g: GroupId) -> Result<()> {
+        #[derive(PartialEq)]
+        enum Mode {
+            Start,
+            Dims,
+            Vars,
+            Data,
+            Groups,
+        }
+        let mut mode = Mode::Start;
+        loop {
+            let pos = self.pos();
+            match self.peek().clone() {
+                Tok::RBrace | Tok::Eof => return Ok(()),
+                Tok::Section(s) => {
+                    self.next();
+                    let new = match s {
+                        "dimensions" => Mode::Dims,
+                        "variables" => Mode::Vars,
+                        "data" => Mode::Data,
+                        "types" => return Err(self.user_types(pos)),
+                        _ => {
+                            self.subgroup(g)?;
+                            Mode::Groups
+                        }
+                    };
+                    if mode == Mode::Groups && new != Mode::Groups {
+                        return Err(self.err(pos, "syntax error: declarations after a subgroup"));
+                    }
+                    mode = new;
+                }
+                Tok::Colon => self.attribute(g, None)?,
+                Tok::Ident(word) => {
+                    let next = self.peek_at(1).clone();
+                    if matches!(word.as_str(), "enum" | "compound" | "opaque")
+                        || (NcType::from_cdl_name(&word).is_some() && next == Tok::LParen)
+                    {
+                        return Err(self.user_types(pos));
+                    }
+                    if let Some(t) = NcType::from_cdl_name(&word) {
+                        if mode == Mode::Data || mode == Mode::Dims {
+                            // A dimension or variable named like a type keeps its meaning
+                            // as a name in these sections.
+                            if next == Tok::Eq {
+                                self.named_entry(g, mode == Mode::Dims)?;
+                                continue;
+                            }
+                        }
+                        if next == Tok::Colon && self.ds.find_var_in(g, &word).is_some() {
+                            // `byte:units = ...` where `byte` is a variable's name.
+                            self.attribute(g, None)?;
+                            continue;
+                        }
+                        self.next();
+                        match self.peek_at(0).clone() {
+                            Tok::Colon => self.attribute(g, Some(t))?,
+                            Tok::Ident(_) | Tok::Path(_) if self.peek_at(1) == &Tok::Colon => {
+                                self.attribute(g, Some(t))?
+                            }
+                            _ => {
+                                if mode != Mode::Vars {
+                                    return Err(self
+                                        .err(pos, "variable declaration outside \"variables:\""));
+                                }
+                                self.var_decl(g, t)?
+                            }
+                        }
+                    } else if next == Tok::Colon {
+                        self.attribute(g, None)?;
+                    } else if next == Tok::Eq && (mode == Mode::Dims || mode == Mode::Data) {
+                        self.named_entry(g, mode == Mode::Dims)?;
+                    } else if matches!(next, Tok::Ident(_)) && mode == Mode::Vars {
+                        return Err(self.err(
+                            pos,
+                            format!("unknown type {word:?}: user-defined types are not supported"),
+                        ));
+                    } else {
+                        return Err(self.syntax("a declaration"));
+                    }
+                }
+                Tok::Path(_) if mode == Mode::Data => self.named_entry(g, false)?,
+                _ => return Err(self.syntax("a declaration")),
+            }
+        }
+    }
+
+    fn named_entry(&mut self, g: GroupId, dims: bool) -> Result<()> {
+        if dims {
+            self.dim_decls(g)
+        } else {
+            self.data_decl(g)
+        }
+    }
+
+    fn subgroup(&mut self, parent: GroupId) -> Result<()> {
+        let (name, pos) = self.name_token("group")?;
+        if self.ds.find_group_in(parent, &name).is_some() {
+            return Err(self.err(pos, format!("group {name:?} is defined twice")));
+        }
+        if self.ds.find_var_in(parent, &name).is_some() {
+            return Err(self.err(pos, format!("group {name:?} has the name of a variable")));
+        }
+        self.expect(&Tok::LBrace)?;
+        let g = self.ds.add_group(parent, &name);
+        self.group_body(g)?;
+        self.expect(&Tok::RBrace)?;
+        Ok(())
+    }
+
+    /// `d = 5, e = UNLIMITED ;`
+    fn dim_decls(&mut self, g: GroupId) -> Result<()> {
+        loop {
+            let (name, pos) = self.name_token("dimension")?;
+            self.expect(&Tok::Eq)?;
+            let lpos = self.pos();
+            let (len, unlimited) = match self.next().tok {
+                Tok::Ident(s) if s.eq_ignore_ascii_case("unlimited") => (0, true),
+                Tok::Num(Number::Int { value, .. }) if value > 0 && value <= u64::MAX as i128 => {
+                    (value as u64, false)
+                }
+                Tok::Num(Number::Float { value, .. })
+                    if value > 0.0 && value.fract() == 0.0 && value < 1.8e19 =>
+                {
+                    (value as u64, false)
+                }
+                _ => {
+                    return Err(self.err(
+                        lpos,
+                        "dimension length must be a positive integer or UNLIMITED",
+                    ))
+                }
+            };
+            if self.ds.find_dim_in(g, &name).is_some() {
+                return Err(self.err(pos, format!("dimension {name:?} is defined twice")));
+            }
+            self.ds.add_dim(g, &name, len, unlimited);
+            match self.next().tok {
+                Tok::Comma => continue,
+                Tok::Semi => return Ok(()),
+                _ => {
+                    return Err(self.err(
+                        self.toks[self.i - 1].pos,
+                        "syntax error: expected \",\" or \";\"",
+                    ))
+                }
+            }
+        }
+    }
+
+    /// `type v(d1, d2), w ;` (the type already consumed).
+    fn var_decl(&mut self, g: GroupId, t: NcType) -> Result<()> {
+        loop {
+            let (name, pos) = self.name_token("variable")?;
+            let mut dims = Vec::new();
+            if self.peek() == &Tok::LParen {
+                self.next();
+                loop {
+                    let dpos = self.pos();
+                    let d = match self.next().tok {
+                        Tok::Ident(n) => self.ds.find_dim_visible(g, &n),
+                        Tok::Path(p) => self.ds.find_dim(&p),
+                        Tok::Star => return Err(self.user_types(dpos)),
+                        _ => return Err(self.err(dpos, "syntax error: expected a dimension name")),
+                    };
+                    let Some(d) = d else {
+                        let text = match &self.toks[self.i - 1].tok {
+                            Tok::Ident(n) | Tok::Path(n) => n.clone(),
+                            _ => String::new(),
+                        };
+                        return Err(self.err(dpos, format!("unknown dimension {text:?}")));
+                    };
+                    dims.push(d);
+                    match self.next().tok {
+                        Tok::Comma => continue,
+                        Tok::RParen => break,
+                        _ => {
+                            return Err(self.err(
+                                self.toks[self.i - 1].pos,
+                                "syntax error: expected \",\" or \")\"",
+                            ))
+                        }
+                    }
+                }
+            }
+            if self.ds.find_var_in(g, &name).is_some() {
+                return Err(self.err(pos, format!("variable {name:?} is defined twice")));
+            }
+            if self.ds.find_group_in(g, &name).is_some() {
+                return Err(self.err(pos, format!("variable {name:?} has the name of a group")));
+            }
+            self.ds.add_var(Variable {
+                name,
+                group: g,
+                nctype: t,
+                dims,
+                string_width: if t == NcType::String { 1 } else { 0 },
+                attrs: Vec::new(),
+                storage: VarStorage::default(),
+            });
+            self.extras.push(VarExtras::default());
+            match self.next().tok {
+                Tok::Comma => continue,
+                Tok::Semi => return Ok(()),
+                _ => {
+                    return Err(self.err(
+                        self.toks[self.i - 1].pos,
+                        "syntax error: expected \",\" or \";\"",
+                    ))
+                }
+            }
+        }
+    }
+
+    /// `[type] [var]:name = values ;` (a type keyword already consumed when `typed` is set).
+    fn attribute(&mut self, g: GroupId, typed: Option<NcType>) -> Result<()> {
+        let target = match self.peek().clone() {
+            Tok::Colon => None,
+            Tok::Ident(v) => {
+                let vpos = self.next().pos;
+                match self.ds.find_var_in(g, &v) {
+                    Some(id) => Some(id),
+                    None => {
+                        return Err(self.err(vpos, format!("attribute of undefined variable {v:?}")))
+                    }
+                }
+            }
+            Tok::Path(p) => {
+                let vpos = self.next().pos;
+                match self.ds.find_var(&p) {
+                    Some(id) => Some(id),
+                    None => {
+                        return Err(self.err(vpos, format!("attribute of undefined variable {p:?}")))
+                    }
+                }
+            }
+            _ => return Err(self.syntax("an attribute")),
+        };
+        self.expect(&Tok::Colon)?;
+        let (name, npos) = match self.peek().clone() {
+            Tok::Ident(s) => (s, self.next().pos),
+            Tok::Section(s) => (s.to_string(), self.next().pos),
+            _ => return Err(self.syntax("an attribute name")),
+        };
+        check_name(&name)
+            .map_err(|r| self.err(npos, format!("illegal attribute name {name:?}: {r}")))?;
+        self.expect(&Tok::Eq)?;
+        let mut values = Vec::new();
+        loop {
+            let pos = self.pos();
+            let c = match self.next().tok {
+                Tok::Num(n) => Const::Num(n),
+                Tok::Str(s) => Const::Str(s),
+                Tok::Char(c) => Const::Char(c),
+                Tok::Fill => {
+                    return Err(self.err(
+                        pos,
+                        format!("attribute {name:?} may not contain fill values (\"_\")"),
+                    ))
+                }
+                Tok::LBrace => return Err(self.user_types(pos)),
+                _ => return Err(self.err(pos, "syntax error: expected an attribute value")),
+            };
+            values.push((c, pos));
+            match self.next().tok {
+                Tok::Comma => continue,
+                Tok::Semi => break,
+                _ => {
+                    return Err(self.err(
+                        self.toks[self.i - 1].pos,
+                        "syntax error: expected \",\" or \";\"",
+                    ))
+                }
+            }
+        }
+
+        if target.is_none() && g == Dataset::ROOT && GLOBAL_SPECIALS.contains(&name.as_str()) {
+            return self.global_special(&name, &values, npos);
+        }
+        if let Some(v) = target {
+            if SPECIAL_VAR_ATTRS.contains(&name.as_str()) && name != "_Format" {
+                return self.var_special(v, &name, &values, npos);
+            }
+        }
+        let value = if let (Some(v), "_FillValue") = (target, name.as_str()) {
+            let vt = self.ds.var(v).nctype;
+            if let Some(t) = typed {
+                if t != vt {
+                    return Err(self.err(
+                        npos,
+                        format!(
+                            "type mismatch: _FillValue of type {} for a {} variable",
+                            t.cdl_name(),
+                            vt.cdl_name()
+                        ),
+                    ));
+                }
+            }
+            let mut value = self.typed_attr(&values, vt)?;
+            // ncdump writes a NUL fill character as "".
+            if value == AttrValue::Char(Vec::new()) {
+                value = AttrValue::Char(vec![0]);
+            }
+            if value.len() != 1 {
+                return Err(self.err(npos, "_FillValue must have exactly one value"));
+            }
+            value
+        } else {
+            match typed {
+                Some(t) => self.typed_attr(&values, t)?,
+                None => self.untyped_attr(&values)?,
+            }
+        };
+        let attrs = match target {
+            Some(v) => &mut self.ds.vars[v.0].attrs,
+            None => &mut self.ds.groups[g.0].attrs,
+        };
+        if attrs.iter().any(|a| a.name == name) {
+            return Err(self.err(npos, format!("attribute {name:?} is defined twice")));
+        }
+        attrs.push(Attribute { name, value });
+        Ok(())
+    }
+
+    fn global_special(&mut self, name: &str, values: &[(Const, Pos)], pos: Pos) -> Result<()> {
+        let text = || -> Option<String> {
+            let mut s = Vec::new();
+            for (c, _) in values {
+                match c {
+                    Const::Str(b) => s.extend_from_slice(b),
+                    Const::Char(b) => s.push(*b),
+                    Const::Num(_) => return None,
+                }
+            }
+            String::from_utf8(s).ok()
+        };
+        match name {
+            "_SuperblockVersion" => match values {
+                [(Const::Num(Number::Int { value, .. }), _)] => {
+                    self.globals.superblock_version = Some(*value as i64)
+                }
+                _ => return Err(self.err(pos, "_SuperblockVersion must be one integer")),
+            },
+            _ => {
+                let Some(t) = text() else {
+                    return Err(self.err(pos, format!("type mismatch: {name} must be a string")));
+                };
+                match name {
+                    "_Format" => self.globals.format = Some(t),
+                    "_IsNetcdf4" => self.globals.is_netcdf4 = Some(t),
+                    _ => self.globals.nc_properties = Some(t),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn var_special(
+        &mut self,
+        v: VarId,
+        name: &str,
+        values: &[(Const, Pos)],
+        pos: Pos,
+    ) -> Result<()> {
+        let text = join_text(values);
+        let ints: Option<Vec<i128>> = values
+            .iter()
+            .map(|(c, _)| match c {
+                Const::Num(Number::Int { value, .. }) => Some(*value),
+                Const::Num(Number::Float { value, .. }) if value.fract() == 0.0 => {
+                    Some(*value as i128)
+                }
+                _ => None,
+            })
+            .collect();
+        let flag = |s: &Option<String>, ints: &Option<Vec<i128>>| -> Option<bool> {
+            if let Some(s) = s {
+                match s.to_ascii_lowercase().as_str() {
+                    "true" | "1" => return Some(true),
+                    "false" | "0" => return Some(false),
+                    _ => return None,
+                }
+            }
+            match ints.as_deref() {
+                Some([i]) => Some(*i != 0),
+                _ => None,
+            }
+        };
+        let err_at = self.err(pos, String::new());
+        let bad = |what: &str| match &err_at {
+            Error::Cdl {
+                file, line, column, ..
+            } => Error::Cdl {
+                file: file.clone(),
+                line: *line,
+                column: *column,
+                reason: format!("{name}: expected {what}"),
+            },
+            other => Error::Invalid(other.to_string()),
+        };
+        let ndims = self.ds.var(v).dims.len();
+        let sp = &mut self.extras[v.0].special;
+        match name {
+            "_ChunkSizes" => {
+                let Some(ints) =
+                    ints.filter(|i| i.iter().all(|x| *x > 0 && *x <= u32::MAX as i128))
+                else {
+                    return Err(bad("positive integers"));
+                };
+                if ints.len() != ndims {
+                    return Err(bad(&format!("{ndims} chunk sizes (the variable's rank)")));
+                }
+                sp.chunk_sizes = Some(ints.iter().map(|x| *x as u64).collect());
+            }
+            "_DeflateLevel" => match ints.as_deref() {
+                Some([l]) if (0..=9).contains(l) => sp.deflate_level = Some(*l as u32),
+                _ => return Err(bad("one integer from 0 to 9")),
+            },
+            "_Shuffle" => {
+                sp.shuffle = Some(flag(&text, &ints).ok_or_else(|| bad("\"true\" or \"false\""))?)
+            }
+            "_Fletcher32" => {
+                sp.fletcher32 =
+                    Some(flag(&text, &ints).ok_or_else(|| bad("\"true\" or \"false\""))?)
+            }
+            "_NoFill" => {
+                sp.no_fill = Some(flag(&text, &ints).ok_or_else(|| bad("\"true\" or \"false\""))?)
+            }
+            "_Endianness" => {
+                sp.endianness = Some(
+                    match text.as_deref().map(str::to_ascii_lowercase).as_deref() {
+                        Some("little") => Endianness::Little,
+                        Some("big") => Endianness::Big,
+                        Some("native") => Endianness::Native,
+                        _ => return Err(bad("\"little\", \"big\" or \"native\"")),
+                    },
+                )
+            }
+            "_Storage" => {
+                sp.storage = Some(
+                    match text.as_deref().map(str::to_ascii_lowercase).as_deref() {
+                        Some("contiguous") => StorageLayout::Contiguous,
+                        Some("chunked") => StorageLayout::Chunked,
+                        Some("compact") => StorageLayout::Compact,
+                        _ => return Err(bad("\"contiguous\", \"chunked\" or \"compact\"")),
+                    },
+                )
+            }
+            "_Filter" => sp.filter = Some(text.ok_or_else(|| bad("a string"))?),
+            "_Codecs" => sp.codecs = Some(text.ok_or_else(|| bad("a string"))?),
+            _ => match ints.as_deref() {
+                Some([n]) => sp.quantize = Some((name.to_string(), *n as i64)),
+                _ => return Err(bad("one integer")),
+            },
+        }
+        Ok(())
+    }
+
+    /// Converts attribute constants to type `t`.
+    fn typed_attr(&self, values: &[(Const, Pos)], t: NcType) -> Result<AttrValue> {
+        match t {
+            NcType::Char => {
+                let mut out = Vec::new();
+                for (c, pos) in values {
+                    match c {
+                        Const::Str(s) => out.extend_from_slice(s),
+                        Const::Char(b) => out.push(*b),
+                        Const::Num(_) => {
+                            return Err(
+                                self.err(*pos, "type mismatch: a number in a char attribute")
+                            )
+                        }
+                    }
+                }
+                Ok(AttrValue::Char(out))
+            }
+            NcType::String => {
+                let mut out = Vec::new();
+                for (c, pos) in values {
+                    out.push(self.to_string_value(c, *pos)?);
+                }
+                Ok(AttrValue::Str(out))
+            }
+            _ => {
+                let mut bytes = Vec::new();
+                for (c, pos) in values {
+                    self.to_native(c, t, *pos, &mut bytes)?;
+                }
+                Ok(attr_from_native(t, &bytes))
+            }
+        }
+    }
+
+    fn untyped_attr(&self, values: &[(Const, Pos)]) -> Result<AttrValue> {
+        let any_str = values.iter().any(|(c, _)| matches!(c, Const::Str(_)));
+        let all_chars = values.iter().all(|(c, _)| matches!(c, Const::Char(_)));
+        if any_str || all_chars {
+            if let Some((_, pos)) = values.iter().find(|(c, _)| matches!(c, Const::Num(_))) {
+                return Err(self.err(*pos, "type mismatch: numbers and strings in one attribute"));
+            }
+            if all_chars {
+                return self.typed_attr(values, NcType::Byte);
+            }
+            return self.typed_attr(values, NcType::Char);
+        }
+        let mut float = None::<bool>;
+        let mut ints = Vec::new();
+        for (c, pos) in values {
+            match c {
+                Const::Num(Number::Float { single, .. }) => {
+                    float = Some(float.unwrap_or(true) && *single);
+                }
+                Const::Num(Number::Int { value, suffix }) => {
+                    ints.push(suffix.unwrap_or_else(|| natural_int_type(*value)));
+                }
+                Const::Char(_) => ints.push(NcType::Byte),
+                Const::Str(_) => {
+                    return Err(
+                        self.err(*pos, "type mismatch: numbers and strings in one attribute")
+                    )
+                }
+            }
+        }
+        let t = match float {
+            Some(true) => NcType::Float,
+            Some(false) => NcType::Double,
+            None => unify_ints(&ints),
+        };
+        self.typed_attr(values, t)
+    }
+
+    fn to_string_value(&self, c: &Const, pos: Pos) -> Result<String> {
+        let bytes = match c {
+            Const::Str(s) => s.clone(),
+            Const::Char(b) => vec![*b],
+            Const::Num(_) => return Err(self.err(pos, "type mismatch: a number for a string")),
+        };
+        String::from_utf8(bytes).map_err(|_| self.err(pos, "string constant is not valid UTF-8"))
+    }
+
+    /// Appends constant `c` converted to numeric type `t` in native little-endian form.
+    fn to_native(&self, c: &Const, t: NcType, pos: Pos, out: &mut Vec<u8>) -> Result<()> {
+        let mismatch = |what: &str| {
+            self.err(
+                pos,
+                format!("type mismatch: {what} for type {}", t.cdl_name()),
+            )
+        };
+        if matches!(t, NcType::Float | NcType::Double) {
+            let v = match c {
+                Const::Num(Number::Int { value, .. }) => *value as f64,
+                Const::Num(Number::Float { value, .. }) => *value,
+                Const::Char(_) => return Err(mismatch("a character constant")),
+                Const::Str(_) => return Err(mismatch("a string")),
+            };
+            if t == NcType::Float {
+                if v.is_finite() && v.abs() > f32::MAX as f64 {
+                    return Err(self.err(pos, format!("value {v} out of range for type float")));
+                }
+                out.extend_from_slice(&(v as f32).to_le_bytes());
+            } else {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+            return Ok(());
+        }
+        if t == NcType::Char {
+            match c {
+                Const::Char(b) => out.push(*b),
+                _ => return Err(mismatch("a number")),
+            }
+            return Ok(());
+        }
+        let v: i128 = match c {
+            Const::Num(Number::Int { value, .. }) => *value,
+            Const::Num(Number::Float { value, .. }) => {
+                if !value.is_finite() || value.fract() != 0.0 {
+                    return Err(mismatch(&format!("non-integral value {value}")));
+                }
+                *value as i128
+            }
+            Const::Char(b) => *b as i128,
+            Const::Str(_) => return Err(mismatch("a string")),
+        };
+        let (lo, hi) = int_range(t);
+        if v < lo || v > hi {
+            return Err(self.err(
+                pos,
+                format!("value {v} out of range for type {}", t.cdl_name()),
+            ));
+        }
+        let size = t.size();
+        out.extend_from_slice(&v.to_le_bytes()[..size]);
+        Ok(())
+    }
+
+    /// `v = values ;` in a data section.
+    fn data_decl(&mut self, g: GroupId) -> Result<()> {
+        let pos = self.pos();
+        let var = match self.next().tok {
+            Tok::Ident(n) => self.ds.find_var_in(g, &n).ok_or_else(|| n.clone()),
+            Tok::Path(p) => self.ds.find_var(&p).ok_or_else(|| p.clone()),
+            _ => return Err(self.err(pos, "syntax error: expected a variable name")),
+        };
+        let var = var.map_err(|n| self.err(pos, format!("data for undefined variable {n:?}")))?;
+        self.expect(&Tok::Eq)?;
+        let items = self.data_list(true)?;
+        if self.data.iter().any(|(v, _, _)| *v == var) {
+            return Err(self.err(
+                pos,
+                format!("data for variable {:?} given twice", self.ds.var(var).name),
+            ));
+        }
+        self.data.push((var, items, pos));
+        Ok(())
+    }
+
+    /// A comma-separated list of data items ending at `;` (top level) or `}` (not consumed).
+    fn data_list(&mut self, top: bool) -> Result<Vec<Item>> {
+        let mut items = Vec::new();
+        loop {
+            let pos = self.pos();
+            let item = match self.next().tok {
+                Tok::Num(n) => Item::Val(Const::Num(n), pos),
+                Tok::Str(s) => Item::Val(Const::Str(s), pos),
+                Tok::Char(c) => Item::Val(Const::Char(c), pos),
+                Tok::Fill => Item::Fill(pos),
+                Tok::LBrace => {
+                    let inner = self.data_list(false)?;
+                    self.expect(&Tok::RBrace)?;
+                    Item::Brace(inner, pos)
+                }
+                Tok::Semi if top && items.is_empty() => return Ok(items),
+                _ => return Err(self.err(pos, "syntax error: expected a data value")),
+            };
+            items.push(item);
+            match self.peek() {
+                Tok::Comma => {
+                    self.next();
+                }
+                Tok::Semi if top => {
+                    self.next();
+                    return Ok(items);
+                }
+                Tok::RBrace if !top => return Ok(items),
+                _ => {
+                    return Err(self.syntax(if top {
+                        "\",\" or \";\""
+                    } else {
+                        "\",\" or \"}\""
+                    }))
+                }
+            }
+        }
+    }
+
+    /// Sizes the unlimited dimensions from the data, then builds every variable's values.
+    fn finish_data(&mut self) -> Result<()> {
+        let data = std::mem::take(&mut self.data);
+        let mut ext: HashMap<DimId, u64> = HashMap::new();
+        for (v, items, pos) in &data {
+            let var = self.ds.var(*v);
+            let dims = var.dims.clone();
+            let is_char = var.nctype == NcType::Char;
+            if dims.is_empty() {
+                let n = if is_char {
+                    char_count(items, 1)
+                } else {
+                    count_flat(items)
+                };
+                if n > 1 {
+                    return Err(self.err(*pos, "too many values for a scalar variable"));
+                }
+                continue;
+            }
+            self.measure(&dims, 0, items, is_char, &mut ext)?;
+        }
+        for (d, n) in &ext {
+            self.ds.dims[d.0].len = *n;
+        }
+        for (v, items, _) in &data {
+            let (bytes, width) = self.materialize(*v, items)?;
+            if let Some(w) = width {
+                self.ds.vars[v.0].string_width = w;
+            }
+            self.extras[v.0].data = Some(bytes);
+        }
+        // Every variable's fill value, and the width of strings without data.
+        for i in 0..self.ds.vars.len() {
+            let fill = self.fill_bytes(VarId(i))?;
+            let var = &mut self.ds.vars[i];
+            if var.nctype == NcType::String {
+                var.string_width = var.string_width.max(fill.len()).max(1);
+            }
+            let mut fill = fill;
+            fill.resize(var.element_size(), 0);
+            var.storage.fill_value = Some(fill);
+            let shape = self.ds.var_shape(VarId(i));
+            self.ds.vars[i].storage.shape = shape;
+        }
+        Ok(())
+    }
+
+    /// Index of the first unlimited dimension after `i`, or `dims.len()`.
+    fn next_unlimited(&self, dims: &[DimId], i: usize) -> usize {
+        (i + 1..dims.len())
+            .find(|j| self.ds.dim(dims[*j]).unlimited)
+            .unwrap_or(dims.len())
+    }
+
+    fn fixed_product(&self, dims: &[DimId]) -> u64 {
+        dims.iter().map(|d| self.ds.dim(*d).len).product()
+    }
+
+    /// Pass 1: how many indices of `dims[i]` the items fill; records unlimited extents.
+    fn measure(
+        &self,
+        dims: &[DimId],
+        i: usize,
+        items: &[Item],
+        is_char: bool,
+        ext: &mut HashMap<DimId, u64>,
+    ) -> Result<()> {
+        let k = self.next_unlimited(dims, i);
+        let p = self.fixed_product(&dims[i + 1..k]).max(1);
+        let m = if k == dims.len() {
+            if is_char {
+                char_count(items, self.char_row(dims, i))
+            } else {
+                count_flat(items)
+            }
+        } else {
+            for it in items {
+                match it {
+                    Item::Brace(inner, _) => self.measure(dims, k, inner, is_char, ext)?,
+                    other => {
+                        return Err(self.err(
+                            other.pos(),
+                            format!(
+                                "expected \"{{\" around the values of unlimited dimension {:?}",
+                                self.ds.dim(dims[k]).name
+                            ),
+                        ))
+                    }
+                }
+            }
+            items.len() as u64
+        };
+        let n = m.div_ceil(p);
+        let d = self.ds.dim(dims[i]);
+        if d.unlimited {
+            let e = ext.entry(dims[i]).or_insert(0);
+            *e = (*e).max(n);
+        } else if n > d.len && !is_char {
+            let at = items.last().map(Item::pos).unwrap_or_default();
+            return Err(self.err(
+                at,
+                format!(
+                    "too many values for dimension {:?} of length {}",
+                    d.name, d.len
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The length strings are padded to a multiple of for a char variable whose values start
+    /// at dimension `i`: the last dimension's length, or 1 (no padding) when it is an
+    /// unlimited dimension holding the values directly.
+    fn char_row(&self, dims: &[DimId], i: usize) -> u64 {
+        let last = dims.len() - 1;
+        let d = self.ds.dim(dims[last]);
+        if d.unlimited && last == i {
+            1
+        } else {
+            d.len.max(1)
+        }
+    }
+
+    /// Pass 2: the variable's values as native bytes, and for strings the width they are
+    /// padded to.
+    fn materialize(&self, v: VarId, items: &[Item]) -> Result<(Vec<u8>, Option<usize>)> {
+        let var = self.ds.var(v);
+        let shape = self.ds.var_shape(v);
+        let total: u64 = shape.iter().product();
+        if total > (1u64 << 31) {
+            return Err(Error::Unsupported(format!(
+                "data of {} elements for {} in CDL",
+                total,
+                self.ds.var_fqn(v)
+            )));
+        }
+        let mut elems: Vec<Elem> = vec![Elem::Fill; total as usize];
+        if var.dims.is_empty() {
+            let mut flat = Vec::new();
+            flatten(items, &mut flat);
+            if var.nctype == NcType::Char {
+                let chars = expand_chars(&flat, 1);
+                if let Some(b) = chars.first() {
+                    elems[0] = b.clone();
+                }
+            } else if let Some(e) = flat.first() {
+                elems[0] = e.clone();
+            }
+        } else {
+            let mut strides = vec![1u64; shape.len()];
+            for j in (0..shape.len().saturating_sub(1)).rev() {
+                strides[j] = strides[j + 1] * shape[j + 1];
+            }
+            self.place(
+                &var.dims,
+                &shape,
+                &strides,
+                0,
+                0,
+                items,
+                var.nctype == NcType::Char,
+                &mut elems,
+            );
+        }
+        let fill = self.fill_bytes(v)?;
+        if var.nctype == NcType::String {
+            let mut strs: Vec<Vec<u8>> = Vec::with_capacity(elems.len());
+            for e in &elems {
+                strs.push(match e {
+                    Elem::Val(c, pos) => self.to_string_value(c, *pos)?.into_bytes(),
+                    Elem::Fill => fill.clone(),
+                    Elem::Byte(b) => vec![*b],
+                });
+            }
+            let width = strs
+                .iter()
+                .map(Vec::len)
+                .max()
+                .unwrap_or(0)
+                .max(fill.len())
+                .max(1);
+            let mut out = Vec::with_capacity(width * strs.len());
+            for s in strs {
+                let start = out.len();
+                out.extend_from_slice(&s);
+                out.resize(start + width, 0);
+            }
+            return Ok((out, Some(width)));
+        }
+        let mut out = Vec::with_capacity(elems.len() * var.nctype.size());
+        for e in &elems {
+            match e {
+                Elem::Val(c, pos) => self.to_native(c, var.nctype, *pos, &mut out)?,
+                Elem::Fill => out.extend_from_slice(&fill),
+                Elem::Byte(b) => out.push(*b),
+            }
+        }
+        Ok((out, None))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn place<'b>(
+        &self,
+        dims: &[DimId],
+        shape: &[u64],
+        strides: &[u64],
+        i: usize,
+        base: u64,
+        items: &'b [Item],
+        is_char: bool,
+        elems: &mut Vec<Elem<'b>>,
+    ) {
+        let k = self.next_unlimited(dims, i);
+        let p: u64 = shape[i + 1..k].iter().product::<u64>().max(1);
+        // Offset of element number `e` of this level: index e/p on dim i, then e%p spread
+        // row-major over dims i+1..k.
+        let offset = |e: u64| -> Option<u64> {
+            let idx = e / p;
+            if idx >= shape[i] {
+                return None;
+            }
+            let mut off = base + idx * strides[i];
+            let mut rest = e % p;
+            for j in (i + 1..k).rev() {
+                off += (rest % shape[j]) * strides[j];
+                rest /= shape[j];
+            }
+            Some(off)
+        };
+        if k == dims.len() {
+            let mut flat = Vec::new();
+            flatten(items, &mut flat);
+            let seq = if is_char {
+                expand_chars(&flat, self.char_row(dims, i))
+            } else {
+                flat
+            };
+            for (e, val) in seq.into_iter().enumerate() {
+                match offset(e as u64) {
+                    Some(off) => elems[off as usize] = val,
+                    None => break,
+                }
+            }
+        } else {
+            for (e, it) in items.iter().enumerate() {
+                let (Some(off), Item::Brace(inner, _)) = (offset(e as u64), it) else {
+                    continue;
+                };
+                self.place(dims, shape, strides, k, off, inner, is_char, elems);
+            }
+        }
+    }
+
+    /// The fill value of a variable as native bytes (strings: the fill string's bytes).
+    fn fill_bytes(&self, v: VarId) -> Result<Vec<u8>> {
+        let var = self.ds.var(v);
+        let Some(a) = var.attr("_FillValue") else {
+            return Ok(var.nctype.default_fill());
+        };
+        Ok(match &a.value {
+            AttrValue::Str(s) => s.first().cloned().unwrap_or_default().into_bytes(),
+            AttrValue::Char(c) => vec![c.first().copied().unwrap_or(0)],
+            other => attr_to_native(other),
+        })
+    }
+}
+
+/// Returns whether `name` is a legal netCDF name, or why not.
+fn check_name(name: &str) -> std::result::Result<(), &'static str> {
+    let Some(first) = name.chars().next() else {
+        return Err("empty name");
+    };
+    if name.contains('/') {
+        return Err("names may not contain '/'");
+    }
+    if name.chars().any(|c| (c as u32) < 0x20 || c as u32 == 0x7f) {
+        return Err("names may not contain control characters");
+    }
+    if !(first.is_ascii_alphanumeric() || first == '_' || !first.is_ascii()) {
+        return Err("names must start with a letter, a digit, '_' or a UTF-8 character");
+    }
+    if name.ends_with(' ') {
+        return Err("names may not end with a space");
+    }
+    Ok(())
+}
+
+/// The text of string/character constants, `None` if a number is among them.
+fn join_text(values: &[(Const, Pos)]) -> Option<String> {
+    let mut s = Vec::new();
+    for (c, _) in values {
+        match c {
+            Const::Str(b) => s.extend_from_slice(b),
+            Const::Char(b) => s.push(*b),
+            Const::Num(_) => return None,
+        }
+    }
+    String::from_utf8(s).ok()
+}
+
+fn int_range(t: NcType) -> (i128, i128) {
+    match t {
+        NcType::Byte => (i8::MIN as i128, i8::MAX as i128),
+        NcType::UByte => (0, u8::MAX as i128),
+        NcType::Short => (i16::MIN as i128, i16::MAX as i128),
+        NcType::UShort => (0, u16::MAX as i128),
+        NcType::Int => (i32::MIN as i128, i32::MAX as i128),
+        NcType::UInt => (0, u32::MAX as i128),
+        NcType::Int64 => (i64::MIN as i128, i64::MAX as i128),
+        _ => (0, u64::MAX as i128),
+    }
+}
+
+/// The type ncgen gives an unsuffixed integer literal.
+fn natural_int_type(v: i128) -> NcType {
+    [NcType::Int, NcType::UInt, NcType::Int64]
+        .into_iter()
+        .find(|t| {
+            let (lo, hi) = int_range(*t);
+            v >= lo && v <= hi
+        })
+        .unwrap_or(NcType::UInt64)
+}
+
+/// The narrowest integer type holding values of all the given types.
+fn unify_ints(types: &[NcType]) -> NcType {
+    let any_signed = types.iter().any(|t| {
+        matches!(
+            t,
+            NcType::Byte | NcType::Short | NcType::Int | NcType::Int64
+        )
+    });
+    let mut size = 1;
+    for t in types {
+        let unsigned = matches!(
+            t,
+            NcType::UByte | NcType::UShort | NcType::UInt | NcType::UInt64
+        );
+        // Mixing signed and unsigned needs the next signed size to hold both.
+        let s = if any_signed && unsigned {
+            (t.size() * 2).min(8)
+        } else {
+            t.size()
+        };
+        size = size.max(s);
+    }
+    match (any_signed, size) {
+        (true, 1) => NcType::Byte,
+        (true, 2) => NcType::Short,
+        (true, 4) => NcType::Int,
+        (true, _) => NcType::Int64,
+        (false, 1) => NcType::UByte,
+        (false, 2) => NcType::UShort,
+        (false, 4) => NcType::UInt,
+        (false, _) => NcType::UInt64,
+    }
+}
+
+fn attr_from_native(t: NcType, b: &[u8]) -> AttrValue {
+    fn chunks<const N: usize>(b: &[u8]) -> impl Iterator<Item = [u8; N]> + '_ {
+        b.chunks_exact(N).map(|c| {
+            let mut a = [0u8; N];
+            a.copy_from_slice(c);
+            a
+        })
+    }
+    match t {
+        NcType::Byte => AttrValue::Byte(b.iter().map(|x| *x as i8).collect()),
+        NcType::UByte => AttrValue::UByte(b.to_vec()),
+        NcType::Short => AttrValue::Short(chunks(b).map(i16::from_le_bytes).collect()),
+        NcType::UShort => AttrValue::UShort(chunks(b).map(u16::from_le_bytes).collect()),
+        NcType::Int => AttrValue::Int(chunks(b).map(i32::from_le_bytes).collect()),
+        NcType::UInt => AttrValue::UInt(chunks(b).map(u32::from_le_bytes).collect()),
+        NcType::Int64 => AttrValue::Int64(chunks(b).map(i64::from_le_bytes).collect()),
+        NcType::UInt64 => AttrValue::UInt64(chunks(b).map(u64::from_le_bytes).collect()),
+        NcType::Float => AttrValue::Float(chunks(b).map(f32::from_le_bytes).collect()),
+        NcType::Double => AttrValue::Double(chunks(b).map(f64::from_le_bytes).collect()),
+        NcType::Char => AttrValue::Char(b.to_vec()),
+        NcType::String => AttrValue::Str(Vec::new()),
+    }
+}
+
+/// The first value of a numeric attribute as native bytes.
+fn attr_to_native(a: &AttrValue) -> Vec<u8> {
+    match a {
+        AttrValue::Byte(v) => v.first().map(|x| x.to_le_bytes().to_vec()),
+        AttrValue::UByte(v) => v.first().map(|x| x.to_le_bytes().to_vec()),
+        AttrValue::Short(v) => v.first().map(|x| x.to_le_bytes().to_vec()),
+        AttrValue::UShort(v) => v.first().map(|x| x.to_le_bytes().to_vec()),
+        AttrValue::Int(v) => v.first().map(|x| x.to_le_bytes().to_vec()),
+        AttrValue::UInt(v) => v.first().map(|x| x.to_le_bytes().to_vec()),
+        AttrValue::Int64(v) => v.first().map(|x| x.to_le_bytes().to_vec()),
+        AttrValue::UInt64(v) => v.first().map(|x| x.to_le_bytes().to_vec()),
+        AttrValue::Float(v) => v.first().map(|x| x.to_le_bytes().to_vec()),
+        AttrValue::Double(v) => v.first().map(|x| x.to_le_bytes().to_vec()),
+        AttrValue::Char(v) => v.first().map(|x| vec![*x]),
+        AttrValue::Str(v) => v.first().map(|s| s.clone().into_bytes()),
+    }
+    .unwrap_or_default()
+}
+
+fn count_flat(items: &[Item]) -> u64 {
+    items
+        .iter()
+        .map(|it| match it {
+            Item::Brace(inner, _) => count_flat(inner),
+            _ => 1,
+        })
+        .sum()
+}
+
+fn flatten<'b>(items: &'b [Item], out: &mut Vec<Elem<'b>>) {
+    for it in items {
+        match it {
+            Item::Val(c, pos) => out.push(Elem::Val(c, *pos)),
+            Item::Fill(_) => out.push(Elem::Fill),
+            Item::Brace(inner, _) => flatten(inner, out),
+        }
+    }
+}
+
+/// Spreads string constants over characters: runs of character constants form one string,
+/// and each string is NUL-padded to a multiple of `row`.
+fn expand_chars<'b>(flat: &[Elem<'b>], row: u64) -> Vec<Elem<'b>> {
+    let row = row.max(1) as usize;
+    let mut out = Vec::new();
+    let mut run: Vec<u8> = Vec::new();
+    let mut in_run = false;
+    let pad = |out: &mut Vec<Elem<'b>>, start: usize| {
+        let len = out.len() - start;
+        let padded = len.div_ceil(row) * row;
+        out.resize(start + padded, Elem::Byte(0));
+    };
+    for e in flat {
+        match e {
+            Elem::Val(Const::Char(b), _) => {
+                run.push(*b);
+                in_run = true;
+                continue;
+            }
+            _ if in_run => {
+                let start = out.len();
+                out.extend(run.drain(..).map(Elem::Byte));
+                pad(&mut out, start);
+                in_run = false;
+            }
+            _ => {}
+        }
+        match e {
+            Elem::Val(Const::Str(s), _) => {
+                let start = out.len();
+                out.extend(s.iter().map(|b| Elem::Byte(*b)));
+                pad(&mut out, start);
+            }
+            other => out.push(other.clone()),
+        }
+    }
+    if in_run {
+        let start = out.len();
+        out.extend(run.drain(..).map(Elem::Byte));
+        pad(&mut out, start);
+    }
+    out
+}
+
+/// Number of characters a char variable's items expand to.
+fn char_count(items: &[Item], row: u64) -> u64 {
+    let mut flat = Vec::new();
+    flatten(items, &mut flat);
+    expand_chars(&flat, row).len() as u64
+}
