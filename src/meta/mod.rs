@@ -1,16 +1,804 @@
 //! Zarr and NCZarr metadata dialects: reading them into the [`crate::model`] (and, later,
 //! writing the model back out).
+//!
+//! Dialects read (see the spec's NCZarr documents and the fixtures' history):
+//! - NCZarr 1.0.0 (netcdf 4.8.0): `.nczarr` superblock object and `.nczgroup`, `.nczarray`,
+//!   `.nczattrs` objects beside the Zarr ones ([`Dialect::V1`]);
+//! - netcdf 4.8.1–4.9.2: `_NCZARR_*` (later `_nczarr_*`) keys inside `.zgroup` / `.zarray`, the
+//!   attribute types inside `.zattrs` ([`Dialect::InObjects`]);
+//! - netcdf 4.9.3+: everything as `_nczarr_*` attributes in `.zattrs` ([`Dialect::InAttrs`]);
+//! - pure Zarr v2, with or without xarray's `_ARRAY_DIMENSIONS`, optionally consolidated.
+//!
+//! Each dialect's key spellings (`dims`/`dimensions`, `vars`/`arrays`, `dimrefs`/
+//! `dimension_references`, `groups`/`subgroups`) are accepted in all of them.
 
-use crate::location::Mode;
-use crate::model::Dataset;
-use crate::zmap::ZMap;
+mod attrs;
+mod fill;
+pub mod json;
+
+use std::collections::HashMap;
+
+use crate::location::{Format, Mode};
+use crate::model::{
+    Attribute, ByteOrder, ChunkKeyEncoding, ChunkOrder, CodecSpec, Dataset, DimId, DtypeKind,
+    GroupId, NcType, VarStorage, Variable, ZarrDtype,
+};
+use crate::zmap::{join_key, ZMap};
 use crate::{Error, Result};
+use json::Json;
 
 /// Reads the dataset's metadata from `map`, detecting the dialect unless `mode` fixes it.
 pub fn read_dataset(map: &dyn ZMap, mode: &Mode) -> Result<Dataset> {
-    let _ = mode;
-    Err(Error::NotZarr {
+    let consolidated = read_consolidated(map)?;
+    let mut r = Reader {
+        map,
+        mode,
+        consolidated,
+        dialect: Dialect::Pure,
+        ds: Dataset::new(),
+        pending: Vec::new(),
+    };
+    let zgroup = r.load(".zgroup")?;
+    let Some(zgroup) = zgroup else {
+        return Err(not_a_dataset(map, &r)?);
+    };
+    if let Some(f) = zgroup.get("zarr_format").and_then(Json::as_u64) {
+        if f != 2 {
+            return Err(Error::Unsupported(format!(
+                "Zarr format {f} in .zgroup (only Zarr v2 is read)"
+            )));
+        }
+    }
+    let zattrs = r.load(".zattrs")?;
+    r.dialect = detect(map, mode, &zgroup, zattrs.as_ref())?;
+    log::debug!("{}: dialect {:?}", map.describe(), r.dialect);
+    r.walk(Dataset::ROOT, "")?;
+    for p in std::mem::take(&mut r.pending) {
+        r.build_var(p)?;
+    }
+    Ok(r.ds)
+}
+
+/// The error for a root without a Zarr group: refused as not a dataset, or as Zarr v3 / a
+/// bare root array that this reader does not handle.
+fn not_a_dataset(map: &dyn ZMap, r: &Reader) -> Result<Error> {
+    if map.exists("zarr.json")? {
+        return Ok(Error::Unsupported(
+            "Zarr v3 dataset (zarr.json at the root); only Zarr v2 is read".into(),
+        ));
+    }
+    if r.load(".zarray")?.is_some() {
+        return Ok(Error::Unsupported(
+            "a Zarr array at the dataset root (not a group)".into(),
+        ));
+    }
+    Ok(Error::NotZarr {
         location: map.describe(),
-        reason: "metadata reader not built yet".into(),
+        reason: "no .zgroup, .zarray, .nczarr, .zmetadata or zarr.json at the root".into(),
     })
+}
+
+/// Which metadata convention the dataset uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dialect {
+    /// NCZarr 1.0.0: separate `.ncz*` objects.
+    V1,
+    /// netcdf 4.8.1–4.9.2: NCZarr keys inside `.zgroup` and `.zarray`.
+    InObjects,
+    /// netcdf 4.9.3+: NCZarr keys as attributes in `.zattrs`.
+    InAttrs,
+    /// Pure Zarr: no NCZarr metadata (or told to ignore it).
+    Pure,
+}
+
+fn detect(map: &dyn ZMap, mode: &Mode, zgroup: &Json, zattrs: Option<&Json>) -> Result<Dialect> {
+    if mode.format == Some(Format::Zarr) {
+        return Ok(Dialect::Pure);
+    }
+    if map.exists(".nczarr")? {
+        return Ok(Dialect::V1);
+    }
+    let has = |j: Option<&Json>, names: &[&str]| {
+        j.is_some_and(|j| names.iter().any(|n| ncz_key(j, n).is_some()))
+    };
+    if has(zattrs, &["_nczarr_superblock", "_nczarr_group"]) {
+        return Ok(Dialect::InAttrs);
+    }
+    if has(Some(zgroup), &["_nczarr_superblock", "_nczarr_group"]) {
+        return Ok(Dialect::InObjects);
+    }
+    Ok(Dialect::Pure)
+}
+
+/// An NCZarr key in either spelling (`_nczarr_group` or `_NCZARR_GROUP`).
+fn ncz_key<'a>(j: &'a Json, lower: &str) -> Option<&'a Json> {
+    j.get(lower).or_else(|| j.get(&lower.to_ascii_uppercase()))
+}
+
+/// Member `a` or, failing that, member `b`.
+fn either<'a>(j: &'a Json, a: &str, b: &str) -> Option<&'a Json> {
+    j.get(a).or_else(|| j.get(b))
+}
+
+/// Reads `.zmetadata`; an unusable one is ignored (the objects themselves are read instead).
+fn read_consolidated(map: &dyn ZMap) -> Result<Option<HashMap<String, Json>>> {
+    let Some(bytes) = map.get(".zmetadata")? else {
+        return Ok(None);
+    };
+    let parsed = match Json::parse(".zmetadata", &bytes) {
+        Ok(j) => j,
+        Err(e) => {
+            log::warn!("{}: ignoring .zmetadata: {e}", map.describe());
+            return Ok(None);
+        }
+    };
+    match parsed.get("metadata") {
+        Some(Json::Obj(members)) => Ok(Some(members.iter().cloned().collect())),
+        _ => {
+            log::warn!(
+                "{}: ignoring .zmetadata without a metadata object",
+                map.describe()
+            );
+            Ok(None)
+        }
+    }
+}
+
+/// NCZarr's description of a group.
+struct NczGroup {
+    dims: Vec<(String, u64, bool)>,
+    vars: Vec<String>,
+    groups: Vec<String>,
+}
+
+/// NCZarr's description of an array.
+struct NczArray {
+    dimrefs: Vec<String>,
+    scalar: bool,
+}
+
+/// A variable found while walking the groups, built once every dimension exists.
+struct PendingVar {
+    group: GroupId,
+    name: String,
+    key: String,
+    zarray: Json,
+    zattrs: Option<Json>,
+    ncz: Option<NczArray>,
+}
+
+struct Reader<'a> {
+    map: &'a dyn ZMap,
+    mode: &'a Mode,
+    consolidated: Option<HashMap<String, Json>>,
+    dialect: Dialect,
+    ds: Dataset,
+    pending: Vec<PendingVar>,
+}
+
+impl Reader<'_> {
+    /// The JSON object at `key`, from `.zmetadata` when it has it.
+    fn load(&self, key: &str) -> Result<Option<Json>> {
+        if let Some(c) = &self.consolidated {
+            if let Some(j) = c.get(key) {
+                return Ok(Some(j.clone()));
+            }
+            // Consolidation records every .zattrs that exists, so a missing one beside a
+            // recorded .zarray/.zgroup is absent, not stale.
+            if let Some(dir) = key.strip_suffix(".zattrs") {
+                if c.contains_key(&format!("{dir}.zarray"))
+                    || c.contains_key(&format!("{dir}.zgroup"))
+                {
+                    return Ok(None);
+                }
+            }
+        }
+        match self.map.get(key)? {
+            Some(bytes) => Json::parse(key, &bytes).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Child names under `prefix` that hold a `.zarray` or `.zgroup`, sorted.
+    fn children(&self, prefix: &str) -> Result<Vec<String>> {
+        let names = match &self.consolidated {
+            Some(c) => {
+                let mut names: Vec<String> = c
+                    .keys()
+                    .filter_map(|k| {
+                        let rest = if prefix.is_empty() {
+                            k.as_str()
+                        } else {
+                            k.strip_prefix(prefix)?.strip_prefix('/')?
+                        };
+                        let (name, leaf) = rest.split_once('/')?;
+                        matches!(leaf, ".zarray" | ".zgroup").then(|| name.to_string())
+                    })
+                    .collect();
+                names.sort();
+                names.dedup();
+                names
+            }
+            None => self.map.search(prefix)?,
+        };
+        Ok(names)
+    }
+
+    /// The NCZarr attribute types for the object at `prefix`, if the dialect records them.
+    fn attr_types(&self, prefix: &str, zattrs: Option<&Json>) -> Result<Option<Json>> {
+        Ok(match self.dialect {
+            Dialect::Pure => None,
+            Dialect::V1 => self
+                .load(&join_key(&[prefix, ".nczattrs"]))?
+                .and_then(|j| j.get("types").cloned()),
+            Dialect::InObjects | Dialect::InAttrs => zattrs
+                .and_then(|z| ncz_key(z, "_nczarr_attr").or_else(|| z.get("_nczarr_attrs")))
+                .and_then(|a| a.get("types"))
+                .cloned(),
+        })
+    }
+
+    /// The visible attributes of `.zattrs` at `prefix`, typed.
+    fn attributes(&self, prefix: &str, zattrs: Option<&Json>) -> Result<Vec<Attribute>> {
+        let Some(z) = zattrs else {
+            return Ok(Vec::new());
+        };
+        let key = join_key(&[prefix, ".zattrs"]);
+        let Json::Obj(members) = z else {
+            return Err(Error::meta(&key, "not a JSON object"));
+        };
+        let types = self.attr_types(prefix, zattrs)?;
+        let mut out = Vec::new();
+        for (name, value) in members {
+            if attrs::is_hidden(name) {
+                continue;
+            }
+            let dtype = types
+                .as_ref()
+                .and_then(|t| t.get(name))
+                .and_then(Json::as_str);
+            out.push(Attribute {
+                name: name.clone(),
+                value: attrs::convert(&key, name, value, dtype)?,
+            });
+        }
+        Ok(out)
+    }
+
+    /// NCZarr's group description at `prefix` in this dialect, if present.
+    fn ncz_group(
+        &self,
+        prefix: &str,
+        zgroup: Option<&Json>,
+        zattrs: Option<&Json>,
+    ) -> Result<Option<(String, NczGroup)>> {
+        let (key, j) = match self.dialect {
+            Dialect::Pure => return Ok(None),
+            Dialect::V1 => {
+                let key = join_key(&[prefix, ".nczgroup"]);
+                (key.clone(), self.load(&key)?)
+            }
+            Dialect::InObjects => (
+                join_key(&[prefix, ".zgroup"]),
+                zgroup.and_then(|z| ncz_key(z, "_nczarr_group")).cloned(),
+            ),
+            Dialect::InAttrs => (
+                join_key(&[prefix, ".zattrs"]),
+                zattrs.and_then(|z| ncz_key(z, "_nczarr_group")).cloned(),
+            ),
+        };
+        let Some(j) = j else { return Ok(None) };
+        let names = |field: &str, alt: &str| -> Result<Vec<String>> {
+            match either(&j, field, alt) {
+                None | Some(Json::Null) => Ok(Vec::new()),
+                Some(Json::Arr(items)) => items
+                    .iter()
+                    .map(|i| {
+                        i.as_str()
+                            .map(str::to_string)
+                            .ok_or_else(|| Error::meta(&key, format!("{field}: not a name")))
+                    })
+                    .collect(),
+                Some(_) => Err(Error::meta(&key, format!("{field}: not a list of names"))),
+            }
+        };
+        let mut dims = Vec::new();
+        match either(&j, "dimensions", "dims") {
+            None | Some(Json::Null) => {}
+            Some(Json::Obj(members)) => {
+                for (name, v) in members {
+                    let bad = || Error::meta(&key, format!("dimension {name}: bad size"));
+                    let (len, unlimited) = match v {
+                        Json::Obj(_) => (
+                            v.get("size").and_then(Json::as_u64).ok_or_else(bad)?,
+                            v.get("unlimited").is_some_and(|u| {
+                                matches!(u, Json::Bool(true)) || u.as_u64().is_some_and(|n| n != 0)
+                            }),
+                        ),
+                        v => (v.as_u64().ok_or_else(bad)?, false),
+                    };
+                    dims.push((name.clone(), len, unlimited));
+                }
+            }
+            // The Zarr v3 draft spells dimensions as a list of {name, size, unlimited}.
+            Some(Json::Arr(items)) => {
+                for d in items {
+                    let name = d.get("name").and_then(Json::as_str);
+                    let size = d.get("size").and_then(Json::as_u64);
+                    let (Some(name), Some(len)) = (name, size) else {
+                        return Err(Error::meta(&key, "dimensions: bad entry"));
+                    };
+                    let unl = d
+                        .get("unlimited")
+                        .and_then(Json::as_u64)
+                        .is_some_and(|n| n != 0);
+                    dims.push((name.to_string(), len, unl));
+                }
+            }
+            Some(_) => return Err(Error::meta(&key, "dimensions: not an object")),
+        }
+        let groups = if j.get("subgroups").is_some() {
+            names("subgroups", "groups")?
+        } else {
+            names("groups", "subgroups")?
+        };
+        Ok(Some((
+            key.clone(),
+            NczGroup {
+                dims,
+                vars: names("arrays", "vars")?,
+                groups,
+            },
+        )))
+    }
+
+    /// NCZarr's array description at `prefix` in this dialect, if present.
+    fn ncz_array(
+        &self,
+        prefix: &str,
+        zarray: &Json,
+        zattrs: Option<&Json>,
+    ) -> Result<Option<NczArray>> {
+        let (key, j) = match self.dialect {
+            Dialect::Pure => return Ok(None),
+            Dialect::V1 => {
+                let key = join_key(&[prefix, ".nczarray"]);
+                (key.clone(), self.load(&key)?)
+            }
+            // 4.9.x wrote the array keys into .zarray; accept them from .zattrs as well.
+            Dialect::InObjects | Dialect::InAttrs => {
+                let in_zarray = ncz_key(zarray, "_nczarr_array");
+                let in_zattrs = zattrs.and_then(|z| ncz_key(z, "_nczarr_array"));
+                match (in_zarray, in_zattrs) {
+                    (Some(j), _) => (join_key(&[prefix, ".zarray"]), Some(j.clone())),
+                    (None, j) => (join_key(&[prefix, ".zattrs"]), j.cloned()),
+                }
+            }
+        };
+        let Some(j) = j else { return Ok(None) };
+        let dimrefs = match either(&j, "dimension_references", "dimrefs") {
+            None | Some(Json::Null) => Vec::new(),
+            Some(Json::Arr(items)) => items
+                .iter()
+                .map(|i| {
+                    i.as_str()
+                        .map(str::to_string)
+                        .ok_or_else(|| Error::meta(&key, "dimension_references: not a name"))
+                })
+                .collect::<Result<_>>()?,
+            Some(_) => return Err(Error::meta(&key, "dimension_references: not a list")),
+        };
+        let scalar = j.get("storage").and_then(Json::as_str) == Some("scalar")
+            || j.get("scalar").is_some_and(|s| {
+                matches!(s, Json::Bool(true)) || s.as_u64().is_some_and(|n| n != 0)
+            });
+        Ok(Some(NczArray { dimrefs, scalar }))
+    }
+
+    /// Reads the group at `prefix` into `gid`: attributes, dimensions, then its variables
+    /// (queued) and subgroups (recursively), in creation order.
+    fn walk(&mut self, gid: GroupId, prefix: &str) -> Result<()> {
+        let zgroup = self.load(&join_key(&[prefix, ".zgroup"]))?;
+        let zattrs = self.load(&join_key(&[prefix, ".zattrs"]))?;
+        self.ds.groups[gid.0].attrs = self.attributes(prefix, zattrs.as_ref())?;
+        let (var_names, group_names) =
+            match self.ncz_group(prefix, zgroup.as_ref(), zattrs.as_ref())? {
+                Some((key, g)) => {
+                    for (name, len, unlimited) in g.dims {
+                        if self.ds.find_dim_in(gid, &name).is_some() {
+                            return Err(Error::meta(
+                                &key,
+                                format!("dimension {name} declared twice"),
+                            ));
+                        }
+                        self.ds.add_dim(gid, &name, len, unlimited);
+                    }
+                    (g.vars, g.groups)
+                }
+                None => self.discover(prefix)?,
+            };
+        for name in var_names {
+            let key = join_key(&[prefix, &name]);
+            let Some(zarray) = self.load(&join_key(&[&key, ".zarray"]))? else {
+                log::warn!(
+                    "{}: variable {key} is listed but has no .zarray",
+                    self.map.describe()
+                );
+                continue;
+            };
+            let zattrs = self.load(&join_key(&[&key, ".zattrs"]))?;
+            let ncz = self.ncz_array(&key, &zarray, zattrs.as_ref())?;
+            self.pending.push(PendingVar {
+                group: gid,
+                name,
+                key,
+                zarray,
+                zattrs,
+                ncz,
+            });
+        }
+        for name in group_names {
+            let key = join_key(&[prefix, &name]);
+            let sub = self.ds.add_group(gid, &name);
+            self.walk(sub, &key)?;
+        }
+        Ok(())
+    }
+
+    /// Finds the arrays and groups under `prefix` by listing (pure Zarr), each sorted by name.
+    fn discover(&self, prefix: &str) -> Result<(Vec<String>, Vec<String>)> {
+        let mut vars = Vec::new();
+        let mut groups = Vec::new();
+        for name in self.children(prefix)? {
+            if name.starts_with('.') {
+                continue;
+            }
+            let key = join_key(&[prefix, &name]);
+            if self.exists(&join_key(&[&key, ".zarray"]))? {
+                vars.push(name);
+            } else if self.exists(&join_key(&[&key, ".zgroup"]))? {
+                groups.push(name);
+            }
+        }
+        Ok((vars, groups))
+    }
+
+    fn exists(&self, key: &str) -> Result<bool> {
+        if self
+            .consolidated
+            .as_ref()
+            .is_some_and(|c| c.contains_key(key))
+        {
+            return Ok(true);
+        }
+        self.map.exists(key)
+    }
+
+    /// Builds one variable from its `.zarray`, `.zattrs` and NCZarr description.
+    fn build_var(&mut self, p: PendingVar) -> Result<()> {
+        let zkey = join_key(&[&p.key, ".zarray"]);
+        let fqn = self.ds.fqn_in(p.group, &p.name);
+        let z = &p.zarray;
+        if let Some(f) = z.get("zarr_format").and_then(Json::as_u64) {
+            if f != 2 {
+                return Err(Error::meta(&zkey, format!("zarr_format {f} is not 2")));
+            }
+        }
+        let shape = u64_list(&zkey, z, "shape")?;
+        let chunks = match z.get("chunks") {
+            None | Some(Json::Null) if shape.is_empty() => Vec::new(),
+            _ => u64_list(&zkey, z, "chunks")?,
+        };
+        if chunks.len() != shape.len() {
+            return Err(Error::meta(
+                &zkey,
+                format!("chunks {chunks:?} and shape {shape:?} differ in rank"),
+            ));
+        }
+        if chunks.contains(&0) {
+            return Err(Error::meta(&zkey, format!("chunk size 0 in {chunks:?}")));
+        }
+        if shape
+            .iter()
+            .try_fold(1u64, |a, &s| a.checked_mul(s))
+            .is_none()
+        {
+            return Err(Error::meta(&zkey, format!("shape {shape:?} overflows")));
+        }
+        let order = match z.get("order").and_then(Json::as_str) {
+            None | Some("C") => ChunkOrder::C,
+            Some("F") => ChunkOrder::F,
+            Some(o) => return Err(Error::meta(&zkey, format!("order {o:?} is not C or F"))),
+        };
+        let separator = match z.get("dimension_separator") {
+            None | Some(Json::Null) => '.',
+            Some(Json::Str(s)) if s == "." => '.',
+            Some(Json::Str(s)) if s == "/" => '/',
+            Some(other) => {
+                return Err(Error::meta(
+                    &zkey,
+                    format!(
+                        "dimension_separator {} is not \".\" or \"/\"",
+                        other.unparse()
+                    ),
+                ))
+            }
+        };
+        let filters = match z.get("filters") {
+            None | Some(Json::Null) => Vec::new(),
+            Some(Json::Arr(items)) => items.iter().map(Json::to_serde).collect(),
+            Some(_) => return Err(Error::meta(&zkey, "filters is not a list")),
+        };
+        let compressor = match z.get("compressor") {
+            None | Some(Json::Null) => None,
+            Some(c @ Json::Obj(_)) => Some(c.to_serde()),
+            Some(_) => return Err(Error::meta(&zkey, "compressor is not an object")),
+        };
+
+        let (nctype, mut dtype, string_width, unreadable) = self.var_type(&zkey, z);
+        if let Some(d) = &dtype {
+            let chunk_elems = chunks.iter().try_fold(1u64, |a, &c| a.checked_mul(c));
+            let chunk_bytes = chunk_elems
+                .and_then(|n| n.checked_mul(d.size as u64))
+                .and_then(|n| usize::try_from(n).ok());
+            if chunk_bytes.is_none() {
+                return Err(Error::meta(
+                    &zkey,
+                    format!("chunks {chunks:?} are too large"),
+                ));
+            }
+        }
+
+        let mut attrs = self.attributes(&p.key, p.zattrs.as_ref())?;
+        // Without NCZarr types, _FillValue takes the variable's type, as netCDF requires.
+        if self.attr_types(&p.key, p.zattrs.as_ref())?.is_none() && unreadable.is_none() {
+            if let (Some(a), Some(raw)) = (
+                attrs.iter_mut().find(|a| a.name == "_FillValue"),
+                p.zattrs.as_ref().and_then(|z| z.get("_FillValue")),
+            ) {
+                if let Ok(v) = attrs::to_type(&zkey, "_FillValue", raw, nctype) {
+                    a.value = v;
+                }
+            }
+        }
+
+        let mut fill_value = None;
+        if let Some(d) = &dtype {
+            if let Some(fv) = z.get("fill_value") {
+                fill_value = fill::fill_value(&zkey, fv, nctype, d, string_width)?;
+            }
+            if fill_value.is_none() {
+                fill_value = attrs
+                    .iter()
+                    .find(|a| a.name == "_FillValue")
+                    .and_then(|a| fill::from_attr(&a.value, nctype, string_width));
+            }
+        }
+        // Old NCZarr wrote char as `<U1` but stored one byte per element.
+        if nctype == NcType::Char {
+            dtype = dtype.map(|_| ZarrDtype {
+                order: ByteOrder::NotApplicable,
+                kind: DtypeKind::Bytes,
+                size: 1,
+            });
+        }
+
+        let dims = self.var_dims(&p, &fqn, &shape)?;
+        let var = Variable {
+            name: p.name.clone(),
+            group: p.group,
+            nctype,
+            dims,
+            string_width,
+            attrs,
+            storage: VarStorage {
+                key: p.key.clone(),
+                dtype,
+                shape,
+                chunks,
+                order,
+                key_encoding: ChunkKeyEncoding::V2 { separator },
+                fill_value,
+                codecs: CodecSpec::V2 {
+                    filters,
+                    compressor,
+                },
+                unreadable,
+            },
+        };
+        self.ds.add_var(var);
+        Ok(())
+    }
+
+    /// The netCDF type, stored dtype, string width and unreadable reason of an array.
+    /// An unsupported dtype leaves the variable visible as `ubyte` with no dtype.
+    fn var_type(&self, zkey: &str, z: &Json) -> (NcType, Option<ZarrDtype>, usize, Option<String>) {
+        let text = match z.get("dtype") {
+            Some(Json::Str(s)) => s.clone(),
+            Some(other) => other.unparse(),
+            None => String::new(),
+        };
+        let unreadable = |why: String| {
+            log::warn!("{zkey}: {why}");
+            (NcType::UByte, None, 0, Some(why))
+        };
+        let Some(d) = ZarrDtype::parse(&text) else {
+            return unreadable(format!("unsupported dtype {text:?}"));
+        };
+        let nczarr = self.dialect != Dialect::Pure;
+        let t = match (d.kind, d.size) {
+            (DtypeKind::Bool, _) => NcType::UByte,
+            (DtypeKind::Int, 1) => NcType::Byte,
+            (DtypeKind::Int, 2) => NcType::Short,
+            (DtypeKind::Int, 4) => NcType::Int,
+            (DtypeKind::Int, _) => NcType::Int64,
+            (DtypeKind::UInt, 1) => NcType::UByte,
+            (DtypeKind::UInt, 2) => NcType::UShort,
+            (DtypeKind::UInt, 4) => NcType::UInt,
+            (DtypeKind::UInt, _) => NcType::UInt64,
+            (DtypeKind::Float, 4) => NcType::Float,
+            (DtypeKind::Float, 8) => NcType::Double,
+            (DtypeKind::Float, _) => {
+                return unreadable(format!("unsupported dtype {text:?} (half float)"))
+            }
+            // NCZarr marks char as `>S1` (`<U1` before 4.9.1); `|S1` is a one-byte string.
+            (DtypeKind::Bytes, 1) if nczarr && d.order != ByteOrder::NotApplicable => NcType::Char,
+            (DtypeKind::Unicode, 4) if nczarr => NcType::Char,
+            (DtypeKind::Bytes | DtypeKind::Unicode, _) => NcType::String,
+        };
+        let width = if t == NcType::String { d.size } else { 0 };
+        (t, Some(d), width, None)
+    }
+
+    /// The dimensions of a variable: NCZarr references, xarray names, or anonymous ones.
+    fn var_dims(&mut self, p: &PendingVar, fqn: &str, shape: &[u64]) -> Result<Vec<DimId>> {
+        let zkey = join_key(&[&p.key, ".zarray"]);
+        if let Some(ncz) = &p.ncz {
+            if ncz.scalar {
+                if shape.iter().product::<u64>() != 1 {
+                    return Err(Error::meta(
+                        &zkey,
+                        format!("scalar variable {fqn} has shape {shape:?}"),
+                    ));
+                }
+                return Ok(Vec::new());
+            }
+            if ncz.dimrefs.len() != shape.len() {
+                return Err(Error::meta(
+                    &zkey,
+                    format!(
+                        "variable {fqn}: {} dimension references for shape {shape:?}",
+                        ncz.dimrefs.len()
+                    ),
+                ));
+            }
+            let mut dims = Vec::new();
+            for (r, &len) in ncz.dimrefs.iter().zip(shape) {
+                let d = self.ds.find_dim(r).ok_or_else(|| {
+                    Error::meta(
+                        &zkey,
+                        format!("variable {fqn}: dimension {r:?} does not exist"),
+                    )
+                })?;
+                let dim = &mut self.ds.dims[d.0];
+                if dim.unlimited {
+                    dim.len = dim.len.max(len);
+                } else if dim.len != len {
+                    return Err(Error::meta(
+                        &zkey,
+                        format!(
+                            "variable {fqn}: length {len} differs from dimension {r} = {}",
+                            dim.len
+                        ),
+                    ));
+                }
+                dims.push(d);
+            }
+            return Ok(dims);
+        }
+        if shape.is_empty() {
+            return Ok(Vec::new());
+        }
+        let names = if self.mode.xarray == Some(false) {
+            None
+        } else {
+            self.xarray_names(p, fqn, shape)
+        };
+        if names.as_deref() == Some(&["_scalar_".to_string()][..]) && shape == [1] {
+            return Ok(Vec::new());
+        }
+        let mut dims = Vec::new();
+        match names {
+            Some(names) => {
+                for (name, &len) in names.iter().zip(shape) {
+                    dims.push(self.xarray_dim(p.group, name, len, fqn, &zkey)?);
+                }
+            }
+            None => {
+                for &len in shape {
+                    let name = format!("_Anonymous_Dim_{len}");
+                    let d = match self.ds.find_dim_in(Dataset::ROOT, &name) {
+                        Some(d) => d,
+                        None => self.ds.add_dim(Dataset::ROOT, &name, len, false),
+                    };
+                    dims.push(d);
+                }
+            }
+        }
+        Ok(dims)
+    }
+
+    /// `_ARRAY_DIMENSIONS` if it is a list of names matching the rank.
+    fn xarray_names(&self, p: &PendingVar, fqn: &str, shape: &[u64]) -> Option<Vec<String>> {
+        let list = p.zattrs.as_ref()?.get("_ARRAY_DIMENSIONS")?;
+        let Json::Arr(items) = list else {
+            log::warn!("{fqn}: _ARRAY_DIMENSIONS is not a list; ignored");
+            return None;
+        };
+        let names: Option<Vec<String>> = items
+            .iter()
+            .map(|i| {
+                i.as_str()
+                    .filter(|s| !s.is_empty() && !s.contains('/'))
+                    .map(str::to_string)
+            })
+            .collect();
+        match names {
+            Some(n) if n.len() == shape.len() => Some(n),
+            _ => {
+                log::warn!("{fqn}: _ARRAY_DIMENSIONS does not match shape {shape:?}; ignored");
+                None
+            }
+        }
+    }
+
+    /// The xarray dimension `name` of length `len` for a variable of `group`: a visible one of
+    /// that length, else a new one in the variable's own group.
+    fn xarray_dim(
+        &mut self,
+        group: GroupId,
+        name: &str,
+        len: u64,
+        fqn: &str,
+        zkey: &str,
+    ) -> Result<DimId> {
+        if let Some(d) = self.ds.find_dim_visible(group, name) {
+            if self.ds.dim(d).len == len {
+                return Ok(d);
+            }
+        }
+        if let Some(d) = self.ds.find_dim_in(group, name) {
+            return Err(Error::meta(
+                zkey,
+                format!(
+                    "variable {fqn}: dimension {name} has length {len} here but {} elsewhere \
+                     in the same group",
+                    self.ds.dim(d).len
+                ),
+            ));
+        }
+        Ok(self.ds.add_dim(group, name, len, false))
+    }
+}
+
+/// A list of non-negative integers at member `field`.
+fn u64_list(key: &str, j: &Json, field: &str) -> Result<Vec<u64>> {
+    match j.get(field) {
+        Some(Json::Arr(items)) => items
+            .iter()
+            .map(|i| {
+                i.as_u64().ok_or_else(|| {
+                    Error::meta(
+                        key,
+                        format!("{field}: {} is not a non-negative integer", i.unparse()),
+                    )
+                })
+            })
+            .collect(),
+        Some(other) => Err(Error::meta(
+            key,
+            format!("{field}: {} is not a list", other.unparse()),
+        )),
+        None => Err(Error::meta(key, format!("missing {field}"))),
+    }
 }

@@ -1,0 +1,454 @@
+//! A small, lenient JSON reader for Zarr metadata objects.
+//!
+//! serde_json cannot be used directly on these objects for two reasons: xarray/zarr-python
+//! write bare `NaN`/`Infinity` literals (invalid JSON), and netcdf-c shows an attribute whose
+//! value is a JSON structure as the text of that structure *with the numbers spelled as they
+//! were stored* (`[0.,0.,1.]` stays `[0.,0.,1.]`). So numbers keep their lexeme here, objects
+//! keep their key order, and [`Json::unparse`] reproduces netcdf-c's spelling.
+
+use crate::{Error, Result};
+
+/// A parsed JSON value; numbers keep their source text.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Json {
+    /// `null`
+    Null,
+    /// `true` / `false`
+    Bool(bool),
+    /// A number as written (`1`, `-2.5e3`, `0.`), or `NaN`, `Infinity`, `-Infinity`.
+    Num(String),
+    /// A string with escapes decoded.
+    Str(String),
+    /// An array.
+    Arr(Vec<Json>),
+    /// An object, in stored key order.
+    Obj(Vec<(String, Json)>),
+}
+
+impl Json {
+    /// Parses `text` (the content of the object at `key`, used in error messages).
+    pub fn parse(key: &str, text: &[u8]) -> Result<Json> {
+        let text = std::str::from_utf8(text).map_err(|e| Error::CorruptJson {
+            key: key.to_string(),
+            line: 1,
+            column: e.valid_up_to() + 1,
+            reason: "not UTF-8".into(),
+        })?;
+        let mut p = Parser {
+            key,
+            s: text.as_bytes(),
+            pos: 0,
+        };
+        p.ws();
+        let v = p.value(0)?;
+        p.ws();
+        if p.pos != p.s.len() {
+            return Err(p.err("trailing characters after the JSON value"));
+        }
+        Ok(v)
+    }
+
+    /// The member `name` of an object.
+    pub fn get(&self, name: &str) -> Option<&Json> {
+        match self {
+            Json::Obj(members) => members.iter().find(|(k, _)| k == name).map(|(_, v)| v),
+            _ => None,
+        }
+    }
+
+    /// The string content, if this is a string.
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Json::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The value as a non-negative integer, if it is a number spelled as one.
+    pub fn as_u64(&self) -> Option<u64> {
+        match self {
+            Json::Num(n) => n.parse().ok(),
+            _ => None,
+        }
+    }
+
+    /// Whether the value is a number or one of the non-finite literals.
+    pub fn is_number(&self) -> bool {
+        matches!(self, Json::Num(_))
+    }
+
+    /// The text netcdf-c shows for a JSON-valued attribute: arrays as `[a,b]`, objects as
+    /// `{"k": v, "k2": w}`, numbers as stored.
+    pub fn unparse(&self) -> String {
+        let mut out = String::new();
+        self.unparse_into(&mut out);
+        out
+    }
+
+    fn unparse_into(&self, out: &mut String) {
+        match self {
+            Json::Null => out.push_str("null"),
+            Json::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+            Json::Num(n) => out.push_str(n),
+            Json::Str(s) => quote_into(s, out),
+            Json::Arr(items) => {
+                out.push('[');
+                for (i, v) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    v.unparse_into(out);
+                }
+                out.push(']');
+            }
+            Json::Obj(members) => {
+                out.push('{');
+                for (i, (k, v)) in members.iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    quote_into(k, out);
+                    out.push_str(": ");
+                    v.unparse_into(out);
+                }
+                out.push('}');
+            }
+        }
+    }
+
+    /// Converts to a serde_json value (codec descriptions are handed on in that form);
+    /// non-finite numbers become the strings `"NaN"`, `"Infinity"`, `"-Infinity"`.
+    pub fn to_serde(&self) -> serde_json::Value {
+        use serde_json::Value;
+        match self {
+            Json::Null => Value::Null,
+            Json::Bool(b) => Value::Bool(*b),
+            Json::Num(n) => {
+                if let Ok(i) = n.parse::<i64>() {
+                    Value::from(i)
+                } else if let Ok(u) = n.parse::<u64>() {
+                    Value::from(u)
+                } else {
+                    match n.parse::<f64>() {
+                        Ok(f) if f.is_finite() => Value::from(f),
+                        _ => Value::String(n.clone()),
+                    }
+                }
+            }
+            Json::Str(s) => Value::String(s.clone()),
+            Json::Arr(items) => Value::Array(items.iter().map(Json::to_serde).collect()),
+            Json::Obj(members) => Value::Object(
+                members
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.to_serde()))
+                    .collect(),
+            ),
+        }
+    }
+}
+
+fn quote_into(s: &str, out: &mut String) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// Nesting deeper than this is refused rather than risking the stack.
+const MAX_DEPTH: usize = 256;
+
+struct Parser<'a> {
+    key: &'a str,
+    s: &'a [u8],
+    pos: usize,
+}
+
+impl Parser<'_> {
+    fn err(&self, reason: &str) -> Error {
+        let upto = &self.s[..self.pos.min(self.s.len())];
+        let line = upto.iter().filter(|b| **b == b'\n').count() + 1;
+        let column = upto.len() - upto.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1) + 1;
+        Error::CorruptJson {
+            key: self.key.to_string(),
+            line,
+            column,
+            reason: reason.to_string(),
+        }
+    }
+
+    fn peek(&self) -> Option<u8> {
+        self.s.get(self.pos).copied()
+    }
+
+    fn ws(&mut self) {
+        while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+            self.pos += 1;
+        }
+    }
+
+    fn literal(&mut self, word: &str) -> bool {
+        if self.s[self.pos..].starts_with(word.as_bytes()) {
+            self.pos += word.len();
+            true
+        } else {
+            false
+        }
+    }
+
+    fn value(&mut self, depth: usize) -> Result<Json> {
+        if depth > MAX_DEPTH {
+            return Err(self.err("nesting too deep"));
+        }
+        match self.peek() {
+            None => Err(self.err("unexpected end of input")),
+            Some(b'{') => self.object(depth),
+            Some(b'[') => self.array(depth),
+            Some(b'"') => Ok(Json::Str(self.string()?)),
+            Some(b't') if self.literal("true") => Ok(Json::Bool(true)),
+            Some(b'f') if self.literal("false") => Ok(Json::Bool(false)),
+            Some(b'n') if self.literal("null") => Ok(Json::Null),
+            Some(b'N') if self.literal("NaN") => Ok(Json::Num("NaN".into())),
+            Some(b'I') if self.literal("Infinity") => Ok(Json::Num("Infinity".into())),
+            Some(b'-') if self.literal("-Infinity") => Ok(Json::Num("-Infinity".into())),
+            Some(b'-' | b'+' | b'.' | b'0'..=b'9') => self.number(),
+            Some(_) => Err(self.err("expected a JSON value")),
+        }
+    }
+
+    fn number(&mut self) -> Result<Json> {
+        let start = self.pos;
+        if matches!(self.peek(), Some(b'-' | b'+')) {
+            self.pos += 1;
+        }
+        let mut digits = 0;
+        while let Some(c) = self.peek() {
+            match c {
+                b'0'..=b'9' => digits += 1,
+                b'.' => {}
+                b'e' | b'E' => {
+                    // The exponent may carry its own sign.
+                    if matches!(self.s.get(self.pos + 1), Some(b'-' | b'+')) {
+                        self.pos += 1;
+                    }
+                }
+                _ => break,
+            }
+            self.pos += 1;
+        }
+        let text = std::str::from_utf8(&self.s[start..self.pos]).unwrap_or_default();
+        // Accept C-style spellings (`0.`, `.5`) that netcdf-c writes, but not garbage.
+        let canonical = text.strip_prefix('+').unwrap_or(text);
+        if digits == 0 || canonical.parse::<f64>().is_err() {
+            self.pos = start;
+            return Err(self.err("malformed number"));
+        }
+        Ok(Json::Num(canonical.to_string()))
+    }
+
+    fn hex4(&mut self) -> Result<u32> {
+        let h = self
+            .s
+            .get(self.pos..self.pos + 4)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u32::from_str_radix(h, 16).ok())
+            .ok_or_else(|| self.err("bad \\u escape"))?;
+        self.pos += 4;
+        Ok(h)
+    }
+
+    fn string(&mut self) -> Result<String> {
+        self.pos += 1; // opening quote
+        let mut out: Vec<u8> = Vec::new();
+        loop {
+            let Some(c) = self.peek() else {
+                return Err(self.err("unterminated string"));
+            };
+            self.pos += 1;
+            match c {
+                b'"' => break,
+                b'\\' => {
+                    let Some(e) = self.peek() else {
+                        return Err(self.err("unterminated string"));
+                    };
+                    self.pos += 1;
+                    match e {
+                        b'"' => out.push(b'"'),
+                        b'\\' => out.push(b'\\'),
+                        b'/' => out.push(b'/'),
+                        b'b' => out.push(8),
+                        b'f' => out.push(12),
+                        b'n' => out.push(b'\n'),
+                        b'r' => out.push(b'\r'),
+                        b't' => out.push(b'\t'),
+                        b'u' => {
+                            let mut cp = self.hex4()?;
+                            if (0xD800..0xDC00).contains(&cp) && self.literal("\\u") {
+                                let lo = self.hex4()?;
+                                if (0xDC00..0xE000).contains(&lo) {
+                                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                                }
+                            }
+                            let ch = char::from_u32(cp).unwrap_or('\u{FFFD}');
+                            let mut buf = [0u8; 4];
+                            out.extend_from_slice(ch.encode_utf8(&mut buf).as_bytes());
+                        }
+                        _ => return Err(self.err("bad escape in string")),
+                    }
+                }
+                c => out.push(c),
+            }
+        }
+        // The input is UTF-8 and escapes produce UTF-8, so this cannot fail.
+        String::from_utf8(out).map_err(|_| self.err("string is not UTF-8"))
+    }
+
+    fn array(&mut self, depth: usize) -> Result<Json> {
+        self.pos += 1;
+        let mut items = Vec::new();
+        self.ws();
+        if self.peek() == Some(b']') {
+            self.pos += 1;
+            return Ok(Json::Arr(items));
+        }
+        loop {
+            self.ws();
+            items.push(self.value(depth + 1)?);
+            self.ws();
+            match self.peek() {
+                Some(b',') => self.pos += 1,
+                Some(b']') => {
+                    self.pos += 1;
+                    return Ok(Json::Arr(items));
+                }
+                _ => return Err(self.err("expected ',' or ']'")),
+            }
+        }
+    }
+
+    fn object(&mut self, depth: usize) -> Result<Json> {
+        self.pos += 1;
+        let mut members: Vec<(String, Json)> = Vec::new();
+        self.ws();
+        if self.peek() == Some(b'}') {
+            self.pos += 1;
+            return Ok(Json::Obj(members));
+        }
+        loop {
+            self.ws();
+            if self.peek() != Some(b'"') {
+                return Err(self.err("expected a string key"));
+            }
+            let k = self.string()?;
+            self.ws();
+            if self.peek() != Some(b':') {
+                return Err(self.err("expected ':'"));
+            }
+            self.pos += 1;
+            self.ws();
+            let v = self.value(depth + 1)?;
+            // A repeated key replaces the earlier value, as in every JSON library.
+            match members.iter_mut().find(|(name, _)| *name == k) {
+                Some(slot) => slot.1 = v,
+                None => members.push((k, v)),
+            }
+            self.ws();
+            match self.peek() {
+                Some(b',') => self.pos += 1,
+                Some(b'}') => {
+                    self.pos += 1;
+                    return Ok(Json::Obj(members));
+                }
+                _ => return Err(self.err("expected ',' or '}'")),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(s: &str) -> Json {
+        Json::parse("k", s.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn keeps_order_and_lexemes() {
+        let v = p(r#"{"b": [0.,0.,1.], "a": 1.0, "c": NaN, "d": -Infinity}"#);
+        let Json::Obj(m) = &v else { panic!() };
+        assert_eq!(m[0].0, "b");
+        assert_eq!(m[1].1, Json::Num("1.0".into()));
+        assert_eq!(m[2].1, Json::Num("NaN".into()));
+        assert_eq!(m[3].1, Json::Num("-Infinity".into()));
+        assert_eq!(v.get("b").unwrap().unparse(), "[0.,0.,1.]");
+    }
+
+    #[test]
+    fn unparse_like_netcdf_c() {
+        // Expected text from ref_jsonconvention.cdl (varjson1).
+        let v = p(r#"{"key1": [1,2,3], "key2": {"key3": "abc"}}"#);
+        assert_eq!(v.unparse(), r#"{"key1": [1,2,3], "key2": {"key3": "abc"}}"#);
+        let v = p("[ [1.0, 0.0] , [\"a\\\"b\"] ]");
+        assert_eq!(v.unparse(), r#"[[1.0,0.0],["a\"b"]]"#);
+    }
+
+    #[test]
+    fn decodes_unicode_escapes() {
+        assert_eq!(
+            p(r#""caf\u00e9 \ud83d\ude00""#),
+            Json::Str("café 😀".into())
+        );
+    }
+
+    #[test]
+    fn errors_have_positions() {
+        match Json::parse("g/.zattrs", b"{\n  \"a\": [1,\n}") {
+            Err(Error::CorruptJson {
+                key, line, column, ..
+            }) => {
+                assert_eq!(key, "g/.zattrs");
+                assert_eq!(line, 3);
+                assert_eq!(column, 1);
+            }
+            other => panic!("{other:?}"),
+        }
+        for bad in [
+            "",
+            "{",
+            "[1 2]",
+            "{\"a\" 1}",
+            "nul",
+            "-",
+            "1.2.3",
+            "\"abc",
+            "{} x",
+        ] {
+            assert!(Json::parse("k", bad.as_bytes()).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn deep_nesting_is_refused() {
+        let s = "[".repeat(10_000);
+        assert!(Json::parse("k", s.as_bytes()).is_err());
+    }
+
+    #[test]
+    fn to_serde_values() {
+        let v = p(r#"{"id": "blosc", "clevel": 5, "x": 1.5, "n": NaN}"#).to_serde();
+        assert_eq!(v["clevel"], serde_json::json!(5));
+        assert_eq!(v["x"], serde_json::json!(1.5));
+        assert_eq!(v["n"], serde_json::json!("NaN"));
+    }
+}
