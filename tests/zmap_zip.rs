@@ -1,0 +1,284 @@
+//! The zip map on real archives: both layouts (keys at the root as zarr-python's ZipStore
+//! writes them, keys under one folder as netcdf-c writes them), hostile entry names, and
+//! rewrites on flush. Expected listings come from `unzip -l` of the fixtures.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use nczarrfs::location::Location;
+use nczarrfs::zmap::{self, FileMap, ZMap, ZipMap};
+use nczarrfs::Error;
+use zip::write::SimpleFileOptions;
+use zip::{CompressionMethod, ZipWriter};
+
+fn fixture(rel: &str) -> PathBuf {
+    let shared = std::env::var("NCZARRFS_SHARED")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../shared").to_string());
+    PathBuf::from(shared).join("fixtures").join(rel)
+}
+
+/// Writes a zip at `path` with `(name, content, deflated)` entries; names ending in `/` are
+/// directory entries.
+fn make_zip(path: &Path, entries: &[(&str, &[u8], bool)]) {
+    let mut w = ZipWriter::new(std::fs::File::create(path).unwrap());
+    for (name, content, deflated) in entries {
+        let method = if *deflated {
+            CompressionMethod::Deflated
+        } else {
+            CompressionMethod::Stored
+        };
+        let opts = SimpleFileOptions::default().compression_method(method);
+        if let Some(dir) = name.strip_suffix('/') {
+            w.add_directory(dir, opts).unwrap();
+        } else {
+            w.start_file(*name, opts).unwrap();
+            w.write_all(content).unwrap();
+        }
+    }
+    w.finish().unwrap();
+}
+
+#[test]
+fn netcdf_c_layout_strips_the_folder() {
+    let map = ZipMap::open(&fixture("nczarr_test/ref_oldformat.zip"), false).unwrap();
+    assert_eq!(map.root_folder(), Some("ref_oldformat"));
+    assert_eq!(
+        map.search("").unwrap(),
+        vec![".zattrs", ".zgroup", "g1", "lat"]
+    );
+    assert_eq!(map.search("g1").unwrap(), vec![".zattrs", ".zgroup", "pos"]);
+    assert_eq!(
+        map.search("g1/pos").unwrap(),
+        vec![".zarray", ".zattrs", "0.0"]
+    );
+    assert_eq!(map.get("lat/0").unwrap().unwrap().len(), 32);
+    assert_eq!(map.get("g1/pos/0.0").unwrap().unwrap().len(), 320);
+    let zgroup = String::from_utf8(map.get(".zgroup").unwrap().unwrap()).unwrap();
+    assert!(zgroup.contains("\"zarr_format\""), "{zgroup}");
+    assert_eq!(map.get("ref_oldformat/.zgroup").unwrap(), None);
+    assert_eq!(map.get("g1").unwrap(), None, "a folder is not content");
+    assert!(map.read_only());
+    assert!(matches!(map.put("x", b""), Err(Error::NotPermitted(_))));
+}
+
+#[test]
+fn ref_byte_layout() {
+    // ref_byte.zarr.zip also keeps its keys under one folder ("ref_byte.zarr/").
+    let map = ZipMap::open(&fixture("nczarr_test/ref_byte.zarr.zip"), false).unwrap();
+    assert_eq!(map.root_folder(), Some("ref_byte.zarr"));
+    assert_eq!(map.search("").unwrap(), vec![".zgroup", "byte"]);
+    assert_eq!(map.search("byte").unwrap(), vec![".zarray", ".zattrs"]);
+    assert_eq!(map.get("byte/.zarray").unwrap().unwrap().len(), 176);
+    assert_eq!(map.get_range("byte/.zarray", 0, 1).unwrap().unwrap(), b"{");
+}
+
+#[test]
+fn folder_first_with_stray_root_zgroup() {
+    // netcdf-c takes the dataset folder from the first entry; this archive also has a root
+    // `.zgroup` appended later, and its expected CDL has the variables at the root.
+    let map = ZipMap::open(
+        &fixture("nczarr_test/ref_power_901_constants_orig.zip"),
+        false,
+    )
+    .unwrap();
+    assert_eq!(map.root_folder(), Some("ref_power_901_constants"));
+    assert_eq!(
+        map.search("").unwrap(),
+        vec![".zgroup", "FRLAKE", "FRLAND", "FRLANDICE", "FROCEAN"]
+    );
+}
+
+#[test]
+fn root_layout_kept_when_root_has_metadata() {
+    let dir = tempfile::tempdir().unwrap();
+    // zarr-python ZipStore: a root group whose only child is group g.
+    let path = dir.path().join("root.zip");
+    make_zip(
+        &path,
+        &[
+            (".zgroup", b"{\"zarr_format\": 2}", false),
+            ("g/.zgroup", b"{\"zarr_format\": 2}", true),
+            ("g/v/.zarray", b"{}", true),
+            ("g/v/0", &[7u8; 1000], true),
+        ],
+    );
+    let map = ZipMap::open(&path, false).unwrap();
+    assert_eq!(map.root_folder(), None);
+    assert_eq!(map.search("").unwrap(), vec![".zgroup", "g"]);
+    assert_eq!(
+        map.get("g/v/0").unwrap().unwrap(),
+        vec![7u8; 1000],
+        "deflated entry"
+    );
+    assert_eq!(map.search("g/v").unwrap(), vec![".zarray", "0"]);
+}
+
+#[test]
+fn hostile_entries_fail_the_open() {
+    let dir = tempfile::tempdir().unwrap();
+    for bad in [
+        "../evil",
+        "/abs/.zgroup",
+        "a/../../evil",
+        "a\\b",
+        "C:/x",
+        "a//b",
+    ] {
+        let path = dir.path().join("bad.zip");
+        make_zip(&path, &[(".zgroup", b"{}", false), (bad, b"x", false)]);
+        match ZipMap::open(&path, false) {
+            Err(Error::Storage { key, reason }) => {
+                assert_eq!(key, bad, "{reason}");
+            }
+            other => panic!("{bad}: expected a storage error, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn not_zarr_archives_and_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let status = std::process::Command::new("tar")
+        .arg("xzf")
+        .arg(fixture("nczarr_test/ref_notzarr.tar.gz"))
+        .arg("-C")
+        .arg(dir.path())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    // Zips without Zarr content open, but hold no metadata object at the root.
+    for name in ["empty.zip", "notzarr.zip"] {
+        let map = zmap::open(&loc(&dir.path().join(name)), false).unwrap();
+        assert!(!map.exists(".zgroup").unwrap(), "{name}");
+        assert!(!map.exists(".zarray").unwrap(), "{name}");
+    }
+    let map = zmap::open(&loc(&dir.path().join("notzarr.zip")), false).unwrap();
+    assert_eq!(map.search("").unwrap(), vec!["notzarr"]);
+    assert_eq!(map.search("notzarr").unwrap(), vec!["notzarr.txt"]);
+    // An empty directory and a directory of unrelated files.
+    let map = zmap::open(&loc(&dir.path().join("empty.file")), false).unwrap();
+    assert!(map.search("").unwrap().is_empty());
+    let map = zmap::open(&loc(&dir.path().join("notzarr.file")), false).unwrap();
+    assert_eq!(map.search("").unwrap(), vec!["notzarr.txt"]);
+    // A plain text file is neither a directory nor a zip.
+    let err = zmap::open(&loc(&dir.path().join("empty.txt")), false).unwrap_err();
+    assert!(matches!(err, Error::NotZarr { .. }), "{err}");
+    // A missing path.
+    let err = zmap::open(&loc(&dir.path().join("missing.zip")), false).unwrap_err();
+    assert!(
+        err.to_string().contains("No such file or directory"),
+        "{err}"
+    );
+    let err = zmap::open(&loc(&dir.path().join("missing.file")), false).unwrap_err();
+    assert!(
+        err.to_string().contains("No such file or directory"),
+        "{err}"
+    );
+}
+
+#[test]
+fn zip_and_directory_of_the_same_dataset_agree() {
+    let dir = tempfile::tempdir().unwrap();
+    let status = std::process::Command::new("unzip")
+        .arg("-q")
+        .arg(fixture("nczarr_test/ref_oldformat.zip"))
+        .arg("-d")
+        .arg(dir.path())
+        .status();
+    let Ok(status) = status else {
+        eprintln!("unzip not available; skipping");
+        return;
+    };
+    assert!(status.success());
+    let tree = FileMap::open(&dir.path().join("ref_oldformat"), false).unwrap();
+    let zip = ZipMap::open(&fixture("nczarr_test/ref_oldformat.zip"), false).unwrap();
+    for prefix in ["", "g1", "g1/pos", "lat"] {
+        assert_eq!(tree.search(prefix).unwrap(), zip.search(prefix).unwrap());
+    }
+    for key in [
+        ".zgroup",
+        "lat/.zarray",
+        "lat/0",
+        "g1/pos/0.0",
+        "g1/pos/.zattrs",
+    ] {
+        assert_eq!(tree.get(key).unwrap(), zip.get(key).unwrap(), "{key}");
+    }
+}
+
+#[test]
+fn writes_are_flushed_atomically() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("copy.zip");
+    std::fs::copy(fixture("nczarr_test/ref_oldformat.zip"), &path).unwrap();
+    let before = std::fs::read(&path).unwrap();
+    {
+        let map = ZipMap::open(&path, true).unwrap();
+        map.put("g1/pos/0.0", b"replaced").unwrap();
+        map.put("g2/.zgroup", b"{\"zarr_format\": 2}").unwrap();
+        map.delete("lat").unwrap();
+        assert_eq!(map.get("g1/pos/0.0").unwrap().unwrap(), b"replaced");
+        assert_eq!(
+            map.search("").unwrap(),
+            vec![".zattrs", ".zgroup", "g1", "g2"]
+        );
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            before,
+            "nothing written before flush"
+        );
+        map.flush().unwrap();
+        assert_eq!(map.get("g1/pos/0.0").unwrap().unwrap(), b"replaced");
+        assert_eq!(map.get("g1/pos/.zattrs").unwrap().unwrap().len(), 260);
+    }
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(leftovers, vec!["copy.zip"]);
+    // Reopened: same layout, same content; the untouched entries were copied verbatim.
+    let map = ZipMap::open(&path, false).unwrap();
+    assert_eq!(map.root_folder(), Some("ref_oldformat"));
+    assert_eq!(
+        map.search("").unwrap(),
+        vec![".zattrs", ".zgroup", "g1", "g2"]
+    );
+    assert_eq!(map.get("g1/pos/0.0").unwrap().unwrap(), b"replaced");
+    let orig = ZipMap::open(&fixture("nczarr_test/ref_oldformat.zip"), false).unwrap();
+    assert_eq!(
+        map.get("g1/pos/.zarray").unwrap(),
+        orig.get("g1/pos/.zarray").unwrap()
+    );
+    assert_eq!(map.get("lat/0").unwrap(), None);
+    // Other zip readers see the folder layout too.
+    let mut archive = zip::ZipArchive::new(std::fs::File::open(&path).unwrap()).unwrap();
+    assert_eq!(archive.by_index(0).unwrap().name(), "ref_oldformat/");
+}
+
+#[test]
+fn new_archive_uses_root_layout() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("new.zip");
+    let map = zmap::open(&loc(&path), true).unwrap();
+    assert!(!path.exists(), "opening creates nothing");
+    map.put(".zgroup", b"{\"zarr_format\": 2}").unwrap();
+    map.put("v/.zarray", b"{}").unwrap();
+    map.put("v/0", &[1, 2, 3]).unwrap();
+    map.flush().unwrap();
+    let mut archive = zip::ZipArchive::new(std::fs::File::open(&path).unwrap()).unwrap();
+    let mut names: Vec<_> = archive.file_names().map(str::to_string).collect();
+    names.sort();
+    assert_eq!(names, vec![".zgroup", "v/.zarray", "v/0"]);
+    let mut entry = archive.by_name("v/0").unwrap();
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut entry, &mut bytes).unwrap();
+    assert_eq!(bytes, [1, 2, 3]);
+    drop(entry);
+    let reread = ZipMap::open(&path, false).unwrap();
+    assert_eq!(reread.root_folder(), None);
+    assert_eq!(reread.search("v").unwrap(), vec![".zarray", "0"]);
+}
+
+fn loc(path: &Path) -> Location {
+    Location::parse(path.to_str().unwrap()).unwrap()
+}
