@@ -3,43 +3,48 @@
 
 use serde_json::{json, Map, Number, Value};
 
+use crate::cdl::writer;
 use crate::chunk::ChunkEngine;
 use crate::model::{AttrValue, Attribute, CodecSpec, Dataset, GroupId, NcType, VarId};
-use crate::{Error, Result};
+use crate::Result;
 
 use super::layout::Resolved;
 
-/// `@header.cdl` of a group: for the root, `ncdump -h` of the whole dataset.
+/// `@header.cdl`: for the root group `ncdump -h` of the whole dataset (what `nczarrfs dump -h`
+/// prints), for a subgroup its own dimensions, variables and attributes, for a variable its
+/// declaration and attributes.
 pub fn header(
     ds: &Dataset,
     engine: &ChunkEngine,
     dataset_name: &str,
     r: Resolved,
 ) -> Result<Vec<u8>> {
-    let _ = (ds, engine, dataset_name);
     match r {
-        Resolved::Group(g) => Err(Error::Unsupported(format!(
-            "CDL of group {} (the CDL writer is not built yet)",
-            ds.group_fqn(g)
-        ))),
-        Resolved::Var(v) => Err(Error::Unsupported(format!(
-            "CDL of variable {} (the CDL writer is not built yet)",
-            ds.var_fqn(v)
-        ))),
+        Resolved::Group(g) if g == Dataset::ROOT => {
+            let opts = writer::DumpOptions {
+                header_only: true,
+                ..Default::default()
+            };
+            let mut out = Vec::new();
+            writer::dump(ds, engine, dataset_name, &opts, &mut out)?;
+            Ok(out)
+        }
+        Resolved::Group(g) => Ok(writer::group_header(ds, g).into_bytes()),
+        Resolved::Var(v) => Ok(writer::var_header(ds, v).into_bytes()),
     }
 }
 
 /// An attribute file: the raw bytes of a `char` attribute, otherwise the CDL value list
 /// followed by a newline.
 pub fn attr_file(attr: &Attribute) -> Result<Vec<u8>> {
-    match &attr.value {
-        AttrValue::Char(bytes) => Ok(bytes.clone()),
-        other => Err(Error::Unsupported(format!(
-            "CDL text of {} attribute {} (the CDL writer is not built yet)",
-            other.nctype().cdl_name(),
-            attr.name
-        ))),
-    }
+    Ok(match &attr.value {
+        AttrValue::Char(bytes) => bytes.clone(),
+        other => {
+            let mut text = writer::attr_values(other).into_bytes();
+            text.push(b'\n');
+            text
+        }
+    })
 }
 
 /// The NumPy dtype of a variable's `data` file: native byte order, strings as `|S<width>`.
@@ -282,6 +287,12 @@ mod tests {
             value: AttrValue::Char(b"a\0b".to_vec()),
         };
         assert_eq!(attr_file(&a).unwrap(), b"a\0b");
+        let a = Attribute {
+            name: "n".into(),
+            value: AttrValue::Float(vec![-999.0, 1.5]),
+        };
+        // ncdump prints float attributes with an `f` suffix.
+        assert_eq!(attr_file(&a).unwrap(), b"-999.f, 1.5f\n");
     }
 
     #[test]

@@ -167,24 +167,23 @@ impl Shared {
         Arc::clone(&self.snap.read().unwrap_or_else(|e| e.into_inner()))
     }
 
-    /// Re-reads the metadata. A new chunk engine is made either way, which drops cached chunks
-    /// that may have changed underneath; on failure the old view stays.
+    /// Re-reads the metadata and drops cached chunks, which may have changed underneath; on
+    /// failure the old view stays.
     fn reload(&self) {
         let current = Arc::clone(&self.snap.read().unwrap_or_else(|e| e.into_inner()));
         match meta::read_dataset(self.map.as_ref(), &self.mode) {
-            Ok(model) => {
-                let changed = model != current.model;
-                if changed {
-                    log::info!("{}: metadata changed, reloaded", self.map.describe());
+            Ok(model) if model == current.model => {
+                // Same metadata: chunks may still have been rewritten underneath.
+                if let Err(e) = current.engine.clear() {
+                    self.log_once(format!("cannot drop the chunk cache: {e}"));
                 }
+            }
+            Ok(model) => {
+                log::info!("{}: metadata changed, reloaded", self.map.describe());
                 let snap = Snapshot {
                     engine: ChunkEngine::new(Arc::clone(&self.map), self.opts.cache_bytes),
-                    generation: current.generation + u64::from(changed),
-                    changed: if changed {
-                        SystemTime::now()
-                    } else {
-                        current.changed
-                    },
+                    generation: current.generation + 1,
+                    changed: SystemTime::now(),
                     model,
                 };
                 *self.snap.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(snap);

