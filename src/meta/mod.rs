@@ -802,3 +802,493 @@ fn u64_list(key: &str, j: &Json, field: &str) -> Result<Vec<u64>> {
         None => Err(Error::meta(key, format!("missing {field}"))),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::AttrValue;
+    use std::collections::BTreeMap;
+
+    /// A read-only map over a sorted table.
+    #[derive(Debug, Default)]
+    struct Table(BTreeMap<String, Vec<u8>>);
+
+    impl ZMap for Table {
+        fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+            Ok(self.0.get(key).cloned())
+        }
+        fn put(&self, _: &str, _: &[u8]) -> Result<()> {
+            Err(Error::NotPermitted("read-only".into()))
+        }
+        fn delete(&self, _: &str) -> Result<()> {
+            Err(Error::NotPermitted("read-only".into()))
+        }
+        fn search(&self, prefix: &str) -> Result<Vec<String>> {
+            let mut out: Vec<String> = self
+                .0
+                .keys()
+                .filter_map(|k| {
+                    let rest = if prefix.is_empty() {
+                        k.as_str()
+                    } else {
+                        k.strip_prefix(prefix)?.strip_prefix('/')?
+                    };
+                    rest.split('/').next().map(str::to_string)
+                })
+                .collect();
+            out.dedup();
+            Ok(out)
+        }
+        fn read_only(&self) -> bool {
+            true
+        }
+        fn describe(&self) -> String {
+            "table".into()
+        }
+    }
+
+    fn table(objs: &[(&str, &str)]) -> Table {
+        Table(
+            objs.iter()
+                .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
+                .collect(),
+        )
+    }
+
+    fn open(objs: &[(&str, &str)]) -> Result<Dataset> {
+        read_dataset(&table(objs), &Mode::default())
+    }
+
+    fn dim_names(ds: &Dataset, v: &str) -> Vec<String> {
+        let v = ds.var(ds.find_var(v).unwrap());
+        v.dims.iter().map(|d| ds.dim_fqn(*d)).collect()
+    }
+
+    // Written by Debian's ncgen 4.9.0 (`mode=nczarr,file`) from a small CDL file.
+    const V490: &[(&str, &str)] = &[
+        (
+            ".zgroup",
+            r#"{"zarr_format": 2, "_NCZARR_SUPERBLOCK": {"version": "2.0.0"}, "_NCZARR_GROUP": {"dims": {"d2": 2, "u": 3}, "vars": ["c","r","s"], "groups": []}}"#,
+        ),
+        (
+            "c/.zattrs",
+            r#"{"_ARRAY_DIMENSIONS": ["d2"], "_NCZARR_ATTR": {}}"#,
+        ),
+        (
+            "c/.zarray",
+            r#"{"zarr_format": 2, "shape": [2], "dtype": "<U1", "chunks": [2], "fill_value": "", "order": "C", "compressor": null, "filters": null, "_NCZARR_ARRAY": {"dimrefs": ["/d2"], "storage": "chunked"}}"#,
+        ),
+        (
+            ".zattrs",
+            r#"{"charattr": "ghi", "ia": [1,2], "da": 1.5, "ua": 7, "_NCProperties": "version=2,netcdf=4.9.0,nczarr=2.0.0", "_NCZARR_ATTR": {"types": {"charattr": "<U1", "ia": "<i4", "da": "<f8", "ua": "<u1", "_NCProperties": "<U1"}}}"#,
+        ),
+        (
+            "s/.zattrs",
+            r#"{"_ARRAY_DIMENSIONS": [], "_NCZARR_ATTR": {}}"#,
+        ),
+        (
+            "s/.zarray",
+            r#"{"zarr_format": 2, "shape": [1], "dtype": "<f4", "chunks": [1], "fill_value": 9.96921e+36, "order": "C", "compressor": null, "filters": null, "_NCZARR_ARRAY": {"dimrefs": [], "storage": "scalar"}}"#,
+        ),
+        (
+            "r/.zattrs",
+            r#"{"_ARRAY_DIMENSIONS": ["u"], "_NCZARR_ATTR": {}}"#,
+        ),
+        (
+            "r/.zarray",
+            r#"{"zarr_format": 2, "shape": [3], "dtype": "<i4", "chunks": [3], "fill_value": -2147483647, "order": "C", "compressor": null, "filters": null, "_NCZARR_ARRAY": {"dimrefs": ["/u"], "storage": "chunked"}}"#,
+        ),
+    ];
+
+    #[test]
+    fn upper_case_keys_of_4_9_0() {
+        let ds = open(V490).unwrap();
+        let root = ds.group(Dataset::ROOT);
+        let dims: Vec<_> = root
+            .dims
+            .iter()
+            .map(|d| (ds.dim(*d).name.as_str(), ds.dim(*d).len))
+            .collect();
+        assert_eq!(dims, [("d2", 2), ("u", 3)]);
+        let vars: Vec<_> = root.vars.iter().map(|v| ds.var(*v).name.as_str()).collect();
+        assert_eq!(vars, ["c", "r", "s"]);
+        let c = ds.var(ds.find_var("c").unwrap());
+        assert_eq!(c.nctype, NcType::Char);
+        // Stored one byte per character despite `<U1`.
+        assert_eq!(c.storage.dtype.as_ref().unwrap().size, 1);
+        assert_eq!(c.storage.fill_value, Some(vec![0]));
+        let s = ds.var(ds.find_var("s").unwrap());
+        assert!(s.dims.is_empty());
+        assert_eq!(s.storage.shape, vec![1]);
+        let attrs: Vec<_> = root
+            .attrs
+            .iter()
+            .map(|a| (a.name.as_str(), a.value.clone()))
+            .collect();
+        assert_eq!(
+            attrs,
+            [
+                ("charattr", AttrValue::Char(b"ghi".to_vec())),
+                ("ia", AttrValue::Int(vec![1, 2])),
+                ("da", AttrValue::Double(vec![1.5])),
+                ("ua", AttrValue::UByte(vec![7])),
+            ]
+        );
+    }
+
+    // Written by netcdf-c 4.10.1 (netCDF4-python 1.7.5, mode=nczarr,file).
+    const V4101: &[(&str, &str)] = &[
+        (".zgroup", r#"{"zarr_format": 2}"#),
+        (
+            "t/.zattrs",
+            r#"{"_ARRAY_DIMENSIONS": ["d2"], "_nczarr_array": {"dimension_references": ["/d2"], "storage": "chunked"}, "_nczarr_attr": {"types": {"_nczarr_array": "|J0", "_nczarr_attr": "|J0"}}}"#,
+        ),
+        (
+            "t/.zarray",
+            r#"{"zarr_format": 2, "shape": [2], "dtype": "|S128", "chunks": [2], "fill_value": "", "order": "C", "compressor": null, "filters": null}"#,
+        ),
+        (
+            "c/.zattrs",
+            r#"{"_ARRAY_DIMENSIONS": ["d2"], "_nczarr_array": {"dimension_references": ["/d2"], "storage": "chunked"}, "_nczarr_attr": {"types": {"_nczarr_array": "|J0", "_nczarr_attr": "|J0"}}}"#,
+        ),
+        (
+            "c/.zarray",
+            r#"{"zarr_format": 2, "shape": [2], "dtype": ">S1", "chunks": [2], "fill_value": "", "order": "C", "compressor": null, "filters": null}"#,
+        ),
+        ("g/.zgroup", r#"{"zarr_format": 2}"#),
+        (
+            "g/v/.zattrs",
+            r#"{"_FillValue": 7, "_ARRAY_DIMENSIONS": ["e","d2"], "_nczarr_array": {"dimension_references": ["/g/e","/d2"], "storage": "chunked"}, "_nczarr_attr": {"types": {"_FillValue": "<u2", "_nczarr_array": "|J0", "_nczarr_attr": "|J0"}}}"#,
+        ),
+        (
+            "g/v/.zarray",
+            r#"{"zarr_format": 2, "shape": [4,2], "dtype": "<u2", "chunks": [4,2], "fill_value": 7, "order": "C", "compressor": null, "filters": null}"#,
+        ),
+        (
+            "g/.zattrs",
+            r#"{"_nczarr_group": {"dimensions": {"e": 4}, "arrays": ["v"], "groups": []}, "_nczarr_attr": {"types": {"_nczarr_group": "|J0", "_nczarr_attr": "|J0"}}}"#,
+        ),
+        (
+            ".zattrs",
+            r#"{"_NCProperties": "version=2,netcdf=4.10.1,nczarr=2.0.0", "charattr": "ghi", "ia": [1,2], "sa": ["a","b"], "_nczarr_group": {"dimensions": {"d2": 2, "u": {"size": 3, "unlimited": 1}}, "arrays": ["c","r","s","t"], "groups": ["g"]}, "_nczarr_superblock": {"version": "2.0.0"}, "_nczarr_attr": {"types": {"_NCProperties": ">S1", "charattr": ">S1", "ia": "<i8", "sa": "|S128", "_nczarr_group": "|J0", "_nczarr_superblock": "|J0", "_nczarr_attr": "|J0"}}}"#,
+        ),
+        (
+            "s/.zattrs",
+            r#"{"_ARRAY_DIMENSIONS": ["_scalar_"], "_nczarr_array": {"dimension_references": [], "scalar": 1, "storage": "chunked"}, "_nczarr_attr": {"types": {"_nczarr_array": "|J0", "_nczarr_attr": "|J0"}}}"#,
+        ),
+        (
+            "s/.zarray",
+            r#"{"zarr_format": 2, "shape": [1], "dtype": "<f4", "chunks": [1], "fill_value": 9.96921e+36, "order": "C", "compressor": null, "filters": null}"#,
+        ),
+        (
+            "r/.zattrs",
+            r#"{"_ARRAY_DIMENSIONS": ["u"], "_nczarr_array": {"dimension_references": ["/u"], "storage": "chunked"}, "_nczarr_attr": {"types": {"_nczarr_array": "|J0", "_nczarr_attr": "|J0"}}}"#,
+        ),
+        (
+            "r/.zarray",
+            r#"{"zarr_format": 2, "shape": [3], "dtype": "<i4", "chunks": [1024], "fill_value": -2147483647, "order": "C", "compressor": null, "filters": null}"#,
+        ),
+    ];
+
+    #[test]
+    fn current_layout_of_4_10_1() {
+        let ds = open(V4101).unwrap();
+        let u = ds.find_dim("/u").unwrap();
+        assert!(ds.dim(u).unlimited);
+        assert_eq!(ds.dim(u).len, 3);
+        assert_eq!(ds.var(ds.find_var("c").unwrap()).nctype, NcType::Char);
+        let t = ds.var(ds.find_var("t").unwrap());
+        assert_eq!((t.nctype, t.string_width), (NcType::String, 128));
+        assert_eq!(t.storage.fill_value, Some(vec![0; 128]));
+        let s = ds.var(ds.find_var("s").unwrap());
+        assert!(s.dims.is_empty());
+        assert_eq!(
+            s.storage.fill_value,
+            Some(9.96921e36f32.to_le_bytes().to_vec())
+        );
+        assert_eq!(dim_names(&ds, "g/v"), ["/g/e", "/d2"]);
+        let v = ds.var(ds.find_var("g/v").unwrap());
+        assert_eq!(v.nctype, NcType::UShort);
+        assert_eq!(v.attrs[0].value, AttrValue::UShort(vec![7]));
+        assert_eq!(v.storage.fill_value, Some(7u16.to_le_bytes().to_vec()));
+        let root = ds.group(Dataset::ROOT);
+        let names: Vec<_> = root.attrs.iter().map(|a| a.name.as_str()).collect();
+        assert_eq!(names, ["charattr", "ia", "sa"]);
+        assert_eq!(root.attrs[1].value, AttrValue::Int64(vec![1, 2]));
+        assert_eq!(
+            root.attrs[2].value,
+            AttrValue::Str(vec!["a".into(), "b".into()])
+        );
+    }
+
+    #[test]
+    fn unlimited_takes_the_largest_extent() {
+        let mut objs = V4101.to_vec();
+        let i = objs.iter().position(|(k, _)| *k == "r/.zarray").unwrap();
+        objs[i].1 = r#"{"zarr_format": 2, "shape": [5], "dtype": "<i4", "chunks": [4], "fill_value": null, "order": "C", "compressor": null, "filters": null}"#;
+        let ds = open(&objs).unwrap();
+        assert_eq!(ds.dim(ds.find_dim("/u").unwrap()).len, 5);
+    }
+
+    #[test]
+    fn nczarr_read_as_pure_zarr() {
+        let mode = Mode {
+            format: Some(Format::Zarr),
+            ..Mode::default()
+        };
+        let ds = read_dataset(&table(V4101), &mode).unwrap();
+        // Pure Zarr: `>S1` is a one-byte string, `["_scalar_"]` with shape [1] a scalar,
+        // the types map is ignored (charattr stays char text, sa becomes JSON text).
+        let c = ds.var(ds.find_var("c").unwrap());
+        assert_eq!((c.nctype, c.string_width), (NcType::String, 1));
+        assert_eq!(dim_names(&ds, "c"), ["/d2"]);
+        assert!(ds.var(ds.find_var("s").unwrap()).dims.is_empty());
+        assert_eq!(dim_names(&ds, "g/v"), ["/g/e", "/d2"]);
+        let root = ds.group(Dataset::ROOT);
+        assert_eq!(
+            root.attrs[2].value,
+            AttrValue::Char(br#"["a","b"]"#.to_vec())
+        );
+        assert_eq!(root.attrs[1].value, AttrValue::Int(vec![1, 2]));
+    }
+
+    const XARRAY_GROUP: &[(&str, &str)] = &[
+        (".zgroup", r#"{"zarr_format": 2}"#),
+        (
+            "foo/.zarray",
+            r#"{"zarr_format": 2, "shape": [2,3], "dtype": "<f8", "chunks": [2,3], "fill_value": "NaN", "order": "C", "compressor": null, "filters": null}"#,
+        ),
+        ("foo/.zattrs", r#"{"_ARRAY_DIMENSIONS": ["x","y"]}"#),
+        (
+            "x/.zarray",
+            r#"{"zarr_format": 2, "shape": [2], "dtype": "<i8", "chunks": [2], "fill_value": null, "order": "C", "compressor": null, "filters": null}"#,
+        ),
+        ("x/.zattrs", r#"{"_ARRAY_DIMENSIONS": ["x"]}"#),
+        (
+            "y/.zarray",
+            r#"{"zarr_format": 2, "shape": [3], "dtype": "<i8", "chunks": [3], "fill_value": null, "order": "C", "compressor": null, "filters": null}"#,
+        ),
+        ("y/.zattrs", r#"{"_ARRAY_DIMENSIONS": ["y"]}"#),
+        ("g/.zgroup", r#"{"zarr_format": 2}"#),
+        (
+            "g/z/.zarray",
+            r#"{"zarr_format": 2, "shape": [4], "dtype": "|b1", "chunks": [4], "fill_value": false, "order": "C", "compressor": null, "filters": null}"#,
+        ),
+        ("g/z/.zattrs", r#"{"_ARRAY_DIMENSIONS": ["y"]}"#),
+        (
+            "g/w/.zarray",
+            r#"{"zarr_format": 2, "shape": [2], "dtype": "<i2", "chunks": [2], "fill_value": 0, "order": "F", "compressor": {"id": "zlib", "level": 1}, "filters": [{"id": "shuffle", "elementsize": 2}], "dimension_separator": "/"}"#,
+        ),
+        (
+            "g/w/.zattrs",
+            r#"{"_ARRAY_DIMENSIONS": ["x"], "_FillValue": 0}"#,
+        ),
+    ];
+
+    /// The layout of nczarr_test/ref_xarraygroup.cdl: x, y in the root, y = 4 in g.
+    #[test]
+    fn xarray_dims_in_the_variables_group() {
+        let ds = open(XARRAY_GROUP).unwrap();
+        assert_eq!(dim_names(&ds, "foo"), ["/x", "/y"]);
+        assert_eq!(dim_names(&ds, "g/z"), ["/g/y"]);
+        assert_eq!(dim_names(&ds, "g/w"), ["/x"]);
+        assert_eq!(ds.dim(ds.find_dim("/g/y").unwrap()).len, 4);
+        let z = ds.var(ds.find_var("g/z").unwrap());
+        assert_eq!(z.nctype, NcType::UByte);
+        assert_eq!(z.storage.fill_value, Some(vec![0]));
+        let w = ds.var(ds.find_var("g/w").unwrap());
+        assert_eq!(w.storage.order, ChunkOrder::F);
+        assert_eq!(
+            w.storage.key_encoding,
+            ChunkKeyEncoding::V2 { separator: '/' }
+        );
+        assert_eq!(w.attrs[0].value, AttrValue::Short(vec![0]));
+        assert_eq!(
+            w.storage.codecs,
+            CodecSpec::V2 {
+                filters: vec![serde_json::json!({"id": "shuffle", "elementsize": 2})],
+                compressor: Some(serde_json::json!({"id": "zlib", "level": 1})),
+            }
+        );
+        // Pure Zarr lists variables, then groups, each by name.
+        let names: Vec<_> = ds
+            .group(Dataset::ROOT)
+            .vars
+            .iter()
+            .map(|v| ds.var(*v).name.as_str())
+            .collect();
+        assert_eq!(names, ["foo", "x", "y"]);
+    }
+
+    #[test]
+    fn noxarray_gives_anonymous_root_dims() {
+        let mode = Mode {
+            xarray: Some(false),
+            ..Mode::default()
+        };
+        let ds = read_dataset(&table(XARRAY_GROUP), &mode).unwrap();
+        assert_eq!(
+            dim_names(&ds, "foo"),
+            ["/_Anonymous_Dim_2", "/_Anonymous_Dim_3"]
+        );
+        assert_eq!(dim_names(&ds, "g/z"), ["/_Anonymous_Dim_4"]);
+    }
+
+    #[test]
+    fn conflicting_xarray_lengths_are_an_error() {
+        let objs = [
+            (".zgroup", r#"{"zarr_format": 2}"#),
+            (
+                "a/.zarray",
+                r#"{"zarr_format": 2, "shape": [2], "dtype": "<i4", "chunks": [2], "fill_value": 0}"#,
+            ),
+            ("a/.zattrs", r#"{"_ARRAY_DIMENSIONS": ["x"]}"#),
+            (
+                "b/.zarray",
+                r#"{"zarr_format": 2, "shape": [3], "dtype": "<i4", "chunks": [3], "fill_value": 0}"#,
+            ),
+            ("b/.zattrs", r#"{"_ARRAY_DIMENSIONS": ["x"]}"#),
+        ];
+        let e = open(&objs).unwrap_err().to_string();
+        assert!(e.contains("/b") && e.contains("dimension x"), "{e}");
+    }
+
+    #[test]
+    fn unsupported_dtype_stays_visible() {
+        let objs = [
+            (".zgroup", r#"{"zarr_format": 2}"#),
+            (
+                "c/.zarray",
+                r#"{"zarr_format": 2, "shape": [2], "dtype": "<c8", "chunks": [2], "fill_value": null}"#,
+            ),
+            (
+                "o/.zarray",
+                r#"{"zarr_format": 2, "shape": [2], "dtype": "|O", "chunks": [2], "fill_value": 0, "filters": [{"id": "vlen-utf8"}]}"#,
+            ),
+            (
+                "t/.zarray",
+                r#"{"zarr_format": 2, "shape": [2], "dtype": "<M8[ns]", "chunks": [2], "fill_value": 0}"#,
+            ),
+            (
+                "h/.zarray",
+                r#"{"zarr_format": 2, "shape": [2], "dtype": "<f2", "chunks": [2], "fill_value": 0}"#,
+            ),
+        ];
+        let ds = open(&objs).unwrap();
+        for v in ["c", "h", "o", "t"] {
+            let var = ds.var(ds.find_var(v).unwrap());
+            assert_eq!(var.storage.dtype, None, "{v}");
+            assert!(var.storage.unreadable.is_some(), "{v}");
+            assert_eq!(dim_names(&ds, v), ["/_Anonymous_Dim_2"]);
+        }
+    }
+
+    #[test]
+    fn unicode_strings_are_four_bytes_a_character() {
+        let objs = [
+            (".zgroup", r#"{"zarr_format": 2}"#),
+            (
+                "u/.zarray",
+                r#"{"zarr_format": 2, "shape": [], "dtype": "<U5", "chunks": [], "fill_value": "ab"}"#,
+            ),
+        ];
+        let ds = open(&objs).unwrap();
+        let u = ds.var(ds.find_var("u").unwrap());
+        assert_eq!((u.nctype, u.string_width), (NcType::String, 20));
+        let mut fill = b"ab".to_vec();
+        fill.resize(20, 0);
+        assert_eq!(u.storage.fill_value, Some(fill));
+    }
+
+    fn bad(zarray: &str) -> String {
+        let objs = [(".zgroup", r#"{"zarr_format": 2}"#), ("v/.zarray", zarray)];
+        open(&objs).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn invalid_arrays_are_refused() {
+        let e = bad(
+            r#"{"zarr_format": 2, "shape": [2, 3], "dtype": "<i4", "chunks": [2], "fill_value": 0}"#,
+        );
+        assert!(e.contains("v/.zarray") && e.contains("rank"), "{e}");
+        let e = bad(
+            r#"{"zarr_format": 2, "shape": [2], "dtype": "<i4", "chunks": [0], "fill_value": 0}"#,
+        );
+        assert!(e.contains("chunk size 0"), "{e}");
+        let e = bad(
+            r#"{"zarr_format": 2, "shape": [-1], "dtype": "<i4", "chunks": [1], "fill_value": 0}"#,
+        );
+        assert!(e.contains("non-negative"), "{e}");
+        let e = bad(
+            r#"{"zarr_format": 2, "shape": [4294967296, 4294967296], "dtype": "<i4", "chunks": [1, 1], "fill_value": 0}"#,
+        );
+        assert!(e.contains("overflows"), "{e}");
+        let e = bad(r#"{"zarr_format": 2, "shape": [4294967296, 4294967296], "dtype": "<i8", "chunks": [4294967296, 4294967296], "fill_value": 0}"#.replace("4294967296, 4294967296], \"dtype", "4294967295, 2], \"dtype").as_str());
+        assert!(e.contains("too large"), "{e}");
+        let e = bad(
+            r#"{"zarr_format": 2, "shape": [2], "dtype": "<i4", "chunks": [2], "fill_value": 0, "order": "X"}"#,
+        );
+        assert!(e.contains("order"), "{e}");
+        let e = bad(
+            r#"{"zarr_format": 2, "shape": [2], "dtype": "|u1", "chunks": [2], "fill_value": 300}"#,
+        );
+        assert!(e.contains("fill_value"), "{e}");
+        let e = bad(r#"{"zarr_format": 2, "shape": [2], "#);
+        assert!(e.contains("corrupt JSON in \"v/.zarray\""), "{e}");
+    }
+
+    #[test]
+    fn dangling_dimension_reference() {
+        let mut objs = V4101.to_vec();
+        let i = objs.iter().position(|(k, _)| *k == "g/v/.zattrs").unwrap();
+        objs[i].1 = r#"{"_nczarr_array": {"dimension_references": ["/g/nope","/d2"]}}"#;
+        let e = open(&objs).unwrap_err().to_string();
+        assert!(e.contains("/g/v") && e.contains("/g/nope"), "{e}");
+    }
+
+    #[test]
+    fn not_a_dataset() {
+        let e = open(&[("x.txt", "hello")]).unwrap_err();
+        assert!(matches!(e, Error::NotZarr { .. }));
+        assert!(e.to_string().contains("not a netCDF/Zarr dataset"));
+        let e = open(&[("zarr.json", r#"{"zarr_format": 3, "node_type": "group"}"#)]).unwrap_err();
+        assert!(
+            matches!(&e, Error::Unsupported(m) if m.contains("Zarr v3")),
+            "{e:?}"
+        );
+        let e = open(&[(
+            ".zarray",
+            r#"{"zarr_format": 2, "shape": [1], "dtype": "<i4", "chunks": [1]}"#,
+        )])
+        .unwrap_err();
+        assert!(matches!(e, Error::Unsupported(_)));
+    }
+
+    #[test]
+    fn consolidated_with_missing_entries_falls_back_to_objects() {
+        // `.zmetadata` knows the group but not the array `b` that NCZarr lists.
+        let objs = [
+            (
+                ".zmetadata",
+                r#"{"zarr_consolidated_format": 1, "metadata": {
+                ".zgroup": {"zarr_format": 2},
+                ".zattrs": {"_nczarr_group": {"dimensions": {"d": 2}, "arrays": ["a", "b"], "groups": []}, "_nczarr_superblock": {"version": "2.0.0"}},
+                "a/.zarray": {"zarr_format": 2, "shape": [2], "dtype": "<i4", "chunks": [2], "fill_value": 0},
+                "a/.zattrs": {"_nczarr_array": {"dimension_references": ["/d"]}}
+            }}"#,
+            ),
+            (
+                "b/.zarray",
+                r#"{"zarr_format": 2, "shape": [2], "dtype": "<i2", "chunks": [2], "fill_value": 0}"#,
+            ),
+            (
+                "b/.zattrs",
+                r#"{"_nczarr_array": {"dimension_references": ["/d"]}}"#,
+            ),
+        ];
+        let ds = open(&objs).unwrap();
+        assert_eq!(dim_names(&ds, "a"), ["/d"]);
+        assert_eq!(dim_names(&ds, "b"), ["/d"]);
+        assert_eq!(ds.var(ds.find_var("b").unwrap()).nctype, NcType::Short);
+    }
+}
