@@ -1,12 +1,30 @@
 //! The chunk engine: hyperslab reads (and writes) of variables, assembled from Zarr chunks that
 //! are fetched through a zmap, decoded by the codec pipeline, converted to the native in-memory
 //! representation and kept in a byte-bounded LRU cache.
+//!
+//! Reads of many chunks fetch and decode them in parallel (rayon) and scatter them into
+//! disjoint parts of the caller's buffer. Writes are read-modify-write of whole chunks in the
+//! cache; dirty chunks reach storage on [`ChunkEngine::flush`], on eviction, on invalidation
+//! and when the engine is dropped.
 
-use std::sync::Arc;
+mod cache;
+mod convert;
+mod slab;
 
-use crate::model::{Dataset, VarId};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use rayon::prelude::*;
+
+pub use cache::CacheStats;
+
+use crate::codec::Pipeline;
+use crate::model::{ChunkKeyEncoding, CodecSpec, Dataset, NcType, VarId, VarStorage};
 use crate::zmap::ZMap;
 use crate::{Error, Result};
+use cache::ChunkCache;
+use convert::Conversion;
+use slab::{Mapping, Span};
 
 /// A hyperslab: per dimension, the first index, the number of indices and the step.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,32 +46,567 @@ impl Hyperslab {
             stride: vec![1; shape.len()],
         }
     }
+
+    /// Number of elements selected (saturating).
+    pub fn len(&self) -> u64 {
+        self.count.iter().fold(1u64, |a, &c| a.saturating_mul(c))
+    }
+
+    /// Whether no element is selected.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
+
+/// Parses a byte size such as `0`, `4096`, `64K`, `256M`, `2G`, `1T` (binary multiples; an
+/// optional trailing `B` or `iB` is accepted: `64MiB`, `64MB`).
+pub fn parse_size(text: &str) -> Result<usize> {
+    let bad = || {
+        Error::Invalid(format!(
+            "invalid size {text:?} (examples: 0, 4096, 64K, 256M, 2G)"
+        ))
+    };
+    let t = text.trim();
+    let t = t
+        .strip_suffix("iB")
+        .or_else(|| t.strip_suffix("ib"))
+        .or_else(|| t.strip_suffix(['B', 'b']))
+        .unwrap_or(t);
+    let (digits, shift) = match t.chars().last() {
+        Some('k' | 'K') => (&t[..t.len() - 1], 10),
+        Some('m' | 'M') => (&t[..t.len() - 1], 20),
+        Some('g' | 'G') => (&t[..t.len() - 1], 30),
+        Some('t' | 'T') => (&t[..t.len() - 1], 40),
+        _ => (t, 0),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad());
+    }
+    let n: u64 = digits.parse().map_err(|_| bad())?;
+    let bytes = n.checked_mul(1u64 << shift).ok_or_else(bad)?;
+    usize::try_from(bytes).map_err(|_| bad())
+}
+
+/// Everything needed to turn a variable's stored chunks into native ones and back, built once
+/// per variable (the codec pipeline in particular).
+#[derive(Debug)]
+struct VarPlan {
+    /// The storage description the plan was built from, to notice a changed model.
+    storage: VarStorage,
+    nctype: NcType,
+    string_width: usize,
+    fqn: String,
+    pipeline: Pipeline,
+    conv: Conversion,
+    /// Native element size.
+    esize: usize,
+    /// Stored element size.
+    stored_esize: usize,
+    /// The chunk grid's array shape (the stored shape).
+    grid: Vec<u64>,
+    chunk_shape: Vec<u64>,
+    chunk_shape_usize: Vec<usize>,
+    chunk_elems: usize,
+    /// One native fill element.
+    fill: Vec<u8>,
+}
+
+impl VarPlan {
+    fn build(ds: &Dataset, var: VarId) -> Result<VarPlan> {
+        let v = ds.var(var);
+        let fqn = ds.var_fqn(var);
+        let unreadable = |reason: String| Error::Unreadable {
+            var: fqn.clone(),
+            reason,
+        };
+        let st = &v.storage;
+        if let Some(reason) = &st.unreadable {
+            return Err(unreadable(reason.clone()));
+        }
+        let dtype = st
+            .dtype
+            .as_ref()
+            .ok_or_else(|| unreadable("unsupported stored dtype".into()))?;
+        let esize = v.element_size();
+        let conv = Conversion::new(dtype, v.nctype, esize).map_err(unreadable)?;
+        let stored_esize = conv.stored_size(esize);
+        let scalar_in_1 = v.dims.is_empty() && st.shape == [1];
+        if st.shape.len() != v.dims.len() && !scalar_in_1 {
+            return Err(unreadable(format!(
+                "stored shape {:?} does not match {} dimension(s)",
+                st.shape,
+                v.dims.len()
+            )));
+        }
+        if st.chunks.len() != st.shape.len() || st.chunks.contains(&0) {
+            return Err(unreadable(format!(
+                "invalid chunks {:?} for shape {:?}",
+                st.chunks, st.shape
+            )));
+        }
+        let chunk_shape_usize = st
+            .chunks
+            .iter()
+            .map(|&c| usize::try_from(c).ok())
+            .collect::<Option<Vec<usize>>>();
+        let chunk_elems = chunk_shape_usize
+            .as_ref()
+            .and_then(|s| s.iter().try_fold(1usize, |a, &c| a.checked_mul(c)))
+            .filter(|n| n.checked_mul(esize.max(stored_esize)).is_some());
+        let (Some(chunk_shape_usize), Some(chunk_elems)) = (chunk_shape_usize, chunk_elems) else {
+            return Err(unreadable(format!("chunks {:?} are too large", st.chunks)));
+        };
+        let pipeline = match &st.codecs {
+            CodecSpec::V2 {
+                filters,
+                compressor,
+            } => Pipeline::from_v2(filters, compressor.as_ref(), dtype.size),
+            CodecSpec::V3(_) => Err(Error::Unsupported("Zarr v3 codec chains".into())),
+        }
+        .map_err(|e| unreadable(e.to_string()))?;
+        let mut fill = st
+            .fill_value
+            .clone()
+            .unwrap_or_else(|| v.nctype.default_fill());
+        fill.resize(esize, 0);
+        Ok(VarPlan {
+            storage: st.clone(),
+            nctype: v.nctype,
+            string_width: v.string_width,
+            fqn,
+            pipeline,
+            conv,
+            esize,
+            stored_esize,
+            grid: st.shape.clone(),
+            chunk_shape: st.chunks.clone(),
+            chunk_shape_usize,
+            chunk_elems,
+            fill,
+        })
+    }
+
+    /// Whether the plan still describes variable `v`.
+    fn matches(&self, v: &crate::model::Variable) -> bool {
+        self.storage == v.storage && self.nctype == v.nctype && self.string_width == v.string_width
+    }
+
+    /// The zmap key of the chunk at grid coordinates `coords`.
+    fn chunk_key(&self, coords: &[u64]) -> String {
+        let mut key = self.storage.key.clone();
+        key.push('/');
+        let (sep, mut first) = match self.storage.key_encoding {
+            ChunkKeyEncoding::V2 { separator } => {
+                if coords.is_empty() {
+                    key.push('0');
+                }
+                (separator, true)
+            }
+            ChunkKeyEncoding::Default { separator } => {
+                key.push('c');
+                (separator, false)
+            }
+        };
+        for c in coords {
+            if !first {
+                key.push(sep);
+            }
+            first = false;
+            key.push_str(&c.to_string());
+        }
+        key
+    }
+
+    /// A whole chunk of fill values.
+    fn fill_chunk(&self) -> Vec<u8> {
+        if self.fill.iter().all(|&b| b == 0) {
+            return vec![0; self.chunk_elems * self.esize];
+        }
+        self.fill.repeat(self.chunk_elems)
+    }
+
+    /// Stored chunk → native C-order chunk.
+    fn decode(&self, key: &str, raw: Vec<u8>) -> Result<Vec<u8>> {
+        let bad = |reason: String| Error::BadChunk {
+            key: key.to_string(),
+            reason,
+        };
+        let expected = self.chunk_elems * self.stored_esize;
+        let bytes = self
+            .pipeline
+            .decode(raw)
+            .map_err(|e| bad(format!("{} ({e})", self.fqn)))?;
+        if bytes.len() != expected {
+            return Err(bad(format!(
+                "decoded to {} bytes, expected {expected} ({} elements of {} bytes)",
+                bytes.len(),
+                self.chunk_elems,
+                self.stored_esize
+            )));
+        }
+        let native = self.conv.to_native(bytes);
+        Ok(convert::to_c_order(
+            native,
+            &self.chunk_shape_usize,
+            self.esize,
+            self.storage.order,
+        ))
+    }
+
+    /// Native C-order chunk → stored chunk.
+    fn encode(&self, native: &[u8]) -> Result<Vec<u8>> {
+        let data = convert::from_c_order(
+            native.to_vec(),
+            &self.chunk_shape_usize,
+            self.esize,
+            self.storage.order,
+        );
+        self.pipeline.encode(self.conv.to_stored(data))
+    }
+}
+
+/// A slab in the coordinates of the chunk grid, with what the read/write loops need.
+struct GridSlab<'a> {
+    plan: &'a Arc<VarPlan>,
+    start: Vec<u64>,
+    stride: Vec<u64>,
+    /// Per dimension, the chunks touched and their slab index ranges.
+    spans: Vec<Vec<Span>>,
+    /// C-order element strides of the caller's buffer.
+    out_strides: Vec<u64>,
+}
+
+impl GridSlab<'_> {
+    fn mapping(&self) -> Mapping<'_> {
+        Mapping {
+            start: &self.start,
+            stride: &self.stride,
+            chunk_shape: &self.plan.chunk_shape,
+            out_strides: &self.out_strides,
+            esize: self.plan.esize,
+        }
+    }
+}
+
+/// All combinations of one span per dimension, first dimension slowest.
+fn combinations(spans: &[Vec<Span>]) -> Vec<Vec<Span>> {
+    let mut out: Vec<Vec<Span>> = vec![Vec::new()];
+    for dim in spans {
+        out = out
+            .into_iter()
+            .flat_map(|prefix| {
+                dim.iter().map(move |s| {
+                    let mut p = prefix.clone();
+                    p.push(*s);
+                    p
+                })
+            })
+            .collect();
+    }
+    out
+}
+
+/// Copies one chunk (or fill, for a missing chunk) into its part of the buffer.
+fn place(
+    mapping: &Mapping<'_>,
+    spans: &[Span],
+    chunk: Option<&Vec<u8>>,
+    out: &mut [u8],
+    base: u64,
+    fill: &[u8],
+) {
+    match chunk {
+        Some(data) => mapping.scatter(spans, data, out, base),
+        None => mapping.scatter_fill(spans, fill, out, base),
+    }
+}
+
+/// A chunk's spans and its native data (`None`: never written, reads as fill).
+type Fetched = (Vec<Span>, Option<Arc<Vec<u8>>>);
+
+/// How many chunks one worker fetches before scattering them, to bound memory on huge reads.
+const BATCH: usize = 16;
 
 /// Reads and writes variables' values through a chunk cache.
 #[derive(Debug)]
 pub struct ChunkEngine {
     map: Arc<dyn ZMap>,
-    cache_bytes: usize,
+    cache: ChunkCache<Arc<VarPlan>>,
+    plans: Mutex<HashMap<String, Arc<VarPlan>>>,
+    /// Serialises read-modify-write of chunks.
+    write_lock: Mutex<()>,
 }
 
 impl ChunkEngine {
     /// An engine over `map` whose cache holds at most `cache_bytes` of decoded chunks.
     pub fn new(map: Arc<dyn ZMap>, cache_bytes: usize) -> Self {
-        ChunkEngine { map, cache_bytes }
+        ChunkEngine {
+            map,
+            cache: ChunkCache::new(cache_bytes),
+            plans: Mutex::new(HashMap::new()),
+            write_lock: Mutex::new(()),
+        }
+    }
+
+    /// The cache bound in bytes.
+    pub fn cache_capacity(&self) -> usize {
+        self.cache.capacity()
+    }
+
+    /// Cache counters (hits, misses, evictions, bytes and entries held).
+    pub fn stats(&self) -> CacheStats {
+        self.cache.stats()
+    }
+
+    /// The plan of `var`, built on first use and rebuilt when its storage description changed.
+    fn plan(&self, ds: &Dataset, var: VarId) -> Result<Arc<VarPlan>> {
+        let v = ds.var(var);
+        let mut plans = self.plans.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = plans.get(&v.storage.key) {
+            if p.matches(v) {
+                return Ok(Arc::clone(p));
+            }
+        }
+        let plan = Arc::new(VarPlan::build(ds, var)?);
+        plans.insert(v.storage.key.clone(), Arc::clone(&plan));
+        Ok(plan)
+    }
+
+    /// Encodes and stores one dirty chunk.
+    fn write_back(&self, key: &str, data: &[u8], plan: &Arc<VarPlan>) -> Result<()> {
+        let stored = plan.encode(data)?;
+        self.map.put(key, &stored)
     }
 
     /// Reads `slab` of variable `var` into `out` (C order, native byte order, strings
     /// NUL-padded to the variable's width). `out` must be exactly
     /// `product(count) * element_size` bytes.
-    pub fn read(
-        &self,
-        ds: &Dataset,
-        var: VarId,
-        slab: &Hyperslab,
-        out: &mut [u8],
-    ) -> Result<()> {
-        let _ = (ds, slab, out, &self.map, self.cache_bytes);
-        Err(Error::Unsupported(format!("reading {}", ds.var_fqn(var))))
+    pub fn read(&self, ds: &Dataset, var: VarId, slab: &Hyperslab, out: &mut [u8]) -> Result<()> {
+        let v = ds.var(var);
+        let n = slab::validate(&ds.var_shape(var), slab)?;
+        let esize = v.element_size();
+        let want = n.checked_mul(esize as u64);
+        if want != Some(out.len() as u64) {
+            return Err(Error::InvalidHyperslab(format!(
+                "buffer of {} bytes for {n} elements of {esize} bytes",
+                out.len()
+            )));
+        }
+        if out.is_empty() {
+            return Ok(());
+        }
+        let plan = self.plan(ds, var)?;
+        let (start, count, stride) = if v.dims.is_empty() && plan.grid.len() == 1 {
+            (vec![0], vec![1], vec![1])
+        } else {
+            (slab.start.clone(), slab.count.clone(), slab.stride.clone())
+        };
+        // Indices past the stored shape (a dimension grown by another variable) read as fill.
+        let clipped: Vec<u64> = (0..count.len())
+            .map(|d| slab::clipped_count(start[d], count[d], stride[d], plan.grid[d]))
+            .collect();
+        if clipped != count {
+            for slot in out.chunks_exact_mut(esize) {
+                slot.copy_from_slice(&plan.fill);
+            }
+            if clipped.contains(&0) {
+                return Ok(());
+            }
+        }
+        let spans: Vec<Vec<Span>> = (0..count.len())
+            .map(|d| slab::spans(start[d], clipped[d], stride[d], plan.chunk_shape[d]))
+            .collect();
+        let gs = GridSlab {
+            plan: &plan,
+            start,
+            stride,
+            spans,
+            out_strides: slab::c_strides(&count),
+        };
+        self.read_grid(&gs, out)
+    }
+
+    fn read_grid(&self, gs: &GridSlab<'_>, out: &mut [u8]) -> Result<()> {
+        let plan = gs.plan;
+        let mapping = gs.mapping();
+        if gs.spans.is_empty() {
+            let chunk = self.fetch(plan, &[])?;
+            place(&mapping, &[], chunk.as_deref(), out, 0, &plan.fill);
+            return Ok(());
+        }
+        let rows = &gs.spans[0];
+        let inner = combinations(&gs.spans[1..]);
+        let row_elems = gs.out_strides[0];
+        let row_bytes = row_elems as usize * plan.esize;
+        let one_row = |row: &Span, part: &mut [u8]| -> Result<()> {
+            let base = row.k_lo * row_elems;
+            let batch = if rows.len() * inner.len() > 1 {
+                BATCH
+            } else {
+                1
+            };
+            for group in inner.chunks(batch) {
+                let fetched: Vec<Fetched> = group
+                    .par_iter()
+                    .map(|rest| {
+                        let mut spans = Vec::with_capacity(rest.len() + 1);
+                        spans.push(*row);
+                        spans.extend_from_slice(rest);
+                        let coords: Vec<u64> = spans.iter().map(|s| s.chunk).collect();
+                        Ok((spans, self.fetch(plan, &coords)?))
+                    })
+                    .collect::<Result<_>>()?;
+                for (spans, chunk) in &fetched {
+                    place(&mapping, spans, chunk.as_deref(), part, base, &plan.fill);
+                }
+            }
+            Ok(())
+        };
+        // Each row of chunks along the first dimension owns a disjoint part of `out`.
+        let mut parts: Vec<(&Span, &mut [u8])> = Vec::with_capacity(rows.len());
+        let mut rest = out;
+        let mut consumed = 0usize;
+        for row in rows {
+            let lo = row.k_lo as usize * row_bytes;
+            let hi = row.k_hi as usize * row_bytes;
+            let (_, tail) = rest.split_at_mut(lo - consumed);
+            let (mine, tail) = tail.split_at_mut(hi - lo);
+            parts.push((row, mine));
+            rest = tail;
+            consumed = hi;
+        }
+        if parts.len() == 1 {
+            let (row, part) = parts.pop().expect("one part");
+            return one_row(row, part);
+        }
+        parts
+            .into_par_iter()
+            .try_for_each(|(row, part)| one_row(row, part))
+    }
+
+    /// The native chunk at `coords`, from the cache or storage; `None` if it was never written.
+    fn fetch(&self, plan: &Arc<VarPlan>, coords: &[u64]) -> Result<Option<Arc<Vec<u8>>>> {
+        let key = plan.chunk_key(coords);
+        if let Some(hit) = self.cache.get(&key) {
+            return Ok(Some(hit));
+        }
+        let Some(raw) = self.map.get(&key)? else {
+            return Ok(None);
+        };
+        let native = Arc::new(plan.decode(&key, raw)?);
+        if self.cache.fits(native.len()) {
+            self.cache
+                .insert(&key, Arc::clone(&native), None, &mut |k, d, p| {
+                    self.write_back(k, d, p)
+                })?;
+        }
+        Ok(Some(native))
+    }
+
+    /// Writes `data` (native representation, C order, `product(count) * element_size` bytes)
+    /// into `slab` of variable `var`. Chunks are modified in the cache and reach storage on
+    /// [`ChunkEngine::flush`] (or eviction); with no room in the cache they are stored at once.
+    /// The slab must lie within the stored shape: growing an array is the metadata writer's job.
+    pub fn write(&self, ds: &Dataset, var: VarId, slab: &Hyperslab, data: &[u8]) -> Result<()> {
+        let v = ds.var(var);
+        let n = slab::validate(&ds.var_shape(var), slab)?;
+        let esize = v.element_size();
+        if n.checked_mul(esize as u64) != Some(data.len() as u64) {
+            return Err(Error::InvalidHyperslab(format!(
+                "{} bytes of data for {n} elements of {esize} bytes",
+                data.len()
+            )));
+        }
+        if data.is_empty() {
+            return Ok(());
+        }
+        let plan = self.plan(ds, var)?;
+        if self.map.read_only() {
+            return Err(Error::NotPermitted(format!(
+                "{} is read-only",
+                self.map.describe()
+            )));
+        }
+        let (start, count, stride) = if v.dims.is_empty() && plan.grid.len() == 1 {
+            (vec![0], vec![1], vec![1])
+        } else {
+            (slab.start.clone(), slab.count.clone(), slab.stride.clone())
+        };
+        for d in 0..count.len() {
+            if slab::clipped_count(start[d], count[d], stride[d], plan.grid[d]) != count[d] {
+                return Err(Error::InvalidHyperslab(format!(
+                    "write to {} beyond its stored shape {:?} in dimension {d}",
+                    plan.fqn, plan.grid
+                )));
+            }
+        }
+        let spans: Vec<Vec<Span>> = (0..count.len())
+            .map(|d| slab::spans(start[d], count[d], stride[d], plan.chunk_shape[d]))
+            .collect();
+        let gs = GridSlab {
+            plan: &plan,
+            start,
+            stride,
+            spans,
+            out_strides: slab::c_strides(&count),
+        };
+        let mapping = gs.mapping();
+        let _guard = self.write_lock.lock().unwrap_or_else(|e| e.into_inner());
+        for spans in combinations(&gs.spans) {
+            let coords: Vec<u64> = spans.iter().map(|s| s.chunk).collect();
+            let key = plan.chunk_key(&coords);
+            let mut chunk = match self.fetch(&plan, &coords)? {
+                Some(c) => Arc::unwrap_or_clone(c),
+                None => plan.fill_chunk(),
+            };
+            mapping.gather(&spans, data, &mut chunk);
+            self.cache.insert(
+                &key,
+                Arc::new(chunk),
+                Some(Arc::clone(&plan)),
+                &mut |k, d, p| self.write_back(k, d, p),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Encodes and stores every chunk written since the last flush. (The storage map's own
+    /// `flush`, which makes puts durable, is the caller's to call.)
+    pub fn flush(&self) -> Result<()> {
+        let _guard = self.write_lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.cache.flush(&mut |k, d, p| self.write_back(k, d, p))
+    }
+
+    /// Forgets cached chunks (and variable plans) whose keys start with `prefix`, after
+    /// storing any unflushed writes among them. A mount calls this when it notices that the
+    /// dataset changed underneath.
+    pub fn invalidate(&self, prefix: &str) -> Result<()> {
+        let _guard = self.write_lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.cache
+            .invalidate(prefix, &mut |k, d, p| self.write_back(k, d, p))?;
+        self.plans
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|k, _| !k.starts_with(prefix));
+        Ok(())
+    }
+
+    /// Forgets every cached chunk and plan (storing unflushed writes first).
+    pub fn clear(&self) -> Result<()> {
+        self.invalidate("")
     }
 }
+
+impl Drop for ChunkEngine {
+    fn drop(&mut self) {
+        if let Err(err) = self.flush() {
+            log::error!(
+                "unflushed chunks lost when closing {}: {err}",
+                self.map.describe()
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,5 +1,12 @@
-//! `nczarrfs get`: the raw values of a hyperslab.
+//! `nczarrfs get`: the raw values of a hyperslab, in native byte order or as a `.npy` file.
 
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::PathBuf;
+
+use crate::chunk::{parse_size, Hyperslab};
+use crate::dataset::{OpenDataset, DEFAULT_CACHE_BYTES};
+use crate::model::{Dataset, NcType, VarId};
 use crate::{Error, Result};
 
 /// Arguments of `get`.
@@ -9,9 +16,277 @@ pub struct GetArgs {
     pub location: String,
     /// The variable's name or full name (`/g1/v`).
     pub var: String,
+    /// First index per dimension, comma separated (default: all 0).
+    #[arg(long, value_name = "I,J,..")]
+    pub start: Option<String>,
+    /// Number of indices per dimension (default: to the end of each dimension).
+    #[arg(long, value_name = "I,J,..")]
+    pub count: Option<String>,
+    /// Step per dimension (default: all 1).
+    #[arg(long, value_name = "I,J,..")]
+    pub stride: Option<String>,
+    /// Write a NumPy `.npy` (v1.0) file instead of raw bytes.
+    #[arg(long)]
+    pub npy: bool,
+    /// Output file (default: standard output).
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Size of the decoded-chunk cache, with an optional K/M/G suffix.
+    #[arg(long, value_name = "SIZE")]
+    pub cache_size: Option<String>,
 }
+
+/// How much of the hyperslab is read at once, so a huge `get` streams in bounded memory.
+const BLOCK_BYTES: u64 = 64 << 20;
 
 /// Runs `get`.
 pub fn run(args: GetArgs) -> Result<i32> {
-    Err(Error::Unsupported(format!("get {} {}", args.location, args.var)))
+    let cache = match &args.cache_size {
+        Some(s) => parse_size(s)?,
+        None => DEFAULT_CACHE_BYTES,
+    };
+    let open = OpenDataset::open(&args.location, cache)?;
+    let ds = &open.model;
+    let var = ds.find_var(&args.var).ok_or_else(|| {
+        Error::NotFound(format!(
+            "no variable {:?} in {} ({} variables; `nczarrfs dump -h` lists them)",
+            args.var,
+            args.location,
+            ds.vars.len()
+        ))
+    })?;
+    let shape = ds.var_shape(var);
+    let slab = hyperslab(&shape, &args)?;
+    let mut out: Box<dyn Write> = match &args.output {
+        Some(path) => Box::new(BufWriter::new(
+            File::create(path).map_err(|e| Error::io(path, e))?,
+        )),
+        None => Box::new(BufWriter::new(std::io::stdout().lock())),
+    };
+    let io_err = |e: std::io::Error| match &args.output {
+        Some(p) => Error::io(p, e),
+        None => Error::io("<stdout>", e),
+    };
+    if args.npy {
+        out.write_all(&npy_header(ds, var, &slab.count)?)
+            .map_err(io_err)?;
+    }
+    write_values(&open, var, &slab, &mut out).map_err(|e| match e {
+        Error::Io { source, .. } => io_err(source),
+        other => other,
+    })?;
+    out.flush().map_err(io_err)?;
+    Ok(0)
+}
+
+/// Builds the hyperslab from the options: missing `start` is 0, `stride` 1, and `count`
+/// reaches the end of each dimension.
+fn hyperslab(shape: &[u64], args: &GetArgs) -> Result<Hyperslab> {
+    let rank = shape.len();
+    let list = |text: &Option<String>, what: &str| -> Result<Option<Vec<u64>>> {
+        let Some(text) = text else {
+            return Ok(None);
+        };
+        let values = if text.trim().is_empty() {
+            Vec::new()
+        } else {
+            text.split(',')
+                .map(|p| {
+                    p.trim().parse::<u64>().map_err(|_| {
+                        Error::Invalid(format!("--{what}: {p:?} is not a non-negative integer"))
+                    })
+                })
+                .collect::<Result<Vec<u64>>>()?
+        };
+        if values.len() != rank {
+            return Err(Error::Invalid(format!(
+                "--{what} needs {rank} value(s) (the variable's shape is {shape:?}), got {}",
+                values.len()
+            )));
+        }
+        Ok(Some(values))
+    };
+    let start = list(&args.start, "start")?.unwrap_or_else(|| vec![0; rank]);
+    let stride = list(&args.stride, "stride")?.unwrap_or_else(|| vec![1; rank]);
+    let count = match list(&args.count, "count")? {
+        Some(c) => c,
+        None => (0..rank)
+            .map(|d| {
+                if stride[d] == 0 || start[d] >= shape[d] {
+                    0
+                } else {
+                    (shape[d] - start[d]).div_ceil(stride[d])
+                }
+            })
+            .collect(),
+    };
+    Ok(Hyperslab {
+        start,
+        count,
+        stride,
+    })
+}
+
+/// Reads the slab in blocks along its first dimension and writes each block out.
+fn write_values(
+    open: &OpenDataset,
+    var: VarId,
+    slab: &Hyperslab,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let ds = &open.model;
+    let esize = ds.var(var).element_size() as u64;
+    if slab.count.is_empty() || slab.is_empty() {
+        // A scalar, or nothing selected (still validated).
+        let mut buf = vec![0u8; (slab.len() * esize) as usize];
+        open.engine.read(ds, var, slab, &mut buf)?;
+        return out.write_all(&buf).map_err(|e| Error::io("<output>", e));
+    }
+    let row_bytes = (slab.len() / slab.count[0]).saturating_mul(esize).max(1);
+    let rows_per_block = (BLOCK_BYTES / row_bytes).max(1);
+    let mut done = 0;
+    while done < slab.count[0] {
+        let rows = rows_per_block.min(slab.count[0] - done);
+        let mut block = slab.clone();
+        block.start[0] = slab.start[0] + done * slab.stride[0];
+        block.count[0] = rows;
+        let bytes = usize::try_from(block.len().saturating_mul(esize))
+            .map_err(|_| Error::InvalidHyperslab("selection too large for this machine".into()))?;
+        let mut buf = vec![0u8; bytes];
+        open.engine.read(ds, var, &block, &mut buf)?;
+        out.write_all(&buf).map_err(|e| Error::io("<output>", e))?;
+        done += rows;
+    }
+    Ok(())
+}
+
+/// The NumPy dtype of a variable's native values.
+fn npy_descr(ds: &Dataset, var: VarId) -> String {
+    let v = ds.var(var);
+    match v.nctype {
+        NcType::Byte => "|i1".into(),
+        NcType::UByte => "|u1".into(),
+        NcType::Short => "<i2".into(),
+        NcType::UShort => "<u2".into(),
+        NcType::Int => "<i4".into(),
+        NcType::UInt => "<u4".into(),
+        NcType::Int64 => "<i8".into(),
+        NcType::UInt64 => "<u8".into(),
+        NcType::Float => "<f4".into(),
+        NcType::Double => "<f8".into(),
+        NcType::Char => "|S1".into(),
+        NcType::String => format!("|S{}", v.string_width),
+    }
+}
+
+/// A `.npy` format 1.0 header for an array of `shape`: magic, version, little-endian header
+/// length, then the dict padded with spaces and a newline so the data starts at a multiple of
+/// 64 bytes (as NumPy writes it).
+fn npy_header(ds: &Dataset, var: VarId, shape: &[u64]) -> Result<Vec<u8>> {
+    let dims = match shape {
+        [] => "()".to_string(),
+        [n] => format!("({n},)"),
+        _ => format!(
+            "({})",
+            shape
+                .iter()
+                .map(|n| n.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    let mut dict = format!(
+        "{{'descr': '{}', 'fortran_order': False, 'shape': {dims}, }}",
+        npy_descr(ds, var)
+    );
+    let unpadded = 10 + dict.len() + 1;
+    dict.push_str(&" ".repeat(unpadded.next_multiple_of(64) - unpadded));
+    dict.push('\n');
+    let len = u16::try_from(dict.len())
+        .map_err(|_| Error::Invalid("array shape too long for a .npy v1.0 header".into()))?;
+    let mut header = b"\x93NUMPY\x01\x00".to_vec();
+    header.extend(len.to_le_bytes());
+    header.extend(dict.as_bytes());
+    Ok(header)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{VarStorage, Variable};
+
+    fn args(start: Option<&str>, count: Option<&str>, stride: Option<&str>) -> GetArgs {
+        GetArgs {
+            location: "x".into(),
+            var: "v".into(),
+            start: start.map(Into::into),
+            count: count.map(Into::into),
+            stride: stride.map(Into::into),
+            npy: false,
+            output: None,
+            cache_size: None,
+        }
+    }
+
+    #[test]
+    fn slab_defaults_reach_the_end() {
+        let s = hyperslab(&[10, 4], &args(Some("1,2"), None, Some("3,1"))).unwrap();
+        assert_eq!(
+            (s.start, s.count, s.stride),
+            (vec![1, 2], vec![3, 2], vec![3, 1])
+        );
+        let s = hyperslab(&[10, 4], &args(None, None, None)).unwrap();
+        assert_eq!(s, Hyperslab::whole(&[10, 4]));
+        assert!(hyperslab(&[10, 4], &args(Some("1"), None, None)).is_err());
+        assert!(hyperslab(&[10, 4], &args(Some("1,x"), None, None)).is_err());
+        let s = hyperslab(&[], &args(None, None, None)).unwrap();
+        assert_eq!(s, Hyperslab::whole(&[]));
+    }
+
+    #[test]
+    fn npy_header_like_numpy() {
+        let mut ds = Dataset::new();
+        let v = ds.add_var(Variable {
+            name: "v".into(),
+            group: Dataset::ROOT,
+            nctype: NcType::Int,
+            dims: Vec::new(),
+            string_width: 0,
+            attrs: Vec::new(),
+            storage: VarStorage::default(),
+        });
+        // numpy.lib.format.header_data_from_array_1_0 + write_array_header_1_0 for
+        // np.zeros((3, 4), "<i4"): a 128-byte header.
+        let h = npy_header(&ds, v, &[3, 4]).unwrap();
+        let want_dict = "{'descr': '<i4', 'fortran_order': False, 'shape': (3, 4), }";
+        assert_eq!(&h[..8], b"\x93NUMPY\x01\x00");
+        assert_eq!(h.len(), 128);
+        assert_eq!(u16::from_le_bytes([h[8], h[9]]), 118);
+        assert!(h[10..].starts_with(want_dict.as_bytes()));
+        assert_eq!(*h.last().unwrap(), b'\n');
+        let h = npy_header(&ds, v, &[7]).unwrap();
+        assert!(String::from_utf8_lossy(&h).contains("'shape': (7,), }"));
+        let h = npy_header(&ds, v, &[]).unwrap();
+        assert!(String::from_utf8_lossy(&h).contains("'shape': (), }"));
+    }
+
+    #[test]
+    fn npy_string_dtypes() {
+        let mut ds = Dataset::new();
+        let mut var = Variable {
+            name: "s".into(),
+            group: Dataset::ROOT,
+            nctype: NcType::String,
+            dims: Vec::new(),
+            string_width: 12,
+            attrs: Vec::new(),
+            storage: VarStorage::default(),
+        };
+        let s = ds.add_var(var.clone());
+        var.name = "c".into();
+        var.nctype = NcType::Char;
+        let c = ds.add_var(var);
+        assert_eq!(npy_descr(&ds, s), "|S12");
+        assert_eq!(npy_descr(&ds, c), "|S1");
+    }
 }

@@ -1,0 +1,298 @@
+//! A least-recently-used cache of decoded chunks, bounded in bytes.
+//!
+//! Entries are `Arc<Vec<u8>>` so a reader clones the handle under the lock and copies the
+//! values out after releasing it. A dirty entry (written but not yet stored) carries a token `T`
+//! that knows how to encode it; such an entry is never dropped without being written back.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use lru::LruCache;
+
+use crate::Result;
+
+/// Counters of a cache, for tests and benchmarks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CacheStats {
+    /// Lookups that found the chunk.
+    pub hits: u64,
+    /// Lookups that did not.
+    pub misses: u64,
+    /// Entries dropped to respect the bound.
+    pub evictions: u64,
+    /// Bytes currently held.
+    pub bytes: u64,
+    /// Entries currently held.
+    pub entries: u64,
+}
+
+struct Entry<T> {
+    data: Arc<Vec<u8>>,
+    dirty: Option<T>,
+}
+
+struct Inner<T> {
+    lru: LruCache<String, Entry<T>>,
+    bytes: usize,
+}
+
+/// The byte-bounded LRU.
+pub(crate) struct ChunkCache<T> {
+    capacity: usize,
+    inner: Mutex<Inner<T>>,
+    hits: AtomicU64,
+    misses: AtomicU64,
+    evictions: AtomicU64,
+}
+
+impl<T> std::fmt::Debug for ChunkCache<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChunkCache")
+            .field("capacity", &self.capacity)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+/// Writes one dirty entry back to storage: `(key, native data, token)`.
+pub(crate) type WriteBack<'a, T> = dyn FnMut(&str, &[u8], &T) -> Result<()> + 'a;
+
+impl<T> ChunkCache<T> {
+    /// A cache holding at most `capacity` bytes of chunk data (0: nothing is kept).
+    pub(crate) fn new(capacity: usize) -> Self {
+        ChunkCache {
+            capacity,
+            inner: Mutex::new(Inner {
+                lru: LruCache::unbounded(),
+                bytes: 0,
+            }),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+            evictions: AtomicU64::new(0),
+        }
+    }
+
+    /// The bound in bytes.
+    pub(crate) fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner<T>> {
+        // A panic while holding the lock leaves consistent data (every update is a single
+        // insert/remove plus a counter), so a poisoned lock is still usable.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Looks a chunk up, marking it most recently used.
+    pub(crate) fn get(&self, key: &str) -> Option<Arc<Vec<u8>>> {
+        let found = self.lock().lru.get(key).map(|e| Arc::clone(&e.data));
+        let counter = if found.is_some() {
+            &self.hits
+        } else {
+            &self.misses
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        found
+    }
+
+    /// Whether the cache could hold an entry of `len` bytes at all.
+    pub(crate) fn fits(&self, len: usize) -> bool {
+        len <= self.capacity
+    }
+
+    /// Inserts a chunk, then evicts least recently used entries until the bound holds, writing
+    /// dirty ones back first with `write_back`. A dirty chunk replaces any cached one; a clean
+    /// chunk never replaces a cached one (which may hold unflushed writes made since the clean
+    /// copy was fetched). An entry larger than the whole cache is not kept (a dirty one is
+    /// written back at once). If a write-back fails the entry stays cached (dirty) and the
+    /// error is returned.
+    pub(crate) fn insert(
+        &self,
+        key: &str,
+        data: Arc<Vec<u8>>,
+        dirty: Option<T>,
+        write_back: &mut WriteBack<'_, T>,
+    ) -> Result<()> {
+        let mut inner = self.lock();
+        if dirty.is_none() && inner.lru.contains(key) {
+            return Ok(());
+        }
+        if let Some(old) = inner.lru.pop(key) {
+            inner.bytes -= old.data.len();
+        }
+        if !self.fits(data.len()) {
+            drop(inner);
+            if let Some(token) = &dirty {
+                write_back(key, &data, token)?;
+            }
+            return Ok(());
+        }
+        inner.bytes += data.len();
+        inner.lru.put(key.to_string(), Entry { data, dirty });
+        while inner.bytes > self.capacity {
+            let Some((k, e)) = inner.lru.pop_lru() else {
+                break;
+            };
+            if let Some(token) = &e.dirty {
+                // Written back under the lock so no reader can miss the cache and fetch the
+                // stale stored chunk in between.
+                if let Err(err) = write_back(&k, &e.data, token) {
+                    inner.lru.put(k, e);
+                    return Err(err);
+                }
+            }
+            inner.bytes -= e.data.len();
+            self.evictions.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Writes every dirty entry back and marks it clean; stops at the first failure.
+    pub(crate) fn flush(&self, write_back: &mut WriteBack<'_, T>) -> Result<()> {
+        let mut inner = self.lock();
+        for (k, e) in inner.lru.iter_mut() {
+            if let Some(token) = &e.dirty {
+                write_back(k, &e.data, token)?;
+                e.dirty = None;
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops every entry whose key starts with `prefix` (all of them for `""`), writing dirty
+    /// ones back first.
+    pub(crate) fn invalidate(&self, prefix: &str, write_back: &mut WriteBack<'_, T>) -> Result<()> {
+        let mut inner = self.lock();
+        let keys: Vec<String> = inner
+            .lru
+            .iter()
+            .filter(|(k, _)| k.starts_with(prefix))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in keys {
+            if let Some(e) = inner.lru.peek(&k) {
+                if let Some(token) = &e.dirty {
+                    write_back(&k, &e.data, token)?;
+                }
+            }
+            if let Some(e) = inner.lru.pop(&k) {
+                inner.bytes -= e.data.len();
+            }
+        }
+        Ok(())
+    }
+
+    /// The counters.
+    pub(crate) fn stats(&self) -> CacheStats {
+        let inner = self.lock();
+        CacheStats {
+            hits: self.hits.load(Ordering::Relaxed),
+            misses: self.misses.load(Ordering::Relaxed),
+            evictions: self.evictions.load(Ordering::Relaxed),
+            bytes: inner.bytes as u64,
+            entries: inner.lru.len() as u64,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn clean(_: &str, _: &[u8], _: &u32) -> Result<()> {
+        panic!("no dirty entry expected")
+    }
+
+    #[test]
+    fn bound_in_bytes_and_lru_order() {
+        let c: ChunkCache<u32> = ChunkCache::new(10);
+        c.insert("a", Arc::new(vec![0; 4]), None, &mut clean)
+            .unwrap();
+        c.insert("b", Arc::new(vec![0; 4]), None, &mut clean)
+            .unwrap();
+        assert!(c.get("a").is_some()); // a is now most recent
+        c.insert("c", Arc::new(vec![0; 4]), None, &mut clean)
+            .unwrap();
+        assert!(c.get("b").is_none(), "b was least recently used");
+        assert!(c.get("a").is_some() && c.get("c").is_some());
+        let s = c.stats();
+        assert_eq!((s.bytes, s.entries, s.evictions), (8, 2, 1));
+        assert_eq!((s.hits, s.misses), (3, 1));
+        // Too big for the whole cache: not kept.
+        c.insert("big", Arc::new(vec![0; 11]), None, &mut clean)
+            .unwrap();
+        assert!(c.get("big").is_none());
+        // A clean copy does not replace a cached entry; a dirty one does, without double
+        // counting.
+        c.insert("a", Arc::new(vec![1; 4]), None, &mut clean)
+            .unwrap();
+        assert_eq!(*c.get("a").unwrap(), vec![0; 4]);
+        c.insert("a", Arc::new(vec![2; 2]), Some(1), &mut clean)
+            .unwrap();
+        assert_eq!(*c.get("a").unwrap(), vec![2; 2]);
+        assert_eq!(c.stats().bytes, 6);
+    }
+
+    #[test]
+    fn zero_capacity_keeps_nothing() {
+        let c: ChunkCache<u32> = ChunkCache::new(0);
+        c.insert("a", Arc::new(vec![1]), None, &mut clean).unwrap();
+        assert!(c.get("a").is_none());
+        let mut written = Vec::new();
+        c.insert(
+            "d",
+            Arc::new(vec![9]),
+            Some(7),
+            &mut |k: &str, d: &[u8], t: &u32| {
+                written.push((k.to_string(), d.to_vec(), *t));
+                Ok(())
+            },
+        )
+        .unwrap();
+        assert_eq!(written, vec![("d".to_string(), vec![9], 7)]);
+    }
+
+    #[test]
+    fn dirty_entries_written_back_on_eviction_flush_and_invalidate() {
+        let c: ChunkCache<u32> = ChunkCache::new(4);
+        let written = std::cell::RefCell::new(Vec::<String>::new());
+        let mut wb = |k: &str, _: &[u8], _: &u32| {
+            written.borrow_mut().push(k.to_string());
+            Ok(())
+        };
+        c.insert("v/0", Arc::new(vec![0; 2]), Some(1), &mut wb)
+            .unwrap();
+        c.insert("v/1", Arc::new(vec![0; 2]), Some(1), &mut wb)
+            .unwrap();
+        c.insert("w/0", Arc::new(vec![0; 2]), None, &mut wb)
+            .unwrap();
+        assert_eq!(*written.borrow(), vec!["v/0"]);
+        c.flush(&mut wb).unwrap();
+        assert_eq!(*written.borrow(), vec!["v/0", "v/1"]);
+        c.flush(&mut wb).unwrap();
+        assert_eq!(written.borrow().len(), 2, "flushed entries are clean");
+        c.insert("v/1", Arc::new(vec![1; 2]), Some(1), &mut wb)
+            .unwrap();
+        c.invalidate("v/", &mut wb).unwrap();
+        assert_eq!(*written.borrow(), vec!["v/0", "v/1", "v/1"]);
+        assert!(c.get("v/1").is_none());
+        assert!(c.get("w/0").is_some());
+    }
+
+    #[test]
+    fn failed_write_back_keeps_the_data() {
+        let c: ChunkCache<u32> = ChunkCache::new(2);
+        let mut fail = |k: &str, _: &[u8], _: &u32| {
+            Err(crate::Error::Storage {
+                key: k.to_string(),
+                reason: "read-only".into(),
+            })
+        };
+        c.insert("a", Arc::new(vec![0; 2]), Some(1), &mut fail)
+            .unwrap();
+        assert!(c
+            .insert("b", Arc::new(vec![0; 2]), None, &mut fail)
+            .is_err());
+        assert!(c.get("a").is_some());
+    }
+}

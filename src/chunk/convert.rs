@@ -1,0 +1,399 @@
+//! Element conversions between a chunk's stored representation (the Zarr dtype, in the chunk's
+//! element order) and the native in-memory one (little-endian numbers, 0/1 booleans, UTF-8
+//! strings NUL-padded to the variable's width, C order).
+
+use crate::model::{ByteOrder, ChunkOrder, DtypeKind, NcType, ZarrDtype};
+
+/// How one stored element becomes one native element (and back).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Conversion {
+    /// The bytes are already native.
+    Identity,
+    /// Reverse the bytes of each element of this size (big-endian storage).
+    Swap(usize),
+    /// `|b1`: any non-zero byte is true (1).
+    Bool,
+    /// `|S<stored>` held in `native`-byte slots: truncate or NUL-pad.
+    Bytes {
+        /// Stored width in bytes.
+        stored: usize,
+        /// Native width in bytes.
+        native: usize,
+    },
+    /// `<U<chars>` / `>U<chars>` UCS-4 held as UTF-8 in `native`-byte slots.
+    Ucs4 {
+        /// Stored width in characters.
+        chars: usize,
+        /// Whether the code units are big-endian.
+        big: bool,
+        /// Native width in bytes.
+        native: usize,
+    },
+}
+
+impl Conversion {
+    /// Chooses the conversion for a variable of type `nctype` whose native elements are
+    /// `native` bytes wide, stored as `dtype`; `Err` says why the pair is not readable.
+    pub(crate) fn new(dtype: &ZarrDtype, nctype: NcType, native: usize) -> Result<Self, String> {
+        let mismatch = || {
+            format!(
+                "stored dtype {} cannot hold netCDF type {}",
+                dtype.to_numpy(),
+                nctype.cdl_name()
+            )
+        };
+        match dtype.kind {
+            DtypeKind::Bool => match nctype {
+                NcType::Byte | NcType::UByte | NcType::Char => Ok(Conversion::Bool),
+                _ => Err(mismatch()),
+            },
+            DtypeKind::Int | DtypeKind::UInt | DtypeKind::Float => {
+                if matches!(nctype, NcType::String | NcType::Char) || nctype.size() != dtype.size {
+                    return Err(mismatch());
+                }
+                if dtype.order == ByteOrder::Big && dtype.size > 1 {
+                    Ok(Conversion::Swap(dtype.size))
+                } else {
+                    Ok(Conversion::Identity)
+                }
+            }
+            DtypeKind::Bytes => match nctype {
+                NcType::Char | NcType::String | NcType::Byte | NcType::UByte => {
+                    if dtype.size == native {
+                        Ok(Conversion::Identity)
+                    } else {
+                        Ok(Conversion::Bytes {
+                            stored: dtype.size,
+                            native,
+                        })
+                    }
+                }
+                _ => Err(mismatch()),
+            },
+            DtypeKind::Unicode => match nctype {
+                NcType::Char | NcType::String => Ok(Conversion::Ucs4 {
+                    chars: dtype.size / 4,
+                    big: dtype.order == ByteOrder::Big,
+                    native,
+                }),
+                _ => Err(mismatch()),
+            },
+        }
+    }
+
+    /// Stored element size in bytes.
+    pub(crate) fn stored_size(&self, native: usize) -> usize {
+        match *self {
+            Conversion::Identity | Conversion::Bool => native,
+            Conversion::Swap(n) => n,
+            Conversion::Bytes { stored, .. } => stored,
+            Conversion::Ucs4 { chars, .. } => chars * 4,
+        }
+    }
+
+    /// Converts a whole buffer of stored elements to native ones, reusing it when possible.
+    pub(crate) fn to_native(self, mut data: Vec<u8>) -> Vec<u8> {
+        match self {
+            Conversion::Identity => data,
+            Conversion::Swap(n) => {
+                swap_in_place(&mut data, n);
+                data
+            }
+            Conversion::Bool => {
+                for b in &mut data {
+                    *b = u8::from(*b != 0);
+                }
+                data
+            }
+            Conversion::Bytes { stored, native } => resize_elements(&data, stored, native),
+            Conversion::Ucs4 { chars, big, native } => {
+                let n = if chars == 0 {
+                    0
+                } else {
+                    data.len() / (chars * 4)
+                };
+                let mut out = vec![0u8; n * native];
+                if chars == 0 {
+                    return out;
+                }
+                for (src, dst) in data
+                    .chunks_exact(chars * 4)
+                    .zip(out.chunks_exact_mut(native.max(1)))
+                {
+                    ucs4_to_utf8(src, big, &mut dst[..native]);
+                }
+                out
+            }
+        }
+    }
+
+    /// Converts a whole buffer of native elements to stored ones.
+    pub(crate) fn to_stored(self, mut data: Vec<u8>) -> Vec<u8> {
+        match self {
+            Conversion::Identity => data,
+            Conversion::Swap(n) => {
+                swap_in_place(&mut data, n);
+                data
+            }
+            Conversion::Bool => {
+                for b in &mut data {
+                    *b = u8::from(*b != 0);
+                }
+                data
+            }
+            Conversion::Bytes { stored, native } => resize_elements(&data, native, stored),
+            Conversion::Ucs4 { chars, big, native } => {
+                let n = data.len().checked_div(native).unwrap_or(0);
+                let mut out = vec![0u8; n * chars * 4];
+                if native == 0 || chars == 0 {
+                    return out;
+                }
+                for (src, dst) in data
+                    .chunks_exact(native)
+                    .zip(out.chunks_exact_mut(chars * 4))
+                {
+                    utf8_to_ucs4(src, big, dst);
+                }
+                out
+            }
+        }
+    }
+}
+
+fn swap_in_place(data: &mut [u8], n: usize) {
+    match n {
+        2 => data.chunks_exact_mut(2).for_each(|c| c.swap(0, 1)),
+        4 => data.chunks_exact_mut(4).for_each(|c| {
+            let v = u32::from_ne_bytes([c[0], c[1], c[2], c[3]]).swap_bytes();
+            c.copy_from_slice(&v.to_ne_bytes());
+        }),
+        8 => data.chunks_exact_mut(8).for_each(|c| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(c);
+            c.copy_from_slice(&u64::from_ne_bytes(a).swap_bytes().to_ne_bytes());
+        }),
+        _ => data.chunks_exact_mut(n.max(1)).for_each(|c| c.reverse()),
+    }
+}
+
+/// Copies fixed-width byte strings into slots of another width (truncating or NUL-padding).
+fn resize_elements(data: &[u8], from: usize, to: usize) -> Vec<u8> {
+    let n = data.len().checked_div(from).unwrap_or(0);
+    let mut out = vec![0u8; n * to];
+    if from == 0 || to == 0 {
+        return out;
+    }
+    let keep = from.min(to);
+    for (src, dst) in data.chunks_exact(from).zip(out.chunks_exact_mut(to)) {
+        dst[..keep].copy_from_slice(&src[..keep]);
+    }
+    out
+}
+
+/// Decodes one NUL-padded UCS-4 element into a NUL-padded UTF-8 slot, truncating at a
+/// character boundary when the slot is too narrow.
+fn ucs4_to_utf8(src: &[u8], big: bool, dst: &mut [u8]) {
+    let mut units: Vec<u32> = src
+        .chunks_exact(4)
+        .map(|c| {
+            let a = [c[0], c[1], c[2], c[3]];
+            if big {
+                u32::from_be_bytes(a)
+            } else {
+                u32::from_le_bytes(a)
+            }
+        })
+        .collect();
+    // NumPy strips only trailing NULs; embedded ones are content.
+    while units.last() == Some(&0) {
+        units.pop();
+    }
+    let mut pos = 0;
+    let mut buf = [0u8; 4];
+    for u in units {
+        let ch = char::from_u32(u).unwrap_or(char::REPLACEMENT_CHARACTER);
+        let enc = ch.encode_utf8(&mut buf);
+        if pos + enc.len() > dst.len() {
+            break;
+        }
+        dst[pos..pos + enc.len()].copy_from_slice(enc.as_bytes());
+        pos += enc.len();
+    }
+}
+
+/// Encodes one NUL-padded UTF-8 slot as NUL-padded UCS-4, truncating to the stored width.
+fn utf8_to_ucs4(src: &[u8], big: bool, dst: &mut [u8]) {
+    let end = src.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+    let text = String::from_utf8_lossy(&src[..end]);
+    for (ch, slot) in text.chars().zip(dst.chunks_exact_mut(4)) {
+        let v = ch as u32;
+        slot.copy_from_slice(&if big {
+            v.to_be_bytes()
+        } else {
+            v.to_le_bytes()
+        });
+    }
+}
+
+/// Reorders a chunk of `shape` whose elements of `esize` bytes are in `order` into C order.
+pub(crate) fn to_c_order(
+    data: Vec<u8>,
+    shape: &[usize],
+    esize: usize,
+    order: ChunkOrder,
+) -> Vec<u8> {
+    if order == ChunkOrder::C || shape.iter().filter(|&&n| n > 1).count() <= 1 {
+        return data;
+    }
+    transpose(&data, shape, esize, true)
+}
+
+/// Reorders a C-order chunk of `shape` into `order` for storage.
+pub(crate) fn from_c_order(
+    data: Vec<u8>,
+    shape: &[usize],
+    esize: usize,
+    order: ChunkOrder,
+) -> Vec<u8> {
+    if order == ChunkOrder::C || shape.iter().filter(|&&n| n > 1).count() <= 1 {
+        return data;
+    }
+    transpose(&data, shape, esize, false)
+}
+
+/// Walks the C-order index space of `shape`; `f_to_c` reads F-order and writes C-order,
+/// otherwise the reverse.
+fn transpose(data: &[u8], shape: &[usize], esize: usize, f_to_c: bool) -> Vec<u8> {
+    let rank = shape.len();
+    let mut fstrides = vec![esize; rank];
+    for d in 1..rank {
+        fstrides[d] = fstrides[d - 1] * shape[d - 1];
+    }
+    let mut out = vec![0u8; data.len()];
+    let total: usize = shape.iter().product();
+    let mut idx = vec![0usize; rank];
+    let mut foff = 0usize;
+    for c in 0..total {
+        let coff = c * esize;
+        if f_to_c {
+            out[coff..coff + esize].copy_from_slice(&data[foff..foff + esize]);
+        } else {
+            out[foff..foff + esize].copy_from_slice(&data[coff..coff + esize]);
+        }
+        // Advance the C-order multi-index (last dimension fastest) and its F-order offset.
+        for d in (0..rank).rev() {
+            idx[d] += 1;
+            foff += fstrides[d];
+            if idx[d] < shape[d] {
+                break;
+            }
+            foff -= fstrides[d] * shape[d];
+            idx[d] = 0;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dt(s: &str) -> ZarrDtype {
+        ZarrDtype::parse(s).unwrap()
+    }
+
+    #[test]
+    fn big_endian_swaps() {
+        let c = Conversion::new(&dt(">i4"), NcType::Int, 4).unwrap();
+        let stored: Vec<u8> = [1i32, -2].iter().flat_map(|v| v.to_be_bytes()).collect();
+        let native = c.to_native(stored.clone());
+        let want: Vec<u8> = [1i32, -2].iter().flat_map(|v| v.to_le_bytes()).collect();
+        assert_eq!(native, want);
+        assert_eq!(c.to_stored(native), stored);
+        let c = Conversion::new(&dt(">f8"), NcType::Double, 8).unwrap();
+        assert_eq!(
+            c.to_native(1.5f64.to_be_bytes().to_vec()),
+            1.5f64.to_le_bytes()
+        );
+        let c = Conversion::new(&dt(">u2"), NcType::UShort, 2).unwrap();
+        assert_eq!(c.to_native(vec![1, 2]), vec![2, 1]);
+        assert_eq!(
+            Conversion::new(&dt("<i4"), NcType::Int, 4),
+            Ok(Conversion::Identity)
+        );
+    }
+
+    #[test]
+    fn mismatched_sizes_refused() {
+        assert!(Conversion::new(&dt("<i8"), NcType::Int, 4).is_err());
+        assert!(Conversion::new(&dt("<f4"), NcType::String, 8).is_err());
+        assert!(Conversion::new(&dt("<U4"), NcType::Int, 4).is_err());
+    }
+
+    #[test]
+    fn bools_become_zero_or_one() {
+        let c = Conversion::new(&dt("|b1"), NcType::UByte, 1).unwrap();
+        assert_eq!(c.to_native(vec![0, 1, 7, 255]), vec![0, 1, 1, 1]);
+    }
+
+    #[test]
+    fn unicode_to_utf8_and_back() {
+        // numpy: np.array(["héllo", "a"], dtype="<U5").tobytes()
+        let mut stored = Vec::new();
+        for s in ["héllo", "a"] {
+            let mut n = 0;
+            for ch in s.chars() {
+                stored.extend((ch as u32).to_le_bytes());
+                n += 1;
+            }
+            stored.extend(std::iter::repeat_n(0u8, (5 - n) * 4));
+        }
+        let c = Conversion::new(&dt("<U5"), NcType::String, 8).unwrap();
+        let native = c.to_native(stored.clone());
+        assert_eq!(&native[..8], b"h\xc3\xa9llo\0\0");
+        assert_eq!(&native[8..], b"a\0\0\0\0\0\0\0");
+        assert_eq!(c.to_stored(native), stored);
+        // A too-narrow slot truncates at a character boundary: "h", "é" would need 3 bytes.
+        let c = Conversion::new(&dt("<U5"), NcType::String, 2).unwrap();
+        assert_eq!(&c.to_native(stored)[..2], b"h\0");
+    }
+
+    #[test]
+    fn big_endian_unicode() {
+        let c = Conversion::new(&dt(">U1"), NcType::Char, 1).unwrap();
+        assert_eq!(c.to_native(vec![0, 0, 0, b'x']), b"x");
+    }
+
+    #[test]
+    fn byte_strings_pad_or_truncate() {
+        let c = Conversion::new(&dt("|S2"), NcType::String, 4).unwrap();
+        assert_eq!(c.to_native(b"abcd".to_vec()), b"ab\0\0cd\0\0");
+        assert_eq!(c.to_stored(b"ab\0\0cd\0\0".to_vec()), b"abcd");
+        let c = Conversion::new(&dt("|S1"), NcType::Char, 1).unwrap();
+        assert_eq!(c, Conversion::Identity);
+    }
+
+    #[test]
+    fn fortran_order_transposes() {
+        // np.arange(6).reshape(2,3) stored with order="F" is [0,3,1,4,2,5].
+        let f: Vec<u8> = vec![0, 3, 1, 4, 2, 5];
+        let c = to_c_order(f.clone(), &[2, 3], 1, ChunkOrder::F);
+        assert_eq!(c, vec![0, 1, 2, 3, 4, 5]);
+        assert_eq!(from_c_order(c, &[2, 3], 1, ChunkOrder::F), f);
+        // 3-d, 2-byte elements: F offset of (i,j,k) in shape (2,2,3) is i + 2j + 4k.
+        let shape = [2usize, 2, 3];
+        let mut fdata = vec![0u8; 24];
+        for i in 0..2 {
+            for j in 0..2 {
+                for k in 0..3 {
+                    let v = (i * 6 + j * 3 + k) as u16;
+                    let off = (i + 2 * j + 4 * k) * 2;
+                    fdata[off..off + 2].copy_from_slice(&v.to_le_bytes());
+                }
+            }
+        }
+        let c = to_c_order(fdata, &shape, 2, ChunkOrder::F);
+        let want: Vec<u8> = (0u16..12).flat_map(|v| v.to_le_bytes()).collect();
+        assert_eq!(c, want);
+    }
+}

@@ -1,0 +1,720 @@
+//! Engine tests over an in-memory map, with chunks written by hand from first principles (the
+//! Zarr v2 layout: full-size chunks, C or F element order, keys `i.j.k`).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::model::{ChunkOrder, Variable, ZarrDtype};
+
+#[derive(Debug, Default)]
+struct TestMap {
+    objects: Mutex<BTreeMap<String, Vec<u8>>>,
+    gets: AtomicUsize,
+}
+
+impl TestMap {
+    fn insert(&self, key: &str, value: Vec<u8>) {
+        self.objects.lock().unwrap().insert(key.to_string(), value);
+    }
+    fn object(&self, key: &str) -> Option<Vec<u8>> {
+        self.objects.lock().unwrap().get(key).cloned()
+    }
+}
+
+impl ZMap for TestMap {
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        self.gets.fetch_add(1, Ordering::Relaxed);
+        Ok(self.object(key))
+    }
+    fn put(&self, key: &str, value: &[u8]) -> Result<()> {
+        self.insert(key, value.to_vec());
+        Ok(())
+    }
+    fn delete(&self, key: &str) -> Result<()> {
+        self.objects.lock().unwrap().remove(key);
+        Ok(())
+    }
+    fn search(&self, _prefix: &str) -> Result<Vec<String>> {
+        Ok(Vec::new())
+    }
+    fn read_only(&self) -> bool {
+        false
+    }
+    fn describe(&self) -> String {
+        "test map".into()
+    }
+}
+
+/// Adds variable `name` with dimensions `dims` (name, length) to `ds`.
+fn add_var(
+    ds: &mut Dataset,
+    name: &str,
+    nctype: NcType,
+    dims: &[(&str, u64)],
+    storage: VarStorage,
+) -> VarId {
+    let dims = dims
+        .iter()
+        .map(|(d, len)| match ds.find_dim_in(Dataset::ROOT, d) {
+            Some(id) => id,
+            None => ds.add_dim(Dataset::ROOT, d, *len, false),
+        })
+        .collect();
+    ds.add_var(Variable {
+        name: name.into(),
+        group: Dataset::ROOT,
+        nctype,
+        dims,
+        string_width: 0,
+        attrs: Vec::new(),
+        storage,
+    })
+}
+
+fn storage(key: &str, dtype: &str, shape: &[u64], chunks: &[u64]) -> VarStorage {
+    VarStorage {
+        key: key.into(),
+        dtype: ZarrDtype::parse(dtype),
+        shape: shape.to_vec(),
+        chunks: chunks.to_vec(),
+        ..VarStorage::default()
+    }
+}
+
+/// Writes every chunk of an array by hand: element bytes from `elem(global index)`, padding
+/// past the shape as 0xEE bytes, in `order`; chunks for which `skip` holds are not written.
+#[allow(clippy::too_many_arguments)]
+fn put_chunks(
+    map: &TestMap,
+    key: &str,
+    shape: &[u64],
+    chunks: &[u64],
+    order: ChunkOrder,
+    esize: usize,
+    elem: &dyn Fn(&[u64]) -> Vec<u8>,
+    skip: &dyn Fn(&[u64]) -> bool,
+) {
+    let grid: Vec<u64> = shape
+        .iter()
+        .zip(chunks)
+        .map(|(s, c)| s.div_ceil(*c))
+        .collect();
+    let nchunks: u64 = grid.iter().product();
+    let per_chunk: u64 = chunks.iter().product();
+    for ci in 0..nchunks {
+        let coords = unravel(ci, &grid, ChunkOrder::C);
+        if skip(&coords) {
+            continue;
+        }
+        let mut bytes = Vec::new();
+        for e in 0..per_chunk {
+            let local = unravel(e, chunks, order);
+            let global: Vec<u64> = (0..shape.len())
+                .map(|d| coords[d] * chunks[d] + local[d])
+                .collect();
+            if global.iter().zip(shape).all(|(g, s)| g < s) {
+                let b = elem(&global);
+                assert_eq!(b.len(), esize);
+                bytes.extend(b);
+            } else {
+                bytes.extend(vec![0xEE; esize]);
+            }
+        }
+        let name: Vec<String> = coords.iter().map(|c| c.to_string()).collect();
+        let name = if name.is_empty() {
+            "0".to_string()
+        } else {
+            name.join(".")
+        };
+        map.insert(&format!("{key}/{name}"), bytes);
+    }
+}
+
+/// The multi-index of linear position `i` in `shape` (C: last index fastest; F: first).
+fn unravel(mut i: u64, shape: &[u64], order: ChunkOrder) -> Vec<u64> {
+    let mut idx = vec![0; shape.len()];
+    let dims: Vec<usize> = match order {
+        ChunkOrder::C => (0..shape.len()).rev().collect(),
+        ChunkOrder::F => (0..shape.len()).collect(),
+    };
+    for d in dims {
+        idx[d] = i % shape[d];
+        i /= shape[d];
+    }
+    idx
+}
+
+/// Every multi-index of a slab, C order, as array coordinates.
+fn slab_points(slab: &Hyperslab) -> Vec<Vec<u64>> {
+    let n = slab.len();
+    (0..n)
+        .map(|i| {
+            let k = unravel(i, &slab.count, ChunkOrder::C);
+            (0..k.len())
+                .map(|d| slab.start[d] + k[d] * slab.stride[d])
+                .collect()
+        })
+        .collect()
+}
+
+fn i32s(bytes: &[u8]) -> Vec<i32> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+fn engine(map: &Arc<TestMap>, cache: usize) -> ChunkEngine {
+    ChunkEngine::new(Arc::clone(map) as Arc<dyn ZMap>, cache)
+}
+
+fn read_i32(e: &ChunkEngine, ds: &Dataset, v: VarId, slab: &Hyperslab) -> Result<Vec<i32>> {
+    let mut out = vec![0u8; slab.len() as usize * 4];
+    e.read(ds, v, slab, &mut out)?;
+    Ok(i32s(&out))
+}
+
+fn value(g: &[u64]) -> i32 {
+    g.iter().fold(0i64, |a, &x| a * 100 + x as i64) as i32
+}
+
+/// A 2-d int variable of shape 5×7 in chunks 2×3: `value(i,j) = 100 i + j`.
+fn grid_fixture(dtype: &str, order: ChunkOrder) -> (Arc<TestMap>, Dataset, VarId) {
+    let map = Arc::new(TestMap::default());
+    let mut ds = Dataset::new();
+    let mut st = storage("v", dtype, &[5, 7], &[2, 3]);
+    st.order = order;
+    let v = add_var(&mut ds, "v", NcType::Int, &[("y", 5), ("x", 7)], st);
+    let big = dtype.starts_with('>');
+    put_chunks(
+        &map,
+        "v",
+        &[5, 7],
+        &[2, 3],
+        order,
+        4,
+        &|g| {
+            let x = value(g);
+            if big {
+                x.to_be_bytes().to_vec()
+            } else {
+                x.to_le_bytes().to_vec()
+            }
+        },
+        &|_| false,
+    );
+    (map, ds, v)
+}
+
+fn slab(start: &[u64], count: &[u64], stride: &[u64]) -> Hyperslab {
+    Hyperslab {
+        start: start.to_vec(),
+        count: count.to_vec(),
+        stride: stride.to_vec(),
+    }
+}
+
+fn expected(s: &Hyperslab) -> Vec<i32> {
+    slab_points(s).iter().map(|g| value(g)).collect()
+}
+
+#[test]
+fn whole_and_partial_reads_across_chunk_boundaries() {
+    for (dtype, order) in [
+        ("<i4", ChunkOrder::C),
+        (">i4", ChunkOrder::C),
+        ("<i4", ChunkOrder::F),
+        (">i4", ChunkOrder::F),
+    ] {
+        let (map, ds, v) = grid_fixture(dtype, order);
+        let e = engine(&map, 1 << 20);
+        let whole = Hyperslab::whole(&[5, 7]);
+        let got = read_i32(&e, &ds, v, &whole).unwrap();
+        assert_eq!(got[..8], [0, 1, 2, 3, 4, 5, 6, 100]);
+        assert_eq!(got, expected(&whole), "{dtype} {order:?}");
+        for s in [
+            slab(&[1, 2], &[3, 4], &[1, 1]),
+            slab(&[0, 0], &[3, 3], &[2, 3]),
+            slab(&[4, 6], &[1, 1], &[1, 1]),
+            slab(&[1, 1], &[2, 2], &[3, 5]),
+            slab(&[0, 5], &[5, 2], &[1, 1]),
+        ] {
+            assert_eq!(read_i32(&e, &ds, v, &s).unwrap(), expected(&s), "{s:?}");
+        }
+    }
+}
+
+#[test]
+fn invalid_slabs_and_buffers_are_refused() {
+    let (map, ds, v) = grid_fixture("<i4", ChunkOrder::C);
+    let e = engine(&map, 0);
+    assert!(matches!(
+        read_i32(&e, &ds, v, &slab(&[4, 0], &[2, 1], &[1, 1])),
+        Err(Error::InvalidHyperslab(_))
+    ));
+    assert!(matches!(
+        read_i32(&e, &ds, v, &slab(&[0], &[1], &[1])),
+        Err(Error::InvalidHyperslab(_))
+    ));
+    let mut short = vec![0u8; 7];
+    assert!(e
+        .read(&ds, v, &slab(&[0, 0], &[1, 2], &[1, 1]), &mut short)
+        .is_err());
+    // count 0 reads nothing and touches no storage.
+    let before = map.gets.load(Ordering::Relaxed);
+    assert_eq!(
+        read_i32(&e, &ds, v, &slab(&[5, 0], &[0, 3], &[1, 1])).unwrap(),
+        Vec::<i32>::new()
+    );
+    assert_eq!(map.gets.load(Ordering::Relaxed), before);
+}
+
+#[test]
+fn only_needed_chunks_are_fetched() {
+    let (map, ds, v) = grid_fixture("<i4", ChunkOrder::C);
+    let e = engine(&map, 0);
+    // Rows 0-1, columns 3-5: exactly chunk 0.1.
+    read_i32(&e, &ds, v, &slab(&[0, 3], &[2, 3], &[1, 1])).unwrap();
+    assert_eq!(map.gets.load(Ordering::Relaxed), 1);
+    // Columns 0 and 6 with stride 6 skip the middle chunk column: 3 rows × 2 chunks.
+    read_i32(&e, &ds, v, &slab(&[0, 0], &[5, 2], &[1, 6])).unwrap();
+    assert_eq!(map.gets.load(Ordering::Relaxed), 1 + 6);
+}
+
+#[test]
+fn missing_chunks_read_as_fill() {
+    let map = Arc::new(TestMap::default());
+    let mut ds = Dataset::new();
+    let mut st = storage("a", "<i4", &[4, 4], &[2, 2]);
+    st.fill_value = Some(42i32.to_le_bytes().to_vec());
+    let a = add_var(&mut ds, "a", NcType::Int, &[("y", 4), ("x", 4)], st);
+    let b = add_var(
+        &mut ds,
+        "b",
+        NcType::Int,
+        &[("y", 4), ("x", 4)],
+        storage("b", "<i4", &[4, 4], &[2, 2]),
+    );
+    for key in ["a", "b"] {
+        put_chunks(
+            &map,
+            key,
+            &[4, 4],
+            &[2, 2],
+            ChunkOrder::C,
+            4,
+            &|g| value(g).to_le_bytes().to_vec(),
+            &|c| c == [1, 0],
+        );
+    }
+    let e = engine(&map, 1 << 20);
+    let whole = Hyperslab::whole(&[4, 4]);
+    let got = read_i32(&e, &ds, a, &whole).unwrap();
+    assert_eq!(got[8..12], [42, 42, 202, 203]);
+    assert_eq!(got[..4], [0, 1, 2, 3]);
+    // No fill value declared: netCDF's NC_FILL_INT.
+    let got = read_i32(&e, &ds, b, &whole).unwrap();
+    assert_eq!(got[12..16], [-2147483647, -2147483647, 302, 303]);
+}
+
+#[test]
+fn indices_beyond_the_stored_shape_read_as_fill() {
+    // An unlimited dimension grown to 5 by another variable; this one is stored with 3 rows.
+    let map = Arc::new(TestMap::default());
+    let mut ds = Dataset::new();
+    let t = ds.add_dim(Dataset::ROOT, "t", 5, true);
+    let mut st = storage("v", "<i4", &[3, 2], &[2, 2]);
+    st.fill_value = Some((-1i32).to_le_bytes().to_vec());
+    let v = add_var(&mut ds, "v", NcType::Int, &[("x", 2)], st);
+    ds.vars[v.0].dims.insert(0, t);
+    put_chunks(
+        &map,
+        "v",
+        &[3, 2],
+        &[2, 2],
+        ChunkOrder::C,
+        4,
+        &|g| value(g).to_le_bytes().to_vec(),
+        &|_| false,
+    );
+    let e = engine(&map, 1 << 20);
+    assert_eq!(
+        read_i32(&e, &ds, v, &Hyperslab::whole(&[5, 2])).unwrap(),
+        vec![0, 1, 100, 101, 200, 201, -1, -1, -1, -1]
+    );
+    // Row 2's chunk has padding (0xEE) for row 3: it must not leak.
+    assert_eq!(
+        read_i32(&e, &ds, v, &slab(&[2, 0], &[2, 2], &[1, 1])).unwrap(),
+        vec![200, 201, -1, -1]
+    );
+    assert_eq!(
+        read_i32(&e, &ds, v, &slab(&[3, 1], &[2, 1], &[1, 1])).unwrap(),
+        vec![-1, -1]
+    );
+}
+
+#[test]
+fn wrong_chunk_size_is_a_bad_chunk() {
+    let (map, ds, v) = grid_fixture("<i4", ChunkOrder::C);
+    // A short last chunk (allowed by some writers, not by Zarr v2).
+    map.insert("v/2.2", vec![0; 4 * 3]);
+    let e = engine(&map, 1 << 20);
+    match read_i32(&e, &ds, v, &Hyperslab::whole(&[5, 7])) {
+        Err(Error::BadChunk { key, reason }) => {
+            assert_eq!(key, "v/2.2");
+            assert!(reason.contains("expected 24"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // Chunks that are not involved still read.
+    assert_eq!(
+        read_i32(&e, &ds, v, &slab(&[0, 0], &[2, 2], &[1, 1])).unwrap(),
+        vec![0, 1, 100, 101]
+    );
+}
+
+#[test]
+fn unknown_codec_fails_only_that_variable() {
+    let (map, mut ds, good) = grid_fixture("<i4", ChunkOrder::C);
+    let mut st = storage("w", "<i4", &[5, 7], &[2, 3]);
+    st.codecs = CodecSpec::V2 {
+        filters: Vec::new(),
+        compressor: Some(serde_json::json!({"id": "no-such-codec", "level": 1})),
+    };
+    let bad = add_var(&mut ds, "w", NcType::Int, &[("y", 5), ("x", 7)], st);
+    let e = engine(&map, 1 << 20);
+    match read_i32(&e, &ds, bad, &Hyperslab::whole(&[5, 7])) {
+        Err(Error::Unreadable { var, reason }) => {
+            assert_eq!(var, "/w");
+            assert!(reason.contains("no-such-codec"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let s = Hyperslab::whole(&[5, 7]);
+    assert_eq!(read_i32(&e, &ds, good, &s).unwrap(), expected(&s));
+}
+
+#[test]
+fn unreadable_storage_is_reported() {
+    let map = Arc::new(TestMap::default());
+    let mut ds = Dataset::new();
+    let mut st = storage("v", "<i4", &[2], &[2]);
+    st.unreadable = Some("dtype <c8 is not supported".into());
+    let v = add_var(&mut ds, "v", NcType::Int, &[("x", 2)], st);
+    let e = engine(&map, 0);
+    match read_i32(&e, &ds, v, &Hyperslab::whole(&[2])) {
+        Err(Error::Unreadable { var, reason }) => {
+            assert_eq!(
+                (var.as_str(), reason.as_str()),
+                ("/v", "dtype <c8 is not supported")
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn scalars_in_both_layouts() {
+    let map = Arc::new(TestMap::default());
+    let mut ds = Dataset::new();
+    // NCZarr: shape [1], key v/0; pure Zarr: shape [], key s/0.
+    let v = add_var(
+        &mut ds,
+        "v",
+        NcType::Double,
+        &[],
+        storage("v", ">f8", &[1], &[1]),
+    );
+    let s = add_var(
+        &mut ds,
+        "s",
+        NcType::Double,
+        &[],
+        storage("s", "<f8", &[], &[]),
+    );
+    let m = add_var(
+        &mut ds,
+        "m",
+        NcType::Double,
+        &[],
+        storage("m", "<f8", &[], &[]),
+    );
+    map.insert("v/0", 2.5f64.to_be_bytes().to_vec());
+    map.insert("s/0", (-1.25f64).to_le_bytes().to_vec());
+    let e = engine(&map, 1 << 20);
+    let mut out = [0u8; 8];
+    e.read(&ds, v, &Hyperslab::whole(&[]), &mut out).unwrap();
+    assert_eq!(f64::from_le_bytes(out), 2.5);
+    e.read(&ds, s, &Hyperslab::whole(&[]), &mut out).unwrap();
+    assert_eq!(f64::from_le_bytes(out), -1.25);
+    e.read(&ds, m, &Hyperslab::whole(&[]), &mut out).unwrap();
+    assert_eq!(f64::from_le_bytes(out), 9.969_209_968_386_869e36);
+}
+
+#[test]
+fn chunk_key_spellings() {
+    let mut ds = Dataset::new();
+    let mut st = storage("g/v", "<i4", &[4, 4, 4], &[2, 2, 2]);
+    let v = add_var(
+        &mut ds,
+        "v",
+        NcType::Int,
+        &[("a", 4), ("b", 4), ("c", 4)],
+        st.clone(),
+    );
+    let key = |ds: &Dataset| VarPlan::build(ds, v).unwrap().chunk_key(&[1, 0, 1]);
+    assert_eq!(key(&ds), "g/v/1.0.1");
+    for (enc, want) in [
+        (ChunkKeyEncoding::V2 { separator: '/' }, "g/v/1/0/1"),
+        (ChunkKeyEncoding::Default { separator: '/' }, "g/v/c/1/0/1"),
+        (ChunkKeyEncoding::Default { separator: '.' }, "g/v/c.1.0.1"),
+    ] {
+        st.key_encoding = enc;
+        ds.vars[v.0].storage = st.clone();
+        assert_eq!(key(&ds), want);
+    }
+    let s = add_var(
+        &mut ds,
+        "s",
+        NcType::Int,
+        &[],
+        storage("s", "<i4", &[], &[]),
+    );
+    assert_eq!(VarPlan::build(&ds, s).unwrap().chunk_key(&[]), "s/0");
+    ds.vars[s.0].storage.key_encoding = ChunkKeyEncoding::Default { separator: '/' };
+    assert_eq!(VarPlan::build(&ds, s).unwrap().chunk_key(&[]), "s/c");
+}
+
+#[test]
+fn strings_and_chars() {
+    let map = Arc::new(TestMap::default());
+    let mut ds = Dataset::new();
+    // np.array(["ab", "héé"], dtype="<U3").tobytes() and np.array([b"xyz", b"q"], "|S3").
+    let u = add_var(
+        &mut ds,
+        "u",
+        NcType::String,
+        &[("n", 2)],
+        storage("u", "<U3", &[2], &[2]),
+    );
+    ds.vars[u.0].string_width = 6;
+    let b = add_var(
+        &mut ds,
+        "b",
+        NcType::String,
+        &[("n", 2)],
+        storage("b", "|S3", &[2], &[2]),
+    );
+    ds.vars[b.0].string_width = 4;
+    let c = add_var(
+        &mut ds,
+        "c",
+        NcType::Char,
+        &[("n", 2)],
+        storage("c", ">S1", &[2], &[1]),
+    );
+    let mut ucs = Vec::new();
+    for ch in ['a', 'b', '\0', 'h', 'é', 'é'] {
+        ucs.extend((ch as u32).to_le_bytes());
+    }
+    map.insert("u/0", ucs);
+    map.insert("b/0", b"xyzq\0\0".to_vec());
+    map.insert("c/0", b"Z".to_vec());
+    let e = engine(&map, 1 << 20);
+    let mut out = vec![0u8; 12];
+    e.read(&ds, u, &Hyperslab::whole(&[2]), &mut out).unwrap();
+    assert_eq!(out, b"ab\0\0\0\0h\xc3\xa9\xc3\xa9\0");
+    let mut out = vec![0u8; 8];
+    e.read(&ds, b, &Hyperslab::whole(&[2]), &mut out).unwrap();
+    assert_eq!(out, b"xyz\0q\0\0\0");
+    // Missing string chunk: the default fill is the empty string.
+    let mut out = vec![1u8; 2];
+    e.read(&ds, c, &Hyperslab::whole(&[2]), &mut out).unwrap();
+    assert_eq!(out, b"Z\0");
+}
+
+#[test]
+fn cache_hits_and_bound() {
+    let (map, ds, v) = grid_fixture("<i4", ChunkOrder::C);
+    // Room for exactly two 24-byte chunks.
+    let e = engine(&map, 48);
+    let s = slab(&[0, 0], &[2, 6], &[1, 1]); // chunks 0.0 and 0.1
+    read_i32(&e, &ds, v, &s).unwrap();
+    read_i32(&e, &ds, v, &s).unwrap();
+    let st = e.stats();
+    assert_eq!((st.misses, st.hits, st.bytes, st.entries), (2, 2, 48, 2));
+    assert_eq!(map.gets.load(Ordering::Relaxed), 2);
+    let whole = Hyperslab::whole(&[5, 7]);
+    assert_eq!(read_i32(&e, &ds, v, &whole).unwrap(), expected(&whole));
+    assert!(e.stats().bytes <= 48);
+    e.clear().unwrap();
+    assert_eq!(e.stats().bytes, 0);
+    // Capacity 0 still reads, caching nothing.
+    let e = engine(&map, 0);
+    assert_eq!(read_i32(&e, &ds, v, &whole).unwrap(), expected(&whole));
+    assert_eq!(e.stats().entries, 0);
+}
+
+#[test]
+fn invalidate_sees_changed_storage() {
+    let (map, ds, v) = grid_fixture("<i4", ChunkOrder::C);
+    let e = engine(&map, 1 << 20);
+    let s = slab(&[0, 0], &[1, 1], &[1, 1]);
+    assert_eq!(read_i32(&e, &ds, v, &s).unwrap(), vec![0]);
+    let mut chunk = map.object("v/0.0").unwrap();
+    chunk[..4].copy_from_slice(&77i32.to_le_bytes());
+    map.insert("v/0.0", chunk);
+    assert_eq!(read_i32(&e, &ds, v, &s).unwrap(), vec![0], "cached");
+    e.invalidate("w").unwrap();
+    assert_eq!(read_i32(&e, &ds, v, &s).unwrap(), vec![0], "other prefix");
+    e.invalidate("v/").unwrap();
+    assert_eq!(read_i32(&e, &ds, v, &s).unwrap(), vec![77]);
+}
+
+#[test]
+fn writes_flush_and_read_back() {
+    for (dtype, order) in [("<i4", ChunkOrder::C), (">i4", ChunkOrder::F)] {
+        let (map, ds, v) = grid_fixture(dtype, order);
+        let e = engine(&map, 1 << 20);
+        let s = slab(&[1, 1], &[2, 3], &[2, 2]);
+        let data: Vec<u8> = (0..6i32).flat_map(|x| (-x - 1).to_le_bytes()).collect();
+        e.write(&ds, v, &s, &data).unwrap();
+        assert_eq!(
+            read_i32(&e, &ds, v, &s).unwrap(),
+            vec![-1, -2, -3, -4, -5, -6]
+        );
+        let before = map.object("v/0.0").unwrap();
+        e.flush().unwrap();
+        assert_ne!(map.object("v/0.0").unwrap(), before);
+        // A fresh engine sees the stored result; untouched elements kept.
+        let fresh = engine(&map, 0);
+        let mut want = expected(&Hyperslab::whole(&[5, 7]));
+        for (i, p) in slab_points(&s).iter().enumerate() {
+            want[(p[0] * 7 + p[1]) as usize] = -(i as i32) - 1;
+        }
+        assert_eq!(
+            read_i32(&fresh, &ds, v, &Hyperslab::whole(&[5, 7])).unwrap(),
+            want,
+            "{dtype} {order:?}"
+        );
+    }
+}
+
+#[test]
+fn writes_to_missing_chunks_and_without_cache() {
+    let map = Arc::new(TestMap::default());
+    let mut ds = Dataset::new();
+    let mut st = storage("v", "<i4", &[4], &[3]);
+    st.fill_value = Some(9i32.to_le_bytes().to_vec());
+    let v = add_var(&mut ds, "v", NcType::Int, &[("x", 4)], st);
+    let e = engine(&map, 0);
+    e.write(
+        &ds,
+        v,
+        &slab(&[2], &[2], &[1]),
+        &[5i32.to_le_bytes(), 6i32.to_le_bytes()].concat(),
+    )
+    .unwrap();
+    // No cache: written through at once, full chunks with fill.
+    let want: Vec<u8> = [9i32, 9, 5].iter().flat_map(|x| x.to_le_bytes()).collect();
+    assert_eq!(map.object("v/0").unwrap(), want);
+    assert_eq!(
+        read_i32(&e, &ds, v, &Hyperslab::whole(&[4])).unwrap(),
+        vec![9, 9, 5, 6]
+    );
+    // Beyond the stored shape is refused.
+    ds.dims[0].len = 6;
+    assert!(e.write(&ds, v, &slab(&[4], &[1], &[1]), &[0; 4]).is_err());
+}
+
+#[test]
+fn dirty_chunks_survive_eviction_and_drop() {
+    let (map, ds, v) = grid_fixture("<i4", ChunkOrder::C);
+    {
+        let e = engine(&map, 24); // one chunk
+        e.write(
+            &ds,
+            v,
+            &slab(&[0, 0], &[1, 1], &[1, 1]),
+            &7i32.to_le_bytes(),
+        )
+        .unwrap();
+        e.write(
+            &ds,
+            v,
+            &slab(&[4, 6], &[1, 1], &[1, 1]),
+            &8i32.to_le_bytes(),
+        )
+        .unwrap(); // evicts (writes back) chunk 0.0
+        assert_eq!(i32s(&map.object("v/0.0").unwrap())[0], 7);
+    } // drop flushes chunk 2.2
+    assert_eq!(i32s(&map.object("v/2.2").unwrap())[0], 8);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// Any slab of any chunked array, against a naive element-by-element reader.
+    #[test]
+    fn matches_naive_reader(
+        shape in prop::collection::vec(1u64..8, 0..4),
+        chunk_seed in prop::collection::vec(1u64..10, 3),
+        slab_seed in prop::collection::vec(
+            (0u64..100, 0u64..100, prop::sample::select(vec![1u64, 1, 1, 2, 3])),
+            3,
+        ),
+        grow in prop::collection::vec(0u64..3, 3),
+        missing_mask in 0u64..64,
+        fortran in any::<bool>(),
+        big in any::<bool>(),
+        cache in prop::sample::select(vec![0usize, 64, 1 << 20]),
+    ) {
+        let rank = shape.len();
+        let chunks: Vec<u64> = (0..rank).map(|d| chunk_seed[d].min(shape[d] + 2)).collect();
+        // The netCDF dims may exceed the stored shape.
+        let dims: Vec<u64> = (0..rank).map(|d| shape[d] + grow[d]).collect();
+        // Biased towards large slabs (start 0, count to the end), which cross many chunks.
+        let starts: Vec<u64> = (0..rank)
+            .map(|d| if slab_seed[d].0 % 2 == 0 { 0 } else { slab_seed[d].0 % dims[d] })
+            .collect();
+        let s = Hyperslab {
+            start: starts.clone(),
+            stride: (0..rank).map(|d| slab_seed[d].2).collect(),
+            count: (0..rank).map(|d| {
+                let max = (dims[d] - 1 - starts[d]) / slab_seed[d].2 + 1;
+                if slab_seed[d].1 % 2 == 0 { max } else { slab_seed[d].1 % (max + 1) }
+            }).collect(),
+        };
+        let order = if fortran { ChunkOrder::F } else { ChunkOrder::C };
+        let map = Arc::new(TestMap::default());
+        let mut ds = Dataset::new();
+        let mut st = storage("v", if big { ">i4" } else { "<i4" }, &shape, &chunks);
+        st.order = order;
+        st.fill_value = Some((-5i32).to_le_bytes().to_vec());
+        let names = ["a", "b", "c"];
+        let dim_list: Vec<(&str, u64)> = (0..rank).map(|d| (names[d], dims[d])).collect();
+        let v = add_var(&mut ds, "v", NcType::Int, &dim_list, st);
+        let missing = |c: &[u64]| {
+            let lin = c.iter().fold(0u64, |a, &x| a * 7 + x);
+            missing_mask >> (lin % 6) & 1 == 1 && lin % 6 < 3
+        };
+        put_chunks(&map, "v", &shape, &chunks, order, 4, &|g| {
+            let x = value(g);
+            if big { x.to_be_bytes().to_vec() } else { x.to_le_bytes().to_vec() }
+        }, &missing);
+        // Naive reader: one element at a time from first principles.
+        let naive: Vec<i32> = slab_points(&s).iter().map(|g| {
+            let stored = g.iter().zip(&shape).all(|(i, n)| i < n);
+            let chunk: Vec<u64> = g.iter().zip(&chunks).map(|(i, c)| i / c).collect();
+            if stored && !missing(&chunk) { value(g) } else { -5 }
+        }).collect();
+        let e = engine(&map, cache);
+        prop_assert_eq!(read_i32(&e, &ds, v, &s).unwrap(), naive.clone());
+        // Twice, to exercise cache hits.
+        prop_assert_eq!(read_i32(&e, &ds, v, &s).unwrap(), naive);
+        prop_assert!(e.stats().bytes <= cache as u64);
+    }
+}
