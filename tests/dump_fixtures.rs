@@ -212,3 +212,29 @@ fn normalisation_only_drops_special_attributes() {
         "netcdf x {\nvariables:\n\tbyte b ;\n\t\tb:u = 1 ;\ndata:\n}\n"
     );
 }
+
+#[test]
+fn zarr_python_consolidated_store() {
+    // The store ships as a tarball; unpack it into a temporary directory.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let status = std::process::Command::new("tar")
+        .arg("xzf")
+        .arg(fixture(
+            "pr3068_v3/ref_consolidated_zarr_2.18.2_python.zarr.tgz",
+        ))
+        .arg("-C")
+        .arg(dir.path())
+        .status()
+        .expect("run tar");
+    assert!(status.success());
+    let store = dir.path().join("ref_consolidated_zarr_2.18.2_python.zarr");
+    let got = dump_location(
+        &store.to_string_lossy(),
+        "ref_consolidated_zarr_2.18.2_python",
+        false,
+    );
+    let want =
+        std::fs::read_to_string(fixture("pr3068_v3/ref_consolidated_zarr_2.18.2_python.cdl"))
+            .expect("expected CDL");
+    assert_eq!(got, without_special_attributes(&want));
+}

@@ -279,7 +279,16 @@ fn types_model() -> Builder {
         vec![attr("a", AttrValue::Int(vec![1]))],
         i32s(&[7]),
     );
-    let mut big = vec![0.1, 0.2, 0.3, 1e-300, -1.5, 123456789.123456789, 0.0, -0.0];
+    let mut big = vec![
+        0.1,
+        0.2,
+        0.3,
+        1e-300,
+        -1.5,
+        123_456_789.123_456_79,
+        0.0,
+        -0.0,
+    ];
     big.extend((1..=31).map(f64::from));
     big.push(9.969209968386869e36);
     b.var(r, "big", NcType::Double, &[nlong], vec![], f64s(&big));
@@ -507,5 +516,63 @@ fn per_variable_header_and_attribute_values() {
     assert_eq!(
         attr_values(&AttrValue::Str(vec!["a".into(), "b".into()])),
         "\"a\", \"b\""
+    );
+}
+
+#[test]
+fn nans_and_infinities_match_ncdump() {
+    let mut b = Builder::default();
+    let r = Dataset::ROOT;
+    let dim = b.dim(r, "dim", 3, false);
+    b.var(
+        r,
+        "fvar",
+        NcType::Float,
+        &[dim],
+        vec![
+            attr("_FillValue", AttrValue::Float(vec![f32::NAN])),
+            attr(
+                "att",
+                AttrValue::Float(vec![f32::NEG_INFINITY, f32::NAN, f32::INFINITY]),
+            ),
+        ],
+        f32s(&[f32::NEG_INFINITY, f32::NAN, f32::INFINITY]),
+    );
+    b.var(
+        r,
+        "dvar",
+        NcType::Double,
+        &[dim],
+        vec![
+            attr("_FillValue", AttrValue::Double(vec![f64::NAN])),
+            attr(
+                "att",
+                AttrValue::Double(vec![f64::NEG_INFINITY, f64::NAN, f64::INFINITY]),
+            ),
+        ],
+        f64s(&[f64::NEG_INFINITY, f64::NAN, f64::INFINITY]),
+    );
+    assert_eq!(
+        b.dump("ref_tst_nans", &DumpOptions::default()),
+        expected("ref_tst_nans.dmp")
+    );
+}
+
+#[test]
+fn nul_inside_char_data_matches_ncdump() {
+    let mut b = Builder::default();
+    let r = Dataset::ROOT;
+    let n = b.dim(r, "n", 8, false);
+    b.var(
+        r,
+        "cdata",
+        NcType::Char,
+        &[n],
+        vec![],
+        b"abc\0def\0".to_vec(),
+    );
+    assert_eq!(
+        b.dump("ref_tst_nul4", &DumpOptions::default()),
+        expected("ref_tst_nul4.dmp")
     );
 }
