@@ -15,6 +15,7 @@
 mod attrs;
 mod fill;
 pub mod json;
+pub mod writer;
 
 use std::collections::HashMap;
 

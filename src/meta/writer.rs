@@ -1,0 +1,533 @@
+//! Writing a [`Dataset`]'s metadata as Zarr v2 objects, in either dialect:
+//!
+//! - **NCZarr** as netcdf-c 4.10.1 writes it: every group's `.zgroup` and a `.zattrs` holding
+//!   the user attributes, `_nczarr_group` (`dimensions` as `{"name": N}` or
+//!   `{"name": {"size": N, "unlimited": 1}}`, `arrays`, `groups`), on the root
+//!   `_nczarr_superblock` `{"version": "2.0.0"}`, and `_nczarr_attr` `{"types": {...}}`; every
+//!   array's `.zarray` and a `.zattrs` with the user attributes, `_ARRAY_DIMENSIONS` (unless
+//!   `noxarray`), `_nczarr_array` (`dimension_references`, `storage`, `scalar`) and
+//!   `_nczarr_attr`. Scalars are stored with shape `[1]`.
+//! - **pure Zarr**: `.zgroup`/`.zarray`, user attributes in `.zattrs` and `_ARRAY_DIMENSIONS`
+//!   (unless `noxarray`); scalars have shape `[]`.
+//!
+//! Differences from netcdf-c, on purpose (see the fixtures' list of its defects):
+//! - floats keep full precision (`3.141592653589793`, not `3.14159`);
+//! - NaN and infinities are the strings `"NaN"`, `"Infinity"`, `"-Infinity"`;
+//! - a `shuffle` filter gets the real element size instead of 0;
+//! - byte types are `|i1`/`|u1` (netcdf-c reads them; zarr-python 3 refuses `<i1`).
+//!
+//! Char variables are `>S1` in NCZarr (netcdf-c reads `|S1` as a string of length 1, so the
+//! `>` is what tells it "char"; zarr-python 3 cannot open such an array) and `|S1` in pure
+//! Zarr (zarr-python opens it; netcdf-c then sees strings of length 1, and pure Zarr has no
+//! char type anyway). Fixed-width byte-string fill values are base64 in pure Zarr (as the
+//! Zarr v2 spec says) and plain text in NCZarr (as netcdf-c writes them).
+//!
+//! In NCZarr, a char attribute whose text is a JSON object or array is stored as that JSON
+//! value with type `>S1` (netcdf-c's "JSON convention"), so that netcdf-c reads the same text
+//! back and other Zarr readers see structured values.
+//!
+//! `.zarray` carries `dimension_separator` only when it is `/` (netcdf-c omits the default).
+
+use serde_json::{json, Map, Value};
+
+use crate::model::{
+    AttrValue, Attribute, ByteOrder, ChunkKeyEncoding, ChunkOrder, CodecSpec, Dataset, DtypeKind,
+    GroupId, NcType, VarId, ZarrDtype,
+};
+use crate::zmap::{join_key, ZMap};
+use crate::{Error, Result};
+
+/// Which metadata convention to write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Dialect {
+    /// NCZarr as netcdf-c 4.10.1 writes it.
+    #[default]
+    NcZarr,
+    /// Pure Zarr v2.
+    Zarr,
+}
+
+/// How to write the metadata.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteOptions {
+    /// The convention.
+    pub dialect: Dialect,
+    /// Write `_ARRAY_DIMENSIONS` (xarray's dimension names); `false` for `noxarray`.
+    pub xarray: bool,
+    /// Also write a consolidated `.zmetadata` at the root.
+    pub consolidated: bool,
+    /// The root's `_NCProperties` text (NCZarr only); `None` writes none.
+    pub nc_properties: Option<String>,
+}
+
+impl Default for WriteOptions {
+    fn default() -> Self {
+        WriteOptions {
+            dialect: Dialect::NcZarr,
+            xarray: true,
+            consolidated: false,
+            nc_properties: None,
+        }
+    }
+}
+
+/// The NCZarr version netcdf-c 4.10.1 writes in `_nczarr_superblock`.
+pub const NCZARR_VERSION: &str = "2.0.0";
+
+/// Writes every metadata object of `ds` to `map` (chunks are the chunk engine's business).
+pub fn write_metadata(map: &dyn ZMap, ds: &Dataset, opts: &WriteOptions) -> Result<()> {
+    for (key, value) in metadata_objects(ds, opts)? {
+        let bytes = serde_json::to_vec(&value).map_err(|e| Error::json(&key, &e))?;
+        map.put(&key, &bytes)?;
+    }
+    Ok(())
+}
+
+/// The metadata objects of `ds` as `(key, JSON)` pairs, groups in pre-order, each group
+/// followed by its arrays; `.zmetadata` last when consolidated.
+pub fn metadata_objects(ds: &Dataset, opts: &WriteOptions) -> Result<Vec<(String, Value)>> {
+    let mut out = Vec::new();
+    for g in ds.groups_preorder() {
+        let prefix = ds.group_path(g).join("/");
+        out.push((join_key(&[&prefix, ".zgroup"]), json!({"zarr_format": 2})));
+        let attrs = group_attrs(ds, g, opts)?;
+        if !attrs.is_empty() || opts.dialect == Dialect::NcZarr {
+            out.push((join_key(&[&prefix, ".zattrs"]), Value::Object(attrs)));
+        }
+        for v in &ds.group(g).vars {
+            let key = array_key(ds, *v);
+            out.push((join_key(&[&key, ".zarray"]), zarray(ds, *v, opts)?));
+            let attrs = var_attrs(ds, *v, opts)?;
+            if !attrs.is_empty() {
+                out.push((join_key(&[&key, ".zattrs"]), Value::Object(attrs)));
+            }
+        }
+    }
+    if opts.consolidated {
+        let mut meta = Map::new();
+        for (k, v) in &out {
+            meta.insert(k.clone(), v.clone());
+        }
+        out.push((
+            ".zmetadata".to_string(),
+            json!({"metadata": Value::Object(meta), "zarr_consolidated_format": 1}),
+        ));
+    }
+    Ok(out)
+}
+
+/// The key prefix of a variable's array: its storage key, or its group path and name.
+fn array_key(ds: &Dataset, v: VarId) -> String {
+    let var = ds.var(v);
+    if var.storage.key.is_empty() {
+        let prefix = ds.group_path(var.group).join("/");
+        join_key(&[&prefix, &var.name])
+    } else {
+        var.storage.key.clone()
+    }
+}
+
+/// The dtype a variable is stored with: its storage's, or the default for its type.
+pub fn default_dtype(nctype: NcType, string_width: usize, dialect: Dialect) -> ZarrDtype {
+    let (order, kind) = match nctype {
+        NcType::Byte => (ByteOrder::NotApplicable, DtypeKind::Int),
+        NcType::UByte => (ByteOrder::NotApplicable, DtypeKind::UInt),
+        NcType::Short | NcType::Int | NcType::Int64 => (ByteOrder::Little, DtypeKind::Int),
+        NcType::UShort | NcType::UInt | NcType::UInt64 => (ByteOrder::Little, DtypeKind::UInt),
+        NcType::Float | NcType::Double => (ByteOrder::Little, DtypeKind::Float),
+        NcType::Char if dialect == Dialect::NcZarr => (ByteOrder::Big, DtypeKind::Bytes),
+        NcType::Char | NcType::String => (ByteOrder::NotApplicable, DtypeKind::Bytes),
+    };
+    let size = match nctype {
+        NcType::String => string_width.max(1),
+        t => t.size(),
+    };
+    ZarrDtype { order, kind, size }
+}
+
+fn zarray(ds: &Dataset, v: VarId, opts: &WriteOptions) -> Result<Value> {
+    let var = ds.var(v);
+    let key = join_key(&[&array_key(ds, v), ".zarray"]);
+    let dtype = var
+        .storage
+        .dtype
+        .clone()
+        .unwrap_or_else(|| default_dtype(var.nctype, var.string_width, opts.dialect));
+    let mut shape = ds.var_shape(v);
+    if shape.is_empty() && opts.dialect == Dialect::NcZarr {
+        shape = vec![1];
+    }
+    let chunks: Vec<u64> =
+        if var.storage.chunks.len() == shape.len() && var.storage.chunks.iter().all(|c| *c > 0) {
+            var.storage.chunks.clone()
+        } else {
+            shape.iter().map(|s| (*s).max(1)).collect()
+        };
+    let fill = match &var.storage.fill_value {
+        Some(bytes) => fill_json(var.nctype, bytes, &dtype, opts.dialect, &key)?,
+        None => Value::Null,
+    };
+    let (filters, compressor) = match &var.storage.codecs {
+        CodecSpec::V2 {
+            filters,
+            compressor,
+        } => (filters, compressor),
+        CodecSpec::V3(_) => {
+            return Err(Error::Unsupported(format!(
+                "writing Zarr v3 codecs for {}",
+                ds.var_fqn(v)
+            )))
+        }
+    };
+    let filters: Vec<Value> = filters.iter().map(|f| fix_shuffle(f, dtype.size)).collect();
+    let mut z = Map::new();
+    z.insert("zarr_format".into(), json!(2));
+    z.insert("shape".into(), json!(shape));
+    z.insert("dtype".into(), json!(dtype.to_numpy()));
+    z.insert("chunks".into(), json!(chunks));
+    z.insert("fill_value".into(), fill);
+    let order = match var.storage.order {
+        ChunkOrder::C => "C",
+        ChunkOrder::F => "F",
+    };
+    z.insert("order".into(), json!(order));
+    z.insert(
+        "compressor".into(),
+        compressor.clone().unwrap_or(Value::Null),
+    );
+    z.insert(
+        "filters".into(),
+        if filters.is_empty() {
+            Value::Null
+        } else {
+            Value::Array(filters)
+        },
+    );
+    match var.storage.key_encoding {
+        ChunkKeyEncoding::V2 { separator: '/' } => {
+            z.insert("dimension_separator".into(), json!("/"));
+        }
+        ChunkKeyEncoding::V2 { .. } => {}
+        ChunkKeyEncoding::Default { .. } => {
+            return Err(Error::Unsupported(format!(
+                "Zarr v3 chunk keys in a Zarr v2 array ({})",
+                ds.var_fqn(v)
+            )))
+        }
+    }
+    Ok(Value::Object(z))
+}
+
+/// A shuffle filter with element size 0 or none gets the dtype's size (numcodecs treats 0 as
+/// a no-op, so netcdf-c's 0 makes other readers decode garbage).
+fn fix_shuffle(f: &Value, size: usize) -> Value {
+    let mut f = f.clone();
+    if let Some(obj) = f.as_object_mut() {
+        let is_shuffle = obj.get("id").and_then(Value::as_str) == Some("shuffle");
+        let zero = obj
+            .get("elementsize")
+            .and_then(Value::as_u64)
+            .is_none_or(|n| n == 0);
+        if is_shuffle && zero {
+            obj.insert("elementsize".into(), json!(size));
+        }
+    }
+    f
+}
+
+/// A float as JSON: a number, or `"NaN"`, `"Infinity"`, `"-Infinity"`.
+fn float_json(x: f64) -> Value {
+    if x.is_nan() {
+        json!("NaN")
+    } else if x == f64::INFINITY {
+        json!("Infinity")
+    } else if x == f64::NEG_INFINITY {
+        json!("-Infinity")
+    } else {
+        json!(x)
+    }
+}
+
+/// The f32 value as the shortest decimal that reads back as the same f32, in an f64.
+fn f32_as_f64(x: f32) -> f64 {
+    if !x.is_finite() {
+        return x as f64;
+    }
+    format!("{x}").parse().unwrap_or(x as f64)
+}
+
+/// One native element as a `fill_value`.
+fn fill_json(
+    nctype: NcType,
+    bytes: &[u8],
+    dtype: &ZarrDtype,
+    dialect: Dialect,
+    key: &str,
+) -> Result<Value> {
+    let short = || Error::meta(key, format!("fill value of {} bytes", bytes.len()));
+    // The first `N` bytes as an array, zero-extended to 8 for the 64-bit readers.
+    let le = |n: usize| -> Result<[u8; 8]> {
+        let mut a = [0u8; 8];
+        a[..n].copy_from_slice(bytes.get(..n).ok_or_else(short)?);
+        Ok(a)
+    };
+    let four = |a: [u8; 8]| [a[0], a[1], a[2], a[3]];
+    Ok(match nctype {
+        NcType::Byte => json!(le(1)?[0] as i8),
+        NcType::UByte => json!(le(1)?[0]),
+        NcType::Short => json!(i16::from_le_bytes([le(2)?[0], le(2)?[1]])),
+        NcType::UShort => json!(u16::from_le_bytes([le(2)?[0], le(2)?[1]])),
+        NcType::Int => json!(i32::from_le_bytes(four(le(4)?))),
+        NcType::UInt => json!(u32::from_le_bytes(four(le(4)?))),
+        NcType::Int64 => json!(i64::from_le_bytes(le(8)?)),
+        NcType::UInt64 => json!(u64::from_le_bytes(le(8)?)),
+        NcType::Float => float_json(f32_as_f64(f32::from_le_bytes(four(le(4)?)))),
+        NcType::Double => float_json(f64::from_le_bytes(le(8)?)),
+        NcType::Char | NcType::String => {
+            let end = bytes.iter().position(|b| *b == 0).unwrap_or(bytes.len());
+            let text = &bytes[..end];
+            if dialect == Dialect::Zarr && dtype.kind == DtypeKind::Bytes {
+                json!(base64(text))
+            } else {
+                json!(String::from_utf8_lossy(text))
+            }
+        }
+    })
+}
+
+/// Standard base64 with padding (the Zarr v2 encoding of byte-string fill values).
+fn base64(data: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
+    for c in data.chunks(3) {
+        let n = (c[0] as u32) << 16
+            | (c.get(1).copied().unwrap_or(0) as u32) << 8
+            | c.get(2).copied().unwrap_or(0) as u32;
+        for i in 0..4 {
+            if i <= c.len() {
+                out.push(A[(n >> (18 - 6 * i)) as usize & 63] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// An attribute's values as JSON: a scalar for one value, a list otherwise; char text as a
+/// string (or its JSON value under the NCZarr JSON convention).
+fn attr_json(value: &AttrValue, dialect: Dialect) -> Value {
+    fn many<T: Copy>(v: &[T], f: impl Fn(T) -> Value) -> Value {
+        match v {
+            [one] => f(*one),
+            _ => Value::Array(v.iter().map(|x| f(*x)).collect()),
+        }
+    }
+    match value {
+        AttrValue::Byte(v) => many(v, |x| json!(x)),
+        AttrValue::UByte(v) => many(v, |x| json!(x)),
+        AttrValue::Short(v) => many(v, |x| json!(x)),
+        AttrValue::UShort(v) => many(v, |x| json!(x)),
+        AttrValue::Int(v) => many(v, |x| json!(x)),
+        AttrValue::UInt(v) => many(v, |x| json!(x)),
+        AttrValue::Int64(v) => many(v, |x| json!(x)),
+        AttrValue::UInt64(v) => many(v, |x| json!(x)),
+        AttrValue::Float(v) => many(v, |x| float_json(f32_as_f64(x))),
+        AttrValue::Double(v) => many(v, float_json),
+        AttrValue::Char(bytes) => {
+            let text = String::from_utf8_lossy(bytes).into_owned();
+            if dialect == Dialect::NcZarr {
+                if let Ok(j @ (Value::Object(_) | Value::Array(_))) =
+                    serde_json::from_str::<Value>(&text)
+                {
+                    return j;
+                }
+            }
+            json!(text)
+        }
+        AttrValue::Str(v) => match v.as_slice() {
+            [one] => json!(one),
+            _ => json!(v),
+        },
+    }
+}
+
+/// The `_nczarr_attr` type of an attribute, spelled as netcdf-c 4.10.1 spells it.
+fn attr_type(value: &AttrValue) -> &'static str {
+    match value.nctype() {
+        NcType::Byte => "<i1",
+        NcType::UByte => "<u1",
+        NcType::Short => "<i2",
+        NcType::UShort => "<u2",
+        NcType::Int => "<i4",
+        NcType::UInt => "<u4",
+        NcType::Int64 => "<i8",
+        NcType::UInt64 => "<u8",
+        NcType::Float => "<f4",
+        NcType::Double => "<f8",
+        NcType::Char => ">S1",
+        // netcdf-c only looks at the `|S` prefix; 128 is its default maximum string length.
+        NcType::String => "|S128",
+    }
+}
+
+/// User attributes into `obj`, recording their types in `types`.
+fn put_attrs(
+    obj: &mut Map<String, Value>,
+    types: &mut Map<String, Value>,
+    attrs: &[Attribute],
+    dialect: Dialect,
+) {
+    for a in attrs {
+        obj.insert(a.name.clone(), attr_json(&a.value, dialect));
+        types.insert(a.name.clone(), json!(attr_type(&a.value)));
+    }
+}
+
+fn group_attrs(ds: &Dataset, g: GroupId, opts: &WriteOptions) -> Result<Map<String, Value>> {
+    let group = ds.group(g);
+    let mut obj = Map::new();
+    let mut types = Map::new();
+    let nczarr = opts.dialect == Dialect::NcZarr;
+    if nczarr && g == Dataset::ROOT {
+        if let Some(p) = &opts.nc_properties {
+            obj.insert("_NCProperties".into(), json!(p));
+            types.insert("_NCProperties".into(), json!(">S1"));
+        }
+    }
+    put_attrs(&mut obj, &mut types, &group.attrs, opts.dialect);
+    if !nczarr {
+        return Ok(obj);
+    }
+    let mut dims = Map::new();
+    for d in &group.dims {
+        let dim = ds.dim(*d);
+        let v = if dim.unlimited {
+            json!({"size": dim.len, "unlimited": 1})
+        } else {
+            json!(dim.len)
+        };
+        dims.insert(dim.name.clone(), v);
+    }
+    let arrays: Vec<&str> = group
+        .vars
+        .iter()
+        .map(|v| ds.var(*v).name.as_str())
+        .collect();
+    let groups: Vec<&str> = group
+        .groups
+        .iter()
+        .map(|c| ds.group(*c).name.as_str())
+        .collect();
+    obj.insert(
+        "_nczarr_group".into(),
+        json!({"dimensions": dims, "arrays": arrays, "groups": groups}),
+    );
+    types.insert("_nczarr_group".into(), json!("|J0"));
+    if g == Dataset::ROOT {
+        obj.insert(
+            "_nczarr_superblock".into(),
+            json!({"version": NCZARR_VERSION}),
+        );
+        types.insert("_nczarr_superblock".into(), json!("|J0"));
+    }
+    types.insert("_nczarr_attr".into(), json!("|J0"));
+    obj.insert("_nczarr_attr".into(), json!({"types": types}));
+    Ok(obj)
+}
+
+fn var_attrs(ds: &Dataset, v: VarId, opts: &WriteOptions) -> Result<Map<String, Value>> {
+    let var = ds.var(v);
+    let mut obj = Map::new();
+    let mut types = Map::new();
+    let nczarr = opts.dialect == Dialect::NcZarr;
+    put_attrs(&mut obj, &mut types, &var.attrs, opts.dialect);
+    if opts.xarray {
+        let names: Vec<&str> = if var.dims.is_empty() && nczarr {
+            // netcdf-c names the `[1]` shape of a scalar `_scalar_`.
+            vec!["_scalar_"]
+        } else {
+            var.dims.iter().map(|d| ds.dim(*d).name.as_str()).collect()
+        };
+        obj.insert("_ARRAY_DIMENSIONS".into(), json!(names));
+    }
+    if !nczarr {
+        return Ok(obj);
+    }
+    let refs: Vec<String> = var.dims.iter().map(|d| ds.dim_fqn(*d)).collect();
+    let mut arr = Map::new();
+    arr.insert("dimension_references".into(), json!(refs));
+    if var.dims.is_empty() {
+        arr.insert("scalar".into(), json!(1));
+    }
+    arr.insert("storage".into(), json!("chunked"));
+    obj.insert("_nczarr_array".into(), Value::Object(arr));
+    types.insert("_nczarr_array".into(), json!("|J0"));
+    types.insert("_nczarr_attr".into(), json!("|J0"));
+    obj.insert("_nczarr_attr".into(), json!({"types": types}));
+    Ok(obj)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_matches_rfc4648_vectors() {
+        for (i, o) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ] {
+            assert_eq!(base64(i.as_bytes()), o);
+        }
+    }
+
+    #[test]
+    fn floats_keep_precision_and_specials() {
+        assert_eq!(
+            float_json(std::f64::consts::PI).to_string(),
+            "3.141592653589793"
+        );
+        assert_eq!(float_json(f64::NAN), json!("NaN"));
+        assert_eq!(float_json(f64::NEG_INFINITY), json!("-Infinity"));
+        assert_eq!(f32_as_f64(0.1f32), 0.1);
+        assert_eq!(
+            fill_json(
+                NcType::Double,
+                &NcType::Double.default_fill(),
+                &default_dtype(NcType::Double, 0, Dialect::NcZarr),
+                Dialect::NcZarr,
+                "k"
+            )
+            .unwrap()
+            .to_string(),
+            "9.969209968386869e+36"
+        );
+    }
+
+    #[test]
+    fn shuffle_gets_element_size() {
+        let f = fix_shuffle(&json!({"id": "shuffle", "elementsize": 0}), 8);
+        assert_eq!(f, json!({"id": "shuffle", "elementsize": 8}));
+        let f = fix_shuffle(&json!({"id": "shuffle", "elementsize": 2}), 8);
+        assert_eq!(f, json!({"id": "shuffle", "elementsize": 2}));
+    }
+
+    #[test]
+    fn json_convention_only_for_objects_and_lists() {
+        let j = |s: &str| attr_json(&AttrValue::Char(s.as_bytes().to_vec()), Dialect::NcZarr);
+        assert_eq!(j("[1, 2]"), json!([1, 2]));
+        assert_eq!(j("{\"a\": 1}"), json!({"a": 1}));
+        assert_eq!(j("1.0, 0.0"), json!("1.0, 0.0"));
+        assert_eq!(j("17"), json!("17"));
+        assert_eq!(
+            attr_json(&AttrValue::Char(b"[1, 2]".to_vec()), Dialect::Zarr),
+            json!("[1, 2]")
+        );
+    }
+}
