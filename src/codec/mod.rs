@@ -82,6 +82,90 @@ impl Pipeline {
         Ok(Pipeline { codecs })
     }
 
+    /// Builds the bytes-to-bytes part of a Zarr v3 `codecs` list. The `bytes` codec is
+    /// skipped: its `endian` is the stored byte order, which the dtype conversion applies; a
+    /// `transpose` other than the identity and `sharding_indexed` are [`Error::Unsupported`].
+    /// Names may carry zarr-python's `numcodecs.` prefix (`numcodecs.zlib`), whose
+    /// configuration is the numcodecs one.
+    pub fn from_v3(codecs: &[Value], element_size: usize) -> Result<Pipeline> {
+        let mut out: Vec<Box<dyn Codec>> = Vec::with_capacity(codecs.len());
+        for entry in codecs {
+            let (name, config) = match entry {
+                Value::String(name) => (name.as_str(), None),
+                Value::Object(o) => match o.get("name").and_then(Value::as_str) {
+                    Some(name) => (name, o.get("configuration")),
+                    None => {
+                        return Err(Error::Codec {
+                            codec: "?".to_string(),
+                            reason: format!("codec without a string \"name\": {entry}"),
+                        })
+                    }
+                },
+                _ => {
+                    return Err(Error::Codec {
+                        codec: "?".to_string(),
+                        reason: format!("codec entry is not an object: {entry}"),
+                    })
+                }
+            };
+            let mut params = match config {
+                None | Some(Value::Null) => Map::new(),
+                Some(Value::Object(m)) => m.clone(),
+                Some(other) => {
+                    return Err(Error::Codec {
+                        codec: name.to_string(),
+                        reason: format!("configuration is not an object: {other}"),
+                    })
+                }
+            };
+            let id = name.strip_prefix("numcodecs.").unwrap_or(name);
+            match id {
+                "bytes" => continue,
+                "transpose" => {
+                    let identity = params
+                        .get("order")
+                        .and_then(Value::as_array)
+                        .is_some_and(|o| {
+                            o.iter()
+                                .enumerate()
+                                .all(|(i, v)| v.as_u64() == Some(i as u64))
+                        });
+                    if identity {
+                        continue;
+                    }
+                    return Err(Error::Unsupported(format!(
+                        "codec transpose with configuration {}",
+                        Value::Object(params)
+                    )));
+                }
+                "sharding_indexed" => {
+                    return Err(Error::Unsupported("codec sharding_indexed".to_string()))
+                }
+                // v3 blosc names its shuffle; numcodecs.blosc keeps numcodecs' integers.
+                "blosc" if name == "blosc" => {
+                    if let Some(Value::String(s)) = params.get("shuffle") {
+                        let code = match s.as_str() {
+                            "noshuffle" => 0,
+                            "shuffle" => 1,
+                            "bitshuffle" => 2,
+                            other => {
+                                return Err(Error::Codec {
+                                    codec: "blosc".to_string(),
+                                    reason: format!("unknown shuffle {other:?}"),
+                                })
+                            }
+                        };
+                        params.insert("shuffle".to_string(), Value::from(code));
+                    }
+                }
+                _ => {}
+            }
+            params.insert("id".to_string(), Value::from(id));
+            out.push(codec_from_v2(&Value::Object(params), element_size)?);
+        }
+        Ok(Pipeline { codecs: out })
+    }
+
     /// The ids of the codecs, in encoding order.
     pub fn ids(&self) -> Vec<&str> {
         self.codecs.iter().map(|c| c.id()).collect()
@@ -331,6 +415,39 @@ mod tests {
         assert_eq!(p.decode_expect(enc.clone(), data.len()).unwrap(), data);
         assert_eq!(p.decode(enc.clone()).unwrap(), data);
         assert!(p.decode_expect(enc, data.len() - 1).is_err());
+    }
+
+    #[test]
+    fn v3_chains() {
+        // zarr-python 3 defaults and the netcdf-c draft's spelling of bzip2.
+        let codecs = [
+            json!({"name": "bytes", "configuration": {"endian": "little"}}),
+            json!({"name": "blosc", "configuration": {"cname": "zstd", "clevel": 5,
+                   "shuffle": "bitshuffle", "typesize": 4, "blocksize": 0}}),
+            json!({"name": "bz2", "configuration": {"level": 9}}),
+            json!({"name": "numcodecs.fletcher32"}),
+            json!({"name": "crc32c"}),
+        ];
+        let p = Pipeline::from_v3(&codecs, 4).unwrap();
+        assert_eq!(p.ids(), ["blosc", "bz2", "fletcher32", "crc32c"]);
+        let data: Vec<u8> = (0u32..500).flat_map(|i| i.to_le_bytes()).collect();
+        let enc = p.encode(data.clone()).unwrap();
+        assert_eq!(p.decode_expect(enc, data.len()).unwrap(), data);
+
+        let t = [json!({"name": "transpose", "configuration": {"order": [0, 1]}})];
+        assert!(Pipeline::from_v3(&t, 4).unwrap().is_empty());
+        let t = [json!({"name": "transpose", "configuration": {"order": [1, 0]}})];
+        assert!(matches!(
+            Pipeline::from_v3(&t, 4),
+            Err(Error::Unsupported(_))
+        ));
+        let u = [json!({"name": "noop", "configuration": {"hdf5raw": "1"}})];
+        assert!(matches!(
+            Pipeline::from_v3(&u, 4),
+            Err(Error::UnknownCodec { ref name }) if name == "noop"
+        ));
+        let b = [json!({"name": "blosc", "configuration": {"shuffle": "twice"}})];
+        assert!(matches!(Pipeline::from_v3(&b, 4), Err(Error::Codec { .. })));
     }
 
     #[test]
