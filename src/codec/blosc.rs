@@ -216,6 +216,10 @@ mod tests {
         enc.pop();
         enc.pop();
         assert!(b.decode(enc).is_err(), "truncated");
+        // c-blosc treats typesizes above 255 (long fixed strings) as a byte stream.
+        let wide = blosc(json!({"id": "blosc"}), 300).unwrap();
+        let enc = wide.encode(vec![9u8; 3000]).unwrap();
+        assert_eq!(wide.decode(enc).unwrap(), vec![9u8; 3000]);
         // An empty chunk encodes to a bare header and decodes back.
         let empty = b.encode(vec![]).unwrap();
         assert_eq!(b.decode(empty).unwrap(), b"");

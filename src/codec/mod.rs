@@ -10,6 +10,7 @@ use std::fmt::Debug;
 
 use serde_json::{Map, Value};
 
+use crate::model::CodecSpec;
 use crate::{Error, Result};
 
 mod blosc;
@@ -164,6 +165,17 @@ impl Pipeline {
             out.push(codec_from_v2(&Value::Object(params), element_size)?);
         }
         Ok(Pipeline { codecs: out })
+    }
+
+    /// Builds the chain a variable's [`CodecSpec`] describes.
+    pub fn from_spec(spec: &CodecSpec, element_size: usize) -> Result<Pipeline> {
+        match spec {
+            CodecSpec::V2 {
+                filters,
+                compressor,
+            } => Pipeline::from_v2(filters, compressor.as_ref(), element_size),
+            CodecSpec::V3(codecs) => Pipeline::from_v3(codecs, element_size),
+        }
     }
 
     /// The ids of the codecs, in encoding order.
@@ -415,6 +427,23 @@ mod tests {
         assert_eq!(p.decode_expect(enc.clone(), data.len()).unwrap(), data);
         assert_eq!(p.decode(enc.clone()).unwrap(), data);
         assert!(p.decode_expect(enc, data.len() - 1).is_err());
+    }
+
+    #[test]
+    fn from_spec_dispatches() {
+        let v2 = CodecSpec::V2 {
+            filters: vec![json!({"id": "shuffle", "elementsize": 0})],
+            compressor: Some(json!({"id": "zstd", "level": 1})),
+        };
+        assert_eq!(
+            Pipeline::from_spec(&v2, 8).unwrap().ids(),
+            ["shuffle", "zstd"]
+        );
+        let v3 = CodecSpec::V3(vec![json!({"name": "bytes"}), json!({"name": "gzip"})]);
+        assert_eq!(Pipeline::from_spec(&v3, 8).unwrap().ids(), ["gzip"]);
+        assert!(Pipeline::from_spec(&CodecSpec::default(), 8)
+            .unwrap()
+            .is_empty());
     }
 
     #[test]
