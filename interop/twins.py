@@ -199,6 +199,11 @@ def _fill_value(rng: np.random.Generator, kind: str):
     dtype = NUMERIC_TYPES[kind]
     if dtype[0] == "f":
         return np.array(_six_digits(rng), dtype=dtype)
+    if dtype[1] == "8":
+        # netcdf-c parses 64-bit fill values through a double: keep them exact in 53 bits.
+        return np.array(int(rng.integers(-(2**53), 2**53)), dtype=dtype) if dtype[0] == "i" else (
+            np.array(int(rng.integers(0, 2**53)), dtype=dtype)
+        )
     return _int_values(rng, dtype, ())
 
 
@@ -245,8 +250,9 @@ def plan(seed: int) -> Group:
         ndims = int(rng.integers(0, min(3, len(scope)) + 1)) if scope else 0
         dims = [str(d) for d in rng.choice(scope, size=ndims, replace=False)] if ndims else []
         # netcdf-c's HDF5 reader misplaces values of a variable whose extent along a
-        # non-leading unlimited dim is shorter than the dim: keep unlimited dims leading.
-        dims.sort(key=lambda d: sizes[d] is not None)
+        # non-leading unlimited dim is shorter than the dim: one unlimited dim, leading.
+        unlimited = [d for d in dims if sizes[d] is None]
+        dims = unlimited[:1] + [d for d in dims if sizes[d] is not None]
         var = Var(names.draw(), kind, dims, {})
         numeric = kind in NUMERIC_TYPES
         if dims and kind != "string" and rng.random() < 0.4:
@@ -270,7 +276,7 @@ def plan(seed: int) -> Group:
             var.attrs.append(_attr(rng, names))
         if numeric and rng.random() < 0.2:
             var.attrs.append(Attr("missing_value", kind, np.atleast_1d(_fill_value(rng, kind))))
-        if kind == "float" and rng.random() < 0.1:
+        if kind == "float" and "endian" not in var.kwargs and rng.random() < 0.1:
             var.kwargs["fill_value"] = np.float32(np.nan)
         # Current length of each dim for this variable's writes.
         shape = [sizes[d] if sizes[d] is not None else ulen[d] for d in dims]
