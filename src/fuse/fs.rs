@@ -345,10 +345,10 @@ impl Filesystem for NczarrFs {
             // Optional: an old kernel without them is still served correctly.
             let _ = config.add_capabilities(cap);
         }
-        // Ask for as much kernel readahead as it allows (it answers with its maximum).
-        if let Err(max) = config.set_max_readahead(u32::MAX) {
-            let _ = config.set_max_readahead(max);
-        }
+        // No kernel readahead: a readahead request that reaches a corrupt chunk would fail the
+        // pages the reader asked for too. Large reads stay large (the kernel sends the reader's
+        // size), and sequential small reads are served by our own chunk prefetch.
+        let _ = config.set_max_readahead(1);
         let _ = config.set_max_background(64);
         let _ = config.set_congestion_threshold(48);
         log::info!("mounted {}", self.shared.map.describe());

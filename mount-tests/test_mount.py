@@ -1,0 +1,289 @@
+"""nczarrfs mount against the kernel: layout, metadata files, values, faults, lifecycle."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from conftest import REPO, daemon_pids, is_mounted, unmount, wait_until  # noqa: E402
+from datasets import netcdf_values, nczarr_dataset, zarr_python_dataset  # noqa: E402
+
+
+def var_dir(mnt: Path, fqn: str) -> Path:
+    return mnt.joinpath(*fqn.strip("/").split("/"))
+
+
+def data_array(mnt: Path, fqn: str) -> np.ndarray:
+    """A variable's `data` read with numpy.fromfile, dtype and shape from @metadata.json."""
+    d = var_dir(mnt, fqn)
+    meta = json.loads((d / "@metadata.json").read_text())
+    arr = np.fromfile(d / "data", dtype=np.dtype(meta["dtype"]))
+    assert arr.nbytes == meta["data_size"] == (d / "data").stat().st_size
+    return arr.reshape(meta["shape"])
+
+
+@pytest.fixture
+def nczarr(tmp_path):
+    return nczarr_dataset(tmp_path / "ds.file")
+
+
+def test_layout_of_an_nczarr_dataset(mounter, nczarr):
+    mnt = mounter.mount(nczarr)
+    listing = subprocess.run(["ls", "-R", str(mnt)], capture_output=True, text=True, check=True)
+    assert listing.stdout.count("@metadata.json") == 10  # root, 7 variables, 2 subgroups
+    assert sorted(os.listdir(mnt)) == sorted(
+        ["@header.cdl", "@metadata.json", "@attributes", "time", "temp", "counts", "flags",
+         "big", "scalar", "sub"])
+    assert sorted(os.listdir(mnt / "temp")) == ["@attributes", "@header.cdl", "@metadata.json", "data"]
+    assert sorted(os.listdir(mnt / "sub")) == sorted(
+        ["@header.cdl", "@metadata.json", "@attributes", "vals", "inner"])
+    assert sorted(os.listdir(mnt / "@attributes")) == ["factors", "title", "version"]
+
+    root = json.loads((mnt / "@metadata.json").read_text())
+    dims = {d["name"]: (d["size"], d["unlimited"]) for d in root["dimensions"]}
+    assert dims == {"time": (4, True), "y": (5, False), "x": (7, False)}
+    assert root["attributes"]["version"] == {"type": "int", "value": [3]}
+    assert root["groups"] == ["sub"]
+
+    temp = json.loads((mnt / "temp" / "@metadata.json").read_text())
+    assert temp["type"] == "float"
+    assert temp["shape"] == [4, 5, 7]
+    assert temp["dimensions"] == ["/time", "/y", "/x"]
+    assert temp["chunks"] == [2, 3, 4]
+    assert temp["fill_value"] == -999.0
+
+    # Attribute files: char attributes raw, others as CDL value lists.
+    assert (mnt / "@attributes" / "title").read_bytes() == b"mount test"
+    assert (mnt / "@attributes" / "factors").read_text() == "1.5f, 2.5f\n"
+    assert (mnt / "temp" / "@attributes" / "long_name").read_text() == "temperature"
+    assert (mnt / "sub" / "vals" / "@attributes" / "note").read_text() == "in a group"
+
+
+def test_every_metadata_file_reads_with_its_size(mounter, nczarr):
+    mnt = mounter.mount(nczarr)
+    n = 0
+    for dirpath, _dirs, files in os.walk(mnt):
+        for f in files:
+            p = Path(dirpath) / f
+            if f == "data":
+                continue
+            cat = subprocess.run(["cat", str(p)], capture_output=True, check=True)
+            assert len(cat.stdout) == p.stat().st_size, p
+            if f == "@metadata.json":
+                json.loads(cat.stdout)
+            n += 1
+    assert n > 20
+
+
+def test_root_header_is_dump_h(mounter, nczarr):
+    mnt = mounter.mount(nczarr)
+    dump = mounter.run("dump", "-h", nczarr)
+    assert dump.returncode == 0, dump.stderr
+    assert (mnt / "@header.cdl").read_text() == dump.stdout
+    # And ncdump -h's variable lines are in the variable's header.
+    assert "float temp(time, y, x) ;" in (mnt / "temp" / "@header.cdl").read_text()
+
+
+def test_values_equal_netcdf4_python(mounter, nczarr):
+    expected = netcdf_values(nczarr)
+    mnt = mounter.mount(nczarr)
+    assert set(expected) == {"/time", "/temp", "/counts", "/flags", "/big", "/scalar", "/sub/vals"}
+    for fqn, want in expected.items():
+        got = data_array(mnt, fqn)
+        assert got.shape == want.shape, fqn
+        np.testing.assert_array_equal(got, want, err_msg=fqn)
+
+
+def test_random_preads_equal_slices(mounter, nczarr):
+    expected = netcdf_values(nczarr)
+    mnt = mounter.mount(nczarr)
+    rng = random.Random(1234)
+    for fqn in ("/temp", "/counts", "/big"):
+        want = np.ascontiguousarray(expected[fqn]).astype(expected[fqn].dtype.newbyteorder("="))
+        raw = want.tobytes()
+        fd = os.open(var_dir(mnt, fqn) / "data", os.O_RDONLY)
+        try:
+            for _ in range(200):
+                off = rng.randrange(0, len(raw) + 8)
+                n = rng.randrange(0, 64)
+                assert os.pread(fd, n, off) == raw[off:off + n], (fqn, off, n)
+        finally:
+            os.close(fd)
+    # dd of a middle range, as a user would.
+    raw = expected["/temp"].astype("=f4").tobytes()
+    dd = subprocess.run(["dd", f"if={mnt / 'temp' / 'data'}", "bs=4", "skip=13", "count=50",
+                         "status=none"], capture_output=True, check=True)
+    assert dd.stdout == raw[52:252]
+
+
+def test_zarr_python_store(mounter, tmp_path):
+    import zarr
+
+    loc = zarr_python_dataset(tmp_path / "zp.zarr")
+    mnt = mounter.mount(loc)
+    root = zarr.open_group(loc, mode="r")
+    np.testing.assert_array_equal(data_array(mnt, "/a"), root["a"][:])
+    np.testing.assert_array_equal(data_array(mnt, "/b"), root["b"][:])
+    assert (mnt / "b" / "@attributes" / "units").read_text() == "m"
+    meta = json.loads((mnt / "a" / "@metadata.json").read_text())
+    assert meta["chunks"] == [2, 5]
+    assert meta["codecs"]["compressor"] == root["a"].metadata.to_dict()["compressor"]
+
+
+def test_corrupt_chunk_gives_eio_only_for_its_range(mounter, tmp_path):
+    import zarr
+
+    loc = tmp_path / "bad.zarr"
+    root = zarr.open_group(str(loc), mode="w", zarr_format=2)
+    # Each chunk is 8 whole rows of 1024 int32: 32 KiB, page-aligned in `data`.
+    a = root.create_array("a", shape=(64, 1024), chunks=(8, 1024), dtype="<i4", fill_value=0)
+    want = np.arange(64 * 1024, dtype="<i4").reshape(64, 1024)
+    a[:] = want
+    a.attrs["_ARRAY_DIMENSIONS"] = ["r", "c"]
+    (loc / "a" / "2.0").write_bytes(b"this is not a compressed chunk")
+    log = tmp_path / "mount.log"
+    mnt = mounter.mount(str(loc), log=log)
+    raw = want.tobytes()
+    chunk = 32 * 1024
+    fd = os.open(mnt / "a" / "data", os.O_RDONLY)
+    try:
+        assert os.pread(fd, 2 * chunk, 0) == raw[:2 * chunk]
+        assert os.pread(fd, 5 * chunk, 3 * chunk) == raw[3 * chunk:]
+        for off, n in ((2 * chunk, 100), (2 * chunk + 5000, 4), (3 * chunk - 4, 8)):
+            with pytest.raises(OSError) as err:
+                os.pread(fd, n, off)
+            assert err.value.errno == errno.EIO
+        # A read that starts in good data stops short where the corrupt chunk begins.
+        assert os.pread(fd, 3 * chunk, 0) == raw[:2 * chunk]
+        assert os.pread(fd, 4096, chunk) == raw[chunk:chunk + 4096]
+    finally:
+        os.close(fd)
+    assert is_mounted(mnt) and daemon_pids(mnt), "the daemon must keep serving"
+    assert (mnt / "@metadata.json").read_bytes()
+    text = log.read_text()
+    assert "a/2.0" in text, text
+
+
+def test_umount_stops_the_daemon(mounter, nczarr):
+    mnt = mounter.mount(nczarr)
+    pids = daemon_pids(mnt)
+    assert len(pids) == 1
+    subprocess.run(["umount", str(mnt)], check=True)
+    assert not is_mounted(mnt)
+    assert wait_until(lambda: not Path(f"/proc/{pids[0]}").exists()), "daemon still running"
+
+
+def test_sigterm_unmounts_and_exits_zero(binary, tmp_path, nczarr):
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    sock_path = tmp_path / "notify"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(sock_path))
+    sock.settimeout(20)
+    env = dict(os.environ, NOTIFY_SOCKET=str(sock_path))
+    proc = subprocess.Popen([str(binary), "mount", "-f", nczarr, str(mnt)], env=env,
+                            stderr=subprocess.PIPE)
+    try:
+        assert sock.recv(64) == b"READY=1"
+        assert is_mounted(mnt)
+        assert (mnt / "flags" / "data").read_bytes() == bytes(range(0, 210, 30))
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0, proc.stderr.read()
+        assert not is_mounted(mnt)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        unmount(mnt)
+        sock.close()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["/nonexistent/dataset.zarr"], "nonexistent"),
+    (["-o", "bogus_option"], "bogus_option"),
+    (["-o", "cache_size=lots"], "cache_size"),
+])
+def test_mount_failures_are_reported(mounter, nczarr, args, message):
+    mnt = mounter.mountpoint()
+    if args[0].startswith("/"):
+        full = ["mount", *args, str(mnt)]
+    else:
+        full = ["mount", *args, nczarr, str(mnt)]
+    r = mounter.run(*full)
+    assert r.returncode != 0
+    assert message in r.stderr
+    assert not is_mounted(mnt)
+
+
+def test_not_a_dataset_is_refused(mounter, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    mnt = mounter.mountpoint()
+    r = mounter.run("mount", str(empty), str(mnt))
+    assert r.returncode != 0 and "not a netCDF/Zarr dataset" in r.stderr
+    assert not is_mounted(mnt)
+
+
+def test_changes_underneath_show_after_ttl(mounter, tmp_path):
+    import zarr
+
+    # netCDF4-python cannot reopen an NCZarr URL for writing (it re-creates it), so the
+    # dataset is changed with zarr-python.
+    loc = zarr_python_dataset(tmp_path / "zp.zarr")
+    mnt = mounter.mount(loc, "ttl=0.5")
+    assert data_array(mnt, "/a")[3, 4] == 34
+    assert "added" not in os.listdir(mnt / "b" / "@attributes")
+    root = zarr.open_group(loc, mode="r+")
+    root["a"][3, 4] = -1
+    root["b"].attrs["added"] = "later"
+    time.sleep(1.2)
+    assert data_array(mnt, "/a")[3, 4] == -1
+    meta = json.loads((mnt / "b" / "@metadata.json").read_text())
+    assert meta["attributes"]["added"]["value"] == "later"
+    assert (mnt / "b" / "@attributes" / "added").read_text() == "later"
+
+
+def test_mount_helper_as_mount8_calls_it(binary, tmp_path, nczarr):
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    log = tmp_path / "helper.log"
+    env = dict(os.environ, NCZARRFS=str(binary))
+    try:
+        r = subprocess.run([str(REPO / "scripts" / "mount.nczarrfs"), nczarr, str(mnt), "-o",
+                            f"ro,nofail,_netdev,x-systemd.automount,log_file={log}"],
+                           env=env, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert is_mounted(mnt)
+        assert (mnt / "@attributes" / "title").read_text() == "mount test"
+    finally:
+        unmount(mnt)
+
+
+def test_systemd_units_verify(binary, tmp_path):
+    if shutil.which("systemd-analyze") is None:
+        pytest.fail("systemd-analyze is missing: install the Debian package systemd")
+    units = tmp_path / "units"
+    units.mkdir()
+    for f in (REPO / "systemd").iterdir():
+        text = f.read_text().replace("/usr/local/bin/nczarrfs", str(binary))
+        (units / f.name).write_text(text)
+    shutil.copy(units / "nczarrfs@.service", units / "nczarrfs@example.service")
+    r = subprocess.run(["systemd-analyze", "verify", "--man=no",
+                        str(units / "nczarrfs@example.service"), str(units / "mnt-example.mount"),
+                        str(units / "mnt-example.automount")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "nczarrfs" not in r.stderr, r.stderr
