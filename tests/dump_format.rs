@@ -576,3 +576,26 @@ fn nul_inside_char_data_matches_ncdump() {
         expected("ref_tst_nul4.dmp")
     );
 }
+
+#[test]
+fn printf_g_matches_c_on_random_values() {
+    use nczarrfs::cdl::fmt::printf_g;
+    let table = expected("printf_g.txt");
+    for line in table.lines() {
+        let mut parts = line.splitn(3, ' ');
+        let (bits, plain, alt) = (
+            parts.next().expect("bits"),
+            parts.next().expect("%g"),
+            parts.next().expect("%#g"),
+        );
+        let (x, prec) = if let Some(h) = bits.strip_prefix('f') {
+            let b = u32::from_str_radix(h, 16).expect("hex");
+            (f64::from(f32::from_bits(b)), 7)
+        } else {
+            let b = u64::from_str_radix(&bits[1..], 16).expect("hex");
+            (f64::from_bits(b), 15)
+        };
+        assert_eq!(printf_g(x, prec, false), plain, "{bits}");
+        assert_eq!(printf_g(x, prec, true), alt, "{bits}");
+    }
+}
