@@ -2,8 +2,7 @@
 
 use std::path::PathBuf;
 
-use nczarrfs::cdl::parser::{parse_cdl, parse_cdl_file, Endianness, StorageLayout};
-use nczarrfs::model::{AttrValue, Dataset, NcType};
+use nczarrfs::cdl::parser::parse_cdl_file;
 
 fn shared() -> PathBuf {
     std::env::var("NCZARRFS_SHARED")

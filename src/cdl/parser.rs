@@ -10,8 +10,9 @@
 //!   unsuffixed integer is `int`, or `uint`, `int64`, `uint64` when it does not fit).
 //! - `_FillValue` is an ordinary attribute converted to the variable's type.
 //! - Character data: each string (a run of character constants counts as one string) is
-//!   padded with NULs to a multiple of the last dimension's length, unless that dimension is
-//!   an unlimited first and only dimension, in which case strings are just concatenated.
+//!   padded with NULs to a multiple of the last dimension's length, unless the values run
+//!   along that dimension alone (a 1-D variable, or the innermost braces of an unlimited last
+//!   dimension), in which case strings are just concatenated (`c(2) = "a", "b"` is `ab`).
 //!   Characters beyond the variable's size are dropped, as ncgen does with a warning.
 //! - Unlimited dimensions after the first are given with `{ }`: each braced list holds the
 //!   values of one index of the enclosing dimensions, and an unlimited dimension's length is
@@ -1073,15 +1074,14 @@ impl Parser<'_> {
     }
 
     /// The length strings are padded to a multiple of for a char variable whose values start
-    /// at dimension `i`: the last dimension's length, or 1 (no padding) when it is an
-    /// unlimited dimension holding the values directly.
+    /// at dimension `i`: the last dimension's length, or 1 (no padding: strings are
+    /// concatenated) when the values run along the last dimension alone.
     fn char_row(&self, dims: &[DimId], i: usize) -> u64 {
         let last = dims.len() - 1;
-        let d = self.ds.dim(dims[last]);
-        if d.unlimited && last == i {
+        if last == i {
             1
         } else {
-            d.len.max(1)
+            self.ds.dim(dims[last]).len.max(1)
         }
     }
 
