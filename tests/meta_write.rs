@@ -1,0 +1,243 @@
+//! The metadata writer against what netcdf-c 4.10.1 writes for the same dataset (see
+//! tests/data/meta_write/make_ref.py), and the shape of its pure Zarr output.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use nczarrfs::meta::writer::{metadata_objects, write_metadata, Dialect, WriteOptions};
+use nczarrfs::model::{
+    AttrValue, Attribute, CodecSpec, Dataset, NcType, VarStorage, Variable, ZarrDtype,
+};
+use nczarrfs::zmap::ZMap;
+use nczarrfs::Result;
+use serde_json::{json, Value};
+
+/// A minimal in-memory map for the test.
+#[derive(Debug, Default)]
+struct TestMap(Mutex<BTreeMap<String, Vec<u8>>>);
+
+impl ZMap for TestMap {
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        Ok(self.0.lock().unwrap().get(key).cloned())
+    }
+    fn put(&self, key: &str, value: &[u8]) -> Result<()> {
+        self.0
+            .lock()
+            .unwrap()
+            .insert(key.to_string(), value.to_vec());
+        Ok(())
+    }
+    fn delete(&self, key: &str) -> Result<()> {
+        self.0.lock().unwrap().remove(key);
+        Ok(())
+    }
+    fn search(&self, _prefix: &str) -> Result<Vec<String>> {
+        Ok(Vec::new())
+    }
+    fn read_only(&self) -> bool {
+        false
+    }
+    fn describe(&self) -> String {
+        "test map".into()
+    }
+}
+
+fn attr(name: &str, value: AttrValue) -> Attribute {
+    Attribute {
+        name: name.into(),
+        value,
+    }
+}
+
+fn var(
+    name: &str,
+    group: nczarrfs::model::GroupId,
+    t: NcType,
+    dims: Vec<nczarrfs::model::DimId>,
+) -> Variable {
+    Variable {
+        name: name.into(),
+        group,
+        nctype: t,
+        dims,
+        string_width: 0,
+        attrs: Vec::new(),
+        storage: VarStorage {
+            fill_value: Some(t.default_fill()),
+            ..VarStorage::default()
+        },
+    }
+}
+
+/// The dataset of make_ref.py.
+fn sample() -> Dataset {
+    let mut ds = Dataset::new();
+    let root = Dataset::ROOT;
+    let x = ds.add_dim(root, "x", 3, false);
+    let t = ds.add_dim(root, "t", 2, true);
+    let mut v = var("v", root, NcType::Double, vec![t, x]);
+    v.storage.chunks = vec![2, 3];
+    v.storage.codecs = CodecSpec::V2 {
+        filters: vec![json!({"id": "shuffle", "elementsize": 0})],
+        compressor: Some(json!({"id": "zlib", "level": 3})),
+    };
+    v.attrs = vec![
+        attr("units", AttrValue::Char(b"m".to_vec())),
+        attr("sf", AttrValue::Float(vec![1.5])),
+        attr("iv", AttrValue::Short(vec![1, 2])),
+        attr("js", AttrValue::Char(b"[1, 2]".to_vec())),
+    ];
+    ds.add_var(v);
+    let c = var("c", root, NcType::Char, vec![x]);
+    ds.add_var(c);
+    let mut b = var("b", root, NcType::Byte, vec![x]);
+    b.attrs = vec![attr("_FillValue", AttrValue::Byte(vec![3]))];
+    b.storage.fill_value = Some(vec![3]);
+    ds.add_var(b);
+    let mut s = var("s", root, NcType::String, vec![x]);
+    s.string_width = 128;
+    ds.add_var(s);
+    ds.groups[0].attrs = vec![
+        attr("ss", AttrValue::Str(vec!["a".into(), "b".into()])),
+        attr("title", AttrValue::Char(b"hi".to_vec())),
+        attr("pi", AttrValue::Double(vec![std::f64::consts::PI])),
+    ];
+    let g = ds.add_group(root, "g");
+    let y = ds.add_dim(g, "y", 2, false);
+    let w = var("w", g, NcType::UShort, vec![y, x]);
+    ds.add_var(w);
+    let sc = var("sc", root, NcType::Int, vec![]);
+    ds.add_var(sc);
+    ds
+}
+
+const NCPROPS: &str = "version=2,netcdf=4.10.1,nczarr=2.0.0";
+
+fn reference() -> BTreeMap<String, Value> {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/meta_write/ref_nczarr_4.10.1.json"
+    ))
+    .unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+#[test]
+fn nczarr_matches_netcdf_c_except_its_known_defects() {
+    let mut expected = reference();
+    // The deliberate differences, each a defect of netcdf-c 4.10.1 listed in the fixtures'
+    // INDEX.md: 6-digit floats, shuffle with element size 0, `<i1` for bytes.
+    expected.get_mut(".zattrs").unwrap()["pi"] = json!(std::f64::consts::PI);
+    let v = expected.get_mut("v/.zarray").unwrap();
+    v["fill_value"] = json!(9.969209968386869e36);
+    v["filters"] = json!([{"id": "shuffle", "elementsize": 8}]);
+    expected.get_mut("b/.zarray").unwrap()["dtype"] = json!("|i1");
+
+    let map = TestMap::default();
+    let opts = WriteOptions {
+        nc_properties: Some(NCPROPS.into()),
+        ..WriteOptions::default()
+    };
+    write_metadata(&map, &sample(), &opts).unwrap();
+    let stored = map.0.lock().unwrap();
+    let got: BTreeMap<String, Value> = stored
+        .iter()
+        .map(|(k, v)| (k.clone(), serde_json::from_slice(v).unwrap()))
+        .collect();
+    assert_eq!(
+        got.keys().collect::<Vec<_>>(),
+        expected.keys().collect::<Vec<_>>()
+    );
+    for (k, e) in &expected {
+        assert_eq!(&got[k], e, "{k}");
+    }
+    // Attribute order is creation order, as netcdf-c writes it.
+    let root = &got[".zattrs"];
+    let names: Vec<&String> = root.as_object().unwrap().keys().collect();
+    assert_eq!(
+        names,
+        [
+            "_NCProperties",
+            "ss",
+            "title",
+            "pi",
+            "_nczarr_group",
+            "_nczarr_superblock",
+            "_nczarr_attr"
+        ]
+    );
+}
+
+#[test]
+fn pure_zarr_has_no_nczarr_keys_and_zarr_python_dtypes() {
+    let mut ds = sample();
+    // A non-NUL char fill, to see the base64 spelling Zarr v2 asks for byte strings.
+    let c = ds.find_var("c").unwrap();
+    ds.vars[c.0].storage.fill_value = Some(b"x".to_vec());
+    let opts = WriteOptions {
+        dialect: Dialect::Zarr,
+        consolidated: true,
+        ..WriteOptions::default()
+    };
+    let objs: BTreeMap<String, Value> = metadata_objects(&ds, &opts).unwrap().into_iter().collect();
+    for (k, v) in &objs {
+        assert!(!v.to_string().contains("_nczarr"), "{k}: {v}");
+    }
+    assert_eq!(objs["c/.zarray"]["dtype"], json!("|S1"));
+    assert_eq!(objs["c/.zarray"]["fill_value"], json!("eA=="));
+    assert_eq!(objs["b/.zarray"]["dtype"], json!("|i1"));
+    assert_eq!(objs["s/.zarray"]["dtype"], json!("|S128"));
+    assert_eq!(objs["sc/.zarray"]["shape"], json!([]));
+    assert_eq!(objs["sc/.zarray"]["chunks"], json!([]));
+    assert_eq!(objs["sc/.zattrs"]["_ARRAY_DIMENSIONS"], json!([]));
+    assert_eq!(objs["g/w/.zattrs"]["_ARRAY_DIMENSIONS"], json!(["y", "x"]));
+    // Pure Zarr keeps char attributes as text even when they look like JSON.
+    assert_eq!(objs["v/.zattrs"]["js"], json!("[1, 2]"));
+    assert!(!objs.contains_key("g/.zattrs"), "no attributes, no object");
+    let meta = &objs[".zmetadata"];
+    assert_eq!(meta["zarr_consolidated_format"], json!(1));
+    for (k, v) in &objs {
+        if k != ".zmetadata" {
+            assert_eq!(&meta["metadata"][k], v, "{k}");
+        }
+    }
+
+    let noxarray = WriteOptions {
+        xarray: false,
+        ..opts
+    };
+    let objs = metadata_objects(&ds, &noxarray).unwrap();
+    assert!(objs
+        .iter()
+        .all(|(_, v)| !v.to_string().contains("_ARRAY_DIMENSIONS")));
+}
+
+#[test]
+fn special_fill_values_and_separator() {
+    let mut ds = Dataset::new();
+    let d = ds.add_dim(Dataset::ROOT, "d", 4, false);
+    let mut v = var("f", Dataset::ROOT, NcType::Float, vec![d]);
+    v.storage.fill_value = Some(f32::NAN.to_le_bytes().to_vec());
+    v.storage.key_encoding = nczarrfs::model::ChunkKeyEncoding::V2 { separator: '/' };
+    v.storage.dtype = ZarrDtype::parse(">f4");
+    ds.add_var(v);
+    let mut w = var("g", Dataset::ROOT, NcType::Double, vec![d]);
+    w.storage.fill_value = Some(f64::NEG_INFINITY.to_le_bytes().to_vec());
+    w.attrs = vec![attr("x", AttrValue::Float(vec![0.1, f32::INFINITY]))];
+    ds.add_var(w);
+    let objs: BTreeMap<String, Value> = metadata_objects(&ds, &WriteOptions::default())
+        .unwrap()
+        .into_iter()
+        .collect();
+    assert_eq!(objs["f/.zarray"]["fill_value"], json!("NaN"));
+    assert_eq!(objs["f/.zarray"]["dtype"], json!(">f4"));
+    assert_eq!(objs["f/.zarray"]["dimension_separator"], json!("/"));
+    assert_eq!(objs["g/.zarray"]["fill_value"], json!("-Infinity"));
+    assert!(objs["g/.zarray"].get("dimension_separator").is_none());
+    // f32 attributes are written as their shortest decimal, not the f64 widening.
+    assert_eq!(objs["g/.zattrs"]["x"], json!([0.1, "Infinity"]));
+    assert_eq!(
+        objs["g/.zattrs"]["_nczarr_attr"]["types"]["x"],
+        json!("<f4")
+    );
+}
