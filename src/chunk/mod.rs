@@ -9,6 +9,7 @@
 
 mod cache;
 mod convert;
+mod shard;
 mod slab;
 
 use std::collections::HashMap;
@@ -109,6 +110,8 @@ struct VarPlan {
     chunk_elems: usize,
     /// One native fill element.
     fill: Vec<u8>,
+    /// The Zarr v3 codec chain, which decodes chunks in place of `pipeline` and `conv`.
+    v3: Option<shard::V3Chain>,
 }
 
 impl VarPlan {
@@ -128,8 +131,23 @@ impl VarPlan {
             .as_ref()
             .ok_or_else(|| unreadable("unsupported stored dtype".into()))?;
         let esize = v.element_size();
-        let conv = Conversion::new(dtype, v.nctype, esize).map_err(unreadable)?;
+        let v3 = match &st.codecs {
+            CodecSpec::V3(codecs) => Some(
+                shard::V3Chain::new(codecs, &st.chunks, dtype, v.nctype, esize)
+                    .map_err(|e| unreadable(e.to_string()))?,
+            ),
+            CodecSpec::V2 { .. } => None,
+        };
+        // A v3 chain converts elements itself (half floats, variable-length strings).
+        let conv = match &v3 {
+            Some(_) => Conversion::Identity,
+            None => Conversion::new(dtype, v.nctype, esize).map_err(unreadable)?,
+        };
         let stored_esize = conv.stored_size(esize);
+        // A sharded array is read by inner chunk.
+        let chunks = v3
+            .as_ref()
+            .map_or_else(|| st.chunks.clone(), |c| c.grid_chunks());
         let scalar_in_1 = v.dims.is_empty() && st.shape == [1];
         if st.shape.len() != v.dims.len() && !scalar_in_1 {
             return Err(unreadable(format!(
@@ -138,14 +156,13 @@ impl VarPlan {
                 v.dims.len()
             )));
         }
-        if st.chunks.len() != st.shape.len() || st.chunks.contains(&0) {
+        if chunks.len() != st.shape.len() || chunks.contains(&0) {
             return Err(unreadable(format!(
                 "invalid chunks {:?} for shape {:?}",
-                st.chunks, st.shape
+                chunks, st.shape
             )));
         }
-        let chunk_shape_usize = st
-            .chunks
+        let chunk_shape_usize = chunks
             .iter()
             .map(|&c| usize::try_from(c).ok())
             .collect::<Option<Vec<usize>>>();
@@ -154,14 +171,14 @@ impl VarPlan {
             .and_then(|s| s.iter().try_fold(1usize, |a, &c| a.checked_mul(c)))
             .filter(|n| n.checked_mul(esize.max(stored_esize)).is_some());
         let (Some(chunk_shape_usize), Some(chunk_elems)) = (chunk_shape_usize, chunk_elems) else {
-            return Err(unreadable(format!("chunks {:?} are too large", st.chunks)));
+            return Err(unreadable(format!("chunks {chunks:?} are too large")));
         };
         let pipeline = match &st.codecs {
             CodecSpec::V2 {
                 filters,
                 compressor,
             } => Pipeline::from_v2(filters, compressor.as_ref(), dtype.size),
-            CodecSpec::V3(_) => Err(Error::Unsupported("Zarr v3 codec chains".into())),
+            CodecSpec::V3(_) => Ok(Pipeline::default()),
         }
         .map_err(|e| unreadable(e.to_string()))?;
         let mut fill = st
@@ -179,10 +196,11 @@ impl VarPlan {
             esize,
             stored_esize,
             grid: st.shape.clone(),
-            chunk_shape: st.chunks.clone(),
+            chunk_shape: chunks,
             chunk_shape_usize,
             chunk_elems,
             fill,
+            v3,
         })
     }
 
@@ -231,6 +249,11 @@ impl VarPlan {
             key: key.to_string(),
             reason,
         };
+        if let Some(chain) = &self.v3 {
+            return chain
+                .decode(raw)
+                .map_err(|e| bad(format!("{}: {e}", self.fqn)));
+        }
         let expected = self.chunk_elems * self.stored_esize;
         // The bounded decode refuses a chunk of the wrong size (Zarr v2 chunks are always
         // full, even at the array's edge) without inflating a hostile one.
@@ -249,6 +272,12 @@ impl VarPlan {
 
     /// Native C-order chunk → stored chunk.
     fn encode(&self, native: &[u8]) -> Result<Vec<u8>> {
+        if self.v3.is_some() {
+            return Err(Error::Unsupported(format!(
+                "writing Zarr v3 ({})",
+                self.fqn
+            )));
+        }
         let data = convert::from_c_order(
             native.to_vec(),
             &self.chunk_shape_usize,
@@ -480,6 +509,9 @@ impl ChunkEngine {
 
     /// The native chunk at `coords`, from the cache or storage; `None` if it was never written.
     fn fetch(&self, plan: &Arc<VarPlan>, coords: &[u64]) -> Result<Option<Arc<Vec<u8>>>> {
+        if let Some(chain) = plan.v3.as_ref().filter(|c| c.is_sharded()) {
+            return self.fetch_inner(plan, chain, coords);
+        }
         let key = plan.chunk_key(coords);
         if let Some(hit) = self.cache.get(&key) {
             return Ok(Some(hit));
@@ -515,6 +547,12 @@ impl ChunkEngine {
             return Ok(());
         }
         let plan = self.plan(ds, var)?;
+        if plan.v3.is_some() {
+            return Err(Error::Unsupported(format!(
+                "writing Zarr v3 ({})",
+                plan.fqn
+            )));
+        }
         if self.map.read_only() {
             return Err(Error::NotPermitted(format!(
                 "{} is read-only",

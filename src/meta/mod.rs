@@ -15,6 +15,7 @@
 mod attrs;
 mod fill;
 pub mod json;
+pub(crate) mod v3;
 pub mod writer;
 
 use std::collections::HashMap;
@@ -30,6 +31,12 @@ use json::Json;
 
 /// Reads the dataset's metadata from `map`, detecting the dialect unless `mode` fixes it.
 pub fn read_dataset(map: &dyn ZMap, mode: &Mode) -> Result<Dataset> {
+    // Zarr v3 when asked for, or when the root has a zarr.json and no Zarr v2 group.
+    if mode.zarr_version == Some(3) || (mode.zarr_version != Some(2) && !map.exists(".zgroup")?) {
+        if let Some(bytes) = map.get("zarr.json")? {
+            return v3::read_dataset(map, mode, Json::parse("zarr.json", &bytes)?);
+        }
+    }
     let consolidated = read_consolidated(map)?;
     let mut r = Reader {
         map,

@@ -124,6 +124,18 @@ impl ZMap for FileMap {
         Ok(Some(buf))
     }
 
+    fn get_suffix(&self, key: &str, len: u64) -> Result<Option<Vec<u8>>> {
+        validate_key(key)?;
+        let path = self.path_of(key);
+        let size = match fs::metadata(&path) {
+            Ok(meta) if meta.is_file() => meta.len(),
+            Ok(_) => return Ok(None),
+            Err(e) if is_absent(&e) => return Ok(None),
+            Err(e) => return Err(Error::io(path, e)),
+        };
+        self.get_range(key, size.saturating_sub(len), len)
+    }
+
     fn exists(&self, key: &str) -> Result<bool> {
         validate_key(key)?;
         let path = self.path_of(key);

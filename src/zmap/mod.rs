@@ -35,6 +35,15 @@ pub trait ZMap: Send + Sync + Debug {
         }))
     }
 
+    /// Reads the last `len` bytes of the object at `key` (all of it when shorter; a sharded
+    /// array's index at the end of a shard); `Ok(None)` if it does not exist.
+    fn get_suffix(&self, key: &str, len: u64) -> Result<Option<Vec<u8>>> {
+        Ok(self.get(key)?.map(|v| {
+            let start = v.len().saturating_sub(usize::try_from(len).unwrap_or(usize::MAX));
+            v[start..].to_vec()
+        }))
+    }
+
     /// Whether a content-bearing object exists at `key`.
     fn exists(&self, key: &str) -> Result<bool> {
         Ok(self.get(key)?.is_some())

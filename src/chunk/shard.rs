@@ -1,0 +1,548 @@
+//! Zarr v3 codec chains in the chunk engine: array-to-array `transpose`, the array-to-bytes
+//! codecs `bytes`, `vlen-utf8`, `vlen-bytes` and `sharding_indexed`, then bytes-to-bytes
+//! codecs (through [`Pipeline::from_v3`]).
+//!
+//! A sharded array is read by *inner* chunk: the engine's chunk grid is the inner chunk grid,
+//! and fetching one inner chunk reads the shard's index (once per shard, with a ranged read at
+//! the start or end of the shard) and then only that chunk's bytes. So a hyperslab touches
+//! only the inner chunks it needs.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+
+use super::convert::Conversion;
+use super::{ChunkEngine, VarPlan};
+use crate::codec::Pipeline;
+use crate::model::{ByteOrder, DtypeKind, NcType, ZarrDtype};
+use crate::zmap::ZMap;
+use crate::{Error, Result};
+
+/// How a decoded chunk's bytes become native elements.
+#[derive(Debug, Clone, Copy)]
+enum Elements {
+    /// Fixed-size elements: the v2 engine's conversions (byte order, bool, strings).
+    Fixed(Conversion),
+    /// IEEE binary16 widened to native `float`.
+    Half {
+        /// Whether the stored halves are big-endian.
+        big: bool,
+    },
+    /// `vlen-utf8` / `vlen-bytes`: a count, then length-prefixed values; each value lands
+    /// NUL-padded (or truncated) in a slot of `width` bytes.
+    Vlen {
+        /// Native slot width.
+        width: usize,
+        /// Whether values are UTF-8 text (truncated at a character boundary).
+        utf8: bool,
+    },
+}
+
+/// The codecs of one chunk (the inner chunk of a sharded array).
+#[derive(Debug)]
+struct ChunkCodecs {
+    /// `transpose` permutation: stored dimension `k` is array dimension `perm[k]`.
+    perm: Option<Vec<usize>>,
+    elements: Elements,
+    bytes: Pipeline,
+    /// Chunk shape in array order.
+    shape: Vec<usize>,
+    elems: usize,
+    /// Native element size.
+    esize: usize,
+}
+
+/// `sharding_indexed`: where the inner chunks of a shard are.
+#[derive(Debug)]
+struct Sharding {
+    /// Inner chunks per shard, per dimension.
+    per_shard: Vec<u64>,
+    n_inner: usize,
+    index_at_end: bool,
+    index_codecs: Pipeline,
+    /// Encoded index size in bytes.
+    index_len: u64,
+    index_big: bool,
+    /// Decoded indices by shard key (`None`: the shard does not exist).
+    indices: Mutex<HashMap<String, Option<Arc<Vec<u64>>>>>,
+}
+
+/// A variable's Zarr v3 codec chain, built once per variable plan.
+#[derive(Debug)]
+pub(crate) struct V3Chain {
+    chunk: ChunkCodecs,
+    shard: Option<Sharding>,
+}
+
+/// Name and configuration of a codec entry.
+fn codec_parts(entry: &Value) -> Result<(&str, Option<&Value>)> {
+    match entry {
+        Value::String(name) => Ok((name, None)),
+        Value::Object(o) => match o.get("name").and_then(Value::as_str) {
+            Some(name) => Ok((name, o.get("configuration"))),
+            None => Err(Error::Codec {
+                codec: "?".into(),
+                reason: format!("codec without a string \"name\": {entry}"),
+            }),
+        },
+        _ => Err(Error::Codec {
+            codec: "?".into(),
+            reason: format!("codec entry is not an object: {entry}"),
+        }),
+    }
+}
+
+/// A list of non-negative integers in a codec configuration.
+fn u64s(codec: &str, v: Option<&Value>, what: &str) -> Result<Vec<u64>> {
+    v.and_then(Value::as_array)
+        .and_then(|a| a.iter().map(Value::as_u64).collect::<Option<Vec<u64>>>())
+        .ok_or_else(|| Error::Codec {
+            codec: codec.into(),
+            reason: format!("{what} is not a list of non-negative integers"),
+        })
+}
+
+fn codec_err(codec: &str, reason: impl Into<String>) -> Error {
+    Error::Codec {
+        codec: codec.into(),
+        reason: reason.into(),
+    }
+}
+
+impl V3Chain {
+    /// Builds the chain of an array whose (outer) chunks have `chunk_shape`, stored as
+    /// `dtype`, read as `nctype` with native elements of `esize` bytes.
+    pub(crate) fn new(
+        codecs: &[Value],
+        chunk_shape: &[u64],
+        dtype: &ZarrDtype,
+        nctype: NcType,
+        esize: usize,
+    ) -> Result<V3Chain> {
+        let sharding = codecs
+            .iter()
+            .position(|c| codec_parts(c).is_ok_and(|(n, _)| n == "sharding_indexed"));
+        let Some(at) = sharding else {
+            let chunk = ChunkCodecs::new(codecs, chunk_shape, dtype, nctype, esize)?;
+            return Ok(V3Chain { chunk, shard: None });
+        };
+        if at != 0 || codecs.len() != 1 {
+            return Err(Error::Unsupported(
+                "codecs around sharding_indexed (only a lone sharding_indexed is read)".into(),
+            ));
+        }
+        let (_, config) = codec_parts(&codecs[0])?;
+        let name = "sharding_indexed";
+        let config = config.ok_or_else(|| codec_err(name, "missing configuration"))?;
+        let inner_shape = u64s(name, config.get("chunk_shape"), "chunk_shape")?;
+        if inner_shape.len() != chunk_shape.len()
+            || inner_shape
+                .iter()
+                .zip(chunk_shape)
+                .any(|(&i, &s)| i == 0 || s % i != 0)
+        {
+            return Err(codec_err(
+                name,
+                format!(
+                    "inner chunk_shape {inner_shape:?} does not divide the shard {chunk_shape:?}"
+                ),
+            ));
+        }
+        let inner_codecs = config
+            .get("codecs")
+            .and_then(Value::as_array)
+            .ok_or_else(|| codec_err(name, "codecs is not a list"))?;
+        if inner_codecs
+            .iter()
+            .any(|c| codec_parts(c).is_ok_and(|(n, _)| n == "sharding_indexed"))
+        {
+            return Err(Error::Unsupported("nested sharding_indexed".into()));
+        }
+        let chunk = ChunkCodecs::new(inner_codecs, &inner_shape, dtype, nctype, esize)?;
+        let per_shard: Vec<u64> = chunk_shape
+            .iter()
+            .zip(&inner_shape)
+            .map(|(s, i)| s / i)
+            .collect();
+        let n_inner = per_shard
+            .iter()
+            .try_fold(1usize, |a, &n| a.checked_mul(usize::try_from(n).ok()?))
+            .filter(|n| n.checked_mul(16).is_some())
+            .ok_or_else(|| codec_err(name, "too many inner chunks per shard"))?;
+        let index_at_end = match config.get("index_location").and_then(Value::as_str) {
+            None | Some("end") => true,
+            Some("start") => false,
+            Some(other) => return Err(codec_err(name, format!("index_location {other:?}"))),
+        };
+        let default_index = [
+            serde_json::json!({"name": "bytes", "configuration": {"endian": "little"}}),
+            serde_json::json!({"name": "crc32c"}),
+        ];
+        let index_list = match config.get("index_codecs") {
+            Some(Value::Array(a)) => a.as_slice(),
+            _ => &default_index[..],
+        };
+        let mut index_big = false;
+        for c in index_list {
+            let (n, cfg) = codec_parts(c)?;
+            match n {
+                "bytes" => {
+                    index_big =
+                        cfg.and_then(|c| c.get("endian")).and_then(Value::as_str) == Some("big");
+                }
+                "crc32c" => {}
+                // A compressed index has no fixed size, so it cannot be located.
+                other => {
+                    return Err(Error::Unsupported(format!(
+                        "sharding index codec {other:?}"
+                    )))
+                }
+            }
+        }
+        let index_codecs = Pipeline::from_v3(index_list, 8)?;
+        let index_len = index_codecs.encode(vec![0; n_inner * 16])?.len() as u64;
+        Ok(V3Chain {
+            chunk,
+            shard: Some(Sharding {
+                per_shard,
+                n_inner,
+                index_at_end,
+                index_codecs,
+                index_len,
+                index_big,
+                indices: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    /// The engine's chunk shape: the inner chunks of a sharded array, else the chunks.
+    pub(crate) fn grid_chunks(&self) -> Vec<u64> {
+        self.chunk.shape.iter().map(|&n| n as u64).collect()
+    }
+
+    /// Whether the array is sharded.
+    pub(crate) fn is_sharded(&self) -> bool {
+        self.shard.is_some()
+    }
+
+    /// Decodes one stored (inner) chunk into native C-order elements.
+    pub(crate) fn decode(&self, raw: Vec<u8>) -> Result<Vec<u8>> {
+        self.chunk.decode(raw)
+    }
+}
+
+impl ChunkCodecs {
+    fn new(
+        codecs: &[Value],
+        shape: &[u64],
+        dtype: &ZarrDtype,
+        nctype: NcType,
+        esize: usize,
+    ) -> Result<ChunkCodecs> {
+        let rank = shape.len();
+        let mut perm: Option<Vec<usize>> = None;
+        let mut i = 0;
+        while let Some(entry) = codecs.get(i) {
+            let (name, config) = codec_parts(entry)?;
+            if name != "transpose" {
+                break;
+            }
+            let order = config.and_then(|c| c.get("order"));
+            // zarr-python 3 betas wrote "C" / "F".
+            let p: Vec<usize> = match order {
+                Some(Value::String(s)) if s == "C" => (0..rank).collect(),
+                Some(Value::String(s)) if s == "F" => (0..rank).rev().collect(),
+                _ => u64s(name, order, "order")?
+                    .into_iter()
+                    .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+                    .collect(),
+            };
+            let mut seen = vec![false; rank];
+            if p.len() != rank
+                || !p
+                    .iter()
+                    .all(|&d| d < rank && !std::mem::replace(&mut seen[d], true))
+            {
+                return Err(codec_err(
+                    name,
+                    format!("order {p:?} is not a permutation of {rank} dimensions"),
+                ));
+            }
+            // Transposes compose: the stored dimension k of the second is dimension p[k] of
+            // the first's output.
+            perm = Some(match perm {
+                None => p,
+                Some(prev) => p.iter().map(|&k| prev[k]).collect(),
+            });
+            i += 1;
+        }
+        let perm = perm.filter(|p| p.iter().enumerate().any(|(k, &d)| k != d));
+        let a2b = codecs.get(i).map(codec_parts).transpose()?;
+        let elements = match a2b.map(|(n, _)| n) {
+            Some("vlen-utf8" | "vlen-bytes") => {
+                if nctype != NcType::String {
+                    return Err(codec_err(
+                        a2b.map_or("", |(n, _)| n),
+                        format!("on a variable of type {}", nctype.cdl_name()),
+                    ));
+                }
+                i += 1;
+                Elements::Vlen {
+                    width: esize,
+                    utf8: a2b.is_some_and(|(n, _)| n == "vlen-utf8"),
+                }
+            }
+            Some("bytes") | None | Some(_) => {
+                if a2b.is_some_and(|(n, _)| n == "bytes") {
+                    i += 1;
+                }
+                if dtype.kind == DtypeKind::Float && dtype.size == 2 {
+                    if nctype != NcType::Float {
+                        return Err(Error::Unsupported(format!(
+                            "float16 read as {}",
+                            nctype.cdl_name()
+                        )));
+                    }
+                    Elements::Half {
+                        big: dtype.order == ByteOrder::Big,
+                    }
+                } else {
+                    Elements::Fixed(
+                        Conversion::new(dtype, nctype, esize).map_err(Error::Unsupported)?,
+                    )
+                }
+            }
+        };
+        let bytes = Pipeline::from_v3(&codecs[i..], dtype.size)?;
+        let shape_usize = shape
+            .iter()
+            .map(|&n| usize::try_from(n).ok())
+            .collect::<Option<Vec<usize>>>();
+        let elems = shape_usize
+            .as_ref()
+            .and_then(|s| s.iter().try_fold(1usize, |a, &n| a.checked_mul(n)))
+            .filter(|n| n.checked_mul(esize.max(dtype.size)).is_some());
+        let (Some(shape), Some(elems)) = (shape_usize, elems) else {
+            return Err(Error::Unsupported(format!(
+                "chunks {shape:?} are too large"
+            )));
+        };
+        Ok(ChunkCodecs {
+            perm,
+            elements,
+            bytes,
+            shape,
+            elems,
+            esize,
+        })
+    }
+
+    fn decode(&self, raw: Vec<u8>) -> Result<Vec<u8>> {
+        let native = match self.elements {
+            Elements::Fixed(conv) => {
+                let stored = conv.stored_size(self.esize);
+                conv.to_native(self.bytes.decode_expect(raw, self.elems * stored)?)
+            }
+            Elements::Half { big } => {
+                let b = self.bytes.decode_expect(raw, self.elems * 2)?;
+                let mut out = Vec::with_capacity(self.elems * 4);
+                for h in b.chunks_exact(2) {
+                    let bits = if big {
+                        u16::from_be_bytes([h[0], h[1]])
+                    } else {
+                        u16::from_le_bytes([h[0], h[1]])
+                    };
+                    out.extend_from_slice(&crate::meta::v3::half_to_f32(bits).to_le_bytes());
+                }
+                out
+            }
+            Elements::Vlen { width, utf8 } => {
+                let b = self.bytes.decode(raw)?;
+                vlen_to_slots(&b, self.elems, width, utf8)?
+            }
+        };
+        Ok(match &self.perm {
+            None => native,
+            Some(p) => untranspose(&native, &self.shape, p, self.esize),
+        })
+    }
+}
+
+/// Decodes numcodecs' VLenUTF8 / VLenBytes layout (`u32` count, then `u32` length and bytes
+/// per value, little-endian) into `n` slots of `width` bytes.
+fn vlen_to_slots(b: &[u8], n: usize, width: usize, utf8: bool) -> Result<Vec<u8>> {
+    let bad = |why: &str| codec_err(if utf8 { "vlen-utf8" } else { "vlen-bytes" }, why);
+    let u32_at = |pos: usize| -> Option<usize> {
+        let s = b.get(pos..pos.checked_add(4)?)?;
+        usize::try_from(u32::from_le_bytes([s[0], s[1], s[2], s[3]])).ok()
+    };
+    let count = u32_at(0).ok_or_else(|| bad("truncated header"))?;
+    if count != n {
+        return Err(bad(&format!("{count} values in a chunk of {n} elements")));
+    }
+    let mut out = vec![0u8; n * width];
+    let mut pos = 4;
+    let mut truncated = false;
+    for slot in out.chunks_exact_mut(width.max(1)).take(n) {
+        let len = u32_at(pos).ok_or_else(|| bad("truncated value length"))?;
+        let start = pos + 4;
+        let value = start
+            .checked_add(len)
+            .and_then(|end| b.get(start..end))
+            .ok_or_else(|| bad("truncated value"))?;
+        pos = start + len;
+        let mut keep = value.len().min(width);
+        if utf8 {
+            // Never cut a character in half.
+            while keep > 0 && keep < value.len() && (value[keep] & 0xC0) == 0x80 {
+                keep -= 1;
+            }
+        }
+        truncated |= keep < value.len();
+        slot[..keep].copy_from_slice(&value[..keep]);
+    }
+    if truncated {
+        log::warn!("variable-length values longer than {width} bytes were truncated");
+    }
+    Ok(out)
+}
+
+/// Reorders a chunk stored transposed by `perm` (stored dimension `k` is array dimension
+/// `perm[k]`) into C order of `shape`.
+fn untranspose(data: &[u8], shape: &[usize], perm: &[usize], esize: usize) -> Vec<u8> {
+    let rank = shape.len();
+    let mut cstrides = vec![1usize; rank];
+    for d in (0..rank.saturating_sub(1)).rev() {
+        cstrides[d] = cstrides[d + 1] * shape[d + 1];
+    }
+    let tshape: Vec<usize> = perm.iter().map(|&d| shape[d]).collect();
+    let tstrides: Vec<usize> = perm.iter().map(|&d| cstrides[d] * esize).collect();
+    let mut out = vec![0u8; data.len()];
+    let mut idx = vec![0usize; rank];
+    let mut dst = 0usize;
+    for src in data.chunks_exact(esize.max(1)) {
+        out[dst..dst + esize].copy_from_slice(src);
+        for k in (0..rank).rev() {
+            idx[k] += 1;
+            dst += tstrides[k];
+            if idx[k] < tshape[k] {
+                break;
+            }
+            dst -= tstrides[k] * tshape[k];
+            idx[k] = 0;
+        }
+    }
+    out
+}
+
+impl Sharding {
+    /// The decoded index of the shard at `key` (offset, length pairs), read once.
+    fn index(&self, map: &dyn ZMap, key: &str) -> Result<Option<Arc<Vec<u64>>>> {
+        let mut cache = self.indices.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(hit) = cache.get(key) {
+            return Ok(hit.clone());
+        }
+        let raw = if self.index_at_end {
+            map.get_suffix(key, self.index_len)?
+        } else {
+            map.get_range(key, 0, self.index_len)?
+        };
+        let index = match raw {
+            None => None,
+            Some(raw) => {
+                let bad = |reason: String| Error::BadChunk {
+                    key: key.to_string(),
+                    reason,
+                };
+                if raw.len() as u64 != self.index_len {
+                    return Err(bad(format!(
+                        "shard of {} bytes cannot hold an index of {}",
+                        raw.len(),
+                        self.index_len
+                    )));
+                }
+                let b = self
+                    .index_codecs
+                    .decode_expect(raw, self.n_inner * 16)
+                    .map_err(|e| bad(format!("shard index: {e}")))?;
+                let words = b
+                    .chunks_exact(8)
+                    .map(|w| {
+                        let a = [w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]];
+                        if self.index_big {
+                            u64::from_be_bytes(a)
+                        } else {
+                            u64::from_le_bytes(a)
+                        }
+                    })
+                    .collect();
+                Some(Arc::new(words))
+            }
+        };
+        cache.insert(key.to_string(), index.clone());
+        Ok(index)
+    }
+}
+
+impl ChunkEngine {
+    /// The native inner chunk at inner-grid `coords` of a sharded variable; `None` when its
+    /// shard or the chunk itself was never written.
+    pub(super) fn fetch_inner(
+        &self,
+        plan: &Arc<VarPlan>,
+        chain: &V3Chain,
+        coords: &[u64],
+    ) -> Result<Option<Arc<Vec<u8>>>> {
+        let Some(sh) = &chain.shard else {
+            return Err(Error::Invalid(
+                "fetch_inner on an unsharded variable".into(),
+            ));
+        };
+        let mut shard_coords = Vec::with_capacity(coords.len());
+        let mut inner = 0u64;
+        for (&c, &n) in coords.iter().zip(&sh.per_shard) {
+            shard_coords.push(c / n);
+            inner = inner * n + c % n;
+        }
+        let shard_key = plan.chunk_key(&shard_coords);
+        let cache_key = format!("{shard_key}#{inner}");
+        if let Some(hit) = self.cache.get(&cache_key) {
+            return Ok(Some(hit));
+        }
+        let Some(index) = sh.index(self.map.as_ref(), &shard_key)? else {
+            return Ok(None);
+        };
+        let at = inner as usize * 2;
+        let (Some(&offset), Some(&nbytes)) = (index.get(at), index.get(at + 1)) else {
+            return Err(Error::BadChunk {
+                key: shard_key,
+                reason: format!("no index entry for inner chunk {inner}"),
+            });
+        };
+        if offset == u64::MAX && nbytes == u64::MAX {
+            return Ok(None);
+        }
+        let bad = |reason: String| Error::BadChunk {
+            key: cache_key.clone(),
+            reason,
+        };
+        let raw = self
+            .map
+            .get_range(&shard_key, offset, nbytes)?
+            .ok_or_else(|| bad("shard disappeared".into()))?;
+        if raw.len() as u64 != nbytes {
+            return Err(bad(format!(
+                "inner chunk at {offset}+{nbytes} runs past the end of the shard"
+            )));
+        }
+        let native = Arc::new(plan.decode(&cache_key, raw)?);
+        if self.cache.fits(native.len()) {
+            self.cache
+                .insert(&cache_key, Arc::clone(&native), None, &mut |k, d, p| {
+                    self.write_back(k, d, p)
+                })?;
+        }
+        Ok(Some(native))
+    }
+}

@@ -1,0 +1,954 @@
+//! Zarr v3 metadata: `zarr.json` nodes (explicit and implicit groups, arrays), consolidated
+//! metadata inside the root `zarr.json`, `dimension_names` as shared dimensions, and the
+//! NCZarr-on-v3 attributes of the netcdf-c draft (`_nczarr_superblock`, `_nczarr_group`,
+//! `_nczarr_array` with `type_alias`, `_nczarr_attrs` with `attribute_types`).
+//!
+//! The codec list is handed to the chunk engine unchanged ([`CodecSpec::V3`]); the stored
+//! dtype's byte order is the `bytes` codec's `endian` (found inside `sharding_indexed` too).
+
+use std::collections::HashMap;
+
+use super::json::Json;
+use super::{attrs, either, ncz_key};
+use crate::location::{Format, Mode};
+use crate::model::{
+    AttrValue, Attribute, ByteOrder, ChunkKeyEncoding, ChunkOrder, CodecSpec, Dataset, DimId,
+    DtypeKind, GroupId, NcType, VarStorage, Variable, ZarrDtype,
+};
+use crate::zmap::{join_key, ZMap};
+use crate::{Error, Result};
+
+/// Width of a variable-length string variable's native slots when the store does not say
+/// (`_nczarr_maxstrlen`): netcdf-c's default maximum string length.
+const DEFAULT_VLEN_WIDTH: usize = 128;
+
+/// Reads a Zarr v3 dataset whose root `zarr.json` is `root`.
+pub(super) fn read_dataset(map: &dyn ZMap, mode: &Mode, root: Json) -> Result<Dataset> {
+    check_node(ROOT_KEY, &root)?;
+    match root.get("node_type").and_then(Json::as_str) {
+        Some("group") => {}
+        Some("array") => {
+            return Err(Error::Unsupported(
+                "a Zarr v3 array at the dataset root (not a group)".into(),
+            ))
+        }
+        other => {
+            return Err(Error::meta(
+                ROOT_KEY,
+                format!("node_type {other:?} is not \"group\" or \"array\""),
+            ))
+        }
+    }
+    let consolidated = consolidated(&root);
+    let root_attrs = root.get("attributes");
+    let nczarr = mode.format != Some(Format::Zarr)
+        && root_attrs.is_some_and(|a| {
+            ncz_key(a, "_nczarr_superblock").is_some() || ncz_key(a, "_nczarr_group").is_some()
+        });
+    let mut r = Reader {
+        map,
+        consolidated,
+        nczarr,
+        ds: Dataset::new(),
+        pending: Vec::new(),
+    };
+    r.walk(Dataset::ROOT, "", &root)?;
+    for p in std::mem::take(&mut r.pending) {
+        r.build_var(p)?;
+    }
+    Ok(r.ds)
+}
+
+const ROOT_KEY: &str = "zarr.json";
+
+/// Checks `zarr_format: 3`.
+fn check_node(key: &str, node: &Json) -> Result<()> {
+    match node.get("zarr_format").and_then(Json::as_u64) {
+        Some(3) => Ok(()),
+        other => Err(Error::meta(key, format!("zarr_format {other:?} is not 3"))),
+    }
+}
+
+/// The inline consolidated metadata of the root node: node path → node.
+fn consolidated(root: &Json) -> Option<HashMap<String, Json>> {
+    let c = root.get("consolidated_metadata")?;
+    if !matches!(c.get("kind").and_then(Json::as_str), None | Some("inline")) {
+        return None;
+    }
+    match c.get("metadata") {
+        Some(Json::Obj(members)) => Some(
+            members
+                .iter()
+                .map(|(k, v)| (k.trim_matches('/').to_string(), v.clone()))
+                .collect(),
+        ),
+        _ => None,
+    }
+}
+
+/// An array found while walking, built once every group (and its dimensions) exists.
+struct Pending {
+    group: GroupId,
+    name: String,
+    key: String,
+    node: Json,
+}
+
+struct Reader<'a> {
+    map: &'a dyn ZMap,
+    consolidated: Option<HashMap<String, Json>>,
+    nczarr: bool,
+    ds: Dataset,
+    pending: Vec<Pending>,
+}
+
+/// What a child name under a group is.
+enum Child {
+    Array(Json),
+    Group(Option<Json>),
+}
+
+impl Reader<'_> {
+    /// The node at `path` (`""` is the root), from the consolidated metadata when present.
+    fn node(&self, path: &str) -> Result<Option<Json>> {
+        if let Some(c) = &self.consolidated {
+            if let Some(j) = c.get(path) {
+                return Ok(Some(j.clone()));
+            }
+        }
+        let key = join_key(&[path, ROOT_KEY]);
+        match self.map.get(&key)? {
+            Some(bytes) => Json::parse(&key, &bytes).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The arrays and groups directly under the group at `prefix`, each list sorted by name.
+    fn children(&self, prefix: &str) -> Result<Vec<(String, Child)>> {
+        let names: Vec<String> = match &self.consolidated {
+            Some(c) => {
+                let mut names: Vec<String> = c
+                    .keys()
+                    .filter_map(|k| {
+                        let rest = if prefix.is_empty() {
+                            k.as_str()
+                        } else {
+                            k.strip_prefix(prefix)?.strip_prefix('/')?
+                        };
+                        rest.split('/').next().map(str::to_string)
+                    })
+                    .filter(|n| !n.is_empty())
+                    .collect();
+                names.sort();
+                names.dedup();
+                names
+            }
+            None => self.map.search(prefix)?,
+        };
+        let mut out = Vec::new();
+        for name in names {
+            if name == ROOT_KEY || name.starts_with('.') {
+                continue;
+            }
+            let path = join_key(&[prefix, &name]);
+            let key = join_key(&[&path, ROOT_KEY]);
+            match self.node(&path)? {
+                Some(node) => {
+                    check_node(&key, &node)?;
+                    match node.get("node_type").and_then(Json::as_str) {
+                        Some("array") => out.push((name, Child::Array(node))),
+                        Some("group") => out.push((name, Child::Group(Some(node)))),
+                        other => {
+                            log::warn!("{key}: node_type {other:?}; ignored");
+                        }
+                    }
+                }
+                None if self.has_node(&path)? => out.push((name, Child::Group(None))),
+                None => {}
+            }
+        }
+        Ok(out)
+    }
+
+    /// Whether some node lies below `prefix` (which makes it an implicit group).
+    fn has_node(&self, prefix: &str) -> Result<bool> {
+        if let Some(c) = &self.consolidated {
+            let start = format!("{prefix}/");
+            return Ok(c.keys().any(|k| k.starts_with(&start)));
+        }
+        for name in self.map.search(prefix)? {
+            let path = join_key(&[prefix, &name]);
+            if name == ROOT_KEY || self.has_node(&path)? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// The typed, visible attributes of a node.
+    fn attributes(&self, key: &str, node: Option<&Json>) -> Result<Vec<Attribute>> {
+        let Some(a) = node.and_then(|n| n.get("attributes")) else {
+            return Ok(Vec::new());
+        };
+        let Json::Obj(members) = a else {
+            return Err(Error::meta(key, "attributes is not a JSON object"));
+        };
+        let types = if self.nczarr {
+            attribute_types(a)
+        } else {
+            HashMap::new()
+        };
+        let mut out = Vec::new();
+        for (name, value) in members {
+            if attrs::is_hidden(name) {
+                continue;
+            }
+            let value = match types.get(name.as_str()).map(String::as_str) {
+                Some("json") => attrs::convert(key, name, value, Some("|J0"))?,
+                Some(t) => match nctype_of_v3(t) {
+                    Some(t) => attrs::to_type(key, name, value, t)?,
+                    None => attrs::infer(key, name, value)?,
+                },
+                None => attrs::infer(key, name, value)?,
+            };
+            out.push(Attribute {
+                name: name.clone(),
+                value,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Reads the group at `prefix` (node `node`, `None` for an implicit group) into `gid`.
+    fn walk(&mut self, gid: GroupId, prefix: &str, node: &Json) -> Result<()> {
+        let key = join_key(&[prefix, ROOT_KEY]);
+        self.ds.groups[gid.0].attrs = self.attributes(&key, Some(node))?;
+        let ncz = node
+            .get("attributes")
+            .filter(|_| self.nczarr)
+            .and_then(|a| ncz_key(a, "_nczarr_group"));
+        if let Some(g) = ncz {
+            for (name, len, unlimited) in ncz_dims(&key, g)? {
+                if self.ds.find_dim_in(gid, &name).is_some() {
+                    return Err(Error::meta(
+                        &key,
+                        format!("dimension {name} declared twice"),
+                    ));
+                }
+                self.ds.add_dim(gid, &name, len, unlimited);
+            }
+        }
+        let mut arrays = Vec::new();
+        let mut groups = Vec::new();
+        for (name, child) in self.children(prefix)? {
+            match child {
+                Child::Array(n) => arrays.push((name, n)),
+                Child::Group(n) => groups.push((name, n)),
+            }
+        }
+        // NCZarr lists the objects in creation order; anything it does not list follows.
+        if let Some(g) = ncz {
+            let order = |field: &str, alt: &str| -> Vec<String> {
+                match either(g, field, alt) {
+                    Some(Json::Arr(items)) => items
+                        .iter()
+                        .filter_map(Json::as_str)
+                        .map(str::to_string)
+                        .collect(),
+                    _ => Vec::new(),
+                }
+            };
+            reorder(&mut arrays, &order("arrays", "vars"));
+            let sub = if g.get("subgroups").is_some() {
+                order("subgroups", "groups")
+            } else {
+                order("groups", "subgroups")
+            };
+            reorder(&mut groups, &sub);
+        }
+        for (name, node) in arrays {
+            let key = join_key(&[prefix, &name]);
+            self.pending.push(Pending {
+                group: gid,
+                name,
+                key,
+                node,
+            });
+        }
+        for (name, node) in groups {
+            let path = join_key(&[prefix, &name]);
+            let sub = self.ds.add_group(gid, &name);
+            let node = node.unwrap_or(Json::Obj(Vec::new()));
+            self.walk(sub, &path, &node)?;
+        }
+        Ok(())
+    }
+
+    /// Builds one variable from its `zarr.json`.
+    fn build_var(&mut self, p: Pending) -> Result<()> {
+        let zkey = join_key(&[&p.key, ROOT_KEY]);
+        let fqn = self.ds.fqn_in(p.group, &p.name);
+        let z = &p.node;
+        let shape = super::u64_list(&zkey, z, "shape")?;
+        if shape
+            .iter()
+            .try_fold(1u64, |a, &s| a.checked_mul(s))
+            .is_none()
+        {
+            return Err(Error::meta(&zkey, format!("shape {shape:?} overflows")));
+        }
+        let grid = z
+            .get("chunk_grid")
+            .ok_or_else(|| Error::meta(&zkey, "missing chunk_grid"))?;
+        if grid.get("name").and_then(Json::as_str) != Some("regular") {
+            return Err(Error::Unsupported(format!(
+                "{zkey}: chunk_grid {} (only regular grids are read)",
+                grid.unparse()
+            )));
+        }
+        let chunks = match grid.get("configuration") {
+            Some(c) => super::u64_list(&zkey, c, "chunk_shape")?,
+            None => return Err(Error::meta(&zkey, "chunk_grid without configuration")),
+        };
+        if chunks.len() != shape.len() || chunks.contains(&0) {
+            return Err(Error::meta(
+                &zkey,
+                format!("chunk_shape {chunks:?} does not fit shape {shape:?}"),
+            ));
+        }
+        let key_encoding = key_encoding(&zkey, z.get("chunk_key_encoding"))?;
+        let codecs: Vec<serde_json::Value> = match z.get("codecs") {
+            Some(Json::Arr(items)) => items.iter().map(Json::to_serde).collect(),
+            _ => return Err(Error::meta(&zkey, "codecs is not a list")),
+        };
+        if let Some(Json::Arr(t)) = z.get("storage_transformers") {
+            if !t.is_empty() {
+                return Err(Error::Unsupported(format!(
+                    "{zkey}: storage_transformers {}",
+                    Json::Arr(t.clone()).unparse()
+                )));
+            }
+        }
+        let attributes = z.get("attributes");
+        let ncz_array = attributes
+            .filter(|_| self.nczarr)
+            .and_then(|a| ncz_key(a, "_nczarr_array"));
+        let alias = ncz_array
+            .and_then(|a| a.get("type_alias"))
+            .and_then(Json::as_str);
+        let maxstrlen = attributes
+            .and_then(|a| a.get("_nczarr_maxstrlen"))
+            .and_then(Json::as_u64)
+            .and_then(|n| usize::try_from(n).ok())
+            .filter(|&n| n > 0);
+        let big = big_endian(&codecs);
+        let vt = var_type(z.get("data_type"), alias, big, maxstrlen);
+        if let Some(why) = &vt.unreadable {
+            log::warn!("{zkey}: {why}");
+        }
+
+        let mut attrs = self.attributes(&zkey, Some(z))?;
+        // An untyped _FillValue takes the variable's type, as netCDF requires.
+        let typed = self.nczarr
+            && attributes.is_some_and(|a| attribute_types(a).contains_key("_FillValue"));
+        if !typed && vt.unreadable.is_none() && vt.nctype != NcType::Char {
+            if let (Some(a), Some(raw)) = (
+                attrs.iter_mut().find(|a| a.name == "_FillValue"),
+                attributes.and_then(|z| z.get("_FillValue")),
+            ) {
+                if let Ok(v) = attrs::to_type(&zkey, "_FillValue", raw, vt.nctype) {
+                    a.value = v;
+                }
+            }
+        }
+        let fill_value = match (&vt.dtype, z.get("fill_value")) {
+            (Some(_), Some(fv)) => fill_value(&zkey, fv, &vt)?,
+            _ => None,
+        };
+
+        let dims = self.var_dims(&p, &fqn, &shape, ncz_array)?;
+        let var = Variable {
+            name: p.name.clone(),
+            group: p.group,
+            nctype: vt.nctype,
+            dims,
+            string_width: vt.width,
+            attrs,
+            storage: VarStorage {
+                key: p.key.clone(),
+                dtype: vt.dtype,
+                shape,
+                chunks,
+                order: ChunkOrder::C,
+                key_encoding,
+                fill_value,
+                codecs: CodecSpec::V3(codecs),
+                unreadable: vt.unreadable,
+            },
+        };
+        self.ds.add_var(var);
+        Ok(())
+    }
+
+    /// The dimensions of a variable: NCZarr references, `dimension_names` (or xarray's
+    /// `_ARRAY_DIMENSIONS`), anonymous root dimensions for the unnamed ones.
+    fn var_dims(
+        &mut self,
+        p: &Pending,
+        fqn: &str,
+        shape: &[u64],
+        ncz: Option<&Json>,
+    ) -> Result<Vec<DimId>> {
+        let zkey = join_key(&[&p.key, ROOT_KEY]);
+        if let Some(ncz) = ncz {
+            let scalar = ncz.get("storage").and_then(Json::as_str) == Some("scalar")
+                || ncz.get("scalar").is_some_and(|s| {
+                    matches!(s, Json::Bool(true)) || s.as_u64().is_some_and(|n| n != 0)
+                });
+            if scalar {
+                if shape.iter().product::<u64>() != 1 {
+                    return Err(Error::meta(
+                        &zkey,
+                        format!("scalar variable {fqn} has shape {shape:?}"),
+                    ));
+                }
+                return Ok(Vec::new());
+            }
+            if let Some(Json::Arr(refs)) = either(ncz, "dimension_references", "dimrefs") {
+                if refs.len() != shape.len() {
+                    return Err(Error::meta(
+                        &zkey,
+                        format!(
+                            "variable {fqn}: {} dimension references for shape {shape:?}",
+                            refs.len()
+                        ),
+                    ));
+                }
+                let mut dims = Vec::new();
+                for (r, &len) in refs.iter().zip(shape) {
+                    let r = r
+                        .as_str()
+                        .ok_or_else(|| Error::meta(&zkey, "dimension_references: not a name"))?;
+                    let d = self.ds.find_dim(r).ok_or_else(|| {
+                        Error::meta(
+                            &zkey,
+                            format!("variable {fqn}: dimension {r:?} does not exist"),
+                        )
+                    })?;
+                    let dim = &mut self.ds.dims[d.0];
+                    if dim.unlimited {
+                        dim.len = dim.len.max(len);
+                    } else if dim.len != len {
+                        return Err(Error::meta(
+                            &zkey,
+                            format!(
+                                "variable {fqn}: length {len} differs from dimension {r} = {}",
+                                dim.len
+                            ),
+                        ));
+                    }
+                    dims.push(d);
+                }
+                return Ok(dims);
+            }
+        }
+        let names = dimension_names(&p.node, shape.len());
+        let mut dims = Vec::with_capacity(shape.len());
+        for (i, &len) in shape.iter().enumerate() {
+            let d = match names.get(i).cloned().flatten() {
+                Some(name) => self.named_dim(p.group, &name, len, fqn, &zkey)?,
+                None => {
+                    let name = format!("_Anonymous_Dim_{len}");
+                    match self.ds.find_dim_in(Dataset::ROOT, &name) {
+                        Some(d) => d,
+                        None => self.ds.add_dim(Dataset::ROOT, &name, len, false),
+                    }
+                }
+            };
+            dims.push(d);
+        }
+        Ok(dims)
+    }
+
+    /// The dimension `name` of length `len` for a variable of `group`: a visible one of that
+    /// length, else a new one in the variable's own group (as for xarray's names in v2).
+    fn named_dim(
+        &mut self,
+        group: GroupId,
+        name: &str,
+        len: u64,
+        fqn: &str,
+        zkey: &str,
+    ) -> Result<DimId> {
+        if let Some(d) = self.ds.find_dim_visible(group, name) {
+            if self.ds.dim(d).len == len {
+                return Ok(d);
+            }
+        }
+        if let Some(d) = self.ds.find_dim_in(group, name) {
+            return Err(Error::meta(
+                zkey,
+                format!(
+                    "variable {fqn}: dimension {name} has length {len} here but {} elsewhere \
+                     in the same group",
+                    self.ds.dim(d).len
+                ),
+            ));
+        }
+        Ok(self.ds.add_dim(group, name, len, false))
+    }
+}
+
+/// Moves the entries named in `order` to the front, in that order.
+fn reorder<T>(items: &mut Vec<(String, T)>, order: &[String]) {
+    let mut rest = std::mem::take(items);
+    for name in order {
+        if let Some(i) = rest.iter().position(|(n, _)| n == name) {
+            items.push(rest.remove(i));
+        }
+    }
+    items.append(&mut rest);
+}
+
+/// `dimension_names` (else `_ARRAY_DIMENSIONS`) when it matches the rank; usable names only.
+fn dimension_names(node: &Json, rank: usize) -> Vec<Option<String>> {
+    let list = node.get("dimension_names").or_else(|| {
+        node.get("attributes")
+            .and_then(|a| a.get("_ARRAY_DIMENSIONS"))
+    });
+    let Some(Json::Arr(items)) = list else {
+        return Vec::new();
+    };
+    if items.len() != rank {
+        log::warn!(
+            "dimension_names {} do not match rank {rank}; ignored",
+            Json::Arr(items.clone()).unparse()
+        );
+        return Vec::new();
+    }
+    items
+        .iter()
+        .map(|i| {
+            i.as_str()
+                .filter(|s| !s.is_empty() && !s.contains('/'))
+                .map(str::to_string)
+        })
+        .collect()
+}
+
+/// NCZarr's dimensions of a group: `{"d": size | {"size":..,"unlimited":..}}` or the draft's
+/// list of `{name, size, unlimited}`.
+fn ncz_dims(key: &str, g: &Json) -> Result<Vec<(String, u64, bool)>> {
+    let truthy = |u: &Json| matches!(u, Json::Bool(true)) || u.as_u64().is_some_and(|n| n != 0);
+    let mut dims = Vec::new();
+    match either(g, "dimensions", "dims") {
+        None | Some(Json::Null) => {}
+        Some(Json::Obj(members)) => {
+            for (name, v) in members {
+                let bad = || Error::meta(key, format!("dimension {name}: bad size"));
+                let (len, unl) = match v {
+                    Json::Obj(_) => (
+                        v.get("size").and_then(Json::as_u64).ok_or_else(bad)?,
+                        v.get("unlimited").is_some_and(truthy),
+                    ),
+                    v => (v.as_u64().ok_or_else(bad)?, false),
+                };
+                dims.push((name.clone(), len, unl));
+            }
+        }
+        Some(Json::Arr(items)) => {
+            for d in items {
+                let name = d.get("name").and_then(Json::as_str);
+                let size = d.get("size").and_then(Json::as_u64);
+                let (Some(name), Some(len)) = (name, size) else {
+                    return Err(Error::meta(key, "dimensions: bad entry"));
+                };
+                dims.push((
+                    name.to_string(),
+                    len,
+                    d.get("unlimited").is_some_and(truthy),
+                ));
+            }
+        }
+        Some(_) => return Err(Error::meta(key, "dimensions: not an object or list")),
+    }
+    Ok(dims)
+}
+
+/// `_nczarr_attrs`' attribute types: `{"attribute_types": {name: type}}` or the spec's list of
+/// `{"name":.., "configuration": {"type":..}}`.
+fn attribute_types(attributes: &Json) -> HashMap<String, String> {
+    let mut out = HashMap::new();
+    let Some(a) =
+        ncz_key(attributes, "_nczarr_attrs").or_else(|| ncz_key(attributes, "_nczarr_attr"))
+    else {
+        return out;
+    };
+    let types = a
+        .get("attribute_types")
+        .or_else(|| a.get("types"))
+        .unwrap_or(a);
+    match types {
+        Json::Obj(members) => {
+            for (name, t) in members {
+                if let Some(t) = t.as_str() {
+                    out.insert(name.clone(), t.to_string());
+                }
+            }
+        }
+        Json::Arr(items) => {
+            for i in items {
+                let name = i.get("name").and_then(Json::as_str);
+                let t = i
+                    .get("configuration")
+                    .and_then(|c| c.get("type"))
+                    .and_then(Json::as_str);
+                if let (Some(name), Some(t)) = (name, t) {
+                    out.insert(name.to_string(), t.to_string());
+                }
+            }
+        }
+        _ => {}
+    }
+    out
+}
+
+/// The netCDF type of a v3 type name (`int32`, `float64`, `char`, `string`), or of an
+/// NCZarr v2-style NumPy dtype.
+fn nctype_of_v3(t: &str) -> Option<NcType> {
+    Some(match t {
+        "bool" | "uint8" => NcType::UByte,
+        "int8" => NcType::Byte,
+        "int16" => NcType::Short,
+        "uint16" => NcType::UShort,
+        "int32" => NcType::Int,
+        "uint32" => NcType::UInt,
+        "int64" => NcType::Int64,
+        "uint64" => NcType::UInt64,
+        "float32" => NcType::Float,
+        "float64" => NcType::Double,
+        "char" => NcType::Char,
+        "string" => NcType::String,
+        other => return attrs::nctype_of_attr_dtype(other, false),
+    })
+}
+
+fn key_encoding(key: &str, j: Option<&Json>) -> Result<ChunkKeyEncoding> {
+    let Some(j) = j else {
+        return Ok(ChunkKeyEncoding::Default { separator: '/' });
+    };
+    let (name, sep) = match j {
+        Json::Str(name) => (name.as_str(), None),
+        _ => (
+            j.get("name").and_then(Json::as_str).unwrap_or(""),
+            j.get("configuration").and_then(|c| c.get("separator")),
+        ),
+    };
+    let separator = |default: char| match sep {
+        None | Some(Json::Null) => Ok(default),
+        Some(Json::Str(s)) if s == "/" => Ok('/'),
+        Some(Json::Str(s)) if s == "." => Ok('.'),
+        Some(other) => Err(Error::meta(
+            key,
+            format!(
+                "chunk key separator {} is not \".\" or \"/\"",
+                other.unparse()
+            ),
+        )),
+    };
+    match name {
+        "default" => Ok(ChunkKeyEncoding::Default {
+            separator: separator('/')?,
+        }),
+        "v2" => Ok(ChunkKeyEncoding::V2 {
+            separator: separator('.')?,
+        }),
+        other => Err(Error::Unsupported(format!(
+            "{key}: chunk_key_encoding {other:?}"
+        ))),
+    }
+}
+
+/// Whether the array-to-bytes `bytes` codec (possibly inside `sharding_indexed`) is
+/// big-endian.
+fn big_endian(codecs: &[serde_json::Value]) -> bool {
+    for c in codecs {
+        match c.get("name").and_then(serde_json::Value::as_str) {
+            Some("bytes") => {
+                return c
+                    .get("configuration")
+                    .and_then(|c| c.get("endian"))
+                    .and_then(serde_json::Value::as_str)
+                    == Some("big")
+            }
+            Some("sharding_indexed") => {
+                if let Some(serde_json::Value::Array(inner)) =
+                    c.get("configuration").and_then(|c| c.get("codecs"))
+                {
+                    return big_endian(inner);
+                }
+            }
+            _ => {}
+        }
+    }
+    false
+}
+
+/// How an array's `data_type` maps onto netCDF.
+#[derive(Debug, Clone, PartialEq)]
+struct VarType {
+    nctype: NcType,
+    dtype: Option<ZarrDtype>,
+    /// Native string width (`string` only).
+    width: usize,
+    unreadable: Option<String>,
+    /// The v3 type name, for fill values.
+    name: String,
+}
+
+/// The netCDF type of a v3 `data_type` (a name or `{name, configuration}`), with NCZarr's
+/// `type_alias`, the `bytes` codec's endianness and a declared maximum string length.
+fn var_type(
+    data_type: Option<&Json>,
+    alias: Option<&str>,
+    big: bool,
+    maxstrlen: Option<usize>,
+) -> VarType {
+    let (name, length_bytes) = match data_type {
+        Some(Json::Str(s)) => (s.clone(), None),
+        Some(j @ Json::Obj(_)) => (
+            j.get("name")
+                .and_then(Json::as_str)
+                .unwrap_or("")
+                .to_string(),
+            j.get("configuration")
+                .and_then(|c| c.get("length_bytes"))
+                .and_then(Json::as_u64)
+                .and_then(|n| usize::try_from(n).ok()),
+        ),
+        other => (other.map_or_else(String::new, Json::unparse), None),
+    };
+    let order = if big {
+        ByteOrder::Big
+    } else {
+        ByteOrder::Little
+    };
+    let num = |kind, size: usize, t| {
+        let order = if size == 1 {
+            ByteOrder::NotApplicable
+        } else {
+            order
+        };
+        (t, Some(ZarrDtype { order, kind, size }), 0)
+    };
+    let string = |kind, size: usize| {
+        (
+            NcType::String,
+            Some(ZarrDtype {
+                order: if kind == DtypeKind::Unicode {
+                    order
+                } else {
+                    ByteOrder::NotApplicable
+                },
+                kind,
+                size,
+            }),
+            // UTF-8 needs at most 4 bytes per UCS-4 character: `size` bytes for all.
+            size,
+        )
+    };
+    let (nctype, dtype, width) = match (name.as_str(), alias) {
+        ("uint8" | "int8", Some("char")) => (
+            NcType::Char,
+            Some(ZarrDtype {
+                order: ByteOrder::NotApplicable,
+                kind: DtypeKind::Bytes,
+                size: 1,
+            }),
+            0,
+        ),
+        ("bool", _) => num(DtypeKind::Bool, 1, NcType::UByte),
+        ("int8", _) => num(DtypeKind::Int, 1, NcType::Byte),
+        ("uint8", _) => num(DtypeKind::UInt, 1, NcType::UByte),
+        ("int16", _) => num(DtypeKind::Int, 2, NcType::Short),
+        ("uint16", _) => num(DtypeKind::UInt, 2, NcType::UShort),
+        ("int32", _) => num(DtypeKind::Int, 4, NcType::Int),
+        ("uint32", _) => num(DtypeKind::UInt, 4, NcType::UInt),
+        ("int64", _) => num(DtypeKind::Int, 8, NcType::Int64),
+        ("uint64", _) => num(DtypeKind::UInt, 8, NcType::UInt64),
+        // Half floats are widened to float by the chunk engine.
+        ("float16", _) => num(DtypeKind::Float, 2, NcType::Float),
+        ("float32", _) => num(DtypeKind::Float, 4, NcType::Float),
+        ("float64", _) => num(DtypeKind::Float, 8, NcType::Double),
+        ("null_terminated_bytes" | "fixed_length_ascii" | "fixed_length_bytes", _)
+            if length_bytes.is_some_and(|n| n > 0) =>
+        {
+            string(DtypeKind::Bytes, length_bytes.unwrap_or(1))
+        }
+        ("fixed_length_utf32", _) if length_bytes.is_some_and(|n| n > 0 && n % 4 == 0) => {
+            string(DtypeKind::Unicode, length_bytes.unwrap_or(4))
+        }
+        // Variable-length values are held NUL-padded in slots of a fixed width.
+        ("string" | "variable_length_bytes" | "bytes" | "vlen-utf8" | "vlen-bytes", _) => {
+            let w = maxstrlen.unwrap_or(DEFAULT_VLEN_WIDTH);
+            (
+                NcType::String,
+                Some(ZarrDtype {
+                    order: ByteOrder::NotApplicable,
+                    kind: DtypeKind::Bytes,
+                    size: w,
+                }),
+                w,
+            )
+        }
+        // The NCZarr draft stores `string` of at most n bytes as raw bits `r<8n>`.
+        (r, Some(a)) if r.starts_with('r') && matches!(a, "string" | "char") => {
+            match r[1..].parse::<usize>() {
+                Ok(bits) if bits > 0 && bits % 8 == 0 => {
+                    if a == "char" && bits == 8 {
+                        (
+                            NcType::Char,
+                            Some(ZarrDtype {
+                                order: ByteOrder::NotApplicable,
+                                kind: DtypeKind::Bytes,
+                                size: 1,
+                            }),
+                            0,
+                        )
+                    } else {
+                        string(DtypeKind::Bytes, bits / 8)
+                    }
+                }
+                _ => return unreadable(name, alias),
+            }
+        }
+        _ => return unreadable(name, alias),
+    };
+    VarType {
+        nctype,
+        dtype,
+        width,
+        unreadable: None,
+        name,
+    }
+}
+
+/// An unsupported `data_type`: the variable stays visible as `ubyte` without data.
+fn unreadable(name: String, alias: Option<&str>) -> VarType {
+    let why = match alias {
+        Some(a) => format!("unsupported data_type {name:?} (type_alias {a:?})"),
+        None => format!("unsupported data_type {name:?}"),
+    };
+    VarType {
+        nctype: NcType::UByte,
+        dtype: None,
+        width: 0,
+        unreadable: Some(why),
+        name,
+    }
+}
+
+/// A v3 `fill_value` as one native element: numbers, `"NaN"`, `"Infinity"`, `"-Infinity"`,
+/// hex-encoded float bits (`"0x7fc00000"`), booleans, strings (base64 for byte strings).
+fn fill_value(key: &str, value: &Json, vt: &VarType) -> Result<Option<Vec<u8>>> {
+    if *value == Json::Null {
+        return Ok(None);
+    }
+    let bad = || {
+        Error::meta(
+            key,
+            format!(
+                "fill_value {} does not fit data_type {}",
+                value.unparse(),
+                vt.name
+            ),
+        )
+    };
+    let hex = value
+        .as_str()
+        .and_then(|s| s.strip_prefix("0x"))
+        .map(|h| u64::from_str_radix(h, 16).map_err(|_| bad()))
+        .transpose()?;
+    let out = match vt.nctype {
+        NcType::Char => match value {
+            Json::Str(s) => vec![s.bytes().next().unwrap_or(0)],
+            other => match attrs::to_type(key, "fill_value", other, NcType::UByte) {
+                Ok(AttrValue::UByte(v)) => vec![*v.first().ok_or_else(bad)?],
+                _ => return Err(bad()),
+            },
+        },
+        NcType::String => {
+            let mut b = match (value, &vt.dtype) {
+                // Text is text; byte strings are base64 (handled as in v2).
+                (Json::Str(s), _) if vt.name == "string" => s.as_bytes().to_vec(),
+                (_, Some(d)) => super::fill::fill_value(key, value, NcType::String, d, vt.width)?
+                    .unwrap_or_default(),
+                _ => return Err(bad()),
+            };
+            b.resize(vt.width, 0);
+            b
+        }
+        NcType::Float | NcType::Double => {
+            let f = match (hex, vt.name.as_str()) {
+                (Some(bits), "float16") => {
+                    f64::from(half_to_f32(u16::try_from(bits).map_err(|_| bad())?))
+                }
+                (Some(bits), "float32") => {
+                    f64::from(f32::from_bits(u32::try_from(bits).map_err(|_| bad())?))
+                }
+                (Some(bits), _) => f64::from_bits(bits),
+                (None, _) => match attrs::to_type(key, "fill_value", value, NcType::Double) {
+                    Ok(AttrValue::Double(v)) if v.len() == 1 => v[0],
+                    _ => return Err(bad()),
+                },
+            };
+            if vt.nctype == NcType::Float {
+                // Going through f64 keeps a NaN's payload only approximately; a hex f32 NaN
+                // keeps its exact bits.
+                match (hex, vt.name.as_str()) {
+                    (Some(bits), "float32") => (bits as u32).to_le_bytes().to_vec(),
+                    _ => (f as f32).to_le_bytes().to_vec(),
+                }
+            } else {
+                f.to_le_bytes().to_vec()
+            }
+        }
+        t => {
+            let v = match value {
+                Json::Bool(b) => Json::Num(u8::from(*b).to_string()),
+                v => v.clone(),
+            };
+            let v = attrs::to_type(key, "fill_value", &v, t).map_err(|_| bad())?;
+            match v {
+                AttrValue::Byte(x) => x.first().ok_or_else(bad)?.to_le_bytes().to_vec(),
+                AttrValue::UByte(x) => x.first().ok_or_else(bad)?.to_le_bytes().to_vec(),
+                AttrValue::Short(x) => x.first().ok_or_else(bad)?.to_le_bytes().to_vec(),
+                AttrValue::UShort(x) => x.first().ok_or_else(bad)?.to_le_bytes().to_vec(),
+                AttrValue::Int(x) => x.first().ok_or_else(bad)?.to_le_bytes().to_vec(),
+                AttrValue::UInt(x) => x.first().ok_or_else(bad)?.to_le_bytes().to_vec(),
+                AttrValue::Int64(x) => x.first().ok_or_else(bad)?.to_le_bytes().to_vec(),
+                AttrValue::UInt64(x) => x.first().ok_or_else(bad)?.to_le_bytes().to_vec(),
+                _ => return Err(bad()),
+            }
+        }
+    };
+    Ok(Some(out))
+}
+
+/// IEEE 754 binary16 to binary32 (exact).
+pub(crate) fn half_to_f32(h: u16) -> f32 {
+    let sign = u32::from(h >> 15) << 31;
+    let exp = u32::from((h >> 10) & 0x1f);
+    let man = u32::from(h & 0x3ff);
+    let bits = match (exp, man) {
+        (0, 0) => sign,
+        // Subnormal: man * 2^-24, exact in f32.
+        (0, m) => {
+            let v = m as f32 * f32::powi(2.0, -24);
+            return if sign != 0 { -v } else { v };
+        }
+        (0x1f, m) => sign | 0x7f80_0000 | (m << 13),
+        (e, m) => sign | ((e + 127 - 15) << 23) | (m << 13),
+    };
+    f32::from_bits(bits)
+}
