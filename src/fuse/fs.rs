@@ -43,6 +43,9 @@ pub struct Snapshot {
     pub changed: SystemTime,
 }
 
+/// Generated content of one inode and the model generation it was made from.
+type Generated = (u64, Arc<Vec<u8>>);
+
 /// An open file.
 #[derive(Debug)]
 struct Handle {
@@ -68,7 +71,7 @@ struct Shared {
     last_check: Mutex<Instant>,
     refresh_requested: AtomicBool,
     inodes: Mutex<InodeTable>,
-    contents: Mutex<HashMap<u64, (u64, Arc<Vec<u8>>)>>,
+    contents: Mutex<HashMap<u64, Generated>>,
     handles: Mutex<HashMap<u64, Arc<Handle>>>,
     next_fh: AtomicU64,
     logged: Mutex<HashSet<String>>,

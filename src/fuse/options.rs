@@ -183,7 +183,7 @@ mod tests {
         assert_eq!(o.ttl, Some(Duration::from_millis(500)));
         assert_eq!(o.umask, 0o022);
         assert_eq!(MountOptions::parse(&["ttl=0"]).unwrap().ttl, None);
-        assert_eq!(MountOptions::parse(&["rw,ro"]).unwrap().read_write, false);
+        assert!(!MountOptions::parse(&["rw,ro"]).unwrap().read_write);
     }
 
     #[test]

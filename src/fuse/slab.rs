@@ -105,8 +105,8 @@ mod tests {
                     let all: Vec<u64> = slabs.iter().flat_map(|s| covered(&shape, s)).collect();
                     assert_eq!(all, (lo..hi).collect::<Vec<_>>(), "{shape:?} {lo}..{hi}");
                     for s in &slabs {
-                        for d in 0..shape.len() {
-                            assert!(s.start[d] + s.count[d] <= shape[d]);
+                        for (d, len) in shape.iter().enumerate() {
+                            assert!(s.start[d] + s.count[d] <= *len);
                         }
                     }
                 }
