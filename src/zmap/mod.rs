@@ -6,8 +6,10 @@
 //! [`ZMap::search`] returns the immediate child names under a prefix, which is all a reader of
 //! pure Zarr needs to discover groups and arrays.
 
+pub mod aws_config;
 mod file;
 mod memory;
+mod s3;
 mod zip;
 
 use std::fmt::Debug;
@@ -18,6 +20,7 @@ use crate::{Error, Result};
 
 pub use self::file::FileMap;
 pub use self::memory::MemoryMap;
+pub use self::s3::{S3Limits, S3Map};
 pub use self::zip::ZipMap;
 
 /// A key/value store holding one dataset.
@@ -39,7 +42,9 @@ pub trait ZMap: Send + Sync + Debug {
     /// array's index at the end of a shard); `Ok(None)` if it does not exist.
     fn get_suffix(&self, key: &str, len: u64) -> Result<Option<Vec<u8>>> {
         Ok(self.get(key)?.map(|v| {
-            let start = v.len().saturating_sub(usize::try_from(len).unwrap_or(usize::MAX));
+            let start = v
+                .len()
+                .saturating_sub(usize::try_from(len).unwrap_or(usize::MAX));
             v[start..].to_vec()
         }))
     }
@@ -93,10 +98,7 @@ pub fn open(location: &Location, writable: bool) -> Result<Arc<dyn ZMap>> {
         Storage::File(path) => Ok(Arc::new(FileMap::open(path, writable)?)),
         Storage::Zip(path) => Ok(Arc::new(ZipMap::open(path, writable)?)),
         Storage::Memory => Ok(Arc::new(MemoryMap::new())),
-        Storage::S3(s3) => Err(Error::Unsupported(format!(
-            "S3 storage (bucket {:?}) is not implemented yet",
-            s3.bucket
-        ))),
+        Storage::S3(s3) => Ok(Arc::new(S3Map::open(s3, writable)?)),
     }
 }
 

@@ -1,0 +1,651 @@
+//! An S3 bucket (AWS or an S3-compatible server) as a zmap: each key is an object under the
+//! dataset's key prefix, exactly as netcdf-c's `s3` storage and zarr-python over s3fs write
+//! them.
+//!
+//! Requests go through `object_store`'s S3 client on a small process-wide tokio runtime; the
+//! [`ZMap`] methods block the calling thread (a rayon or FUSE worker) until the request is done.
+//!
+//! Timeouts and retries (5xx, throttling and connection errors are retried with exponential
+//! backoff) can be tuned with environment variables, all in whole seconds or counts:
+//!
+//! | variable | default | meaning |
+//! | --- | --- | --- |
+//! | `NCZARRFS_S3_TIMEOUT` | 30 | limit on one request, and on the retries of one operation |
+//! | `NCZARRFS_S3_CONNECT_TIMEOUT` | 5 | limit on establishing a connection |
+//! | `NCZARRFS_S3_RETRIES` | 5 | retries of a failed request (0 disables them) |
+//!
+//! Credentials, region and endpoint are found as described in [`super::aws_config`].
+
+use std::future::Future;
+use std::ops::Range;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use futures_util::stream::{StreamExt, TryStreamExt};
+use object_store::aws::AmazonS3Builder;
+use object_store::path::Path;
+use object_store::{
+    BackoffConfig, ClientOptions, GetOptions, GetRange, ObjectStore, ObjectStoreExt, PutPayload,
+    RetryConfig,
+};
+
+use super::aws_config::{self, AwsSettings, EnvLookup};
+use super::{validate_key, validate_prefix, ZMap};
+use crate::location::S3Location;
+use crate::{Error, Result};
+
+/// Worker threads of the shared runtime: requests mostly wait on the network.
+const RUNTIME_WORKERS: usize = 2;
+
+/// Timeouts and retry limits of the S3 client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct S3Limits {
+    /// Limit on one request, and on the retries of one operation.
+    pub timeout: Duration,
+    /// Limit on establishing a connection.
+    pub connect_timeout: Duration,
+    /// How often a failed request is retried.
+    pub max_retries: usize,
+}
+
+impl Default for S3Limits {
+    fn default() -> Self {
+        S3Limits {
+            timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(5),
+            max_retries: 5,
+        }
+    }
+}
+
+impl S3Limits {
+    /// The defaults, overridden by `NCZARRFS_S3_TIMEOUT`, `NCZARRFS_S3_CONNECT_TIMEOUT` and
+    /// `NCZARRFS_S3_RETRIES` (a value that is not a whole number is an error).
+    pub fn from_env(env: EnvLookup<'_>) -> Result<S3Limits> {
+        let number = |name: &str| -> Result<Option<u64>> {
+            env(name)
+                .map(|v| {
+                    v.trim()
+                        .parse::<u64>()
+                        .map_err(|_| Error::Invalid(format!("{name}={v:?} is not a whole number")))
+                })
+                .transpose()
+        };
+        let mut limits = S3Limits::default();
+        if let Some(secs) = number("NCZARRFS_S3_TIMEOUT")? {
+            limits.timeout = Duration::from_secs(secs.max(1));
+        }
+        if let Some(secs) = number("NCZARRFS_S3_CONNECT_TIMEOUT")? {
+            limits.connect_timeout = Duration::from_secs(secs.max(1));
+        }
+        if let Some(n) = number("NCZARRFS_S3_RETRIES")? {
+            limits.max_retries = usize::try_from(n).unwrap_or(usize::MAX);
+        }
+        Ok(limits)
+    }
+}
+
+/// A dataset stored under a key prefix of an S3 bucket.
+pub struct S3Map {
+    store: Arc<dyn ObjectStore>,
+    /// The dataset root inside the bucket, without leading or trailing `/`.
+    prefix: String,
+    /// `s3://bucket/prefix` or `http(s)://host/bucket/prefix`, never credentials.
+    description: String,
+    /// Strings removed from every error message (the secret key and session token).
+    secrets: Vec<String>,
+    read_only: bool,
+}
+
+impl std::fmt::Debug for S3Map {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("S3Map")
+            .field("location", &self.description)
+            .field("read_only", &self.read_only)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The process-wide runtime that drives every S3 request.
+fn runtime() -> Result<&'static tokio::runtime::Runtime> {
+    static RUNTIME: OnceLock<std::result::Result<tokio::runtime::Runtime, String>> =
+        OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(RUNTIME_WORKERS)
+                .thread_name("nczarrfs-s3")
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(|e| Error::Storage {
+            key: String::new(),
+            reason: format!("cannot start the S3 client runtime: {e}"),
+        })
+}
+
+/// Runs `fut` to completion on the S3 runtime, blocking the calling thread.
+fn block_on<F>(fut: F) -> Result<F::Output>
+where
+    F: Future + Send,
+    F::Output: Send,
+{
+    let rt = runtime()?;
+    if tokio::runtime::Handle::try_current().is_err() {
+        return Ok(rt.block_on(fut));
+    }
+    // Tokio refuses to block inside a runtime thread, so a caller that is one (an async
+    // embedding of the library) waits on a plain helper thread instead.
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| rt.block_on(fut))
+            .join()
+            .map_err(|_| Error::Storage {
+                key: String::new(),
+                reason: "the S3 request thread panicked".into(),
+            })
+    })
+}
+
+impl S3Map {
+    /// Opens the dataset at `location`, with credentials, region and endpoint from the process
+    /// environment and the AWS shared files.
+    ///
+    /// A read-only open lists the dataset root once, so that an unreachable server, refused
+    /// credentials or an empty prefix are reported here, naming the location.
+    pub fn open(location: &S3Location, writable: bool) -> Result<S3Map> {
+        Self::open_with_env(location, writable, &aws_config::process_env)
+    }
+
+    /// Like [`S3Map::open`], with environment variables looked up through `env`.
+    pub fn open_with_env(
+        location: &S3Location,
+        writable: bool,
+        env: EnvLookup<'_>,
+    ) -> Result<S3Map> {
+        let settings =
+            aws_config::resolve(location.profile.as_deref(), location.region.as_deref(), env)?;
+        let limits = S3Limits::from_env(env)?;
+        let map = Self::with_settings(location, &settings, limits, writable)?;
+        if !writable {
+            map.check_root()?;
+        }
+        Ok(map)
+    }
+
+    /// Builds the map from resolved settings; makes no request.
+    pub fn with_settings(
+        location: &S3Location,
+        settings: &AwsSettings,
+        limits: S3Limits,
+        writable: bool,
+    ) -> Result<S3Map> {
+        let prefix = location.prefix.trim_matches('/').to_string();
+        validate_prefix(&prefix)?;
+        // An AWS host in the URL only says which region; object_store derives the endpoint.
+        let endpoint = location
+            .endpoint
+            .clone()
+            .filter(|e| !is_aws_endpoint(e))
+            .or_else(|| settings.endpoint_url.clone());
+        let description = match &location.endpoint {
+            Some(endpoint) => format!(
+                "{}/{}",
+                endpoint.trim_end_matches('/'),
+                super::join_key(&[&location.bucket, &prefix])
+            ),
+            None => format!("s3://{}", super::join_key(&[&location.bucket, &prefix])),
+        };
+
+        let mut client = ClientOptions::new()
+            .with_timeout(limits.timeout)
+            .with_connect_timeout(limits.connect_timeout);
+        let mut builder = AmazonS3Builder::new()
+            .with_bucket_name(&location.bucket)
+            .with_region(&settings.region)
+            .with_retry(RetryConfig {
+                backoff: BackoffConfig::default(),
+                max_retries: limits.max_retries,
+                retry_timeout: limits.timeout,
+            });
+        if let Some(endpoint) = &endpoint {
+            // S3-compatible servers are addressed path-style (`host/bucket/key`).
+            client = client.with_allow_http(endpoint.starts_with("http://"));
+            builder = builder
+                .with_endpoint(endpoint)
+                .with_virtual_hosted_style_request(false);
+        }
+        let mut secrets = Vec::new();
+        match &settings.credentials {
+            Some(c) => {
+                builder = builder
+                    .with_access_key_id(&c.access_key_id)
+                    .with_secret_access_key(&c.secret_access_key);
+                if let Some(token) = &c.session_token {
+                    builder = builder.with_token(token);
+                }
+                secrets = c.secrets().into_iter().map(str::to_string).collect();
+            }
+            // Without credentials object_store would ask the EC2 metadata service; public
+            // buckets are read with unsigned requests instead.
+            None => builder = builder.with_skip_signature(true),
+        }
+        let store =
+            builder
+                .with_client_options(client)
+                .build()
+                .map_err(|e| Error::InvalidLocation {
+                    location: description.clone(),
+                    reason: redact(&e.to_string(), &secrets),
+                })?;
+        log::debug!(
+            "S3 map {description}: region {}, credentials from {}",
+            settings.region,
+            settings.source
+        );
+        Ok(S3Map {
+            store: Arc::new(store),
+            prefix,
+            description,
+            secrets,
+            read_only: !writable,
+        })
+    }
+
+    /// Fails unless the dataset root holds at least one object.
+    fn check_root(&self) -> Result<()> {
+        let root = self.path_of_prefix("")?;
+        let listing = block_on(self.store.list_with_delimiter(root.as_ref()))?
+            .map_err(|e| self.error("", &e))?;
+        if listing.objects.is_empty() && listing.common_prefixes.is_empty() {
+            return Err(Error::NotZarr {
+                location: self.description.clone(),
+                reason: "no objects under this prefix".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The object path of `key`, taken verbatim (no percent-encoding of `[`, `%`, `#`, ...),
+    /// so that keys written by other S3 clients are the keys read here.
+    fn path_of(&self, key: &str) -> Result<Path> {
+        validate_key(key)?;
+        Path::parse(super::join_key(&[&self.prefix, key])).map_err(|e| Error::Storage {
+            key: key.to_string(),
+            reason: format!("not a valid S3 object key: {e}"),
+        })
+    }
+
+    /// The listing prefix of `prefix` (`None` for the bucket root).
+    fn path_of_prefix(&self, prefix: &str) -> Result<Option<Path>> {
+        validate_prefix(prefix)?;
+        let full = super::join_key(&[&self.prefix, prefix]);
+        if full.is_empty() {
+            return Ok(None);
+        }
+        Path::parse(&full).map(Some).map_err(|e| Error::Storage {
+            key: prefix.to_string(),
+            reason: format!("not a valid S3 object key: {e}"),
+        })
+    }
+
+    fn check_writable(&self, key: &str) -> Result<()> {
+        if self.read_only {
+            return Err(Error::NotPermitted(format!(
+                "cannot modify {key:?}: {} is open read-only",
+                self.description
+            )));
+        }
+        Ok(())
+    }
+
+    /// Maps an object_store error on `key` to [`Error::Storage`] with a message that says
+    /// what the server meant and contains no secret.
+    fn error(&self, key: &str, err: &object_store::Error) -> Error {
+        Error::Storage {
+            key: key.to_string(),
+            reason: format!(
+                "{}: {}",
+                self.description,
+                redact(&describe_error(err), &self.secrets)
+            ),
+        }
+    }
+
+    /// A ranged GET; `Ok(None)` if the object does not exist.
+    async fn fetch_range(&self, path: &Path, range: Range<u64>) -> object_store::Result<Vec<u8>> {
+        let options = GetOptions::default().with_range(Some(GetRange::Bounded(range)));
+        let result = self.store.get_opts(path, options).await?;
+        Ok(result.bytes().await?.to_vec())
+    }
+}
+
+/// Whether `endpoint` is an AWS S3 endpoint (whose region object_store works out itself).
+fn is_aws_endpoint(endpoint: &str) -> bool {
+    let host = endpoint
+        .split_once("://")
+        .map_or(endpoint, |(_, rest)| rest)
+        .split(['/', ':'])
+        .next()
+        .unwrap_or("");
+    host.ends_with(".amazonaws.com")
+}
+
+/// Replaces every occurrence of a secret in `text`.
+fn redact(text: &str, secrets: &[String]) -> String {
+    secrets
+        .iter()
+        .filter(|s| !s.is_empty())
+        .fold(text.to_string(), |t, s| t.replace(s.as_str(), "<redacted>"))
+}
+
+/// The text between `<tag>` and `</tag>` in an S3 XML error body.
+fn xml_field<'a>(text: &'a str, tag: &str) -> Option<&'a str> {
+    let start = text.find(&format!("<{tag}>"))? + tag.len() + 2;
+    let len = text[start..].find(&format!("</{tag}>"))?;
+    Some(&text[start..start + len])
+}
+
+/// What an object_store error means, led by the S3 error code when the server sent one.
+fn describe_error(err: &object_store::Error) -> String {
+    let text = err.to_string();
+    let code = xml_field(&text, "Code");
+    let detail = match (code, xml_field(&text, "Message")) {
+        (Some(code), Some(message)) => format!("{code}: {message}"),
+        (Some(code), None) => code.to_string(),
+        (None, _) => text.clone(),
+    };
+    let refused = matches!(
+        err,
+        object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. }
+    ) || matches!(
+        code,
+        Some("SignatureDoesNotMatch" | "InvalidAccessKeyId" | "AccessDenied" | "InvalidToken")
+    );
+    if refused {
+        format!(
+            "the server refused the request's credentials or signature (check the access key, \
+             secret key and profile): {detail}"
+        )
+    } else {
+        detail
+    }
+}
+
+impl ZMap for S3Map {
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        let path = self.path_of(key)?;
+        let result = block_on(async {
+            let got = self.store.get(&path).await?;
+            Ok::<_, object_store::Error>(got.bytes().await?.to_vec())
+        })?;
+        match result {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(self.error(key, &e)),
+        }
+    }
+
+    fn get_range(&self, key: &str, offset: u64, len: u64) -> Result<Option<Vec<u8>>> {
+        let path = self.path_of(key)?;
+        if len == 0 {
+            return Ok(self.exists(key)?.then(Vec::new));
+        }
+        let range = offset..offset.saturating_add(len);
+        match block_on(self.fetch_range(&path, range))? {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => {
+                // A range that starts at or past the end is refused by S3 (416); the trait
+                // truncates it to nothing instead.
+                match block_on(self.store.head(&path))? {
+                    Ok(meta) if offset >= meta.size => Ok(Some(Vec::new())),
+                    Err(object_store::Error::NotFound { .. }) => Ok(None),
+                    _ => Err(self.error(key, &e)),
+                }
+            }
+        }
+    }
+
+    fn get_suffix(&self, key: &str, len: u64) -> Result<Option<Vec<u8>>> {
+        let path = self.path_of(key)?;
+        if len == 0 {
+            return Ok(self.exists(key)?.then(Vec::new));
+        }
+        let fetch = async {
+            let options = GetOptions::default().with_range(Some(GetRange::Suffix(len)));
+            let result = self.store.get_opts(&path, options).await?;
+            Ok::<_, object_store::Error>(result.bytes().await?.to_vec())
+        };
+        match block_on(fetch)? {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => {
+                // An empty object has no suffix range to satisfy (416).
+                match block_on(self.store.head(&path))? {
+                    Ok(meta) if meta.size == 0 => Ok(Some(Vec::new())),
+                    Err(object_store::Error::NotFound { .. }) => Ok(None),
+                    _ => Err(self.error(key, &e)),
+                }
+            }
+        }
+    }
+
+    fn exists(&self, key: &str) -> Result<bool> {
+        let path = self.path_of(key)?;
+        match block_on(self.store.head(&path))? {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(self.error(key, &e)),
+        }
+    }
+
+    fn put(&self, key: &str, value: &[u8]) -> Result<()> {
+        self.check_writable(key)?;
+        let path = self.path_of(key)?;
+        let payload = PutPayload::from(value.to_vec());
+        block_on(self.store.put(&path, payload))?
+            .map(|_| ())
+            .map_err(|e| self.error(key, &e))
+    }
+
+    fn delete(&self, key: &str) -> Result<()> {
+        self.check_writable(key)?;
+        let path = self.path_of(key)?;
+        block_on(async {
+            match self.store.delete(&path).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(e),
+            }
+            // `list` matches whole segments: `key/...`, never `key2`.
+            let under: Vec<Path> = self
+                .store
+                .list(Some(&path))
+                .map_ok(|meta| meta.location)
+                .try_collect()
+                .await?;
+            if under.is_empty() {
+                return Ok(());
+            }
+            let locations = futures_util::stream::iter(under.into_iter().map(Ok)).boxed();
+            self.store
+                .delete_stream(locations)
+                .try_for_each(|_| async { Ok(()) })
+                .await
+        })?
+        .map_err(|e| self.error(key, &e))
+    }
+
+    fn search(&self, prefix: &str) -> Result<Vec<String>> {
+        let path = self.path_of_prefix(prefix)?;
+        let listing = block_on(self.store.list_with_delimiter(path.as_ref()))?
+            .map_err(|e| self.error(prefix, &e))?;
+        let names = listing
+            .common_prefixes
+            .iter()
+            .chain(listing.objects.iter().map(|o| &o.location))
+            .filter_map(|p| p.filename().map(str::to_string));
+        let mut names: Vec<String> = names.collect();
+        names.sort();
+        names.dedup();
+        Ok(names)
+    }
+
+    fn read_only(&self) -> bool {
+        self.read_only
+    }
+
+    fn describe(&self) -> String {
+        self.description.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::zmap::aws_config::Credentials;
+
+    fn settings(credentials: Option<Credentials>) -> AwsSettings {
+        AwsSettings {
+            credentials,
+            region: "us-east-1".into(),
+            endpoint_url: None,
+            source: "test".into(),
+        }
+    }
+
+    fn location(endpoint: Option<&str>, bucket: &str, prefix: &str) -> S3Location {
+        S3Location {
+            endpoint: endpoint.map(str::to_string),
+            bucket: bucket.into(),
+            prefix: prefix.into(),
+            ..S3Location::default()
+        }
+    }
+
+    #[test]
+    fn describe_names_the_location_without_credentials() {
+        let creds = Credentials {
+            access_key_id: "AKID".into(),
+            secret_access_key: "TOPSECRET".into(),
+            session_token: Some("TOKEN".into()),
+        };
+        let map = S3Map::with_settings(
+            &location(Some("http://127.0.0.1:1"), "bkt", "a/b.zarr"),
+            &settings(Some(creds)),
+            S3Limits::default(),
+            false,
+        )
+        .unwrap();
+        assert_eq!(map.describe(), "http://127.0.0.1:1/bkt/a/b.zarr");
+        let debug = format!("{map:?}");
+        assert!(
+            !debug.contains("TOPSECRET") && !debug.contains("TOKEN"),
+            "{debug}"
+        );
+        let aws = S3Map::with_settings(
+            &location(None, "bkt", ""),
+            &settings(None),
+            S3Limits::default(),
+            true,
+        )
+        .unwrap();
+        assert_eq!(aws.describe(), "s3://bkt");
+    }
+
+    #[test]
+    fn keys_are_not_percent_encoded() {
+        let map = S3Map::with_settings(
+            &location(Some("http://127.0.0.1:1"), "bkt", "root"),
+            &settings(None),
+            S3Limits::default(),
+            true,
+        )
+        .unwrap();
+        let path = map.path_of("v [1]/a%41#b c").unwrap();
+        assert_eq!(path.as_ref(), "root/v [1]/a%41#b c");
+        assert!(map.path_of("../x").is_err());
+        assert!(map.path_of("a\u{1}b").is_err());
+        assert_eq!(
+            map.path_of_prefix("").unwrap(),
+            Some(Path::parse("root").unwrap())
+        );
+    }
+
+    #[test]
+    fn read_only_refuses_writes_before_any_request() {
+        let map = S3Map::with_settings(
+            &location(Some("http://127.0.0.1:1"), "bkt", ""),
+            &settings(None),
+            S3Limits::default(),
+            false,
+        )
+        .unwrap();
+        assert!(matches!(map.put("k", b"v"), Err(Error::NotPermitted(_))));
+        assert!(matches!(map.delete("k"), Err(Error::NotPermitted(_))));
+    }
+
+    #[test]
+    fn limits_from_environment() {
+        let env = |name: &str| match name {
+            "NCZARRFS_S3_TIMEOUT" => Some("7".to_string()),
+            "NCZARRFS_S3_RETRIES" => Some("0".to_string()),
+            _ => None,
+        };
+        let limits = S3Limits::from_env(&env).unwrap();
+        assert_eq!(limits.timeout, Duration::from_secs(7));
+        assert_eq!(limits.connect_timeout, Duration::from_secs(5));
+        assert_eq!(limits.max_retries, 0);
+        let bad = |_: &str| Some("soon".to_string());
+        assert!(S3Limits::from_env(&bad).is_err());
+    }
+
+    #[test]
+    fn error_messages_name_the_refusal_and_hide_secrets() {
+        let body = "<Error><Code>SignatureDoesNotMatch</Code><Message>The request signature we \
+                    calculated does not match</Message><Key>SECRETKEY</Key></Error>";
+        let err = object_store::Error::PermissionDenied {
+            path: "x".into(),
+            source: body.into(),
+        };
+        let text = describe_error(&err);
+        assert!(text.contains("refused"), "{text}");
+        assert!(text.contains("SignatureDoesNotMatch"), "{text}");
+        let redacted = redact("a SECRETKEY b", &["SECRETKEY".to_string()]);
+        assert_eq!(redacted, "a <redacted> b");
+    }
+
+    #[test]
+    fn unreachable_server_fails_with_storage_error() {
+        // Port 1 on loopback refuses connections at once; no retries keep the test short.
+        let limits = S3Limits {
+            max_retries: 0,
+            ..S3Limits::default()
+        };
+        let map = S3Map::with_settings(
+            &location(Some("http://127.0.0.1:1"), "bkt", "ds"),
+            &settings(None),
+            limits,
+            false,
+        )
+        .unwrap();
+        let err = map.get(".zgroup").unwrap_err();
+        match err {
+            Error::Storage { key, reason } => {
+                assert_eq!(key, ".zgroup");
+                assert!(reason.contains("http://127.0.0.1:1/bkt/ds"), "{reason}");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn aws_endpoints_are_recognised() {
+        assert!(is_aws_endpoint("https://s3.us-west-2.amazonaws.com"));
+        assert!(is_aws_endpoint("https://s3.amazonaws.com/"));
+        assert!(!is_aws_endpoint("http://127.0.0.1:5000"));
+        assert!(!is_aws_endpoint("https://amazonaws.com.evil.example"));
+    }
+}
