@@ -599,3 +599,41 @@ fn printf_g_matches_c_on_random_values() {
         assert_eq!(printf_g(x, prec, true), alt, "{bits}");
     }
 }
+
+#[test]
+fn c_format_attribute_matches_ncdump() {
+    let mut b = Builder::default();
+    let r = Dataset::ROOT;
+    let n = b.dim(r, "n", 3, false);
+    b.var(
+        r,
+        "f",
+        NcType::Float,
+        &[n],
+        vec![attr("C_format", text("%.3f"))],
+        f32s(&[3.14159, -2.5, 1e10]),
+    );
+    b.var(
+        r,
+        "i",
+        NcType::Int,
+        &[n],
+        vec![attr("C_format", text("%5d"))],
+        i32s(&[1, -22, 333]),
+    );
+    b.var(
+        r,
+        "d",
+        NcType::Double,
+        &[n],
+        vec![
+            attr("C_format", text("%e")),
+            attr("_FillValue", AttrValue::Double(vec![-1.0])),
+        ],
+        f64s(&[12345.678, -1.0, 0.001]),
+    );
+    assert_eq!(
+        b.dump("cformat", &DumpOptions::default()),
+        expected("cformat.dmp")
+    );
+}

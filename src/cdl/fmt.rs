@@ -264,6 +264,186 @@ pub fn attr_needs_type(value: &AttrValue) -> bool {
     value.nctype() == NcType::String
 }
 
+/// A variable's `C_format` attribute: one printf conversion with literal text around it,
+/// which ncdump uses instead of its default format for the variable's data values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CFormat {
+    prefix: String,
+    suffix: String,
+    left: bool,
+    plus: bool,
+    space: bool,
+    alt: bool,
+    zero: bool,
+    width: usize,
+    prec: Option<usize>,
+    conv: char,
+}
+
+impl CFormat {
+    /// Parses a format with exactly one conversion among `d i u o x X e E f F g G` (length
+    /// modifiers such as `l` are skipped); `None` for anything else, in which case the default
+    /// format applies.
+    pub fn parse(fmt: &str) -> Option<CFormat> {
+        let start = fmt.find('%')?;
+        let rest = &fmt[start + 1..];
+        let mut chars = rest.char_indices().peekable();
+        let mut f = CFormat {
+            prefix: fmt[..start].to_string(),
+            suffix: String::new(),
+            left: false,
+            plus: false,
+            space: false,
+            alt: false,
+            zero: false,
+            width: 0,
+            prec: None,
+            conv: 'g',
+        };
+        while let Some(&(_, c)) = chars.peek() {
+            match c {
+                '-' => f.left = true,
+                '+' => f.plus = true,
+                ' ' => f.space = true,
+                '#' => f.alt = true,
+                '0' => f.zero = true,
+                _ => break,
+            }
+            chars.next();
+        }
+        while let Some(&(_, c)) = chars.peek() {
+            let Some(d) = c.to_digit(10) else { break };
+            f.width = f.width * 10 + d as usize;
+            chars.next();
+        }
+        if chars.peek().map(|&(_, c)| c) == Some('.') {
+            chars.next();
+            let mut p = 0;
+            while let Some(&(_, c)) = chars.peek() {
+                let Some(d) = c.to_digit(10) else { break };
+                p = p * 10 + d as usize;
+                chars.next();
+            }
+            f.prec = Some(p);
+        }
+        while chars
+            .peek()
+            .is_some_and(|&(_, c)| matches!(c, 'h' | 'l' | 'L' | 'q' | 'j' | 'z'))
+        {
+            chars.next();
+        }
+        let (i, conv) = chars.next()?;
+        if !"diuoxXeEfFgG".contains(conv) {
+            return None;
+        }
+        f.conv = conv;
+        let suffix = &rest[i + conv.len_utf8()..];
+        if suffix.contains('%') {
+            return None;
+        }
+        f.suffix = suffix.to_string();
+        Some(f)
+    }
+
+    /// Whether the conversion is for floating-point values (`e f g` and upper-case forms).
+    pub fn is_float(&self) -> bool {
+        "eEfFgG".contains(self.conv)
+    }
+
+    /// Formats a finite floating-point value; `None` if the conversion is an integer one.
+    pub fn format_float(&self, x: f64) -> Option<String> {
+        if !self.is_float() {
+            return None;
+        }
+        let p = self.prec.unwrap_or(6);
+        let mut body = match self.conv.to_ascii_lowercase() {
+            'f' => {
+                let mut s = format!("{:.p$}", x.abs());
+                if self.alt && p == 0 {
+                    s.push('.');
+                }
+                s
+            }
+            'e' => {
+                let sci = format!("{:.p$e}", x.abs());
+                let (m, exp) = split_exponent(&sci);
+                let mut m = m.to_string();
+                if self.alt && p == 0 {
+                    m.push('.');
+                }
+                let sign = if exp < 0 { '-' } else { '+' };
+                format!("{m}e{sign}{:02}", exp.unsigned_abs())
+            }
+            _ => printf_g(x.abs(), p, self.alt),
+        };
+        if self.conv.is_ascii_uppercase() {
+            body = body.to_ascii_uppercase();
+        }
+        Some(self.pad(x.is_sign_negative(), body))
+    }
+
+    /// Formats an integer value; `None` for floating-point conversions or a negative value
+    /// under an unsigned conversion.
+    pub fn format_int(&self, v: i128) -> Option<String> {
+        let mag = v.unsigned_abs();
+        let mut body = match self.conv {
+            'd' | 'i' => mag.to_string(),
+            'u' if v >= 0 => mag.to_string(),
+            'o' if v >= 0 => format!("{mag:o}"),
+            'x' if v >= 0 => format!("{mag:x}"),
+            'X' if v >= 0 => format!("{mag:X}"),
+            _ => return None,
+        };
+        if let Some(p) = self.prec {
+            while body.len() < p {
+                body.insert(0, '0');
+            }
+        }
+        if self.alt && mag != 0 {
+            match self.conv {
+                'o' if !body.starts_with('0') => body.insert(0, '0'),
+                'x' => body.insert_str(0, "0x"),
+                'X' => body.insert_str(0, "0X"),
+                _ => {}
+            }
+        }
+        Some(self.pad(v < 0, body))
+    }
+
+    /// Adds the sign and the padding to `width`, then the literal text around.
+    fn pad(&self, negative: bool, body: String) -> String {
+        let sign = if negative {
+            "-"
+        } else if self.plus && "dieEfFgG".contains(self.conv) {
+            "+"
+        } else if self.space && "dieEfFgG".contains(self.conv) {
+            " "
+        } else {
+            ""
+        };
+        let len = sign.len() + body.len();
+        let fill = self.width.saturating_sub(len);
+        // C ignores `0` with `-`, and for integers when a precision is given.
+        let zero = self.zero && !self.left && !(self.prec.is_some() && !self.is_float());
+        let mut out = self.prefix.clone();
+        if self.left {
+            out.push_str(sign);
+            out.push_str(&body);
+            out.extend(std::iter::repeat_n(' ', fill));
+        } else if zero {
+            out.push_str(sign);
+            out.extend(std::iter::repeat_n('0', fill));
+            out.push_str(&body);
+        } else {
+            out.extend(std::iter::repeat_n(' ', fill));
+            out.push_str(sign);
+            out.push_str(&body);
+        }
+        out.push_str(&self.suffix);
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -404,6 +584,27 @@ mod tests {
         assert_eq!(escape_name("a b:c%d"), "a\\ b\\:c%d");
         assert_eq!(escape_name("x y"), "x\\ y");
         assert_eq!(escape_name("plain_name.v-1"), "plain_name.v-1");
+    }
+
+    #[test]
+    fn c_format_matches_c_printf() {
+        // Expected texts from CPython's `%` operator, which follows C's printf.
+        let f = |fmt: &str, x: f64| CFormat::parse(fmt).and_then(|c| c.format_float(x));
+        assert_eq!(f("%.3f", 3.14159).as_deref(), Some("3.142"));
+        assert_eq!(f("%8.2f", -2.5).as_deref(), Some("   -2.50"));
+        assert_eq!(f("%-8.2e|", 12345.678).as_deref(), Some("1.23e+04|"));
+        assert_eq!(f("%+010.3g", 0.000123456).as_deref(), Some("+00.000123"));
+        assert_eq!(f("%G", 1e-20).as_deref(), Some("1E-20"));
+        assert_eq!(f("%#.0f", 2.0).as_deref(), Some("2."));
+        assert_eq!(f("%d", 2.0), None);
+        let i = |fmt: &str, v: i128| CFormat::parse(fmt).and_then(|c| c.format_int(v));
+        assert_eq!(i("%5d", -42).as_deref(), Some("  -42"));
+        assert_eq!(i("%05ld", 42).as_deref(), Some("00042"));
+        assert_eq!(i("%#x", 255).as_deref(), Some("0xff"));
+        assert_eq!(i("%.4d", 7).as_deref(), Some("0007"));
+        assert_eq!(i("v=%d m", 3).as_deref(), Some("v=3 m"));
+        assert_eq!(CFormat::parse("%s"), None);
+        assert_eq!(CFormat::parse("%d %d"), None);
     }
 
     #[test]

@@ -12,7 +12,7 @@
 use std::io::{self, BufWriter, Write};
 
 use crate::cdl::fmt::{
-    double_data, escape_name, escape_text, float_data, quote_char_row, write_attr_cdl,
+    double_data, escape_name, escape_text, float_data, quote_char_row, write_attr_cdl, CFormat,
 };
 use crate::chunk::{ChunkEngine, Hyperslab};
 use crate::model::{AttrValue, Attribute, Dataset, GroupId, NcType, VarId};
@@ -287,8 +287,56 @@ fn is_fill(nctype: NcType, fill: &Fill, val: &[u8]) -> bool {
     }
 }
 
+/// The variable's `C_format` attribute as ncdump uses it: a `char` attribute shorter than
+/// 100 characters. Formats outside [`CFormat`]'s single-conversion subset are ignored.
+fn c_format_of(ds: &Dataset, var: VarId) -> Option<CFormat> {
+    match &ds.var(var).attr("C_format")?.value {
+        AttrValue::Char(b) if !b.is_empty() && b.len() < 100 => {
+            CFormat::parse(std::str::from_utf8(b).ok()?.trim_end_matches('\0'))
+        }
+        _ => None,
+    }
+}
+
+/// One value formatted with a `C_format`, when the conversion suits the type.
+fn format_with(c: &CFormat, nctype: NcType, val: &[u8]) -> Option<String> {
+    let int = |v: i128| c.format_int(v);
+    match nctype {
+        NcType::Float => Some(f32_at(val))
+            .filter(|x| x.is_finite())
+            .and_then(|x| c.format_float(f64::from(x))),
+        NcType::Double => Some(f64_at(val))
+            .filter(|x| x.is_finite())
+            .and_then(|x| c.format_float(x)),
+        NcType::Byte => int(i128::from(val[0] as i8)),
+        NcType::UByte => int(i128::from(val[0])),
+        NcType::Short => int(i128::from(i16::from_ne_bytes([val[0], val[1]]))),
+        NcType::UShort => int(i128::from(u16::from_ne_bytes([val[0], val[1]]))),
+        NcType::Int => int(i128::from(i32::from_ne_bytes([
+            val[0], val[1], val[2], val[3],
+        ]))),
+        NcType::UInt => int(i128::from(u32::from_ne_bytes([
+            val[0], val[1], val[2], val[3],
+        ]))),
+        NcType::Int64 | NcType::UInt64 => {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&val[..8]);
+            if nctype == NcType::Int64 {
+                int(i128::from(i64::from_ne_bytes(a)))
+            } else {
+                int(i128::from(u64::from_ne_bytes(a)))
+            }
+        }
+        NcType::Char | NcType::String => None,
+    }
+}
+
 /// One value of a non-`char` variable as ncdump prints it in the data section.
-fn format_value(nctype: NcType, val: &[u8], out: &mut Vec<u8>) {
+fn format_value(nctype: NcType, cfmt: Option<&CFormat>, val: &[u8], out: &mut Vec<u8>) {
+    if let Some(text) = cfmt.and_then(|c| format_with(c, nctype, val)) {
+        out.extend_from_slice(text.as_bytes());
+        return;
+    }
     let text = match nctype {
         NcType::Byte => (val[0] as i8).to_string(),
         NcType::UByte => val[0].to_string(),
@@ -616,6 +664,7 @@ impl<'w> Cdl<'w> {
         }
         let rank = shape.len();
         let fill = fill_of(ds, v);
+        let cfmt = c_format_of(ds, v);
         let unlimited: Vec<bool> = var.dims.iter().map(|&d| ds.dim(d).unlimited).collect();
         self.raw(b"\n")?;
         self.indent_out()?;
@@ -678,7 +727,7 @@ impl<'w> Cdl<'w> {
                     if is_fill(var.nctype, &fill, val) {
                         piece.push(b'_');
                     } else {
-                        format_value(var.nctype, val, &mut piece);
+                        format_value(var.nctype, cfmt.as_ref(), val, &mut piece);
                     }
                     if i + 1 < ncols {
                         piece.extend_from_slice(b", ");
