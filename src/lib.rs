@@ -15,6 +15,7 @@ pub mod cdl;
 pub mod chunk;
 pub mod cli;
 pub mod codec;
+pub mod create;
 pub mod dataset;
 pub mod error;
 pub mod fuse;

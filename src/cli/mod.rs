@@ -4,7 +4,9 @@ use clap::{Parser, Subcommand};
 
 use crate::Result;
 
+mod copy;
 mod dump;
+mod gen;
 mod get;
 mod mount;
 
@@ -26,6 +28,10 @@ pub enum Command {
     Get(get::GetArgs),
     /// Serve a dataset as a FUSE filesystem.
     Mount(mount::MountArgs),
+    /// Create a dataset from a CDL file, like ncgen.
+    Gen(gen::GenArgs),
+    /// Copy a dataset to any storage and dialect, re-chunking and re-compressing, like nccopy.
+    Copy(copy::CopyArgs),
 }
 
 /// Runs the parsed command line; returns the process exit code.
@@ -34,5 +40,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Dump(args) => dump::run(args),
         Command::Get(args) => get::run(args),
         Command::Mount(args) => mount::run(args),
+        Command::Gen(args) => gen::run(args),
+        Command::Copy(args) => copy::run(args),
     }
 }

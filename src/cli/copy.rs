@@ -1,0 +1,475 @@
+//! `nczarrfs copy`: nccopy for NCZarr and Zarr. Any storage to any storage, any dialect to
+//! any dialect; re-chunking (`--chunks`, nccopy's `-c` forms) and re-compression.
+//!
+//! Values move in slabs of at most [`SLAB_BYTES`] aligned to the target's chunks, so memory
+//! stays bounded whatever the dataset's size. A CRC-32C of every variable's values is taken
+//! while copying; when the copy is complete it is read back from the target and compared,
+//! and a mismatch fails the command. The target is built in a hidden sibling (synced every
+//! [`SYNC_BYTES`], so even that is always a readable dataset) and renamed into place only
+//! after the verification.
+
+use std::io::{IsTerminal, Write};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::chunk::{ChunkEngine, Hyperslab};
+use crate::create::{
+    apply_mode_words, default_chunks, Codecs, CreateOptions, DatasetWriter, Staging,
+    WRITER_CACHE_BYTES,
+};
+use crate::dataset::{OpenDataset, DEFAULT_CACHE_BYTES};
+use crate::location::Location;
+use crate::model::{ByteOrder, CodecSpec, Dataset, VarId};
+use crate::{meta, zmap, Error, Result};
+
+/// Largest slab moved at once.
+pub const SLAB_BYTES: u64 = 32 << 20;
+/// The target is synced after this many bytes.
+pub const SYNC_BYTES: u64 = 256 << 20;
+
+/// Arguments of `copy`.
+#[derive(Debug, clap::Args)]
+pub struct CopyArgs {
+    /// Source dataset (path or URL).
+    pub src: String,
+    /// Target dataset (path or URL); replaced if it exists.
+    pub dst: String,
+    /// Mode words for the target, comma-separated: `nczarr` (default) or `zarr`,
+    /// `noxarray`, `consolidated`, `zip`, `file`.
+    #[arg(short = 'k', long = "mode", value_name = "WORDS")]
+    pub mode: Option<String>,
+    /// Chunking, as nccopy -c: `dim/n,dim2/m` (per dimension) or `var:n,m` (per variable).
+    /// May be repeated.
+    #[arg(short = 'c', long = "chunks", value_name = "SPEC")]
+    pub chunks: Vec<String>,
+    /// zlib level 0-9 for every variable (0 removes compression).
+    #[arg(short = 'd', long = "deflate", value_name = "N")]
+    pub deflate: Option<u32>,
+    /// Add the shuffle filter.
+    #[arg(short = 's', long = "shuffle")]
+    pub shuffle: bool,
+    /// Codec chain for every variable, in encoding order: e.g. `shuffle,zstd:5`, `bz2:9`,
+    /// `blosc:lz4:5:1`, `fletcher32`, `none`, or a JSON list of numcodecs objects.
+    #[arg(long = "codec", value_name = "CHAIN")]
+    pub codec: Option<String>,
+    /// Chunk key separator of the target: `.` (default) or `/`.
+    #[arg(long, value_name = "SEP", default_value = ".")]
+    pub dimension_separator: char,
+}
+
+/// Runs `copy`.
+pub fn run(args: CopyArgs) -> Result<i32> {
+    let src = OpenDataset::open(&args.src, DEFAULT_CACHE_BYTES)?;
+    let mut dst = Location::parse(&args.dst)?;
+    if let Some(w) = &args.mode {
+        apply_mode_words(&mut dst, w)?;
+    }
+    if !matches!(args.dimension_separator, '.' | '/') {
+        return Err(Error::Invalid(format!(
+            "dimension separator must be '.' or '/', not {:?}",
+            args.dimension_separator
+        )));
+    }
+    let mut opts = CreateOptions::from_mode(&dst.mode);
+    opts.separator = args.dimension_separator;
+    let codecs = match (&args.codec, args.deflate, args.shuffle) {
+        (Some(c), _, _) => {
+            let mut chain = Codecs::netcdf(None, args.shuffle, false).chain();
+            chain.extend(Codecs::parse(c)?.chain());
+            chain.extend(Codecs::netcdf(args.deflate.filter(|d| *d > 0), false, false).chain());
+            Some(Codecs::from_chain(chain))
+        }
+        (None, Some(d), s) => Some(Codecs::netcdf((d > 0).then_some(d), s, false)),
+        (None, None, true) => Some(Codecs::netcdf(Some(6), true, false)),
+        (None, None, false) => None,
+    };
+    if let Some(d) = args.deflate.filter(|d| *d > 9) {
+        return Err(Error::Invalid(format!(
+            "deflate level {d} is not between 0 and 9"
+        )));
+    }
+    let model = target_model(&src.model, codecs.as_ref(), &args.chunks)?;
+    copy_dataset(&src, model, &dst, opts)?;
+    Ok(0)
+}
+
+/// The target's model: the source's, with storage reset to what the target asks for.
+fn target_model(src: &Dataset, codecs: Option<&Codecs>, specs: &[String]) -> Result<Dataset> {
+    let mut ds = src.clone();
+    let chunking = parse_chunk_specs(specs)?;
+    for i in 0..ds.vars.len() {
+        let id = VarId(i);
+        let fqn = src.var_fqn(id);
+        let v = src.var(id);
+        if let Some(reason) = &v.storage.unreadable {
+            return Err(Error::Unreadable {
+                var: fqn,
+                reason: reason.clone(),
+            });
+        }
+        let dims: Vec<(u64, bool)> = v
+            .dims
+            .iter()
+            .map(|d| (src.dim(*d).len, src.dim(*d).unlimited))
+            .collect();
+        let mut chunks = if v.storage.chunks.len() == v.dims.len() && !v.dims.is_empty() {
+            v.storage.chunks.clone()
+        } else {
+            default_chunks(&dims, v.element_size())
+        };
+        for spec in &chunking {
+            match spec {
+                ChunkSpec::Var(name, c) => {
+                    if src.find_var(name) == Some(id) {
+                        if c.len() != v.dims.len() || c.contains(&0) {
+                            return Err(Error::Invalid(format!(
+                                "--chunks {name}: {c:?} does not fit {} dimension(s)",
+                                v.dims.len()
+                            )));
+                        }
+                        chunks = c.clone();
+                    }
+                }
+                ChunkSpec::Dim(name, n) => {
+                    for (k, d) in v.dims.iter().enumerate() {
+                        let dim = src.dim(*d);
+                        if dim.name == *name || src.dim_fqn(*d) == *name {
+                            // As nccopy: a length beyond a fixed dimension means the dimension.
+                            chunks[k] = if dim.unlimited {
+                                *n
+                            } else {
+                                (*n).min(dim.len.max(1))
+                            };
+                        }
+                    }
+                }
+            }
+        }
+        let codecs = match (codecs, &v.storage.codecs) {
+            (Some(c), _) => c.spec(),
+            (None, CodecSpec::V2 { .. }) => v.storage.codecs.clone(),
+            (None, CodecSpec::V3(_)) => {
+                return Err(Error::Unsupported(format!(
+                    "{fqn}: its Zarr v3 codecs cannot be written as Zarr v2; choose a chain with --codec"
+                )))
+            }
+        };
+        let big = v
+            .storage
+            .dtype
+            .as_ref()
+            .is_some_and(|d| d.order == ByteOrder::Big);
+        let st = &mut ds.vars[i].storage;
+        st.chunks = chunks;
+        st.codecs = codecs;
+        st.key = String::new();
+        if !big {
+            st.dtype = None;
+        }
+    }
+    Ok(ds)
+}
+
+/// One `--chunks` item.
+#[derive(Debug, Clone, PartialEq)]
+enum ChunkSpec {
+    /// `var:n,m`
+    Var(String, Vec<u64>),
+    /// `dim/n`
+    Dim(String, u64),
+}
+
+fn parse_chunk_specs(specs: &[String]) -> Result<Vec<ChunkSpec>> {
+    let mut out = Vec::new();
+    for spec in specs {
+        let bad = || {
+            Error::Invalid(format!(
+                "invalid --chunks {spec:?} (forms: dim/n,dim2/m or var:n,m)"
+            ))
+        };
+        if let Some((var, list)) = spec.split_once(':') {
+            let sizes = list
+                .split(',')
+                .map(|n| n.trim().parse::<u64>().ok().filter(|n| *n > 0))
+                .collect::<Option<Vec<u64>>>()
+                .ok_or_else(bad)?;
+            out.push(ChunkSpec::Var(var.trim().to_string(), sizes));
+        } else {
+            for item in spec.split(',').filter(|s| !s.trim().is_empty()) {
+                let (dim, n) = item.rsplit_once('/').ok_or_else(bad)?;
+                let n = n
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .ok_or_else(bad)?;
+                out.push(ChunkSpec::Dim(dim.trim().to_string(), n));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Copies every variable's values from `src` into a new dataset with `model` at `dst`,
+/// verifies them, and publishes the result.
+pub fn copy_dataset(
+    src: &OpenDataset,
+    model: Dataset,
+    dst: &Location,
+    opts: CreateOptions,
+) -> Result<()> {
+    let staging = Staging::new(dst)?;
+    let result = copy_into(src, model, &staging.temp, opts);
+    match result {
+        Ok(()) => staging.publish(),
+        Err(e) => {
+            staging.abandon();
+            Err(e)
+        }
+    }
+}
+
+fn copy_into(
+    src: &OpenDataset,
+    model: Dataset,
+    temp: &Location,
+    opts: CreateOptions,
+) -> Result<()> {
+    let mut w = DatasetWriter::create_with(temp, opts, model)?;
+    let total: u64 = (0..src.model.vars.len())
+        .map(|i| var_bytes(&src.model, VarId(i)))
+        .sum();
+    let mut progress = Progress::new(total);
+    let mut sums = Vec::with_capacity(src.model.vars.len());
+    let mut since_sync = 0u64;
+    for i in 0..src.model.vars.len() {
+        let var = VarId(i);
+        let mut crc = 0u32;
+        for slab in slabs(
+            &w.model().var_shape(var),
+            &w.model().var(var).storage.chunks,
+            esize(&src.model, var),
+        ) {
+            let mut buf = vec![0u8; slab_bytes(&slab, esize(&src.model, var))?];
+            src.engine.read(&src.model, var, &slab, &mut buf)?;
+            crc = crc32c::crc32c_append(crc, &buf);
+            w.write(var, &slab, &buf)?;
+            progress.add(buf.len() as u64);
+            since_sync += buf.len() as u64;
+            if since_sync >= SYNC_BYTES {
+                w.sync()?;
+                since_sync = 0;
+            }
+        }
+        sums.push(crc);
+    }
+    w.close()?;
+    progress.finish();
+    verify(temp, &sums)
+}
+
+/// Reads the finished copy back and compares each variable's checksum.
+fn verify(location: &Location, sums: &[u32]) -> Result<()> {
+    let map = zmap::open(location, false)?;
+    let model = meta::read_dataset(map.as_ref(), &location.mode)?;
+    let engine = ChunkEngine::new(Arc::clone(&map), WRITER_CACHE_BYTES);
+    for (i, want) in sums.iter().enumerate() {
+        let var = VarId(i);
+        if i >= model.vars.len() {
+            return Err(Error::Storage {
+                key: location.original.clone(),
+                reason: "verification failed: variables missing from the copy".into(),
+            });
+        }
+        let mut crc = 0u32;
+        let v = model.var(var);
+        for slab in slabs(&model.var_shape(var), &v.storage.chunks, v.element_size()) {
+            let mut buf = vec![0u8; slab_bytes(&slab, v.element_size())?];
+            engine.read(&model, var, &slab, &mut buf)?;
+            crc = crc32c::crc32c_append(crc, &buf);
+        }
+        if crc != *want {
+            return Err(Error::Storage {
+                key: v.storage.key.clone(),
+                reason: format!(
+                    "verification failed: {} reads back different values (crc32c {crc:08x}, copied {want:08x})",
+                    model.var_fqn(var)
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn esize(ds: &Dataset, var: VarId) -> usize {
+    ds.var(var).element_size()
+}
+
+fn var_bytes(ds: &Dataset, var: VarId) -> u64 {
+    ds.var_shape(var)
+        .iter()
+        .fold(esize(ds, var) as u64, |a, &n| a.saturating_mul(n))
+}
+
+fn slab_bytes(slab: &Hyperslab, esize: usize) -> Result<usize> {
+    usize::try_from(slab.len().saturating_mul(esize as u64))
+        .map_err(|_| Error::Invalid("slab too large for memory".into()))
+}
+
+/// The slabs covering an array of `shape`, each at most [`SLAB_BYTES`] when the chunking
+/// allows, aligned to `chunks`, in C order.
+pub fn slabs(shape: &[u64], chunks: &[u64], esize: usize) -> Vec<Hyperslab> {
+    if shape.contains(&0) {
+        return Vec::new();
+    }
+    if shape.is_empty() {
+        return vec![Hyperslab::whole(&[])];
+    }
+    let n = shape.len();
+    let chunk = |d: usize| {
+        chunks
+            .get(d)
+            .copied()
+            .unwrap_or(1)
+            .clamp(1, shape[d].max(1))
+    };
+    // inner[d]: bytes of one index step along dimension d.
+    let mut inner = vec![esize as u64; n];
+    for d in (0..n - 1).rev() {
+        inner[d] = inner[d + 1].saturating_mul(shape[d + 1]);
+    }
+    // The outermost dimension along which a chunk-aligned step fits the budget.
+    let split = (0..n)
+        .find(|&d| inner[d].saturating_mul(chunk(d)) <= SLAB_BYTES)
+        .unwrap_or(n - 1);
+    let step = {
+        let per = (SLAB_BYTES / inner[split].max(1)) / chunk(split) * chunk(split);
+        per.max(chunk(split).min(SLAB_BYTES / inner[split].max(1)).max(1))
+    };
+    let mut out = Vec::new();
+    let mut idx = vec![0u64; split];
+    loop {
+        let mut s = 0;
+        while s < shape[split] {
+            let c = step.min(shape[split] - s);
+            let mut start = idx.clone();
+            start.push(s);
+            start.extend(std::iter::repeat_n(0, n - split - 1));
+            let mut count = vec![1; split];
+            count.push(c);
+            count.extend_from_slice(&shape[split + 1..]);
+            out.push(Hyperslab {
+                start,
+                count,
+                stride: vec![1; n],
+            });
+            s += c;
+        }
+        // Odometer over the dimensions before `split`.
+        let mut d = split;
+        loop {
+            if d == 0 {
+                return out;
+            }
+            d -= 1;
+            idx[d] += 1;
+            if idx[d] < shape[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+}
+
+/// A `\r` progress line on stderr, only when stderr is a terminal.
+struct Progress {
+    total: u64,
+    done: u64,
+    last: Instant,
+    on: bool,
+}
+
+impl Progress {
+    fn new(total: u64) -> Self {
+        Progress {
+            total,
+            done: 0,
+            last: Instant::now(),
+            on: std::io::stderr().is_terminal() && total > 0,
+        }
+    }
+
+    fn add(&mut self, n: u64) {
+        self.done += n;
+        if self.on && self.last.elapsed() >= Duration::from_millis(200) {
+            self.last = Instant::now();
+            self.draw();
+        }
+    }
+
+    fn draw(&self) {
+        let pct = self.done as f64 * 100.0 / self.total as f64;
+        let mut err = std::io::stderr();
+        let _ = write!(
+            err,
+            "\rcopy: {pct:5.1}% ({} / {} MiB)",
+            self.done >> 20,
+            self.total >> 20
+        );
+        let _ = err.flush();
+    }
+
+    fn finish(&self) {
+        if self.on {
+            self.draw();
+            let _ = writeln!(std::io::stderr());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn covered(shape: &[u64], chunks: &[u64], esize: usize) -> u64 {
+        let s = slabs(shape, chunks, esize);
+        for slab in &s {
+            assert!(
+                slab.len() * esize as u64
+                    <= SLAB_BYTES.max(esize as u64 * chunks.iter().product::<u64>())
+            );
+        }
+        s.iter().map(Hyperslab::len).sum()
+    }
+
+    #[test]
+    fn slabs_cover_every_element_once_in_bounded_pieces() {
+        assert_eq!(covered(&[10, 20], &[3, 7], 4), 200);
+        // 64 Mi elements of 8 bytes: must be split.
+        let big = [1024u64, 1024, 64];
+        assert_eq!(covered(&big, &[16, 1024, 64], 8), 1024 * 1024 * 64);
+        assert!(slabs(&big, &[16, 1024, 64], 8).len() > 1);
+        // A single row larger than the budget is split along inner dimensions.
+        assert_eq!(
+            covered(&[2, 8192, 1024], &[1, 64, 1024], 8),
+            2 * 8192 * 1024
+        );
+        assert_eq!(slabs(&[], &[], 4).len(), 1);
+        assert!(slabs(&[0, 5], &[1, 5], 4).is_empty());
+    }
+
+    #[test]
+    fn chunk_specs_in_nccopy_forms() {
+        let s = parse_chunk_specs(&["time/1,lat/10".into(), "v:2,3".into()]).unwrap();
+        assert_eq!(
+            s,
+            vec![
+                ChunkSpec::Dim("time".into(), 1),
+                ChunkSpec::Dim("lat".into(), 10),
+                ChunkSpec::Var("v".into(), vec![2, 3]),
+            ]
+        );
+        assert!(parse_chunk_specs(&["lat".into()]).is_err());
+        assert!(parse_chunk_specs(&["v:0".into()]).is_err());
+    }
+}

@@ -1,0 +1,288 @@
+//! `nczarrfs gen`: ncgen for NCZarr. Parses a CDL file, creates the dataset and writes its
+//! data.
+//!
+//! Without `-o`, the dataset is written where ncgen writes: in the working directory, named
+//! after the CDL file (`x.cdl` → `x.file`, a directory store; `x.zip` with `--mode zip`).
+//! The dataset is built in a hidden sibling and renamed into place when complete, so a
+//! failure (or a kill) never leaves a partial dataset at the target.
+
+use std::path::{Path, PathBuf};
+
+use crate::cdl::parser::{parse_cdl, parse_cdl_file, Endianness, ParsedCdl, StorageLayout};
+use crate::chunk::Hyperslab;
+use crate::create::{apply_mode_words, Codecs, CreateOptions, DatasetWriter, Staging};
+use crate::location::Location;
+use crate::meta::writer::default_dtype;
+use crate::model::{AttrValue, ByteOrder, Dataset, NcType, VarId};
+use crate::{Error, Result};
+
+/// Arguments of `gen`.
+#[derive(Debug, clap::Args)]
+pub struct GenArgs {
+    /// Output location (path or URL); default: `NAME.file` in the working directory, NAME
+    /// being the CDL file's name without `.cdl`.
+    #[arg(short = 'o', long = "output", value_name = "LOCATION")]
+    pub output: Option<String>,
+    /// Mode words, comma-separated: `nczarr` (default) or `zarr`, `noxarray`, `consolidated`,
+    /// `zip`, `file`. ncgen's `-k nc4` / `netCDF-4` mean `nczarr`.
+    #[arg(short = 'k', long = "mode", value_name = "WORDS")]
+    pub mode: Option<String>,
+    /// Chunk key separator: `.` (default) or `/`.
+    #[arg(long, value_name = "SEP", default_value = ".")]
+    pub dimension_separator: char,
+    /// The CDL file (`-` for standard input).
+    pub cdl: PathBuf,
+}
+
+/// Runs `gen`.
+pub fn run(args: GenArgs) -> Result<i32> {
+    let parsed = if args.cdl.as_os_str() == "-" {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+            .map_err(|e| Error::io("-", e))?;
+        parse_cdl(&text, "-")?
+    } else {
+        parse_cdl_file(&args.cdl)?
+    };
+    let words = args.mode.as_deref().map(normalize_mode_words);
+    let zarr = words
+        .as_deref()
+        .is_some_and(|w| w.split(',').any(|x| x == "zarr"));
+    let zip = words
+        .as_deref()
+        .is_some_and(|w| w.split(',').any(|x| x == "zip"));
+    let output = match &args.output {
+        Some(o) => o.clone(),
+        None => default_output(&args.cdl, &parsed.name, zarr, zip),
+    };
+    let mut location = Location::parse(&output)?;
+    if let Some(w) = &words {
+        apply_mode_words(&mut location, w)?;
+    }
+    if !matches!(args.dimension_separator, '.' | '/') {
+        return Err(Error::Invalid(format!(
+            "dimension separator must be '.' or '/', not {:?}",
+            args.dimension_separator
+        )));
+    }
+    let mut opts = CreateOptions::from_mode(&location.mode);
+    opts.separator = args.dimension_separator;
+    generate(parsed, &location, opts)?;
+    Ok(0)
+}
+
+/// ncgen's format names as mode words.
+fn normalize_mode_words(words: &str) -> String {
+    words
+        .split(',')
+        .map(|w| match w.trim().to_ascii_lowercase().as_str() {
+            "nc4" | "netcdf-4" | "netcdf4" | "4" | "hdf5" => "nczarr".to_string(),
+            other => other.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// ncgen's output name: the CDL file's base name (the `netcdf NAME` for standard input).
+fn default_output(cdl: &Path, name: &str, zarr: bool, zip: bool) -> String {
+    let base = if cdl.as_os_str() == "-" {
+        name.to_string()
+    } else {
+        let file = cdl
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        file.strip_suffix(".cdl").unwrap_or(&file).to_string()
+    };
+    let ext = match (zip, zarr) {
+        (true, _) => "zip",
+        (false, true) => "zarr",
+        (false, false) => "file",
+    };
+    format!("{base}.{ext}")
+}
+
+/// Creates the dataset described by `parsed` at `location`: built in a staging place and
+/// published when complete; on any error nothing is left behind.
+pub fn generate(parsed: ParsedCdl, location: &Location, opts: CreateOptions) -> Result<()> {
+    let (model, data) = prepare(parsed)?;
+    let staging = Staging::new(location)?;
+    match write_all(&staging.temp, opts, model, data) {
+        Ok(()) => staging.publish(),
+        Err(e) => {
+            staging.abandon();
+            Err(e)
+        }
+    }
+}
+
+fn write_all(
+    location: &Location,
+    opts: CreateOptions,
+    model: Dataset,
+    data: Vec<Option<Vec<u8>>>,
+) -> Result<()> {
+    let mut w = DatasetWriter::create_with(location, opts, model)?;
+    for (i, values) in data.into_iter().enumerate() {
+        let Some(values) = values else { continue };
+        let var = VarId(i);
+        let shape = w.model().var_shape(var);
+        if shape.contains(&0) {
+            continue;
+        }
+        w.write(var, &Hyperslab::whole(&shape), &values)?;
+    }
+    w.close()
+}
+
+/// The model with ncgen's special attributes turned into storage settings, and the data.
+fn prepare(parsed: ParsedCdl) -> Result<(Dataset, Vec<Option<Vec<u8>>>)> {
+    let ParsedCdl {
+        mut dataset,
+        vars,
+        name: _,
+        globals: _,
+    } = parsed;
+    let default_maxstrlen = attr_int(
+        &dataset.group(Dataset::ROOT).attrs,
+        "_nczarr_default_maxstrlen",
+    );
+    let mut data = Vec::with_capacity(vars.len());
+    for (i, extras) in vars.into_iter().enumerate() {
+        let fqn = dataset.var_fqn(VarId(i));
+        let shape = dataset.var_shape(VarId(i));
+        let sp = extras.special;
+        let mut values = extras.data;
+        let var = &mut dataset.vars[i];
+        if let Some(q) = &sp.quantize {
+            return Err(Error::Unsupported(format!(
+                "{fqn}: {} (quantization) is not implemented",
+                q.0
+            )));
+        }
+        if let Some(chunks) = &sp.chunk_sizes {
+            if chunks.len() != var.dims.len() || chunks.contains(&0) {
+                return Err(Error::Invalid(format!(
+                    "{fqn}: _ChunkSizes {chunks:?} does not fit {} dimension(s)",
+                    var.dims.len()
+                )));
+            }
+            var.storage.chunks = chunks.clone();
+        }
+        if matches!(
+            sp.storage,
+            Some(StorageLayout::Contiguous | StorageLayout::Compact)
+        ) && sp.chunk_sizes.is_none()
+        {
+            // Zarr has no contiguous layout: one chunk holds the whole variable.
+            var.storage.chunks = shape.iter().map(|n| (*n).max(1)).collect();
+        }
+        let mut chain = Vec::new();
+        if sp.shuffle == Some(true) {
+            chain.extend(Codecs::netcdf(None, true, false).chain());
+        }
+        if sp.fletcher32 == Some(true) {
+            chain.extend(Codecs::netcdf(None, false, true).chain());
+        }
+        // `_Codecs` is the exact chain; `_Filter` the HDF5 spelling of the same thing.
+        if let Some(text) = &sp.codecs {
+            chain.extend(Codecs::from_json(text)?.chain());
+        } else if let Some(text) = &sp.filter {
+            chain.extend(
+                Codecs::from_hdf5_filter(text)
+                    .map_err(|e| Error::Invalid(format!("{fqn}: _Filter: {e}")))?
+                    .chain(),
+            );
+        }
+        if let Some(level) = sp.deflate_level.filter(|l| *l > 0) {
+            if level > 9 {
+                return Err(Error::Invalid(format!(
+                    "{fqn}: _DeflateLevel {level} is not between 0 and 9"
+                )));
+            }
+            chain.extend(Codecs::netcdf(Some(level), false, false).chain());
+        }
+        var.storage.codecs = Codecs::from_chain(chain).spec();
+        if sp.endianness == Some(Endianness::Big) {
+            let mut dtype = default_dtype(var.nctype, var.string_width, Default::default());
+            dtype.order = ByteOrder::Big;
+            var.storage.dtype = Some(dtype);
+        }
+        if sp.no_fill == Some(true) && var.attr("_FillValue").is_none() {
+            var.storage.fill_value = None;
+        }
+        if var.nctype == NcType::String {
+            let width = attr_int(&var.attrs, "_nczarr_maxstrlen").or(default_maxstrlen);
+            if let Some(w) = width.filter(|w| *w > 0) {
+                let old = var.string_width;
+                values = values.map(|v| rewidth(&v, old, w));
+                if let Some(f) = &var.storage.fill_value {
+                    var.storage.fill_value = Some(rewidth(f, old, w));
+                }
+                var.string_width = w;
+            }
+        }
+        data.push(values);
+    }
+    Ok((dataset, data))
+}
+
+/// An integer attribute's first value.
+fn attr_int(attrs: &[crate::model::Attribute], name: &str) -> Option<usize> {
+    let a = attrs.iter().find(|a| a.name == name)?;
+    let n: i128 = match &a.value {
+        AttrValue::Byte(v) => (*v.first()?).into(),
+        AttrValue::UByte(v) => (*v.first()?).into(),
+        AttrValue::Short(v) => (*v.first()?).into(),
+        AttrValue::UShort(v) => (*v.first()?).into(),
+        AttrValue::Int(v) => (*v.first()?).into(),
+        AttrValue::UInt(v) => (*v.first()?).into(),
+        AttrValue::Int64(v) => (*v.first()?).into(),
+        AttrValue::UInt64(v) => (*v.first()?).into(),
+        _ => return None,
+    };
+    usize::try_from(n).ok()
+}
+
+/// Re-pads fixed-width strings from `old` to `new` bytes per element, truncating longer ones
+/// as netcdf-c does with `_nczarr_maxstrlen`.
+fn rewidth(values: &[u8], old: usize, new: usize) -> Vec<u8> {
+    if old == 0 {
+        return values.to_vec();
+    }
+    let mut out = Vec::with_capacity(values.len() / old * new);
+    for s in values.chunks(old) {
+        let mut e = s[..s.len().min(new)].to_vec();
+        e.resize(new, 0);
+        out.extend_from_slice(&e);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_named_after_the_cdl_file_like_ncgen() {
+        // Debian ncgen 4.9: `ncgen -k nc4 sub/y.cdl` for `netcdf foo {` writes ./y.nc.
+        assert_eq!(
+            default_output(Path::new("sub/y.cdl"), "foo", false, false),
+            "y.file"
+        );
+        assert_eq!(
+            default_output(Path::new("y.cdl"), "foo", true, false),
+            "y.zarr"
+        );
+        assert_eq!(
+            default_output(Path::new("-"), "foo", false, true),
+            "foo.zip"
+        );
+    }
+
+    #[test]
+    fn strings_rewidth_truncates_and_pads() {
+        assert_eq!(rewidth(b"0123456789", 10, 4), b"0123");
+        assert_eq!(rewidth(b"ab\0cd\0", 3, 4), b"ab\0\0cd\0\0");
+    }
+}

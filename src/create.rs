@@ -1,0 +1,1134 @@
+//! The write side: creating a dataset, defining its groups, dimensions, variables and
+//! attributes, writing hyperslabs, renaming and deleting, and making it all durable.
+//!
+//! [`DatasetWriter`] owns a model and a chunk engine over a writable storage map. Values go
+//! through [`ChunkEngine::write`] (write-back: chunks stay in the cache until a flush or an
+//! eviction); [`DatasetWriter::sync`] stores dirty chunks first and metadata last, then
+//! flushes the map. Each object put is atomic, so a writer killed at any moment leaves a
+//! dataset whose metadata describes an older, complete state: chunks written since then are
+//! either invisible (beyond the recorded shape) or replace chunks of the same shape.
+//!
+//! Default chunk sizes follow netcdf-c's NCZarr rule (`ncz_find_default_chunksizes2`): about
+//! 4 MiB per chunk, spread evenly over the fixed dimensions, 1 along unlimited dimensions
+//! (4096 bytes' worth for a 1-D unlimited variable), then trimmed so the last chunk along
+//! each dimension does not overhang much.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+
+use crate::chunk::{ChunkEngine, Hyperslab};
+use crate::location::{Format, Location, Mode, Storage};
+use crate::meta::writer::{default_dtype, write_metadata, Dialect, WriteOptions};
+use crate::model::{
+    AttrValue, Attribute, ByteOrder, ChunkKeyEncoding, ChunkOrder, CodecSpec, Dataset, DimId,
+    DtypeKind, GroupId, NcType, VarId, VarStorage, Variable,
+};
+use crate::zmap::{join_key, ZMap};
+use crate::{meta, zmap, Error, Result};
+
+/// netcdf-c's default chunk size in bytes (`DEFAULT_CHUNK_SIZE`).
+const DEFAULT_CHUNK_BYTES: f64 = 4_194_304.0;
+/// netcdf-c's chunk length budget for 1-D unlimited variables (`DEFAULT_1D_UNLIM_SIZE`).
+const DEFAULT_1D_UNLIM_BYTES: u64 = 4096;
+/// Decoded-chunk cache of a writer: dirty chunks wait here until a flush.
+pub const WRITER_CACHE_BYTES: usize = 64 << 20;
+
+/// How a new dataset is written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreateOptions {
+    /// NCZarr or pure Zarr v2.
+    pub dialect: Dialect,
+    /// Write `_ARRAY_DIMENSIONS` (false for `noxarray`).
+    pub xarray: bool,
+    /// Write a consolidated `.zmetadata`.
+    pub consolidated: bool,
+    /// Chunk key separator, `.` (default) or `/`.
+    pub separator: char,
+}
+
+impl Default for CreateOptions {
+    fn default() -> Self {
+        CreateOptions {
+            dialect: Dialect::NcZarr,
+            xarray: true,
+            consolidated: false,
+            separator: '.',
+        }
+    }
+}
+
+impl CreateOptions {
+    /// The options a location's `#mode=` asks for (`nczarr` when it says nothing).
+    pub fn from_mode(mode: &Mode) -> Self {
+        CreateOptions {
+            dialect: match mode.format {
+                Some(Format::Zarr) => Dialect::Zarr,
+                _ => Dialect::NcZarr,
+            },
+            xarray: mode.xarray.unwrap_or(true),
+            consolidated: mode.consolidated,
+            separator: '.',
+        }
+    }
+
+    /// The metadata writer's options.
+    pub fn write_options(&self) -> WriteOptions {
+        WriteOptions {
+            dialect: self.dialect,
+            xarray: self.xarray,
+            consolidated: self.consolidated,
+            nc_properties: (self.dialect == Dialect::NcZarr).then(|| {
+                format!(
+                    "version=2,nczarrfs={},netcdf=4.10.1",
+                    env!("CARGO_PKG_VERSION")
+                )
+            }),
+        }
+    }
+}
+
+/// An ordered codec chain in Zarr v2 form: filters, then an optional compressor.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Codecs {
+    /// Codecs applied first when encoding, in order.
+    pub filters: Vec<Value>,
+    /// The last codec, when it is a compressor.
+    pub compressor: Option<Value>,
+}
+
+fn is_compressor(c: &Value) -> bool {
+    matches!(
+        c.get("id").and_then(Value::as_str),
+        Some("zlib" | "gzip" | "zstd" | "bz2" | "lz4" | "blosc")
+    )
+}
+
+impl Codecs {
+    /// A chain from codec objects in encoding order: a trailing compressor becomes the
+    /// `compressor`, everything before it a filter.
+    pub fn from_chain(mut chain: Vec<Value>) -> Codecs {
+        let compressor = match chain.last() {
+            Some(c) if is_compressor(c) => chain.pop(),
+            _ => None,
+        };
+        Codecs {
+            filters: chain,
+            compressor,
+        }
+    }
+
+    /// The chain in encoding order.
+    pub fn chain(&self) -> Vec<Value> {
+        let mut out = self.filters.clone();
+        out.extend(self.compressor.clone());
+        out
+    }
+
+    /// netCDF's classic settings: shuffle, then a fletcher32 checksum, then zlib.
+    pub fn netcdf(deflate: Option<u32>, shuffle: bool, fletcher32: bool) -> Codecs {
+        let mut chain = Vec::new();
+        if shuffle {
+            chain.push(json!({"id": "shuffle", "elementsize": 0}));
+        }
+        if fletcher32 {
+            chain.push(json!({"id": "fletcher32"}));
+        }
+        if let Some(level) = deflate {
+            chain.push(json!({"id": "zlib", "level": level}));
+        }
+        Codecs::from_chain(chain)
+    }
+
+    /// Parses a comma-separated list of codec words in encoding order: `none`, `shuffle`,
+    /// `fletcher32`, `zlib[:L]`, `gzip[:L]`, `zstd[:L]`, `bz2[:L]`, `lz4`,
+    /// `blosc[:CNAME[:L[:SHUFFLE]]]` (SHUFFLE 0, 1 or 2), or a JSON list of codec objects.
+    pub fn parse(spec: &str) -> Result<Codecs> {
+        let spec = spec.trim();
+        if spec.starts_with('[') {
+            return Codecs::from_json(spec);
+        }
+        let mut chain = Vec::new();
+        for word in spec.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+            let mut parts = word.split(':');
+            let name = parts.next().unwrap_or("").to_ascii_lowercase();
+            let args: Vec<&str> = parts.collect();
+            let bad = || Error::Invalid(format!("invalid codec {word:?}"));
+            let num = |i: usize, default: i64, lo: i64, hi: i64| -> Result<i64> {
+                match args.get(i) {
+                    None => Ok(default),
+                    Some(a) => a
+                        .parse::<i64>()
+                        .ok()
+                        .filter(|n| (lo..=hi).contains(n))
+                        .ok_or_else(bad),
+                }
+            };
+            let codec = match name.as_str() {
+                "none" => continue,
+                "shuffle" => json!({"id": "shuffle", "elementsize": 0}),
+                "fletcher32" => json!({"id": "fletcher32"}),
+                "zlib" | "deflate" => json!({"id": "zlib", "level": num(0, 6, 0, 9)?}),
+                "gzip" => json!({"id": "gzip", "level": num(0, 6, 0, 9)?}),
+                "zstd" => json!({"id": "zstd", "level": num(0, 3, -131072, 22)?}),
+                "bz2" | "bzip2" => json!({"id": "bz2", "level": num(0, 9, 1, 9)?}),
+                "lz4" => json!({"id": "lz4", "acceleration": 1}),
+                "blosc" => {
+                    let cname = args.first().copied().unwrap_or("lz4");
+                    if !["lz4", "lz4hc", "blosclz", "zstd", "zlib", "snappy"].contains(&cname) {
+                        return Err(bad());
+                    }
+                    json!({"id": "blosc", "cname": cname, "clevel": num(1, 5, 0, 9)?,
+                           "shuffle": num(2, 1, 0, 2)?, "blocksize": 0})
+                }
+                _ => return Err(bad()),
+            };
+            if args.len() > if name == "blosc" { 3 } else { 1 } {
+                return Err(bad());
+            }
+            chain.push(codec);
+        }
+        Ok(Codecs::from_chain(chain))
+    }
+
+    /// A `_Codecs` text: a JSON list of numcodecs objects.
+    pub fn from_json(text: &str) -> Result<Codecs> {
+        let v: Value = serde_json::from_str(text)
+            .map_err(|e| Error::Invalid(format!("_Codecs is not JSON ({e}): {text}")))?;
+        let Value::Array(list) = v else {
+            return Err(Error::Invalid(format!(
+                "_Codecs is not a JSON list: {text}"
+            )));
+        };
+        if let Some(bad) = list
+            .iter()
+            .find(|c| c.get("id").and_then(Value::as_str).is_none())
+        {
+            return Err(Error::Invalid(format!("codec without an \"id\": {bad}")));
+        }
+        Ok(Codecs::from_chain(list))
+    }
+
+    /// An HDF5 `_Filter` text (`id,param,...|id,...`) for the filters netcdf-c maps to
+    /// numcodecs: 1 deflate, 2 shuffle, 3 fletcher32, 307 bzip2, 32001 blosc, 32015 zstd.
+    pub fn from_hdf5_filter(text: &str) -> Result<Codecs> {
+        let mut chain = Vec::new();
+        for spec in text.split('|').map(str::trim).filter(|s| !s.is_empty()) {
+            let nums: Vec<i64> = spec
+                .split(',')
+                .map(|n| n.trim().parse::<i64>())
+                .collect::<std::result::Result<_, _>>()
+                .map_err(|_| Error::Invalid(format!("invalid _Filter entry {spec:?}")))?;
+            let param = |i: usize, default: i64| nums.get(i).copied().unwrap_or(default);
+            chain.push(match nums.first().copied().unwrap_or(0) {
+                1 => json!({"id": "zlib", "level": param(1, 6)}),
+                2 => json!({"id": "shuffle", "elementsize": 0}),
+                3 => json!({"id": "fletcher32"}),
+                307 => json!({"id": "bz2", "level": param(1, 9)}),
+                32015 => json!({"id": "zstd", "level": param(1, 3)}),
+                32001 => {
+                    let cname = ["blosclz", "lz4", "lz4hc", "snappy", "zlib", "zstd"]
+                        .get(usize::try_from(param(6, 1)).unwrap_or(1))
+                        .copied()
+                        .unwrap_or("lz4");
+                    json!({"id": "blosc", "cname": cname, "clevel": param(4, 5),
+                           "shuffle": param(5, 1), "blocksize": 0})
+                }
+                id => return Err(Error::Unsupported(format!(
+                    "HDF5 filter {id} has no Zarr codec here (known: 1, 2, 3, 307, 32001, 32015)"
+                ))),
+            });
+        }
+        Ok(Codecs::from_chain(chain))
+    }
+
+    /// The model's codec description.
+    pub fn spec(&self) -> CodecSpec {
+        CodecSpec::V2 {
+            filters: self.filters.clone(),
+            compressor: self.compressor.clone(),
+        }
+    }
+}
+
+/// A variable's fill setting.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum Fill {
+    /// netCDF's default fill value for the type (stored in `fill_value`, no attribute).
+    #[default]
+    Default,
+    /// No fill value (`_NoFill`): `fill_value` is `null`.
+    NoFill,
+    /// This native element; also shown as the `_FillValue` attribute.
+    Value(Vec<u8>),
+}
+
+/// How a new variable is stored.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct VarOptions {
+    /// Chunk lengths (one per dimension); `None` for netcdf-c's defaults.
+    pub chunks: Option<Vec<u64>>,
+    /// The codec chain.
+    pub codecs: Codecs,
+    /// The fill setting.
+    pub fill: Fill,
+    /// Store multi-byte numbers big-endian.
+    pub big_endian: bool,
+    /// Width in bytes of `string` elements (0: netcdf-c's default 128).
+    pub string_width: usize,
+}
+
+/// Where an attribute lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttrTarget {
+    /// A group's attribute (the root's are the global attributes).
+    Group(GroupId),
+    /// A variable's attribute.
+    Var(VarId),
+}
+
+/// netcdf-c's default chunk lengths for a variable of element size `esize` with dimensions
+/// `(len, unlimited)`.
+pub fn default_chunks(dims: &[(u64, bool)], esize: usize) -> Vec<u64> {
+    let esize = esize.max(1) as f64;
+    let n = dims.len();
+    let num_unlim = dims.iter().filter(|d| d.1).count();
+    let num_values: f64 = dims.iter().filter(|d| !d.1).map(|d| d.0 as f64).product();
+    let mut chunks: Vec<u64> = dims.iter().map(|d| u64::from(d.1)).collect();
+    if n == 1 && num_unlim == 1 {
+        // netcdf-c divides by the type size twice here; so do we, for identical layouts.
+        let suggested = (DEFAULT_CHUNK_BYTES / esize).min(DEFAULT_1D_UNLIM_BYTES as f64) as u64;
+        chunks[0] = (suggested / esize as u64).max(1);
+    }
+    if n > 1 && num_unlim == n {
+        let s = (DEFAULT_CHUNK_BYTES / esize).powf(1.0 / n as f64) as u64;
+        chunks = vec![s.max(1); n];
+    }
+    for (d, (len, unlim)) in dims.iter().enumerate() {
+        if !unlim {
+            let s = ((DEFAULT_CHUNK_BYTES / (num_values * esize))
+                .powf(1.0 / (n - num_unlim) as f64)
+                * *len as f64
+                - 0.5) as u64;
+            chunks[d] = s.min(*len).max(1);
+        }
+    }
+    // Chunks must stay below 4 GiB (netcdf-c's check_chunksizes).
+    while chunks.iter().map(|&c| c as f64).product::<f64>() * esize > u32::MAX as f64 {
+        for c in chunks.iter_mut() {
+            *c = (*c / 2).max(1);
+        }
+    }
+    for (d, (len, _)) in dims.iter().enumerate() {
+        let num_chunks = len.div_ceil(chunks[d]);
+        if num_chunks > 0 {
+            let overhang = num_chunks * chunks[d] - len;
+            chunks[d] -= overhang / num_chunks;
+        }
+    }
+    chunks
+}
+
+/// Checks a netCDF name (the rules ncgen and netcdf-c apply).
+pub fn check_name(name: &str) -> Result<()> {
+    let bad = |why: &str| Err(Error::Invalid(format!("invalid name {name:?}: {why}")));
+    let Some(first) = name.chars().next() else {
+        return bad("empty");
+    };
+    if name.contains('/') {
+        return bad("contains '/'");
+    }
+    if name.chars().any(|c| (c as u32) < 0x20 || c as u32 == 0x7f) {
+        return bad("contains control characters");
+    }
+    if !(first.is_ascii_alphanumeric() || first == '_' || !first.is_ascii()) {
+        return bad("must start with a letter, a digit, '_' or a UTF-8 character");
+    }
+    if name.ends_with(' ') {
+        return bad("ends with a space");
+    }
+    Ok(())
+}
+
+/// Every content-bearing key at or under `prefix`.
+pub fn keys_under(map: &dyn ZMap, prefix: &str) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    let mut stack = vec![prefix.to_string()];
+    while let Some(p) = stack.pop() {
+        let children = map.search(&p)?;
+        if children.is_empty() {
+            if !p.is_empty() && map.exists(&p)? {
+                out.push(p);
+            }
+            continue;
+        }
+        for c in children {
+            stack.push(join_key(&[&p, &c]));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// A dataset open for writing.
+#[derive(Debug)]
+pub struct DatasetWriter {
+    location: Location,
+    map: Arc<dyn ZMap>,
+    model: Dataset,
+    engine: ChunkEngine,
+    opts: CreateOptions,
+    /// Variables that may hold stored values (their fill value and dtype are fixed).
+    has_data: HashSet<VarId>,
+    meta_dirty: bool,
+}
+
+impl DatasetWriter {
+    /// Creates an empty dataset at `location`; refuses a location that already holds one.
+    /// The root group's metadata is written at once, so the new dataset opens right away.
+    pub fn create(location: &Location, opts: CreateOptions) -> Result<DatasetWriter> {
+        Self::create_with(location, opts, Dataset::new())
+    }
+
+    /// Creates a dataset at `location` holding `model`'s groups, dimensions, variables and
+    /// attributes. Each variable's storage is completed: its key from its group path, its
+    /// dtype from its type and the dialect (keeping a big-endian order), its shape from its
+    /// dimensions, netcdf-c's default chunks unless valid ones are given. Codecs and fill
+    /// values are kept as given.
+    pub fn create_with(
+        location: &Location,
+        opts: CreateOptions,
+        model: Dataset,
+    ) -> Result<DatasetWriter> {
+        let map = zmap::open(location, true)?;
+        if map.exists(".zgroup")? || map.exists(".zarray")? || map.exists(".nczarr")? {
+            return Err(Error::NotPermitted(format!(
+                "{} already holds a dataset",
+                location.original
+            )));
+        }
+        let mut w = DatasetWriter {
+            location: location.clone(),
+            engine: ChunkEngine::new(Arc::clone(&map), WRITER_CACHE_BYTES),
+            map,
+            model,
+            opts,
+            has_data: HashSet::new(),
+            meta_dirty: true,
+        };
+        for i in 0..w.model.vars.len() {
+            w.complete_storage(VarId(i))?;
+        }
+        w.write_meta()?;
+        w.map.flush()?;
+        Ok(w)
+    }
+
+    /// Opens an existing dataset for writing (a `rw` mount, appending records).
+    pub fn open(location: &Location) -> Result<DatasetWriter> {
+        let map = zmap::open(location, true)?;
+        let model = meta::read_dataset(map.as_ref(), &location.mode)?;
+        let probe = |key: &str| -> Result<bool> {
+            Ok(map
+                .get(key)?
+                .is_some_and(|b| String::from_utf8_lossy(&b).contains("_nczarr")))
+        };
+        let nczarr = match location.mode.format {
+            Some(Format::NcZarr) => true,
+            Some(Format::Zarr) => false,
+            None => probe(".zattrs")? || probe(".zgroup")? || map.exists(".nczarr")?,
+        };
+        let mut opts = CreateOptions::from_mode(&location.mode);
+        opts.dialect = if nczarr {
+            Dialect::NcZarr
+        } else {
+            Dialect::Zarr
+        };
+        if location.mode.xarray.is_none() {
+            opts.xarray = !nczarr || probe_xarray(map.as_ref(), &model)?;
+        }
+        opts.consolidated = opts.consolidated || map.exists(".zmetadata")?;
+        let has_data = (0..model.vars.len()).map(VarId).collect();
+        Ok(DatasetWriter {
+            location: location.clone(),
+            engine: ChunkEngine::new(Arc::clone(&map), WRITER_CACHE_BYTES),
+            map,
+            model,
+            opts,
+            has_data,
+            meta_dirty: false,
+        })
+    }
+
+    /// The model as defined so far.
+    pub fn model(&self) -> &Dataset {
+        &self.model
+    }
+
+    /// The chunk engine (reads see unflushed writes).
+    pub fn engine(&self) -> &ChunkEngine {
+        &self.engine
+    }
+
+    /// The storage map.
+    pub fn map(&self) -> &Arc<dyn ZMap> {
+        &self.map
+    }
+
+    /// Where the dataset is.
+    pub fn location(&self) -> &Location {
+        &self.location
+    }
+
+    /// The options the dataset is written with.
+    pub fn options(&self) -> &CreateOptions {
+        &self.opts
+    }
+
+    fn check_free_name(&self, group: GroupId, name: &str, what: &str) -> Result<()> {
+        check_name(name)?;
+        let clash = match what {
+            "dimension" => self.model.find_dim_in(group, name).is_some(),
+            _ => {
+                self.model.find_var_in(group, name).is_some()
+                    || self.model.find_group_in(group, name).is_some()
+            }
+        };
+        if clash {
+            return Err(Error::NotPermitted(format!(
+                "{} already exists",
+                self.model.fqn_in(group, name)
+            )));
+        }
+        Ok(())
+    }
+
+    /// Adds a subgroup.
+    pub fn add_group(&mut self, parent: GroupId, name: &str) -> Result<GroupId> {
+        self.check_free_name(parent, name, "group")?;
+        self.meta_dirty = true;
+        Ok(self.model.add_group(parent, name))
+    }
+
+    /// Adds a dimension (an unlimited one starts at `len`, usually 0).
+    pub fn add_dim(
+        &mut self,
+        group: GroupId,
+        name: &str,
+        len: u64,
+        unlimited: bool,
+    ) -> Result<DimId> {
+        self.check_free_name(group, name, "dimension")?;
+        self.meta_dirty = true;
+        Ok(self.model.add_dim(group, name, len, unlimited))
+    }
+
+    /// Adds a variable over dimensions visible from `group`.
+    pub fn add_var(
+        &mut self,
+        group: GroupId,
+        name: &str,
+        nctype: NcType,
+        dims: &[DimId],
+        opts: VarOptions,
+    ) -> Result<VarId> {
+        self.check_free_name(group, name, "variable")?;
+        for d in dims {
+            let dim = self.model.dims.get(d.0).ok_or_else(|| {
+                Error::NotFound(format!("dimension #{} for variable {name}", d.0))
+            })?;
+            if self.model.find_dim_visible(group, &dim.name) != Some(*d) {
+                return Err(Error::NotPermitted(format!(
+                    "dimension {} is not visible from {}",
+                    self.model.dim_fqn(*d),
+                    self.model.group_fqn(group)
+                )));
+            }
+        }
+        let string_width = match (nctype, opts.string_width) {
+            (NcType::String, 0) => 128,
+            (NcType::String, w) => w,
+            _ => 0,
+        };
+        let mut var = Variable {
+            name: name.to_string(),
+            group,
+            nctype,
+            dims: dims.to_vec(),
+            string_width,
+            attrs: Vec::new(),
+            storage: VarStorage {
+                chunks: opts.chunks.clone().unwrap_or_default(),
+                codecs: opts.codecs.spec(),
+                ..VarStorage::default()
+            },
+        };
+        if opts.big_endian {
+            let mut dtype = default_dtype(nctype, string_width, self.opts.dialect);
+            dtype.order = ByteOrder::Big;
+            var.storage.dtype = Some(dtype);
+        }
+        var.storage.fill_value = match &opts.fill {
+            Fill::Default => Some(padded(nctype.default_fill(), var.element_size())),
+            Fill::NoFill => None,
+            Fill::Value(bytes) => {
+                if bytes.len() != var.element_size() {
+                    return Err(Error::Invalid(format!(
+                        "fill value of {} bytes for {name} (elements of {} bytes)",
+                        bytes.len(),
+                        var.element_size()
+                    )));
+                }
+                var.attrs.push(Attribute {
+                    name: "_FillValue".into(),
+                    value: native_to_attr(nctype, bytes),
+                });
+                Some(bytes.clone())
+            }
+        };
+        if let Some(chunks) = &opts.chunks {
+            if chunks.len() != dims.len() || chunks.contains(&0) {
+                return Err(Error::Invalid(format!(
+                    "chunk sizes {chunks:?} for {name} with {} dimension(s)",
+                    dims.len()
+                )));
+            }
+        }
+        let id = self.model.add_var(var);
+        self.complete_storage(id)?;
+        self.meta_dirty = true;
+        Ok(id)
+    }
+
+    /// Fills in a variable's storage description (see [`DatasetWriter::create_with`]).
+    fn complete_storage(&mut self, id: VarId) -> Result<()> {
+        let dialect = self.opts.dialect;
+        let shape = self.stored_shape(id);
+        let dims: Vec<(u64, bool)> = self
+            .model
+            .var(id)
+            .dims
+            .iter()
+            .map(|d| (self.model.dim(*d).len, self.model.dim(*d).unlimited))
+            .collect();
+        let key = {
+            let v = self.model.var(id);
+            join_key(&[&self.model.group_path(v.group).join("/"), &v.name])
+        };
+        let v = &mut self.model.vars[id.0];
+        if v.nctype == NcType::String && v.string_width == 0 {
+            v.string_width = 128;
+        }
+        let big =
+            v.storage.dtype.as_ref().is_some_and(|d| {
+                d.order == ByteOrder::Big && d.size > 1 && d.kind != DtypeKind::Bytes
+            });
+        let mut dtype = default_dtype(v.nctype, v.string_width, dialect);
+        if big && dtype.order == ByteOrder::Little {
+            dtype.order = ByteOrder::Big;
+        }
+        let chunks_ok = if v.dims.is_empty() {
+            false
+        } else {
+            v.storage.chunks.len() == v.dims.len() && !v.storage.chunks.contains(&0)
+        };
+        let chunks = if chunks_ok {
+            v.storage.chunks.clone()
+        } else if v.dims.is_empty() {
+            shape.iter().map(|_| 1).collect()
+        } else {
+            default_chunks(&dims, dtype.size)
+        };
+        if let CodecSpec::V3(_) = v.storage.codecs {
+            return Err(Error::Unsupported(format!(
+                "writing Zarr v3 codec chains ({key})"
+            )));
+        }
+        let esize = v.element_size();
+        if let Some(f) = &mut v.storage.fill_value {
+            f.resize(esize, 0);
+        }
+        v.storage = VarStorage {
+            key,
+            dtype: Some(dtype),
+            shape,
+            chunks,
+            order: ChunkOrder::C,
+            key_encoding: ChunkKeyEncoding::V2 {
+                separator: self.opts.separator,
+            },
+            fill_value: v.storage.fill_value.take(),
+            codecs: std::mem::take(&mut v.storage.codecs),
+            unreadable: None,
+        };
+        Ok(())
+    }
+
+    /// The stored shape of a variable: its dimension lengths (`[1]` for an NCZarr scalar,
+    /// `[]` for a pure Zarr one).
+    fn stored_shape(&self, id: VarId) -> Vec<u64> {
+        let shape = self.model.var_shape(id);
+        if shape.is_empty() && self.opts.dialect == Dialect::NcZarr {
+            vec![1]
+        } else {
+            shape
+        }
+    }
+
+    /// Sets or replaces an attribute. `_FillValue` on a variable also sets its fill value,
+    /// which is only possible before values are written.
+    pub fn put_attr(&mut self, target: AttrTarget, name: &str, value: AttrValue) -> Result<()> {
+        check_name(name)?;
+        if let AttrTarget::Var(v) = target {
+            if name == "_FillValue" {
+                self.set_fill(v, Some(&value))?;
+            }
+        }
+        let attrs = self.attrs_mut(target)?;
+        match attrs.iter_mut().find(|a| a.name == name) {
+            Some(a) => a.value = value,
+            None => attrs.push(Attribute {
+                name: name.to_string(),
+                value,
+            }),
+        }
+        self.meta_dirty = true;
+        Ok(())
+    }
+
+    /// Deletes an attribute; deleting a variable's `_FillValue` restores the default fill.
+    pub fn del_attr(&mut self, target: AttrTarget, name: &str) -> Result<()> {
+        let pos = self
+            .attrs_mut(target)?
+            .iter()
+            .position(|a| a.name == name)
+            .ok_or_else(|| Error::NotFound(format!("attribute {name}")))?;
+        if let AttrTarget::Var(v) = target {
+            if name == "_FillValue" {
+                self.set_fill(v, None)?;
+            }
+        }
+        self.attrs_mut(target)?.remove(pos);
+        self.meta_dirty = true;
+        Ok(())
+    }
+
+    /// Renames an attribute (`_FillValue` cannot be renamed: it would change the fill value).
+    pub fn rename_attr(&mut self, target: AttrTarget, from: &str, to: &str) -> Result<()> {
+        check_name(to)?;
+        if from == "_FillValue" || to == "_FillValue" {
+            return Err(Error::NotPermitted("renaming to or from _FillValue".into()));
+        }
+        let attrs = self.attrs_mut(target)?;
+        if attrs.iter().any(|a| a.name == to) {
+            return Err(Error::NotPermitted(format!(
+                "attribute {to} already exists"
+            )));
+        }
+        let a = attrs
+            .iter_mut()
+            .find(|a| a.name == from)
+            .ok_or_else(|| Error::NotFound(format!("attribute {from}")))?;
+        a.name = to.to_string();
+        self.meta_dirty = true;
+        Ok(())
+    }
+
+    fn attrs_mut(&mut self, target: AttrTarget) -> Result<&mut Vec<Attribute>> {
+        match target {
+            AttrTarget::Group(g) => self
+                .model
+                .groups
+                .get_mut(g.0)
+                .map(|g| &mut g.attrs)
+                .ok_or_else(|| Error::NotFound(format!("group #{}", g.0))),
+            AttrTarget::Var(v) => self
+                .model
+                .vars
+                .get_mut(v.0)
+                .map(|v| &mut v.attrs)
+                .ok_or_else(|| Error::NotFound(format!("variable #{}", v.0))),
+        }
+    }
+
+    fn set_fill(&mut self, v: VarId, value: Option<&AttrValue>) -> Result<()> {
+        let fqn = self.model.var_fqn(v);
+        if self.has_data.contains(&v) {
+            return Err(Error::NotPermitted(format!(
+                "{fqn}: the fill value cannot change once values are stored"
+            )));
+        }
+        let var = &self.model.vars[v.0];
+        let bytes = match value {
+            None => padded(var.nctype.default_fill(), var.element_size()),
+            Some(value) => {
+                if value.nctype() != var.nctype || value.len() != 1 {
+                    return Err(Error::Invalid(format!(
+                        "{fqn}: _FillValue must be one {} value",
+                        var.nctype.cdl_name()
+                    )));
+                }
+                let bytes = attr_to_native(value);
+                if var.nctype == NcType::String && bytes.len() > var.string_width {
+                    return Err(Error::Invalid(format!(
+                        "{fqn}: _FillValue longer than the string width {}",
+                        var.string_width
+                    )));
+                }
+                padded(bytes, var.element_size())
+            }
+        };
+        self.model.vars[v.0].storage.fill_value = Some(bytes);
+        Ok(())
+    }
+
+    /// Renames a dimension.
+    pub fn rename_dim(&mut self, dim: DimId, to: &str) -> Result<()> {
+        let g = self.model.dims.get(dim.0).map(|d| d.group);
+        let g = g.ok_or_else(|| Error::NotFound(format!("dimension #{}", dim.0)))?;
+        self.check_free_name(g, to, "dimension")?;
+        self.model.dims[dim.0].name = to.to_string();
+        self.meta_dirty = true;
+        Ok(())
+    }
+
+    /// Renames a variable: its objects move to the new key.
+    pub fn rename_var(&mut self, var: VarId, to: &str) -> Result<()> {
+        let g = self.model.vars.get(var.0).map(|v| v.group);
+        let g = g.ok_or_else(|| Error::NotFound(format!("variable #{}", var.0)))?;
+        self.check_free_name(g, to, "variable")?;
+        let old = self.model.var(var).storage.key.clone();
+        let new = join_key(&[&self.model.group_path(g).join("/"), to]);
+        self.model.vars[var.0].name = to.to_string();
+        self.model.vars[var.0].storage.key = new.clone();
+        self.move_prefix(&old, &new)
+    }
+
+    /// Renames a group (not the root): everything under it moves to the new key.
+    pub fn rename_group(&mut self, group: GroupId, to: &str) -> Result<()> {
+        let parent = self
+            .model
+            .groups
+            .get(group.0)
+            .ok_or_else(|| Error::NotFound(format!("group #{}", group.0)))?
+            .parent
+            .ok_or_else(|| Error::NotPermitted("renaming the root group".into()))?;
+        self.check_free_name(parent, to, "group")?;
+        let old = self.model.group_path(group).join("/");
+        self.model.groups[group.0].name = to.to_string();
+        let new = self.model.group_path(group).join("/");
+        let old_slash = format!("{old}/");
+        for v in &mut self.model.vars {
+            if let Some(rest) = v.storage.key.strip_prefix(&old_slash) {
+                v.storage.key = format!("{new}/{rest}");
+            }
+        }
+        self.move_prefix(&old, &new)
+    }
+
+    /// Copies every object under `old` to `new`, writes the new metadata, then deletes the
+    /// old objects: a crash in between leaves stray copies, never a dangling reference.
+    fn move_prefix(&mut self, old: &str, new: &str) -> Result<()> {
+        self.engine.flush()?;
+        self.engine.invalidate(old)?;
+        for key in keys_under(self.map.as_ref(), old)? {
+            let rest = &key[old.len()..];
+            if let Some(value) = self.map.get(&key)? {
+                self.map.put(&format!("{new}{rest}"), &value)?;
+            }
+        }
+        self.meta_dirty = true;
+        self.write_meta()?;
+        self.map.delete(old)?;
+        self.map.flush()
+    }
+
+    /// Sets the length of an unlimited dimension (growing only), updating the stored shape
+    /// of every variable that uses it.
+    pub fn grow_dim(&mut self, dim: DimId, len: u64) -> Result<()> {
+        let d = self
+            .model
+            .dims
+            .get(dim.0)
+            .ok_or_else(|| Error::NotFound(format!("dimension #{}", dim.0)))?;
+        if len <= d.len {
+            return Ok(());
+        }
+        if !d.unlimited {
+            return Err(Error::InvalidHyperslab(format!(
+                "dimension {} has fixed length {}; cannot grow to {len}",
+                self.model.dim_fqn(dim),
+                d.len
+            )));
+        }
+        self.model.dims[dim.0].len = len;
+        for i in 0..self.model.vars.len() {
+            if self.model.vars[i].dims.contains(&dim) {
+                self.model.vars[i].storage.shape = self.stored_shape(VarId(i));
+            }
+        }
+        self.meta_dirty = true;
+        Ok(())
+    }
+
+    /// Writes `data` (native representation, C order) into `slab` of `var`, growing
+    /// unlimited dimensions as needed; writing past a fixed dimension is an error.
+    pub fn write(&mut self, var: VarId, slab: &Hyperslab, data: &[u8]) -> Result<()> {
+        let v = self
+            .model
+            .vars
+            .get(var.0)
+            .ok_or_else(|| Error::NotFound(format!("variable #{}", var.0)))?;
+        let dims = v.dims.clone();
+        if slab.start.len() != dims.len()
+            || slab.count.len() != dims.len()
+            || slab.stride.len() != dims.len()
+        {
+            return Err(Error::InvalidHyperslab(format!(
+                "{} dimension(s) in a hyperslab of {}",
+                slab.start.len(),
+                self.model.var_fqn(var)
+            )));
+        }
+        for (i, d) in dims.iter().enumerate() {
+            if slab.count[i] == 0 {
+                continue;
+            }
+            let end = slab.stride[i]
+                .checked_mul(slab.count[i] - 1)
+                .and_then(|x| x.checked_add(slab.start[i]))
+                .and_then(|x| x.checked_add(1))
+                .ok_or_else(|| Error::InvalidHyperslab("hyperslab overflows".into()))?;
+            if end > self.model.dim(*d).len {
+                if !self.model.dim(*d).unlimited {
+                    return Err(Error::InvalidHyperslab(format!(
+                        "write to {} up to index {} beyond dimension {} of length {}",
+                        self.model.var_fqn(var),
+                        end - 1,
+                        self.model.dim_fqn(*d),
+                        self.model.dim(*d).len
+                    )));
+                }
+                self.grow_dim(*d, end)?;
+            }
+        }
+        self.engine.write(&self.model, var, slab, data)?;
+        self.has_data.insert(var);
+        Ok(())
+    }
+
+    /// Reads `slab` of `var` (seeing unflushed writes).
+    pub fn read(&self, var: VarId, slab: &Hyperslab, out: &mut [u8]) -> Result<()> {
+        self.engine.read(&self.model, var, slab, out)
+    }
+
+    fn write_meta(&mut self) -> Result<()> {
+        write_metadata(self.map.as_ref(), &self.model, &self.opts.write_options())?;
+        self.meta_dirty = false;
+        Ok(())
+    }
+
+    /// Makes everything durable: dirty chunks first, then the metadata, then the map's own
+    /// flush (a zip archive is rewritten here).
+    pub fn sync(&mut self) -> Result<()> {
+        self.engine.flush()?;
+        // Metadata is always rewritten: a grown dimension may come from another writer's
+        // handle of the model, and it is small.
+        self.meta_dirty = true;
+        self.write_meta()?;
+        self.map.flush()
+    }
+
+    /// Syncs and closes.
+    pub fn close(mut self) -> Result<()> {
+        self.sync()
+    }
+}
+
+/// Whether an opened NCZarr dataset carries `_ARRAY_DIMENSIONS` (so rewrites keep it).
+fn probe_xarray(map: &dyn ZMap, model: &Dataset) -> Result<bool> {
+    match model.vars.first() {
+        None => Ok(true),
+        Some(v) => Ok(map
+            .get(&join_key(&[&v.storage.key, ".zattrs"]))?
+            .is_some_and(|b| String::from_utf8_lossy(&b).contains("_ARRAY_DIMENSIONS"))),
+    }
+}
+
+fn padded(mut bytes: Vec<u8>, size: usize) -> Vec<u8> {
+    bytes.resize(size, 0);
+    bytes
+}
+
+/// One attribute value as a native element (the first value; strings as UTF-8 bytes).
+pub fn attr_to_native(value: &AttrValue) -> Vec<u8> {
+    fn first<T: Copy, const N: usize>(v: &[T], f: impl Fn(T) -> [u8; N]) -> Vec<u8> {
+        v.first().map(|x| f(*x).to_vec()).unwrap_or_default()
+    }
+    match value {
+        AttrValue::Byte(v) => first(v, i8::to_le_bytes),
+        AttrValue::UByte(v) => first(v, u8::to_le_bytes),
+        AttrValue::Short(v) => first(v, i16::to_le_bytes),
+        AttrValue::UShort(v) => first(v, u16::to_le_bytes),
+        AttrValue::Int(v) => first(v, i32::to_le_bytes),
+        AttrValue::UInt(v) => first(v, u32::to_le_bytes),
+        AttrValue::Int64(v) => first(v, i64::to_le_bytes),
+        AttrValue::UInt64(v) => first(v, u64::to_le_bytes),
+        AttrValue::Float(v) => first(v, f32::to_le_bytes),
+        AttrValue::Double(v) => first(v, f64::to_le_bytes),
+        AttrValue::Char(v) => v.first().map(|c| vec![*c]).unwrap_or_default(),
+        AttrValue::Str(v) => v.first().map(|s| s.as_bytes().to_vec()).unwrap_or_default(),
+    }
+}
+
+/// One native element as a one-value attribute of type `nctype`.
+pub fn native_to_attr(nctype: NcType, bytes: &[u8]) -> AttrValue {
+    let mut b = [0u8; 8];
+    let n = bytes.len().min(8);
+    b[..n].copy_from_slice(&bytes[..n]);
+    let b2 = [b[0], b[1]];
+    let b4 = [b[0], b[1], b[2], b[3]];
+    match nctype {
+        NcType::Byte => AttrValue::Byte(vec![b[0] as i8]),
+        NcType::UByte => AttrValue::UByte(vec![b[0]]),
+        NcType::Short => AttrValue::Short(vec![i16::from_le_bytes(b2)]),
+        NcType::UShort => AttrValue::UShort(vec![u16::from_le_bytes(b2)]),
+        NcType::Int => AttrValue::Int(vec![i32::from_le_bytes(b4)]),
+        NcType::UInt => AttrValue::UInt(vec![u32::from_le_bytes(b4)]),
+        NcType::Int64 => AttrValue::Int64(vec![i64::from_le_bytes(b)]),
+        NcType::UInt64 => AttrValue::UInt64(vec![u64::from_le_bytes(b)]),
+        NcType::Float => AttrValue::Float(vec![f32::from_le_bytes(b4)]),
+        NcType::Double => AttrValue::Double(vec![f64::from_le_bytes(b)]),
+        NcType::Char => AttrValue::Char(vec![b[0]]),
+        NcType::String => {
+            let end = bytes.iter().position(|c| *c == 0).unwrap_or(bytes.len());
+            AttrValue::Str(vec![String::from_utf8_lossy(&bytes[..end]).into_owned()])
+        }
+    }
+}
+
+/// Applies `mode=` words (`nczarr`, `zarr`, `xarray`, `noxarray`, `consolidated`, `file`,
+/// `zip`, comma-separated) to a parsed location; words override what its fragment said.
+pub fn apply_mode_words(location: &mut Location, words: &str) -> Result<()> {
+    let probe = Location::parse(&format!("file:///mode-probe#mode={words}"))?;
+    let m = probe.mode;
+    if m.format.is_some() {
+        location.mode.format = m.format;
+    }
+    if m.xarray.is_some() {
+        location.mode.xarray = m.xarray;
+    }
+    if m.zarr_version.is_some() {
+        location.mode.zarr_version = m.zarr_version;
+    }
+    location.mode.consolidated |= m.consolidated;
+    let has = |w: &str| words.split(',').any(|x| x.trim().eq_ignore_ascii_case(w));
+    let path = match &location.storage {
+        Storage::File(p) | Storage::Zip(p) => Some(p.clone()),
+        _ => None,
+    };
+    if let Some(p) = path {
+        if has("zip") {
+            location.storage = Storage::Zip(p);
+        } else if has("file") {
+            location.storage = Storage::File(p);
+        }
+    }
+    Ok(())
+}
+
+/// A dataset being built beside its final place, published by a rename when complete, so
+/// that nobody ever sees a half-written dataset at the final location.
+#[derive(Debug)]
+pub struct Staging {
+    /// Where the dataset is written first (the final location itself for S3 and memory).
+    pub temp: Location,
+    /// Where it goes.
+    pub target: Location,
+}
+
+impl Staging {
+    /// Plans the staging of `target`: a hidden sibling `.NAME.nczarrfs-PID` for local storage.
+    /// An existing temporary of the same name is removed.
+    pub fn new(target: &Location) -> Result<Staging> {
+        let sibling = |p: &Path| -> PathBuf {
+            let name = p
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "dataset".into());
+            p.with_file_name(format!(".{name}.nczarrfs-{}", std::process::id()))
+        };
+        let storage = match &target.storage {
+            Storage::File(p) => Storage::File(sibling(p)),
+            Storage::Zip(p) => Storage::Zip(sibling(p)),
+            other => other.clone(),
+        };
+        let temp = Location {
+            original: target.original.clone(),
+            storage,
+            mode: target.mode.clone(),
+        };
+        if temp != *target {
+            remove_storage(&temp)?;
+        }
+        Ok(Staging {
+            temp,
+            target: target.clone(),
+        })
+    }
+
+    /// Moves the finished dataset into place, replacing what was there.
+    pub fn publish(self) -> Result<()> {
+        let (from, to) = match (&self.temp.storage, &self.target.storage) {
+            (Storage::File(a), Storage::File(b)) | (Storage::Zip(a), Storage::Zip(b)) => (a, b),
+            _ => return Ok(()),
+        };
+        if from == to {
+            return Ok(());
+        }
+        if to.is_dir() {
+            // A directory cannot be replaced by rename: move the old one aside first.
+            let old = from.with_extension("old");
+            std::fs::rename(to, &old).map_err(|e| Error::io(to, e))?;
+            std::fs::rename(from, to).map_err(|e| Error::io(to, e))?;
+            std::fs::remove_dir_all(&old).map_err(|e| Error::io(&old, e))
+        } else {
+            std::fs::rename(from, to).map_err(|e| Error::io(to, e))
+        }
+    }
+
+    /// Removes the temporary dataset (after a failure).
+    pub fn abandon(self) {
+        if self.temp != self.target {
+            if let Err(e) = remove_storage(&self.temp) {
+                log::warn!("could not remove {}: {e}", describe(&self.temp));
+            }
+        }
+    }
+}
+
+fn describe(location: &Location) -> String {
+    match &location.storage {
+        Storage::File(p) | Storage::Zip(p) => p.display().to_string(),
+        _ => location.original.clone(),
+    }
+}
+
+/// Removes a local dataset's directory or archive, if present.
+fn remove_storage(location: &Location) -> Result<()> {
+    let p = match &location.storage {
+        Storage::File(p) | Storage::Zip(p) => p,
+        _ => return Ok(()),
+    };
+    let r = if p.is_dir() {
+        std::fs::remove_dir_all(p)
+    } else {
+        std::fs::remove_file(p)
+    };
+    match r {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(p, e)),
+        _ => Ok(()),
+    }
+}
