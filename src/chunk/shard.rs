@@ -546,3 +546,207 @@ impl ChunkEngine {
         Ok(Some(native))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chunk::Hyperslab;
+    use crate::location::Mode;
+    use crate::meta::read_dataset;
+    use crate::zmap::MemoryMap;
+
+    /// A map that records every ranged read, to check that sharded reads are partial.
+    #[derive(Debug)]
+    struct Counting {
+        inner: MemoryMap,
+        log: Mutex<Vec<String>>,
+    }
+
+    impl ZMap for Counting {
+        fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+            self.log.lock().unwrap().push(format!("get {key}"));
+            self.inner.get(key)
+        }
+        fn get_range(&self, key: &str, offset: u64, len: u64) -> Result<Option<Vec<u8>>> {
+            self.log
+                .lock()
+                .unwrap()
+                .push(format!("range {key} {offset} {len}"));
+            self.inner.get_range(key, offset, len)
+        }
+        fn get_suffix(&self, key: &str, len: u64) -> Result<Option<Vec<u8>>> {
+            self.log.lock().unwrap().push(format!("suffix {key} {len}"));
+            self.inner.get_suffix(key, len)
+        }
+        fn put(&self, key: &str, value: &[u8]) -> Result<()> {
+            self.inner.put(key, value)
+        }
+        fn delete(&self, key: &str) -> Result<()> {
+            self.inner.delete(key)
+        }
+        fn search(&self, prefix: &str) -> Result<Vec<String>> {
+            self.inner.search(prefix)
+        }
+        fn read_only(&self) -> bool {
+            true
+        }
+        fn describe(&self) -> String {
+            "counting".into()
+        }
+    }
+
+    /// A 4x4 int32 array in one shard of 2x2 inner chunks; inner chunk (1,0) is missing.
+    /// Layout per the sharding spec: chunks in any order, then the index (offset, nbytes per
+    /// inner chunk in C order, little-endian u64) and its CRC-32C.
+    fn sharded_store(index_at_end: bool) -> Counting {
+        let value = |i: u64, j: u64| (i * 4 + j) as i32;
+        let inner = |ci: u64, cj: u64| -> Vec<u8> {
+            let mut b = Vec::new();
+            for i in 0..2 {
+                for j in 0..2 {
+                    b.extend(value(ci * 2 + i, cj * 2 + j).to_le_bytes());
+                }
+            }
+            b
+        };
+        let index_len = 4 * 16 + 4;
+        let base = if index_at_end { 0 } else { index_len };
+        // Stored out of grid order on purpose: (1,1) then (0,0) then (0,1).
+        let mut body = Vec::new();
+        let mut entries = [(u64::MAX, u64::MAX); 4];
+        for (ci, cj) in [(1u64, 1u64), (0, 0), (0, 1)] {
+            entries[(ci * 2 + cj) as usize] = ((base + body.len()) as u64, 16);
+            body.extend(inner(ci, cj));
+        }
+        let mut index: Vec<u8> = entries
+            .iter()
+            .flat_map(|(o, n)| o.to_le_bytes().into_iter().chain(n.to_le_bytes()))
+            .collect();
+        index.extend(crc32c::crc32c(&index).to_le_bytes());
+        let shard = if index_at_end {
+            [body, index].concat()
+        } else {
+            [index, body].concat()
+        };
+        let location = if index_at_end { "end" } else { "start" };
+        let meta = format!(
+            r#"{{"zarr_format": 3, "node_type": "array", "shape": [4, 4],
+            "data_type": "int32", "fill_value": -1,
+            "chunk_grid": {{"name": "regular", "configuration": {{"chunk_shape": [4, 4]}}}},
+            "chunk_key_encoding": {{"name": "default"}},
+            "codecs": [{{"name": "sharding_indexed", "configuration": {{
+                "chunk_shape": [2, 2],
+                "codecs": [{{"name": "bytes", "configuration": {{"endian": "little"}}}}],
+                "index_codecs": [{{"name": "bytes", "configuration": {{"endian": "little"}}}},
+                                 {{"name": "crc32c"}}],
+                "index_location": "{location}"}}}}],
+            "dimension_names": ["y", "x"], "attributes": {{}}}}"#
+        );
+        let map = MemoryMap::new();
+        map.insert("zarr.json", r#"{"zarr_format": 3, "node_type": "group"}"#)
+            .unwrap();
+        map.insert("a/zarr.json", meta).unwrap();
+        map.insert("a/c/0/0", shard).unwrap();
+        Counting {
+            inner: map,
+            log: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn read_i32(engine: &ChunkEngine, ds: &crate::model::Dataset, slab: Hyperslab) -> Vec<i32> {
+        let var = ds.find_var("a").unwrap();
+        let mut out = vec![0u8; slab.len() as usize * 4];
+        engine.read(ds, var, &slab, &mut out).unwrap();
+        out.chunks_exact(4)
+            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
+    }
+
+    #[test]
+    fn shard_index_at_either_end_and_missing_inner_chunk_is_fill() {
+        for at_end in [true, false] {
+            let map = Arc::new(sharded_store(at_end));
+            let ds = read_dataset(map.as_ref(), &Mode::default()).unwrap();
+            let engine = ChunkEngine::new(Arc::clone(&map) as Arc<dyn ZMap>, 1 << 20);
+            let got = read_i32(&engine, &ds, Hyperslab::whole(&[4, 4]));
+            let want: Vec<i32> = (0..16)
+                .map(|k| if k / 4 >= 2 && k % 4 < 2 { -1 } else { k })
+                .collect();
+            assert_eq!(got, want, "index at end: {at_end}");
+        }
+    }
+
+    #[test]
+    fn hyperslab_reads_only_the_inner_chunks_it_needs() {
+        let map = Arc::new(sharded_store(true));
+        let ds = read_dataset(map.as_ref(), &Mode::default()).unwrap();
+        map.log.lock().unwrap().clear();
+        let engine = ChunkEngine::new(Arc::clone(&map) as Arc<dyn ZMap>, 1 << 20);
+        let slab = Hyperslab {
+            start: vec![0, 2],
+            count: vec![2, 2],
+            stride: vec![1, 1],
+        };
+        assert_eq!(read_i32(&engine, &ds, slab), vec![2, 3, 6, 7]);
+        // Index (68 bytes at the end), then inner chunk (0,1), stored third at offset 32.
+        let log = map.log.lock().unwrap().clone();
+        assert_eq!(log, ["suffix a/c/0/0 68", "range a/c/0/0 32 16"]);
+    }
+
+    #[test]
+    fn corrupt_index_checksum_is_an_error() {
+        let map = sharded_store(true);
+        let mut shard = map.inner.get("a/c/0/0").unwrap().unwrap();
+        let n = shard.len();
+        shard[n - 1] ^= 1;
+        map.inner.insert("a/c/0/0", shard).unwrap();
+        let map = Arc::new(map);
+        let ds = read_dataset(map.as_ref(), &Mode::default()).unwrap();
+        let engine = ChunkEngine::new(Arc::clone(&map) as Arc<dyn ZMap>, 1 << 20);
+        let var = ds.find_var("a").unwrap();
+        let mut out = vec![0u8; 64];
+        let err = engine
+            .read(&ds, var, &Hyperslab::whole(&[4, 4]), &mut out)
+            .unwrap_err();
+        assert!(matches!(err, Error::BadChunk { .. }), "{err}");
+    }
+
+    #[test]
+    fn transpose_restores_c_order() {
+        // np.arange(6).reshape(2, 3).T.tobytes() == [0, 3, 1, 4, 2, 5].
+        let stored = [0u8, 3, 1, 4, 2, 5];
+        assert_eq!(
+            untranspose(&stored, &[2, 3], &[1, 0], 1),
+            [0, 1, 2, 3, 4, 5]
+        );
+        // A 3-d permutation: shape (2,3,4), order [2,0,1]: stored[k][i][j] = a[i][j][k].
+        let shape = [2usize, 3, 4];
+        let mut stored = Vec::new();
+        for k in 0..4 {
+            for i in 0..2 {
+                for j in 0..3 {
+                    stored.push((i * 12 + j * 4 + k) as u8);
+                }
+            }
+        }
+        let want: Vec<u8> = (0..24).collect();
+        assert_eq!(untranspose(&stored, &shape, &[2, 0, 1], 1), want);
+    }
+
+    #[test]
+    fn vlen_layout() {
+        // numcodecs.VLenUTF8().encode(np.array(["a", "héllo"], dtype=object))
+        let mut b = 2u32.to_le_bytes().to_vec();
+        for s in ["a", "héllo"] {
+            b.extend((s.len() as u32).to_le_bytes());
+            b.extend(s.as_bytes());
+        }
+        let slots = vlen_to_slots(&b, 2, 8, true).unwrap();
+        assert_eq!(&slots[..8], b"a\0\0\0\0\0\0\0");
+        assert_eq!(&slots[8..], "héllo\0\0".as_bytes());
+        // Truncation keeps whole characters: "hé" is 3 bytes, 2 only fit "h".
+        assert_eq!(vlen_to_slots(&b, 2, 2, true).unwrap(), b"a\0h\0");
+        assert!(vlen_to_slots(&b, 3, 8, true).is_err());
+        assert!(vlen_to_slots(&b[..b.len() - 1], 2, 8, true).is_err());
+    }
+}

@@ -952,3 +952,299 @@ pub(crate) fn half_to_f32(h: u16) -> f32 {
     };
     f32::from_bits(bits)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::zmap::MemoryMap;
+
+    fn open(objs: &[(&str, &str)], mode: &Mode) -> Result<Dataset> {
+        let map = MemoryMap::new();
+        for (k, v) in objs {
+            map.insert(k, v.as_bytes()).unwrap();
+        }
+        super::super::read_dataset(&map, mode)
+    }
+
+    fn array(dtype: &str, shape: &str, fill: &str, extra: &str) -> String {
+        format!(
+            r#"{{"zarr_format": 3, "node_type": "array", "shape": {shape}, "data_type": {dtype},
+            "chunk_grid": {{"name": "regular", "configuration": {{"chunk_shape": {shape}}}}},
+            "chunk_key_encoding": {{"name": "default", "configuration": {{"separator": "/"}}}},
+            "fill_value": {fill}, "codecs": [{{"name": "bytes"}}]{extra}}}"#
+        )
+    }
+
+    const GROUP: &str = r#"{"zarr_format": 3, "node_type": "group", "attributes": {}}"#;
+
+    #[test]
+    fn implicit_groups_dimension_names_and_anonymous_dims() {
+        let a = array(
+            "\"int16\"",
+            "[2, 3]",
+            "0",
+            r#", "dimension_names": ["y", null], "attributes": {"units": "m", "v": [1, 2.5]}"#,
+        );
+        let b = array(
+            "\"float32\"",
+            "[2]",
+            "\"NaN\"",
+            r#", "dimension_names": ["y"]"#,
+        );
+        let c = array("\"float32\"", "[4]", "0", r#", "dimension_names": ["y"]"#);
+        let ds = open(
+            &[
+                ("zarr.json", GROUP),
+                // "imp" has no zarr.json: an implicit group holding "imp/g2/a".
+                ("imp/g2/zarr.json", GROUP),
+                ("imp/g2/a/zarr.json", &a),
+                ("imp/g2/b/zarr.json", &b),
+                ("imp/g2/sub/c/zarr.json", &c),
+                ("nothing/here/c/0", "x"),
+            ],
+            &Mode::default(),
+        )
+        .unwrap();
+        assert_eq!(ds.groups.len(), 4, "root, imp, g2, sub");
+        let g2 = ds.find_group("/imp/g2").unwrap();
+        assert!(ds.find_group("/nothing").is_none());
+        let av = ds.var(ds.find_var("/imp/g2/a").unwrap());
+        assert_eq!(av.nctype, NcType::Short);
+        let dims: Vec<String> = av.dims.iter().map(|d| ds.dim_fqn(*d)).collect();
+        assert_eq!(dims, ["/imp/g2/y", "/_Anonymous_Dim_3"]);
+        // b reuses the visible y of length 2; c's y of length 4 is a new one in its group.
+        let bv = ds.var(ds.find_var("/imp/g2/b").unwrap());
+        assert_eq!(bv.dims, vec![av.dims[0]]);
+        let cv = ds.var(ds.find_var("/imp/g2/sub/c").unwrap());
+        assert_eq!(ds.dim_fqn(cv.dims[0]), "/imp/g2/sub/y");
+        assert_eq!(
+            bv.storage.fill_value.as_deref(),
+            Some(&f32::NAN.to_le_bytes()[..])
+        );
+        assert_eq!(
+            av.attrs,
+            vec![
+                Attribute {
+                    name: "units".into(),
+                    value: AttrValue::Char(b"m".to_vec())
+                },
+                Attribute {
+                    name: "v".into(),
+                    value: AttrValue::Double(vec![1.0, 2.5])
+                },
+            ]
+        );
+        assert_eq!(ds.group(g2).vars.len(), 2);
+        assert_eq!(
+            av.storage.key_encoding,
+            ChunkKeyEncoding::Default { separator: '/' }
+        );
+    }
+
+    #[test]
+    fn fill_values_in_every_form() {
+        let f = |dtype: &str, fill: &str| -> Option<Vec<u8>> {
+            let a = array(dtype, "[1]", fill, "");
+            let ds = open(
+                &[("zarr.json", GROUP), ("v/zarr.json", &a)],
+                &Mode::default(),
+            )
+            .unwrap();
+            ds.var(ds.find_var("v").unwrap()).storage.fill_value.clone()
+        };
+        let le32 = |x: f32| Some(x.to_le_bytes().to_vec());
+        let le64 = |x: f64| Some(x.to_le_bytes().to_vec());
+        assert_eq!(f("\"float32\"", "\"Infinity\""), le32(f32::INFINITY));
+        assert_eq!(f("\"float64\"", "\"-Infinity\""), le64(f64::NEG_INFINITY));
+        assert_eq!(
+            f("\"float32\"", "\"0x7fc00000\""),
+            Some(vec![0, 0, 0xc0, 0x7f])
+        );
+        assert_eq!(f("\"float64\"", "\"0x3ff0000000000000\""), le64(1.0));
+        // binary16 0x3c00 is 1.0; widened to a native float.
+        assert_eq!(f("\"float16\"", "\"0x3c00\""), le32(1.0));
+        assert_eq!(f("\"float16\"", "-2.5"), le32(-2.5));
+        assert_eq!(f("\"bool\"", "true"), Some(vec![1]));
+        assert_eq!(f("\"bool\"", "false"), Some(vec![0]));
+        assert_eq!(
+            f("\"uint64\"", "18446744073709551614"),
+            Some(u64::MAX.wrapping_sub(1).to_le_bytes().to_vec())
+        );
+        assert_eq!(f("\"int8\"", "-5"), Some(vec![0xfb]));
+        assert_eq!(f("\"int32\"", "null"), None);
+        // zarr-python 3.1.6: |S3 with fill b"ab" is "YWI="; <U2 "xy"; vlen string "".
+        let s = r#"{"name": "null_terminated_bytes", "configuration": {"length_bytes": 3}}"#;
+        assert_eq!(f(s, "\"YWI=\""), Some(b"ab\0".to_vec()));
+        let u = r#"{"name": "fixed_length_utf32", "configuration": {"length_bytes": 8}}"#;
+        assert_eq!(f(u, "\"xy\""), Some(b"xy\0\0\0\0\0\0".to_vec()));
+        assert_eq!(
+            f("\"string\"", "\"YWI=\""),
+            Some({
+                let mut v = b"YWI=".to_vec();
+                v.resize(DEFAULT_VLEN_WIDTH, 0);
+                v
+            })
+        );
+        // A value that does not fit is an error, not a silent wrap.
+        let a = array("\"uint8\"", "[1]", "300", "");
+        assert!(open(
+            &[("zarr.json", GROUP), ("v/zarr.json", &a)],
+            &Mode::default()
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn half_floats() {
+        assert_eq!(half_to_f32(0x3c00), 1.0);
+        assert_eq!(half_to_f32(0xc000), -2.0);
+        assert_eq!(half_to_f32(0x7bff), 65504.0);
+        assert_eq!(half_to_f32(0x0001), 2f32.powi(-24));
+        assert_eq!(half_to_f32(0x8001), -(2f32.powi(-24)));
+        assert_eq!(half_to_f32(0x7c00), f32::INFINITY);
+        assert!(half_to_f32(0x7e00).is_nan());
+    }
+
+    #[test]
+    fn unsupported_types_stay_visible() {
+        let a = array("\"complex64\"", "[2]", "[0.0, 0.0]", "");
+        let ds = open(
+            &[("zarr.json", GROUP), ("z/zarr.json", &a)],
+            &Mode::default(),
+        )
+        .unwrap();
+        let v = ds.var(ds.find_var("z").unwrap());
+        assert!(v.storage.unreadable.is_some());
+        assert_eq!(v.nctype, NcType::UByte);
+    }
+
+    // The draft's expected store for ref_jsonconvention (pr3068_v3/v3only/*.zmap).
+    const NCZ_ROOT: &str = r#"{"node_type": "group", "zarr_format": 3, "attributes": {"globalfloat": 1, "globalfloatvec": [1,2], "globalchar": "abc", "globaljson": [0.,0.,1.], "_NCProperties": "version=2,netcdf=0.0.0,nczarr=0.0.0", "_nczarr_group": {"dimensions": {"d1": {"size": 1, "unlimited": 0}}, "arrays": ["v"], "groups": []}, "_nczarr_superblock": {"version": "0.0.0", "format": 2}, "_nczarr_attrs": {"attribute_types": {"globalfloat": "float64", "globalfloatvec": "float64", "globalchar": "char", "globaljson": "json", "_NCProperties": "char", "_nczarr_group": "json", "_nczarr_superblock": "json", "_nczarr_attrs": "json"}}}}"#;
+    const NCZ_V: &str = r#"{"node_type": "array", "zarr_format": 3, "data_type": "int32", "fill_value": -2147483647, "shape": [1], "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [1]}}, "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}}, "dimension_names": ["d1"], "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}], "attributes": {"varvec1": "1.0, 0.0, 0.0", "varvec2": [0.,0.,1.], "_FillValue": -2147483647, "_ARRAY_DIMENSIONS": ["d1"], "_nczarr_array": {"dimension_references": ["/d1"], "storage": "chunked"}, "_nczarr_attrs": {"attribute_types": {"varvec1": "char", "varvec2": "json", "_FillValue": "int32", "_ARRAY_DIMENSIONS": "json", "_nczarr_array": "json", "_nczarr_attrs": "json"}}}}"#;
+
+    #[test]
+    fn nczarr_on_v3_attributes_are_read_and_hidden() {
+        let ds = open(
+            &[("zarr.json", NCZ_ROOT), ("v/zarr.json", NCZ_V)],
+            &Mode::default(),
+        )
+        .unwrap();
+        let root = ds.group(Dataset::ROOT);
+        let names: Vec<&str> = root.attrs.iter().map(|a| a.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["globalfloat", "globalfloatvec", "globalchar", "globaljson"]
+        );
+        assert_eq!(root.attrs[0].value, AttrValue::Double(vec![1.0]));
+        assert_eq!(root.attrs[3].value, AttrValue::Char(b"[0.,0.,1.]".to_vec()));
+        let d1 = ds.find_dim("/d1").unwrap();
+        assert_eq!((ds.dim(d1).len, ds.dim(d1).unlimited), (1, false));
+        let v = ds.var(ds.find_var("v").unwrap());
+        assert_eq!(v.dims, vec![d1]);
+        let names: Vec<&str> = v.attrs.iter().map(|a| a.name.as_str()).collect();
+        assert_eq!(names, ["varvec1", "varvec2", "_FillValue"]);
+        assert_eq!(v.attrs[2].value, AttrValue::Int(vec![-2147483647]));
+    }
+
+    #[test]
+    fn nczarr_type_alias_and_unlimited() {
+        let root = r#"{"node_type": "group", "zarr_format": 3, "attributes": {"_nczarr_superblock": {"version": "3.0.0"}, "_nczarr_group": {"dimensions": [{"name": "t", "size": 2, "unlimited": 1}], "arrays": ["s", "c"], "subgroups": []}}}"#;
+        let c = array(
+            "\"uint8\"",
+            "[3]",
+            "0",
+            r#", "attributes": {"_nczarr_array": {"dimension_references": ["/t"], "type_alias": "char"}}"#,
+        );
+        let s = array(
+            "\"r64\"",
+            "[2]",
+            "null",
+            r#", "attributes": {"_nczarr_array": {"dimension_references": ["/t"], "type_alias": "string"}}"#,
+        );
+        let ds = open(
+            &[
+                ("zarr.json", root),
+                ("c/zarr.json", &c),
+                ("s/zarr.json", &s),
+            ],
+            &Mode::default(),
+        )
+        .unwrap();
+        let t = ds.find_dim("/t").unwrap();
+        // Unlimited: grown to the longest variable.
+        assert_eq!((ds.dim(t).len, ds.dim(t).unlimited), (3, true));
+        // Creation order from _nczarr_group, not the listing's.
+        let names: Vec<&str> = ds
+            .group(Dataset::ROOT)
+            .vars
+            .iter()
+            .map(|v| ds.var(*v).name.as_str())
+            .collect();
+        assert_eq!(names, ["s", "c"]);
+        assert_eq!(ds.var(ds.find_var("c").unwrap()).nctype, NcType::Char);
+        let sv = ds.var(ds.find_var("s").unwrap());
+        assert_eq!((sv.nctype, sv.string_width), (NcType::String, 8));
+        // Read as pure Zarr, the alias is ignored and r64 is not a netCDF type.
+        let mode = Mode {
+            format: Some(Format::Zarr),
+            ..Mode::default()
+        };
+        let ds = open(
+            &[
+                ("zarr.json", root),
+                ("c/zarr.json", &c),
+                ("s/zarr.json", &s),
+            ],
+            &mode,
+        )
+        .unwrap();
+        assert_eq!(ds.var(ds.find_var("c").unwrap()).nctype, NcType::UByte);
+        assert!(ds
+            .var(ds.find_var("s").unwrap())
+            .storage
+            .unreadable
+            .is_some());
+    }
+
+    #[test]
+    fn consolidated_metadata_is_used_without_listing() {
+        let a = array("\"int64\"", "[2]", "0", r#", "dimension_names": ["x"]"#);
+        let root = format!(
+            r#"{{"zarr_format": 3, "node_type": "group", "attributes": {{"title": "t"}},
+            "consolidated_metadata": {{"kind": "inline", "must_understand": false,
+            "metadata": {{"g": {GROUP}, "g/a": {a}}}}}}}"#
+        );
+        // Only the root object exists: everything else comes from the consolidated metadata.
+        let ds = open(&[("zarr.json", &root)], &Mode::default()).unwrap();
+        let v = ds.var(ds.find_var("/g/a").unwrap());
+        assert_eq!(v.nctype, NcType::Int64);
+        assert_eq!(ds.dim_fqn(v.dims[0]), "/g/x");
+        assert_eq!(v.storage.key, "g/a");
+    }
+
+    #[test]
+    fn chunk_key_encodings_and_bad_metadata() {
+        let ke = |j: &str| key_encoding("k", Some(&Json::parse("k", j.as_bytes()).unwrap()));
+        assert_eq!(
+            ke(r#"{"name": "default", "configuration": {"separator": "."}}"#).unwrap(),
+            ChunkKeyEncoding::Default { separator: '.' }
+        );
+        assert_eq!(
+            ke(r#"{"name": "v2"}"#).unwrap(),
+            ChunkKeyEncoding::V2 { separator: '.' }
+        );
+        assert!(ke(r#"{"name": "v2", "configuration": {"separator": "-"}}"#).is_err());
+        assert!(ke(r#"{"name": "fancy"}"#).is_err());
+        let bad = r#"{"zarr_format": 3, "node_type": "array", "shape": [2], "data_type": "int8", "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [0]}}, "fill_value": 0, "codecs": []}"#;
+        let err = open(
+            &[("zarr.json", GROUP), ("v/zarr.json", bad)],
+            &Mode::default(),
+        );
+        assert!(matches!(err, Err(Error::InvalidMetadata { .. })));
+        let err = open(
+            &[("zarr.json", r#"{"zarr_format": 3, "node_type": "array"}"#)],
+            &Mode::default(),
+        );
+        assert!(matches!(err, Err(Error::Unsupported(_))));
+    }
+}
