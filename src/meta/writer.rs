@@ -23,8 +23,10 @@
 //! Zarr v2 spec says) and plain text in NCZarr (as netcdf-c writes them).
 //!
 //! In NCZarr, a char attribute whose text is a JSON object or array is stored as that JSON
-//! value with type `>S1` (netcdf-c's "JSON convention"), so that netcdf-c reads the same text
-//! back and other Zarr readers see structured values.
+//! value with type `>S1` (netcdf-c's "JSON convention"), so that other Zarr readers see
+//! structured values; netcdf-c (and our reader) print such a value back in their own spelling
+//! (`{"k": v, "k2": [1,2]}`), so the convention is applied only to text already spelled that
+//! way, and other text stays a string: the attribute always reads back byte for byte.
 //!
 //! `.zarray` carries `dimension_separator` only when it is `/` (netcdf-c omits the default).
 
@@ -340,7 +342,11 @@ fn attr_json(value: &AttrValue, dialect: Dialect) -> Value {
                 if let Ok(j @ (Value::Object(_) | Value::Array(_))) =
                     serde_json::from_str::<Value>(&text)
                 {
-                    return j;
+                    // Readers give the text back in netcdf-c's spelling of the value; only
+                    // when that is the original text is the convention lossless.
+                    if netcdf_c_spelling(&j) == text {
+                        return j;
+                    }
                 }
             }
             json!(text)
@@ -349,6 +355,25 @@ fn attr_json(value: &AttrValue, dialect: Dialect) -> Value {
             [one] => json!(one),
             _ => json!(v),
         },
+    }
+}
+
+/// A JSON value as netcdf-c prints it when reading a JSON-convention attribute back:
+/// `{"k": v, "k2": v2}` and `[a,b]`.
+fn netcdf_c_spelling(v: &Value) -> String {
+    match v {
+        Value::Array(a) => {
+            let items: Vec<String> = a.iter().map(netcdf_c_spelling).collect();
+            format!("[{}]", items.join(","))
+        }
+        Value::Object(o) => {
+            let items: Vec<String> = o
+                .iter()
+                .map(|(k, v)| format!("{}: {}", Value::String(k.clone()), netcdf_c_spelling(v)))
+                .collect();
+            format!("{{{}}}", items.join(", "))
+        }
+        other => other.to_string(),
     }
 }
 
@@ -521,8 +546,14 @@ mod tests {
     #[test]
     fn json_convention_only_for_objects_and_lists() {
         let j = |s: &str| attr_json(&AttrValue::Char(s.as_bytes().to_vec()), Dialect::NcZarr);
-        assert_eq!(j("[1, 2]"), json!([1, 2]));
-        assert_eq!(j("{\"a\": 1}"), json!({"a": 1}));
+        assert_eq!(j("[1,2]"), json!([1, 2]));
+        assert_eq!(
+            j("{\"a\": [1,2.5], \"b\": {\"c\": \"d\"}}"),
+            json!({"a": [1, 2.5], "b": {"c": "d"}})
+        );
+        // Spelled otherwise, the text would not come back as written: keep it a string.
+        assert_eq!(j("[1, 2]"), json!("[1, 2]"));
+        assert_eq!(j("{\"a\":1}"), json!("{\"a\":1}"));
         assert_eq!(j("1.0, 0.0"), json!("1.0, 0.0"));
         assert_eq!(j("17"), json!("17"));
         assert_eq!(
