@@ -600,6 +600,8 @@ fn printf_g_matches_c_on_random_values() {
     }
 }
 
+// 3.14159 is the value written in cformat.cdl, not an approximation of pi.
+#[allow(clippy::approx_constant)]
 #[test]
 fn c_format_attribute_matches_ncdump() {
     let mut b = Builder::default();

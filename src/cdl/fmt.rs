@@ -424,7 +424,7 @@ impl CFormat {
         let len = sign.len() + body.len();
         let fill = self.width.saturating_sub(len);
         // C ignores `0` with `-`, and for integers when a precision is given.
-        let zero = self.zero && !self.left && !(self.prec.is_some() && !self.is_float());
+        let zero = self.zero && !self.left && (self.prec.is_none() || self.is_float());
         let mut out = self.prefix.clone();
         if self.left {
             out.push_str(sign);
@@ -590,7 +590,7 @@ mod tests {
     fn c_format_matches_c_printf() {
         // Expected texts from CPython's `%` operator, which follows C's printf.
         let f = |fmt: &str, x: f64| CFormat::parse(fmt).and_then(|c| c.format_float(x));
-        assert_eq!(f("%.3f", 3.14159).as_deref(), Some("3.142"));
+        assert_eq!(f("%.3f", 1.23456).as_deref(), Some("1.235"));
         assert_eq!(f("%8.2f", -2.5).as_deref(), Some("   -2.50"));
         assert_eq!(f("%-8.2e|", 12345.678).as_deref(), Some("1.23e+04|"));
         assert_eq!(f("%+010.3g", 0.000123456).as_deref(), Some("+00.000123"));
