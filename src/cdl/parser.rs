@@ -197,7 +197,7 @@ struct Parser<'a> {
     globals: GlobalSpecials,
 }
 
-const SPECIAL_VAR_ATTRS: [&str; 13] = [
+const SPECIAL_VAR_ATTRS: [&str; 12] = [
     "_ChunkSizes",
     "_DeflateLevel",
     "_Shuffle",
@@ -210,7 +210,6 @@ const SPECIAL_VAR_ATTRS: [&str; 13] = [
     "_QuantizeBitGroomNumberOfSignificantDigits",
     "_QuantizeGranularBitRoundNumberOfSignificantDigits",
     "_QuantizeBitRoundNumberOfSignificantBits",
-    "_Format",
 ];
 
 const GLOBAL_SPECIALS: [&str; 4] = [
@@ -588,7 +587,7 @@ impl Parser<'_> {
             return self.global_special(&name, &values, npos);
         }
         if let Some(v) = target {
-            if SPECIAL_VAR_ATTRS.contains(&name.as_str()) && name != "_Format" {
+            if SPECIAL_VAR_ATTRS.contains(&name.as_str()) {
                 return self.var_special(v, &name, &values, npos);
             }
         }
@@ -633,17 +632,6 @@ impl Parser<'_> {
     }
 
     fn global_special(&mut self, name: &str, values: &[(Const, Pos)], pos: Pos) -> Result<()> {
-        let text = || -> Option<String> {
-            let mut s = Vec::new();
-            for (c, _) in values {
-                match c {
-                    Const::Str(b) => s.extend_from_slice(b),
-                    Const::Char(b) => s.push(*b),
-                    Const::Num(_) => return None,
-                }
-            }
-            String::from_utf8(s).ok()
-        };
         match name {
             "_SuperblockVersion" => match values {
                 [(Const::Num(Number::Int { value, .. }), _)] => {
@@ -652,7 +640,7 @@ impl Parser<'_> {
                 _ => return Err(self.err(pos, "_SuperblockVersion must be one integer")),
             },
             _ => {
-                let Some(t) = text() else {
+                let Some(t) = join_text(values) else {
                     return Err(self.err(pos, format!("type mismatch: {name} must be a string")));
                 };
                 match name {
@@ -1432,4 +1420,75 @@ fn char_count(items: &[Item], row: u64) -> u64 {
     let mut flat = Vec::new();
     flatten(items, &mut flat);
     expand_chars(&flat, row).len() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> ParsedCdl {
+        parse_cdl(text, "t.cdl").unwrap()
+    }
+
+    fn data(p: &ParsedCdl, var: &str) -> Vec<u8> {
+        let id = p.dataset.find_var(var).unwrap();
+        p.vars[id.0].data.clone().unwrap()
+    }
+
+    fn ints(b: &[u8]) -> Vec<i32> {
+        b.chunks_exact(4)
+            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
+    }
+
+    #[test]
+    fn char_rows_are_padded_to_the_last_dimension() {
+        let p = parse(
+            "netcdf t {\ndimensions:\n r = 3 ;\n n = 4 ;\nvariables:\n char c(r, n) ;\ndata:\n c = \"ab\", \"cdefg\" ;\n}",
+        );
+        // "ab" fills one row of 4, "cdefg" two rows; the third row stays NUL.
+        assert_eq!(data(&p, "c"), b"ab\0\0cdefg\0\0\0".to_vec());
+    }
+
+    #[test]
+    fn short_records_leave_fill_holes() {
+        let p = parse(
+            "netcdf t {\ndimensions:\n f = 2 ;\n u = UNLIMITED ;\nvariables:\n int v(f, u) ;\ndata:\n v = {1, 2, 3}, {4} ;\n}",
+        );
+        let u = p.dataset.find_dim("/u").unwrap();
+        assert_eq!(p.dataset.dim(u).len, 3);
+        let fill = -2147483647;
+        assert_eq!(ints(&data(&p, "v")), vec![1, 2, 3, 4, fill, fill]);
+    }
+
+    #[test]
+    fn escaped_names_and_scoped_dimensions() {
+        let p = parse(
+            "netcdf t {\ndimensions:\n d = 2 ;\ngroup: g {\n dimensions:\n  d = 3 ;\n variables:\n  int a\\ b(d) ;\n  int c(/d) ;\n  a\\ b:x\\:y = 1 ;\n }\n}",
+        );
+        let ds = &p.dataset;
+        let ab = ds.find_var("/g/a b").unwrap();
+        assert_eq!(ds.var_shape(ab), vec![3]);
+        assert_eq!(ds.var(ab).attrs[0].name, "x:y");
+        let c = ds.find_var("/g/c").unwrap();
+        assert_eq!(ds.var_shape(c), vec![2]);
+    }
+
+    #[test]
+    fn fill_value_is_converted_to_the_variable_type() {
+        let p = parse("netcdf t {\nvariables:\n double x ;\n  x:_FillValue = 1 ;\n}");
+        let x = &p.dataset.vars[0];
+        assert_eq!(x.attrs[0].value, AttrValue::Double(vec![1.0]));
+        assert_eq!(x.storage.fill_value, Some(1.0f64.to_le_bytes().to_vec()));
+        assert_eq!(p.vars[0].data, None);
+    }
+
+    #[test]
+    fn strings_are_padded_to_the_longest_value() {
+        let p = parse(
+            "netcdf t {\ndimensions:\n n = 3 ;\nvariables:\n string s(n) ;\ndata:\n s = \"a\", \"abc\", _ ;\n}",
+        );
+        assert_eq!(p.dataset.vars[0].string_width, 3);
+        assert_eq!(data(&p, "s"), b"a\0\0abc\0\0\0".to_vec());
+    }
 }
