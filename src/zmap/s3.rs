@@ -352,10 +352,16 @@ fn xml_field<'a>(text: &'a str, tag: &str) -> Option<&'a str> {
 fn describe_error(err: &object_store::Error) -> String {
     let text = err.to_string();
     let code = xml_field(&text, "Code");
-    let detail = match (code, xml_field(&text, "Message")) {
-        (Some(code), Some(message)) => format!("{code}: {message}"),
-        (Some(code), None) => code.to_string(),
-        (None, _) => text.clone(),
+    // "... status code: 403 Forbidden: <body>"
+    let status = text
+        .split_once("status code: ")
+        .map(|(_, rest)| rest.split_once(": ").map_or(rest, |(status, _)| status));
+    let detail = match (code, xml_field(&text, "Message"), status) {
+        (Some(code), Some(message), Some(status)) => format!("{code}: {message} (HTTP {status})"),
+        (Some(code), Some(message), None) => format!("{code}: {message}"),
+        (Some(code), None, Some(status)) => format!("{code} (HTTP {status})"),
+        (Some(code), None, None) => code.to_string(),
+        (None, _, _) => text.clone(),
     };
     let refused = matches!(
         err,
@@ -455,10 +461,6 @@ impl ZMap for S3Map {
         self.check_writable(key)?;
         let path = self.path_of(key)?;
         block_on(async {
-            match self.store.delete(&path).await {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-                Err(e) => return Err(e),
-            }
             // `list` matches whole segments: `key/...`, never `key2`.
             let under: Vec<Path> = self
                 .store
@@ -467,8 +469,13 @@ impl ZMap for S3Map {
                 .try_collect()
                 .await?;
             if under.is_empty() {
-                return Ok(());
+                return match self.store.delete(&path).await {
+                    Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                    Err(e) => Err(e),
+                };
             }
+            // A prefix of other keys is no object itself (see the trait), and some servers
+            // (s3s-fs) fail on a request for such a key, so only what is under it is deleted.
             let locations = futures_util::stream::iter(under.into_iter().map(Ok)).boxed();
             self.store
                 .delete_stream(locations)

@@ -1,0 +1,267 @@
+"""Datasets on S3: stores made by netCDF4-python and zarr-python, uploaded object by object to
+local S3 servers, read by nczarrfs through S3 URLs.
+
+The oracle is nczarrfs's own reading of the same store from the local directory, which the
+other interop suites check against ncdump and zarr-python: reading through S3 must change
+nothing. The servers are started by ``scripts/s3-servers start`` (scripts/test does it): moto
+(no authentication) and s3s-fs (checks signatures). These tests are skipped only when the
+servers do not answer.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import socket
+import subprocess
+import uuid
+from pathlib import Path
+from urllib.parse import quote, urlparse
+
+import netCDF4
+import numpy as np
+import pytest
+import zarr
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _server_env() -> dict[str, str]:
+    """Endpoints, bucket and test keys: the environment, else what scripts/s3-servers says."""
+    out = subprocess.run(
+        [str(REPO / "scripts" / "s3-servers"), "env"], capture_output=True, text=True, check=True
+    ).stdout
+    values = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    return {k: os.environ.get(k) or v for k, v in values.items()}
+
+
+ENV = _server_env()
+MOTO = ENV["NCZARRFS_S3_ENDPOINT"]
+S3S = ENV["NCZARRFS_S3S_ENDPOINT"]
+BUCKET = ENV["NCZARRFS_S3_BUCKET"]
+S3S_KEY = ENV["NCZARRFS_S3S_ACCESS_KEY"]
+S3S_SECRET = ENV["NCZARRFS_S3S_SECRET_KEY"]
+
+
+def _answers(endpoint: str) -> bool:
+    url = urlparse(endpoint)
+    try:
+        with socket.create_connection((url.hostname, url.port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def _client(endpoint: str, key: str, secret: str):
+    boto3 = pytest.importorskip("boto3")
+    from botocore.config import Config
+
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=key,
+        aws_secret_access_key=secret,
+        region_name="us-east-1",
+        config=Config(s3={"addressing_style": "path"}),
+    )
+
+
+@pytest.fixture(scope="module")
+def moto():
+    if not _answers(MOTO):
+        pytest.skip(f"moto S3 server not reachable at {MOTO} (run scripts/s3-servers start)")
+    client = _client(MOTO, "testing", "testing")
+    client.create_bucket(Bucket=BUCKET)
+    return client
+
+
+@pytest.fixture(scope="module")
+def s3s():
+    if not _answers(S3S):
+        pytest.skip(f"s3s-fs server not reachable at {S3S} (run scripts/s3-servers start)")
+    client = _client(S3S, S3S_KEY, S3S_SECRET)
+    buckets = [b["Name"] for b in client.list_buckets().get("Buckets", [])]
+    if BUCKET not in buckets:
+        client.create_bucket(Bucket=BUCKET)
+    return client
+
+
+@pytest.fixture
+def clean_env(tmp_path):
+    """An environment without the caller's AWS settings (HOME points at an empty directory)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env["HOME"] = str(tmp_path / "home")
+    env["NCZARRFS_S3_RETRIES"] = "1"
+    return env
+
+
+@pytest.fixture
+def moto_env(clean_env):
+    """moto checks no signature but refuses unsigned reads of a private bucket: any keys do."""
+    return dict(clean_env, AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing")
+
+
+def _upload(client, root: Path, prefix: str) -> list[str]:
+    """Puts every file under root at prefix/<relative path>, keys verbatim."""
+    keys = []
+    for path in sorted(root.rglob("*")):
+        if path.is_file():
+            key = f"{prefix}/{path.relative_to(root).as_posix()}"
+            client.put_object(Bucket=BUCKET, Key=key, Body=path.read_bytes())
+            keys.append(key)
+    assert keys, f"nothing to upload under {root}"
+    return keys
+
+
+def _run(nczarrfs_bin: Path, env, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(nczarrfs_bin), *args], capture_output=True, timeout=120, env=env, check=False
+    )
+
+
+@pytest.fixture(scope="module")
+def binary():
+    from conftest import nczarrfs_binary
+
+    path = nczarrfs_binary()
+    if not path.exists():
+        pytest.fail(f"{path} not built: run `cargo build --release` first")
+    return path
+
+
+def _ok(res: subprocess.CompletedProcess, what: str) -> bytes:
+    assert res.returncode == 0, f"{what}: exit {res.returncode}: {res.stderr.decode(errors='replace')}"
+    return res.stdout
+
+
+def _npy(binary, env, location: str, var: str, tmp_path: Path) -> np.ndarray:
+    out = tmp_path / f"{uuid.uuid4().hex}.npy"
+    _ok(_run(binary, env, "get", location, var, "--npy", "-o", str(out)), f"get {var} {location}")
+    return np.load(io.BytesIO(out.read_bytes()), allow_pickle=False)
+
+
+def _make_netcdf4(path: Path) -> list[str]:
+    """An NCZarr store written by netCDF4-python (netcdf-c): groups, attributes, chunks,
+    an unlimited dimension and a fill value. Returns its variable paths."""
+    ds = netCDF4.Dataset(f"file://{path}#mode=nczarr,file", "w", format="NETCDF4")
+    ds.title = "on S3"
+    ds.createDimension("time", None)
+    ds.createDimension("x", 7)
+    t = ds.createVariable("time", "f8", ("time",))
+    t.units = "days since 2000-01-01"
+    t[:] = np.arange(5) * 0.5
+    v = ds.createVariable("v", "i4", ("time", "x"), chunksizes=(2, 3), fill_value=-9)
+    v[:] = np.arange(35, dtype="i4").reshape(5, 7)
+    v[4, 6] = np.ma.masked
+    g = ds.createGroup("sub")
+    g.createDimension("y", 4)
+    w = g.createVariable("w", "f4", ("y",))
+    w.long_name = "in a group"
+    w[:] = np.array([1.5, -2.25, 3.0, 1e-3], dtype="f4")
+    ds.close()
+    return ["time", "v", "/sub/w"]
+
+
+def _make_zarr(path: Path, names: list[str]) -> None:
+    """A pure Zarr v2 store by zarr-python with one array per name."""
+    root = zarr.open_group(str(path), mode="w", zarr_format=2)
+    for i, name in enumerate(names):
+        arr = root.create_array(
+            name, shape=(5, 4), chunks=(2, 3), dtype="<f8",
+            attributes={"_ARRAY_DIMENSIONS": ["r", "c"]},
+        )
+        arr[...] = np.arange(20, dtype="<f8").reshape(5, 4) + i
+
+
+def _same_everywhere(binary, env, local: str, remote: str, variables, tmp_path):
+    expected = _ok(_run(binary, env, "dump", local), f"dump {local}")
+    got = _ok(_run(binary, env, "dump", remote), f"dump {remote}")
+    assert got == expected, f"dump differs:\n--- local\n{expected.decode()}\n--- s3\n{got.decode()}"
+    for var in variables:
+        a = _npy(binary, env, local, var, tmp_path)
+        b = _npy(binary, env, remote, var, tmp_path)
+        assert a.dtype == b.dtype and a.shape == b.shape, var
+        assert np.array_equal(a, b, equal_nan=a.dtype.kind == "f"), var
+
+
+def test_netcdf4_store_on_moto(moto, binary, moto_env, tmp_path):
+    local = tmp_path / "ds.file"
+    variables = _make_netcdf4(local)
+    prefix = f"py-{uuid.uuid4().hex}/ds.file"
+    _upload(moto, local, prefix)
+    remote = f"{MOTO}/{BUCKET}/{prefix}#mode=nczarr,s3"
+    _same_everywhere(binary, moto_env, f"file://{local}#mode=nczarr,file", remote, variables, tmp_path)
+
+
+def test_zarr_store_with_awkward_keys_on_moto(moto, binary, moto_env, tmp_path):
+    names = ["a b", "x[1]", "p%41", "h#1", "plain"]
+    local = tmp_path / "store.zarr"
+    _make_zarr(local, names)
+    # A space in the prefix too, percent-encoded in the URL as any URL client would.
+    prefix = f"py-{uuid.uuid4().hex}/my data/store.zarr"
+    keys = _upload(moto, local, prefix)
+    assert any("x[1]/" in k for k in keys) and any("p%41/" in k for k in keys)
+    remote = f"{MOTO}/{BUCKET}/{quote(prefix)}#mode=zarr,s3"
+    _same_everywhere(
+        binary, moto_env, f"file://{local}#mode=zarr,file", remote, names, tmp_path
+    )
+    for i, name in enumerate(names):
+        expected = zarr.open_array(str(local / name), mode="r")[...]
+        assert np.array_equal(_npy(binary, moto_env, remote, name, tmp_path), expected), name
+
+
+def test_signed_access_with_environment_keys(s3s, binary, clean_env, tmp_path):
+    local = tmp_path / "ds.file"
+    variables = _make_netcdf4(local)
+    prefix = f"py-{uuid.uuid4().hex}/ds.file"
+    _upload(s3s, local, prefix)
+    env = dict(clean_env, AWS_ACCESS_KEY_ID=S3S_KEY, AWS_SECRET_ACCESS_KEY=S3S_SECRET)
+    remote = f"{S3S}/{BUCKET}/{prefix}#mode=nczarr,s3"
+    _same_everywhere(binary, env, f"file://{local}#mode=nczarr,file", remote, variables, tmp_path)
+
+
+def test_wrong_secret_is_refused_clearly(s3s, binary, clean_env, tmp_path):
+    local = tmp_path / "ds.file"
+    _make_netcdf4(local)
+    prefix = f"py-{uuid.uuid4().hex}/ds.file"
+    _upload(s3s, local, prefix)
+    wrong = "Wrong-Secret-" + uuid.uuid4().hex
+    env = dict(clean_env, AWS_ACCESS_KEY_ID=S3S_KEY, AWS_SECRET_ACCESS_KEY=wrong)
+    res = _run(binary, env, "dump", "-h", f"{S3S}/{BUCKET}/{prefix}#mode=nczarr,s3")
+    stderr = res.stderr.decode(errors="replace")
+    assert res.returncode != 0
+    assert "refused" in stderr and "SignatureDoesNotMatch" in stderr, stderr
+    assert wrong not in stderr and wrong not in res.stdout.decode(errors="replace")
+    # No credentials at all: unsigned requests, refused as well.
+    res = _run(binary, clean_env, "dump", "-h", f"{S3S}/{BUCKET}/{prefix}#mode=nczarr,s3")
+    assert res.returncode != 0 and b"refused" in res.stderr, res.stderr
+
+
+def test_named_profile_with_endpoint(s3s, binary, clean_env, tmp_path):
+    local = tmp_path / "ds.file"
+    variables = _make_netcdf4(local)
+    prefix = f"py-{uuid.uuid4().hex}/ds.file"
+    _upload(s3s, local, prefix)
+    config = tmp_path / "aws-config"
+    credentials = tmp_path / "aws-credentials"
+    config.write_text(f"[profile local]\nregion = us-east-1\nendpoint_url = {S3S}\n")
+    credentials.write_text(
+        f"[local]\naws_access_key_id = {S3S_KEY}\naws_secret_access_key = {S3S_SECRET}\n"
+    )
+    env = dict(
+        clean_env,
+        AWS_CONFIG_FILE=str(config),
+        AWS_SHARED_CREDENTIALS_FILE=str(credentials),
+    )
+    remote = f"s3://{BUCKET}/{prefix}#mode=nczarr,s3&aws.profile=local"
+    _same_everywhere(binary, env, f"file://{local}#mode=nczarr,file", remote, variables, tmp_path)
+    # The same profile chosen by AWS_PROFILE.
+    env_profile = dict(env, AWS_PROFILE="local")
+    got = _ok(_run(binary, env_profile, "dump", "-h", f"s3://{BUCKET}/{prefix}#mode=nczarr,s3"), "AWS_PROFILE")
+    assert got.startswith(b"netcdf ds {")
+
+
+def test_missing_dataset_on_s3(moto, binary, moto_env):
+    res = _run(binary, moto_env, "dump", "-h", f"{MOTO}/{BUCKET}/nothing-{uuid.uuid4().hex}#mode=nczarr,s3")
+    assert res.returncode != 0
+    assert b"no objects under this prefix" in res.stderr, res.stderr
