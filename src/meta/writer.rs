@@ -29,9 +29,13 @@
 //! way, and other text stays a string: the attribute always reads back byte for byte.
 //!
 //! `.zarray` carries `dimension_separator` only when it is `/` (netcdf-c omits the default).
+//! Its `shape` is the variable's current shape (its dimensions' lengths), `chunks` the
+//! storage's chunk shape when it has the right rank (else one chunk), and `dtype` the
+//! storage's dtype when set (else [`default_dtype`]).
 
 use serde_json::{json, Map, Value};
 
+use crate::location::{Format, Mode};
 use crate::model::{
     AttrValue, Attribute, ByteOrder, ChunkKeyEncoding, ChunkOrder, CodecSpec, Dataset, DtypeKind,
     GroupId, NcType, VarId, ZarrDtype,
@@ -68,6 +72,22 @@ impl Default for WriteOptions {
             dialect: Dialect::NcZarr,
             xarray: true,
             consolidated: false,
+            nc_properties: None,
+        }
+    }
+}
+
+impl WriteOptions {
+    /// The options a location's `#mode=` asks for: `zarr` → pure Zarr (otherwise NCZarr),
+    /// `noxarray` → no `_ARRAY_DIMENSIONS`, `consolidated` → `.zmetadata`.
+    pub fn from_mode(mode: &Mode) -> WriteOptions {
+        WriteOptions {
+            dialect: match mode.format {
+                Some(Format::Zarr) => Dialect::Zarr,
+                _ => Dialect::NcZarr,
+            },
+            xarray: mode.xarray != Some(false),
+            consolidated: mode.consolidated,
             nc_properties: None,
         }
     }
@@ -532,6 +552,25 @@ mod tests {
             .unwrap()
             .to_string(),
             "9.969209968386869e+36"
+        );
+    }
+
+    #[test]
+    fn options_from_mode() {
+        let mode = Mode {
+            format: Some(Format::Zarr),
+            xarray: Some(false),
+            consolidated: true,
+            ..Mode::default()
+        };
+        let o = WriteOptions::from_mode(&mode);
+        assert_eq!(
+            (o.dialect, o.xarray, o.consolidated),
+            (Dialect::Zarr, false, true)
+        );
+        assert_eq!(
+            WriteOptions::from_mode(&Mode::default()),
+            WriteOptions::default()
         );
     }
 
