@@ -453,13 +453,18 @@ impl ChunkEngine {
         let plan = gs.plan;
         let mapping = gs.mapping();
         if gs.spans.is_empty() {
-            let chunk = self.fetch(plan, &[])?;
+            let chunk = self.fetch(plan, &[], true)?;
             place(&mapping, &[], chunk.as_deref(), out, 0, &plan.fill);
             return Ok(());
         }
         let rows = &gs.spans[0];
         let inner = combinations(&gs.spans[1..]);
         let row_elems = gs.out_strides[0];
+        // A read touching more chunks than the cache holds would only cycle them through it
+        // (evicting everything else), so such a scan bypasses the cache.
+        let touched = (rows.len() as u128) * (inner.len() as u128);
+        let keep =
+            touched * (plan.chunk_elems * plan.esize) as u128 <= self.cache.capacity() as u128;
         let row_bytes = row_elems as usize * plan.esize;
         let one_row = |row: &Span, part: &mut [u8]| -> Result<()> {
             let base = row.k_lo * row_elems;
@@ -476,7 +481,7 @@ impl ChunkEngine {
                         spans.push(*row);
                         spans.extend_from_slice(rest);
                         let coords: Vec<u64> = spans.iter().map(|s| s.chunk).collect();
-                        Ok((spans, self.fetch(plan, &coords)?))
+                        Ok((spans, self.fetch(plan, &coords, keep)?))
                     })
                     .collect::<Result<_>>()?;
                 for (spans, chunk) in &fetched {
@@ -507,8 +512,14 @@ impl ChunkEngine {
             .try_for_each(|(row, part)| one_row(row, part))
     }
 
-    /// The native chunk at `coords`, from the cache or storage; `None` if it was never written.
-    fn fetch(&self, plan: &Arc<VarPlan>, coords: &[u64]) -> Result<Option<Arc<Vec<u8>>>> {
+    /// The native chunk at `coords`, from the cache or storage (then cached if `keep`); `None`
+    /// if it was never written.
+    fn fetch(
+        &self,
+        plan: &Arc<VarPlan>,
+        coords: &[u64],
+        keep: bool,
+    ) -> Result<Option<Arc<Vec<u8>>>> {
         if let Some(chain) = plan.v3.as_ref().filter(|c| c.is_sharded()) {
             return self.fetch_inner(plan, chain, coords);
         }
@@ -520,7 +531,7 @@ impl ChunkEngine {
             return Ok(None);
         };
         let native = Arc::new(plan.decode(&key, raw)?);
-        if self.cache.fits(native.len()) {
+        if keep && self.cache.fits(native.len()) {
             self.cache
                 .insert(&key, Arc::clone(&native), None, &mut |k, d, p| {
                     self.write_back(k, d, p)
@@ -587,7 +598,7 @@ impl ChunkEngine {
         for spans in combinations(&gs.spans) {
             let coords: Vec<u64> = spans.iter().map(|s| s.chunk).collect();
             let key = plan.chunk_key(&coords);
-            let mut chunk = match self.fetch(&plan, &coords)? {
+            let mut chunk = match self.fetch(&plan, &coords, true)? {
                 Some(c) => Arc::unwrap_or_clone(c),
                 None => plan.fill_chunk(),
             };

@@ -5,7 +5,7 @@ use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 
 use crate::chunk::{parse_size, Hyperslab};
-use crate::dataset::{OpenDataset, DEFAULT_CACHE_BYTES};
+use crate::dataset::OpenDataset;
 use crate::model::{Dataset, NcType, VarId};
 use crate::{Error, Result};
 
@@ -31,19 +31,21 @@ pub struct GetArgs {
     /// Output file (default: standard output).
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
-    /// Size of the decoded-chunk cache, with an optional K/M/G suffix.
+    /// Size of the decoded-chunk cache, with an optional K/M/G suffix (default 0: `get` reads
+    /// every chunk once, in blocks aligned to the chunk grid, so a cache would only cost).
     #[arg(long, value_name = "SIZE")]
     pub cache_size: Option<String>,
 }
 
-/// How much of the hyperslab is read at once, so a huge `get` streams in bounded memory.
-const BLOCK_BYTES: u64 = 64 << 20;
+/// About how much of the hyperslab is read at once, so a huge `get` streams in bounded memory
+/// (a block is always at least one row of chunks).
+const BLOCK_BYTES: u64 = 16 << 20;
 
 /// Runs `get`.
 pub fn run(args: GetArgs) -> Result<i32> {
     let cache = match &args.cache_size {
         Some(s) => parse_size(s)?,
-        None => DEFAULT_CACHE_BYTES,
+        None => 0,
     };
     let open = OpenDataset::open(&args.location, cache)?;
     let ds = &open.model;
@@ -143,19 +145,28 @@ fn write_values(
         return out.write_all(&buf).map_err(|e| Error::io("<output>", e));
     }
     let row_bytes = (slab.len() / slab.count[0]).saturating_mul(esize).max(1);
-    let rows_per_block = (BLOCK_BYTES / row_bytes).max(1);
+    let target_rows = (BLOCK_BYTES / row_bytes).max(1);
+    // Blocks end on chunk boundaries along the first dimension, so no chunk is read twice.
+    let chunk0 = match ds.var(var).storage.chunks.first() {
+        Some(&c) if c > 0 && ds.var(var).storage.chunks.len() == slab.count.len() => c,
+        _ => 1,
+    };
+    let (start0, stride0, count0) = (slab.start[0], slab.stride[0], slab.count[0]);
+    let mut buf = Vec::new();
     let mut done = 0;
-    while done < slab.count[0] {
-        let rows = rows_per_block.min(slab.count[0] - done);
+    while done < count0 {
+        let end_pos = (start0 + (done + target_rows) * stride0).next_multiple_of(chunk0);
+        let end = (end_pos - start0).div_ceil(stride0).clamp(done + 1, count0);
         let mut block = slab.clone();
-        block.start[0] = slab.start[0] + done * slab.stride[0];
-        block.count[0] = rows;
+        block.start[0] = start0 + done * stride0;
+        block.count[0] = end - done;
         let bytes = usize::try_from(block.len().saturating_mul(esize))
             .map_err(|_| Error::InvalidHyperslab("selection too large for this machine".into()))?;
-        let mut buf = vec![0u8; bytes];
+        // One buffer for all blocks: fresh pages cost more than the copy into them.
+        buf.resize(bytes, 0);
         open.engine.read(ds, var, &block, &mut buf)?;
         out.write_all(&buf).map_err(|e| Error::io("<output>", e))?;
-        done += rows;
+        done = end;
     }
     Ok(())
 }
