@@ -350,7 +350,16 @@ fn xml_field<'a>(text: &'a str, tag: &str) -> Option<&'a str> {
 
 /// What an object_store error means, led by the S3 error code when the server sent one.
 fn describe_error(err: &object_store::Error) -> String {
-    let text = err.to_string();
+    let mut text = err.to_string();
+    // Transport errors keep the useful part ("Connection refused") deep in the source chain.
+    let mut source = std::error::Error::source(err);
+    while let Some(cause) = source {
+        let line = cause.to_string();
+        if !text.contains(&line) {
+            text = format!("{text}: {line}");
+        }
+        source = cause.source();
+    }
     let code = xml_field(&text, "Code");
     // "... status code: 403 Forbidden: <body>"
     let status = text
