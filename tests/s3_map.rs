@@ -132,13 +132,19 @@ fn moto_put_get_search_delete_with_awkward_keys() {
     let ro = S3Map::open_with_env(&s3_location(&url), false, &env).unwrap();
     assert!(ro.read_only());
     assert_eq!(ro.get(".zgroup").unwrap().unwrap(), b"value 0");
-    assert_eq!(ro.describe(), format!("{endpoint}/{BUCKET}/{prefix}/data.zarr"));
+    assert_eq!(
+        ro.describe(),
+        format!("{endpoint}/{BUCKET}/{prefix}/data.zarr")
+    );
 }
 
 #[test]
 fn read_only_open_of_an_empty_prefix_is_not_a_dataset() {
     let endpoint = endpoint_or_skip!("NCZARRFS_S3_ENDPOINT");
-    let url = format!("{endpoint}/{BUCKET}/{}#mode=nczarr,s3", fresh_prefix("empty"));
+    let url = format!(
+        "{endpoint}/{BUCKET}/{}#mode=nczarr,s3",
+        fresh_prefix("empty")
+    );
     let env = moto_env();
     let err = S3Map::open_with_env(&s3_location(&url), false, &env).unwrap_err();
     assert!(matches!(err, Error::NotZarr { .. }), "{err}");
