@@ -18,6 +18,7 @@ import uuid
 from pathlib import Path
 from urllib.parse import quote, urlparse
 
+import boto3
 import netCDF4
 import numpy as np
 import pytest
@@ -53,7 +54,6 @@ def _answers(endpoint: str) -> bool:
 
 
 def _client(endpoint: str, key: str, secret: str):
-    boto3 = pytest.importorskip("boto3")
     from botocore.config import Config
 
     return boto3.client(
@@ -205,7 +205,7 @@ def test_zarr_store_with_awkward_keys_on_moto(moto, binary, moto_env, tmp_path):
     _same_everywhere(
         binary, moto_env, f"file://{local}#mode=zarr,file", remote, names, tmp_path
     )
-    for i, name in enumerate(names):
+    for name in names:
         expected = zarr.open_array(str(local / name), mode="r")[...]
         assert np.array_equal(_npy(binary, moto_env, remote, name, tmp_path), expected), name
 
