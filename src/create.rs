@@ -9,7 +9,7 @@
 //! either invisible (beyond the recorded shape) or replace chunks of the same shape.
 //!
 //! Default chunk sizes follow netcdf-c's NCZarr rule (`ncz_find_default_chunksizes2`): about
-//! 4 MiB per chunk, spread evenly over the fixed dimensions, 1 along unlimited dimensions
+//! 16 MiB per chunk, spread evenly over the fixed dimensions, 1 along unlimited dimensions
 //! (4096 bytes' worth for a 1-D unlimited variable), then trimmed so the last chunk along
 //! each dimension does not overhang much.
 
@@ -29,8 +29,9 @@ use crate::model::{
 use crate::zmap::{join_key, ZMap};
 use crate::{meta, zmap, Error, Result};
 
-/// netcdf-c's default chunk size in bytes (`DEFAULT_CHUNK_SIZE`).
-const DEFAULT_CHUNK_BYTES: f64 = 4_194_304.0;
+/// netcdf-c's default chunk size in bytes (`DEFAULT_CHUNK_SIZE`; 16 MiB in 4.10.1 as built
+/// in the netCDF4 wheels, measured with `Variable.chunking()`).
+const DEFAULT_CHUNK_BYTES: f64 = 16_777_216.0;
 /// netcdf-c's chunk length budget for 1-D unlimited variables (`DEFAULT_1D_UNLIM_SIZE`).
 const DEFAULT_1D_UNLIM_BYTES: u64 = 4096;
 /// Decoded-chunk cache of a writer: dirty chunks wait here until a flush.
@@ -236,9 +237,11 @@ impl Codecs {
                     json!({"id": "blosc", "cname": cname, "clevel": param(4, 5),
                            "shuffle": param(5, 1), "blocksize": 0})
                 }
-                id => return Err(Error::Unsupported(format!(
+                id => {
+                    return Err(Error::Unsupported(format!(
                     "HDF5 filter {id} has no Zarr codec here (known: 1, 2, 3, 307, 32001, 32015)"
-                ))),
+                )))
+                }
             });
         }
         Ok(Codecs::from_chain(chain))
@@ -1130,5 +1133,143 @@ fn remove_storage(location: &Location) -> Result<()> {
     match r {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(p, e)),
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::AttrValue;
+
+    #[test]
+    fn default_chunks_match_netcdf_c() {
+        // netCDF4-python 1.7.5 (netcdf-c 4.10.1) `Variable.chunking()` of NCZarr variables
+        // over t, u unlimited, y = 1000, x = 3000, s = 7.
+        assert_eq!(
+            default_chunks(&[(0, true), (1000, false), (3000, false)], 4),
+            [1, 1000, 3000]
+        );
+        assert_eq!(
+            default_chunks(&[(1000, false), (3000, false)], 8),
+            [500, 1500]
+        );
+        assert_eq!(default_chunks(&[(0, true)], 4), [1024]);
+        assert_eq!(default_chunks(&[(0, true), (0, true)], 2), [2896, 2896]);
+        assert_eq!(default_chunks(&[(7, false)], 1), [7]);
+        assert_eq!(default_chunks(&[(0, true), (7, false)], 8), [1, 7]);
+    }
+
+    fn writer(dir: &Path, mode: &str) -> (Location, DatasetWriter) {
+        let loc = Location::parse(&format!(
+            "file://{}#mode={mode}",
+            dir.join("d.file").display()
+        ))
+        .unwrap();
+        let w = DatasetWriter::create(&loc, CreateOptions::from_mode(&loc.mode)).unwrap();
+        (loc, w)
+    }
+
+    fn ints(b: &[u8]) -> Vec<i32> {
+        b.chunks(4)
+            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
+    }
+
+    fn bytes(v: &[i32]) -> Vec<u8> {
+        v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn write_grow_rename_and_reopen() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (loc, mut w) = writer(tmp.path(), "nczarr");
+        let g = w.add_group(Dataset::ROOT, "g").unwrap();
+        let t = w.add_dim(Dataset::ROOT, "t", 0, true).unwrap();
+        let u = w.add_dim(Dataset::ROOT, "u", 0, true).unwrap();
+        let x = w.add_dim(g, "x", 3, false).unwrap();
+        let opts = VarOptions {
+            chunks: Some(vec![2, 2, 2]),
+            codecs: Codecs::parse("shuffle,zlib:4").unwrap(),
+            ..Default::default()
+        };
+        let v = w.add_var(g, "v", NcType::Int, &[t, u, x], opts).unwrap();
+        w.put_attr(AttrTarget::Var(v), "_FillValue", AttrValue::Int(vec![-1]))
+            .unwrap();
+        w.put_attr(
+            AttrTarget::Group(Dataset::ROOT),
+            "title",
+            AttrValue::Char(b"hi".to_vec()),
+        )
+        .unwrap();
+        // Writing index (1, 2, 0..3) grows both unlimited dimensions.
+        let slab = Hyperslab {
+            start: vec![1, 2, 0],
+            count: vec![1, 1, 3],
+            stride: vec![1; 3],
+        };
+        w.write(v, &slab, &bytes(&[7, 8, 9])).unwrap();
+        assert_eq!((w.model().dim(t).len, w.model().dim(u).len), (2, 3));
+        // A fixed dimension does not grow.
+        let past = Hyperslab {
+            start: vec![0, 0, 2],
+            count: vec![1, 1, 2],
+            stride: vec![1; 3],
+        };
+        let err = w.write(v, &past, &bytes(&[1, 2])).unwrap_err().to_string();
+        assert!(err.contains("/g/x") && err.contains("length 3"), "{err}");
+        // The fill value is fixed once values are stored.
+        assert!(w
+            .put_attr(AttrTarget::Var(v), "_FillValue", AttrValue::Int(vec![5]))
+            .is_err());
+        w.sync().unwrap();
+        w.rename_var(v, "w").unwrap();
+        w.rename_group(g, "h").unwrap();
+        w.rename_dim(x, "xx").unwrap();
+        w.rename_attr(AttrTarget::Group(Dataset::ROOT), "title", "name")
+            .unwrap();
+        w.close().unwrap();
+        assert!(!tmp.path().join("d.file/g").exists());
+
+        let map = zmap::open(&loc, false).unwrap();
+        let ds = meta::read_dataset(map.as_ref(), &loc.mode).unwrap();
+        let v = ds.find_var("/h/w").expect("renamed variable");
+        assert_eq!(ds.var_shape(v), [2, 3, 3]);
+        assert_eq!(ds.dim(ds.var(v).dims[2]).name, "xx");
+        assert_eq!(ds.group(Dataset::ROOT).attrs[0].name, "name");
+        let engine = ChunkEngine::new(map, 1 << 20);
+        let mut out = vec![0u8; 18 * 4];
+        engine
+            .read(&ds, v, &Hyperslab::whole(&[2, 3, 3]), &mut out)
+            .unwrap();
+        let mut want = vec![-1; 18];
+        want[15..18].copy_from_slice(&[7, 8, 9]);
+        assert_eq!(ints(&out), want);
+    }
+
+    #[test]
+    fn create_refuses_an_existing_dataset_and_bad_names() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (loc, mut w) = writer(tmp.path(), "zarr");
+        assert!(w.add_dim(Dataset::ROOT, "a/b", 1, false).is_err());
+        w.add_dim(Dataset::ROOT, "a", 1, false).unwrap();
+        assert!(w.add_dim(Dataset::ROOT, "a", 2, false).is_err());
+        w.close().unwrap();
+        assert!(DatasetWriter::create(&loc, CreateOptions::default()).is_err());
+    }
+
+    #[test]
+    fn codec_words_and_hdf5_filters() {
+        let c = Codecs::parse("shuffle,fletcher32,zstd:5").unwrap();
+        assert_eq!(c.filters.len(), 2);
+        assert_eq!(c.compressor, Some(json!({"id": "zstd", "level": 5})));
+        // A checksum after the compressor keeps the order: everything is a filter.
+        let c = Codecs::parse("zlib:1,fletcher32").unwrap();
+        assert_eq!(c.compressor, None);
+        assert_eq!(c.filters.len(), 2);
+        assert!(Codecs::parse("zlib:12").is_err());
+        assert!(Codecs::parse("nope").is_err());
+        let f = Codecs::from_hdf5_filter("2|307,9").unwrap();
+        assert_eq!(f.compressor, Some(json!({"id": "bz2", "level": 9})));
+        assert!(Codecs::from_hdf5_filter("40000").is_err());
     }
 }
