@@ -937,11 +937,16 @@ impl DatasetWriter {
     /// flush (a zip archive is rewritten here).
     pub fn sync(&mut self) -> Result<()> {
         self.engine.flush()?;
-        // Metadata is always rewritten: a grown dimension may come from another writer's
-        // handle of the model, and it is small.
-        self.meta_dirty = true;
-        self.write_meta()?;
+        if self.meta_dirty {
+            self.write_meta()?;
+        }
         self.map.flush()
+    }
+
+    /// Whether the model changed since the metadata was last stored (a mount shows this
+    /// as pending work).
+    pub fn metadata_dirty(&self) -> bool {
+        self.meta_dirty
     }
 
     /// Syncs and closes.
