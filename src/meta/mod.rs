@@ -17,6 +17,7 @@ mod fill;
 pub mod json;
 pub(crate) mod v3;
 pub mod writer;
+pub mod writer_v3;
 
 use std::collections::HashMap;
 
@@ -30,14 +31,32 @@ use crate::{Error, Result};
 use json::Json;
 
 /// Reads the dataset's metadata from `map`, detecting the dialect unless `mode` fixes it.
+///
+/// On an object store every request costs a round trip, so the root objects that can describe
+/// the whole dataset are read first and together: `zarr.json` (Zarr v3, maybe with consolidated
+/// metadata) and `.zmetadata` (consolidated Zarr v2). A consolidated dataset is then open
+/// after that one round trip (one GET when the mode names the Zarr version). When both exist,
+/// Zarr v3 wins, as in zarr-python 3.
 pub fn read_dataset(map: &dyn ZMap, mode: &Mode) -> Result<Dataset> {
-    // Zarr v3 when asked for, or when the root has a zarr.json and no Zarr v2 group.
-    if mode.zarr_version == Some(3) || (mode.zarr_version != Some(2) && !map.exists(".zgroup")?) {
-        if let Some(bytes) = map.get("zarr.json")? {
-            return v3::read_dataset(map, mode, Json::parse("zarr.json", &bytes)?);
+    let (zarr_json, zmetadata) = match mode.zarr_version {
+        Some(3) => (map.get("zarr.json")?, None),
+        Some(_) => (None, map.get(".zmetadata")?),
+        None => {
+            let mut both = map
+                .get_many(&["zarr.json".to_string(), ".zmetadata".to_string()])
+                .into_iter();
+            let mut next = || both.next().unwrap_or(Ok(None));
+            let zarr_json = next()?;
+            (zarr_json, next()?)
         }
+    };
+    if let Some(bytes) = zarr_json {
+        return v3::read_dataset(map, mode, Json::parse("zarr.json", &bytes)?);
     }
-    let consolidated = read_consolidated(map)?;
+    let consolidated = match zmetadata {
+        Some(bytes) => parse_consolidated(map, &bytes),
+        None => None,
+    };
     let mut r = Reader {
         map,
         mode,
@@ -80,9 +99,16 @@ fn not_a_dataset(map: &dyn ZMap, r: &Reader) -> Result<Error> {
             "a Zarr array at the dataset root (not a group)".into(),
         ));
     }
+    // Opening an object store makes no request of its own, so an empty prefix (a mistyped
+    // URL) is told apart here.
+    let reason = if map.search("")?.is_empty() {
+        "no objects under this prefix"
+    } else {
+        "no .zgroup, .zarray, .nczarr, .zmetadata or zarr.json at the root"
+    };
     Ok(Error::NotZarr {
         location: map.describe(),
-        reason: "no .zgroup, .zarray, .nczarr, .zmetadata or zarr.json at the root".into(),
+        reason: reason.into(),
     })
 }
 
@@ -103,9 +129,8 @@ fn detect(map: &dyn ZMap, mode: &Mode, zgroup: &Json, zattrs: Option<&Json>) -> 
     if mode.format == Some(Format::Zarr) {
         return Ok(Dialect::Pure);
     }
-    if map.exists(".nczarr")? {
-        return Ok(Dialect::V1);
-    }
+    // The keys inside objects already read are checked first, which spares a request for
+    // `.nczarr` on every dataset written since netcdf 4.8.1.
     let has = |j: Option<&Json>, names: &[&str]| {
         j.is_some_and(|j| names.iter().any(|n| ncz_key(j, n).is_some()))
     };
@@ -114,6 +139,9 @@ fn detect(map: &dyn ZMap, mode: &Mode, zgroup: &Json, zattrs: Option<&Json>) -> 
     }
     if has(Some(zgroup), &["_nczarr_superblock", "_nczarr_group"]) {
         return Ok(Dialect::InObjects);
+    }
+    if map.exists(".nczarr")? {
+        return Ok(Dialect::V1);
     }
     Ok(Dialect::Pure)
 }
@@ -128,26 +156,23 @@ fn either<'a>(j: &'a Json, a: &str, b: &str) -> Option<&'a Json> {
     j.get(a).or_else(|| j.get(b))
 }
 
-/// Reads `.zmetadata`; an unusable one is ignored (the objects themselves are read instead).
-fn read_consolidated(map: &dyn ZMap) -> Result<Option<HashMap<String, Json>>> {
-    let Some(bytes) = map.get(".zmetadata")? else {
-        return Ok(None);
-    };
-    let parsed = match Json::parse(".zmetadata", &bytes) {
+/// Parses `.zmetadata`; an unusable one is ignored (the objects themselves are read instead).
+fn parse_consolidated(map: &dyn ZMap, bytes: &[u8]) -> Option<HashMap<String, Json>> {
+    let parsed = match Json::parse(".zmetadata", bytes) {
         Ok(j) => j,
         Err(e) => {
             log::warn!("{}: ignoring .zmetadata: {e}", map.describe());
-            return Ok(None);
+            return None;
         }
     };
     match parsed.get("metadata") {
-        Some(Json::Obj(members)) => Ok(Some(members.iter().cloned().collect())),
+        Some(Json::Obj(members)) => Some(members.iter().cloned().collect()),
         _ => {
             log::warn!(
                 "{}: ignoring .zmetadata without a metadata object",
                 map.describe()
             );
-            Ok(None)
+            None
         }
     }
 }

@@ -361,8 +361,12 @@ impl Reader<'_> {
                 }
             }
         }
+        // Zarr v3 always stores a fill value; NCZarr marks netCDF's "no fill" apart.
+        let no_fill = ncz_array
+            .and_then(|a| a.get("no_fill"))
+            .is_some_and(|u| matches!(u, Json::Bool(true)) || u.as_u64().is_some_and(|n| n != 0));
         let fill_value = match (&vt.dtype, z.get("fill_value")) {
-            (Some(_), Some(fv)) => fill_value(&zkey, fv, &vt)?,
+            (Some(_), Some(fv)) if !no_fill => fill_value(&zkey, fv, &vt)?,
             _ => None,
         };
 

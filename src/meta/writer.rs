@@ -258,7 +258,7 @@ fn fix_shuffle(f: &Value, size: usize) -> Value {
 }
 
 /// A float as JSON: a number, or `"NaN"`, `"Infinity"`, `"-Infinity"`.
-fn float_json(x: f64) -> Value {
+pub(crate) fn float_json(x: f64) -> Value {
     if x.is_nan() {
         json!("NaN")
     } else if x == f64::INFINITY {
@@ -271,7 +271,7 @@ fn float_json(x: f64) -> Value {
 }
 
 /// The f32 value as the shortest decimal that reads back as the same f32, in an f64.
-fn f32_as_f64(x: f32) -> f64 {
+pub(crate) fn f32_as_f64(x: f32) -> f64 {
     if !x.is_finite() {
         return x as f64;
     }
@@ -318,7 +318,7 @@ fn fill_json(
 }
 
 /// Standard base64 with padding (the Zarr v2 encoding of byte-string fill values).
-fn base64(data: &[u8]) -> String {
+pub(crate) fn base64(data: &[u8]) -> String {
     const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
     for c in data.chunks(3) {
@@ -338,7 +338,7 @@ fn base64(data: &[u8]) -> String {
 
 /// An attribute's values as JSON: a scalar for one value, a list otherwise; char text as a
 /// string (or its JSON value under the NCZarr JSON convention).
-fn attr_json(value: &AttrValue, dialect: Dialect) -> Value {
+pub(crate) fn attr_json(value: &AttrValue, dialect: Dialect) -> Value {
     fn many<T: Copy>(v: &[T], f: impl Fn(T) -> Value) -> Value {
         match v {
             [one] => f(*one),

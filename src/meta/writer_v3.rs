@@ -1,0 +1,721 @@
+//! Writing a [`Dataset`]'s metadata as Zarr v3 `zarr.json` objects, in either dialect, and
+//! translating codec chains between Zarr v2 (numcodecs objects) and Zarr v3 (named codecs).
+//!
+//! - **Groups**: `{"zarr_format": 3, "node_type": "group", "attributes": {...}}`.
+//! - **Arrays**: `shape` (the variable's current shape; a scalar is `[]`), `data_type`
+//!   (`int8`…`float64`, `bool`; `char` as `uint8` with NCZarr's `type_alias` `"char"`;
+//!   strings as `fixed_length_utf32`), a `regular` chunk grid, the `default` chunk key
+//!   encoding with separator `/`, `fill_value` (`"NaN"`, `"Infinity"`, `"-Infinity"` for the
+//!   special floats, hex bits for a NaN with a payload), `codecs` (`bytes` with the byte
+//!   order, then the bytes-to-bytes codecs) and `dimension_names`.
+//! - **NCZarr** adds, as the netcdf-c draft (PR #3068) does: in the root's attributes
+//!   `_nczarr_superblock`; in every group's `_nczarr_group` (`dimensions` as
+//!   `{"name": {"size": N, "unlimited": 0|1}}`, `arrays`, `groups`); in every array's
+//!   `_nczarr_array` (`dimension_references`, `storage`, `type_alias` for `char` and
+//!   `string`); and everywhere `_nczarr_attrs` `{"attribute_types": {name: type}}` with the
+//!   v3 type names plus `char`, `string` and `json`. docs/zarr-v3.md lists where this differs
+//!   from the draft.
+//!
+//! The chunk bytes of a chain are the same whether it is spelled as Zarr v2 or v3, so a
+//! variable's [`CodecSpec::V2`] is what the chunk engine encodes with, and this writer spells
+//! it the v3 way ([`codecs_v3`]).
+
+use serde_json::{json, Map, Value};
+
+use super::writer::WriteOptions;
+use super::writer::{attr_json, base64, default_dtype, f32_as_f64, float_json, Dialect};
+use crate::model::{
+    AttrValue, Attribute, ByteOrder, ChunkKeyEncoding, CodecSpec, Dataset, DtypeKind, GroupId,
+    NcType, VarId, ZarrDtype,
+};
+use crate::zmap::{join_key, ZMap};
+use crate::{Error, Result};
+
+/// The version written in `_nczarr_superblock` on Zarr v3.
+pub const NCZARR_V3_VERSION: &str = "3.0.0";
+
+/// The metadata object of every node.
+const NODE: &str = "zarr.json";
+
+/// Writes every `zarr.json` of `ds` to `map` (chunks are the chunk engine's business).
+pub fn write_metadata(map: &dyn ZMap, ds: &Dataset, opts: &WriteOptions) -> Result<()> {
+    for (key, value) in metadata_objects(ds, opts)? {
+        let bytes = serde_json::to_vec(&value).map_err(|e| Error::json(&key, &e))?;
+        map.put(&key, &bytes)?;
+    }
+    Ok(())
+}
+
+/// The `zarr.json` objects of `ds` as `(key, JSON)` pairs, groups in pre-order, each group
+/// followed by its arrays. When consolidated, the root's object (first) carries everything
+/// else inline, as zarr-python 3 writes it.
+pub fn metadata_objects(ds: &Dataset, opts: &WriteOptions) -> Result<Vec<(String, Value)>> {
+    let mut out = Vec::new();
+    for g in ds.groups_preorder() {
+        let prefix = ds.group_path(g).join("/");
+        let node = json!({
+            "zarr_format": 3,
+            "node_type": "group",
+            "attributes": Value::Object(group_attributes(ds, g, opts)),
+        });
+        out.push((join_key(&[&prefix, NODE]), node));
+        for v in &ds.group(g).vars {
+            out.push((
+                join_key(&[&array_key(ds, *v), NODE]),
+                array_node(ds, *v, opts)?,
+            ));
+        }
+    }
+    if opts.consolidated {
+        let members: Map<String, Value> = out
+            .iter()
+            .skip(1)
+            .map(|(k, v)| {
+                let path = k.strip_suffix(NODE).unwrap_or(k).trim_end_matches('/');
+                (path.to_string(), v.clone())
+            })
+            .collect();
+        if let Some((_, Value::Object(root))) = out.first_mut() {
+            root.insert(
+                "consolidated_metadata".into(),
+                json!({"kind": "inline", "must_understand": false, "metadata": members}),
+            );
+        }
+    }
+    Ok(out)
+}
+
+/// The key prefix of a variable's array: its storage key, or its group path and name.
+fn array_key(ds: &Dataset, v: VarId) -> String {
+    let var = ds.var(v);
+    if var.storage.key.is_empty() {
+        join_key(&[&ds.group_path(var.group).join("/"), &var.name])
+    } else {
+        var.storage.key.clone()
+    }
+}
+
+/// The stored dtype of a variable on Zarr v3: `char` as one byte, `string` as UCS-4 wide
+/// enough for `string_width` bytes of UTF-8 (every character takes at least one of them),
+/// numbers as in Zarr v2; `big` stores multi-byte numbers big-endian.
+pub fn v3_dtype(nctype: NcType, string_width: usize, big: bool) -> ZarrDtype {
+    let mut d = match nctype {
+        NcType::Char => ZarrDtype {
+            order: ByteOrder::NotApplicable,
+            kind: DtypeKind::Bytes,
+            size: 1,
+        },
+        NcType::String => ZarrDtype {
+            order: ByteOrder::Little,
+            kind: DtypeKind::Unicode,
+            size: string_width.max(1).saturating_mul(4),
+        },
+        t => default_dtype(t, 0, Dialect::Zarr),
+    };
+    if big && d.order == ByteOrder::Little {
+        d.order = ByteOrder::Big;
+    }
+    d
+}
+
+/// The v3 `data_type` of a stored dtype, and NCZarr's `type_alias` when the netCDF type is
+/// not the data type's own.
+fn data_type(
+    nctype: NcType,
+    dtype: &ZarrDtype,
+    dialect: Dialect,
+    key: &str,
+) -> Result<(Value, Option<&'static str>)> {
+    let nczarr = dialect == Dialect::NcZarr;
+    let name = match (dtype.kind, dtype.size) {
+        (DtypeKind::Bool, 1) => "bool",
+        (DtypeKind::Int, 1) => "int8",
+        (DtypeKind::Int, 2) => "int16",
+        (DtypeKind::Int, 4) => "int32",
+        (DtypeKind::Int, 8) => "int64",
+        (DtypeKind::UInt, 1) => "uint8",
+        (DtypeKind::UInt, 2) => "uint16",
+        (DtypeKind::UInt, 4) => "uint32",
+        (DtypeKind::UInt, 8) => "uint64",
+        (DtypeKind::Float, 2) => "float16",
+        (DtypeKind::Float, 4) => "float32",
+        (DtypeKind::Float, 8) => "float64",
+        (DtypeKind::Bytes, 1) if nctype == NcType::Char && nczarr => {
+            return Ok((json!("uint8"), Some("char")))
+        }
+        (DtypeKind::Bytes, n) => {
+            let alias = (nczarr && nctype == NcType::String).then_some("string");
+            let t = json!({"name": "null_terminated_bytes", "configuration": {"length_bytes": n}});
+            return Ok((t, alias));
+        }
+        (DtypeKind::Unicode, n) => {
+            let alias = (nczarr && nctype == NcType::String).then_some("string");
+            let t = json!({"name": "fixed_length_utf32", "configuration": {"length_bytes": n}});
+            return Ok((t, alias));
+        }
+        _ => {
+            return Err(Error::meta(
+                key,
+                format!("dtype {} has no Zarr v3 data type", dtype.to_numpy()),
+            ))
+        }
+    };
+    Ok((json!(name), None))
+}
+
+/// The `bytes` codec for `dtype`: its byte order when that matters.
+fn bytes_codec(dtype: &ZarrDtype) -> Value {
+    match dtype.order {
+        ByteOrder::Big => json!({"name": "bytes", "configuration": {"endian": "big"}}),
+        ByteOrder::Little => json!({"name": "bytes", "configuration": {"endian": "little"}}),
+        ByteOrder::NotApplicable => json!({"name": "bytes"}),
+    }
+}
+
+/// A codec chain spelled the Zarr v3 way for an array stored as `dtype`: a v3 chain as it
+/// is; a v2 chain as `bytes` then each codec (`gzip`, `zstd`, `blosc`, `crc32c` by their v3
+/// names, every other numcodecs codec as `numcodecs.<id>`, which zarr-python 3 reads through
+/// numcodecs).
+pub fn codecs_v3(spec: &CodecSpec, dtype: &ZarrDtype) -> Result<Vec<Value>> {
+    let (filters, compressor) = match spec {
+        CodecSpec::V3(list) => return Ok(list.clone()),
+        CodecSpec::V2 {
+            filters,
+            compressor,
+        } => (filters, compressor),
+    };
+    let mut out = vec![bytes_codec(dtype)];
+    for c in filters.iter().chain(compressor).filter(|c| !c.is_null()) {
+        out.push(codec_to_v3(c, dtype.size)?);
+    }
+    Ok(out)
+}
+
+/// One numcodecs object as a v3 codec.
+fn codec_to_v3(c: &Value, esize: usize) -> Result<Value> {
+    let bad = |reason: &str| Error::Codec {
+        codec: c
+            .get("id")
+            .and_then(Value::as_str)
+            .unwrap_or("?")
+            .to_string(),
+        reason: reason.to_string(),
+    };
+    let obj = c
+        .as_object()
+        .ok_or_else(|| bad("codec configuration is not an object"))?;
+    let id = obj
+        .get("id")
+        .and_then(Value::as_str)
+        .ok_or_else(|| bad("codec configuration without a string \"id\""))?;
+    let mut params: Map<String, Value> = obj
+        .iter()
+        .filter(|(k, _)| k.as_str() != "id")
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let int = |p: &Map<String, Value>, k: &str, default: i64| -> Result<i64> {
+        match p.get(k) {
+            None | Some(Value::Null) => Ok(default),
+            Some(v) => v
+                .as_i64()
+                .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
+                .ok_or_else(|| bad(&format!("parameter {k:?} is not an integer: {v}"))),
+        }
+    };
+    Ok(match id {
+        "gzip" => json!({"name": "gzip", "configuration": {"level": int(&params, "level", 1)?}}),
+        "zstd" => json!({"name": "zstd", "configuration":
+            {"level": int(&params, "level", 0)?, "checksum": false}}),
+        "blosc" => {
+            let shuffle = match int(&params, "shuffle", 1)? {
+                0 => "noshuffle",
+                2 => "bitshuffle",
+                // numcodecs' AUTOSHUFFLE (-1): bit shuffle for bytes, byte shuffle otherwise.
+                -1 if esize == 1 => "bitshuffle",
+                _ => "shuffle",
+            };
+            let cname = params
+                .get("cname")
+                .and_then(Value::as_str)
+                .unwrap_or("lz4")
+                .to_string();
+            json!({"name": "blosc", "configuration": {
+                "cname": cname,
+                "clevel": int(&params, "clevel", 5)?,
+                "shuffle": shuffle,
+                "typesize": esize,
+                "blocksize": int(&params, "blocksize", 0)?,
+            }})
+        }
+        "crc32c"
+            if matches!(
+                params.get("location").and_then(Value::as_str),
+                None | Some("end")
+            ) =>
+        {
+            json!({"name": "crc32c"})
+        }
+        _ => {
+            if id == "shuffle" && int(&params, "elementsize", 0)? == 0 {
+                // numcodecs treats 0 as a no-op; netcdf-c writes 0 for "the type's size".
+                params.insert("elementsize".into(), json!(esize));
+            }
+            json!({"name": format!("numcodecs.{id}"), "configuration": params})
+        }
+    })
+}
+
+/// A Zarr v3 codec list as an equivalent Zarr v2 chain of numcodecs objects, in encoding
+/// order. `bytes`, `transpose` and the variable-length codecs describe the element layout
+/// (which a writer chooses anew), so they are dropped; `sharding_indexed` contributes its
+/// inner chain. A codec with no numcodecs equivalent is [`Error::Unsupported`].
+pub fn codecs_v2(list: &[Value]) -> Result<Vec<Value>> {
+    let mut out = Vec::new();
+    for entry in list {
+        let (name, config) = match entry {
+            Value::String(n) => (n.as_str(), None),
+            Value::Object(o) => (
+                o.get("name").and_then(Value::as_str).unwrap_or(""),
+                o.get("configuration").and_then(Value::as_object),
+            ),
+            _ => ("", None),
+        };
+        let mut params = config.cloned().unwrap_or_default();
+        let id = match name {
+            "bytes" | "transpose" | "vlen-utf8" | "vlen-bytes" => continue,
+            "sharding_indexed" => {
+                let inner = params
+                    .get("codecs")
+                    .and_then(Value::as_array)
+                    .ok_or_else(|| Error::Codec {
+                        codec: name.to_string(),
+                        reason: "codecs is not a list".to_string(),
+                    })?;
+                out.extend(codecs_v2(inner)?);
+                continue;
+            }
+            "gzip" | "zstd" | "crc32c" => {
+                params.remove("checksum");
+                name
+            }
+            "bz2" => name,
+            "blosc" => {
+                if let Some(Value::String(s)) = params.get("shuffle") {
+                    let code = match s.as_str() {
+                        "noshuffle" => 0,
+                        "bitshuffle" => 2,
+                        _ => 1,
+                    };
+                    params.insert("shuffle".into(), json!(code));
+                }
+                // numcodecs takes the element size from the data it is given.
+                params.remove("typesize");
+                name
+            }
+            n => match n.strip_prefix("numcodecs.") {
+                Some(id) => id,
+                None => {
+                    return Err(Error::Unsupported(format!(
+                        "Zarr v3 codec {n:?} has no Zarr v2 equivalent"
+                    )))
+                }
+            },
+        };
+        params.insert("id".into(), json!(id));
+        out.push(Value::Object(params));
+    }
+    Ok(out)
+}
+
+/// netCDF's name of an attribute type on Zarr v3 (`_nczarr_attrs`).
+fn attr_type(value: &AttrValue) -> &'static str {
+    match value.nctype() {
+        NcType::Byte => "int8",
+        NcType::UByte => "uint8",
+        NcType::Short => "int16",
+        NcType::UShort => "uint16",
+        NcType::Int => "int32",
+        NcType::UInt => "uint32",
+        NcType::Int64 => "int64",
+        NcType::UInt64 => "uint64",
+        NcType::Float => "float32",
+        NcType::Double => "float64",
+        NcType::Char => "char",
+        NcType::String => "string",
+    }
+}
+
+/// User attributes into `obj`, their types into `types`. Char text is always a JSON string
+/// (no JSON convention: the text reads back byte for byte whatever its spelling).
+fn put_attrs(obj: &mut Map<String, Value>, types: &mut Map<String, Value>, attrs: &[Attribute]) {
+    for a in attrs {
+        obj.insert(a.name.clone(), attr_json(&a.value, Dialect::Zarr));
+        types.insert(a.name.clone(), json!(attr_type(&a.value)));
+    }
+}
+
+/// Closes an NCZarr attribute map: the hidden objects get type `json`, and `_nczarr_attrs`
+/// records every type.
+fn finish_types(obj: &mut Map<String, Value>, mut types: Map<String, Value>, hidden: &[&str]) {
+    for h in hidden {
+        types.insert((*h).to_string(), json!("json"));
+    }
+    types.insert("_nczarr_attrs".into(), json!("json"));
+    obj.insert(
+        "_nczarr_attrs".into(),
+        json!({ "attribute_types": Value::Object(types) }),
+    );
+}
+
+fn group_attributes(ds: &Dataset, g: GroupId, opts: &WriteOptions) -> Map<String, Value> {
+    let group = ds.group(g);
+    let mut obj = Map::new();
+    let mut types = Map::new();
+    if opts.dialect != Dialect::NcZarr {
+        put_attrs(&mut obj, &mut types, &group.attrs);
+        return obj;
+    }
+    if g == Dataset::ROOT {
+        if let Some(p) = &opts.nc_properties {
+            obj.insert("_NCProperties".into(), json!(p));
+            types.insert("_NCProperties".into(), json!("char"));
+        }
+    }
+    put_attrs(&mut obj, &mut types, &group.attrs);
+    let mut dims = Map::new();
+    for d in &group.dims {
+        let dim = ds.dim(*d);
+        dims.insert(
+            dim.name.clone(),
+            json!({"size": dim.len, "unlimited": u8::from(dim.unlimited)}),
+        );
+    }
+    let arrays: Vec<&str> = group
+        .vars
+        .iter()
+        .map(|v| ds.var(*v).name.as_str())
+        .collect();
+    let groups: Vec<&str> = group
+        .groups
+        .iter()
+        .map(|c| ds.group(*c).name.as_str())
+        .collect();
+    obj.insert(
+        "_nczarr_group".into(),
+        json!({"dimensions": dims, "arrays": arrays, "groups": groups}),
+    );
+    let mut hidden = vec!["_nczarr_group"];
+    if g == Dataset::ROOT {
+        obj.insert(
+            "_nczarr_superblock".into(),
+            json!({"version": NCZARR_V3_VERSION, "format": 3}),
+        );
+        hidden.push("_nczarr_superblock");
+    }
+    finish_types(&mut obj, types, &hidden);
+    obj
+}
+
+fn array_node(ds: &Dataset, v: VarId, opts: &WriteOptions) -> Result<Value> {
+    let var = ds.var(v);
+    let key = join_key(&[&array_key(ds, v), NODE]);
+    let dtype = var
+        .storage
+        .dtype
+        .clone()
+        .unwrap_or_else(|| v3_dtype(var.nctype, var.string_width, false));
+    let shape = ds.var_shape(v);
+    let chunks: Vec<u64> =
+        if var.storage.chunks.len() == shape.len() && var.storage.chunks.iter().all(|c| *c > 0) {
+            var.storage.chunks.clone()
+        } else {
+            shape.iter().map(|s| (*s).max(1)).collect()
+        };
+    let (data_type, alias) = data_type(var.nctype, &dtype, opts.dialect, &key)?;
+    let nczarr = opts.dialect == Dialect::NcZarr;
+    let (fill, no_fill) = match &var.storage.fill_value {
+        Some(bytes) => (fill_v3(var.nctype, bytes, &dtype, &key)?, false),
+        // Zarr v3 has no "no fill value": store netCDF's default, and say so in NCZarr.
+        None => {
+            let mut d = var.nctype.default_fill();
+            d.resize(var.element_size(), 0);
+            (fill_v3(var.nctype, &d, &dtype, &key)?, true)
+        }
+    };
+    let separator = match var.storage.key_encoding {
+        ChunkKeyEncoding::Default { separator } | ChunkKeyEncoding::V2 { separator } => separator,
+    };
+    let key_encoding = match var.storage.key_encoding {
+        ChunkKeyEncoding::Default { .. } => "default",
+        ChunkKeyEncoding::V2 { .. } => "v2",
+    };
+    let mut attrs = Map::new();
+    let mut types = Map::new();
+    put_attrs(&mut attrs, &mut types, &var.attrs);
+    if nczarr {
+        let refs: Vec<String> = var.dims.iter().map(|d| ds.dim_fqn(*d)).collect();
+        let mut arr = Map::new();
+        arr.insert("dimension_references".into(), json!(refs));
+        arr.insert("storage".into(), json!("chunked"));
+        if let Some(a) = alias {
+            arr.insert("type_alias".into(), json!(a));
+        }
+        if no_fill {
+            arr.insert("no_fill".into(), json!(1));
+        }
+        attrs.insert("_nczarr_array".into(), Value::Object(arr));
+        finish_types(&mut attrs, types, &["_nczarr_array"]);
+    }
+    let names: Vec<&str> = var.dims.iter().map(|d| ds.dim(*d).name.as_str()).collect();
+    Ok(json!({
+        "zarr_format": 3,
+        "node_type": "array",
+        "shape": shape,
+        "data_type": data_type,
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": chunks}},
+        "chunk_key_encoding": {"name": key_encoding,
+            "configuration": {"separator": separator.to_string()}},
+        "fill_value": fill,
+        "codecs": codecs_v3(&var.storage.codecs, &dtype)?,
+        "attributes": Value::Object(attrs),
+        "dimension_names": names,
+    }))
+}
+
+/// A float fill value: a number, `"NaN"`/`"Infinity"`/`"-Infinity"`, or the hex bits of a
+/// NaN whose bits are not the canonical quiet NaN (so that they survive).
+fn float_fill(bits: u64, wide: bool) -> Value {
+    let (x, canonical) = if wide {
+        (f64::from_bits(bits), 0x7ff8_0000_0000_0000)
+    } else {
+        (f64::from(f32::from_bits(bits as u32)), 0x7fc0_0000)
+    };
+    if x.is_nan() && bits != canonical {
+        let digits = if wide { 16 } else { 8 };
+        return json!(format!("0x{bits:0digits$x}"));
+    }
+    if wide {
+        float_json(x)
+    } else {
+        float_json(f32_as_f64(f32::from_bits(bits as u32)))
+    }
+}
+
+/// One native element as a v3 `fill_value` for `dtype`.
+fn fill_v3(nctype: NcType, bytes: &[u8], dtype: &ZarrDtype, key: &str) -> Result<Value> {
+    let short = || Error::meta(key, format!("fill value of {} bytes", bytes.len()));
+    let le = |n: usize| -> Result<u64> {
+        let mut a = [0u8; 8];
+        a[..n].copy_from_slice(bytes.get(..n).ok_or_else(short)?);
+        Ok(u64::from_le_bytes(a))
+    };
+    let text = || {
+        let end = bytes.iter().position(|b| *b == 0).unwrap_or(bytes.len());
+        &bytes[..end]
+    };
+    if dtype.kind == DtypeKind::Bool {
+        return Ok(json!(le(1)? != 0));
+    }
+    Ok(match nctype {
+        NcType::Byte => json!(le(1)? as u8 as i8),
+        NcType::UByte => json!(le(1)? as u8),
+        NcType::Short => json!(le(2)? as u16 as i16),
+        NcType::UShort => json!(le(2)? as u16),
+        NcType::Int => json!(le(4)? as u32 as i32),
+        NcType::UInt => json!(le(4)? as u32),
+        NcType::Int64 => json!(le(8)? as i64),
+        NcType::UInt64 => json!(le(8)?),
+        NcType::Float => float_fill(le(4)?, false),
+        NcType::Double => float_fill(le(8)?, true),
+        NcType::Char | NcType::String => match dtype.kind {
+            DtypeKind::Unicode => json!(String::from_utf8_lossy(text())),
+            DtypeKind::Bytes if nctype == NcType::Char && dtype.size == 1 => {
+                // uint8 (NCZarr) takes the byte as a number; bytes take base64.
+                json!(le(1)? as u8)
+            }
+            _ => json!(base64(text())),
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{VarStorage, Variable};
+
+    #[test]
+    fn v2_chains_become_v3_and_back() {
+        let spec = CodecSpec::V2 {
+            filters: vec![json!({"id": "shuffle", "elementsize": 0})],
+            compressor: Some(json!({"id": "zlib", "level": 4})),
+        };
+        let d = v3_dtype(NcType::Int, 0, true);
+        let v3 = codecs_v3(&spec, &d).unwrap();
+        assert_eq!(
+            v3,
+            vec![
+                json!({"name": "bytes", "configuration": {"endian": "big"}}),
+                json!({"name": "numcodecs.shuffle", "configuration": {"elementsize": 4}}),
+                json!({"name": "numcodecs.zlib", "configuration": {"level": 4}}),
+            ]
+        );
+        let back = codecs_v2(&v3).unwrap();
+        assert_eq!(
+            back,
+            vec![
+                json!({"elementsize": 4, "id": "shuffle"}),
+                json!({"level": 4, "id": "zlib"})
+            ]
+        );
+        let blosc = json!({"id": "blosc", "cname": "zstd", "clevel": 3, "shuffle": 2,
+                           "blocksize": 0});
+        let v3 = codec_to_v3(&blosc, 8).unwrap();
+        assert_eq!(
+            v3,
+            json!({"name": "blosc", "configuration": {"cname": "zstd", "clevel": 3,
+                   "shuffle": "bitshuffle", "typesize": 8, "blocksize": 0}})
+        );
+        // The spelled chain decodes what the v2 chain encodes: same bytes either way.
+        let p2 = crate::codec::Pipeline::from_v2(&[], Some(&blosc), 8).unwrap();
+        let p3 = crate::codec::Pipeline::from_v3(&[v3], 8).unwrap();
+        let data: Vec<u8> = (0u64..300).flat_map(|i| (i * i).to_le_bytes()).collect();
+        let enc = p2.encode(data.clone()).unwrap();
+        assert_eq!(p3.decode_expect(enc, data.len()).unwrap(), data);
+        // Sharding contributes its inner chain; codecs without a v2 twin are refused.
+        let sharded = [json!({"name": "sharding_indexed", "configuration": {
+            "chunk_shape": [2], "codecs": [{"name": "bytes"}, {"name": "gzip",
+            "configuration": {"level": 5}}], "index_codecs": []}})];
+        assert_eq!(
+            codecs_v2(&sharded).unwrap(),
+            vec![json!({"level": 5, "id": "gzip"})]
+        );
+        assert!(matches!(
+            codecs_v2(&[json!({"name": "fancy"})]),
+            Err(Error::Unsupported(_))
+        ));
+    }
+
+    #[test]
+    fn fill_values_and_data_types() {
+        let f32d = v3_dtype(NcType::Float, 0, false);
+        let nan = f32::NAN.to_le_bytes();
+        assert_eq!(
+            fill_v3(NcType::Float, &nan, &f32d, "k").unwrap(),
+            json!("NaN")
+        );
+        let payload = 0x7fc0_0001u32.to_le_bytes();
+        assert_eq!(
+            fill_v3(NcType::Float, &payload, &f32d, "k").unwrap(),
+            json!("0x7fc00001")
+        );
+        assert_eq!(
+            fill_v3(NcType::Float, &0.1f32.to_le_bytes(), &f32d, "k").unwrap(),
+            json!(0.1)
+        );
+        let inf = f64::NEG_INFINITY.to_le_bytes();
+        let f64d = v3_dtype(NcType::Double, 0, false);
+        assert_eq!(
+            fill_v3(NcType::Double, &inf, &f64d, "k").unwrap(),
+            json!("-Infinity")
+        );
+        let s = v3_dtype(NcType::String, 3, false);
+        assert_eq!(s.to_numpy(), "<U3");
+        assert_eq!(
+            fill_v3(NcType::String, b"ab\0", &s, "k").unwrap(),
+            json!("ab")
+        );
+        let c = v3_dtype(NcType::Char, 0, false);
+        assert_eq!(fill_v3(NcType::Char, b"a", &c, "k").unwrap(), json!(97));
+        assert_eq!(
+            data_type(NcType::Char, &c, Dialect::NcZarr, "k").unwrap(),
+            (json!("uint8"), Some("char"))
+        );
+        assert_eq!(
+            data_type(NcType::Char, &c, Dialect::Zarr, "k").unwrap().0,
+            json!({"name": "null_terminated_bytes", "configuration": {"length_bytes": 1}})
+        );
+        assert_eq!(
+            data_type(NcType::String, &s, Dialect::NcZarr, "k").unwrap(),
+            (
+                json!({"name": "fixed_length_utf32", "configuration": {"length_bytes": 12}}),
+                Some("string")
+            )
+        );
+        assert_eq!(
+            fill_v3(
+                NcType::Int64,
+                &(-5i64).to_le_bytes(),
+                &v3_dtype(NcType::Int64, 0, false),
+                "k"
+            )
+            .unwrap(),
+            json!(-5)
+        );
+    }
+
+    #[test]
+    fn nczarr_objects_read_back() {
+        let mut ds = Dataset::new();
+        let t = ds.add_dim(Dataset::ROOT, "t", 3, true);
+        let g = ds.add_group(Dataset::ROOT, "g");
+        let x = ds.add_dim(g, "x", 2, false);
+        ds.groups[0].attrs.push(Attribute {
+            name: "title".into(),
+            value: AttrValue::Char(b"[1, 2]".to_vec()),
+        });
+        let var = |name: &str, group, nctype, dims: Vec<_>, attrs| Variable {
+            name: name.into(),
+            group,
+            nctype,
+            dims,
+            string_width: if nctype == NcType::String { 5 } else { 0 },
+            attrs,
+            storage: VarStorage {
+                fill_value: None,
+                ..VarStorage::default()
+            },
+        };
+        ds.add_var(var(
+            "v",
+            g,
+            NcType::UShort,
+            vec![t, x],
+            vec![Attribute {
+                name: "scale".into(),
+                value: AttrValue::Float(vec![0.5, 2.0]),
+            }],
+        ));
+        ds.add_var(var("c", Dataset::ROOT, NcType::Char, vec![t], Vec::new()));
+        ds.add_var(var("s", Dataset::ROOT, NcType::String, vec![], Vec::new()));
+        let map = crate::zmap::MemoryMap::new();
+        let opts = WriteOptions {
+            consolidated: true,
+            ..WriteOptions::default()
+        };
+        write_metadata(&map, &ds, &opts).unwrap();
+        let back = crate::meta::read_dataset(&map, &crate::location::Mode::default()).unwrap();
+        assert_eq!(back.groups.len(), 2);
+        assert_eq!(
+            back.group(Dataset::ROOT).attrs,
+            ds.group(Dataset::ROOT).attrs
+        );
+        let t2 = back.find_dim("/t").unwrap();
+        assert_eq!((back.dim(t2).len, back.dim(t2).unlimited), (3, true));
+        let v = back.var(back.find_var("/g/v").unwrap());
+        assert_eq!(v.nctype, NcType::UShort);
+        assert_eq!(v.dims, vec![t2, back.find_dim("/g/x").unwrap()]);
+        assert_eq!(v.attrs[0].value, AttrValue::Float(vec![0.5, 2.0]));
+        // No fill value survives as "no fill", though v3 must store one.
+        assert_eq!(v.storage.fill_value, None);
+        assert_eq!(back.var(back.find_var("c").unwrap()).nctype, NcType::Char);
+        let s = back.var(back.find_var("s").unwrap());
+        assert_eq!((s.nctype, s.dims.len()), (NcType::String, 0));
+        assert!(s.string_width >= 5);
+        // Consolidated: the root object alone describes the dataset.
+        let only_root = crate::zmap::MemoryMap::new();
+        let root = map.get("zarr.json").unwrap().unwrap();
+        only_root.put("zarr.json", &root).unwrap();
+        let c = crate::meta::read_dataset(&only_root, &crate::location::Mode::default()).unwrap();
+        assert_eq!(c.vars.len(), 3);
+    }
+}
