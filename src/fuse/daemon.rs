@@ -10,7 +10,9 @@ use std::process::{Command, Stdio};
 
 use fuser::{MountOption, Session};
 
+use crate::create::DatasetWriter;
 use crate::dataset::OpenDataset;
+use crate::location::Location;
 use crate::{Error, Result};
 
 use super::fs::{NczarrFs, RefreshHandle};
@@ -97,8 +99,13 @@ fn setup(req: &MountRequest) -> Result<(Session<NczarrFs>, PathBuf, RefreshHandl
             mountpoint.display()
         )));
     }
-    let ds = OpenDataset::open(&req.location, req.options.cache_bytes)?;
-    let fs = NczarrFs::new(ds, req.options.clone())?;
+    let fs = if req.options.read_write {
+        let location = Location::parse(&req.location)?;
+        NczarrFs::new_rw(DatasetWriter::open(&location)?, req.options.clone())?
+    } else {
+        let ds = OpenDataset::open(&req.location, req.options.cache_bytes)?;
+        NczarrFs::new(ds, req.options.clone())?
+    };
     let refresh = fs.refresh_handle();
     let opts = fuser_options(&req.location, &req.options);
     let session = Session::new(fs, &mountpoint, &opts).map_err(|e| Error::io(&mountpoint, e))?;

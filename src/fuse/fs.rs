@@ -1,18 +1,25 @@
 //! The [`fuser::Filesystem`] implementation. fuser's session loop is single-threaded, so data
 //! reads are handed to a thread pool and answered from there.
+//!
+//! A `rw` mount serves one [`DatasetWriter`] behind a reader-writer lock: writes, metadata
+//! changes and flushes take it exclusively (on the session thread), data reads share it. After
+//! every change of the model a new [`Snapshot`] of it is published for lookups and generated
+//! files, and the kernel is told to cache nothing (zero TTLs), because one write can change the
+//! size of other files (every variable on a grown dimension) and every metadata file.
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant, SystemTime};
 
 use fuser::{
-    FileAttr, FileType, Filesystem, KernelConfig, ReplyAttr, ReplyData, ReplyDirectory, ReplyEntry,
-    ReplyOpen, ReplyStatfs, Request,
+    FileAttr, FileType, Filesystem, KernelConfig, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow,
 };
 
-use crate::chunk::ChunkEngine;
+use crate::chunk::{ChunkEngine, Hyperslab};
+use crate::create::{AttrTarget, DatasetWriter};
 use crate::dataset::OpenDataset;
 use crate::location::Mode;
 use crate::model::{Dataset, VarId};
@@ -21,26 +28,63 @@ use crate::{meta, Error, Result};
 
 use super::content;
 use super::inodes::{parent, InodeTable};
-use super::layout::{self, FileKind, Node, Resolved};
+use super::layout::{self, FileKind, Node, Owner, Resolved};
 use super::options::MountOptions;
 use super::slab::{element_range_slabs, slab_len};
+use super::write::{parse_attr_text, write_data};
 
 /// How long the kernel may cache names and attributes when the dataset is declared static.
 const STATIC_TTL: Duration = Duration::from_secs(3600);
 /// Most distinct failure messages remembered so that each is logged once.
 const MAX_LOGGED: usize = 10_000;
 
-/// One consistent view of the dataset: a model and the chunk engine that reads it.
+/// Where a snapshot's values come from.
+#[derive(Debug)]
+pub enum Source {
+    /// A read-only mount's chunk engine (and its cache), serving exactly the snapshot's model.
+    Engine(ChunkEngine),
+    /// A `rw` mount's writer: reads see every write so far, through the writer's own model
+    /// (which only ever grows relative to the snapshot's, so the snapshot's slabs stay valid).
+    Writer(Arc<RwLock<DatasetWriter>>),
+}
+
+/// One consistent view of the dataset: a model and the source of its values.
 #[derive(Debug)]
 pub struct Snapshot {
     /// The metadata model.
     pub model: Dataset,
-    /// The chunk engine (and its cache) serving this model.
-    pub engine: ChunkEngine,
+    /// The values behind this model.
+    pub source: Source,
     /// Bumped whenever the model changes; generated file contents are cached per generation.
     pub generation: u64,
     /// When the model last changed (the mtime of every node).
     pub changed: SystemTime,
+}
+
+impl Snapshot {
+    /// Reads `slab` of `var` (see [`ChunkEngine::read`]).
+    pub fn read(&self, var: VarId, slab: &Hyperslab, out: &mut [u8]) -> Result<()> {
+        match &self.source {
+            Source::Engine(engine) => engine.read(&self.model, var, slab, out),
+            Source::Writer(w) => read_lock(w).read(var, slab, out),
+        }
+    }
+
+    /// Runs `f` with the chunk engine behind this snapshot.
+    fn with_engine<R>(&self, f: impl FnOnce(&ChunkEngine) -> R) -> R {
+        match &self.source {
+            Source::Engine(engine) => f(engine),
+            Source::Writer(w) => f(read_lock(w).engine()),
+        }
+    }
+}
+
+fn read_lock<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn write_lock<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Generated content of one inode and the model generation it was made from.
@@ -56,6 +100,10 @@ struct Handle {
     /// Byte offset where the previous read ended, and the element index up to which the
     /// chunk cache has been asked to prefetch.
     seq: Mutex<(u64, u64)>,
+    /// Set once something was written through this handle (a flush then syncs the dataset).
+    wrote: AtomicBool,
+    /// An attribute file opened for writing: the text it will hold, applied on flush.
+    text: Option<Mutex<Vec<u8>>>,
 }
 
 /// State shared by the session thread and the reader threads.
@@ -64,6 +112,8 @@ struct Shared {
     map: Arc<dyn ZMap>,
     mode: Mode,
     dataset_name: String,
+    /// The writer of a `rw` mount.
+    writer: Option<Arc<RwLock<DatasetWriter>>>,
     opts: MountOptions,
     uid: u32,
     gid: u32,
@@ -101,13 +151,54 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl NczarrFs {
-    /// A filesystem over an open dataset.
+    /// A read-only filesystem over an open dataset.
     pub fn new(ds: OpenDataset, opts: MountOptions) -> Result<NczarrFs> {
         if opts.read_write {
-            return Err(Error::Unsupported(
-                "read-write mounts (-o rw): the chunk engine cannot write yet".into(),
+            return Err(Error::Invalid(
+                "a read-write mount is served by NczarrFs::new_rw".into(),
             ));
         }
+        let name = ds.location.dataset_name();
+        let snap = Snapshot {
+            model: ds.model,
+            source: Source::Engine(ds.engine),
+            generation: 0,
+            changed: SystemTime::now(),
+        };
+        Self::build(ds.map, ds.location.mode, name, snap, None, opts)
+    }
+
+    /// A read-write filesystem over a dataset open for writing. Zarr v3 datasets are refused:
+    /// neither the chunk engine nor the metadata writer writes them.
+    pub fn new_rw(writer: DatasetWriter, mut opts: MountOptions) -> Result<NczarrFs> {
+        if writer.map().exists("zarr.json")? {
+            return Err(Error::Unsupported(
+                "read-write mounts of Zarr v3 datasets".into(),
+            ));
+        }
+        opts.read_write = true;
+        let map = Arc::clone(writer.map());
+        let location = writer.location().clone();
+        let model = writer.model().clone();
+        let writer = Arc::new(RwLock::new(writer));
+        let snap = Snapshot {
+            model,
+            source: Source::Writer(Arc::clone(&writer)),
+            generation: 0,
+            changed: SystemTime::now(),
+        };
+        let name = location.dataset_name();
+        Self::build(map, location.mode, name, snap, Some(writer), opts)
+    }
+
+    fn build(
+        map: Arc<dyn ZMap>,
+        mode: Mode,
+        dataset_name: String,
+        snap: Snapshot,
+        writer: Option<Arc<RwLock<DatasetWriter>>>,
+        opts: MountOptions,
+    ) -> Result<NczarrFs> {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(opts.threads)
             .thread_name(|i| format!("nczarrfs-read-{i}"))
@@ -116,17 +207,13 @@ impl NczarrFs {
         // SAFETY: getuid/getgid cannot fail and touch no memory.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         let shared = Shared {
-            map: ds.map,
-            mode: ds.location.mode.clone(),
-            dataset_name: ds.location.dataset_name(),
+            map,
+            mode,
+            dataset_name,
+            writer,
             uid: opts.uid.unwrap_or(uid),
             gid: opts.gid.unwrap_or(gid),
-            snap: RwLock::new(Arc::new(Snapshot {
-                model: ds.model,
-                engine: ds.engine,
-                generation: 0,
-                changed: SystemTime::now(),
-            })),
+            snap: RwLock::new(Arc::new(snap)),
             opts,
             last_check: Mutex::new(Instant::now()),
             refresh_requested: AtomicBool::new(false),
@@ -150,11 +237,18 @@ impl NczarrFs {
 
 impl Shared {
     fn kernel_ttl(&self) -> Duration {
+        if self.writer.is_some() {
+            return Duration::ZERO;
+        }
         self.opts.ttl.unwrap_or(STATIC_TTL)
     }
 
-    /// The current snapshot, re-reading the metadata first when the TTL has run out.
+    /// The current snapshot, re-reading the metadata first when the TTL has run out (never on
+    /// a `rw` mount, which is the dataset's only writer).
     fn snapshot(&self) -> Arc<Snapshot> {
+        if self.writer.is_some() {
+            return Arc::clone(&read_lock(&self.snap));
+        }
         let forced = self.refresh_requested.swap(false, Ordering::SeqCst);
         let due = {
             let mut last = lock(&self.last_check);
@@ -177,14 +271,15 @@ impl Shared {
         match meta::read_dataset(self.map.as_ref(), &self.mode) {
             Ok(model) if model == current.model => {
                 // Same metadata: chunks may still have been rewritten underneath.
-                if let Err(e) = current.engine.clear() {
+                if let Err(e) = current.with_engine(ChunkEngine::clear) {
                     self.log_once(format!("cannot drop the chunk cache: {e}"));
                 }
             }
             Ok(model) => {
                 log::info!("{}: metadata changed, reloaded", self.map.describe());
+                let engine = ChunkEngine::new(Arc::clone(&self.map), self.opts.cache_bytes);
                 let snap = Snapshot {
-                    engine: ChunkEngine::new(Arc::clone(&self.map), self.opts.cache_bytes),
+                    source: Source::Engine(engine),
                     generation: current.generation + 1,
                     changed: SystemTime::now(),
                     model,
@@ -207,6 +302,166 @@ impl Shared {
     }
 
     /// The generated content of a non-`data` file, cached per inode and model generation.
+    fn add_handle(
+        &self,
+        node: Node,
+        snap: Arc<Snapshot>,
+        content: Option<Arc<Vec<u8>>>,
+        text: Option<Mutex<Vec<u8>>>,
+    ) -> u64 {
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        let handle = Handle {
+            node,
+            snap,
+            content,
+            seq: Mutex::new((0, 0)),
+            wrote: AtomicBool::new(false),
+            text,
+        };
+        lock(&self.handles).insert(fh, Arc::new(handle));
+        fh
+    }
+
+    /// Runs `f` on the writer with the lock held exclusively, then publishes the model if it
+    /// changed (a new generation: generated files are remade, sizes re-read).
+    fn change<R>(&self, f: impl FnOnce(&mut DatasetWriter) -> Result<R>) -> Result<R> {
+        let Some(writer) = &self.writer else {
+            return Err(Error::NotPermitted("read-only mount".into()));
+        };
+        let mut w = write_lock(writer);
+        let result = f(&mut w);
+        let mut slot = write_lock(&self.snap);
+        if slot.model != *w.model() {
+            *slot = Arc::new(Snapshot {
+                model: w.model().clone(),
+                source: Source::Writer(Arc::clone(writer)),
+                generation: slot.generation + 1,
+                changed: SystemTime::now(),
+            });
+        }
+        result
+    }
+
+    /// Logs a failed write-side operation and gives its errno.
+    fn failed(&self, node: &Node, op: &str, e: &Error) -> i32 {
+        log::error!("{op} {}: {e}", node_display(node));
+        e.errno()
+    }
+
+    /// Like [`Shared::failed`], but what netCDF refuses (a taken or illegal name, a fill value
+    /// that can no longer change) is `EPERM`.
+    fn refused(&self, node: &Node, op: &str, e: &Error) -> i32 {
+        match e {
+            Error::Invalid(_) | Error::NotPermitted(_) => {
+                log::warn!("{op} {}: {e} (EPERM)", node_display(node));
+                libc::EPERM
+            }
+            _ => self.failed(node, op, e),
+        }
+    }
+
+    /// What a flush, fsync or close of `handle` owes: an attribute file's text becomes the
+    /// attribute; a written `data` file (or any, for `fsync`) syncs the dataset.
+    fn commit(&self, handle: &Handle, always: bool) -> std::result::Result<(), i32> {
+        let wrote = handle.wrote.swap(false, Ordering::SeqCst);
+        if self.writer.is_none() || !(wrote || always) {
+            return Ok(());
+        }
+        let result = match (&handle.node, &handle.text) {
+            (Node::File(owner, FileKind::Attr(name)), Some(text)) if wrote => {
+                let text = lock(text).clone();
+                self.change(|w| {
+                    let target = attr_target(w.model(), owner)?;
+                    let existing = match owner.resolve(w.model()) {
+                        Some(r) => layout::attrs_of(w.model(), r)
+                            .iter()
+                            .find(|a| &a.name == name)
+                            .map(|a| a.value.clone()),
+                        None => None,
+                    };
+                    w.put_attr(target, name, parse_attr_text(&text, existing.as_ref()))?;
+                    w.sync()
+                })
+            }
+            _ => self.change(DatasetWriter::sync),
+        };
+        result.map_err(|e| self.refused(&handle.node, "flush", &e))
+    }
+
+    /// `truncate` of a file to `size`: a data file may keep its size or grow (as a write
+    /// would), never shrink; an attribute file's text is cut or padded.
+    fn resize(
+        &self,
+        node: &Node,
+        handle: Option<&Handle>,
+        size: u64,
+    ) -> std::result::Result<(), i32> {
+        match node {
+            Node::File(owner, FileKind::Data) => {
+                let result = self.change(|w| {
+                    let Some(Resolved::Var(var)) = owner.resolve(w.model()) else {
+                        return Err(Error::NotFound(owner.display()));
+                    };
+                    let current = content::data_size(w.model(), var);
+                    if size < current {
+                        return Err(Error::NotPermitted(format!(
+                            "netCDF variables cannot shrink ({current} to {size} bytes)"
+                        )));
+                    }
+                    if size == current {
+                        return Ok(true);
+                    }
+                    // Growing writes the last byte's element back as it reads (fill).
+                    let mut last = vec![0u8; 1];
+                    let end = read_data_writer(w, var, size - 1, &mut last);
+                    end.and_then(|()| write_data(w, var, size - 1, &last))
+                        .map(|n| n == 1)
+                });
+                match result {
+                    Ok(true) => Ok(()),
+                    Ok(false) => {
+                        log::warn!("truncate {} past a fixed size (EFBIG)", node_display(node));
+                        Err(libc::EFBIG)
+                    }
+                    Err(e) => Err(self.refused(node, "truncate", &e)),
+                }
+            }
+            Node::File(owner, FileKind::Attr(name)) => {
+                let size = usize::try_from(size).unwrap_or(usize::MAX);
+                if size > MAX_ATTR_TEXT {
+                    return Err(libc::EFBIG);
+                }
+                if let Some(text) = handle.and_then(|h| h.text.as_ref().map(|t| (h, t))) {
+                    lock(text.1).resize(size, 0);
+                    text.0.wrote.store(true, Ordering::SeqCst);
+                    return Ok(());
+                }
+                self.change(|w| {
+                    let r = owner
+                        .resolve(w.model())
+                        .ok_or_else(|| Error::NotFound(owner.display()))?;
+                    let attr = layout::attrs_of(w.model(), r)
+                        .iter()
+                        .find(|a| &a.name == name)
+                        .ok_or_else(|| Error::NotFound(format!("attribute {name}")))?;
+                    let mut text = content::attr_file(attr)?;
+                    text.resize(size, 0);
+                    let value = parse_attr_text(&text, Some(&attr.value));
+                    w.put_attr(attr_target(w.model(), owner)?, name, value)?;
+                    w.sync()
+                })
+                .map_err(|e| self.refused(node, "truncate", &e))
+            }
+            _ => {
+                log::warn!(
+                    "truncate {}: not a writable file (EPERM)",
+                    node_display(node)
+                );
+                Err(libc::EPERM)
+            }
+        }
+    }
+
     fn content(&self, ino: u64, node: &Node, snap: &Snapshot) -> Result<Arc<Vec<u8>>> {
         if let Some((gen, c)) = lock(&self.contents).get(&ino) {
             if *gen == snap.generation {
@@ -222,7 +477,9 @@ impl Shared {
             .ok_or_else(|| Error::NotFound(owner.display()))?;
         let bytes = match kind {
             FileKind::Data => return Err(Error::Invalid("data is not generated".into())),
-            FileKind::Header => content::header(ds, &snap.engine, &self.dataset_name, r)?,
+            FileKind::Header => {
+                snap.with_engine(|engine| content::header(ds, engine, &self.dataset_name, r))?
+            }
             FileKind::Metadata => content::metadata(ds, r),
             FileKind::Attr(name) => {
                 let attr = layout::attrs_of(ds, r)
@@ -241,13 +498,17 @@ impl Shared {
         if !layout::exists(&snap.model, node) {
             return None;
         }
+        // Write bits only where a write means something: data, attribute files, and
+        // directories that take new entries (groups: subgroups; @attributes: attributes).
+        let w = if self.writer.is_some() { 0o200 } else { 0 };
         let (kind, size, perm) = match node {
-            Node::Dir(_) | Node::AttrDir(_) => (FileType::Directory, 0, 0o555),
+            Node::Dir(Owner::Var(..)) => (FileType::Directory, 0, 0o555),
+            Node::Dir(_) | Node::AttrDir(_) => (FileType::Directory, 0, 0o555 | w),
             Node::File(owner, FileKind::Data) => match owner.resolve(&snap.model) {
                 Some(Resolved::Var(v)) => (
                     FileType::RegularFile,
                     content::data_size(&snap.model, v),
-                    0o444,
+                    0o444 | w,
                 ),
                 _ => return None,
             },
@@ -260,7 +521,11 @@ impl Shared {
                         0
                     }
                 };
-                (FileType::RegularFile, size, 0o444)
+                let perm = match node {
+                    Node::File(_, FileKind::Attr(_)) => 0o444 | w,
+                    _ => 0o444,
+                };
+                (FileType::RegularFile, size, perm)
             }
         };
         Some(FileAttr {
@@ -299,6 +564,49 @@ fn node_display(node: &Node) -> String {
     }
 }
 
+/// Largest attribute file text accepted (attributes live in JSON metadata objects).
+const MAX_ATTR_TEXT: usize = 16 << 20;
+
+/// Where the attributes of `owner` live in `ds`.
+fn attr_target(ds: &Dataset, owner: &Owner) -> Result<AttrTarget> {
+    match owner.resolve(ds) {
+        Some(Resolved::Group(g)) => Ok(AttrTarget::Group(g)),
+        Some(Resolved::Var(v)) => Ok(AttrTarget::Var(v)),
+        None => Err(Error::NotFound(owner.display())),
+    }
+}
+
+fn owner_name(owner: &Owner) -> &str {
+    match owner {
+        Owner::Group(path) => path.last().map_or("", String::as_str),
+        Owner::Var(_, name) => name,
+    }
+}
+
+/// Reads `out.len()` bytes at `offset` of `var`'s `data` through a writer (seeing its writes);
+/// bytes past the end read as fill.
+fn read_data_writer(w: &DatasetWriter, var: VarId, offset: u64, out: &mut [u8]) -> Result<()> {
+    let ds = w.model();
+    let esz = ds.var(var).element_size() as u64;
+    let shape = ds.var_shape(var);
+    let total: u64 = shape.iter().product();
+    let index = offset / esz.max(1);
+    let mut elem = match ds.var(var).storage.fill_value.clone() {
+        Some(f) => f,
+        None => vec![0u8; esz as usize],
+    };
+    if index < total {
+        if let Some(slab) = element_range_slabs(&shape, index, index + 1).pop() {
+            w.read(var, &slab, &mut elem)?;
+        }
+    }
+    let at = (offset % esz.max(1)) as usize;
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = elem.get(at + i).copied().unwrap_or(0);
+    }
+    Ok(())
+}
+
 /// Reads bytes `[offset, offset + len)` of a variable's `data` (clipped to its size).
 pub fn read_data(snap: &Snapshot, var: VarId, offset: u64, len: u64) -> Result<Vec<u8>> {
     let ds = &snap.model;
@@ -314,7 +622,7 @@ pub fn read_data(snap: &Snapshot, var: VarId, offset: u64, len: u64) -> Result<V
     let mut pos = 0usize;
     for slab in element_range_slabs(&shape, e0, e1) {
         let n = (slab_len(&slab) * esz) as usize;
-        snap.engine.read(ds, var, &slab, &mut buf[pos..pos + n])?;
+        snap.read(var, &slab, &mut buf[pos..pos + n])?;
         pos += n;
     }
     let skip = (offset - e0 * esz) as usize;
@@ -330,7 +638,7 @@ fn prefetch(snap: &Snapshot, var: VarId, lo: u64, hi: u64) {
     let shape = ds.var_shape(var);
     for slab in element_range_slabs(&shape, lo, hi) {
         let mut scratch = vec![0u8; slab_len(&slab) as usize * esz];
-        if let Err(e) = snap.engine.read(ds, var, &slab, &mut scratch) {
+        if let Err(e) = snap.read(var, &slab, &mut scratch) {
             log::debug!("prefetch of {} stopped: {e}", ds.var_fqn(var));
             return;
         }
@@ -348,6 +656,11 @@ impl Filesystem for NczarrFs {
             // Optional: an old kernel without them is still served correctly.
             let _ = config.add_capabilities(cap);
         }
+        if self.shared.writer.is_some() {
+            // O_TRUNC then arrives as an open flag instead of a truncate to 0, so that
+            // `cat x > data` can be told apart from truncate(2) (see `open`).
+            let _ = config.add_capabilities(fuser::consts::FUSE_ATOMIC_O_TRUNC);
+        }
         // No kernel readahead: a readahead request that reaches a corrupt chunk would fail the
         // pages the reader asked for too. Large reads stay large (the kernel sends the reader's
         // size), and sequential small reads are served by our own chunk prefetch.
@@ -359,8 +672,11 @@ impl Filesystem for NczarrFs {
     }
 
     fn destroy(&mut self) {
-        // Read-only: nothing is dirty. A read-write mount flushes the engine and the map here.
-        if let Err(e) = self.shared.map.flush() {
+        let flushed = match &self.shared.writer {
+            Some(w) => write_lock(w).sync(),
+            None => self.shared.map.flush(),
+        };
+        if let Err(e) = flushed {
             log::error!("flush at unmount failed: {e}");
         }
         log::info!("unmounted {}", self.shared.map.describe());
@@ -399,7 +715,8 @@ impl Filesystem for NczarrFs {
 
     fn open(&mut self, _req: &Request<'_>, ino: u64, flags: i32, reply: ReplyOpen) {
         let sh = &self.shared;
-        if flags & libc::O_ACCMODE != libc::O_RDONLY {
+        let writing = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        if writing && sh.writer.is_none() {
             return reply.error(libc::EROFS);
         }
         let Some(node) = sh.node(ino) else {
@@ -409,8 +726,30 @@ impl Filesystem for NczarrFs {
         if !layout::exists(&snap.model, &node) {
             return reply.error(libc::ENOENT);
         }
+        let mut text = None;
         let (content, open_flags) = match &node {
+            // O_TRUNC on `data` changes nothing (netCDF cannot shrink a variable): the writes
+            // that follow overwrite the values in place.
             Node::File(_, FileKind::Data) => (None, 0),
+            Node::File(_, FileKind::Attr(_)) if writing => {
+                let initial = if flags & libc::O_TRUNC != 0 {
+                    Vec::new()
+                } else {
+                    match sh.content(ino, &node, &snap) {
+                        Ok(c) => c.to_vec(),
+                        Err(e) => return reply.error(e.errno()),
+                    }
+                };
+                text = Some(Mutex::new(initial));
+                (None, fuser::consts::FOPEN_DIRECT_IO)
+            }
+            Node::File(..) if writing => {
+                log::warn!(
+                    "{}: generated file, not writable (EPERM)",
+                    node_display(&node)
+                );
+                return reply.error(libc::EPERM);
+            }
             Node::File(..) => match sh.content(ino, &node, &snap) {
                 // Generated files change with the model: no page cache for them.
                 Ok(c) => (Some(c), fuser::consts::FOPEN_DIRECT_IO),
@@ -421,14 +760,7 @@ impl Filesystem for NczarrFs {
             },
             _ => return reply.error(libc::EISDIR),
         };
-        let fh = sh.next_fh.fetch_add(1, Ordering::Relaxed);
-        let handle = Handle {
-            node,
-            snap,
-            content,
-            seq: Mutex::new((0, 0)),
-        };
-        lock(&sh.handles).insert(fh, Arc::new(handle));
+        let fh = sh.add_handle(node, snap, content, text);
         reply.opened(fh, open_flags);
     }
 
@@ -449,24 +781,35 @@ impl Filesystem for NczarrFs {
         let Ok(offset) = u64::try_from(offset) else {
             return reply.error(libc::EINVAL);
         };
-        if let Some(c) = &handle.content {
+        let slice = |c: &[u8]| {
             let start = (offset as usize).min(c.len());
             let end = start.saturating_add(size as usize).min(c.len());
-            return reply.data(&c[start..end]);
+            c[start..end].to_vec()
+        };
+        if let Some(text) = &handle.text {
+            return reply.data(&slice(&lock(text)));
         }
+        if let Some(c) = &handle.content {
+            return reply.data(&slice(c));
+        }
+        // A rw mount reads through the newest model (the variable may have grown since open).
+        let snap = match self.shared.writer {
+            Some(_) => self.shared.snapshot(),
+            None => Arc::clone(&handle.snap),
+        };
         let sh = Arc::clone(&self.shared);
         self.pool.spawn(move || {
             let Node::File(owner, _) = &handle.node else {
                 return reply.error(libc::EBADF);
             };
-            let Some(Resolved::Var(var)) = owner.resolve(&handle.snap.model) else {
+            let Some(Resolved::Var(var)) = owner.resolve(&snap.model) else {
                 return reply.error(libc::ENOENT);
             };
-            match read_data(&handle.snap, var, offset, size.into()) {
+            match read_data(&snap, var, offset, size.into()) {
                 Ok(bytes) => {
                     let end = offset + bytes.len() as u64;
                     reply.data(&bytes);
-                    maybe_prefetch(&sh, &handle, var, offset, end);
+                    maybe_prefetch(&sh, &handle, &snap, var, offset, end);
                 }
                 Err(e) => {
                     sh.log_once(format!(
@@ -479,6 +822,93 @@ impl Filesystem for NczarrFs {
         });
     }
 
+    fn write(
+        &mut self,
+        _req: &Request<'_>,
+        _ino: u64,
+        fh: u64,
+        offset: i64,
+        data: &[u8],
+        _write_flags: u32,
+        _flags: i32,
+        _lock_owner: Option<u64>,
+        reply: ReplyWrite,
+    ) {
+        let sh = &self.shared;
+        let Some(handle) = lock(&sh.handles).get(&fh).cloned() else {
+            return reply.error(libc::EBADF);
+        };
+        let Ok(offset) = u64::try_from(offset) else {
+            return reply.error(libc::EINVAL);
+        };
+        if let Some(text) = &handle.text {
+            let mut text = lock(text);
+            let (start, end) = (offset as usize, offset as usize + data.len());
+            if end > MAX_ATTR_TEXT {
+                return reply.error(libc::EFBIG);
+            }
+            if text.len() < end {
+                text.resize(end, 0);
+            }
+            text[start..end].copy_from_slice(data);
+            handle.wrote.store(true, Ordering::SeqCst);
+            return reply.written(data.len() as u32);
+        }
+        let Node::File(owner, FileKind::Data) = &handle.node else {
+            return reply.error(libc::EBADF);
+        };
+        let result = sh.change(|w| {
+            let Some(Resolved::Var(var)) = owner.resolve(w.model()) else {
+                return Err(Error::NotFound(owner.display()));
+            };
+            write_data(w, var, offset, data)
+        });
+        match result {
+            Ok(0) if !data.is_empty() => {
+                log::warn!(
+                    "{}: write at {offset} past the end of a fixed-size variable (EFBIG)",
+                    node_display(&handle.node)
+                );
+                reply.error(libc::EFBIG)
+            }
+            Ok(n) => {
+                handle.wrote.store(true, Ordering::SeqCst);
+                reply.written(n as u32)
+            }
+            Err(e) => reply.error(sh.failed(&handle.node, "write", &e)),
+        }
+    }
+
+    fn flush(
+        &mut self,
+        _req: &Request<'_>,
+        _ino: u64,
+        fh: u64,
+        _lock_owner: u64,
+        reply: ReplyEmpty,
+    ) {
+        let handle = lock(&self.shared.handles).get(&fh).cloned();
+        match handle.map(|h| self.shared.commit(&h, false)) {
+            Some(Err(errno)) => reply.error(errno),
+            _ => reply.ok(),
+        }
+    }
+
+    fn fsync(
+        &mut self,
+        _req: &Request<'_>,
+        _ino: u64,
+        fh: u64,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        let handle = lock(&self.shared.handles).get(&fh).cloned();
+        match handle.map(|h| self.shared.commit(&h, true)) {
+            Some(Err(errno)) => reply.error(errno),
+            _ => reply.ok(),
+        }
+    }
+
     fn release(
         &mut self,
         _req: &Request<'_>,
@@ -489,8 +919,296 @@ impl Filesystem for NczarrFs {
         _flush: bool,
         reply: fuser::ReplyEmpty,
     ) {
-        lock(&self.shared.handles).remove(&fh);
-        reply.ok();
+        let handle = lock(&self.shared.handles).remove(&fh);
+        match handle.map(|h| self.shared.commit(&h, false)) {
+            Some(Err(errno)) => reply.error(errno),
+            _ => reply.ok(),
+        }
+    }
+
+    fn setattr(
+        &mut self,
+        _req: &Request<'_>,
+        ino: u64,
+        _mode: Option<u32>,
+        _uid: Option<u32>,
+        _gid: Option<u32>,
+        size: Option<u64>,
+        _atime: Option<TimeOrNow>,
+        _mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        fh: Option<u64>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<u32>,
+        reply: ReplyAttr,
+    ) {
+        let sh = &self.shared;
+        let Some(node) = sh.node(ino) else {
+            return reply.error(libc::ENOENT);
+        };
+        if let Some(size) = size {
+            if sh.writer.is_none() {
+                return reply.error(libc::EROFS);
+            }
+            let handle = fh.and_then(|fh| lock(&sh.handles).get(&fh).cloned());
+            if let Err(errno) = sh.resize(&node, handle.as_deref(), size) {
+                return reply.error(errno);
+            }
+        }
+        // Modes, owners and times are not stored: they are accepted and stay as they were.
+        let snap = sh.snapshot();
+        match sh.attr(ino, &node, &snap) {
+            Some(attr) => reply.attr(&sh.kernel_ttl(), &attr),
+            None => reply.error(libc::ENOENT),
+        }
+    }
+
+    fn create(
+        &mut self,
+        _req: &Request<'_>,
+        parent_ino: u64,
+        name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let sh = &self.shared;
+        if sh.writer.is_none() {
+            return reply.error(libc::EROFS);
+        }
+        let Some(dir) = sh.node(parent_ino) else {
+            return reply.error(libc::ENOENT);
+        };
+        let entry = name.to_string_lossy();
+        let Node::AttrDir(owner) = &dir else {
+            log::warn!(
+                "{}/{entry}: only attribute files can be created (EPERM)",
+                node_display(&dir).trim_end_matches('/')
+            );
+            return reply.error(libc::EPERM);
+        };
+        let attr_name = layout::attr_name(&entry);
+        let node = Node::File(owner.clone(), FileKind::Attr(attr_name.clone()));
+        let existed = layout::exists(&sh.snapshot().model, &node);
+        if existed && flags & libc::O_EXCL != 0 {
+            return reply.error(libc::EEXIST);
+        }
+        if !existed {
+            // An empty text attribute until the file is closed with its real value.
+            let made = sh.change(|w| {
+                let target = attr_target(w.model(), owner)?;
+                w.put_attr(
+                    target,
+                    &attr_name,
+                    crate::model::AttrValue::Char(Vec::new()),
+                )
+            });
+            if let Err(e) = made {
+                return reply.error(sh.refused(&node, "create", &e));
+            }
+        }
+        let snap = sh.snapshot();
+        let ino = lock(&sh.inodes).intern(&node);
+        let initial = match (
+            existed && flags & libc::O_TRUNC == 0,
+            sh.content(ino, &node, &snap),
+        ) {
+            (true, Ok(c)) => c.to_vec(),
+            _ => Vec::new(),
+        };
+        let Some(attr) = sh.attr(ino, &node, &snap) else {
+            return reply.error(libc::ENOENT);
+        };
+        let fh = sh.add_handle(node, snap, None, Some(Mutex::new(initial)));
+        if let Some(h) = lock(&sh.handles).get(&fh) {
+            // A new attribute is applied on close even when nothing is written to it.
+            h.wrote.store(!existed, Ordering::SeqCst);
+        }
+        reply.created(
+            &sh.kernel_ttl(),
+            &attr,
+            0,
+            fh,
+            fuser::consts::FOPEN_DIRECT_IO,
+        );
+    }
+
+    fn mkdir(
+        &mut self,
+        _req: &Request<'_>,
+        parent_ino: u64,
+        name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let sh = &self.shared;
+        if sh.writer.is_none() {
+            return reply.error(libc::EROFS);
+        }
+        let Some(dir) = sh.node(parent_ino) else {
+            return reply.error(libc::ENOENT);
+        };
+        let entry = name.to_string_lossy();
+        if layout::child(&sh.snapshot().model, &dir, &entry).is_some() {
+            return reply.error(libc::EEXIST);
+        }
+        let (Node::Dir(owner @ Owner::Group(path)), Some(group_name)) =
+            (&dir, layout::object_name(&entry))
+        else {
+            log::warn!(
+                "mkdir {}/{entry}: only groups can be made, in groups (EPERM)",
+                node_display(&dir).trim_end_matches('/')
+            );
+            return reply.error(libc::EPERM);
+        };
+        let mut sub = path.clone();
+        sub.push(group_name.to_string());
+        let node = Node::Dir(Owner::Group(sub));
+        let made = sh.change(|w| {
+            let Some(Resolved::Group(g)) = owner.resolve(w.model()) else {
+                return Err(Error::NotFound(owner.display()));
+            };
+            w.add_group(g, group_name)?;
+            w.sync()
+        });
+        if let Err(e) = made {
+            return reply.error(sh.refused(&node, "mkdir", &e));
+        }
+        let snap = sh.snapshot();
+        let ino = lock(&sh.inodes).intern(&node);
+        match sh.attr(ino, &node, &snap) {
+            Some(attr) => reply.entry(&sh.kernel_ttl(), &attr, 0),
+            None => reply.error(libc::EIO),
+        }
+    }
+
+    fn unlink(&mut self, _req: &Request<'_>, parent_ino: u64, name: &OsStr, reply: ReplyEmpty) {
+        let sh = &self.shared;
+        if sh.writer.is_none() {
+            return reply.error(libc::EROFS);
+        }
+        let Some(dir) = sh.node(parent_ino) else {
+            return reply.error(libc::ENOENT);
+        };
+        let Some(node) = layout::child(&sh.snapshot().model, &dir, &name.to_string_lossy()) else {
+            return reply.error(libc::ENOENT);
+        };
+        let Node::File(owner, FileKind::Attr(attr)) = &node else {
+            log::warn!(
+                "rm {}: only attributes can be removed (EPERM)",
+                node_display(&node)
+            );
+            return reply.error(libc::EPERM);
+        };
+        let done = sh.change(|w| {
+            let target = attr_target(w.model(), owner)?;
+            w.del_attr(target, attr)?;
+            w.sync()
+        });
+        match done {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(sh.refused(&node, "rm", &e)),
+        }
+    }
+
+    fn rmdir(&mut self, _req: &Request<'_>, parent_ino: u64, name: &OsStr, reply: ReplyEmpty) {
+        let sh = &self.shared;
+        if sh.writer.is_none() {
+            return reply.error(libc::EROFS);
+        }
+        let Some(dir) = sh.node(parent_ino) else {
+            return reply.error(libc::ENOENT);
+        };
+        match layout::child(&sh.snapshot().model, &dir, &name.to_string_lossy()) {
+            None => reply.error(libc::ENOENT),
+            Some(node) => {
+                log::warn!(
+                    "rmdir {}: netCDF cannot delete variables or groups (EPERM)",
+                    node_display(&node)
+                );
+                reply.error(libc::EPERM)
+            }
+        }
+    }
+
+    fn rename(
+        &mut self,
+        _req: &Request<'_>,
+        parent_ino: u64,
+        name: &OsStr,
+        newparent_ino: u64,
+        newname: &OsStr,
+        flags: u32,
+        reply: ReplyEmpty,
+    ) {
+        let sh = &self.shared;
+        if sh.writer.is_none() {
+            return reply.error(libc::EROFS);
+        }
+        let (Some(dir), Some(newdir)) = (sh.node(parent_ino), sh.node(newparent_ino)) else {
+            return reply.error(libc::ENOENT);
+        };
+        let snap = sh.snapshot();
+        let Some(node) = layout::child(&snap.model, &dir, &name.to_string_lossy()) else {
+            return reply.error(libc::ENOENT);
+        };
+        let newname = newname.to_string_lossy();
+        let refuse = |why: &str| {
+            log::warn!("mv {} to {newname}: {why} (EPERM)", node_display(&node));
+            libc::EPERM
+        };
+        if dir != newdir {
+            return reply.error(refuse("objects cannot move to another directory"));
+        }
+        if flags != 0 {
+            return reply.error(refuse("rename flags are not supported"));
+        }
+        let done = match &node {
+            Node::Dir(owner @ (Owner::Var(..) | Owner::Group(_))) => {
+                let Some(to) = layout::object_name(&newname) else {
+                    return reply.error(refuse("names beginning with @ belong to the layout"));
+                };
+                if to == owner_name(owner) {
+                    return reply.ok();
+                }
+                sh.change(|w| {
+                    match owner.resolve(w.model()) {
+                        Some(Resolved::Var(v)) => w.rename_var(v, to)?,
+                        Some(Resolved::Group(g)) => w.rename_group(g, to)?,
+                        None => return Err(Error::NotFound(owner.display())),
+                    }
+                    w.sync()
+                })
+            }
+            Node::File(owner, FileKind::Attr(from)) => {
+                let to = layout::attr_name(&newname);
+                if &to == from {
+                    return reply.ok();
+                }
+                sh.change(|w| {
+                    let target = attr_target(w.model(), owner)?;
+                    let exists = match owner.resolve(w.model()) {
+                        Some(r) => layout::attrs_of(w.model(), r).iter().any(|a| a.name == to),
+                        None => false,
+                    };
+                    if exists {
+                        // rename(2) replaces its target.
+                        w.del_attr(target, &to)?;
+                    }
+                    w.rename_attr(target, from, &to)?;
+                    w.sync()
+                })
+            }
+            _ => return reply.error(refuse("layout files cannot be renamed")),
+        };
+        match done {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(sh.refused(&node, "mv", &e)),
+        }
     }
 
     fn opendir(&mut self, _req: &Request<'_>, ino: u64, _flags: i32, reply: ReplyOpen) {
@@ -552,8 +1270,15 @@ impl Filesystem for NczarrFs {
 
 /// After a read that continued the previous one, loads the chunks that come next into the
 /// cache in the background, a window of `readahead` bytes ahead of the reader.
-fn maybe_prefetch(sh: &Arc<Shared>, handle: &Arc<Handle>, var: VarId, offset: u64, end: u64) {
-    let ds = &handle.snap.model;
+fn maybe_prefetch(
+    sh: &Arc<Shared>,
+    handle: &Arc<Handle>,
+    snap: &Arc<Snapshot>,
+    var: VarId,
+    offset: u64,
+    end: u64,
+) {
+    let ds = &snap.model;
     let esz = ds.var(var).element_size() as u64;
     let window = sh.opts.readahead.min(sh.opts.cache_bytes as u64 / 4) / esz.max(1);
     if window == 0 || esz == 0 {
@@ -574,7 +1299,7 @@ fn maybe_prefetch(sh: &Arc<Shared>, handle: &Arc<Handle>, var: VarId, offset: u6
         (lo, hi)
     };
     if range.0 < range.1 {
-        let snap_handle = Arc::clone(handle);
-        rayon::spawn(move || prefetch(&snap_handle.snap, var, range.0, range.1));
+        let snap = Arc::clone(snap);
+        rayon::spawn(move || prefetch(&snap, var, range.0, range.1));
     }
 }

@@ -23,7 +23,8 @@ mod inodes;
 mod layout;
 mod options;
 mod slab;
+mod write;
 
 pub use daemon::{mount, MountRequest};
-pub use fs::{read_data, NczarrFs, RefreshHandle, Snapshot};
+pub use fs::{read_data, NczarrFs, RefreshHandle, Snapshot, Source};
 pub use options::{MountOptions, DEFAULT_TTL};

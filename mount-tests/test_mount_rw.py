@@ -1,0 +1,348 @@
+"""`nczarrfs mount -o rw` against the kernel: writes at random offsets, appends along the
+unlimited dimension, attribute files, groups, renames, refusals, concurrency and crashes.
+Expected values are numpy models of what was written; after unmount netCDF4-python must read
+exactly them."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from conftest import daemon_pids, is_mounted, unmount, wait_until  # noqa: E402
+from datasets import netcdf_values, nczarr_dataset  # noqa: E402
+
+# netCDF's default fill values (netcdf.h) and the one the dataset declares for `temp`.
+NC_FILL_DOUBLE = 9.9692099683868690e36
+TEMP_FILL = -999.0
+
+
+@pytest.fixture
+def nczarr(tmp_path):
+    return nczarr_dataset(tmp_path / "ds.file")
+
+
+def dtype_of(mnt: Path, var: str) -> tuple[np.dtype, list[int]]:
+    meta = json.loads((mnt / var / "@metadata.json").read_text())
+    return np.dtype(meta["dtype"]), meta["shape"]
+
+
+def read_var(mnt: Path, var: str) -> np.ndarray:
+    dt, shape = dtype_of(mnt, var)
+    arr = np.fromfile(mnt / var / "data", dtype=dt)
+    assert arr.nbytes == (mnt / var / "data").stat().st_size
+    return arr.reshape(shape)
+
+
+def netcdf_attrs(url: str, var: str | None = None) -> dict:
+    import netCDF4
+
+    with netCDF4.Dataset(url) as ds:
+        obj = ds.variables[var] if var else ds
+        return {k: obj.getncattr(k) for k in obj.ncattrs()}
+
+
+def umount_and_wait(mnt: Path) -> None:
+    """Unmounts and waits for the daemon to finish its final flush."""
+    pids = daemon_pids(mnt)
+    unmount(mnt)
+    assert not is_mounted(mnt)
+    assert wait_until(lambda: not any(Path(f"/proc/{p}").exists() for p in pids), 30)
+
+
+def test_random_writes_match_a_numpy_model(mounter, nczarr):
+    expected = {k.strip("/"): v.copy() for k, v in netcdf_values(nczarr).items()}
+    mnt = mounter.mount(nczarr, "rw")
+    rng = random.Random(7)
+    for var in ("temp", "counts", "big", "flags", "scalar", "sub/vals"):
+        model = expected[var].reshape(-1).view(np.uint8)
+        path = mnt / var / "data"
+        size = path.stat().st_size
+        assert size == model.nbytes
+        with open(path, "r+b", buffering=0) as f:
+            for _ in range(40):
+                off = rng.randrange(size)
+                n = rng.randint(1, min(64, size - off))
+                payload = bytes(rng.randrange(256) for _ in range(n))
+                assert os.pwrite(f.fileno(), payload, off) == n
+                model[off:off + n] = np.frombuffer(payload, np.uint8)
+        assert path.read_bytes() == model.tobytes(), var
+    # dd into the middle without truncating, in blocks that straddle chunks.
+    model = expected["temp"].reshape(-1).view(np.uint8)
+    block = np.arange(100, dtype="<f4").tobytes()
+    subprocess.run(["dd", f"of={mnt / 'temp' / 'data'}", "bs=100", "seek=3", "conv=notrunc",
+                    "status=none"], input=block[:300], check=True)
+    model[300:600] = np.frombuffer(block[:300], np.uint8)
+    assert (mnt / "temp" / "data").read_bytes() == model.tobytes()
+    umount_and_wait(mnt)
+    got = {k.strip("/"): v for k, v in netcdf_values(nczarr).items()}
+    for var, arr in expected.items():
+        assert got[var].tobytes() == arr.tobytes(), var
+
+
+def test_o_trunc_rewrites_in_place(mounter, nczarr):
+    mnt = mounter.mount(nczarr, "rw")
+    new = (np.arange(35, dtype=np.int16) * 7).reshape(5, 7)
+    src = mnt.parent / "counts.bin"
+    new.astype(np.dtype("=i2")).tofile(src)
+    subprocess.run(f"cat {src} > {mnt / 'counts' / 'data'}", shell=True, check=True)
+    assert (mnt / "counts" / "data").stat().st_size == 70
+    assert np.array_equal(read_var(mnt, "counts"), new)
+    umount_and_wait(mnt)
+    assert np.array_equal(netcdf_values(nczarr)["/counts"], new)
+
+
+def test_appends_grow_the_unlimited_dimension(mounter, nczarr):
+    mnt = mounter.mount(nczarr, "rw")
+    before = read_var(mnt, "temp").copy()
+    new_times = np.array([2.0, 2.5, 3.0], dtype="=f8")
+    src = mnt.parent / "times.bin"
+    new_times.tofile(src)
+    subprocess.run(f"cat {src} >> {mnt / 'time' / 'data'}", shell=True, check=True)
+    assert (mnt / "time" / "data").stat().st_size == 7 * 8
+    root = json.loads((mnt / "@metadata.json").read_text())
+    assert {d["name"]: d["size"] for d in root["dimensions"]}["time"] == 7
+    # Every variable on `time` grows; its new records read as fill.
+    temp = read_var(mnt, "temp")
+    assert temp.shape == (7, 5, 7)
+    assert np.array_equal(temp[:4], before)
+    assert np.all(temp[4:] == np.float32(TEMP_FILL))
+    # A partial record: 10 values start record 7, the other 25 read as fill.
+    part = np.arange(10, dtype="=f4") + 0.25
+    part.tofile(src)
+    subprocess.run(f"cat {src} >> {mnt / 'temp' / 'data'}", shell=True, check=True)
+    temp = read_var(mnt, "temp")
+    assert temp.shape == (8, 5, 7)
+    flat = temp[7].reshape(-1)
+    assert np.array_equal(flat[:10], part)
+    assert np.all(flat[10:] == np.float32(TEMP_FILL))
+    times = read_var(mnt, "time")
+    assert times.shape == (8,)
+    assert times[7] == NC_FILL_DOUBLE
+    # Python appends through O_APPEND.
+    with open(mnt / "time" / "data", "ab") as f:
+        f.write(np.array([9.5], dtype="=f8").tobytes())
+    assert read_var(mnt, "time").shape == (9,)
+    umount_and_wait(mnt)
+    vals = netcdf_values(nczarr)
+    expected_time = np.concatenate([np.arange(4) * 0.5, new_times, [NC_FILL_DOUBLE, 9.5]])
+    assert np.array_equal(vals["/time"], expected_time)
+    t = vals["/temp"]
+    assert t.shape == (9, 5, 7)
+    assert np.array_equal(t[:4], before)
+    assert np.array_equal(t[7].reshape(-1)[:10], part)
+    assert np.all(t[4:7] == np.float32(TEMP_FILL)) and np.all(t[8] == np.float32(TEMP_FILL))
+
+
+def test_fixed_variables_refuse_growth_with_efbig(mounter, nczarr):
+    mnt = mounter.mount(nczarr, "rw")
+    path = mnt / "counts" / "data"
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        with pytest.raises(OSError) as e:
+            os.pwrite(fd, b"\x01\x00", 70)
+        assert e.value.errno == errno.EFBIG
+        # A write that straddles the end is cut short at the end.
+        assert os.pwrite(fd, b"\x05\x00\x06\x00", 68) == 2
+    finally:
+        os.close(fd)
+    assert path.stat().st_size == 70
+    assert read_var(mnt, "counts").reshape(-1)[-1] == 5
+
+
+def test_attribute_files(mounter, nczarr):
+    mnt = mounter.mount(nczarr, "rw")
+    attrs = mnt / "temp" / "@attributes"
+    (attrs / "missing_value").write_text("-999.f\n")
+    (attrs / "ids").write_text("1LL, 2LL")
+    (attrs / "counts").write_text("1, 2\n")
+    (attrs / "long_name").write_text("air temperature\n")
+    (attrs / "valid_range").write_text("-10, 10\n")  # existing float attribute stays float
+    (mnt / "@attributes" / "history").write_text("made by a test")
+    os.unlink(mnt / "@attributes" / "version")
+    meta = json.loads((mnt / "temp" / "@metadata.json").read_text())["attributes"]
+    assert meta["missing_value"] == {"type": "float", "value": [-999.0]}
+    assert meta["ids"] == {"type": "int64", "value": [1, 2]}
+    assert meta["counts"] == {"type": "int", "value": [1, 2]}
+    assert meta["valid_range"] == {"type": "float", "value": [-10.0, 10.0]}
+    assert (attrs / "ids").read_text() == "1LL, 2LL\n"
+    assert (attrs / "long_name").read_bytes() == b"air temperature"
+    assert sorted(os.listdir(mnt / "@attributes")) == ["factors", "history", "title"]
+    assert "version" not in (mnt / "@header.cdl").read_text()
+    assert ':history = "made by a test" ;' in (mnt / "@header.cdl").read_text()
+    umount_and_wait(mnt)
+    a = netcdf_attrs(nczarr, "temp")
+    assert a["missing_value"].dtype == np.float32 and a["missing_value"] == -999.0
+    assert a["ids"].dtype == np.int64 and list(a["ids"]) == [1, 2]
+    assert a["counts"].dtype == np.int32 and list(a["counts"]) == [1, 2]
+    assert a["valid_range"].dtype == np.float32 and list(a["valid_range"]) == [-10, 10]
+    assert a["long_name"] == "air temperature"
+    g = netcdf_attrs(nczarr)
+    assert "version" not in g
+    assert g["history"] == "made by a test"
+
+
+def test_mkdir_and_renames(mounter, nczarr):
+    import netCDF4
+
+    mnt = mounter.mount(nczarr, "rw")
+    (mnt / "newgroup").mkdir()
+    (mnt / "sub" / "deeper").mkdir()
+    (mnt / "flags").rename(mnt / "flags2")
+    (mnt / "sub" / "inner").rename(mnt / "sub" / "inner2")
+    (mnt / "temp" / "@attributes" / "long_name").rename(mnt / "temp" / "@attributes" / "title")
+    assert sorted(os.listdir(mnt / "sub")) == sorted(
+        ["@header.cdl", "@metadata.json", "@attributes", "vals", "inner2", "deeper"])
+    assert (mnt / "flags2" / "data").read_bytes() == bytes(range(0, 210, 30))
+    assert not (mnt / "flags").exists()
+    assert json.loads((mnt / "@metadata.json").read_text())["groups"] == ["sub", "newgroup"]
+    umount_and_wait(mnt)
+    with netCDF4.Dataset(nczarr) as ds:
+        assert set(ds.groups) == {"sub", "newgroup"}
+        assert set(ds["sub"].groups) == {"inner2", "deeper"}
+        assert "flags" not in ds.variables
+        assert list(ds["flags2"][:]) == list(range(0, 210, 30))
+        assert ds["temp"].title == "temperature"
+        assert "long_name" not in ds["temp"].ncattrs()
+
+
+@pytest.mark.parametrize("action", [
+    "rmdir-var", "rmdir-group", "rm-data", "rm-header", "mkdir-in-var", "mkdir-in-attrs",
+    "mkdir-bad-name", "create-file", "shrink", "write-header", "mv-across", "mv-data",
+])
+def test_refused_operations_are_eperm(mounter, nczarr, tmp_path, action):
+    log = tmp_path / "mount.log"
+    mnt = mounter.mount(nczarr, "rw", log=log)
+    ops = {
+        "rmdir-var": lambda: os.rmdir(mnt / "counts"),
+        "rmdir-group": lambda: os.rmdir(mnt / "sub" / "inner"),
+        "rm-data": lambda: os.unlink(mnt / "counts" / "data"),
+        "rm-header": lambda: os.unlink(mnt / "@header.cdl"),
+        "mkdir-in-var": lambda: os.mkdir(mnt / "counts" / "g"),
+        "mkdir-in-attrs": lambda: os.mkdir(mnt / "@attributes" / "g"),
+        "mkdir-bad-name": lambda: os.mkdir(mnt / " bad"),
+        "create-file": lambda: open(mnt / "notes.txt", "w").close(),
+        "shrink": lambda: os.truncate(mnt / "temp" / "data", 10),
+        "write-header": lambda: open(mnt / "@header.cdl", "w").close(),
+        "mv-across": lambda: os.rename(mnt / "counts", mnt / "sub" / "counts"),
+        "mv-data": lambda: os.rename(mnt / "counts" / "data", mnt / "counts" / "values"),
+    }
+    with pytest.raises(OSError) as e:
+        ops[action]()
+    assert e.value.errno == errno.EPERM, action
+    assert "EPERM" in log.read_text()
+
+
+def test_fsync_makes_data_durable_before_close(mounter, nczarr):
+    mnt = mounter.mount(nczarr, "rw")
+    fd = os.open(mnt / "counts" / "data", os.O_WRONLY)
+    try:
+        os.pwrite(fd, np.array([1234], dtype="=i2").tobytes(), 0)
+        os.fsync(fd)
+        # Read straight from storage while the file is still open.
+        assert netcdf_values(nczarr)["/counts"][0, 0] == 1234
+    finally:
+        os.close(fd)
+
+
+READER = r"""
+import sys, numpy as np
+path, allowed_path, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+allowed = np.load(allowed_path)
+import time
+end = time.monotonic() + seconds
+n = 0
+while time.monotonic() < end:
+    with open(path, "rb") as f:
+        a = np.frombuffer(f.read(), dtype="=i2")
+    if a.size != allowed.shape[1]:
+        print("bad size", a.size); sys.exit(1)
+    ok = (allowed == a).any(axis=0)
+    if not ok.all():
+        print("unexpected values at", np.nonzero(~ok)[0][:5], a[~ok][:5]); sys.exit(1)
+    n += 1
+print(n)
+"""
+
+
+def test_eight_readers_and_one_writer(mounter, nczarr, tmp_path):
+    mnt = mounter.mount(nczarr, "rw")
+    path = mnt / "counts" / "data"
+    original = np.fromfile(path, dtype="=i2")
+    rounds = 40
+    # Element i may hold its original value or any value a round wrote there.
+    allowed = np.stack([original] + [np.full_like(original, 1000 + r) + np.arange(35, dtype="i2")
+                                     for r in range(rounds)])
+    np.save(tmp_path / "allowed.npy", allowed)
+    script = tmp_path / "reader.py"
+    script.write_text(READER)
+    readers = [subprocess.Popen([sys.executable, str(script), str(path),
+                                 str(tmp_path / "allowed.npy"), "4"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               for _ in range(8)]
+    with open(path, "r+b", buffering=0) as f:
+        for r in range(rounds):
+            f.seek(0)
+            f.write(allowed[r + 1].tobytes())
+            time.sleep(0.05)
+    for p in readers:
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 0, out + err
+        assert int(out.strip()) > 0
+    assert np.array_equal(np.fromfile(path, dtype="=i2"), allowed[rounds])
+    umount_and_wait(mnt)
+    assert np.array_equal(netcdf_values(nczarr)["/counts"].reshape(-1), allowed[rounds])
+
+
+WRITER = r"""
+import sys, numpy as np
+mnt = sys.argv[1]
+k = 0
+while True:
+    with open(mnt + "/temp/data", "ab") as f:
+        f.write(np.full(35, k, dtype="=f4").tobytes())
+    with open(mnt + "/counts/data", "r+b") as f:
+        f.write(np.full(35, k, dtype="=i2").tobytes())
+    k += 1
+"""
+
+
+def test_sigkill_during_writes_leaves_a_readable_dataset(mounter, nczarr, tmp_path):
+    import netCDF4
+
+    mnt = mounter.mount(nczarr, "rw", "cache_size=64K")
+    script = tmp_path / "writer.py"
+    script.write_text(WRITER)
+    writer = subprocess.Popen([sys.executable, str(script), str(mnt)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(2.0)
+        pids = daemon_pids(mnt)
+        assert pids
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+    finally:
+        writer.kill()
+        writer.wait(timeout=30)
+    unmount(mnt)
+    with netCDF4.Dataset(nczarr) as ds:
+        n = len(ds.dimensions["time"])
+        assert n >= 4
+        temp = ds["temp"]
+        temp.set_auto_maskandscale(False)
+        values = temp[:]
+        assert values.shape == (n, 5, 7)
+        assert np.array_equal(values[:4], (np.arange(140, dtype="f4").reshape(4, 5, 7) - 60) / 3)
+        ds["counts"][:]
+        ds["time"][:]

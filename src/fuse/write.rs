@@ -1,0 +1,410 @@
+//! The write side of a `rw` mount, free of inodes: byte writes into a variable's flat `data`
+//! file become hyperslab writes (growing the unlimited first dimension when they run past the
+//! end), and the text written to an attribute file becomes a typed attribute value.
+
+use crate::cdl::lexer::{tokenize, Tok};
+use crate::cdl::parser::parse_cdl;
+use crate::chunk::Hyperslab;
+use crate::create::DatasetWriter;
+use crate::model::{AttrValue, Dataset, NcType, VarId};
+use crate::{Error, Result};
+
+use super::slab::{element_range_slabs, slab_len};
+
+/// Writes `data` at byte `offset` of `var`'s `data` file and returns how many bytes were
+/// taken: all of them, except that a variable which cannot grow takes only what fits before
+/// its end (0 when `offset` is at or past it: the caller's `EFBIG`).
+///
+/// A variable grows when its first dimension is unlimited: the dimension is extended to cover
+/// the whole record the write ends in, so the rest of that record (and any gap before the
+/// write) reads as fill. Bytes that cover only part of an element are merged with the element's
+/// current value.
+pub fn write_data(w: &mut DatasetWriter, var: VarId, offset: u64, data: &[u8]) -> Result<usize> {
+    let ds = w.model();
+    let v = ds
+        .vars
+        .get(var.0)
+        .ok_or_else(|| Error::NotFound(format!("variable #{}", var.0)))?;
+    if let Some(why) = &v.storage.unreadable {
+        return Err(Error::Unsupported(format!("{}: {why}", ds.var_fqn(var))));
+    }
+    let esz = v.element_size() as u64;
+    if esz == 0 || data.is_empty() {
+        return Ok(0);
+    }
+    let shape = ds.var_shape(var);
+    let size = shape.iter().product::<u64>().saturating_mul(esz);
+    let grow_dim = v.dims.first().copied().filter(|d| ds.dim(*d).unlimited);
+    let record_elems: u64 = shape.iter().skip(1).product();
+    let mut end = offset
+        .checked_add(data.len() as u64)
+        .ok_or_else(|| Error::InvalidHyperslab("write past 2^64 bytes".into()))?;
+    if end > size {
+        match grow_dim {
+            Some(dim) if record_elems > 0 => {
+                let records = end.div_ceil(esz).div_ceil(record_elems);
+                w.grow_dim(dim, records)?;
+            }
+            _ if offset >= size => return Ok(0),
+            _ => end = size,
+        }
+    }
+    let data = &data[..(end - offset) as usize];
+    let shape = w.model().var_shape(var);
+    let (e0, e1) = (offset / esz, end.div_ceil(esz));
+    let mut buf = vec![0u8; ((e1 - e0) * esz) as usize];
+    let head = (offset - e0 * esz) as usize;
+    if head != 0 {
+        read_element(w, var, &shape, e0, &mut buf[..esz as usize])?;
+    }
+    if end % esz != 0 && (e1 - 1 != e0 || head == 0) {
+        let last = buf.len() - esz as usize;
+        read_element(w, var, &shape, e1 - 1, &mut buf[last..])?;
+    }
+    buf[head..head + data.len()].copy_from_slice(data);
+    let mut pos = 0usize;
+    for slab in element_range_slabs(&shape, e0, e1) {
+        let n = (slab_len(&slab) * esz) as usize;
+        w.write(var, &slab, &buf[pos..pos + n])?;
+        pos += n;
+    }
+    Ok(data.len())
+}
+
+/// Reads element `index` (C order) of `var` into `out`.
+fn read_element(
+    w: &DatasetWriter,
+    var: VarId,
+    shape: &[u64],
+    index: u64,
+    out: &mut [u8],
+) -> Result<()> {
+    let slab = element_range_slabs(shape, index, index + 1)
+        .pop()
+        .unwrap_or_else(|| Hyperslab::whole(&[]));
+    w.read(var, &slab, out)
+}
+
+/// A number as written in a value list.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Num {
+    Int(i128),
+    Float(f64),
+}
+
+/// The attribute value that the text written to an attribute file stands for.
+///
+/// An existing `char` attribute, text that is not a CDL value list, and an empty file make a
+/// `char` attribute holding the bytes (one trailing newline removed, so that `echo` works).
+/// A value list of numbers (`1, 2`, `-999.f`, `1LL, 2LL`) is typed as ncgen types it, except
+/// that an existing numeric attribute keeps its type when every value converts to it without
+/// loss (a float type accepts any number); a list of quoted strings is a `string` attribute if
+/// the existing one is, otherwise `char` (concatenated, as in CDL).
+pub fn parse_attr_text(text: &[u8], existing: Option<&AttrValue>) -> AttrValue {
+    let raw = text.strip_suffix(b"\n").unwrap_or(text).to_vec();
+    if matches!(existing, Some(AttrValue::Char(_))) {
+        return AttrValue::Char(raw);
+    }
+    let Some(list) = value_list(text) else {
+        return AttrValue::Char(raw);
+    };
+    if let (Some(AttrValue::Str(_)), Some(strings)) = (existing, string_list(&list)) {
+        return AttrValue::Str(strings);
+    }
+    let Some(parsed) = ncgen_value(&list) else {
+        return AttrValue::Char(raw);
+    };
+    if let (Some(old), Some(nums)) = (existing, numbers(&parsed)) {
+        if let Some(v) = convert(&nums, old.nctype()) {
+            return v;
+        }
+    }
+    parsed
+}
+
+/// The tokens of `text` when it is exactly a comma-separated list of constants.
+fn value_list(text: &[u8]) -> Option<Vec<Tok>> {
+    let s = std::str::from_utf8(text).ok()?.trim();
+    if s.is_empty() {
+        return None;
+    }
+    let toks: Vec<Tok> = tokenize(s, "-").ok()?.into_iter().map(|t| t.tok).collect();
+    let (last, body) = toks.split_last()?;
+    if *last != Tok::Eof {
+        return None;
+    }
+    let well_formed = body.iter().enumerate().all(|(i, t)| {
+        if i % 2 == 1 {
+            *t == Tok::Comma
+        } else {
+            matches!(t, Tok::Num(_) | Tok::Str(_) | Tok::Char(_))
+        }
+    });
+    (well_formed && body.len() % 2 == 1).then_some(toks)
+}
+
+fn string_list(toks: &[Tok]) -> Option<Vec<String>> {
+    toks.iter()
+        .filter(|t| !matches!(t, Tok::Comma | Tok::Eof))
+        .map(|t| match t {
+            Tok::Str(b) => String::from_utf8(b.clone()).ok(),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The value ncgen gives `:a = LIST ;` (built back from the validated tokens, so that nothing
+/// but constants reaches the parser).
+fn ncgen_value(toks: &[Tok]) -> Option<AttrValue> {
+    let mut cdl = String::from("netcdf a {\n// global attributes:\n:a = ");
+    for t in toks {
+        match t {
+            Tok::Comma => cdl.push_str(", "),
+            Tok::Eof => {}
+            Tok::Num(_) | Tok::Str(_) | Tok::Char(_) => cdl.push_str(&constant(t)?),
+            _ => return None,
+        }
+    }
+    cdl.push_str(" ;\n}\n");
+    let parsed = parse_cdl(&cdl, "-").ok()?;
+    parsed
+        .dataset
+        .group(Dataset::ROOT)
+        .attrs
+        .first()
+        .map(|a| a.value.clone())
+}
+
+/// One constant token spelled back as CDL.
+fn constant(t: &Tok) -> Option<String> {
+    use crate::cdl::lexer::Number;
+    Some(match t {
+        Tok::Num(Number::Int { value, suffix }) => {
+            let sfx = match suffix {
+                None => "",
+                Some(NcType::Byte) => "b",
+                Some(NcType::UByte) => "ub",
+                Some(NcType::Short) => "s",
+                Some(NcType::UShort) => "us",
+                Some(NcType::Int) => "",
+                Some(NcType::UInt) => "u",
+                Some(NcType::Int64) => "ll",
+                Some(NcType::UInt64) => "ull",
+                Some(_) => return None,
+            };
+            format!("{value}{sfx}")
+        }
+        Tok::Num(Number::Float { value, single }) => {
+            let sfx = if *single { "f" } else { "" };
+            if value.is_nan() {
+                format!("NaN{sfx}")
+            } else if value.is_infinite() {
+                let sign = if *value < 0.0 { "-" } else { "" };
+                format!("{sign}Infinity{sfx}")
+            } else {
+                // `{:e}` is exact and always reads back as a floating-point literal.
+                format!("{value:e}{sfx}")
+            }
+        }
+        Tok::Str(b) => quote(b),
+        Tok::Char(c) => quote(&[*c]),
+        _ => return None,
+    })
+}
+
+fn quote(bytes: &[u8]) -> String {
+    let mut out = Vec::new();
+    crate::cdl::fmt::escape_text(bytes, &mut out);
+    format!("\"{}\"", String::from_utf8_lossy(&out))
+}
+
+fn numbers(v: &AttrValue) -> Option<Vec<Num>> {
+    fn ints<T: Copy + Into<i128>>(v: &[T]) -> Option<Vec<Num>> {
+        Some(v.iter().map(|x| Num::Int((*x).into())).collect())
+    }
+    match v {
+        AttrValue::Byte(x) => ints(x),
+        AttrValue::UByte(x) => ints(x),
+        AttrValue::Short(x) => ints(x),
+        AttrValue::UShort(x) => ints(x),
+        AttrValue::Int(x) => ints(x),
+        AttrValue::UInt(x) => ints(x),
+        AttrValue::Int64(x) => ints(x),
+        AttrValue::UInt64(x) => ints(x),
+        AttrValue::Float(x) => Some(x.iter().map(|f| Num::Float(*f as f64)).collect()),
+        AttrValue::Double(x) => Some(x.iter().map(|f| Num::Float(*f)).collect()),
+        AttrValue::Char(_) | AttrValue::Str(_) => None,
+    }
+}
+
+/// `nums` as values of type `t`, if none loses its value (floats accept any number).
+fn convert(nums: &[Num], t: NcType) -> Option<AttrValue> {
+    fn int<T: TryFrom<i128>>(n: &Num) -> Option<T> {
+        let i = match *n {
+            Num::Int(i) => i,
+            Num::Float(f) if f.is_finite() && f.fract() == 0.0 && f.abs() < 1e38 => f as i128,
+            Num::Float(_) => return None,
+        };
+        T::try_from(i).ok()
+    }
+    fn all<T>(nums: &[Num], f: impl Fn(&Num) -> Option<T>) -> Option<Vec<T>> {
+        nums.iter().map(f).collect()
+    }
+    let float = |n: &Num| match *n {
+        Num::Int(i) => i as f64,
+        Num::Float(f) => f,
+    };
+    Some(match t {
+        NcType::Byte => AttrValue::Byte(all(nums, int)?),
+        NcType::UByte => AttrValue::UByte(all(nums, int)?),
+        NcType::Short => AttrValue::Short(all(nums, int)?),
+        NcType::UShort => AttrValue::UShort(all(nums, int)?),
+        NcType::Int => AttrValue::Int(all(nums, int)?),
+        NcType::UInt => AttrValue::UInt(all(nums, int)?),
+        NcType::Int64 => AttrValue::Int64(all(nums, int)?),
+        NcType::UInt64 => AttrValue::UInt64(all(nums, int)?),
+        NcType::Float => AttrValue::Float(all(nums, |n| {
+            let x = float(n);
+            let y = x as f32;
+            (y.is_finite() || !x.is_finite()).then_some(y)
+        })?),
+        NcType::Double => AttrValue::Double(nums.iter().map(float).collect()),
+        NcType::Char | NcType::String => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::create::{CreateOptions, VarOptions};
+    use crate::location::Location;
+
+    fn p(text: &str, existing: Option<&AttrValue>) -> AttrValue {
+        parse_attr_text(text.as_bytes(), existing)
+    }
+
+    #[test]
+    fn typed_lists_follow_ncgen() {
+        // Types as ncgen gives them to `:a = ... ;` (CDL rules: suffixes, int by default,
+        // double for a plain decimal).
+        assert_eq!(p("-999.f\n", None), AttrValue::Float(vec![-999.0]));
+        assert_eq!(p("1LL, 2LL", None), AttrValue::Int64(vec![1, 2]));
+        assert_eq!(p("1, 2\n", None), AttrValue::Int(vec![1, 2]));
+        assert_eq!(p("1.5", None), AttrValue::Double(vec![1.5]));
+        assert_eq!(p("3b, -4b", None), AttrValue::Byte(vec![3, -4]));
+        assert_eq!(p("7us", None), AttrValue::UShort(vec![7]));
+        assert_eq!(p("0.1f", None), AttrValue::Float(vec![0.1]));
+        assert_eq!(p("\"ab\", \"cd\"", None), AttrValue::Char(b"abcd".to_vec()));
+    }
+
+    #[test]
+    fn plain_text_is_char() {
+        assert_eq!(
+            p("hello world\n", None),
+            AttrValue::Char(b"hello world".to_vec())
+        );
+        assert_eq!(p("1 2", None), AttrValue::Char(b"1 2".to_vec()));
+        assert_eq!(p("1,", None), AttrValue::Char(b"1,".to_vec()));
+        assert_eq!(p("", None), AttrValue::Char(Vec::new()));
+        assert_eq!(
+            p("x ; :b = 1", None),
+            AttrValue::Char(b"x ; :b = 1".to_vec())
+        );
+        assert_eq!(p("1; :b = 2", None), AttrValue::Char(b"1; :b = 2".to_vec()));
+        assert_eq!(
+            parse_attr_text(b"\xff\xfe", None),
+            AttrValue::Char(b"\xff\xfe".to_vec())
+        );
+    }
+
+    #[test]
+    fn existing_types_are_kept_when_values_fit() {
+        let f = AttrValue::Float(vec![0.0]);
+        assert_eq!(p("-10, 10", Some(&f)), AttrValue::Float(vec![-10.0, 10.0]));
+        let i = AttrValue::Int(vec![0]);
+        assert_eq!(p("2.5", Some(&i)), AttrValue::Double(vec![2.5]));
+        assert_eq!(p("3.0", Some(&i)), AttrValue::Int(vec![3]));
+        let b = AttrValue::UByte(vec![0]);
+        assert_eq!(p("300", Some(&b)), AttrValue::Int(vec![300]));
+        assert_eq!(p("200", Some(&b)), AttrValue::UByte(vec![200]));
+        let c = AttrValue::Char(b"x".to_vec());
+        assert_eq!(p("42\n", Some(&c)), AttrValue::Char(b"42".to_vec()));
+        let s = AttrValue::Str(vec!["x".into()]);
+        assert_eq!(
+            p("\"a\", \"b\"\n", Some(&s)),
+            AttrValue::Str(vec!["a".into(), "b".into()])
+        );
+        assert_eq!(p("1, 2", Some(&s)), AttrValue::Int(vec![1, 2]));
+    }
+
+    /// A writer over a temporary directory with `t` (unlimited, 2 records) × `x` (3): int
+    /// variable `v(t, x)`, and fixed short `f(x)`.
+    fn writer(dir: &std::path::Path) -> (DatasetWriter, VarId, VarId) {
+        let loc = Location::parse(&format!("file://{}#mode=nczarr,file", dir.display())).unwrap();
+        let mut w = DatasetWriter::create(&loc, CreateOptions::default()).unwrap();
+        let t = w.add_dim(Dataset::ROOT, "t", 0, true).unwrap();
+        let x = w.add_dim(Dataset::ROOT, "x", 3, false).unwrap();
+        let opts = VarOptions {
+            chunks: Some(vec![1, 2]),
+            ..VarOptions::default()
+        };
+        let v = w
+            .add_var(Dataset::ROOT, "v", NcType::Int, &[t, x], opts)
+            .unwrap();
+        let f = w
+            .add_var(
+                Dataset::ROOT,
+                "f",
+                NcType::Short,
+                &[x],
+                VarOptions::default(),
+            )
+            .unwrap();
+        (w, v, f)
+    }
+
+    fn ints(w: &DatasetWriter, v: VarId) -> Vec<i32> {
+        let shape = w.model().var_shape(v);
+        let mut out = vec![0u8; shape.iter().product::<u64>() as usize * 4];
+        w.read(v, &Hyperslab::whole(&shape), &mut out).unwrap();
+        out.chunks(4)
+            .map(|c| i32::from_ne_bytes(c.try_into().unwrap()))
+            .collect()
+    }
+
+    const FILL: i32 = -2147483647;
+
+    #[test]
+    fn appends_grow_whole_records_and_partial_elements_merge() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut w, v, _) = writer(&dir.path().join("ds"));
+        let bytes: Vec<u8> = [1i32, 2, 3, 4]
+            .iter()
+            .flat_map(|x| x.to_ne_bytes())
+            .collect();
+        // 4 elements: one record and a third of the next, which is then filled.
+        assert_eq!(write_data(&mut w, v, 0, &bytes).unwrap(), 16);
+        assert_eq!(w.model().var_shape(v), vec![2, 3]);
+        assert_eq!(ints(&w, v), vec![1, 2, 3, 4, FILL, FILL]);
+        // Two bytes into element 4, then its other two bytes.
+        let five = 5i32.to_ne_bytes();
+        write_data(&mut w, v, 16, &five[..2]).unwrap();
+        write_data(&mut w, v, 18, &five[2..]).unwrap();
+        assert_eq!(ints(&w, v)[4], 5);
+        // A write past the end leaves a hole of fill.
+        write_data(&mut w, v, 3 * 12 + 4, &9i32.to_ne_bytes()).unwrap();
+        assert_eq!(w.model().var_shape(v), vec![4, 3]);
+        assert_eq!(ints(&w, v)[6..], [FILL, FILL, FILL, FILL, 9, FILL]);
+    }
+
+    #[test]
+    fn fixed_variables_take_what_fits() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut w, _, f) = writer(&dir.path().join("ds"));
+        assert_eq!(write_data(&mut w, f, 4, &[1, 0, 2, 0, 3, 0]).unwrap(), 2);
+        assert_eq!(write_data(&mut w, f, 6, &[1]).unwrap(), 0);
+        let mut out = [0u8; 6];
+        w.read(f, &Hyperslab::whole(&[3]), &mut out).unwrap();
+        assert_eq!(&out[4..], &[1, 0]);
+    }
+}
