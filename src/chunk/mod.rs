@@ -350,6 +350,17 @@ type Fetched = (Vec<Span>, Option<Arc<Vec<u8>>>);
 /// How many chunks one worker fetches before scattering them, to bound memory on huge reads.
 const BATCH: usize = 16;
 
+/// A chunk looked up ahead of decoding by [`ChunkEngine::prefetch`].
+enum Ahead {
+    /// It was in the cache.
+    Cached(Arc<Vec<u8>>),
+    /// Its stored bytes, or why they could not be read.
+    Raw(Result<Option<Vec<u8>>>),
+}
+
+/// Chunks of one read fetched in a batch through [`ZMap::get_many`], taken by `fetch`.
+type Prefetched = Mutex<HashMap<String, Ahead>>;
+
 /// Reads and writes variables' values through a chunk cache.
 #[derive(Debug)]
 pub struct ChunkEngine {
@@ -453,7 +464,7 @@ impl ChunkEngine {
         let plan = gs.plan;
         let mapping = gs.mapping();
         if gs.spans.is_empty() {
-            let chunk = self.fetch(plan, &[], true)?;
+            let chunk = self.fetch(plan, &[], true, None)?;
             place(&mapping, &[], chunk.as_deref(), out, 0, &plan.fill);
             return Ok(());
         }
@@ -466,14 +477,38 @@ impl ChunkEngine {
         let keep =
             touched * (plan.chunk_elems * plan.esize) as u128 <= self.cache.capacity() as u128;
         let row_bytes = row_elems as usize * plan.esize;
+        // A map with request latency (S3) gets the chunks of a read in batches of concurrent
+        // requests, then they are decoded in parallel: rayon alone would keep only as many
+        // requests in flight as there are cores. A batch is a group of chunks within a row
+        // when rows are wide, else a window of whole rows.
+        let conc = self.map.concurrent_gets();
+        let batched = conc > 1 && !plan.v3.as_ref().is_some_and(|c| c.is_sharded());
+        let per_row = batched && inner.len() >= conc;
+        let rows_per_window = if batched && !per_row {
+            (conc / inner.len().max(1)).max(1)
+        } else {
+            rows.len().max(1)
+        };
+        let ahead: Prefetched = Mutex::new(HashMap::new());
+        let chunk_coords = |row: &Span, rest: &[Span]| -> Vec<u64> {
+            std::iter::once(row.chunk)
+                .chain(rest.iter().map(|s| s.chunk))
+                .collect()
+        };
         let one_row = |row: &Span, part: &mut [u8]| -> Result<()> {
             let base = row.k_lo * row_elems;
-            let batch = if rows.len() * inner.len() > 1 {
+            let batch = if per_row {
+                conc
+            } else if rows.len() * inner.len() > 1 {
                 BATCH
             } else {
                 1
             };
             for group in inner.chunks(batch) {
+                if per_row {
+                    let keys = group.iter().map(|rest| chunk_coords(row, rest));
+                    self.prefetch(plan, keys, &ahead);
+                }
                 let fetched: Vec<Fetched> = group
                     .par_iter()
                     .map(|rest| {
@@ -481,7 +516,7 @@ impl ChunkEngine {
                         spans.push(*row);
                         spans.extend_from_slice(rest);
                         let coords: Vec<u64> = spans.iter().map(|s| s.chunk).collect();
-                        Ok((spans, self.fetch(plan, &coords, keep)?))
+                        Ok((spans, self.fetch(plan, &coords, keep, Some(&ahead))?))
                     })
                     .collect::<Result<_>>()?;
                 for (spans, chunk) in &fetched {
@@ -503,31 +538,73 @@ impl ChunkEngine {
             rest = tail;
             consumed = hi;
         }
-        if parts.len() == 1 {
-            let (row, part) = parts.pop().expect("one part");
-            return one_row(row, part);
+        while !parts.is_empty() {
+            let rest = parts.split_off(rows_per_window.min(parts.len()));
+            let mut window = std::mem::replace(&mut parts, rest);
+            if batched && !per_row {
+                let keys = window
+                    .iter()
+                    .flat_map(|(row, _)| inner.iter().map(|rest| chunk_coords(row, rest)));
+                self.prefetch(plan, keys, &ahead);
+            }
+            if window.len() == 1 {
+                let (row, part) = window.pop().expect("one part");
+                one_row(row, part)?;
+            } else {
+                window
+                    .into_par_iter()
+                    .try_for_each(|(row, part)| one_row(row, part))?;
+            }
         }
-        parts
-            .into_par_iter()
-            .try_for_each(|(row, part)| one_row(row, part))
+        Ok(())
     }
 
-    /// The native chunk at `coords`, from the cache or storage (then cached if `keep`); `None`
-    /// if it was never written.
+    /// Looks up the chunks at `coords` in the cache and gets the others from storage in one
+    /// [`ZMap::get_many`] batch, leaving both in `ahead` for `fetch`.
+    fn prefetch(&self, plan: &VarPlan, coords: impl Iterator<Item = Vec<u64>>, ahead: &Prefetched) {
+        let mut found = Vec::new();
+        let mut missing = Vec::new();
+        for c in coords {
+            let key = plan.chunk_key(&c);
+            match self.cache.get(&key) {
+                Some(hit) => found.push((key, Ahead::Cached(hit))),
+                None => missing.push(key),
+            }
+        }
+        let got = self.map.get_many(&missing);
+        let mut ahead = ahead.lock().unwrap_or_else(|e| e.into_inner());
+        ahead.extend(found);
+        ahead.extend(
+            missing
+                .into_iter()
+                .zip(got)
+                .map(|(key, raw)| (key, Ahead::Raw(raw))),
+        );
+    }
+
+    /// The native chunk at `coords`, from `ahead`, the cache or storage (then cached if
+    /// `keep`); `None` if it was never written.
     fn fetch(
         &self,
         plan: &Arc<VarPlan>,
         coords: &[u64],
         keep: bool,
+        ahead: Option<&Prefetched>,
     ) -> Result<Option<Arc<Vec<u8>>>> {
         if let Some(chain) = plan.v3.as_ref().filter(|c| c.is_sharded()) {
             return self.fetch_inner(plan, chain, coords);
         }
         let key = plan.chunk_key(coords);
-        if let Some(hit) = self.cache.get(&key) {
-            return Ok(Some(hit));
-        }
-        let Some(raw) = self.map.get(&key)? else {
+        let early = ahead.and_then(|a| a.lock().unwrap_or_else(|e| e.into_inner()).remove(&key));
+        let raw = match early {
+            Some(Ahead::Cached(hit)) => return Ok(Some(hit)),
+            Some(Ahead::Raw(raw)) => raw?,
+            None => match self.cache.get(&key) {
+                Some(hit) => return Ok(Some(hit)),
+                None => self.map.get(&key)?,
+            },
+        };
+        let Some(raw) = raw else {
             return Ok(None);
         };
         let native = Arc::new(plan.decode(&key, raw)?);
@@ -598,7 +675,7 @@ impl ChunkEngine {
         for spans in combinations(&gs.spans) {
             let coords: Vec<u64> = spans.iter().map(|s| s.chunk).collect();
             let key = plan.chunk_key(&coords);
-            let mut chunk = match self.fetch(&plan, &coords, true)? {
+            let mut chunk = match self.fetch(&plan, &coords, true, None)? {
                 Some(c) => Arc::unwrap_or_clone(c),
                 None => plan.fill_chunk(),
             };

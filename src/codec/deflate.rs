@@ -48,6 +48,24 @@ impl Codec for Zlib {
         read_bounded(reader, "zlib", max_len, input.len())
     }
 
+    fn decode_into(&self, input: &[u8], out: &mut [u8]) -> Result<usize> {
+        // One call inflates the whole stream into the caller's buffer: no intermediate
+        // buffer, no zero-filling, and a stream that would overflow `out` stops at its end.
+        let mut z = flate2::Decompress::new(true);
+        let status = z
+            .decompress(input, out, flate2::FlushDecompress::Finish)
+            .map_err(|e| io_error("zlib", e.into()))?;
+        let n = usize::try_from(z.total_out()).unwrap_or(usize::MAX);
+        match status {
+            flate2::Status::StreamEnd => Ok(n),
+            _ if n >= out.len() => Err(super::too_large("zlib", out.len())),
+            _ => Err(Error::Codec {
+                codec: "zlib".to_string(),
+                reason: "truncated or incomplete zlib stream".to_string(),
+            }),
+        }
+    }
+
     fn encode(&self, input: Vec<u8>) -> Result<Vec<u8>> {
         let out = Vec::with_capacity(input.len() / 2 + 64);
         let mut enc = flate2::write::ZlibEncoder::new(out, self.level);
@@ -135,6 +153,27 @@ mod tests {
         assert!(bomb.len() < 2048);
         assert!(z.decode_bounded(bomb.clone(), 1000).is_err());
         assert_eq!(z.decode_bounded(bomb, 1 << 20).unwrap().len(), 1 << 20);
+    }
+
+    #[test]
+    fn decode_into_fills_the_buffer_or_fails() {
+        // zlib.compress(b"hello hello hello hello", 1) in Python 3.11.
+        let stream = [
+            0x78, 0x01, 0xcb, 0x48, 0xcd, 0xc9, 0xc9, 0x57, 0xc8, 0x40, 0x27, 0x01, 0x68, 0x03,
+            0x08, 0xb1,
+        ];
+        let z = Zlib::from_config(&cfg(&json!({"id": "zlib", "level": 1}))).unwrap();
+        let mut out = [0u8; 23];
+        assert_eq!(z.decode_into(&stream, &mut out).unwrap(), 23);
+        assert_eq!(&out, b"hello hello hello hello");
+        let mut big = [0u8; 40];
+        assert_eq!(z.decode_into(&stream, &mut big).unwrap(), 23);
+        assert!(z.decode_into(&stream, &mut [0u8; 22]).is_err(), "too small");
+        let truncated = &stream[..stream.len() - 1];
+        assert!(z.decode_into(truncated, &mut big).is_err(), "truncated");
+        let mut corrupt = stream;
+        corrupt[14] ^= 0xff;
+        assert!(z.decode_into(&corrupt, &mut big).is_err(), "bad checksum");
     }
 
     #[test]

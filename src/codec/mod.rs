@@ -55,6 +55,20 @@ pub trait Codec: Send + Sync + Debug {
     fn max_encoded_len(&self, decoded_len: usize) -> usize {
         decoded_len
     }
+
+    /// Decodes `input` into the start of `out` and returns the decoded length; fails instead
+    /// of producing more than `out.len()` bytes. Codecs on a reader's hot path override this
+    /// to write straight into the caller's buffer (no allocation, no copy); the default
+    /// decodes into a new buffer and copies.
+    fn decode_into(&self, input: &[u8], out: &mut [u8]) -> Result<usize> {
+        let decoded = self.decode_bounded(input.to_vec(), out.len())?;
+        let (n, max) = (decoded.len(), out.len());
+        // decode_bounded keeps to the bound; the check guards an overriding codec's mistake.
+        out.get_mut(..n)
+            .ok_or_else(|| too_large(self.id(), max))?
+            .copy_from_slice(&decoded);
+        Ok(n)
+    }
 }
 
 /// A chain of codecs in encoding order (Zarr v2: filters, then the compressor).
@@ -222,6 +236,65 @@ impl Pipeline {
             });
         }
         Ok(bytes)
+    }
+
+    /// Like [`Pipeline::decode_expect`], but decodes into `out` (whose length is the expected
+    /// one) without allocating on the way: intermediate stages go to `scratch`, whose
+    /// buffers grow to the largest stage once and are reused by the next call.
+    pub fn decode_into(
+        &self,
+        raw: &[u8],
+        out: &mut [u8],
+        scratch: &mut [Vec<u8>; 2],
+    ) -> Result<()> {
+        let expected_len = out.len();
+        let mut bounds = Vec::with_capacity(self.codecs.len());
+        let mut bound = expected_len;
+        for c in &self.codecs {
+            bounds.push(bound);
+            bound = c.max_encoded_len(bound);
+        }
+        let wrong_size = |n: usize| {
+            let codec = self.codecs.first().map_or("null", |c| c.id());
+            Error::Codec {
+                codec: codec.to_string(),
+                reason: format!("chunk decoded to {n} bytes, expected {expected_len}"),
+            }
+        };
+        let Some((first, rest)) = self.codecs.split_first() else {
+            if raw.len() != expected_len {
+                return Err(wrong_size(raw.len()));
+            }
+            out.copy_from_slice(raw);
+            return Ok(());
+        };
+        // Stages alternate between the two scratch buffers: a codec never reads and writes
+        // the same one.
+        let [a, b] = scratch;
+        let (mut input, mut spare): (&mut Vec<u8>, &mut Vec<u8>) = (a, b);
+        let mut input_len = None;
+        for (i, c) in rest.iter().enumerate().rev() {
+            let max = bounds[i + 1];
+            if spare.len() < max {
+                spare.resize(max, 0);
+            }
+            let src = match input_len {
+                None => raw,
+                Some(n) => &input[..n],
+            };
+            let n = c.decode_into(src, &mut spare[..max])?;
+            std::mem::swap(&mut input, &mut spare);
+            input_len = Some(n);
+        }
+        let src = match input_len {
+            None => raw,
+            Some(n) => &input[..n],
+        };
+        let n = first.decode_into(src, out)?;
+        if n != expected_len {
+            return Err(wrong_size(n));
+        }
+        Ok(())
     }
 
     /// Encodes a chunk for storage.

@@ -54,6 +54,19 @@ impl Codec for Shuffle {
         shuffle(&input, &mut out, self.elementsize);
         Ok(out)
     }
+
+    fn decode_into(&self, input: &[u8], out: &mut [u8]) -> Result<usize> {
+        let n = input.len();
+        let dst = out
+            .get_mut(..n)
+            .ok_or_else(|| super::too_large("shuffle", n))?;
+        if self.elementsize <= 1 || n < 2 * self.elementsize {
+            dst.copy_from_slice(input);
+        } else {
+            unshuffle(input, dst, self.elementsize);
+        }
+        Ok(n)
+    }
 }
 
 /// Shuffles `src` into `dst` (same length) for elements of `es` bytes.
@@ -166,6 +179,19 @@ mod tests {
                 assert_eq!(enc, reference(&src, es), "es={es} len={len}");
                 assert_eq!(s.decode(enc).unwrap(), src, "es={es} len={len}");
             }
+        }
+    }
+
+    #[test]
+    fn decode_into_matches_decode() {
+        let src: Vec<u8> = (0..1003u32).map(|i| (i * 13) as u8).collect();
+        for es in [1, 2, 4, 8, 3] {
+            let s = Shuffle::new(es);
+            let enc = s.encode(src.clone()).unwrap();
+            let mut out = vec![0u8; src.len() + 5];
+            assert_eq!(s.decode_into(&enc, &mut out).unwrap(), src.len());
+            assert_eq!(&out[..src.len()], &src[..], "es={es}");
+            assert!(s.decode_into(&enc, &mut out[..10]).is_err());
         }
     }
 

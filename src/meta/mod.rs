@@ -77,7 +77,13 @@ pub fn read_dataset(map: &dyn ZMap, mode: &Mode) -> Result<Dataset> {
         }
     }
     let zattrs = r.load(".zattrs")?;
-    r.dialect = detect(map, mode, &zgroup, zattrs.as_ref())?;
+    r.dialect = detect(
+        map,
+        mode,
+        &zgroup,
+        zattrs.as_ref(),
+        r.consolidated.is_some(),
+    )?;
     log::debug!("{}: dialect {:?}", map.describe(), r.dialect);
     r.walk(Dataset::ROOT, "")?;
     for p in std::mem::take(&mut r.pending) {
@@ -125,7 +131,15 @@ enum Dialect {
     Pure,
 }
 
-fn detect(map: &dyn ZMap, mode: &Mode, zgroup: &Json, zattrs: Option<&Json>) -> Result<Dialect> {
+/// `consolidated`: whether `.zmetadata` was read; NCZarr 1.0.0 never wrote one, so such a
+/// dataset is not probed for its `.nczarr` object.
+fn detect(
+    map: &dyn ZMap,
+    mode: &Mode,
+    zgroup: &Json,
+    zattrs: Option<&Json>,
+    consolidated: bool,
+) -> Result<Dialect> {
     if mode.format == Some(Format::Zarr) {
         return Ok(Dialect::Pure);
     }
@@ -140,7 +154,7 @@ fn detect(map: &dyn ZMap, mode: &Mode, zgroup: &Json, zattrs: Option<&Json>) -> 
     if has(Some(zgroup), &["_nczarr_superblock", "_nczarr_group"]) {
         return Ok(Dialect::InObjects);
     }
-    if map.exists(".nczarr")? {
+    if !consolidated && map.exists(".nczarr")? {
         return Ok(Dialect::V1);
     }
     Ok(Dialect::Pure)

@@ -82,6 +82,25 @@ impl FileMap {
     }
 }
 
+impl FileMap {
+    /// Opens the regular file of `key` for reading, with its path and size; `Ok(None)` when
+    /// there is no such object (missing, or a directory).
+    fn open_file(&self, key: &str) -> Result<Option<(fs::File, PathBuf, u64)>> {
+        validate_key(key)?;
+        let path = self.path_of(key);
+        let file = match fs::File::open(&path) {
+            Ok(file) => file,
+            Err(e) if is_absent(&e) => return Ok(None),
+            Err(e) => return Err(Error::io(path, e)),
+        };
+        let meta = file.metadata().map_err(|e| Error::io(&path, e))?;
+        if !meta.is_file() {
+            return Ok(None);
+        }
+        Ok(Some((file, path, meta.len())))
+    }
+}
+
 /// Whether an I/O error means "no object here": missing, or a path component is a file.
 fn is_absent(e: &io::Error) -> bool {
     matches!(
@@ -97,6 +116,41 @@ impl ZMap for FileMap {
         match fs::read(&path) {
             Ok(bytes) => Ok(Some(bytes)),
             Err(e) if is_absent(&e) || e.kind() == io::ErrorKind::IsADirectory => Ok(None),
+            Err(e) => Err(Error::io(path, e)),
+        }
+    }
+
+    fn get_into(&self, key: &str, buf: &mut Vec<u8>) -> Result<bool> {
+        buf.clear();
+        let Some((mut file, path, size)) = self.open_file(key)? else {
+            return Ok(false);
+        };
+        buf.reserve(usize::try_from(size).unwrap_or(0));
+        file.read_to_end(buf).map_err(|e| Error::io(path, e))?;
+        Ok(true)
+    }
+
+    fn get_exact(&self, key: &str, out: &mut [u8]) -> Result<Option<u64>> {
+        let Some((mut file, path, size)) = self.open_file(key)? else {
+            return Ok(None);
+        };
+        if size != out.len() as u64 {
+            return Ok(Some(size));
+        }
+        // The file may change size between the stat and the reads: count what is there.
+        let mut done = 0;
+        while done < out.len() {
+            match file.read(&mut out[done..]) {
+                Ok(0) => return Ok(Some(done as u64)),
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Error::io(path, e)),
+            }
+        }
+        let mut probe = [0u8; 1];
+        match file.read(&mut probe) {
+            Ok(0) => Ok(Some(size)),
+            Ok(_) => Ok(Some(size + 1)),
             Err(e) => Err(Error::io(path, e)),
         }
     }
@@ -246,6 +300,29 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let map = FileMap::open(&dir.path().join("ds.file"), true).unwrap();
         (dir, map)
+    }
+
+    #[test]
+    fn reads_into_caller_buffers() {
+        let (_dir, map) = writable();
+        map.put("v/0", b"abcdef").unwrap();
+        map.put("v/1/x", b"z").unwrap();
+        let mut buf = b"old content, longer".to_vec();
+        assert!(map.get_into("v/0", &mut buf).unwrap());
+        assert_eq!(buf, b"abcdef");
+        assert!(!map.get_into("v/9", &mut buf).unwrap());
+        assert!(
+            !map.get_into("v/1", &mut buf).unwrap(),
+            "a directory is not content"
+        );
+        let mut out = [0u8; 6];
+        assert_eq!(map.get_exact("v/0", &mut out).unwrap(), Some(6));
+        assert_eq!(&out, b"abcdef");
+        assert_eq!(map.get_exact("v/0", &mut [0u8; 4]).unwrap(), Some(6));
+        assert_eq!(map.get_exact("v/0", &mut [0u8; 8]).unwrap(), Some(6));
+        assert_eq!(map.get_exact("v/9", &mut out).unwrap(), None);
+        assert_eq!(map.get_exact("v/1", &mut out).unwrap(), None);
+        assert!(map.get_exact("../x", &mut out).is_err());
     }
 
     #[test]

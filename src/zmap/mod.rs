@@ -49,6 +49,46 @@ pub trait ZMap: Send + Sync + Debug {
         }))
     }
 
+    /// Reads the whole objects at `keys`, one result per key in the same order (`Ok(None)`
+    /// for a missing object). Maps with request latency (S3) fetch them concurrently, up to
+    /// [`ZMap::concurrent_gets`] at a time; the default reads them one after the other.
+    fn get_many(&self, keys: &[String]) -> Vec<Result<Option<Vec<u8>>>> {
+        keys.iter().map(|k| self.get(k)).collect()
+    }
+
+    /// How many requests [`ZMap::get_many`] keeps in flight. Readers batch their fetches
+    /// through `get_many` only when this is more than 1 (for local maps, parallel `get`s from
+    /// several threads are as fast and need no batching).
+    fn concurrent_gets(&self) -> usize {
+        1
+    }
+
+    /// Reads the object at `key` into `buf`, replacing its contents but reusing its
+    /// allocation, so a reader's hot path allocates nothing per chunk; `Ok(false)` if it does
+    /// not exist.
+    fn get_into(&self, key: &str, buf: &mut Vec<u8>) -> Result<bool> {
+        match self.get(key)? {
+            Some(v) => {
+                *buf = v;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Reads the object at `key` straight into `out` when it is exactly `out.len()` bytes
+    /// long (an uncompressed chunk into its place in a caller's buffer). Returns the object's
+    /// length, `Ok(None)` if it does not exist; `out` holds the object only when that length
+    /// equals `out.len()`, and is otherwise unspecified.
+    fn get_exact(&self, key: &str, out: &mut [u8]) -> Result<Option<u64>> {
+        Ok(self.get(key)?.map(|v| {
+            if v.len() == out.len() {
+                out.copy_from_slice(&v);
+            }
+            v.len() as u64
+        }))
+    }
+
     /// Whether a content-bearing object exists at `key`.
     fn exists(&self, key: &str) -> Result<bool> {
         Ok(self.get(key)?.is_some())

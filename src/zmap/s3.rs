@@ -13,6 +13,11 @@
 //! | `NCZARRFS_S3_TIMEOUT` | 30 | limit on one request, and on the retries of one operation |
 //! | `NCZARRFS_S3_CONNECT_TIMEOUT` | 5 | limit on establishing a connection |
 //! | `NCZARRFS_S3_RETRIES` | 5 | retries of a failed request (0 disables them) |
+//! | `NCZARRFS_S3_CONCURRENCY` | 32 | requests in flight when many chunks are read at once |
+//!
+//! A failed request is retried after 100 ms, then twice as long each time (at most 15 s
+//! apart), until the retries or `NCZARRFS_S3_TIMEOUT` are used up: a server that went away
+//! fails a read after about that long, and the next read tries again.
 //!
 //! Credentials, region and endpoint are found as described in [`super::aws_config`].
 
@@ -46,6 +51,8 @@ pub struct S3Limits {
     pub connect_timeout: Duration,
     /// How often a failed request is retried.
     pub max_retries: usize,
+    /// How many GETs [`ZMap::get_many`] keeps in flight.
+    pub concurrency: usize,
 }
 
 impl Default for S3Limits {
@@ -54,13 +61,15 @@ impl Default for S3Limits {
             timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(5),
             max_retries: 5,
+            concurrency: 32,
         }
     }
 }
 
 impl S3Limits {
     /// The defaults, overridden by `NCZARRFS_S3_TIMEOUT`, `NCZARRFS_S3_CONNECT_TIMEOUT` and
-    /// `NCZARRFS_S3_RETRIES` (a value that is not a whole number is an error).
+    /// `NCZARRFS_S3_RETRIES` and `NCZARRFS_S3_CONCURRENCY` (a value that is not a whole
+    /// number is an error).
     pub fn from_env(env: EnvLookup<'_>) -> Result<S3Limits> {
         let number = |name: &str| -> Result<Option<u64>> {
             env(name)
@@ -81,6 +90,9 @@ impl S3Limits {
         if let Some(n) = number("NCZARRFS_S3_RETRIES")? {
             limits.max_retries = usize::try_from(n).unwrap_or(usize::MAX);
         }
+        if let Some(n) = number("NCZARRFS_S3_CONCURRENCY")? {
+            limits.concurrency = usize::try_from(n).unwrap_or(usize::MAX).max(1);
+        }
         Ok(limits)
     }
 }
@@ -95,6 +107,8 @@ pub struct S3Map {
     /// Strings removed from every error message (the secret key and session token).
     secrets: Vec<String>,
     read_only: bool,
+    /// GETs in flight in [`ZMap::get_many`].
+    concurrency: usize,
 }
 
 impl std::fmt::Debug for S3Map {
@@ -153,8 +167,9 @@ impl S3Map {
     /// Opens the dataset at `location`, with credentials, region and endpoint from the process
     /// environment and the AWS shared files.
     ///
-    /// A read-only open lists the dataset root once, so that an unreachable server, refused
-    /// credentials or an empty prefix are reported here, naming the location.
+    /// Opening makes no request: the metadata reader's first GET is the first round trip, and
+    /// an unreachable server, refused credentials or an empty prefix are reported by it, naming
+    /// the location.
     pub fn open(location: &S3Location, writable: bool) -> Result<S3Map> {
         Self::open_with_env(location, writable, &aws_config::process_env)
     }
@@ -168,11 +183,7 @@ impl S3Map {
         let settings =
             aws_config::resolve(location.profile.as_deref(), location.region.as_deref(), env)?;
         let limits = S3Limits::from_env(env)?;
-        let map = Self::with_settings(location, &settings, limits, writable)?;
-        if !writable {
-            map.check_root()?;
-        }
-        Ok(map)
+        Self::with_settings(location, &settings, limits, writable)
     }
 
     /// Builds the map from resolved settings; makes no request.
@@ -251,21 +262,8 @@ impl S3Map {
             description,
             secrets,
             read_only: !writable,
+            concurrency: limits.concurrency.max(1),
         })
-    }
-
-    /// Fails unless the dataset root holds at least one object.
-    fn check_root(&self) -> Result<()> {
-        let root = self.path_of_prefix("")?;
-        let listing = block_on(self.store.list_with_delimiter(root.as_ref()))?
-            .map_err(|e| self.error("", &e))?;
-        if listing.objects.is_empty() && listing.common_prefixes.is_empty() {
-            return Err(Error::NotZarr {
-                location: self.description.clone(),
-                reason: "no objects under this prefix".into(),
-            });
-        }
-        Ok(())
     }
 
     /// The object path of `key`, taken verbatim (no percent-encoding of `[`, `%`, `#`, ...),
@@ -314,7 +312,20 @@ impl S3Map {
         }
     }
 
-    /// A ranged GET; `Ok(None)` if the object does not exist.
+    /// A whole-object GET; `Ok(None)` if the object does not exist.
+    async fn fetch(&self, key: &str, path: &Path) -> Result<Option<Vec<u8>>> {
+        let result = async {
+            let got = self.store.get(path).await?;
+            Ok::<_, object_store::Error>(got.bytes().await?.to_vec())
+        };
+        match result.await {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(self.error(key, &e)),
+        }
+    }
+
+    /// A ranged GET of the object at `path`.
     async fn fetch_range(&self, path: &Path, range: Range<u64>) -> object_store::Result<Vec<u8>> {
         let options = GetOptions::default().with_range(Some(GetRange::Bounded(range)));
         let result = self.store.get_opts(path, options).await?;
@@ -392,15 +403,35 @@ fn describe_error(err: &object_store::Error) -> String {
 impl ZMap for S3Map {
     fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
         let path = self.path_of(key)?;
-        let result = block_on(async {
-            let got = self.store.get(&path).await?;
-            Ok::<_, object_store::Error>(got.bytes().await?.to_vec())
-        })?;
-        match result {
-            Ok(bytes) => Ok(Some(bytes)),
-            Err(object_store::Error::NotFound { .. }) => Ok(None),
-            Err(e) => Err(self.error(key, &e)),
+        block_on(self.fetch(key, &path))?
+    }
+
+    fn get_many(&self, keys: &[String]) -> Vec<Result<Option<Vec<u8>>>> {
+        let requests = keys.iter().map(|key| async move {
+            let path = self.path_of(key)?;
+            self.fetch(key, &path).await
+        });
+        let all = futures_util::stream::iter(requests)
+            .buffered(self.concurrency)
+            .collect::<Vec<_>>();
+        match block_on(all) {
+            Ok(results) => results,
+            Err(e) => {
+                let reason = e.to_string();
+                keys.iter()
+                    .map(|key| {
+                        Err(Error::Storage {
+                            key: key.clone(),
+                            reason: reason.clone(),
+                        })
+                    })
+                    .collect()
+            }
         }
+    }
+
+    fn concurrent_gets(&self) -> usize {
+        self.concurrency
     }
 
     fn get_range(&self, key: &str, offset: u64, len: u64) -> Result<Option<Vec<u8>>> {
