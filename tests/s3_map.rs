@@ -138,6 +138,7 @@ fn moto_put_get_search_delete_with_awkward_keys() {
     );
 }
 
+/// Opening makes no request; reading the metadata of an empty prefix says it is empty.
 #[test]
 fn read_only_open_of_an_empty_prefix_is_not_a_dataset() {
     let endpoint = endpoint_or_skip!("NCZARRFS_S3_ENDPOINT");
@@ -146,8 +147,13 @@ fn read_only_open_of_an_empty_prefix_is_not_a_dataset() {
         fresh_prefix("empty")
     );
     let env = moto_env();
-    let err = S3Map::open_with_env(&s3_location(&url), false, &env).unwrap_err();
+    let map = S3Map::open_with_env(&s3_location(&url), false, &env).unwrap();
+    let err = nczarrfs::meta::read_dataset(&map, &Default::default()).unwrap_err();
     assert!(matches!(err, Error::NotZarr { .. }), "{err}");
+    assert!(
+        err.to_string().contains("no objects under this prefix"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -185,7 +191,8 @@ fn wrong_secret_is_refused_without_revealing_it() {
         ("AWS_SECRET_ACCESS_KEY", wrong),
         ("NCZARRFS_S3_RETRIES", "0"),
     ]);
-    let err = S3Map::open_with_env(&s3_location(&url), false, &env).unwrap_err();
+    let map = S3Map::open_with_env(&s3_location(&url), false, &env).unwrap();
+    let err = map.get(".zgroup").unwrap_err();
     let text = err.to_string();
     assert!(matches!(err, Error::Storage { .. }), "{text}");
     assert!(text.contains("refused"), "{text}");
