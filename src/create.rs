@@ -22,6 +22,7 @@ use serde_json::{json, Value};
 use crate::chunk::{ChunkEngine, Hyperslab};
 use crate::location::{Format, Location, Mode, Storage};
 use crate::meta::writer::{default_dtype, write_metadata, Dialect, WriteOptions};
+use crate::meta::writer_v3;
 use crate::model::{
     AttrValue, Attribute, ByteOrder, ChunkKeyEncoding, ChunkOrder, CodecSpec, Dataset, DimId,
     DtypeKind, GroupId, NcType, VarId, VarStorage, Variable,
@@ -46,8 +47,10 @@ pub struct CreateOptions {
     pub xarray: bool,
     /// Write a consolidated `.zmetadata`.
     pub consolidated: bool,
-    /// Chunk key separator, `.` (default) or `/`.
+    /// Chunk key separator, `.` (default) or `/` (Zarr v2 only; Zarr v3 always uses `/`).
     pub separator: char,
+    /// The Zarr format written: 2 (default) or 3.
+    pub zarr_version: u8,
 }
 
 impl Default for CreateOptions {
@@ -57,6 +60,7 @@ impl Default for CreateOptions {
             xarray: true,
             consolidated: false,
             separator: '.',
+            zarr_version: 2,
         }
     }
 }
@@ -72,6 +76,7 @@ impl CreateOptions {
             xarray: mode.xarray.unwrap_or(true),
             consolidated: mode.consolidated,
             separator: '.',
+            zarr_version: mode.zarr_version.unwrap_or(2),
         }
     }
 
@@ -406,7 +411,11 @@ impl DatasetWriter {
         model: Dataset,
     ) -> Result<DatasetWriter> {
         let map = zmap::open(location, true)?;
-        if map.exists(".zgroup")? || map.exists(".zarray")? || map.exists(".nczarr")? {
+        if map.exists(".zgroup")?
+            || map.exists(".zarray")?
+            || map.exists(".nczarr")?
+            || map.exists("zarr.json")?
+        {
             return Err(Error::NotPermitted(format!(
                 "{} already holds a dataset",
                 location.original
@@ -438,12 +447,18 @@ impl DatasetWriter {
                 .get(key)?
                 .is_some_and(|b| String::from_utf8_lossy(&b).contains("_nczarr")))
         };
+        let v3 = location.mode.zarr_version == Some(3)
+            || (location.mode.zarr_version.is_none()
+                && !map.exists(".zgroup")?
+                && map.exists("zarr.json")?);
         let nczarr = match location.mode.format {
             Some(Format::NcZarr) => true,
             Some(Format::Zarr) => false,
+            None if v3 => probe("zarr.json")?,
             None => probe(".zattrs")? || probe(".zgroup")? || map.exists(".nczarr")?,
         };
         let mut opts = CreateOptions::from_mode(&location.mode);
+        opts.zarr_version = if v3 { 3 } else { 2 };
         opts.dialect = if nczarr {
             Dialect::NcZarr
         } else {
@@ -628,7 +643,12 @@ impl DatasetWriter {
             v.storage.dtype.as_ref().is_some_and(|d| {
                 d.order == ByteOrder::Big && d.size > 1 && d.kind != DtypeKind::Bytes
             });
-        let mut dtype = default_dtype(v.nctype, v.string_width, dialect);
+        let v3 = self.opts.zarr_version == 3;
+        let mut dtype = if v3 {
+            writer_v3::v3_dtype(v.nctype, v.string_width, big)
+        } else {
+            default_dtype(v.nctype, v.string_width, dialect)
+        };
         if big && dtype.order == ByteOrder::Little {
             dtype.order = ByteOrder::Big;
         }
@@ -644,10 +664,10 @@ impl DatasetWriter {
         } else {
             default_chunks(&dims, dtype.size)
         };
-        if let CodecSpec::V3(_) = v.storage.codecs {
-            return Err(Error::Unsupported(format!(
-                "writing Zarr v3 codec chains ({key})"
-            )));
+        // The engine encodes with the Zarr v2 spelling of a chain (the same bytes); the v3
+        // metadata writer spells it the v3 way.
+        if let CodecSpec::V3(list) = &v.storage.codecs {
+            v.storage.codecs = Codecs::from_chain(writer_v3::codecs_v2(list)?).spec();
         }
         let esize = v.element_size();
         if let Some(f) = &mut v.storage.fill_value {
@@ -659,8 +679,12 @@ impl DatasetWriter {
             shape,
             chunks,
             order: ChunkOrder::C,
-            key_encoding: ChunkKeyEncoding::V2 {
-                separator: self.opts.separator,
+            key_encoding: if v3 {
+                ChunkKeyEncoding::Default { separator: '/' }
+            } else {
+                ChunkKeyEncoding::V2 {
+                    separator: self.opts.separator,
+                }
             },
             fill_value: v.storage.fill_value.take(),
             codecs: std::mem::take(&mut v.storage.codecs),
@@ -673,7 +697,7 @@ impl DatasetWriter {
     /// `[]` for a pure Zarr one).
     fn stored_shape(&self, id: VarId) -> Vec<u64> {
         let shape = self.model.var_shape(id);
-        if shape.is_empty() && self.opts.dialect == Dialect::NcZarr {
+        if shape.is_empty() && self.opts.dialect == Dialect::NcZarr && self.opts.zarr_version != 3 {
             vec![1]
         } else {
             shape
@@ -928,7 +952,12 @@ impl DatasetWriter {
     }
 
     fn write_meta(&mut self) -> Result<()> {
-        write_metadata(self.map.as_ref(), &self.model, &self.opts.write_options())?;
+        let wo = self.opts.write_options();
+        if self.opts.zarr_version == 3 {
+            writer_v3::write_metadata(self.map.as_ref(), &self.model, &wo)?;
+        } else {
+            write_metadata(self.map.as_ref(), &self.model, &wo)?;
+        }
         self.meta_dirty = false;
         Ok(())
     }

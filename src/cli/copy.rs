@@ -34,8 +34,8 @@ pub struct CopyArgs {
     pub src: String,
     /// Target dataset (path or URL); replaced if it exists.
     pub dst: String,
-    /// Mode words for the target, comma-separated: `nczarr` (default) or `zarr`,
-    /// `noxarray`, `consolidated`, `zip`, `file`.
+    /// Mode words for the target, comma-separated: `nczarr` (default) or `zarr`, `v2`
+    /// (default) or `v3`, `noxarray`, `consolidated`, `zip`, `file`.
     #[arg(short = 'k', long = "mode", value_name = "WORDS")]
     pub mode: Option<String>,
     /// Chunking, as nccopy -c: `dim/n,dim2/m` (per dimension) or `var:n,m` (per variable).
@@ -148,10 +148,12 @@ fn target_model(src: &Dataset, codecs: Option<&Codecs>, specs: &[String]) -> Res
         let codecs = match (codecs, &v.storage.codecs) {
             (Some(c), _) => c.spec(),
             (None, CodecSpec::V2 { .. }) => v.storage.codecs.clone(),
-            (None, CodecSpec::V3(_)) => {
-                return Err(Error::Unsupported(format!(
-                    "{fqn}: its Zarr v3 codecs cannot be written as Zarr v2; choose a chain with --codec"
-                )))
+            // Written with the equivalent numcodecs chain (as Zarr v2, or spelled as v3).
+            (None, CodecSpec::V3(list)) => {
+                Codecs::from_chain(crate::meta::writer_v3::codecs_v2(list).map_err(|e| {
+                    Error::Unsupported(format!("{fqn}: {e}; choose a chain with --codec"))
+                })?)
+                .spec()
             }
         };
         let big = v

@@ -23,8 +23,8 @@ pub struct GenArgs {
     /// being the CDL file's name without `.cdl`.
     #[arg(short = 'o', long = "output", value_name = "LOCATION")]
     pub output: Option<String>,
-    /// Mode words, comma-separated: `nczarr` (default) or `zarr`, `noxarray`, `consolidated`,
-    /// `zip`, `file`. ncgen's `-k nc4` / `netCDF-4` mean `nczarr`.
+    /// Mode words, comma-separated: `nczarr` (default) or `zarr`, `v2` (default) or `v3`,
+    /// `noxarray`, `consolidated`, `zip`, `file`. ncgen's `-k nc4` / `netCDF-4` mean `nczarr`.
     #[arg(short = 'k', long = "mode", value_name = "WORDS")]
     pub mode: Option<String>,
     /// Chunk key separator: `.` (default) or `/`.

@@ -370,6 +370,26 @@ impl Reader<'_> {
             _ => None,
         };
 
+        // NCZarrfs keeps `_FillValue` out of the attributes (see writer_v3) and records where
+        // it stood among them.
+        if let (Some(at), Some(fill)) = (
+            ncz_array
+                .and_then(|a| a.get("fill_value_attribute"))
+                .and_then(Json::as_u64),
+            &fill_value,
+        ) {
+            if !attrs.iter().any(|a| a.name == "_FillValue") {
+                let at = usize::try_from(at).unwrap_or(usize::MAX).min(attrs.len());
+                let value = crate::create::native_to_attr(vt.nctype, fill);
+                attrs.insert(
+                    at,
+                    Attribute {
+                        name: "_FillValue".into(),
+                        value,
+                    },
+                );
+            }
+        }
         let dims = self.var_dims(&p, &fqn, &shape, ncz_array)?;
         let var = Variable {
             name: p.name.clone(),

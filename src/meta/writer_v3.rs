@@ -451,7 +451,20 @@ fn array_node(ds: &Dataset, v: VarId, opts: &WriteOptions) -> Result<Value> {
     };
     let mut attrs = Map::new();
     let mut types = Map::new();
-    put_attrs(&mut attrs, &mut types, &var.attrs);
+    // `_FillValue` is the array's `fill_value`: xarray decodes an attribute of that name on
+    // Zarr v3 as base64 bytes and fails on a number, so NCZarr records only its position.
+    let fill_attr = var
+        .attrs
+        .iter()
+        .position(|a| a.name == "_FillValue")
+        .filter(|_| var.storage.fill_value.is_some());
+    let user: Vec<Attribute> = var
+        .attrs
+        .iter()
+        .filter(|a| fill_attr.is_none() || a.name != "_FillValue")
+        .cloned()
+        .collect();
+    put_attrs(&mut attrs, &mut types, &user);
     if nczarr {
         let refs: Vec<String> = var.dims.iter().map(|d| ds.dim_fqn(*d)).collect();
         let mut arr = Map::new();
@@ -462,6 +475,9 @@ fn array_node(ds: &Dataset, v: VarId, opts: &WriteOptions) -> Result<Value> {
         }
         if no_fill {
             arr.insert("no_fill".into(), json!(1));
+        }
+        if let Some(i) = fill_attr {
+            arr.insert("fill_value_attribute".into(), json!(i));
         }
         attrs.insert("_nczarr_array".into(), Value::Object(arr));
         finish_types(&mut attrs, types, &["_nczarr_array"]);
