@@ -81,9 +81,9 @@ def test_random_writes_match_a_numpy_model(mounter, nczarr):
     # dd into the middle without truncating, in blocks that straddle chunks.
     model = expected["temp"].reshape(-1).view(np.uint8)
     block = np.arange(100, dtype="<f4").tobytes()
-    subprocess.run(["dd", f"of={mnt / 'temp' / 'data'}", "bs=100", "seek=3", "conv=notrunc",
+    subprocess.run(["dd", f"of={mnt / 'temp' / 'data'}", "bs=100", "seek=2", "conv=notrunc",
                     "status=none"], input=block[:300], check=True)
-    model[300:600] = np.frombuffer(block[:300], np.uint8)
+    model[200:500] = np.frombuffer(block[:300], np.uint8)
     assert (mnt / "temp" / "data").read_bytes() == model.tobytes()
     umount_and_wait(mnt)
     got = {k.strip("/"): v for k, v in netcdf_values(nczarr).items()}

@@ -104,6 +104,8 @@ struct Handle {
     wrote: AtomicBool,
     /// An attribute file opened for writing: the text it will hold, applied on flush.
     text: Option<Mutex<Vec<u8>>>,
+    /// The attribute was created by this handle (its placeholder has no type to keep).
+    created: bool,
 }
 
 /// State shared by the session thread and the reader threads.
@@ -308,6 +310,7 @@ impl Shared {
         snap: Arc<Snapshot>,
         content: Option<Arc<Vec<u8>>>,
         text: Option<Mutex<Vec<u8>>>,
+        created: bool,
     ) -> u64 {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         let handle = Handle {
@@ -315,8 +318,9 @@ impl Shared {
             snap,
             content,
             seq: Mutex::new((0, 0)),
-            wrote: AtomicBool::new(false),
+            wrote: AtomicBool::new(created),
             text,
+            created,
         };
         lock(&self.handles).insert(fh, Arc::new(handle));
         fh
@@ -373,6 +377,7 @@ impl Shared {
                 self.change(|w| {
                     let target = attr_target(w.model(), owner)?;
                     let existing = match owner.resolve(w.model()) {
+                        Some(_) if handle.created => None,
                         Some(r) => layout::attrs_of(w.model(), r)
                             .iter()
                             .find(|a| &a.name == name)
@@ -760,7 +765,7 @@ impl Filesystem for NczarrFs {
             },
             _ => return reply.error(libc::EISDIR),
         };
-        let fh = sh.add_handle(node, snap, content, text);
+        let fh = sh.add_handle(node, snap, content, text, false);
         reply.opened(fh, open_flags);
     }
 
@@ -1022,11 +1027,8 @@ impl Filesystem for NczarrFs {
         let Some(attr) = sh.attr(ino, &node, &snap) else {
             return reply.error(libc::ENOENT);
         };
-        let fh = sh.add_handle(node, snap, None, Some(Mutex::new(initial)));
-        if let Some(h) = lock(&sh.handles).get(&fh) {
-            // A new attribute is applied on close even when nothing is written to it.
-            h.wrote.store(!existed, Ordering::SeqCst);
-        }
+        // A new attribute is applied on close even when nothing is written to it.
+        let fh = sh.add_handle(node, snap, None, Some(Mutex::new(initial)), !existed);
         reply.created(
             &sh.kernel_ttl(),
             &attr,
