@@ -321,7 +321,7 @@ while True:
 def test_sigkill_during_writes_leaves_a_readable_dataset(mounter, nczarr, tmp_path):
     import netCDF4
 
-    mnt = mounter.mount(nczarr, "rw", "cache_size=64K")
+    mnt = mounter.mount(nczarr, "rw")
     script = tmp_path / "writer.py"
     script.write_text(WRITER)
     writer = subprocess.Popen([sys.executable, str(script), str(mnt)],
@@ -346,3 +346,22 @@ def test_sigkill_during_writes_leaves_a_readable_dataset(mounter, nczarr, tmp_pa
         assert np.array_equal(values[:4], (np.arange(140, dtype="f4").reshape(4, 5, 7) - 60) / 3)
         ds["counts"][:]
         ds["time"][:]
+
+
+def test_sigterm_with_a_file_open_flushes_on_the_way_out(mounter, nczarr):
+    mnt = mounter.mount(nczarr, "rw")
+    pids = daemon_pids(mnt)
+    fd = os.open(mnt / "time" / "data", os.O_WRONLY | os.O_APPEND)
+    try:
+        os.write(fd, np.array([7.5, 8.0], dtype="=f8").tobytes())
+        for pid in pids:
+            os.kill(pid, signal.SIGTERM)
+        # The mount is busy: it is detached, and the daemon serves this descriptor until it
+        # is closed.
+        assert wait_until(lambda: not is_mounted(mnt), 10)
+        os.write(fd, np.array([8.5], dtype="=f8").tobytes())
+    finally:
+        os.close(fd)
+    assert wait_until(lambda: not any(Path(f"/proc/{p}").exists() for p in pids), 30)
+    assert np.array_equal(netcdf_values(nczarr)["/time"],
+                          np.concatenate([np.arange(4) * 0.5, [7.5, 8.0, 8.5]]))
