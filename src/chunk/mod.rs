@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex};
 use rayon::prelude::*;
 
 pub use cache::CacheStats;
+pub(crate) use shard::vlen_max_len;
 
 use crate::codec::Pipeline;
 use crate::model::{ChunkKeyEncoding, CodecSpec, Dataset, NcType, VarId, VarStorage};

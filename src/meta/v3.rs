@@ -341,6 +341,24 @@ impl Reader<'_> {
             .and_then(Json::as_u64)
             .and_then(|n| usize::try_from(n).ok())
             .filter(|&n| n > 0);
+        // Without a declared maximum, variable-length strings get slots as wide as the
+        // longest stored value (found by scanning the chunks), so nothing is cut short.
+        let maxstrlen = match maxstrlen {
+            None if is_vlen(z.get("data_type")) => {
+                let fill_len = match z.get("fill_value") {
+                    Some(Json::Str(s)) => s.len(),
+                    _ => 0,
+                };
+                match crate::chunk::vlen_max_len(self.map, &p.key, &codecs, &chunks) {
+                    Ok(n) => Some(n.max(fill_len).max(1)),
+                    Err(e) => {
+                        log::warn!("{zkey}: cannot measure its strings ({e})");
+                        None
+                    }
+                }
+            }
+            m => m,
+        };
         let big = big_endian(&codecs);
         let vt = var_type(z.get("data_type"), alias, big, maxstrlen);
         if let Some(why) = &vt.unreadable {
@@ -716,6 +734,19 @@ fn big_endian(codecs: &[serde_json::Value]) -> bool {
         }
     }
     false
+}
+
+/// Whether a `data_type` is a variable-length string or byte string.
+fn is_vlen(data_type: Option<&Json>) -> bool {
+    let name = match data_type {
+        Some(Json::Str(s)) => s.as_str(),
+        Some(j) => j.get("name").and_then(Json::as_str).unwrap_or(""),
+        None => "",
+    };
+    matches!(
+        name,
+        "string" | "variable_length_bytes" | "bytes" | "vlen-utf8" | "vlen-bytes"
+    )
 }
 
 /// How an array's `data_type` maps onto netCDF.
@@ -1103,11 +1134,8 @@ mod tests {
         assert_eq!(f(u, "\"xy\""), Some(b"xy\0\0\0\0\0\0".to_vec()));
         assert_eq!(
             f("\"string\"", "\"YWI=\""),
-            Some({
-                let mut v = b"YWI=".to_vec();
-                v.resize(DEFAULT_VLEN_WIDTH, 0);
-                v
-            })
+            // With no chunks to measure, the slots are as wide as the fill value.
+            Some(b"YWI=".to_vec())
         );
         // A value that does not fit is an error, not a silent wrap.
         let a = array("\"uint8\"", "[1]", "300", "");
