@@ -91,6 +91,25 @@ impl Conversion {
         }
     }
 
+    /// Converts stored elements to native ones where they lie, when the conversion keeps
+    /// their size (identity, byte swaps, booleans); `false` (nothing done) otherwise.
+    pub(crate) fn to_native_in_place(self, data: &mut [u8]) -> bool {
+        match self {
+            Conversion::Identity => true,
+            Conversion::Swap(n) => {
+                swap_in_place(data, n);
+                true
+            }
+            Conversion::Bool => {
+                for b in data {
+                    *b = u8::from(*b != 0);
+                }
+                true
+            }
+            Conversion::Bytes { .. } | Conversion::Ucs4 { .. } => false,
+        }
+    }
+
     /// Converts a whole buffer of stored elements to native ones, reusing it when possible.
     pub(crate) fn to_native(self, mut data: Vec<u8>) -> Vec<u8> {
         match self {
@@ -321,6 +340,24 @@ mod tests {
             Conversion::new(&dt("<i4"), NcType::Int, 4),
             Ok(Conversion::Identity)
         );
+    }
+
+    #[test]
+    fn in_place_conversions_agree_with_whole_buffer_ones() {
+        let data: Vec<u8> = (0..24u8).map(|b| b.wrapping_mul(37)).collect();
+        for (dtype, nctype, native) in [
+            (">i4", NcType::Int, 4),
+            ("<i4", NcType::Int, 4),
+            (">f8", NcType::Double, 8),
+            ("|b1", NcType::UByte, 1),
+        ] {
+            let conv = Conversion::new(&dt(dtype), nctype, native).unwrap();
+            let mut in_place = data.clone();
+            assert!(conv.to_native_in_place(&mut in_place), "{dtype}");
+            assert_eq!(in_place, conv.to_native(data.clone()), "{dtype}");
+        }
+        let conv = Conversion::new(&dt("|S3"), NcType::Char, 1).unwrap();
+        assert!(!conv.to_native_in_place(&mut data.clone()));
     }
 
     #[test]

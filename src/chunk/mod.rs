@@ -12,6 +12,7 @@ mod convert;
 mod shard;
 mod slab;
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -21,7 +22,7 @@ pub use cache::CacheStats;
 pub(crate) use shard::vlen_max_len;
 
 use crate::codec::Pipeline;
-use crate::model::{ChunkKeyEncoding, CodecSpec, Dataset, NcType, VarId, VarStorage};
+use crate::model::{ChunkKeyEncoding, ChunkOrder, CodecSpec, Dataset, NcType, VarId, VarStorage};
 use crate::zmap::ZMap;
 use crate::{Error, Result};
 use cache::ChunkCache;
@@ -244,31 +245,86 @@ impl VarPlan {
         self.fill.repeat(self.chunk_elems)
     }
 
+    /// A chunk that does not decode: its key, and the variable in the reason.
+    fn bad(&self, key: &str, e: Error) -> Error {
+        Error::BadChunk {
+            key: key.to_string(),
+            reason: format!("{}: {e}", self.fqn),
+        }
+    }
+
     /// Stored chunk → native C-order chunk.
     fn decode(&self, key: &str, raw: Vec<u8>) -> Result<Vec<u8>> {
-        let bad = |reason: String| Error::BadChunk {
-            key: key.to_string(),
-            reason,
-        };
         if let Some(chain) = &self.v3 {
-            return chain
-                .decode(raw)
-                .map_err(|e| bad(format!("{}: {e}", self.fqn)));
+            return chain.decode(raw).map_err(|e| self.bad(key, e));
         }
         let expected = self.chunk_elems * self.stored_esize;
-        // The bounded decode refuses a chunk of the wrong size (Zarr v2 chunks are always
-        // full, even at the array's edge) without inflating a hostile one.
-        let bytes = self
-            .pipeline
-            .decode_expect(raw, expected)
-            .map_err(|e| bad(format!("{}: {e}", self.fqn)))?;
-        let native = self.conv.to_native(bytes);
+        let stored = if self.pipeline.is_empty() && raw.len() == expected {
+            raw
+        } else {
+            // The bounded decode refuses a chunk of the wrong size (Zarr v2 chunks are always
+            // full, even at the array's edge) without inflating a hostile one.
+            let mut stored = vec![0u8; expected];
+            with_scratch(|s| self.pipeline.decode_into(&raw, &mut stored, &mut s.stages))
+                .map_err(|e| self.bad(key, e))?;
+            stored
+        };
+        let native = self.conv.to_native(stored);
         Ok(convert::to_c_order(
             native,
             &self.chunk_shape_usize,
             self.esize,
             self.storage.order,
         ))
+    }
+
+    /// Whether a chunk can be decoded where it lands in a caller's buffer: Zarr v2 codecs,
+    /// an element conversion that keeps sizes, and elements already in C order.
+    fn direct(&self) -> bool {
+        self.v3.is_none()
+            && matches!(
+                self.conv,
+                Conversion::Identity | Conversion::Swap(_) | Conversion::Bool
+            )
+            && (self.storage.order == ChunkOrder::C
+                || self.chunk_shape_usize.iter().filter(|&&n| n > 1).count() <= 1)
+    }
+
+    /// Reads and decodes the chunk at `key` into `out` (one whole native chunk), for a plan
+    /// where [`VarPlan::direct`] holds; `Ok(false)` if the chunk was never written.
+    ///
+    /// Uncompressed chunks are read straight into `out`; compressed ones go through this
+    /// thread's scratch buffers, so nothing is allocated per chunk.
+    fn read_direct(&self, map: &dyn ZMap, key: &str, out: &mut [u8]) -> Result<bool> {
+        if self.pipeline.is_empty() {
+            match map.get_exact(key, out)? {
+                None => return Ok(false),
+                Some(n) if n == out.len() as u64 => {}
+                Some(n) => {
+                    // The same complaint as the pipeline's for a raw chunk of the wrong size.
+                    let e = Error::Codec {
+                        codec: "null".to_string(),
+                        reason: format!("chunk decoded to {n} bytes, expected {}", out.len()),
+                    };
+                    return Err(self.bad(key, e));
+                }
+            }
+        } else {
+            let found = with_scratch(|s| -> Result<bool> {
+                if !map.get_into(key, &mut s.raw)? {
+                    return Ok(false);
+                }
+                self.pipeline
+                    .decode_into(&s.raw, out, &mut s.stages)
+                    .map_err(|e| self.bad(key, e))?;
+                Ok(true)
+            })?;
+            if !found {
+                return Ok(false);
+            }
+        }
+        self.conv.to_native_in_place(out);
+        Ok(true)
     }
 
     /// Native C-order chunk → stored chunk.
@@ -343,6 +399,41 @@ fn place(
         Some(data) => mapping.scatter(spans, data, out, base),
         None => mapping.scatter_fill(spans, fill, out, base),
     }
+}
+
+/// Per-thread buffers of the read path: a chunk's stored bytes and the intermediate stages
+/// of its codec chain, reused from chunk to chunk so that reading allocates (and
+/// page-faults) nothing per chunk.
+#[derive(Default)]
+struct Scratch {
+    raw: Vec<u8>,
+    stages: [Vec<u8>; 2],
+}
+
+/// Scratch buffers that grew beyond this are released after use: a thread that once read a
+/// huge chunk must not keep its memory.
+const SCRATCH_KEEP: usize = 32 << 20;
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// Runs `f` with this thread's scratch buffers, or fresh ones when they are in use (a rayon
+/// worker may start another read while one waits).
+fn with_scratch<R>(f: impl FnOnce(&mut Scratch) -> R) -> R {
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut s) => {
+            let r = f(&mut s);
+            let Scratch { raw, stages } = &mut *s;
+            for b in std::iter::once(raw).chain(stages.iter_mut()) {
+                if b.capacity() > SCRATCH_KEEP {
+                    *b = Vec::new();
+                }
+            }
+            r
+        }
+        Err(_) => f(&mut Scratch::default()),
+    })
 }
 
 /// A chunk's spans and its native data (`None`: never written, reads as fill).
@@ -490,6 +581,8 @@ impl ChunkEngine {
         } else {
             rows.len().max(1)
         };
+        // Chunks that are not kept and land whole as contiguous blocks are decoded in place.
+        let direct = !keep && !batched && plan.direct();
         let ahead: Prefetched = Mutex::new(HashMap::new());
         let chunk_coords = |row: &Span, rest: &[Span]| -> Vec<u64> {
             std::iter::once(row.chunk)
@@ -506,6 +599,14 @@ impl ChunkEngine {
                 1
             };
             for group in inner.chunks(batch) {
+                let group = if direct {
+                    self.read_direct_blocks(plan, &mapping, row, group, base, part)?
+                } else {
+                    group.iter().collect()
+                };
+                if group.is_empty() {
+                    continue;
+                }
                 if per_row {
                     let keys = group.iter().map(|rest| chunk_coords(row, rest));
                     self.prefetch(plan, keys, &ahead);
@@ -558,6 +659,55 @@ impl ChunkEngine {
             }
         }
         Ok(())
+    }
+
+    /// Reads the chunks of `group` (in the row of chunks `row`, whose part of the buffer is
+    /// `part`, starting at slab element `base`) that land whole as contiguous blocks of `part`
+    /// straight into place, in parallel; returns the other chunks of the group.
+    fn read_direct_blocks<'g>(
+        &self,
+        plan: &VarPlan,
+        mapping: &Mapping<'_>,
+        row: &Span,
+        group: &'g [Vec<Span>],
+        base: u64,
+        part: &mut [u8],
+    ) -> Result<Vec<&'g Vec<Span>>> {
+        let chunk_bytes = plan.chunk_elems * plan.esize;
+        let mut blocks = Vec::new();
+        let mut others = Vec::new();
+        for rest in group {
+            let spans: Vec<Span> = std::iter::once(*row).chain(rest.iter().copied()).collect();
+            match mapping.whole_block(&spans, base) {
+                Some(at) => blocks.push((at, spans)),
+                None => others.push(rest),
+            }
+        }
+        blocks.sort_by_key(|b| b.0);
+        // Distinct chunks land on disjoint blocks: carve `part` into them.
+        let mut slices = Vec::with_capacity(blocks.len());
+        let mut tail = part;
+        let mut consumed = 0;
+        for (at, spans) in blocks {
+            let (_, t) = tail.split_at_mut(at - consumed);
+            let (mine, t) = t.split_at_mut(chunk_bytes);
+            slices.push((spans, mine));
+            tail = t;
+            consumed = at + chunk_bytes;
+        }
+        slices.into_par_iter().try_for_each(|(spans, dst)| {
+            let coords: Vec<u64> = spans.iter().map(|s| s.chunk).collect();
+            let key = plan.chunk_key(&coords);
+            if let Some(hit) = self.cache.get(&key) {
+                dst.copy_from_slice(&hit);
+            } else if !plan.read_direct(self.map.as_ref(), &key, dst)? {
+                for slot in dst.chunks_exact_mut(plan.esize) {
+                    slot.copy_from_slice(&plan.fill);
+                }
+            }
+            Ok(())
+        })?;
+        Ok(others)
     }
 
     /// Looks up the chunks at `coords` in the cache and gets the others from storage in one

@@ -177,6 +177,25 @@ impl Mapping<'_> {
         }
     }
 
+    /// When the chunk at `spans` is selected whole and lands as one contiguous block of the
+    /// buffer (which starts at element `base` of the slab buffer), that block's byte offset.
+    pub(crate) fn whole_block(&self, spans: &[Span], base: u64) -> Option<usize> {
+        let whole = spans.iter().enumerate().all(|(d, s)| {
+            self.stride[d] == 1
+                && s.k_hi - s.k_lo == self.chunk_shape[d]
+                && self.start[d] + s.k_lo == s.chunk * self.chunk_shape[d]
+        });
+        if !whole {
+            return None;
+        }
+        let (mut runs, mut at) = (0usize, None);
+        self.for_each_run(spans, base, |s, o, _| {
+            runs += 1;
+            at = (s == 0).then_some(o);
+        });
+        at.filter(|_| runs == 1)
+    }
+
     /// Copies the chunk's selected elements into `out` (which starts at element `base` of the
     /// slab buffer).
     pub(crate) fn scatter(&self, spans: &[Span], chunk: &[u8], out: &mut [u8], base: u64) {
@@ -239,6 +258,42 @@ mod tests {
         assert!(validate(&[4], &slab(&[5], &[0], &[1])).is_err());
         assert!(validate(&[4], &slab(&[1], &[2], &[u64::MAX])).is_err());
         assert_eq!(validate(&[], &slab(&[], &[], &[])).unwrap(), 1);
+    }
+
+    #[test]
+    fn whole_blocks_are_found() {
+        // A 4x6 array in chunks of 2x6: each chunk is 12 contiguous elements of the whole.
+        let (start, stride, chunk) = ([0u64, 0], [1u64, 1], [2u64, 6]);
+        let out_strides = c_strides(&[4, 6]);
+        let m = Mapping {
+            start: &start,
+            stride: &stride,
+            chunk_shape: &chunk,
+            out_strides: &out_strides,
+            esize: 4,
+        };
+        let row1 = [spans(0, 4, 1, 2)[1], spans(0, 6, 1, 6)[0]];
+        assert_eq!(m.whole_block(&row1, 0), Some(12 * 4));
+        assert_eq!(m.whole_block(&row1, 12), Some(0));
+        // Chunks of 2x3: two runs of 3 per chunk, not one block.
+        let chunk = [2u64, 3];
+        let m = Mapping {
+            chunk_shape: &chunk,
+            ..m
+        };
+        let first = [spans(0, 4, 1, 2)[0], spans(0, 6, 1, 3)[0]];
+        assert_eq!(m.whole_block(&first, 0), None);
+        // Part of a chunk only.
+        let (start, out_strides) = ([1u64, 0], c_strides(&[3, 6]));
+        let chunk = [2u64, 6];
+        let m = Mapping {
+            start: &start,
+            chunk_shape: &chunk,
+            out_strides: &out_strides,
+            ..m
+        };
+        let part = [spans(1, 3, 1, 2)[0], spans(0, 6, 1, 6)[0]];
+        assert_eq!(m.whole_block(&part, 0), None);
     }
 
     #[test]

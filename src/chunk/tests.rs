@@ -722,3 +722,62 @@ proptest! {
         prop_assert!(e.stats().bytes <= cache as u64);
     }
 }
+
+/// Chunks decoded in place (no cache, whole chunks landing as contiguous blocks) through a
+/// codec chain, with a missing chunk, a corrupt one and one of the wrong size.
+#[test]
+fn in_place_decoding_through_codecs() {
+    let map = Arc::new(TestMap::default());
+    let mut ds = Dataset::new();
+    let (shape, chunks) = ([6u64, 4], [2u64, 4]);
+    let mut st = storage("v", ">i4", &shape, &chunks);
+    st.codecs = CodecSpec::V2 {
+        filters: vec![serde_json::json!({"id": "shuffle", "elementsize": 4})],
+        compressor: Some(serde_json::json!({"id": "zlib", "level": 1})),
+    };
+    st.fill_value = Some(9i32.to_le_bytes().to_vec());
+    let codecs = st.codecs.clone();
+    let v = add_var(&mut ds, "v", NcType::Int, &[("y", 6), ("x", 4)], st);
+    put_chunks(
+        &map,
+        "v",
+        &shape,
+        &chunks,
+        ChunkOrder::C,
+        4,
+        &|g| value(g).to_be_bytes().to_vec(),
+        &|c| c == [1, 0],
+    );
+    let pipeline = Pipeline::from_spec(&codecs, 4).unwrap();
+    for key in ["v/0.0", "v/2.0"] {
+        let raw = map.object(key).unwrap();
+        map.insert(key, pipeline.encode(raw).unwrap());
+    }
+    let whole = Hyperslab::whole(&shape);
+    let want: Vec<i32> = slab_points(&whole)
+        .iter()
+        .map(|g| if g[0] / 2 == 1 { 9 } else { value(g) })
+        .collect();
+    for cache in [0, 1 << 20] {
+        let e = engine(&map, cache);
+        assert_eq!(read_i32(&e, &ds, v, &whole).unwrap(), want, "cache {cache}");
+    }
+    // A corrupt stream and a stream of the wrong decoded size are errors naming the chunk.
+    let good = map.object("v/2.0").unwrap();
+    let mut corrupt = good.clone();
+    let n = corrupt.len();
+    corrupt[n - 2] ^= 0x55;
+    let short = pipeline.encode(vec![1u8; 4 * 4]).unwrap();
+    for bad in [corrupt, short] {
+        map.insert("v/2.0", bad);
+        for cache in [0, 1 << 20] {
+            match read_i32(&engine(&map, cache), &ds, v, &whole) {
+                Err(Error::BadChunk { key, .. }) => assert_eq!(key, "v/2.0"),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+    // Rows of other chunks still read.
+    let top = slab(&[0, 0], &[2, 4], &[1, 1]);
+    assert_eq!(read_i32(&engine(&map, 0), &ds, v, &top).unwrap(), want[..8]);
+}
