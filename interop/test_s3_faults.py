@@ -1,0 +1,351 @@
+"""S3 faults: throttling and 5xx answers are retried with backoff, slow or vanished servers fail
+reads after a bounded time with a clear error (CLI) or EIO (mount), the mount recovers when the
+server is back, and writes are never reported successful unless stored.
+
+Faults are injected by a small HTTP proxy in front of moto (it answers 503 or stalls when told
+to, and forwards otherwise), and by a private moto server that a test stops and restarts.
+"""
+
+from __future__ import annotations
+
+import errno
+import http.client
+import os
+import socket
+import subprocess
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import urlparse
+
+import numpy as np
+import pytest
+
+from test_s3 import BUCKET, MOTO, _answers, _client, _ok, _run, _upload
+
+REPO = Path(__file__).resolve().parent.parent
+VENV_BIN = Path(os.environ.get("NCZARRFS_VENV", REPO / ".venv")) / "bin"
+
+
+class FaultProxy:
+    """Forwards HTTP requests to `upstream`, except that the next `fail` requests (or every
+    request whose method is in `fail_methods`) get a 503 SlowDown, and requests whose path
+    contains `stall_on` wait `stall` seconds first."""
+
+    def __init__(self, upstream: str):
+        self.upstream = urlparse(upstream)
+        self.fail = 0
+        self.fail_methods: set[str] = set()
+        self.stall_on: str | None = None
+        self.stall = 0.0
+        self.served = {"503": 0, "forwarded": 0}
+        self.requests: list[tuple[str, str]] = []
+        self.lock = threading.Lock()
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def _handle(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                with proxy.lock:
+                    proxy.requests.append((self.command, self.path))
+                    failing = proxy.fail > 0 or self.command in proxy.fail_methods
+                    if proxy.fail > 0:
+                        proxy.fail -= 1
+                    stall = proxy.stall if proxy.stall_on and proxy.stall_on in self.path else 0
+                if stall:
+                    time.sleep(stall)
+                if failing:
+                    with proxy.lock:
+                        proxy.served["503"] += 1
+                    data = (b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>SlowDown</Code>"
+                            b"<Message>Please reduce your request rate.</Message></Error>")
+                    self.send_response(503)
+                    self.send_header("Content-Type", "application/xml")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
+                conn = http.client.HTTPConnection(proxy.upstream.hostname, proxy.upstream.port,
+                                                  timeout=60)
+                headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
+                headers["Host"] = proxy.upstream.netloc
+                conn.request(self.command, self.path, body=body, headers=headers)
+                resp = conn.getresponse()
+                data = resp.read()
+                with proxy.lock:
+                    proxy.served["forwarded"] += 1
+                self.send_response(resp.status)
+                for k, v in resp.getheaders():
+                    if k.lower() not in ("transfer-encoding", "connection", "content-length"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+                conn.close()
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture(scope="module")
+def moto():
+    if not _answers(MOTO):
+        pytest.skip(f"moto S3 server not reachable at {MOTO} (run scripts/s3-servers start)")
+    client = _client(MOTO, "testing", "testing")
+    client.create_bucket(Bucket=BUCKET)
+    return client
+
+
+@pytest.fixture
+def proxy(moto):
+    p = FaultProxy(MOTO)
+    yield p
+    p.close()
+
+
+@pytest.fixture(scope="module")
+def binary():
+    from conftest import nczarrfs_binary
+
+    path = nczarrfs_binary()
+    if not path.exists():
+        pytest.fail(f"{path} not built: run `cargo build --release` first")
+    return path
+
+
+@pytest.fixture
+def env(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(HOME=str(tmp_path / "home"), AWS_ACCESS_KEY_ID="testing",
+               AWS_SECRET_ACCESS_KEY="testing")
+    return env
+
+
+def _dataset(path: Path, rows: int = 40) -> np.ndarray:
+    """An NCZarr store by netCDF4-python: `v` (float64, rows x 50, chunks 4 x 50)."""
+    import netCDF4
+
+    values = np.arange(rows * 50, dtype="f8").reshape(rows, 50) / 7
+    with netCDF4.Dataset(f"file://{path}#mode=nczarr,file", "w") as nc:
+        nc.createDimension("y", rows)
+        nc.createDimension("x", 50)
+        v = nc.createVariable("v", "f8", ("y", "x"), chunksizes=(4, 50))
+        v[:] = values
+    return values
+
+
+def _uploaded(moto_client, tmp_path, rows: int = 40) -> tuple[str, np.ndarray]:
+    local = tmp_path / "ds.file"
+    values = _dataset(local, rows)
+    prefix = f"faults-{uuid.uuid4().hex}/ds.file"
+    _upload(moto_client, local, prefix)
+    return prefix, values
+
+
+def _get(binary, env, location, tmp_path) -> np.ndarray:
+    out = tmp_path / f"{uuid.uuid4().hex}.npy"
+    _ok(_run(binary, env, "get", location, "v", "--npy", "-o", str(out)), "get")
+    return np.load(out)
+
+
+def test_throttling_is_retried_with_backoff(moto, proxy, binary, env, tmp_path):
+    prefix, values = _uploaded(moto, tmp_path)
+    location = f"{proxy.endpoint}/{BUCKET}/{prefix}#mode=nczarr,s3"
+    proxy.fail = 3
+    started = time.monotonic()
+    got = _get(binary, dict(env, NCZARRFS_S3_RETRIES="5"), location, tmp_path)
+    assert np.array_equal(got, values)
+    assert proxy.served["503"] == 3
+    # Backoff starts at 100 ms and doubles: three retries wait at least 0.1 + 0.2 + 0.4 s,
+    # less the jitter object_store applies (it waits a random part of each step).
+    assert time.monotonic() - started < 30
+
+
+def test_throttling_without_retries_is_a_clear_error(moto, proxy, binary, env, tmp_path):
+    prefix, _ = _uploaded(moto, tmp_path)
+    location = f"{proxy.endpoint}/{BUCKET}/{prefix}#mode=nczarr,s3"
+    proxy.fail = 1000
+    res = _run(binary, dict(env, NCZARRFS_S3_RETRIES="0"), "dump", location)
+    stderr = res.stderr.decode(errors="replace")
+    assert res.returncode != 0
+    assert "SlowDown" in stderr and "503" in stderr, stderr
+    assert proxy.endpoint in stderr, stderr
+
+
+def test_stalled_answer_fails_after_the_timeout(moto, proxy, binary, env, tmp_path):
+    prefix, _ = _uploaded(moto, tmp_path)
+    location = f"{proxy.endpoint}/{BUCKET}/{prefix}#mode=nczarr,s3"
+    proxy.stall_on = "/v/3"
+    proxy.stall = 8
+    started = time.monotonic()
+    res = _run(binary, dict(env, NCZARRFS_S3_TIMEOUT="2", NCZARRFS_S3_RETRIES="1"),
+               "get", location, "v", "-o", str(tmp_path / "out.bin"))
+    elapsed = time.monotonic() - started
+    stderr = res.stderr.decode(errors="replace")
+    assert res.returncode != 0, "a stalled chunk must fail the read"
+    assert "v/3" in stderr and "timed out" in stderr.lower() or "timeout" in stderr.lower(), stderr
+    assert elapsed < 8, f"took {elapsed:.1f} s with a 2 s timeout"
+
+
+def test_failed_puts_are_never_reported_as_written(moto, proxy, binary, env, tmp_path):
+    local = tmp_path / "ds.file"
+    _dataset(local)
+    proxy.fail_methods = {"PUT", "POST"}
+    prefix = f"faults-{uuid.uuid4().hex}/copy.file"
+    target = f"{proxy.endpoint}/{BUCKET}/{prefix}#mode=nczarr,s3"
+    res = _run(binary, dict(env, NCZARRFS_S3_RETRIES="1"), "copy",
+               f"file://{local}#mode=nczarr,file", target)
+    assert res.returncode != 0, "copy reported success although no PUT was stored"
+    assert b"503" in res.stderr or b"SlowDown" in res.stderr, res.stderr
+    cdl = tmp_path / "x.cdl"
+    cdl.write_text("netcdf x {\ndimensions:\n n = 3 ;\nvariables:\n int v(n) ;\ndata:\n v = 1, 2, 3 ;\n}\n")
+    res = _run(binary, dict(env, NCZARRFS_S3_RETRIES="1"), "gen", "-o",
+               f"{proxy.endpoint}/{BUCKET}/{prefix}-gen#mode=nczarr,s3", str(cdl))
+    assert res.returncode != 0, "gen reported success although no PUT was stored"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class PrivateMoto:
+    """A moto server of the test's own, on a free port, to stop and restart."""
+
+    def __init__(self):
+        self.port = _free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.proc = None
+
+    def start(self):
+        exe = VENV_BIN / "moto_server"
+        if not exe.exists():
+            pytest.skip(f"{exe} missing")
+        self.proc = subprocess.Popen([str(exe), "-H", "127.0.0.1", "-p", str(self.port)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while not _answers(self.endpoint):
+            assert time.monotonic() < deadline, "private moto did not start"
+            time.sleep(0.1)
+        client = _client(self.endpoint, "testing", "testing")
+        client.create_bucket(Bucket=BUCKET)
+        return client
+
+    def stop(self):
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+            self.proc = None
+
+
+@pytest.fixture
+def private_moto():
+    m = PrivateMoto()
+    yield m
+    m.stop()
+
+
+def _unmount(mnt: Path):
+    with open("/proc/self/mounts") as f:
+        if f" {mnt.resolve()} " in f.read():
+            subprocess.run(["fusermount3", "-u", "-z", str(mnt)], capture_output=True, check=False)
+
+
+def _read_at(path: Path, offset: int, size: int) -> bytes:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.pread(fd, size, offset)
+    finally:
+        os.close(fd)
+
+
+def test_server_gone_mid_read_then_back(private_moto, binary, env, tmp_path):
+    client = private_moto.start()
+    local = tmp_path / "ds.file"
+    values = _dataset(local)
+    prefix = "gone/ds.file"
+    _upload(client, local, prefix)
+    location = f"{private_moto.endpoint}/{BUCKET}/{prefix}#mode=nczarr,s3"
+    env = dict(env, NCZARRFS_S3_TIMEOUT="3", NCZARRFS_S3_RETRIES="2")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    res = subprocess.run([str(binary), "mount", "-o", "cache_size=0,readahead=0,ttl=0",
+                          location, str(mnt)], env=env, capture_output=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    try:
+        data = mnt / "v" / "data"
+        row = 50 * 8
+        assert _read_at(data, 0, 4 * row) == values[:4].tobytes()
+
+        private_moto.stop()
+        # The CLI: a clear error naming the server, within the timeout and retries.
+        started = time.monotonic()
+        res = _run(binary, env, "get", location, "v", "-o", str(tmp_path / "o.bin"))
+        assert res.returncode != 0
+        assert private_moto.endpoint.encode() in res.stderr, res.stderr
+        assert time.monotonic() - started < 20
+        # The mount: EIO, within the same bound.
+        started = time.monotonic()
+        with pytest.raises(OSError) as info:
+            _read_at(data, 8 * row, 4 * row)
+        assert info.value.errno == errno.EIO
+        assert time.monotonic() - started < 20
+
+        # Back (moto keeps nothing in memory across restarts: upload again, same port).
+        client = private_moto.start()
+        _upload(client, local, prefix)
+        assert _read_at(data, 8 * row, 4 * row) == values[8:12].tobytes()
+        assert data.read_bytes() == values.tobytes()
+    finally:
+        _unmount(mnt)
+
+
+@pytest.mark.xfail(strict=True, reason="known: a chunk deleted after the first read of a mount "
+                   "is still served with its old values (cache_size=0, readahead=0, page cache "
+                   "dropped), while `get` reads fill; under investigation")
+def test_deleted_chunk_under_a_read_only_mount_reads_as_fill(moto, binary, env, tmp_path):
+    prefix, values = _uploaded(moto, tmp_path, rows=400)
+    location = f"{MOTO}/{BUCKET}/{prefix}#mode=nczarr,s3"
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    res = subprocess.run([str(binary), "mount", "-o", "cache_size=0,readahead=0", location,
+                          str(mnt)], env=env, capture_output=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    try:
+        data = mnt / "v" / "data"
+        row = 50 * 8
+        assert _read_at(data, 0, 4 * row) == values[:4].tobytes()
+        # A Zarr chunk that does not exist holds the fill value (netCDF's default for double).
+        # (Pages read before stay in the kernel's page cache until the metadata changes: the
+        # kernel reads ahead of the first read, so the cached pages are dropped first.)
+        moto.delete_object(Bucket=BUCKET, Key=f"{prefix}/v/90.0")
+        fd = os.open(data, os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+        fill = np.full((4, 50), 9.969209968386869e36)
+        assert _read_at(data, 360 * row, 4 * row) == fill.tobytes()
+        assert _read_at(data, 380 * row, 4 * row) == values[380:384].tobytes()
+        # The metadata gone: the next metadata check (ttl, 5 s by default) makes the mount
+        # answer from what it had; reads of surviving chunks still work.
+        moto.delete_object(Bucket=BUCKET, Key=f"{prefix}/v/.zarray")
+        assert _read_at(data, 0, 400) == values[0].tobytes()
+    finally:
+        _unmount(mnt)
