@@ -360,7 +360,21 @@ impl Reader<'_> {
             m => m,
         };
         let big = big_endian(&codecs);
-        let vt = var_type(z.get("data_type"), alias, big, maxstrlen);
+        let mut vt = var_type(z.get("data_type"), alias, big, maxstrlen);
+        // NCZarrfs stores strings of at most n UTF-8 bytes as n UCS-4 characters and records
+        // n, so that the variable keeps its width (4n would hold any n characters).
+        if let (Some(n), Some(d)) = (
+            ncz_array
+                .and_then(|a| a.get("maxstrlen"))
+                .and_then(Json::as_u64)
+                .and_then(|n| usize::try_from(n).ok())
+                .filter(|&n| n > 0),
+            &vt.dtype,
+        ) {
+            if vt.nctype == NcType::String && d.kind == DtypeKind::Unicode && d.size >= n * 4 {
+                vt.width = n;
+            }
+        }
         if let Some(why) = &vt.unreadable {
             log::warn!("{zkey}: {why}");
         }

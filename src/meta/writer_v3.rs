@@ -96,7 +96,8 @@ fn array_key(ds: &Dataset, v: VarId) -> String {
 }
 
 /// The stored dtype of a variable on Zarr v3: `char` as one byte, `string` as UCS-4 wide
-/// enough for `string_width` bytes of UTF-8 (every character takes at least one of them),
+/// enough for `string_width` bytes of UTF-8 (every character takes at least one of them;
+/// NCZarr records the width as `_nczarr_array.maxstrlen`),
 /// numbers as in Zarr v2; `big` stores multi-byte numbers big-endian.
 pub fn v3_dtype(nctype: NcType, string_width: usize, big: bool) -> ZarrDtype {
     let mut d = match nctype {
@@ -473,6 +474,9 @@ fn array_node(ds: &Dataset, v: VarId, opts: &WriteOptions) -> Result<Value> {
         if let Some(a) = alias {
             arr.insert("type_alias".into(), json!(a));
         }
+        if var.nctype == NcType::String {
+            arr.insert("maxstrlen".into(), json!(var.string_width));
+        }
         if no_fill {
             arr.insert("no_fill".into(), json!(1));
         }
@@ -726,7 +730,7 @@ mod tests {
         assert_eq!(back.var(back.find_var("c").unwrap()).nctype, NcType::Char);
         let s = back.var(back.find_var("s").unwrap());
         assert_eq!((s.nctype, s.dims.len()), (NcType::String, 0));
-        assert!(s.string_width >= 5);
+        assert_eq!(s.string_width, 5);
         // Consolidated: the root object alone describes the dataset.
         let only_root = crate::zmap::MemoryMap::new();
         let root = map.get("zarr.json").unwrap().unwrap();
