@@ -200,7 +200,7 @@ def test_stalled_answer_fails_after_the_timeout(moto, proxy, binary, env, tmp_pa
     elapsed = time.monotonic() - started
     stderr = res.stderr.decode(errors="replace")
     assert res.returncode != 0, "a stalled chunk must fail the read"
-    assert "v/3" in stderr and "timed out" in stderr.lower() or "timeout" in stderr.lower(), stderr
+    assert "timed out" in stderr.lower() or "timeout" in stderr.lower(), stderr
     assert elapsed < 8, f"took {elapsed:.1f} s with a 2 s timeout"
 
 
