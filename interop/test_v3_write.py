@@ -122,7 +122,12 @@ def test_gen_v3_dumps_like_v2_and_opens_in_zarr_python(nczarrfs, tmp_path, cdl):
     if nczarrfs("gen", "-o", str(v2), cdl).returncode != 0:
         pytest.skip("not generated as v2 either (a fixture of an error)")
     _ok(nczarrfs("gen", "-k", "nczarr,v3", "-o", str(v3), cdl), "gen v3")
-    assert _dump(nczarrfs, v3) == _dump(nczarrfs, v2)
+    a, b = nczarrfs("dump", str(v2)), nczarrfs("dump", str(v3))
+    if a.returncode != 0:
+        # A codec we cannot run (the fixtures' "noop"): the same error either way.
+        assert b.returncode != 0 and b.stderr == a.stderr
+    else:
+        assert _dump(nczarrfs, v3) == _dump(nczarrfs, v2)
     root = zarr.open_group(str(v3), mode="r")
     for path, arr in _zarr_arrays(root):
         try:
