@@ -8,7 +8,8 @@ ncdump runs with `-s` (so `_ChunkSizes`, `_DeflateLevel`, `_Shuffle`, `_Endianne
 Two things the CDL text itself cannot carry are allowed for, as ncgen has them too: a
 negative zero prints as `-0`, which ncgen reads as the integer 0; and Debian's ncdump fails
 on some HDF5 files ("HDF error"), whose seeds are skipped (and counted: most must work).
-`_IsNetcdf4 = 1` lines are dropped: our CDL parser wants a string there (reported).
+Char rows with a newline before their end are not drawn: ncdump splits them into constants
+that ncgen pads to whole rows (see `_no_inner_newlines`).
 """
 
 from __future__ import annotations
@@ -38,16 +39,33 @@ def _cdl_of(hpath: str, out: Path) -> Path | None:
     r = subprocess.run(["ncdump", "-s", "-p", "9,17", hpath], capture_output=True, check=False)
     if r.returncode != 0:
         return None
-    lines = [l for l in r.stdout.split(b"\n") if b":_IsNetcdf4 = " not in l]
-    out.write_bytes(b"\n".join(lines))
+    out.write_bytes(r.stdout)
     return out
+
+
+def _no_inner_newlines(grp: twins.Group) -> None:
+    """Replaces newlines in char data by tabs, in place.
+
+    ncdump ends a char constant after a `\n` that is not the last character of its row
+    (`"ab\n", "c"`), and ncgen pads every constant to a whole row (ncgen's rule: "for each
+    constant, add fill characters such that its length is a multiple of" the last dim): Debian
+    ncgen reads that row back as `ab\n\0\0…` and overflows. The CDL text cannot carry such
+    rows, in netcdf-c as in nczarrfs, so they are not drawn here (the dump oracle keeps them).
+    """
+    for var in grp.vars:
+        if var.kind == "char":
+            var.writes = [(start, np.where(data == b"\n", b"\t", data).astype("S1"))
+                          for start, data in var.writes]
+    for sub in grp.groups:
+        _no_inner_newlines(sub)
 
 
 def _write_hdf5(tmp: Path, index: int, seed: int) -> str:
     root = twins.plan(seed)
+    _no_inner_newlines(root)
     hpath = str(tmp / f"h{index}.nc")
     with netCDF4.Dataset(hpath, "w", format="NETCDF4") as nc:
-        twins._apply(root, nc)
+        twins._apply(root, nc, hdf5=True)
     return hpath
 
 
@@ -86,6 +104,7 @@ def test_gen_from_ncdump_reads_back_in_netcdf_c(nczarrfs, tmp_path, monkeypatch)
         if diffs:
             failures.append(f"seed {seed - 1} ({cdl}):\n  " + "\n  ".join(diffs))
         done += 1
+    print(f"{skipped} seeds skipped: Debian ncdump failed")
     assert not failures, "\n".join(failures)
 
 

@@ -303,7 +303,38 @@ def _set_attr(target, attr: Attr) -> None:
         target.setncattr(attr.name, attr.value)
 
 
-def _apply(grp: Group, nc) -> None:
+def _find_dim(nc, name: str):
+    """The dim ``name`` as seen from group ``nc``: its own or the nearest ancestor's."""
+    while name not in nc.dimensions:
+        nc = nc.parent
+    return nc.dimensions[name]
+
+
+def _hdf5_string_prefill(var: Var, nc):
+    """The box a string variable's HDF5 twin is first filled with ``""`` over, or None.
+
+    Debian's ncdump (netcdf-c 4.9.0) fails with "NetCDF: HDF error" on a string variable
+    some of whose chunks are allocated and some not. ``""`` is the string fill, so writing it
+    over the variable's extent before the real writes changes nothing in the content, and the
+    NCZarr twin keeps its missing chunks (the read path under test).
+    """
+    if var.kind != "string" or not var.dims or not var.writes:
+        return None
+    end = [0] * len(var.dims)
+    for start, data in var.writes:
+        end = [max(e, s + n) for e, s, n in zip(end, start, data.shape)]
+    extent = []
+    for dname, e in zip(var.dims, end):
+        dim = _find_dim(nc, dname)
+        # Fixed dims are filled whole; unlimited ones only as far as the writes reach, so
+        # the dim's length stays what the writes make it.
+        extent.append(e if dim.isunlimited() else len(dim))
+    return tuple(slice(0, n) for n in extent)
+
+
+def _apply(grp: Group, nc, hdf5: bool = False) -> None:
+    """Applies a plan to an open dataset; ``hdf5`` marks the HDF5 twin (see
+    ``_hdf5_string_prefill``)."""
     for dname, size in grp.dims:
         nc.createDimension(dname, size)
     for attr in grp.attrs:
@@ -324,10 +355,13 @@ def _apply(grp: Group, nc) -> None:
         for attr in var.attrs:
             _set_attr(v, attr)
     for sub in grp.groups:
-        _apply(sub, nc.createGroup(sub.name))
+        _apply(sub, nc.createGroup(sub.name), hdf5)
     # Writes after all definitions: unlimited dims grow as variables are written.
     for var in grp.vars:
         v = nc.variables[var.name]
+        prefill = _hdf5_string_prefill(var, nc) if hdf5 else None
+        if prefill is not None:
+            v[prefill] = np.full(tuple(s.stop for s in prefill), "", dtype=object)
         for start, data in var.writes:
             index = tuple(slice(s, s + n) for s, n in zip(start, data.shape))
             if var.kind == "string" and not index:
@@ -351,9 +385,9 @@ def write_twins(outdir: str, name: str, seed: int) -> tuple[str, str, Group]:
     root = plan(seed)
     zpath = os.path.join(outdir, name + ".file")
     hpath = os.path.join(outdir, name + ".nc")
-    for target in (nczarr_url(zpath), hpath):
+    for target, hdf5 in ((nczarr_url(zpath), False), (hpath, True)):
         with netCDF4.Dataset(target, "w", format="NETCDF4") as nc:
-            _apply(root, nc)
+            _apply(root, nc, hdf5)
     return zpath, hpath, root
 
 

@@ -13,6 +13,7 @@
 //!   padded with NULs to a multiple of the last dimension's length, unless the values run
 //!   along that dimension alone (a 1-D variable, or the innermost braces of an unlimited last
 //!   dimension), in which case strings are just concatenated (`c(2) = "a", "b"` is `ab`).
+//!   An empty string stands for one row of NULs (one NUL when strings are concatenated).
 //!   Characters beyond the variable's size are dropped, as ncgen does with a warning.
 //! - Unlimited dimensions after the first are given with `{ }`: each braced list holds the
 //!   values of one index of the enclosing dimensions, and an unlimited dimension's length is
@@ -87,8 +88,9 @@ pub struct SpecialAttrs {
 pub struct GlobalSpecials {
     /// `_Format` (`"netCDF-4"`, `"classic"`, …).
     pub format: Option<String>,
-    /// `_IsNetcdf4`.
-    pub is_netcdf4: Option<String>,
+    /// `_IsNetcdf4`: ncdump `-s` prints it as an integer (`1`), ncgen also takes the strings
+    /// `"true"`, `"false"`, `"1"`, `"0"`.
+    pub is_netcdf4: Option<bool>,
     /// `_SuperblockVersion`.
     pub superblock_version: Option<i64>,
     /// `_NCProperties`.
@@ -639,14 +641,31 @@ impl Parser<'_> {
                 }
                 _ => return Err(self.err(pos, "_SuperblockVersion must be one integer")),
             },
+            "_IsNetcdf4" => {
+                let flag = match values {
+                    [(Const::Num(Number::Int { value, .. }), _)] => Some(*value != 0),
+                    _ => match join_text(values).as_deref() {
+                        Some("true" | "1") => Some(true),
+                        Some("false" | "0") => Some(false),
+                        _ => None,
+                    },
+                };
+                let Some(flag) = flag else {
+                    return Err(self.err(
+                        pos,
+                        "_IsNetcdf4 must be an integer or one of \"true\", \"false\", \"1\", \"0\"",
+                    ));
+                };
+                self.globals.is_netcdf4 = Some(flag);
+            }
             _ => {
                 let Some(t) = join_text(values) else {
                     return Err(self.err(pos, format!("type mismatch: {name} must be a string")));
                 };
-                match name {
-                    "_Format" => self.globals.format = Some(t),
-                    "_IsNetcdf4" => self.globals.is_netcdf4 = Some(t),
-                    _ => self.globals.nc_properties = Some(t),
+                if name == "_Format" {
+                    self.globals.format = Some(t);
+                } else {
+                    self.globals.nc_properties = Some(t);
                 }
             }
         }
@@ -1372,7 +1391,7 @@ fn flatten<'b>(items: &'b [Item], out: &mut Vec<Elem<'b>>) {
 }
 
 /// Spreads string constants over characters: runs of character constants form one string,
-/// and each string is NUL-padded to a multiple of `row`.
+/// each string is NUL-padded to a multiple of `row`, and an empty string is `row` NULs.
 fn expand_chars<'b>(flat: &[Elem<'b>], row: u64) -> Vec<Elem<'b>> {
     let row = row.max(1) as usize;
     let mut out = Vec::new();
@@ -1399,6 +1418,11 @@ fn expand_chars<'b>(flat: &[Elem<'b>], row: u64) -> Vec<Elem<'b>> {
             _ => {}
         }
         match e {
+            // An empty string is one row of NULs, not nothing: ncdump prints an all-NUL row
+            // as `""`, and ncgen reads it back as such.
+            Elem::Val(Const::Str(s), _) if s.is_empty() => {
+                out.extend(std::iter::repeat_n(Elem::Byte(0), row));
+            }
             Elem::Val(Const::Str(s), _) => {
                 let start = out.len();
                 out.extend(s.iter().map(|b| Elem::Byte(*b)));
@@ -1448,6 +1472,32 @@ mod tests {
         );
         // "ab" fills one row of 4, "cdefg" two rows; the third row stays NUL.
         assert_eq!(data(&p, "c"), b"ab\0\0cdefg\0\0\0".to_vec());
+    }
+
+    #[test]
+    fn empty_strings_are_one_row_of_nuls() {
+        // Expected values: Debian ncgen 4.9.0 on the same CDL, read back with netCDF4-python.
+        let p = parse(
+            "netcdf t {\ndimensions:\n c = 3 ;\n b = 2 ;\n l = 1 ;\nvariables:\n char v(c, b, l) ;\n char w(c, b) ;\n char x(c) ;\ndata:\n v = \"O\", \"\", \"L\", \"{\", \"o\", \"\" ;\n w = \"\", \"c\" ;\n x = \"a\", \"\", \"c\" ;\n}",
+        );
+        assert_eq!(data(&p, "v"), b"O\0L{o\0".to_vec());
+        assert_eq!(data(&p, "w"), b"\0\0c\0\0\0".to_vec());
+        assert_eq!(data(&p, "x"), b"a\0c".to_vec());
+    }
+
+    #[test]
+    fn is_netcdf4_takes_what_ncdump_prints_and_ncgen_accepts() {
+        let flag = |v: &str| {
+            parse_cdl(&format!("netcdf t {{\n:_IsNetcdf4 = {v} ;\n}}"), "t.cdl")
+                .map(|p| p.globals.is_netcdf4)
+        };
+        // `ncdump -s` prints `:_IsNetcdf4 = 1 ;`; Debian ncgen takes these and refuses the rest.
+        assert_eq!(flag("1").unwrap(), Some(true));
+        assert_eq!(flag("0").unwrap(), Some(false));
+        assert_eq!(flag("\"true\"").unwrap(), Some(true));
+        assert_eq!(flag("\"0\"").unwrap(), Some(false));
+        assert!(flag("\"abc\"").is_err());
+        assert!(flag("1.5").is_err());
     }
 
     #[test]
