@@ -601,7 +601,7 @@ impl DatasetWriter {
                 }
                 var.attrs.push(Attribute {
                     name: "_FillValue".into(),
-                    value: native_to_attr(nctype, bytes),
+                    value: AttrValue::from_native(nctype, bytes),
                 });
                 Some(bytes.clone())
             }
@@ -1017,32 +1017,6 @@ pub fn attr_to_native(value: &AttrValue) -> Vec<u8> {
         AttrValue::Double(v) => first(v, f64::to_le_bytes),
         AttrValue::Char(v) => v.first().map(|c| vec![*c]).unwrap_or_default(),
         AttrValue::Str(v) => v.first().map(|s| s.as_bytes().to_vec()).unwrap_or_default(),
-    }
-}
-
-/// One native element as a one-value attribute of type `nctype`.
-pub fn native_to_attr(nctype: NcType, bytes: &[u8]) -> AttrValue {
-    let mut b = [0u8; 8];
-    let n = bytes.len().min(8);
-    b[..n].copy_from_slice(&bytes[..n]);
-    let b2 = [b[0], b[1]];
-    let b4 = [b[0], b[1], b[2], b[3]];
-    match nctype {
-        NcType::Byte => AttrValue::Byte(vec![b[0] as i8]),
-        NcType::UByte => AttrValue::UByte(vec![b[0]]),
-        NcType::Short => AttrValue::Short(vec![i16::from_le_bytes(b2)]),
-        NcType::UShort => AttrValue::UShort(vec![u16::from_le_bytes(b2)]),
-        NcType::Int => AttrValue::Int(vec![i32::from_le_bytes(b4)]),
-        NcType::UInt => AttrValue::UInt(vec![u32::from_le_bytes(b4)]),
-        NcType::Int64 => AttrValue::Int64(vec![i64::from_le_bytes(b)]),
-        NcType::UInt64 => AttrValue::UInt64(vec![u64::from_le_bytes(b)]),
-        NcType::Float => AttrValue::Float(vec![f32::from_le_bytes(b4)]),
-        NcType::Double => AttrValue::Double(vec![f64::from_le_bytes(b)]),
-        NcType::Char => AttrValue::Char(vec![b[0]]),
-        NcType::String => {
-            let end = bytes.iter().position(|c| *c == 0).unwrap_or(bytes.len());
-            AttrValue::Str(vec![String::from_utf8_lossy(&bytes[..end]).into_owned()])
-        }
     }
 }
 

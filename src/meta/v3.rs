@@ -412,7 +412,7 @@ impl Reader<'_> {
         ) {
             if !attrs.iter().any(|a| a.name == "_FillValue") {
                 let at = usize::try_from(at).unwrap_or(usize::MAX).min(attrs.len());
-                let value = crate::create::native_to_attr(vt.nctype, fill);
+                let value = crate::model::AttrValue::from_native(vt.nctype, fill);
                 attrs.insert(
                     at,
                     Attribute {

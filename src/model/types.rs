@@ -261,6 +261,33 @@ impl AttrValue {
         }
     }
 
+    /// One value of type `nctype` from its native little-endian element bytes (a fill value,
+    /// say); strings end at the first NUL.
+    pub fn from_native(nctype: NcType, bytes: &[u8]) -> AttrValue {
+        let mut b = [0u8; 8];
+        let n = bytes.len().min(8);
+        b[..n].copy_from_slice(&bytes[..n]);
+        let b2 = [b[0], b[1]];
+        let b4 = [b[0], b[1], b[2], b[3]];
+        match nctype {
+            NcType::Byte => AttrValue::Byte(vec![b[0] as i8]),
+            NcType::UByte => AttrValue::UByte(vec![b[0]]),
+            NcType::Short => AttrValue::Short(vec![i16::from_le_bytes(b2)]),
+            NcType::UShort => AttrValue::UShort(vec![u16::from_le_bytes(b2)]),
+            NcType::Int => AttrValue::Int(vec![i32::from_le_bytes(b4)]),
+            NcType::UInt => AttrValue::UInt(vec![u32::from_le_bytes(b4)]),
+            NcType::Int64 => AttrValue::Int64(vec![i64::from_le_bytes(b)]),
+            NcType::UInt64 => AttrValue::UInt64(vec![u64::from_le_bytes(b)]),
+            NcType::Float => AttrValue::Float(vec![f32::from_le_bytes(b4)]),
+            NcType::Double => AttrValue::Double(vec![f64::from_le_bytes(b)]),
+            NcType::Char => AttrValue::Char(vec![b[0]]),
+            NcType::String => {
+                let end = bytes.iter().position(|c| *c == 0).unwrap_or(bytes.len());
+                AttrValue::Str(vec![String::from_utf8_lossy(&bytes[..end]).into_owned()])
+            }
+        }
+    }
+
     /// Number of values (characters for `char`).
     pub fn len(&self) -> usize {
         match self {
