@@ -95,6 +95,16 @@ impl<T> ChunkCache<T> {
         found
     }
 
+    /// Like [`ChunkCache::get`], but a miss is not counted: a second look after waiting for
+    /// another thread's load of the same chunk.
+    pub(crate) fn get_again(&self, key: &str) -> Option<Arc<Vec<u8>>> {
+        let found = self.lock().lru.get(key).map(|e| Arc::clone(&e.data));
+        if found.is_some() {
+            self.hits.fetch_add(1, Ordering::Relaxed);
+        }
+        found
+    }
+
     /// Whether the cache could hold an entry of `len` bytes at all.
     pub(crate) fn fits(&self, len: usize) -> bool {
         len <= self.capacity
@@ -157,6 +167,45 @@ impl<T> ChunkCache<T> {
             }
         }
         Ok(())
+    }
+
+    /// Writes every dirty entry back in parallel (rayon) and marks the stored ones clean. The
+    /// lock is held throughout, as for an eviction, so no reader can miss the cache and fetch a
+    /// stale stored chunk meanwhile. Returns the first failure; entries that failed stay dirty.
+    pub(crate) fn flush_parallel(
+        &self,
+        write_back: &(dyn Fn(&str, &[u8], &T) -> Result<()> + Sync),
+    ) -> Result<()>
+    where
+        T: Sync,
+    {
+        use rayon::prelude::*;
+        let mut inner = self.lock();
+        let mut dirty: Vec<(&String, &mut Entry<T>)> = inner
+            .lru
+            .iter_mut()
+            .filter(|(_, e)| e.dirty.is_some())
+            .collect();
+        dirty
+            .par_iter_mut()
+            .map(|(k, e)| {
+                if let Some(token) = &e.dirty {
+                    write_back(k, &e.data, token)?;
+                    e.dirty = None;
+                }
+                Ok(())
+            })
+            .collect::<Vec<Result<()>>>()
+            .into_iter()
+            .collect()
+    }
+
+    /// Forgets the entry of `key`, dirty or not (its chunk is about to be stored whole).
+    pub(crate) fn discard(&self, key: &str) {
+        let mut inner = self.lock();
+        if let Some(e) = inner.lru.pop(key) {
+            inner.bytes -= e.data.len();
+        }
     }
 
     /// Drops every entry whose key starts with `prefix` (all of them for `""`), writing dirty
@@ -277,6 +326,60 @@ mod tests {
         assert_eq!(*written.borrow(), vec!["v/0", "v/1", "v/1"]);
         assert!(c.get("v/1").is_none());
         assert!(c.get("w/0").is_some());
+    }
+
+    #[test]
+    fn parallel_flush_stores_every_dirty_entry_once_and_discard_forgets() {
+        let c: ChunkCache<u32> = ChunkCache::new(100);
+        let written = Mutex::new(Vec::<(String, u32)>::new());
+        let wb = |k: &str, _: &[u8], t: &u32| {
+            written.lock().unwrap().push((k.to_string(), *t));
+            Ok(())
+        };
+        let mut never = |_: &str, _: &[u8], _: &u32| -> Result<()> { panic!("no eviction") };
+        for i in 0..10u32 {
+            let dirty = (i % 2 == 0).then_some(i);
+            c.insert(&format!("k{i}"), Arc::new(vec![0; 4]), dirty, &mut never)
+                .unwrap();
+        }
+        c.flush_parallel(&wb).unwrap();
+        let mut got = written.lock().unwrap().clone();
+        got.sort();
+        let want: Vec<(String, u32)> = (0..10).step_by(2).map(|i| (format!("k{i}"), i)).collect();
+        assert_eq!(got, want);
+        c.flush_parallel(&wb).unwrap();
+        assert_eq!(written.lock().unwrap().len(), 5, "flushed entries are clean");
+        c.discard("k3");
+        c.discard("absent");
+        assert!(c.get("k3").is_none());
+        assert_eq!(c.stats().bytes, 36);
+    }
+
+    #[test]
+    fn failed_parallel_flush_keeps_failed_entries_dirty() {
+        let c: ChunkCache<u32> = ChunkCache::new(100);
+        let mut never = |_: &str, _: &[u8], _: &u32| -> Result<()> { panic!("no eviction") };
+        c.insert("bad", Arc::new(vec![0; 4]), Some(0), &mut never)
+            .unwrap();
+        c.insert("good", Arc::new(vec![0; 4]), Some(1), &mut never)
+            .unwrap();
+        let fail_bad = |k: &str, _: &[u8], _: &u32| {
+            if k == "bad" {
+                return Err(crate::Error::Storage {
+                    key: k.to_string(),
+                    reason: "full".into(),
+                });
+            }
+            Ok(())
+        };
+        assert!(c.flush_parallel(&fail_bad).is_err());
+        let retried = Mutex::new(Vec::new());
+        c.flush_parallel(&|k: &str, _: &[u8], _: &u32| {
+            retried.lock().unwrap().push(k.to_string());
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(*retried.lock().unwrap(), vec!["bad".to_string()]);
     }
 
     #[test]

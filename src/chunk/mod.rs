@@ -461,6 +461,8 @@ pub struct ChunkEngine {
     plans: Mutex<HashMap<String, Arc<VarPlan>>>,
     /// Serialises read-modify-write of chunks.
     write_lock: Mutex<()>,
+    /// Chunks being loaded into the cache, each with the lock its loader holds.
+    loading: Mutex<HashMap<String, Arc<Mutex<()>>>>,
 }
 
 impl ChunkEngine {
@@ -471,6 +473,7 @@ impl ChunkEngine {
             cache: ChunkCache::new(cache_bytes),
             plans: Mutex::new(HashMap::new()),
             write_lock: Mutex::new(()),
+            loading: Mutex::new(HashMap::new()),
         }
     }
 
@@ -752,20 +755,93 @@ impl ChunkEngine {
             Some(Ahead::Raw(raw)) => raw?,
             None => match self.cache.get(&key) {
                 Some(hit) => return Ok(Some(hit)),
+                None if keep => return self.load_once(plan, &key),
                 None => self.map.get(&key)?,
             },
         };
+        self.decode_keep(plan, &key, raw, keep)
+    }
+
+    /// Loads the chunk at `key` into the cache, once: concurrent readers of the same chunk (a
+    /// mount's parallel readahead requests) wait for the first one instead of decoding it
+    /// again.
+    fn load_once(&self, plan: &Arc<VarPlan>, key: &str) -> Result<Option<Arc<Vec<u8>>>> {
+        let gate = {
+            let mut loading = self.loading.lock().unwrap_or_else(|e| e.into_inner());
+            Arc::clone(loading.entry(key.to_string()).or_default())
+        };
+        let result = {
+            let _turn = gate.lock().unwrap_or_else(|e| e.into_inner());
+            match self.cache.get_again(key) {
+                Some(hit) => Ok(Some(hit)),
+                None => self
+                    .map
+                    .get(key)
+                    .and_then(|raw| self.decode_keep(plan, key, raw, true)),
+            }
+        };
+        let mut loading = self.loading.lock().unwrap_or_else(|e| e.into_inner());
+        // Clones are taken under `loading`: the map's and ours left means nobody waits.
+        if Arc::strong_count(&gate) == 2 {
+            loading.remove(key);
+        }
+        result
+    }
+
+    /// Decodes a stored chunk (`None`: never written) and caches it if `keep`.
+    fn decode_keep(
+        &self,
+        plan: &Arc<VarPlan>,
+        key: &str,
+        raw: Option<Vec<u8>>,
+        keep: bool,
+    ) -> Result<Option<Arc<Vec<u8>>>> {
         let Some(raw) = raw else {
             return Ok(None);
         };
-        let native = Arc::new(plan.decode(&key, raw)?);
+        let native = Arc::new(plan.decode(key, raw)?);
         if keep && self.cache.fits(native.len()) {
             self.cache
-                .insert(&key, Arc::clone(&native), None, &mut |k, d, p| {
+                .insert(key, Arc::clone(&native), None, &mut |k, d, p| {
                     self.write_back(k, d, p)
                 })?;
         }
         Ok(Some(native))
+    }
+
+    /// Loads the chunks that `slab` of `var` touches into the cache without copying values
+    /// anywhere (a mount's prefetch ahead of a sequential reader); stops at the first chunk
+    /// that fails. Does nothing when those chunks would not all fit in the cache, or for
+    /// sharded arrays (whose inner chunks are cached as they are read).
+    pub fn preload(&self, ds: &Dataset, var: VarId, slab: &Hyperslab) -> Result<()> {
+        if slab::validate(&ds.var_shape(var), slab)? == 0 {
+            return Ok(());
+        }
+        let plan = self.plan(ds, var)?;
+        if plan.v3.as_ref().is_some_and(|c| c.is_sharded()) {
+            return Ok(());
+        }
+        if ds.var(var).dims.is_empty() {
+            return self
+                .fetch(&plan, &vec![0; plan.grid.len()], true, None)
+                .map(drop);
+        }
+        let spans: Vec<Vec<Span>> = (0..slab.count.len())
+            .map(|d| {
+                let (start, stride) = (slab.start[d], slab.stride[d]);
+                let count = slab::clipped_count(start, slab.count[d], stride, plan.grid[d]);
+                slab::spans(start, count, stride, plan.chunk_shape[d])
+            })
+            .collect();
+        let touched = spans.iter().fold(1u128, |a, s| a * s.len() as u128);
+        if touched * (plan.chunk_elems * plan.esize) as u128 > self.cache.capacity() as u128 {
+            return Ok(());
+        }
+        for spans in combinations(&spans) {
+            let coords: Vec<u64> = spans.iter().map(|s| s.chunk).collect();
+            self.fetch(&plan, &coords, true, None)?;
+        }
+        Ok(())
     }
 
     /// Writes `data` (native representation, C order, `product(count) * element_size` bytes)

@@ -781,3 +781,42 @@ fn in_place_decoding_through_codecs() {
     let top = slab(&[0, 0], &[2, 4], &[1, 1]);
     assert_eq!(read_i32(&engine(&map, 0), &ds, v, &top).unwrap(), want[..8]);
 }
+
+#[test]
+fn preload_fills_the_cache_for_later_reads() {
+    let (map, ds, v) = grid_fixture("<i4", ChunkOrder::C);
+    let e = engine(&map, 1 << 20);
+    // Rows 1..3 touch chunk rows 0 and 1: 2 x 3 chunks.
+    let rows = slab(&[1, 0], &[2, 7], &[1, 1]);
+    e.preload(&ds, v, &rows).unwrap();
+    assert_eq!(e.stats().entries, 6);
+    assert_eq!(map.gets.load(Ordering::Relaxed), 6);
+    assert_eq!(read_i32(&e, &ds, v, &rows).unwrap(), expected(&rows));
+    assert_eq!(map.gets.load(Ordering::Relaxed), 6, "served from the cache");
+    // Chunks that would not all fit are not loaded; a bad slab is refused.
+    let small = engine(&map, 48);
+    small.preload(&ds, v, &rows).unwrap();
+    assert_eq!(small.stats().entries, 0);
+    assert!(e.preload(&ds, v, &slab(&[5, 0], &[1, 1], &[1, 1])).is_err());
+    // A failing chunk stops the preload with its error.
+    map.insert("v/2.0", vec![1, 2, 3]);
+    let whole = Hyperslab::whole(&[5, 7]);
+    assert!(matches!(
+        engine(&map, 1 << 20).preload(&ds, v, &whole),
+        Err(Error::BadChunk { .. })
+    ));
+}
+
+#[test]
+fn concurrent_readers_of_a_chunk_load_it_once() {
+    let (map, ds, v) = grid_fixture("<i4", ChunkOrder::C);
+    let e = engine(&map, 1 << 20);
+    let one = slab(&[0, 0], &[1, 1], &[1, 1]);
+    std::thread::scope(|scope| {
+        for _ in 0..8 {
+            scope.spawn(|| assert_eq!(read_i32(&e, &ds, v, &one).unwrap(), vec![0]));
+        }
+    });
+    assert_eq!(map.gets.load(Ordering::Relaxed), 1);
+    assert!(e.loading.lock().unwrap().is_empty());
+}
