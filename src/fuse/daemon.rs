@@ -73,8 +73,19 @@ pub fn mount(req: MountRequest) -> Result<i32> {
     log::info!("serving {} at {}", req.location, mountpoint.display());
     std::thread::Builder::new()
         .name("nczarrfs-signals".into())
-        .spawn(move || signal_loop(signals, &mountpoint, &refresh))
+        .spawn({
+            let refresh = refresh.clone();
+            move || signal_loop(signals, &mountpoint, &refresh)
+        })
         .map_err(|e| Error::Invalid(format!("cannot start the signal thread: {e}")))?;
+    if let (false, Some(ttl)) = (req.options.read_write, req.options.ttl) {
+        let notifier = session.notifier();
+        let refresh = refresh.clone();
+        std::thread::Builder::new()
+            .name("nczarrfs-ttl".into())
+            .spawn(move || expire_loop(ttl, &refresh, &notifier))
+            .map_err(|e| Error::Invalid(format!("cannot start the TTL thread: {e}")))?;
+    }
     let result = session.run();
     sd_notify("STOPPING=1");
     // Dropping the session calls destroy(), which flushes.
@@ -259,6 +270,20 @@ fn signal_loop(set: libc::sigset_t, mountpoint: &Path, refresh: &RefreshHandle) 
         log::info!("signal {sig}: unmounting {}", mountpoint.display());
         unmount(mountpoint);
         return;
+    }
+}
+
+/// Every `ttl`, drops what a read-only mount remembers of the values (decoded chunks, the
+/// kernel's pages of `data` files), so that the staleness window holds for data as it does for
+/// metadata. Runs on its own thread: an invalidation waits for reads in flight, which the
+/// session thread must stay free to dispatch. Ends when the mount is gone.
+fn expire_loop(ttl: std::time::Duration, refresh: &RefreshHandle, notifier: &fuser::Notifier) {
+    loop {
+        std::thread::sleep(ttl);
+        if let Err(e) = refresh.expire_values(notifier) {
+            log::debug!("TTL thread ends: {e}");
+            return;
+        }
     }
 }
 

@@ -145,6 +145,38 @@ impl RefreshHandle {
     pub fn request(&self) {
         self.0.refresh_requested.store(true, Ordering::SeqCst);
     }
+
+    /// Ends the staleness window of values on a read-only mount (called every `ttl`): drops
+    /// the decoded chunks of every snapshot still in use, then the kernel's page cache of
+    /// every `data` file. Without this, a file held open would go on reading chunks decoded
+    /// (or pages cached) before they were rewritten or deleted underneath, for as long as it
+    /// stays open. Metadata is re-read lazily, by the next operation that needs it.
+    ///
+    /// Fails only when the kernel no longer takes notifications (the mount is gone).
+    pub fn expire_values(&self, notifier: &fuser::Notifier) -> std::io::Result<()> {
+        let sh = &self.0;
+        if sh.writer.is_some() {
+            return Ok(());
+        }
+        let mut snaps = vec![Arc::clone(&read_lock(&sh.snap))];
+        for h in lock(&sh.handles).values() {
+            if !snaps.iter().any(|s| Arc::ptr_eq(s, &h.snap)) {
+                snaps.push(Arc::clone(&h.snap));
+            }
+        }
+        for snap in &snaps {
+            if let Err(e) = snap.with_engine(ChunkEngine::clear) {
+                sh.log_once(format!("cannot drop the chunk cache: {e}"));
+            }
+        }
+        // Pages first dropped here are re-read through the emptied chunk cache, so they are
+        // at most one `ttl` old. Offset 0 and length 0 mean the whole file.
+        let inodes = lock(&sh.inodes).data_inodes();
+        for ino in inodes {
+            notifier.inval_inode(ino, 0, 0)?;
+        }
+        Ok(())
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -279,6 +311,10 @@ impl Shared {
             }
             Ok(model) => {
                 log::info!("{}: metadata changed, reloaded", self.map.describe());
+                // Files opened before keep the old view; its chunks must not outlive the TTL.
+                if let Err(e) = current.with_engine(ChunkEngine::clear) {
+                    self.log_once(format!("cannot drop the chunk cache: {e}"));
+                }
                 let engine = ChunkEngine::new(Arc::clone(&self.map), self.opts.cache_bytes);
                 let snap = Snapshot {
                     source: Source::Engine(engine),

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use super::layout::{Node, Owner};
+use super::layout::{FileKind, Node, Owner};
 
 /// Maps inode numbers to layout nodes and back. Numbers are never reused during a mount, so a
 /// node that disappears after a metadata reload keeps its number and simply stops resolving.
@@ -53,6 +53,15 @@ impl InodeTable {
         self.by_ino.len() as u64
     }
 
+    /// The inodes of every `data` file handed out so far.
+    pub fn data_inodes(&self) -> Vec<u64> {
+        self.by_ino
+            .iter()
+            .filter(|(_, node)| matches!(node, Node::File(_, FileKind::Data)))
+            .map(|(ino, _)| *ino)
+            .collect()
+    }
+
     /// The node behind `ino`.
     pub fn node(&self, ino: u64) -> Option<&Node> {
         self.by_ino.get(&ino)
@@ -69,7 +78,7 @@ pub fn parent(node: &Node) -> Node {
         }
         Node::Dir(Owner::Var(path, _)) => Node::Dir(Owner::Group(path.clone())),
         Node::AttrDir(o) => Node::Dir(o.clone()),
-        Node::File(o, super::layout::FileKind::Attr(_)) => Node::AttrDir(o.clone()),
+        Node::File(o, FileKind::Attr(_)) => Node::AttrDir(o.clone()),
         Node::File(o, _) => Node::Dir(o.clone()),
     }
 }
@@ -77,7 +86,6 @@ pub fn parent(node: &Node) -> Node {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fuse::layout::FileKind;
 
     #[test]
     fn interning_is_stable() {
@@ -90,6 +98,16 @@ mod tests {
         let root = Node::Dir(Owner::Group(vec![]));
         assert_eq!(t.intern(&root), InodeTable::ROOT);
         assert_eq!(t.node(999), None);
+    }
+
+    #[test]
+    fn data_inodes_are_only_data_files() {
+        let mut t = InodeTable::new();
+        let owner = Owner::Var(vec![], "v".into());
+        t.intern(&Node::Dir(owner.clone()));
+        t.intern(&Node::File(owner.clone(), FileKind::Header));
+        let data = t.intern(&Node::File(owner, FileKind::Data));
+        assert_eq!(t.data_inodes(), vec![data]);
     }
 
     #[test]
