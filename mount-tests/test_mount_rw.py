@@ -365,3 +365,34 @@ def test_sigterm_with_a_file_open_flushes_on_the_way_out(mounter, nczarr):
     assert wait_until(lambda: not any(Path(f"/proc/{p}").exists() for p in pids), 30)
     assert np.array_equal(netcdf_values(nczarr)["/time"],
                           np.concatenate([np.arange(4) * 0.5, [7.5, 8.0, 8.5]]))
+
+
+@pytest.mark.parametrize("cache, evicts", [("128K", True), ("64M", False)])
+def test_cache_size_bounds_the_write_back_cache(mounter, tmp_path, cache, evicts):
+    import netCDF4
+
+    # 1 MiB of values in 32 KiB chunks, none stored yet (netCDF writes no chunk of a variable
+    # that was never written).
+    url = f"file://{tmp_path / 'big.file'}#mode=nczarr,file"
+    with netCDF4.Dataset(url, "w", format="NETCDF4") as ds:
+        ds.createDimension("y", 256)
+        ds.createDimension("x", 512)
+        ds.createVariable("v", "f8", ("y", "x"), chunksizes=(8, 512))
+    store = tmp_path / "big.file" / "v"
+    chunks = lambda: sorted(p.name for p in store.iterdir() if not p.name.startswith("."))  # noqa: E731
+    assert chunks() == []
+    want = np.arange(256 * 512, dtype="f8").reshape(256, 512) / 3
+    mnt = mounter.mount(url, f"rw,cache_size={cache}")
+    with open(mnt / "v" / "data", "r+b", buffering=0) as f:
+        for row in range(0, 256, 8):
+            assert os.pwrite(f.fileno(), want[row:row + 8].tobytes(), row * 512 * 8) == 8 * 512 * 8
+        # Still open, never flushed: only chunks evicted to make room are in storage.
+        stored = chunks()
+        if evicts:
+            assert len(stored) >= 32 - 4, stored
+        else:
+            assert stored == []
+        assert (mnt / "v" / "data").read_bytes() == want.tobytes()
+    umount_and_wait(mnt)
+    assert len(chunks()) == 32
+    np.testing.assert_array_equal(netcdf_values(url)["/v"], want)

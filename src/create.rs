@@ -440,6 +440,12 @@ impl DatasetWriter {
 
     /// Opens an existing dataset for writing (a `rw` mount, appending records).
     pub fn open(location: &Location) -> Result<DatasetWriter> {
+        Self::open_with_cache(location, WRITER_CACHE_BYTES)
+    }
+
+    /// Like [`DatasetWriter::open`], with a chunk cache of `cache_bytes` (changed chunks wait
+    /// there until a flush or until the cache needs room).
+    pub fn open_with_cache(location: &Location, cache_bytes: usize) -> Result<DatasetWriter> {
         let map = zmap::open(location, true)?;
         let model = meta::read_dataset(map.as_ref(), &location.mode)?;
         let probe = |key: &str| -> Result<bool> {
@@ -471,7 +477,7 @@ impl DatasetWriter {
         let has_data = (0..model.vars.len()).map(VarId).collect();
         Ok(DatasetWriter {
             location: location.clone(),
-            engine: ChunkEngine::new(Arc::clone(&map), WRITER_CACHE_BYTES),
+            engine: ChunkEngine::new(Arc::clone(&map), cache_bytes),
             map,
             model,
             opts,

@@ -112,7 +112,10 @@ fn setup(req: &MountRequest) -> Result<(Session<NczarrFs>, PathBuf, RefreshHandl
     }
     let fs = if req.options.read_write {
         let location = Location::parse(&req.location)?;
-        NczarrFs::new_rw(DatasetWriter::open(&location)?, req.options.clone())?
+        NczarrFs::new_rw(
+            DatasetWriter::open_with_cache(&location, req.options.cache_bytes)?,
+            req.options.clone(),
+        )?
     } else {
         let ds = OpenDataset::open(&req.location, req.options.cache_bytes)?;
         NczarrFs::new(ds, req.options.clone())?
