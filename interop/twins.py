@@ -276,8 +276,16 @@ def plan(seed: int) -> Group:
             var.attrs.append(_attr(rng, names))
         if numeric and rng.random() < 0.2:
             var.attrs.append(Attr("missing_value", kind, np.atleast_1d(_fill_value(rng, kind))))
-        if kind == "float" and "endian" not in var.kwargs and rng.random() < 0.1:
-            var.kwargs["fill_value"] = np.float32(np.nan)
+        if kind in ("float", "double") and "endian" not in var.kwargs and rng.random() < 0.15:
+            special = rng.choice([np.nan, np.inf, -np.inf])
+            var.kwargs["fill_value"] = np.array(special, dtype=NUMERIC_TYPES[kind])[()]
+        if kind == "char" and rng.random() < 0.3:
+            # netcdf-c's NCZarr writer fails on closing ("Invalid argument") with a backslash
+            # char fill: it does not escape it in the JSON.
+            fill = rng.choice([c for c in TEXT_BODY if c != "\\"])
+            var.kwargs["fill_value"] = np.bytes_(fill.encode())
+        if kind == "string" and rng.random() < 0.3:
+            var.kwargs["fill_value"] = _string(rng) or "fill"
         # Current length of each dim for this variable's writes.
         shape = [sizes[d] if sizes[d] is not None else ulen[d] for d in dims]
         mode = rng.random()
@@ -311,12 +319,12 @@ def _find_dim(nc, name: str):
 
 
 def _hdf5_string_prefill(var: Var, nc):
-    """The box a string variable's HDF5 twin is first filled with ``""`` over, or None.
+    """The box a string variable's HDF5 twin is first filled with its fill value, or None.
 
     Debian's ncdump (netcdf-c 4.9.0) fails with "NetCDF: HDF error" on a string variable
-    some of whose chunks are allocated and some not. ``""`` is the string fill, so writing it
-    over the variable's extent before the real writes changes nothing in the content, and the
-    NCZarr twin keeps its missing chunks (the read path under test).
+    some of whose chunks are allocated and some not. Writing the fill value over the
+    variable's extent before the real writes changes nothing in the content, and the NCZarr
+    twin keeps its missing chunks (the read path under test).
     """
     if var.kind != "string" or not var.dims or not var.writes:
         return None
@@ -361,7 +369,8 @@ def _apply(grp: Group, nc, hdf5: bool = False) -> None:
         v = nc.variables[var.name]
         prefill = _hdf5_string_prefill(var, nc) if hdf5 else None
         if prefill is not None:
-            v[prefill] = np.full(tuple(s.stop for s in prefill), "", dtype=object)
+            fill = var.kwargs.get("fill_value", "")
+            v[prefill] = np.full(tuple(s.stop for s in prefill), fill, dtype=object)
         for start, data in var.writes:
             index = tuple(slice(s, s + n) for s, n in zip(start, data.shape))
             if var.kind == "string" and not index:

@@ -6,13 +6,38 @@ use crate::model::{AttrValue, DtypeKind, NcType, ZarrDtype};
 use crate::{Error, Result};
 
 /// Converts a `.zarray` `fill_value` for a variable of type `t` stored as `dtype`, whose native
-/// string width is `string_width`. `null` gives `None`.
+/// string width is `string_width`. `null` gives `None`. A byte-string fill is base64, as the
+/// Zarr v2 spec says (and zarr-python writes).
 pub fn fill_value(
     key: &str,
     value: &Json,
     t: NcType,
     dtype: &ZarrDtype,
     string_width: usize,
+) -> Result<Option<Vec<u8>>> {
+    convert(key, value, t, dtype, string_width, true)
+}
+
+/// [`fill_value`] for an array NCZarr describes: netcdf-c writes a byte-string fill as its
+/// plain text (`"dj"` is the two letters, not base64 of `v`), and a char fill that reads as
+/// JSON as that JSON (the char `6` as the number 6).
+pub fn nczarr_fill_value(
+    key: &str,
+    value: &Json,
+    t: NcType,
+    dtype: &ZarrDtype,
+    string_width: usize,
+) -> Result<Option<Vec<u8>>> {
+    convert(key, value, t, dtype, string_width, false)
+}
+
+fn convert(
+    key: &str,
+    value: &Json,
+    t: NcType,
+    dtype: &ZarrDtype,
+    string_width: usize,
+    base64: bool,
 ) -> Result<Option<Vec<u8>>> {
     if *value == Json::Null {
         return Ok(None);
@@ -30,9 +55,12 @@ pub fn fill_value(
     match t {
         NcType::Char => Ok(Some(vec![match value {
             Json::Str(s) => {
-                let bytes = string_bytes(s, dtype);
+                let bytes = string_bytes(s, dtype, base64);
                 bytes.first().copied().unwrap_or(0)
             }
+            // netcdf-c stores char text that parses as JSON as that JSON (its "JSON
+            // convention"): the char `6` is written as the number 6.
+            Json::Num(_) | Json::Bool(_) if !base64 => value.unparse().bytes().next().unwrap_or(0),
             other => match super::attrs::to_type(key, "fill_value", other, NcType::UByte) {
                 Ok(AttrValue::UByte(v)) => v.first().copied().ok_or_else(bad)?,
                 _ => return Err(bad()),
@@ -40,7 +68,7 @@ pub fn fill_value(
         }])),
         NcType::String => {
             let mut bytes = match value {
-                Json::Str(s) => string_bytes(s, dtype),
+                Json::Str(s) => string_bytes(s, dtype, base64),
                 Json::Num(_) | Json::Bool(_) => Vec::new(),
                 _ => return Err(bad()),
             };
@@ -54,10 +82,10 @@ pub fn fill_value(
     }
 }
 
-/// The bytes a string `fill_value` stands for: zarr-python stores a `|S` fill as base64, and
-/// netcdf-c writes `""`; anything that is not valid base64 is taken as the text itself.
-fn string_bytes(s: &str, dtype: &ZarrDtype) -> Vec<u8> {
-    if dtype.kind == DtypeKind::Bytes {
+/// The bytes a string `fill_value` stands for: zarr-python stores a `|S` fill as base64 (when
+/// `base64`); anything that is not valid base64 is taken as the text itself.
+fn string_bytes(s: &str, dtype: &ZarrDtype, base64: bool) -> Vec<u8> {
+    if base64 && dtype.kind == DtypeKind::Bytes {
         if let Some(b) = base64_decode(s) {
             return b;
         }
@@ -178,6 +206,23 @@ mod tests {
             fv("\"xy\"", NcType::String, "<U2", 8),
             Some(b"xy\0\0\0\0\0\0".to_vec())
         );
+    }
+
+    #[test]
+    fn nczarr_byte_string_fills_are_plain_text() {
+        // netcdf-c 4.10.1 writes `string v:_FillValue = "dj"` as `"fill_value": "dj"`.
+        let j = Json::parse("k", b"\"dj\"").unwrap();
+        let d = ZarrDtype::parse("|S4").unwrap();
+        let got = nczarr_fill_value("k", &j, NcType::String, &d, 4).unwrap();
+        assert_eq!(got, Some(b"dj\0\0".to_vec()));
+        let d = ZarrDtype::parse(">S1").unwrap();
+        let j = Json::parse("k", b"\"QQ==\"").unwrap();
+        let got = nczarr_fill_value("k", &j, NcType::Char, &d, 0).unwrap();
+        assert_eq!(got, Some(b"Q".to_vec()));
+        // netcdf-c 4.10.1 writes the char fill '6' as `"fill_value": 6`.
+        let j = Json::parse("k", b"6").unwrap();
+        let got = nczarr_fill_value("k", &j, NcType::Char, &d, 0).unwrap();
+        assert_eq!(got, Some(b"6".to_vec()));
     }
 
     #[test]

@@ -612,7 +612,11 @@ impl Reader<'_> {
         let mut fill_value = None;
         if let Some(d) = &dtype {
             if let Some(fv) = z.get("fill_value") {
-                fill_value = fill::fill_value(&zkey, fv, nctype, d, string_width)?;
+                fill_value = if self.dialect == Dialect::Pure {
+                    fill::fill_value(&zkey, fv, nctype, d, string_width)?
+                } else {
+                    fill::nczarr_fill_value(&zkey, fv, nctype, d, string_width)?
+                };
             }
             if fill_value.is_none() {
                 fill_value = attrs
