@@ -97,7 +97,7 @@ struct Handle {
     snap: Arc<Snapshot>,
     /// Generated content, for everything but `data`.
     content: Option<Arc<Vec<u8>>>,
-    /// Byte offset where the previous read ended, and the element index up to which the
+    /// The furthest byte offset a read has ended at, and the element index up to which the
     /// chunk cache has been asked to prefetch.
     seq: Mutex<(u64, u64)>,
     /// Set once something was written through this handle (a flush then syncs the dataset).
@@ -650,15 +650,34 @@ fn read_data_writer(w: &DatasetWriter, var: VarId, offset: u64, out: &mut [u8]) 
 
 /// Reads bytes `[offset, offset + len)` of a variable's `data` (clipped to its size).
 pub fn read_data(snap: &Snapshot, var: VarId, offset: u64, len: u64) -> Result<Vec<u8>> {
+    let mut buf = Vec::new();
+    let range = read_data_into(snap, var, offset, len, &mut buf)?;
+    buf.truncate(range.end);
+    buf.drain(..range.start);
+    Ok(buf)
+}
+
+/// Like [`read_data`], into `buf` (whose allocation is reused; it is overwritten, never
+/// zeroed first when already large enough): returns where in `buf` the bytes asked for are.
+fn read_data_into(
+    snap: &Snapshot,
+    var: VarId,
+    offset: u64,
+    len: u64,
+    buf: &mut Vec<u8>,
+) -> Result<std::ops::Range<usize>> {
     let ds = &snap.model;
     let size = content::data_size(ds, var);
     let esz = ds.var(var).element_size() as u64;
     if offset >= size || len == 0 || esz == 0 {
-        return Ok(Vec::new());
+        return Ok(0..0);
     }
     let end = offset.saturating_add(len).min(size);
     let (e0, e1) = (offset / esz, end.div_ceil(esz));
-    let mut buf = vec![0u8; ((e1 - e0) * esz) as usize];
+    let need = ((e1 - e0) * esz) as usize;
+    if buf.len() < need {
+        buf.resize(need, 0);
+    }
     let shape = ds.var_shape(var);
     let mut pos = 0usize;
     for slab in element_range_slabs(&shape, e0, e1) {
@@ -667,19 +686,30 @@ pub fn read_data(snap: &Snapshot, var: VarId, offset: u64, len: u64) -> Result<V
         pos += n;
     }
     let skip = (offset - e0 * esz) as usize;
-    buf.truncate(skip + (end - offset) as usize);
-    buf.drain(..skip);
-    Ok(buf)
+    Ok(skip..skip + (end - offset) as usize)
+}
+
+thread_local! {
+    /// A reader thread's reply buffer, reused from request to request (fresh pages for every
+    /// request cost more than the copy into them).
+    static REPLY_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Asks the chunk engine to load elements `[lo, hi)` of `var` into its cache.
 fn prefetch(snap: &Snapshot, var: VarId, lo: u64, hi: u64) {
     let ds = &snap.model;
-    let esz = ds.var(var).element_size();
     let shape = ds.var_shape(var);
     for slab in element_range_slabs(&shape, lo, hi) {
-        let mut scratch = vec![0u8; slab_len(&slab) as usize * esz];
-        if let Err(e) = snap.read(var, &slab, &mut scratch) {
+        let loaded = match &snap.source {
+            // Straight into the cache: no buffer, no copy.
+            Source::Engine(engine) => engine.preload(ds, var, &slab),
+            Source::Writer(_) => {
+                let esz = ds.var(var).element_size();
+                let mut scratch = vec![0u8; slab_len(&slab) as usize * esz];
+                snap.read(var, &slab, &mut scratch)
+            }
+        };
+        if let Err(e) = loaded {
             log::debug!("prefetch of {} stopped: {e}", ds.var_fqn(var));
             return;
         }
@@ -702,10 +732,11 @@ impl Filesystem for NczarrFs {
             // `cat x > data` can be told apart from truncate(2) (see `open`).
             let _ = config.add_capabilities(fuser::consts::FUSE_ATOMIC_O_TRUNC);
         }
-        // No kernel readahead: a readahead request that reaches a corrupt chunk would fail the
-        // pages the reader asked for too. Large reads stay large (the kernel sends the reader's
-        // size), and sequential small reads are served by our own chunk prefetch.
-        let _ = config.set_max_readahead(1);
+        // Kernel readahead stays on (as much as the kernel offers): without it every page is
+        // a request of its own. A readahead request that touches a corrupt chunk fails as a
+        // whole, never short (a short read would tell the kernel the file ends there); the
+        // kernel then leaves its pages not uptodate and reads each one the reader wants
+        // again, alone, so EIO stays confined to the corrupt chunk's pages.
         let _ = config.set_max_background(64);
         let _ = config.set_congestion_threshold(48);
         log::info!("mounted {}", self.shared.map.describe());
@@ -846,13 +877,29 @@ impl Filesystem for NczarrFs {
             let Some(Resolved::Var(var)) = owner.resolve(&snap.model) else {
                 return reply.error(libc::ENOENT);
             };
-            match read_data(&snap, var, offset, size.into()) {
-                Ok(bytes) => {
-                    let end = offset + bytes.len() as u64;
-                    reply.data(&bytes);
-                    maybe_prefetch(&sh, &handle, &snap, var, offset, end);
+            let serve = |buf: &mut Vec<u8>, reply: ReplyData| match read_data_into(
+                &snap,
+                var,
+                offset,
+                size.into(),
+                buf,
+            ) {
+                Ok(range) => {
+                    let n = range.len() as u64;
+                    reply.data(&buf[range]);
+                    Ok(n)
                 }
-                Err(e) => {
+                Err(e) => Err((e, reply)),
+            };
+            // A reader waiting inside the engine's parallel loops may run another request on
+            // this thread: that one gets a buffer of its own.
+            let read = REPLY_BUF.with(|cell| match cell.try_borrow_mut() {
+                Ok(mut buf) => serve(&mut buf, reply),
+                Err(_) => serve(&mut Vec::new(), reply),
+            });
+            match read {
+                Ok(n) => maybe_prefetch(&sh, &handle, &snap, var, offset, offset + n),
+                Err((e, reply)) => {
                     sh.log_once(format!(
                         "{}: read of {size} bytes at {offset}: {e}",
                         node_display(&handle.node)
@@ -1324,10 +1371,13 @@ fn maybe_prefetch(
     }
     let total: u64 = ds.var_shape(var).iter().product();
     let next = end.div_ceil(esz);
+    // Kernel readahead sends several requests at once, so they may arrive out of order: a
+    // read counts as sequential when it starts near the furthest end seen so far.
+    let near = window * esz / 2;
     let range = {
         let mut seq = lock(&handle.seq);
-        let sequential = seq.0 == offset;
-        seq.0 = end;
+        let sequential = offset <= seq.0.saturating_add(near) && offset + near >= seq.0;
+        seq.0 = seq.0.max(end);
         if !sequential || next + window / 2 < seq.1 {
             return;
         }
