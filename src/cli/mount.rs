@@ -21,7 +21,8 @@ pub struct MountArgs {
     /// Stay in the foreground (default: become a daemon once the mount is ready).
     #[arg(short = 'f', long)]
     pub foreground: bool,
-    /// Append log lines to this file (level from RUST_LOG, default warn).
+    /// Append log lines to this file (level from RUST_LOG, default warn; without it a daemon
+    /// logs to syslog, `-f` to stderr).
     #[arg(long, value_name = "PATH")]
     pub log_file: Option<PathBuf>,
     /// Internal: the pipe on which the daemon reports readiness to its parent.

@@ -31,7 +31,7 @@ pub struct MountRequest {
     pub options: MountOptions,
     /// Stay in the foreground instead of becoming a daemon.
     pub foreground: bool,
-    /// Where log lines go (default: stderr in the foreground, nowhere for a daemon).
+    /// Where log lines go (default: stderr in the foreground, syslog for a daemon).
     pub log_file: Option<PathBuf>,
     /// Internal: the pipe on which a daemon process reports readiness to its parent.
     pub ready_fd: Option<i32>,
@@ -43,8 +43,11 @@ pub fn mount(req: MountRequest) -> Result<i32> {
     if !req.foreground && req.ready_fd.is_none() {
         return spawn_daemon(&req);
     }
-    if let Some(path) = &req.log_file {
-        redirect_stderr(path)?;
+    match &req.log_file {
+        Some(path) => redirect_stderr(path)?,
+        // A daemon's stderr is /dev/null.
+        None if req.ready_fd.is_some() => super::logging::to_syslog(),
+        None => {}
     }
     let ready = req.ready_fd.map(|fd| {
         // SAFETY: the fd was opened for us by our parent and nothing else owns it.

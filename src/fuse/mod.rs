@@ -21,6 +21,7 @@ mod daemon;
 mod fs;
 mod inodes;
 mod layout;
+pub mod logging;
 mod options;
 mod slab;
 mod write;
