@@ -57,6 +57,9 @@ impl<T> std::fmt::Debug for ChunkCache<T> {
 /// Writes one dirty entry back to storage: `(key, native data, token)`.
 pub(crate) type WriteBack<'a, T> = dyn FnMut(&str, &[u8], &T) -> Result<()> + 'a;
 
+/// [`WriteBack`] for dirty entries written back in parallel.
+pub(crate) type ParallelWriteBack<'a, T> = dyn Fn(&str, &[u8], &T) -> Result<()> + Sync + 'a;
+
 impl<T> ChunkCache<T> {
     /// A cache holding at most `capacity` bytes of chunk data (0: nothing is kept).
     pub(crate) fn new(capacity: usize) -> Self {
@@ -157,27 +160,12 @@ impl<T> ChunkCache<T> {
         Ok(())
     }
 
-    /// Writes every dirty entry back and marks it clean; stops at the first failure.
-    pub(crate) fn flush(&self, write_back: &mut WriteBack<'_, T>) -> Result<()> {
-        let mut inner = self.lock();
-        for (k, e) in inner.lru.iter_mut() {
-            if let Some(token) = &e.dirty {
-                write_back(k, &e.data, token)?;
-                e.dirty = None;
-            }
-        }
-        Ok(())
-    }
-
     /// Writes every dirty entry back in parallel (rayon) and marks the stored ones clean. The
     /// lock is held throughout, as for an eviction, so no reader can miss the cache and fetch a
     /// stale stored chunk meanwhile. Returns the first failure; entries that failed stay dirty.
-    pub(crate) fn flush_parallel(
-        &self,
-        write_back: &(dyn Fn(&str, &[u8], &T) -> Result<()> + Sync),
-    ) -> Result<()>
+    pub(crate) fn flush(&self, write_back: &ParallelWriteBack<'_, T>) -> Result<()>
     where
-        T: Sync,
+        T: Send + Sync,
     {
         use rayon::prelude::*;
         let mut inner = self.lock();
@@ -304,9 +292,9 @@ mod tests {
     #[test]
     fn dirty_entries_written_back_on_eviction_flush_and_invalidate() {
         let c: ChunkCache<u32> = ChunkCache::new(4);
-        let written = std::cell::RefCell::new(Vec::<String>::new());
+        let written = Mutex::new(Vec::<String>::new());
         let mut wb = |k: &str, _: &[u8], _: &u32| {
-            written.borrow_mut().push(k.to_string());
+            written.lock().unwrap().push(k.to_string());
             Ok(())
         };
         c.insert("v/0", Arc::new(vec![0; 2]), Some(1), &mut wb)
@@ -315,21 +303,25 @@ mod tests {
             .unwrap();
         c.insert("w/0", Arc::new(vec![0; 2]), None, &mut wb)
             .unwrap();
-        assert_eq!(*written.borrow(), vec!["v/0"]);
-        c.flush(&mut wb).unwrap();
-        assert_eq!(*written.borrow(), vec!["v/0", "v/1"]);
-        c.flush(&mut wb).unwrap();
-        assert_eq!(written.borrow().len(), 2, "flushed entries are clean");
+        assert_eq!(*written.lock().unwrap(), vec!["v/0"]);
+        c.flush(&wb).unwrap();
+        assert_eq!(*written.lock().unwrap(), vec!["v/0", "v/1"]);
+        c.flush(&wb).unwrap();
+        assert_eq!(
+            written.lock().unwrap().len(),
+            2,
+            "flushed entries are clean"
+        );
         c.insert("v/1", Arc::new(vec![1; 2]), Some(1), &mut wb)
             .unwrap();
         c.invalidate("v/", &mut wb).unwrap();
-        assert_eq!(*written.borrow(), vec!["v/0", "v/1", "v/1"]);
+        assert_eq!(*written.lock().unwrap(), vec!["v/0", "v/1", "v/1"]);
         assert!(c.get("v/1").is_none());
         assert!(c.get("w/0").is_some());
     }
 
     #[test]
-    fn parallel_flush_stores_every_dirty_entry_once_and_discard_forgets() {
+    fn flush_stores_every_dirty_entry_once_and_discard_forgets() {
         let c: ChunkCache<u32> = ChunkCache::new(100);
         let written = Mutex::new(Vec::<(String, u32)>::new());
         let wb = |k: &str, _: &[u8], t: &u32| {
@@ -342,13 +334,17 @@ mod tests {
             c.insert(&format!("k{i}"), Arc::new(vec![0; 4]), dirty, &mut never)
                 .unwrap();
         }
-        c.flush_parallel(&wb).unwrap();
+        c.flush(&wb).unwrap();
         let mut got = written.lock().unwrap().clone();
         got.sort();
         let want: Vec<(String, u32)> = (0..10).step_by(2).map(|i| (format!("k{i}"), i)).collect();
         assert_eq!(got, want);
-        c.flush_parallel(&wb).unwrap();
-        assert_eq!(written.lock().unwrap().len(), 5, "flushed entries are clean");
+        c.flush(&wb).unwrap();
+        assert_eq!(
+            written.lock().unwrap().len(),
+            5,
+            "flushed entries are clean"
+        );
         c.discard("k3");
         c.discard("absent");
         assert!(c.get("k3").is_none());
@@ -356,7 +352,7 @@ mod tests {
     }
 
     #[test]
-    fn failed_parallel_flush_keeps_failed_entries_dirty() {
+    fn failed_flush_keeps_failed_entries_dirty() {
         let c: ChunkCache<u32> = ChunkCache::new(100);
         let mut never = |_: &str, _: &[u8], _: &u32| -> Result<()> { panic!("no eviction") };
         c.insert("bad", Arc::new(vec![0; 4]), Some(0), &mut never)
@@ -372,9 +368,9 @@ mod tests {
             }
             Ok(())
         };
-        assert!(c.flush_parallel(&fail_bad).is_err());
+        assert!(c.flush(&fail_bad).is_err());
         let retried = Mutex::new(Vec::new());
-        c.flush_parallel(&|k: &str, _: &[u8], _: &u32| {
+        c.flush(&|k: &str, _: &[u8], _: &u32| {
             retried.lock().unwrap().push(k.to_string());
             Ok(())
         })

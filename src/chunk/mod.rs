@@ -12,6 +12,7 @@ mod convert;
 mod shard;
 mod slab;
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -327,13 +328,19 @@ impl VarPlan {
         Ok(true)
     }
 
-    /// Native C-order chunk → stored chunk.
-    fn encode(&self, native: &[u8]) -> Result<Vec<u8>> {
+    /// Native C-order chunk → stored chunk; the native bytes themselves when they are stored
+    /// as they are (no codec, no conversion, C order), so raw chunks are never copied.
+    fn encode<'a>(&self, native: &'a [u8]) -> Result<Cow<'a, [u8]>> {
         if self.v3.is_some() {
             return Err(Error::Unsupported(format!(
                 "writing Zarr v3 ({})",
                 self.fqn
             )));
+        }
+        let reorders = self.storage.order != ChunkOrder::C
+            && self.chunk_shape_usize.iter().filter(|&&n| n > 1).count() > 1;
+        if self.pipeline.is_empty() && matches!(self.conv, Conversion::Identity) && !reorders {
+            return Ok(Cow::Borrowed(native));
         }
         let data = convert::from_c_order(
             native.to_vec(),
@@ -341,7 +348,20 @@ impl VarPlan {
             self.esize,
             self.storage.order,
         );
-        self.pipeline.encode(self.conv.to_stored(data))
+        self.pipeline
+            .encode(self.conv.to_stored(data))
+            .map(Cow::Owned)
+    }
+
+    /// Whether a write at `spans` (of a slab starting at `start` with `stride`) sets every
+    /// element of that chunk that lies inside the array.
+    fn covers(&self, start: &[u64], stride: &[u64], spans: &[Span]) -> bool {
+        spans.iter().enumerate().all(|(d, s)| {
+            let cs = self.chunk_shape[d];
+            let lo = s.chunk.saturating_mul(cs);
+            let hi = lo.saturating_add(cs).min(self.grid[d]);
+            stride[d] == 1 && start[d] + s.k_lo == lo && start[d] + s.k_hi == hi
+        })
     }
 }
 
@@ -847,6 +867,8 @@ impl ChunkEngine {
     /// Writes `data` (native representation, C order, `product(count) * element_size` bytes)
     /// into `slab` of variable `var`. Chunks are modified in the cache and reach storage on
     /// [`ChunkEngine::flush`] (or eviction); with no room in the cache they are stored at once.
+    /// A streaming write, whose wholly covered chunks would fill more than half the cache,
+    /// stores those chunks at once instead, encoding them in parallel without reading them.
     /// The slab must lie within the stored shape: growing an array is the metadata writer's job.
     pub fn write(&self, ds: &Dataset, var: VarId, slab: &Hyperslab, data: &[u8]) -> Result<()> {
         let v = ds.var(var);
@@ -899,29 +921,93 @@ impl ChunkEngine {
         };
         let mapping = gs.mapping();
         let _guard = self.write_lock.lock().unwrap_or_else(|e| e.into_inner());
-        for spans in combinations(&gs.spans) {
-            let coords: Vec<u64> = spans.iter().map(|s| s.chunk).collect();
-            let key = plan.chunk_key(&coords);
-            let mut chunk = match self.fetch(&plan, &coords, true, None)? {
-                Some(c) => Arc::unwrap_or_clone(c),
-                None => plan.fill_chunk(),
-            };
-            mapping.gather(&spans, data, &mut chunk);
-            self.cache.insert(
-                &key,
-                Arc::new(chunk),
-                Some(Arc::clone(&plan)),
-                &mut |k, d, p| self.write_back(k, d, p),
-            )?;
+        let all = combinations(&gs.spans);
+        let whole = |spans: &Vec<Span>| plan.covers(&gs.start, &gs.stride, spans);
+        let whole_bytes = all.iter().filter(|s| whole(s)).count() as u128
+            * (plan.chunk_elems * plan.esize) as u128;
+        // Cycling a streaming write's chunks through the cache would evict everything else
+        // and encode them one at a time under its lock.
+        let (direct, cached): (Vec<_>, Vec<_>) = if whole_bytes * 2 > self.cache.capacity() as u128
+        {
+            all.into_iter().partition(whole)
+        } else {
+            (Vec::new(), all)
+        };
+        direct
+            .par_iter()
+            .try_for_each(|spans| self.store_whole(&plan, &mapping, spans, data))?;
+        // Chunks modified in the cache are fetched, decoded and modified in parallel, a few at
+        // a time so that memory stays bounded.
+        for group in cached.chunks(BATCH) {
+            let modified: Vec<(String, Vec<u8>)> = group
+                .par_iter()
+                .map(|spans| {
+                    let coords: Vec<u64> = spans.iter().map(|s| s.chunk).collect();
+                    let mut chunk = match self.fetch(&plan, &coords, true, None)? {
+                        Some(c) => Arc::unwrap_or_clone(c),
+                        None => plan.fill_chunk(),
+                    };
+                    mapping.gather(spans, data, &mut chunk);
+                    Ok((plan.chunk_key(&coords), chunk))
+                })
+                .collect::<Result<_>>()?;
+            for (key, chunk) in modified {
+                self.cache.insert(
+                    &key,
+                    Arc::new(chunk),
+                    Some(Arc::clone(&plan)),
+                    &mut |k, d, p| self.write_back(k, d, p),
+                )?;
+            }
         }
         Ok(())
     }
 
-    /// Encodes and stores every chunk written since the last flush. (The storage map's own
-    /// `flush`, which makes puts durable, is the caller's to call.)
+    /// Stores the chunk at `spans`, which the write of `data` covers whole, without reading
+    /// it: straight from `data` when it is one block there, else gathered into a new chunk.
+    fn store_whole(
+        &self,
+        plan: &Arc<VarPlan>,
+        mapping: &Mapping<'_>,
+        spans: &[Span],
+        data: &[u8],
+    ) -> Result<()> {
+        let coords: Vec<u64> = spans.iter().map(|s| s.chunk).collect();
+        let key = plan.chunk_key(&coords);
+        let chunk_bytes = plan.chunk_elems * plan.esize;
+        let gathered;
+        let native = match mapping.whole_block(spans, 0) {
+            Some(at) => &data[at..at + chunk_bytes],
+            None => {
+                // Only an edge chunk has elements outside the array, which hold the fill value.
+                let inside = spans
+                    .iter()
+                    .zip(&plan.chunk_shape)
+                    .all(|(s, &c)| s.k_hi - s.k_lo == c);
+                let mut chunk = if inside {
+                    vec![0; chunk_bytes]
+                } else {
+                    plan.fill_chunk()
+                };
+                mapping.gather(spans, data, &mut chunk);
+                gathered = chunk;
+                &gathered[..]
+            }
+        };
+        // A cached copy is stale now: dropped before the store, so that an eviction cannot
+        // write its unflushed values over the new chunk, and after, in case a reader cached
+        // the stored chunk in between.
+        self.cache.discard(&key);
+        self.write_back(&key, native, plan)?;
+        self.cache.discard(&key);
+        Ok(())
+    }
+
+    /// Encodes (in parallel) and stores every chunk written since the last flush. (The
+    /// storage map's own `flush`, which makes puts durable, is the caller's to call.)
     pub fn flush(&self) -> Result<()> {
         let _guard = self.write_lock.lock().unwrap_or_else(|e| e.into_inner());
-        self.cache.flush(&mut |k, d, p| self.write_back(k, d, p))
+        self.cache.flush(&|k, d, p| self.write_back(k, d, p))
     }
 
     /// Forgets cached chunks (and variable plans) whose keys start with `prefix`, after

@@ -646,16 +646,67 @@ fn dirty_chunks_survive_eviction_and_drop() {
             &7i32.to_le_bytes(),
         )
         .unwrap();
+        // Part of chunk 1.2 (a whole chunk would be stored at once, bypassing the cache).
         e.write(
             &ds,
             v,
-            &slab(&[4, 6], &[1, 1], &[1, 1]),
+            &slab(&[3, 6], &[1, 1], &[1, 1]),
             &8i32.to_le_bytes(),
         )
         .unwrap(); // evicts (writes back) chunk 0.0
         assert_eq!(i32s(&map.object("v/0.0").unwrap())[0], 7);
-    } // drop flushes chunk 2.2
-    assert_eq!(i32s(&map.object("v/2.2").unwrap())[0], 8);
+    } // drop flushes chunk 1.2
+    assert_eq!(i32s(&map.object("v/1.2").unwrap())[3], 8);
+}
+
+#[test]
+fn streaming_writes_store_whole_chunks_at_once_over_stale_cached_ones() {
+    for (dtype, order) in [("<i4", ChunkOrder::C), (">i4", ChunkOrder::F)] {
+        let (map, ds, v) = grid_fixture(dtype, order);
+        let e = engine(&map, 48); // two chunks
+                                  // An unflushed write in chunk 0.0, which the next write then covers whole.
+        e.write(
+            &ds,
+            v,
+            &slab(&[0, 0], &[1, 1], &[1, 1]),
+            &(-1i32).to_le_bytes(),
+        )
+        .unwrap();
+        // Rows 0-3: six whole chunks (three of them at the edge of x), more than the cache.
+        let s = slab(&[0, 0], &[4, 7], &[1, 1]);
+        let values: Vec<i32> = (100..128).collect();
+        let data: Vec<u8> = values.iter().flat_map(|x| x.to_le_bytes()).collect();
+        e.write(&ds, v, &s, &data).unwrap();
+        // Stored before any flush: a fresh engine without cache reads them.
+        let fresh = engine(&map, 0);
+        assert_eq!(read_i32(&fresh, &ds, v, &s).unwrap(), values, "{dtype}");
+        // The stale unflushed copy of chunk 0.0 is neither read nor flushed over the new one.
+        assert_eq!(read_i32(&e, &ds, v, &s).unwrap(), values, "{dtype}");
+        e.flush().unwrap();
+        assert_eq!(read_i32(&fresh, &ds, v, &s).unwrap(), values, "{dtype}");
+        // Row 4 untouched.
+        let row4 = slab(&[4, 0], &[1, 7], &[1, 1]);
+        assert_eq!(
+            read_i32(&fresh, &ds, v, &row4).unwrap(),
+            expected(&row4),
+            "{dtype}"
+        );
+    }
+    // Beyond the array, a whole edge chunk holds the fill value (netCDF's default for int).
+    let (map, ds, v) = grid_fixture("<i4", ChunkOrder::C);
+    let e = engine(&map, 0);
+    e.write(
+        &ds,
+        v,
+        &slab(&[0, 6], &[2, 1], &[1, 1]),
+        &[[1u8; 4], [2; 4]].concat(),
+    )
+    .unwrap();
+    let fill = -2147483647;
+    assert_eq!(
+        i32s(&map.object("v/0.2").unwrap()),
+        vec![0x01010101, fill, fill, 0x02020202, fill, fill]
+    );
 }
 
 proptest! {

@@ -1,0 +1,175 @@
+"""Whole-variable write throughput: `nczarrfs copy` against netCDF4-python (netcdf-c) writing the
+same values, uncompressed and with zlib level 1 + shuffle.
+
+The source is bench_read.py's ``plain`` NCZarr dataset (about --size-mb of float32 in chunks of
+(1, 512, 1024), a smooth field with quantized noise), created once with netCDF4-python and kept.
+Each writer produces a new NCZarr dataset with the same chunking and codecs:
+
+* ``nczarrfs copy``: reads the source, writes the target and verifies it (it reads the copy
+  back and compares checksums) — the whole user-facing command, so it does more than the others;
+* ``netCDF4-python``: writes the values, already in memory as a numpy array, with
+  ``var[:] = values`` then closes the file (the time covers both);
+* ``nccopy`` (Debian's netcdf-c, when it reads NCZarr): the same copy as ours.
+
+Every run writes a fresh target (the previous one is removed outside the timing); the table shows
+the best of --repeat runs after a warm-up, the size of what was written, and how many times
+faster we are than each writer. Every target is read back with netCDF4-python once and its
+values compared with the source's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import netCDF4
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_read import COLS, ROWS, VAR, Dataset, make_dataset, nczarrfs_binary  # noqa: E402
+
+
+@dataclass
+class Codec:
+    """One compression setting, spelled for each writer."""
+
+    name: str
+    ours: list[str]
+    netcdf4: dict
+    nccopy: list[str]
+
+
+CODECS = [
+    Codec("plain", [], {}, ["-d", "0"]),
+    Codec("zlib1+shuffle", ["-d", "1", "-s"], {"zlib": True, "complevel": 1, "shuffle": True},
+          ["-d", "1", "-s"]),
+]
+
+
+@dataclass
+class Writer:
+    """One row of the table: writes `src` (or `values`) to the NCZarr directory `dst`."""
+
+    name: str
+    write: Callable[[Dataset, np.ndarray, Path, Codec], None]
+
+
+def url(path: Path) -> str:
+    return f"file://{path}#mode=nczarr,file"
+
+
+def write_nczarrfs(src: Dataset, _values: np.ndarray, dst: Path, codec: Codec) -> None:
+    subprocess.run([str(nczarrfs_binary()), "copy", *codec.ours, str(src.path), str(dst)],
+                   check=True)
+
+
+def write_netcdf4(_src: Dataset, values: np.ndarray, dst: Path, codec: Codec) -> None:
+    with netCDF4.Dataset(url(dst), "w") as nc:
+        nc.createDimension("time", None)
+        nc.createDimension("y", ROWS)
+        nc.createDimension("x", COLS)
+        var = nc.createVariable(VAR, "f4", ("time", "y", "x"), chunksizes=(1, ROWS, COLS),
+                                **codec.netcdf4)
+        var.set_auto_maskandscale(False)
+        var[:] = values
+
+
+def write_nccopy(src: Dataset, _values: np.ndarray, dst: Path, codec: Codec) -> None:
+    subprocess.run(["nccopy", *codec.nccopy, url(src.path), url(dst)], check=True,
+                   stderr=subprocess.DEVNULL)
+
+
+#: The table's rows; the first is ours, the numerator of the ratios.
+WRITERS = [
+    Writer("nczarrfs copy (verified)", write_nczarrfs),
+    Writer("netCDF4-python var[:]=", write_netcdf4),
+    Writer("nccopy (Debian netcdf-c)", write_nccopy),
+]
+
+
+def _checksum(arr: np.ndarray) -> int:
+    return zlib.crc32(memoryview(np.ascontiguousarray(arr)).cast("B"))
+
+
+def read_values(path: Path) -> np.ndarray:
+    with netCDF4.Dataset(url(path)) as nc:
+        var = nc.variables[VAR]
+        var.set_auto_maskandscale(False)
+        return np.ascontiguousarray(var[...])
+
+
+def du(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def bench(writer: Writer, src: Dataset, values: np.ndarray, codec: Codec, workdir: Path,
+          repeat: int) -> tuple[float, Path]:
+    dst = workdir / f"out_{codec.name}_{writer.name.split()[0]}.file"
+    best = float("inf")
+    for i in range(repeat + 1):
+        shutil.rmtree(dst, ignore_errors=True)
+        subprocess.run(["sync"], check=False)
+        start = time.perf_counter()
+        writer.write(src, values, dst, codec)
+        secs = time.perf_counter() - start
+        if i > 0:  # the first run is a warm-up
+            best = min(best, secs)
+    return best, dst
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size-mb", type=int, default=400, help="size of the variable")
+    parser.add_argument("--repeat", type=int, default=3, help="timed writes per row (best kept)")
+    parser.add_argument(
+        "--workdir", type=Path, default=Path(tempfile.gettempdir()) / "nczarrfs-bench",
+        help="where the source is created and kept between runs, and the copies written",
+    )
+    parser.add_argument("--only", default="", help="comma-separated writer names to run")
+    args = parser.parse_args(argv)
+    workdir = args.workdir.resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    writers = [w for w in WRITERS if not args.only or w.name in args.only.split(",")]
+    if shutil.which("nccopy") is None:
+        writers = [w for w in writers if w.write is not write_nccopy]
+
+    src = make_dataset(workdir, "plain", args.size_mb, compress=False)
+    values = read_values(src.path)
+    want = _checksum(values)
+    print(f"source {src.path} ({src.nbytes / 2**20:.0f} MiB), best of {args.repeat}")
+    print(f"{'codec':<14} {'writer':<26} {'best s':>8} {'MiB/s':>8} {'out MiB':>8} "
+          f"{'this/ours':>10}  check")
+    failed = False
+    for codec in CODECS:
+        results = {}
+        for writer in writers:
+            try:
+                secs, dst = bench(writer, src, values, codec, workdir, args.repeat)
+            except (subprocess.CalledProcessError, OSError, RuntimeError) as err:
+                print(f"{codec.name:<14} {writer.name:<26} failed: {err}")
+                failed = failed or writer is WRITERS[0]
+                continue
+            ok = _checksum(read_values(dst)) == want
+            failed = failed or not ok
+            results[writer.name] = (secs, du(dst), ok)
+            shutil.rmtree(dst, ignore_errors=True)
+        ours = results.get(WRITERS[0].name, (None,))[0]
+        for name, (secs, size, ok) in results.items():
+            ratio = f"{secs / ours:10.2f}" if ours else f"{'-':>10}"
+            mib = src.nbytes / 2**20 / secs
+            print(f"{codec.name:<14} {name:<26} {secs:8.3f} {mib:8.0f} {size / 2**20:8.1f} "
+                  f"{ratio}  {'ok' if ok else 'DIFFERENT VALUES'}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
