@@ -25,7 +25,7 @@ if _spec and _spec.submodule_search_locations:
 def nczarrfs_binary() -> Path:
     """NCZARRFS_BIN, else the release build, else the debug build."""
     if os.environ.get("NCZARRFS_BIN"):
-        return Path(os.environ["NCZARRFS_BIN"])
+        return Path(os.environ["NCZARRFS_BIN"]).resolve()
     for profile in ("release", "debug"):
         candidate = REPO / "target" / profile / "nczarrfs"
         if candidate.exists():
