@@ -17,6 +17,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 SEED = int(os.environ.get("NCZARRFS_SEED") or random.SystemRandom().randrange(1, 2**31))
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Under the test command (NCZARRFS_REQUIRE_S3 set, servers started), an S3 server that
+    does not answer is a failure, not a skip."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and os.environ.get("NCZARRFS_REQUIRE_S3") and "not reachable" in str(
+        report.longrepr
+    ):
+        report.outcome = "failed"
+
+
 def pytest_report_header(config):
     return f"nczarrfs interop seed: {SEED} (reproduce with NCZARRFS_SEED={SEED})"
 

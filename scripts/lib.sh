@@ -31,7 +31,8 @@ apt_install() {
 
 # The base system this project needs: a C compiler (blosc-src), Python with venv, ncdump, FUSE.
 need_system() {
-    need_commands cc:gcc python3:python3 ncdump:netcdf-bin fusermount3:fuse3 || return 1
+    need_commands cc:gcc python3:python3 ncdump:netcdf-bin fusermount3:fuse3 \
+        systemd-analyze:systemd || return 1
     # Debian splits venv/ensurepip out of python3.
     if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
         apt_install python3-venv || return 1

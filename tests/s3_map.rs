@@ -60,6 +60,13 @@ macro_rules! endpoint_or_skip {
         match var($name) {
             Some(e) => e,
             None => {
+                // The test command sets NCZARRFS_REQUIRE_S3 after starting the servers, so a
+                // missing server fails there instead of passing as a skip.
+                assert!(
+                    var("NCZARRFS_REQUIRE_S3").is_none(),
+                    "{} is not set but NCZARRFS_REQUIRE_S3 is",
+                    $name
+                );
                 eprintln!(
                     "skipped: {} is not set (run scripts/s3-servers start and export the \
                      output of scripts/s3-servers env)",
