@@ -8,8 +8,7 @@ ncdump runs with `-s` (so `_ChunkSizes`, `_DeflateLevel`, `_Shuffle`, `_Endianne
 Two things the CDL text itself cannot carry are allowed for, as ncgen has them too: a
 negative zero prints as `-0`, which ncgen reads as the integer 0; and Debian's ncdump fails
 on some HDF5 files ("HDF error"), whose seeds are skipped (and counted: most must work).
-Char rows with a newline before their end are not drawn: ncdump splits them into constants
-that ncgen pads to whole rows (see `_no_inner_newlines`).
+Char data the CDL text cannot carry through ncgen is not drawn (see `_cdl_safe_chars`).
 """
 
 from __future__ import annotations
@@ -43,26 +42,37 @@ def _cdl_of(hpath: str, out: Path) -> Path | None:
     return out
 
 
-def _no_inner_newlines(grp: twins.Group) -> None:
-    """Replaces newlines in char data by tabs, in place.
+def _cdl_safe_chars(grp: twins.Group) -> None:
+    """Changes, in place, the char data whose CDL text netcdf-c itself cannot read back.
 
-    ncdump ends a char constant after a `\n` that is not the last character of its row
-    (`"ab\n", "c"`), and ncgen pads every constant to a whole row (ncgen's rule: "for each
-    constant, add fill characters such that its length is a multiple of" the last dim): Debian
-    ncgen reads that row back as `ab\n\0\0…` and overflows. The CDL text cannot carry such
-    rows, in netcdf-c as in nczarrfs, so they are not drawn here (the dump oracle keeps them).
+    * Newlines become tabs. ncdump ends a char constant after a `\\n` that is not the last
+      character of its row (`"ab\\n", "c"`), and ncgen pads every constant to a whole row
+      (ncgen's rule: "for each constant, add fill characters such that its length is a
+      multiple of" the last dim): Debian ncgen reads that row back as `ab\\n\\0\\0…` and
+      overflows.
+    * NULs become `0` in a variable whose fill is not NUL. ncdump drops the trailing NULs of a
+      row and ncgen pads the row with the fill character, so written NULs come back as fill.
+
+    The dump oracle keeps both.
     """
     for var in grp.vars:
-        if var.kind == "char":
-            var.writes = [(start, np.where(data == b"\n", b"\t", data).astype("S1"))
-                          for start, data in var.writes]
+        if var.kind != "char":
+            continue
+        odd_fill = var.kwargs.get("fill_value", b"") != b""
+        writes = []
+        for start, data in var.writes:
+            data = np.where(data == b"\n", b"\t", data)
+            if odd_fill:
+                data = np.where(data == b"", b"0", data)
+            writes.append((start, data.astype("S1")))
+        var.writes = writes
     for sub in grp.groups:
-        _no_inner_newlines(sub)
+        _cdl_safe_chars(sub)
 
 
 def _write_hdf5(tmp: Path, index: int, seed: int) -> str:
     root = twins.plan(seed)
-    _no_inner_newlines(root)
+    _cdl_safe_chars(root)
     hpath = str(tmp / f"h{index}.nc")
     with netCDF4.Dataset(hpath, "w", format="NETCDF4") as nc:
         twins._apply(root, nc, hdf5=True)

@@ -10,10 +10,10 @@
 //!   unsuffixed integer is `int`, or `uint`, `int64`, `uint64` when it does not fit).
 //! - `_FillValue` is an ordinary attribute converted to the variable's type.
 //! - Character data: each string (a run of character constants counts as one string) is
-//!   padded with NULs to a multiple of the last dimension's length, unless the values run
+//!   padded with the fill character to a multiple of the last dimension's length, unless the values run
 //!   along that dimension alone (a 1-D variable, or the innermost braces of an unlimited last
 //!   dimension), in which case strings are just concatenated (`c(2) = "a", "b"` is `ab`).
-//!   An empty string stands for one row of NULs (one NUL when strings are concatenated).
+//!   An empty string stands for one row of fill (one character when strings are concatenated).
 //!   Characters beyond the variable's size are dropped, as ncgen does with a warning.
 //! - Unlimited dimensions after the first are given with `{ }`: each braced list holds the
 //!   values of one index of the enclosing dimensions, and an unlimited dimension's length is
@@ -1391,7 +1391,8 @@ fn flatten<'b>(items: &'b [Item], out: &mut Vec<Elem<'b>>) {
 }
 
 /// Spreads string constants over characters: runs of character constants form one string,
-/// each string is NUL-padded to a multiple of `row`, and an empty string is `row` NULs.
+/// each string is padded to a multiple of `row` with the fill character (NUL unless the
+/// variable has a `_FillValue`, as ncgen does), and an empty string is `row` fill characters.
 fn expand_chars<'b>(flat: &[Elem<'b>], row: u64) -> Vec<Elem<'b>> {
     let row = row.max(1) as usize;
     let mut out = Vec::new();
@@ -1400,7 +1401,7 @@ fn expand_chars<'b>(flat: &[Elem<'b>], row: u64) -> Vec<Elem<'b>> {
     let pad = |out: &mut Vec<Elem<'b>>, start: usize| {
         let len = out.len() - start;
         let padded = len.div_ceil(row) * row;
-        out.resize(start + padded, Elem::Byte(0));
+        out.resize(start + padded, Elem::Fill);
     };
     for e in flat {
         match e {
@@ -1418,10 +1419,10 @@ fn expand_chars<'b>(flat: &[Elem<'b>], row: u64) -> Vec<Elem<'b>> {
             _ => {}
         }
         match e {
-            // An empty string is one row of NULs, not nothing: ncdump prints an all-NUL row
+            // An empty string is one row of fill, not nothing: ncdump prints an all-NUL row
             // as `""`, and ncgen reads it back as such.
             Elem::Val(Const::Str(s), _) if s.is_empty() => {
-                out.extend(std::iter::repeat_n(Elem::Byte(0), row));
+                out.extend(std::iter::repeat_n(Elem::Fill, row));
             }
             Elem::Val(Const::Str(s), _) => {
                 let start = out.len();
@@ -1483,6 +1484,16 @@ mod tests {
         assert_eq!(data(&p, "v"), b"O\0L{o\0".to_vec());
         assert_eq!(data(&p, "w"), b"\0\0c\0\0\0".to_vec());
         assert_eq!(data(&p, "x"), b"a\0c".to_vec());
+    }
+
+    #[test]
+    fn char_padding_is_the_fill_character() {
+        // Expected values: Debian ncgen 4.9.0 on the same CDL, read back with netCDF4-python.
+        let p = parse(
+            "netcdf t {\ndimensions:\n w = 3 ;\n r = 3 ;\nvariables:\n char x(r, w) ;\n x:_FillValue = \"M\" ;\n char z(w) ;\n z:_FillValue = \"M\" ;\ndata:\n x = \"\", \"c\" ;\n z = \"a\", \"\", \"b\" ;\n}",
+        );
+        assert_eq!(data(&p, "x"), b"MMMcMMMMM".to_vec());
+        assert_eq!(data(&p, "z"), b"aMb".to_vec());
     }
 
     #[test]
