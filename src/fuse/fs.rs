@@ -15,8 +15,11 @@ use std::time::{Duration, Instant, SystemTime};
 
 use fuser::{
     FileAttr, FileType, Filesystem, KernelConfig, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
+    Request, TimeOrNow,
 };
+
+use fuser::consts::FOPEN_DIRECT_IO;
 
 use crate::chunk::{ChunkEngine, Hyperslab};
 use crate::create::{AttrTarget, DatasetWriter};
@@ -270,6 +273,18 @@ impl NczarrFs {
 }
 
 impl Shared {
+    /// Open flags of generated files and directories: the kernel may keep their contents
+    /// (page cache, directory cache) only on a read-only mount of a dataset declared static
+    /// (`ttl=0`), where they never change.
+    fn generated_open_flags(&self) -> u32 {
+        use fuser::consts::{FOPEN_CACHE_DIR, FOPEN_KEEP_CACHE};
+        if self.opts.ttl.is_none() && self.writer.is_none() {
+            FOPEN_KEEP_CACHE | FOPEN_CACHE_DIR
+        } else {
+            FOPEN_DIRECT_IO
+        }
+    }
+
     fn kernel_ttl(&self) -> Duration {
         if self.writer.is_some() {
             return Duration::ZERO;
@@ -722,8 +737,19 @@ impl Filesystem for NczarrFs {
         _req: &Request<'_>,
         config: &mut KernelConfig,
     ) -> std::result::Result<(), libc::c_int> {
-        use fuser::consts::{FUSE_ASYNC_READ, FUSE_BIG_WRITES, FUSE_PARALLEL_DIROPS};
-        for cap in [FUSE_ASYNC_READ, FUSE_BIG_WRITES, FUSE_PARALLEL_DIROPS] {
+        use fuser::consts::{
+            FUSE_ASYNC_READ, FUSE_BIG_WRITES, FUSE_DO_READDIRPLUS, FUSE_PARALLEL_DIROPS,
+            FUSE_READDIRPLUS_AUTO,
+        };
+        // READDIRPLUS answers `ls -l` with one request per directory instead of one lookup
+        // per entry (the kernel picks it when a stat of the entries is likely to follow).
+        for cap in [
+            FUSE_ASYNC_READ,
+            FUSE_BIG_WRITES,
+            FUSE_PARALLEL_DIROPS,
+            FUSE_DO_READDIRPLUS,
+            FUSE_READDIRPLUS_AUTO,
+        ] {
             // Optional: an old kernel without them is still served correctly.
             let _ = config.add_capabilities(cap);
         }
@@ -823,8 +849,9 @@ impl Filesystem for NczarrFs {
                 return reply.error(libc::EPERM);
             }
             Node::File(..) => match sh.content(ino, &node, &snap) {
-                // Generated files change with the model: no page cache for them.
-                Ok(c) => (Some(c), fuser::consts::FOPEN_DIRECT_IO),
+                // Generated files change with the model: no page cache for them, unless the
+                // dataset is declared never to change.
+                Ok(c) => (Some(c), sh.generated_open_flags()),
                 Err(e) => {
                     sh.log_once(format!("{}: {e}", node_display(&node)));
                     return reply.error(e.errno());
@@ -1298,7 +1325,9 @@ impl Filesystem for NczarrFs {
 
     fn opendir(&mut self, _req: &Request<'_>, ino: u64, _flags: i32, reply: ReplyOpen) {
         match self.shared.node(ino) {
-            Some(Node::Dir(_) | Node::AttrDir(_)) => reply.opened(0, 0),
+            Some(Node::Dir(_) | Node::AttrDir(_)) => {
+                reply.opened(0, self.shared.generated_open_flags() & !FOPEN_DIRECT_IO)
+            }
             Some(_) => reply.error(libc::ENOTDIR),
             None => reply.error(libc::ENOENT),
         }
@@ -1337,6 +1366,46 @@ impl Filesystem for NczarrFs {
         let skip = usize::try_from(offset).unwrap_or(0);
         for (i, (ino, kind, name)) in all.into_iter().enumerate().skip(skip) {
             if reply.add(ino, (i + 1) as i64, kind, name) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn readdirplus(
+        &mut self,
+        _req: &Request<'_>,
+        ino: u64,
+        _fh: u64,
+        offset: i64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let sh = &self.shared;
+        let Some(dir) = sh.node(ino) else {
+            return reply.error(libc::ENOENT);
+        };
+        let snap = sh.snapshot();
+        let Some(entries) = layout::list(&snap.model, &dir) else {
+            return reply.error(libc::ENOENT);
+        };
+        let mut inodes = lock(&sh.inodes);
+        let up = parent(&dir);
+        let mut all = vec![
+            (ino, dir.clone(), ".".to_string()),
+            (inodes.intern(&up), up, "..".to_string()),
+        ];
+        for (name, node) in entries {
+            all.push((inodes.intern(&node), node, name));
+        }
+        drop(inodes);
+        let ttl = sh.kernel_ttl();
+        let skip = usize::try_from(offset).unwrap_or(0);
+        for (i, (ino, node, name)) in all.into_iter().enumerate().skip(skip) {
+            // An entry that vanished since the listing is left out, as a lookup would fail.
+            let Some(attr) = sh.attr(ino, &node, &snap) else {
+                continue;
+            };
+            if reply.add(ino, (i + 1) as i64, name, &ttl, &attr, 0) {
                 break;
             }
         }
