@@ -252,10 +252,15 @@ def plan(seed: int) -> Group:
         kind = str(rng.choice(ALL_TYPES))
         ndims = int(rng.integers(0, min(3, len(scope)) + 1)) if scope else 0
         dims = [str(d) for d in rng.choice(scope, size=ndims, replace=False)] if ndims else []
+        mode = rng.random()
+        whole = mode < 0.6 and all(sizes[d] if sizes[d] is not None else ulen[d] for d in dims)
         # netcdf-c's HDF5 reader misplaces values of a variable whose extent along a
-        # non-leading unlimited dim is shorter than the dim: one unlimited dim, leading.
-        unlimited = [d for d in dims if sizes[d] is None]
-        dims = unlimited[:1] + [d for d in dims if sizes[d] is not None]
+        # non-leading unlimited dim is shorter than the dim. A variable written whole reaches
+        # every dim's final length (no write goes beyond a dim's planned length); any other
+        # gets one unlimited dim, leading.
+        if not whole:
+            unlimited = [d for d in dims if sizes[d] is None]
+            dims = unlimited[:1] + [d for d in dims if sizes[d] is not None]
         var = Var(names.draw(), kind, dims, {})
         numeric = kind in NUMERIC_TYPES
         if dims and kind != "string" and rng.random() < 0.4:
@@ -291,11 +296,9 @@ def plan(seed: int) -> Group:
             var.kwargs["fill_value"] = _string(rng) or "fill"
         # Current length of each dim for this variable's writes.
         shape = [sizes[d] if sizes[d] is not None else ulen[d] for d in dims]
-        mode = rng.random()
-        if mode < 0.6:
-            if all(shape):
-                var.writes.append(((0,) * len(shape), values(rng, kind, shape)))
-        elif mode < 0.85 and all(shape):
+        if whole:
+            var.writes.append(((0,) * len(shape), values(rng, kind, shape)))
+        elif 0.6 <= mode < 0.85 and all(shape):
             # A sub-box: the rest stays fill.
             start = tuple(int(rng.integers(0, n)) for n in shape)
             count = tuple(int(rng.integers(1, n - s + 1)) for n, s in zip(shape, start))
