@@ -15,7 +15,6 @@ use std::time::{Duration, Instant};
 use crate::chunk::{ChunkEngine, Hyperslab};
 use crate::create::{
     apply_mode_words, default_chunks, Codecs, CreateOptions, DatasetWriter, Staging,
-    WRITER_CACHE_BYTES,
 };
 use crate::dataset::{OpenDataset, DEFAULT_CACHE_BYTES};
 use crate::location::Location;
@@ -244,16 +243,26 @@ fn copy_into(
     let mut progress = Progress::new(total);
     let mut sums = Vec::with_capacity(src.model.vars.len());
     let mut since_sync = 0u64;
+    // One buffer for every slab: a fresh one each time would be faulted in page by page.
+    let mut buf = Vec::new();
+    // Slabs follow the target's chunks: a source chunked alike is read once, chunk by chunk,
+    // decoded straight into the slab, and a cache would only add a copy of everything.
+    let uncached = ChunkEngine::new(Arc::clone(&src.map), 0);
     for i in 0..src.model.vars.len() {
         let var = VarId(i);
+        let engine = if src.model.var(var).storage.chunks == w.model().var(var).storage.chunks {
+            &uncached
+        } else {
+            &src.engine
+        };
         let mut crc = 0u32;
         for slab in slabs(
             &w.model().var_shape(var),
             &w.model().var(var).storage.chunks,
             esize(&src.model, var),
         ) {
-            let mut buf = vec![0u8; slab_bytes(&slab, esize(&src.model, var))?];
-            src.engine.read(&src.model, var, &slab, &mut buf)?;
+            buf.resize(slab_bytes(&slab, esize(&src.model, var))?, 0);
+            engine.read(&src.model, var, &slab, &mut buf)?;
             crc = crc32c::crc32c_append(crc, &buf);
             w.write(var, &slab, &buf)?;
             progress.add(buf.len() as u64);
@@ -274,7 +283,9 @@ fn copy_into(
 fn verify(location: &Location, sums: &[u32]) -> Result<()> {
     let map = zmap::open(location, false)?;
     let model = meta::read_dataset(map.as_ref(), &location.mode)?;
-    let engine = ChunkEngine::new(Arc::clone(&map), WRITER_CACHE_BYTES);
+    // Slabs follow the copy's chunks, so each is read once: no cache.
+    let engine = ChunkEngine::new(Arc::clone(&map), 0);
+    let mut buf = Vec::new();
     for (i, want) in sums.iter().enumerate() {
         let var = VarId(i);
         if i >= model.vars.len() {
@@ -286,7 +297,7 @@ fn verify(location: &Location, sums: &[u32]) -> Result<()> {
         let mut crc = 0u32;
         let v = model.var(var);
         for slab in slabs(&model.var_shape(var), &v.storage.chunks, v.element_size()) {
-            let mut buf = vec![0u8; slab_bytes(&slab, v.element_size())?];
+            buf.resize(slab_bytes(&slab, v.element_size())?, 0);
             engine.read(&model, var, &slab, &mut buf)?;
             crc = crc32c::crc32c_append(crc, &buf);
         }
