@@ -53,7 +53,7 @@ WORDS = [
     "temp", "pres", "lat", "lon", "time", "x", "y", "z", "level", "obs", "station",
     "flag", "count", "wind", "rh", "depth", "v", "q", "mask", "alpha",
 ]
-NAME_SPECIALS = [" ", "-", "+", ".", "@", "#", "(", ")", "=", "!", ":", "é", "~", "$", "'"]
+NAME_SPECIALS = [" ", "-", "+", ".", "@", "#", "(", ")", "=", "!", ":", "é", "~", "$", "'", "|"]
 
 # Char attribute text: starts with a letter that cannot begin a JSON literal, so netcdf-c
 # never mistakes it for JSON.
@@ -111,6 +111,9 @@ class _Names:
                 name += str(self.rng.choice(NAME_SPECIALS)) + str(self.rng.choice(WORDS))
             if self.rng.random() < 0.5:
                 name += str(int(self.rng.integers(0, 100)))
+            if self.rng.random() < 0.05:
+                # A leading digit, which CDL must escape (`\1x`).
+                name = str(int(self.rng.integers(0, 10))) + name
             if name not in self.used:
                 self.used.add(name)
                 return name
