@@ -42,7 +42,7 @@ def _cdl_of(hpath: str, out: Path) -> Path | None:
     return out
 
 
-def _cdl_safe_chars(grp: twins.Group) -> None:
+def _cdl_safe_chars(grp: twins.Group, unlimited: set[str] | None = None) -> None:
     """Changes, in place, the char data whose CDL text netcdf-c itself cannot read back.
 
     * Newlines become tabs. ncdump ends a char constant after a `\\n` that is not the last
@@ -50,24 +50,29 @@ def _cdl_safe_chars(grp: twins.Group) -> None:
       (ncgen's rule: "for each constant, add fill characters such that its length is a
       multiple of" the last dim): Debian ncgen reads that row back as `ab\\n\\0\\0…` and
       overflows.
-    * NULs become `0` in a variable whose fill is not NUL. ncdump drops the trailing NULs of a
-      row and ncgen pads the row with the fill character, so written NULs come back as fill.
+    * NULs become `0` in a variable whose fill is not NUL, or whose last dim is unlimited.
+      ncdump drops the trailing NULs of a row; ncgen pads the row with the fill character, so
+      written NULs come back as fill, and along an unlimited dim the row just ends shorter
+      (and so may the dim).
 
     The dump oracle keeps both.
     """
+    unlimited = set(unlimited or ())
+    unlimited.update(name for name, size in grp.dims if size is None)
     for var in grp.vars:
         if var.kind != "char":
             continue
-        odd_fill = var.kwargs.get("fill_value", b"") != b""
+        nul_lost = var.kwargs.get("fill_value", b"") != b""
+        nul_lost = nul_lost or (var.dims and var.dims[-1] in unlimited)
         writes = []
         for start, data in var.writes:
             data = np.where(data == b"\n", b"\t", data)
-            if odd_fill:
+            if nul_lost:
                 data = np.where(data == b"", b"0", data)
             writes.append((start, data.astype("S1")))
         var.writes = writes
     for sub in grp.groups:
-        _cdl_safe_chars(sub)
+        _cdl_safe_chars(sub, unlimited)
 
 
 def _write_hdf5(tmp: Path, index: int, seed: int) -> str:

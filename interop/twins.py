@@ -283,6 +283,10 @@ def plan(seed: int) -> Group:
         # cells of a double variable differ between the twins unless its fill is explicit.
         if "fill_value" not in var.kwargs and (kind == "double" or (numeric and rng.random() < 0.4)):
             var.kwargs["fill_value"] = _fill_value(rng, kind)
+        if whole and dims and "fill_value" not in var.kwargs and rng.random() < 0.15:
+            # No fill (`_NoFill = "true"`): only when every cell is written, since unwritten
+            # cells then hold whatever each format leaves there.
+            var.kwargs["fill_value"] = False
         for _ in range(int(rng.integers(0, 4))):
             var.attrs.append(_attr(rng, names))
         if numeric and rng.random() < 0.2:
@@ -337,6 +341,8 @@ def _hdf5_string_prefill(var: Var, nc):
     """
     if var.kind != "string" or not var.dims or not var.writes:
         return None
+    if var.kwargs.get("fill_value") is False:
+        return None  # written whole: every chunk is allocated
     end = [0] * len(var.dims)
     for start, data in var.writes:
         end = [max(e, s + n) for e, s, n in zip(end, start, data.shape)]
