@@ -188,6 +188,17 @@ impl<T> ChunkCache<T> {
             .collect()
     }
 
+    /// Bytes held in dirty entries.
+    pub(crate) fn dirty_bytes(&self) -> usize {
+        let inner = self.lock();
+        inner
+            .lru
+            .iter()
+            .filter(|(_, e)| e.dirty.is_some())
+            .map(|(_, e)| e.data.len())
+            .sum()
+    }
+
     /// Forgets the entry of `key`, dirty or not (its chunk is about to be stored whole).
     pub(crate) fn discard(&self, key: &str) {
         let mut inner = self.lock();
@@ -345,6 +356,10 @@ mod tests {
             5,
             "flushed entries are clean"
         );
+        assert_eq!(c.dirty_bytes(), 0);
+        c.insert("k1", Arc::new(vec![0; 4]), Some(1), &mut never)
+            .unwrap();
+        assert_eq!(c.dirty_bytes(), 4);
         c.discard("k3");
         c.discard("absent");
         assert!(c.get("k3").is_none());

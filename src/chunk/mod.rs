@@ -960,6 +960,11 @@ impl ChunkEngine {
                 )?;
             }
         }
+        // Small writes streaming through (a mount's, record by record) would otherwise reach
+        // storage one evicted chunk at a time; storing them together encodes them in parallel.
+        if self.cache.dirty_bytes() * 2 > self.cache.capacity() {
+            self.cache.flush(&|k, d, p| self.write_back(k, d, p))?;
+        }
         Ok(())
     }
 

@@ -660,6 +660,30 @@ fn dirty_chunks_survive_eviction_and_drop() {
 }
 
 #[test]
+fn dirty_chunks_stored_together_past_half_the_cache() {
+    let (map, ds, v) = grid_fixture("<i4", ChunkOrder::C);
+    let e = engine(&map, 96); // four chunks
+    let one = |x: u64, value: i32| {
+        e.write(
+            &ds,
+            v,
+            &slab(&[0, x], &[1, 1], &[1, 1]),
+            &value.to_le_bytes(),
+        )
+        .unwrap()
+    };
+    one(0, -1);
+    one(3, -2); // chunks 0.0 and 0.1 dirty: half the cache, kept
+    assert_eq!(i32s(&map.object("v/0.0").unwrap())[0], 0);
+    one(6, -3); // a third: all three stored, none evicted
+    assert_eq!(i32s(&map.object("v/0.0").unwrap())[0], -1);
+    assert_eq!(i32s(&map.object("v/0.1").unwrap())[0], -2);
+    assert_eq!(i32s(&map.object("v/0.2").unwrap())[0], -3);
+    assert_eq!(e.stats().evictions, 0);
+    assert_eq!(e.stats().entries, 3);
+}
+
+#[test]
 fn streaming_writes_store_whole_chunks_at_once_over_stale_cached_ones() {
     for (dtype, order) in [("<i4", ChunkOrder::C), (">i4", ChunkOrder::F)] {
         let (map, ds, v) = grid_fixture(dtype, order);
