@@ -7,7 +7,9 @@ ncdump runs with `-s` (so `_ChunkSizes`, `_DeflateLevel`, `_Shuffle`, `_Endianne
 `_Storage`, `_NoFill` are exercised) and `-p 9,17` (so floats survive the text exactly).
 Two things the CDL text itself cannot carry are allowed for, as ncgen has them too: a
 negative zero prints as `-0`, which ncgen reads as the integer 0; and Debian's ncdump fails
-on some HDF5 files ("HDF error"), whose seeds are skipped (and counted: most must work).
+on some HDF5 files ("HDF error"), whose seeds are skipped and counted. The one cause known
+(string variables with some chunks unwritten) is avoided by twins.py, so at most a tenth of
+the seeds may be skipped.
 Char data the CDL text cannot carry through ncgen is not drawn (see `_cdl_safe_chars`).
 """
 
@@ -106,7 +108,7 @@ def test_gen_from_ncdump_reads_back_in_netcdf_c(nczarrfs, tmp_path, monkeypatch)
     failures = []
     seed = SEED
     while done < COUNT:
-        assert skipped <= COUNT, f"Debian ncdump failed on {skipped} files"
+        assert skipped <= COUNT // 10, f"Debian ncdump failed on {skipped} files"
         hpath = _write_hdf5(tmp_path, done + skipped, seed)
         cdl = _cdl_of(hpath, tmp_path / f"h{done + skipped}.cdl")
         seed += 1
