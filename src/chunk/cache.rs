@@ -188,6 +188,19 @@ impl<T> ChunkCache<T> {
             .collect()
     }
 
+    /// Modifies the cached chunk of `key` in place with `f` (copying it first only if a reader
+    /// holds it) and marks it dirty with `token`; `false` if it is not cached. The lock is held
+    /// meanwhile, so readers see the chunk before or after the change, never half of it.
+    pub(crate) fn update(&self, key: &str, token: T, f: impl FnOnce(&mut [u8])) -> bool {
+        let mut inner = self.lock();
+        let Some(entry) = inner.lru.get_mut(key) else {
+            return false;
+        };
+        f(Arc::make_mut(&mut entry.data).as_mut_slice());
+        entry.dirty = Some(token);
+        true
+    }
+
     /// Bytes held in dirty entries.
     pub(crate) fn dirty_bytes(&self) -> usize {
         let inner = self.lock();
@@ -364,6 +377,29 @@ mod tests {
         c.discard("absent");
         assert!(c.get("k3").is_none());
         assert_eq!(c.stats().bytes, 36);
+    }
+
+    #[test]
+    fn update_in_place_copies_only_what_a_reader_holds() {
+        let c: ChunkCache<u32> = ChunkCache::new(100);
+        assert!(!c.update("a", 1, |_| panic!("not cached")));
+        c.insert("a", Arc::new(vec![0; 4]), None, &mut clean)
+            .unwrap();
+        let held = c.get("a").unwrap();
+        assert!(c.update("a", 1, |d| d[0] = 5));
+        assert_eq!(*held, vec![0; 4], "a reader's copy does not change");
+        assert_eq!(*c.get("a").unwrap(), vec![5, 0, 0, 0]);
+        assert_eq!((c.dirty_bytes(), c.stats().bytes), (4, 4));
+        let stored = Mutex::new(Vec::new());
+        c.flush(&|k: &str, d: &[u8], t: &u32| {
+            stored.lock().unwrap().push((k.to_string(), d.to_vec(), *t));
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(
+            *stored.lock().unwrap(),
+            vec![("a".to_string(), vec![5, 0, 0, 0], 1)]
+        );
     }
 
     #[test]

@@ -936,24 +936,36 @@ impl ChunkEngine {
         direct
             .par_iter()
             .try_for_each(|spans| self.store_whole(&plan, &mapping, spans, data))?;
-        // Chunks modified in the cache are fetched, decoded and modified in parallel, a few at
-        // a time so that memory stays bounded.
-        for group in cached.chunks(BATCH) {
-            let modified: Vec<(String, Vec<u8>)> = group
+        // Chunks already cached are modified where they are (a mount's small writes land in
+        // the same chunk many times over); the others are fetched, decoded and modified in
+        // parallel, a few at a time so that memory stays bounded, then cached.
+        let mut missing = Vec::new();
+        for spans in &cached {
+            let coords: Vec<u64> = spans.iter().map(|s| s.chunk).collect();
+            let key = plan.chunk_key(&coords);
+            let updated = self.cache.update(&key, Arc::clone(&plan), |chunk| {
+                mapping.gather(spans, data, chunk)
+            });
+            if !updated {
+                missing.push((coords, key, spans));
+            }
+        }
+        for group in missing.chunks(BATCH) {
+            let modified: Vec<Vec<u8>> = group
                 .par_iter()
-                .map(|spans| {
-                    let coords: Vec<u64> = spans.iter().map(|s| s.chunk).collect();
-                    let mut chunk = match self.fetch(&plan, &coords, true, None)? {
+                .map(|(coords, _, spans)| {
+                    // Not kept by the fetch: the modified chunk replaces it in the cache.
+                    let mut chunk = match self.fetch(&plan, coords, false, None)? {
                         Some(c) => Arc::unwrap_or_clone(c),
                         None => plan.fill_chunk(),
                     };
                     mapping.gather(spans, data, &mut chunk);
-                    Ok((plan.chunk_key(&coords), chunk))
+                    Ok(chunk)
                 })
                 .collect::<Result<_>>()?;
-            for (key, chunk) in modified {
+            for ((_, key, _), chunk) in group.iter().zip(modified) {
                 self.cache.insert(
-                    &key,
+                    key,
                     Arc::new(chunk),
                     Some(Arc::clone(&plan)),
                     &mut |k, d, p| self.write_back(k, d, p),
