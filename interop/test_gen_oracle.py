@@ -1,7 +1,8 @@
 """`nczarrfs gen` against netcdf-c: random netCDF-4 content (twins.py) written as HDF5 by
 netCDF4-python, printed as CDL by Debian's ncdump, turned into NCZarr / pure Zarr by
 `nczarrfs gen`, then read back by netCDF4-python (netcdf-c), zarr-python and xarray and
-compared with the HDF5 original.
+compared with the HDF5 original; `nczarrfs dump` of the NCZarr must also print what ncdump
+prints for the HDF5 original.
 
 ncdump runs with `-s` (so `_ChunkSizes`, `_DeflateLevel`, `_Shuffle`, `_Endianness`,
 `_Storage`, `_NoFill` are exercised) and `-p 9,17` (so floats survive the text exactly).
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -94,6 +96,9 @@ def _same_ignoring_zero_sign(a: np.ndarray, b: np.ndarray) -> bool:
 
 _STRICT = twins.same_values
 
+#: A negative zero as ncdump prints it in data (`-0,`): read back by ncgen as the integer 0.
+_NEGATIVE_ZERO = re.compile(rb"(?<![\w.])-0(?=[,;} \n])")
+
 
 def _gen(nczarrfs, cdl: Path, out: Path, mode: str) -> None:
     r = nczarrfs("gen", "-k", mode, "-o", str(out), str(cdl))
@@ -118,6 +123,11 @@ def test_gen_from_ncdump_reads_back_in_netcdf_c(nczarrfs, tmp_path, monkeypatch)
         zpath = tmp_path / f"z{done}.file"
         _gen(nczarrfs, cdl, zpath, "nczarr")
         diffs = twins.verify_twins(str(zpath), hpath)
+        name = Path(hpath).stem
+        want = subprocess.run(["ncdump", hpath], capture_output=True, check=True).stdout
+        ours = nczarrfs("dump", "-n", name, str(zpath))
+        if _NEGATIVE_ZERO.sub(b"0", ours.stdout) != _NEGATIVE_ZERO.sub(b"0", want):
+            diffs.append(f"nczarrfs dump of the gen output differs from ncdump {hpath}")
         if diffs:
             failures.append(f"seed {seed - 1} ({cdl}):\n  " + "\n  ".join(diffs))
         done += 1
