@@ -167,12 +167,24 @@ impl<T> ChunkCache<T> {
     where
         T: Send + Sync,
     {
+        self.flush_where(&|_| true, write_back)
+    }
+
+    /// [`ChunkCache::flush`] of the dirty entries whose keys `pick` accepts.
+    pub(crate) fn flush_where(
+        &self,
+        pick: &(dyn Fn(&str) -> bool + Sync),
+        write_back: &ParallelWriteBack<'_, T>,
+    ) -> Result<()>
+    where
+        T: Send + Sync,
+    {
         use rayon::prelude::*;
         let mut inner = self.lock();
         let mut dirty: Vec<(&String, &mut Entry<T>)> = inner
             .lru
             .iter_mut()
-            .filter(|(_, e)| e.dirty.is_some())
+            .filter(|(k, e)| e.dirty.is_some() && pick(k))
             .collect();
         dirty
             .par_iter_mut()
@@ -369,6 +381,14 @@ mod tests {
             5,
             "flushed entries are clean"
         );
+        c.insert("k5", Arc::new(vec![0; 4]), Some(5), &mut never)
+            .unwrap();
+        c.insert("k7", Arc::new(vec![0; 4]), Some(7), &mut never)
+            .unwrap();
+        c.flush_where(&|k| k != "k7", &wb).unwrap();
+        assert_eq!(written.lock().unwrap().last().unwrap().0, "k5");
+        assert_eq!(c.dirty_bytes(), 4, "k7 still dirty");
+        c.flush(&wb).unwrap();
         assert_eq!(c.dirty_bytes(), 0);
         c.insert("k1", Arc::new(vec![0; 4]), Some(1), &mut never)
             .unwrap();

@@ -14,7 +14,7 @@ mod slab;
 
 use std::borrow::Cow;
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use rayon::prelude::*;
@@ -940,9 +940,11 @@ impl ChunkEngine {
         // the same chunk many times over); the others are fetched, decoded and modified in
         // parallel, a few at a time so that memory stays bounded, then cached.
         let mut missing = Vec::new();
+        let mut touched = HashSet::with_capacity(cached.len());
         for spans in &cached {
             let coords: Vec<u64> = spans.iter().map(|s| s.chunk).collect();
             let key = plan.chunk_key(&coords);
+            touched.insert(key.clone());
             let updated = self.cache.update(&key, Arc::clone(&plan), |chunk| {
                 mapping.gather(spans, data, chunk)
             });
@@ -973,9 +975,13 @@ impl ChunkEngine {
             }
         }
         // Small writes streaming through (a mount's, record by record) would otherwise reach
-        // storage one evicted chunk at a time; storing them together encodes them in parallel.
+        // storage one evicted chunk at a time. The dirty chunks this write did not touch, which
+        // such a stream is done with, are stored together instead, encoded in parallel.
         if self.cache.dirty_bytes() * 2 > self.cache.capacity() {
-            self.cache.flush(&|k, d, p| self.write_back(k, d, p))?;
+            self.cache
+                .flush_where(&|k| !touched.contains(k), &|k, d, p| {
+                    self.write_back(k, d, p)
+                })?;
         }
         Ok(())
     }
