@@ -171,7 +171,11 @@ def values(rng: np.random.Generator, kind: str, shape) -> np.ndarray:
     """Random data of a netCDF type (``S1`` bytes for char, object ``str`` for string)."""
     shape = tuple(shape)
     if kind == "char":
-        alphabet = np.frombuffer((TEXT_BODY + "\n\t").encode(), dtype="S1")
+        text = (TEXT_BODY + "\n\t").encode()
+        if rng.random() < 0.2:
+            # Control and non-ASCII bytes, which ncdump prints as octal escapes.
+            text += b"\x01\x1b\x7f\x80\xc3\xa9\xff"
+        alphabet = np.frombuffer(text, dtype="S1")
         out = rng.choice(alphabet, size=shape)
         # Trailing NULs, as in fixed-width text fields.
         if out.size and rng.random() < 0.5:
