@@ -867,8 +867,9 @@ impl ChunkEngine {
     /// Writes `data` (native representation, C order, `product(count) * element_size` bytes)
     /// into `slab` of variable `var`. Chunks are modified in the cache and reach storage on
     /// [`ChunkEngine::flush`] (or eviction); with no room in the cache they are stored at once.
-    /// A streaming write, whose wholly covered chunks would fill more than half the cache,
-    /// stores those chunks at once instead, encoding them in parallel without reading them.
+    /// A streaming write, whose wholly covered chunks would fill more than a quarter of the
+    /// cache, stores those chunks at once instead, encoding them in parallel without reading
+    /// them.
     /// The slab must lie within the stored shape: growing an array is the metadata writer's job.
     pub fn write(&self, ds: &Dataset, var: VarId, slab: &Hyperslab, data: &[u8]) -> Result<()> {
         let v = ds.var(var);
@@ -927,7 +928,7 @@ impl ChunkEngine {
             * (plan.chunk_elems * plan.esize) as u128;
         // Cycling a streaming write's chunks through the cache would evict everything else
         // and encode them one at a time under its lock.
-        let (direct, cached): (Vec<_>, Vec<_>) = if whole_bytes * 2 > self.cache.capacity() as u128
+        let (direct, cached): (Vec<_>, Vec<_>) = if whole_bytes * 4 > self.cache.capacity() as u128
         {
             all.into_iter().partition(whole)
         } else {
