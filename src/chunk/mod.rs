@@ -606,6 +606,7 @@ impl ChunkEngine {
         };
         // Chunks that are not kept and land whole as contiguous blocks are decoded in place.
         let direct = !keep && !batched && plan.direct();
+        let ranged = !batched && self.ranged(plan);
         let ahead: Prefetched = Mutex::new(HashMap::new());
         let chunk_coords = |row: &Span, rest: &[Span]| -> Vec<u64> {
             std::iter::once(row.chunk)
@@ -626,6 +627,11 @@ impl ChunkEngine {
                     self.read_direct_blocks(plan, &mapping, row, group, base, part)?
                 } else {
                     group.iter().collect()
+                };
+                let group = if ranged {
+                    self.read_ranges(plan, &mapping, row, group, base, part)?
+                } else {
+                    group
                 };
                 if group.is_empty() {
                     continue;
@@ -733,6 +739,63 @@ impl ChunkEngine {
         Ok(others)
     }
 
+    /// Whether the chunks of `plan` are read in place, only the bytes needed: uncompressed
+    /// chunks of a local map, which the operating system's page cache already keeps (a chunk
+    /// cache would only copy them).
+    fn ranged(&self, plan: &VarPlan) -> bool {
+        plan.pipeline.is_empty() && plan.direct() && self.map.partial_reads_are_cheap()
+    }
+
+    /// Reads the chunks of `group` (uncompressed, in a map where partial reads are cheap)
+    /// whose selected elements land as one contiguous run of `part` straight from storage,
+    /// only the bytes needed, unless the chunk is cached (it may hold unflushed writes);
+    /// returns the other chunks.
+    fn read_ranges<'g>(
+        &self,
+        plan: &VarPlan,
+        mapping: &Mapping<'_>,
+        row: &Span,
+        group: Vec<&'g Vec<Span>>,
+        base: u64,
+        part: &mut [u8],
+    ) -> Result<Vec<&'g Vec<Span>>> {
+        let chunk_bytes = (plan.chunk_elems * plan.stored_esize) as u64;
+        let mut others = Vec::new();
+        for rest in group {
+            let spans: Vec<Span> = std::iter::once(*row).chain(rest.iter().copied()).collect();
+            let Some((src, at, len)) = mapping.single_run(&spans, base) else {
+                others.push(rest);
+                continue;
+            };
+            let coords: Vec<u64> = spans.iter().map(|s| s.chunk).collect();
+            let key = plan.chunk_key(&coords);
+            let out = &mut part[at..at + len];
+            if let Some(hit) = self.cache.get(&key) {
+                out.copy_from_slice(&hit[src..src + len]);
+                continue;
+            }
+            match self.map.get_range_into(&key, src as u64, out)? {
+                None => {
+                    for slot in out.chunks_exact_mut(plan.esize) {
+                        slot.copy_from_slice(&plan.fill);
+                    }
+                }
+                Some(n) if n == chunk_bytes => {
+                    plan.conv.to_native_in_place(out);
+                }
+                Some(n) => {
+                    // What the whole-chunk decode says about a raw chunk of the wrong size.
+                    let e = Error::Codec {
+                        codec: "null".to_string(),
+                        reason: format!("chunk decoded to {n} bytes, expected {chunk_bytes}"),
+                    };
+                    return Err(plan.bad(&key, e));
+                }
+            }
+        }
+        Ok(others)
+    }
+
     /// Looks up the chunks at `coords` in the cache and gets the others from storage in one
     /// [`ZMap::get_many`] batch, leaving both in `ahead` for `fetch`.
     fn prefetch(&self, plan: &VarPlan, coords: impl Iterator<Item = Vec<u64>>, ahead: &Prefetched) {
@@ -831,14 +894,14 @@ impl ChunkEngine {
 
     /// Loads the chunks that `slab` of `var` touches into the cache without copying values
     /// anywhere (a mount's prefetch ahead of a sequential reader); stops at the first chunk
-    /// that fails. Does nothing when those chunks would not all fit in the cache, or for
-    /// sharded arrays (whose inner chunks are cached as they are read).
+    /// that fails. Does nothing when those chunks would not all fit in the cache, for sharded
+    /// arrays (whose inner chunks are cached as they are read) and for chunks read in place.
     pub fn preload(&self, ds: &Dataset, var: VarId, slab: &Hyperslab) -> Result<()> {
         if slab::validate(&ds.var_shape(var), slab)? == 0 {
             return Ok(());
         }
         let plan = self.plan(ds, var)?;
-        if plan.v3.as_ref().is_some_and(|c| c.is_sharded()) {
+        if plan.v3.as_ref().is_some_and(|c| c.is_sharded()) || self.ranged(&plan) {
             return Ok(());
         }
         if ds.var(var).dims.is_empty() {

@@ -196,6 +196,18 @@ impl Mapping<'_> {
         at.filter(|_| runs == 1)
     }
 
+    /// When the chunk's selected elements are one contiguous run in the chunk and in the
+    /// buffer (which starts at element `base` of the slab buffer): the run's byte offset in
+    /// the chunk, its byte offset in the buffer and its length in bytes.
+    pub(crate) fn single_run(&self, spans: &[Span], base: u64) -> Option<(usize, usize, usize)> {
+        let (mut runs, mut first) = (0usize, None);
+        self.for_each_run(spans, base, |s, o, n| {
+            runs += 1;
+            first = Some((s, o, n * self.esize));
+        });
+        first.filter(|_| runs == 1)
+    }
+
     /// Copies the chunk's selected elements into `out` (which starts at element `base` of the
     /// slab buffer).
     pub(crate) fn scatter(&self, spans: &[Span], chunk: &[u8], out: &mut [u8], base: u64) {
@@ -294,6 +306,19 @@ mod tests {
         };
         let part = [spans(1, 3, 1, 2)[0], spans(0, 6, 1, 6)[0]];
         assert_eq!(m.whole_block(&part, 0), None);
+        // Row 1 of the chunk of rows 0-1, whole: 6 elements at element 6 of the chunk.
+        assert_eq!(m.single_run(&part, 0), Some((6 * 4, 0, 6 * 4)));
+        // Columns 1-2 of rows 1 and 2: two runs.
+        let (start, out_strides) = ([1u64, 1], c_strides(&[2, 2]));
+        let m = Mapping {
+            start: &start,
+            out_strides: &out_strides,
+            ..m
+        };
+        let cols = [spans(1, 2, 1, 2)[0], spans(1, 2, 1, 6)[0]];
+        assert_eq!(m.single_run(&cols, 0), Some((7 * 4, 0, 2 * 4)));
+        let both = [spans(1, 2, 1, 2)[1], spans(1, 2, 1, 6)[0]];
+        assert_eq!(m.single_run(&both, 0), Some((4, 2 * 4, 2 * 4)));
     }
 
     #[test]

@@ -901,3 +901,96 @@ fn concurrent_readers_of_a_chunk_load_it_once() {
     assert_eq!(map.gets.load(Ordering::Relaxed), 1);
     assert!(e.loading.lock().unwrap().is_empty());
 }
+
+/// A map whose partial reads are cheap (like a local directory), counting them.
+#[derive(Debug)]
+struct RangedMap {
+    inner: Arc<TestMap>,
+    ranges: AtomicUsize,
+}
+
+impl ZMap for RangedMap {
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        self.inner.get(key)
+    }
+    fn get_range_into(&self, key: &str, offset: u64, out: &mut [u8]) -> Result<Option<u64>> {
+        self.ranges.fetch_add(1, Ordering::Relaxed);
+        Ok(self.inner.object(key).map(|v| {
+            let start = (offset as usize).min(v.len());
+            let n = out.len().min(v.len() - start);
+            out[..n].copy_from_slice(&v[start..start + n]);
+            v.len() as u64
+        }))
+    }
+    fn partial_reads_are_cheap(&self) -> bool {
+        true
+    }
+    fn put(&self, key: &str, value: &[u8]) -> Result<()> {
+        self.inner.put(key, value)
+    }
+    fn delete(&self, key: &str) -> Result<()> {
+        self.inner.delete(key)
+    }
+    fn search(&self, prefix: &str) -> Result<Vec<String>> {
+        self.inner.search(prefix)
+    }
+    fn read_only(&self) -> bool {
+        false
+    }
+    fn describe(&self) -> String {
+        "ranged test map".into()
+    }
+}
+
+#[test]
+fn uncompressed_runs_are_read_in_place_from_cheap_maps() {
+    for dtype in ["<i4", ">i4"] {
+        let (map, ds, v) = grid_fixture(dtype, ChunkOrder::C);
+        map.objects.lock().unwrap().remove("v/1.1");
+        let ranged = Arc::new(RangedMap {
+            inner: Arc::clone(&map),
+            ranges: AtomicUsize::new(0),
+        });
+        let missing_as_fill = |s: &Hyperslab| -> Vec<i32> {
+            slab_points(s)
+                .iter()
+                .map(|g| {
+                    if g[0] / 2 == 1 && g[1] / 3 == 1 {
+                        -2147483647
+                    } else {
+                        value(g)
+                    }
+                })
+                .collect()
+        };
+        for cache in [0, 1 << 20] {
+            let e = ChunkEngine::new(Arc::clone(&ranged) as Arc<dyn ZMap>, cache);
+            // Each chunk's share of these is one run (a part of a row, or one element).
+            for s in [
+                slab(&[1, 0], &[1, 7], &[1, 1]),
+                slab(&[2, 1], &[1, 5], &[1, 1]),
+                slab(&[0, 0], &[3, 3], &[2, 3]),
+            ] {
+                let got = read_i32(&e, &ds, v, &s).unwrap();
+                assert_eq!(got, missing_as_fill(&s), "{dtype} cache {cache} {s:?}");
+            }
+            assert_eq!(e.stats().entries, 0, "the OS caches the files, not us");
+            assert_eq!(map.gets.load(Ordering::Relaxed), 0, "no whole-chunk reads");
+            // Chunks whose share is several runs are read whole.
+            let whole = Hyperslab::whole(&[5, 7]);
+            assert_eq!(
+                read_i32(&e, &ds, v, &whole).unwrap(),
+                missing_as_fill(&whole)
+            );
+            map.gets.store(0, Ordering::Relaxed);
+        }
+        assert!(ranged.ranges.load(Ordering::Relaxed) > 0);
+        // A chunk of the wrong size is still a bad chunk.
+        map.insert("v/0.1", vec![0; 8]);
+        let e = ChunkEngine::new(Arc::clone(&ranged) as Arc<dyn ZMap>, 0);
+        match read_i32(&e, &ds, v, &slab(&[1, 3], &[1, 2], &[1, 1])) {
+            Err(Error::BadChunk { key, .. }) => assert_eq!(key, "v/0.1"),
+            other => panic!("{other:?}"),
+        }
+    }
+}

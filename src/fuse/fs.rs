@@ -827,8 +827,13 @@ impl Filesystem for NczarrFs {
         let mut text = None;
         let (content, open_flags) = match &node {
             // O_TRUNC on `data` changes nothing (netCDF cannot shrink a variable): the writes
-            // that follow overwrite the values in place.
-            Node::File(_, FileKind::Data) => (None, 0),
+            // that follow overwrite the values in place. A static dataset's values may stay in
+            // the page cache from one open to the next (uncompressed chunks are not kept in
+            // the chunk cache, so this is what keeps them from being re-read).
+            Node::File(_, FileKind::Data) => (
+                None,
+                sh.generated_open_flags() & fuser::consts::FOPEN_KEEP_CACHE,
+            ),
             Node::File(_, FileKind::Attr(_)) if writing => {
                 let initial = if flags & libc::O_TRUNC != 0 {
                     Vec::new()

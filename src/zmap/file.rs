@@ -155,6 +155,27 @@ impl ZMap for FileMap {
         }
     }
 
+    fn get_range_into(&self, key: &str, offset: u64, out: &mut [u8]) -> Result<Option<u64>> {
+        use std::os::unix::fs::FileExt;
+        let Some((file, path, size)) = self.open_file(key)? else {
+            return Ok(None);
+        };
+        let mut done = 0;
+        while done < out.len() {
+            match file.read_at(&mut out[done..], offset + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Error::io(path, e)),
+            }
+        }
+        Ok(Some(size))
+    }
+
+    fn partial_reads_are_cheap(&self) -> bool {
+        true
+    }
+
     fn get_range(&self, key: &str, offset: u64, len: u64) -> Result<Option<Vec<u8>>> {
         validate_key(key)?;
         let path = self.path_of(key);
@@ -323,6 +344,13 @@ mod tests {
         assert_eq!(map.get_exact("v/9", &mut out).unwrap(), None);
         assert_eq!(map.get_exact("v/1", &mut out).unwrap(), None);
         assert!(map.get_exact("../x", &mut out).is_err());
+        let mut part = [0u8; 3];
+        assert_eq!(map.get_range_into("v/0", 2, &mut part).unwrap(), Some(6));
+        assert_eq!(&part, b"cde");
+        assert_eq!(map.get_range_into("v/0", 4, &mut part).unwrap(), Some(6));
+        assert_eq!(&part[..2], b"ef");
+        assert_eq!(map.get_range_into("v/9", 0, &mut part).unwrap(), None);
+        assert!(map.partial_reads_are_cheap());
     }
 
     #[test]

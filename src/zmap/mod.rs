@@ -89,6 +89,24 @@ pub trait ZMap: Send + Sync + Debug {
         }))
     }
 
+    /// Reads bytes `offset..offset + out.len()` of the object at `key` into `out` and returns
+    /// the object's whole length (`Ok(None)` if it does not exist); `out` holds the range only
+    /// as far as the object reaches.
+    fn get_range_into(&self, key: &str, offset: u64, out: &mut [u8]) -> Result<Option<u64>> {
+        Ok(self.get(key)?.map(|v| {
+            let start = usize::try_from(offset).unwrap_or(usize::MAX).min(v.len());
+            let n = out.len().min(v.len() - start);
+            out[..n].copy_from_slice(&v[start..start + n]);
+            v.len() as u64
+        }))
+    }
+
+    /// Whether reading part of an object costs about what that part costs (a local file), so
+    /// that a reader should fetch only the bytes it needs rather than whole chunks.
+    fn partial_reads_are_cheap(&self) -> bool {
+        false
+    }
+
     /// Whether a content-bearing object exists at `key`.
     fn exists(&self, key: &str) -> Result<bool> {
         Ok(self.get(key)?.is_some())
