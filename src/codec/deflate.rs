@@ -67,10 +67,27 @@ impl Codec for Zlib {
     }
 
     fn encode(&self, input: Vec<u8>) -> Result<Vec<u8>> {
-        let out = Vec::with_capacity(input.len() / 2 + 64);
-        let mut enc = flate2::write::ZlibEncoder::new(out, self.level);
-        enc.write_all(&input).map_err(|e| io_error("zlib", e))?;
-        enc.finish().map_err(|e| io_error("zlib", e))
+        let mut out = Vec::new();
+        self.encode_into(&input, &mut out)?;
+        Ok(out)
+    }
+
+    fn encode_into(&self, input: &[u8], out: &mut Vec<u8>) -> Result<()> {
+        // One call deflates the whole chunk into room for its worst case: no intermediate
+        // buffer, no growing copies.
+        out.clear();
+        out.reserve(compressed_bound(input.len()));
+        let mut z = flate2::Compress::new(self.level, true);
+        let status = z
+            .compress_vec(input, out, flate2::FlushCompress::Finish)
+            .map_err(|e| io_error("zlib", e.into()))?;
+        match status {
+            flate2::Status::StreamEnd => Ok(()),
+            _ => Err(Error::Codec {
+                codec: "zlib".to_string(),
+                reason: "deflate output exceeds its bound".to_string(),
+            }),
+        }
     }
 
     fn max_encoded_len(&self, decoded_len: usize) -> usize {

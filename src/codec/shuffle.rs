@@ -55,6 +55,17 @@ impl Codec for Shuffle {
         Ok(out)
     }
 
+    fn encode_into(&self, input: &[u8], out: &mut Vec<u8>) -> Result<()> {
+        out.clear();
+        if self.elementsize <= 1 || input.len() < 2 * self.elementsize {
+            out.extend_from_slice(input);
+        } else {
+            out.resize(input.len(), 0);
+            shuffle(input, out, self.elementsize);
+        }
+        Ok(())
+    }
+
     fn decode_into(&self, input: &[u8], out: &mut [u8]) -> Result<usize> {
         let n = input.len();
         let dst = out
