@@ -12,7 +12,6 @@ mod convert;
 mod shard;
 mod slab;
 
-use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -328,9 +327,11 @@ impl VarPlan {
         Ok(true)
     }
 
-    /// Native C-order chunk → stored chunk; the native bytes themselves when they are stored
-    /// as they are (no codec, no conversion, C order), so raw chunks are never copied.
-    fn encode<'a>(&self, native: &'a [u8]) -> Result<Cow<'a, [u8]>> {
+    /// Encodes a native C-order chunk and hands the stored bytes to `store`: the native bytes
+    /// themselves when they are stored as they are (no codec, no conversion, C order), else
+    /// encoded through this thread's scratch buffers, so that a chunk whose elements need no
+    /// conversion is neither copied nor given fresh buffers.
+    fn encode_then(&self, native: &[u8], store: impl FnOnce(&[u8]) -> Result<()>) -> Result<()> {
         if self.v3.is_some() {
             return Err(Error::Unsupported(format!(
                 "writing Zarr v3 ({})",
@@ -339,18 +340,23 @@ impl VarPlan {
         }
         let reorders = self.storage.order != ChunkOrder::C
             && self.chunk_shape_usize.iter().filter(|&&n| n > 1).count() > 1;
-        if self.pipeline.is_empty() && matches!(self.conv, Conversion::Identity) && !reorders {
-            return Ok(Cow::Borrowed(native));
+        let converted;
+        let elements = if matches!(self.conv, Conversion::Identity) && !reorders {
+            native
+        } else {
+            let data = convert::from_c_order(
+                native.to_vec(),
+                &self.chunk_shape_usize,
+                self.esize,
+                self.storage.order,
+            );
+            converted = self.conv.to_stored(data);
+            &converted[..]
+        };
+        if self.pipeline.is_empty() {
+            return store(elements);
         }
-        let data = convert::from_c_order(
-            native.to_vec(),
-            &self.chunk_shape_usize,
-            self.esize,
-            self.storage.order,
-        );
-        self.pipeline
-            .encode(self.conv.to_stored(data))
-            .map(Cow::Owned)
+        with_scratch(|s| store(self.pipeline.encode_with(elements, &mut s.stages)?))
     }
 
     /// Whether a write at `spans` (of a slab starting at `start` with `stride`) sets every
@@ -523,8 +529,7 @@ impl ChunkEngine {
 
     /// Encodes and stores one dirty chunk.
     fn write_back(&self, key: &str, data: &[u8], plan: &Arc<VarPlan>) -> Result<()> {
-        let stored = plan.encode(data)?;
-        self.map.put(key, &stored)
+        plan.encode_then(data, |stored| self.map.put(key, stored))
     }
 
     /// Reads `slab` of variable `var` into `out` (C order, native byte order, strings
