@@ -4,8 +4,10 @@
 //!
 //! Reads of many chunks fetch and decode them in parallel (rayon) and scatter them into
 //! disjoint parts of the caller's buffer. Writes are read-modify-write of whole chunks in the
-//! cache; dirty chunks reach storage on [`ChunkEngine::flush`], on eviction, on invalidation
-//! and when the engine is dropped.
+//! cache; dirty chunks reach storage on [`ChunkEngine::flush`], on eviction, on invalidation,
+//! when the engine is dropped, and together (encoded in parallel) once they fill half the
+//! cache. A large write stores the chunks it covers whole at once, in parallel, bypassing the
+//! cache.
 
 mod cache;
 mod convert;
