@@ -213,8 +213,15 @@ impl VarPlan {
         self.storage == v.storage && self.nctype == v.nctype && self.string_width == v.string_width
     }
 
-    /// The zmap key of the chunk at grid coordinates `coords`.
+    /// The engine's key of the chunk at grid coordinates `coords`: its zmap key, or
+    /// `shard_key#inner` for an inner chunk of a sharded array.
     fn chunk_key(&self, coords: &[u64]) -> String {
+        let inner = self.v3.as_ref().and_then(|c| c.inner_key(coords, |s| self.grid_key(s)));
+        inner.unwrap_or_else(|| self.grid_key(coords))
+    }
+
+    /// The zmap key of the (outer) chunk at chunk grid coordinates `coords`.
+    fn grid_key(&self, coords: &[u64]) -> String {
         let mut key = self.storage.key.clone();
         key.push('/');
         let (sep, mut first) = match self.storage.key_encoding {
@@ -334,11 +341,14 @@ impl VarPlan {
     /// encoded through this thread's scratch buffers, so that a chunk whose elements need no
     /// conversion is neither copied nor given fresh buffers.
     fn encode_then(&self, native: &[u8], store: impl FnOnce(&[u8]) -> Result<()>) -> Result<()> {
-        if self.v3.is_some() {
-            return Err(Error::Unsupported(format!(
-                "writing Zarr v3 ({})",
-                self.fqn
-            )));
+        if let Some(chain) = &self.v3 {
+            if chain.is_sharded() {
+                return Err(Error::Invalid(format!(
+                    "inner chunks of {} are stored by rewriting their shard",
+                    self.fqn
+                )));
+            }
+            return store(&chain.encode(native)?);
         }
         let reorders = self.storage.order != ChunkOrder::C
             && self.chunk_shape_usize.iter().filter(|&&n| n > 1).count() > 1;
@@ -531,6 +541,9 @@ impl ChunkEngine {
 
     /// Encodes and stores one dirty chunk.
     fn write_back(&self, key: &str, data: &[u8], plan: &Arc<VarPlan>) -> Result<()> {
+        if let Some(chain) = plan.v3.as_ref().filter(|c| c.is_sharded()) {
+            return chain.write_back(self.map.as_ref(), key, data, &plan.fill);
+        }
         plan.encode_then(data, |stored| self.map.put(key, stored))
     }
 
@@ -955,12 +968,6 @@ impl ChunkEngine {
             return Ok(());
         }
         let plan = self.plan(ds, var)?;
-        if plan.v3.is_some() {
-            return Err(Error::Unsupported(format!(
-                "writing Zarr v3 ({})",
-                plan.fqn
-            )));
-        }
         if self.map.read_only() {
             return Err(Error::NotPermitted(format!(
                 "{} is read-only",

@@ -8,7 +8,7 @@
 //! only the inner chunks it needs.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 use serde_json::Value;
 
@@ -66,6 +66,10 @@ struct Sharding {
     index_big: bool,
     /// Decoded indices by shard key (`None`: the shard does not exist).
     indices: Mutex<HashMap<String, Option<Arc<Vec<u64>>>>>,
+    /// Held for writing while a shard is rewritten (its inner chunks move), for reading while
+    /// an inner chunk is located and read, so that no reader pairs an old index with a new
+    /// shard and no two rewrites of one shard lose each other's inner chunk.
+    rewrite: RwLock<()>,
 }
 
 /// A variable's Zarr v3 codec chain, built once per variable plan.
@@ -241,6 +245,7 @@ impl V3Chain {
                 index_len,
                 index_big,
                 indices: Mutex::new(HashMap::new()),
+                rewrite: RwLock::new(()),
             }),
         })
     }
@@ -509,6 +514,131 @@ impl ChunkCodecs {
     }
 }
 
+impl ChunkCodecs {
+    /// Encodes one native C-order chunk: transposed, elements to their stored form, then the
+    /// bytes-to-bytes codecs.
+    fn encode(&self, native: &[u8]) -> Result<Vec<u8>> {
+        if native.len() != self.elems * self.esize {
+            return Err(Error::Invalid(format!(
+                "a chunk of {} bytes, expected {} elements of {}",
+                native.len(),
+                self.elems,
+                self.esize
+            )));
+        }
+        let ordered = match &self.perm {
+            None => native.to_vec(),
+            Some(p) => transpose(native, &self.shape, p, self.esize),
+        };
+        let stored = match self.elements {
+            Elements::Fixed(conv) => conv.to_stored(ordered),
+            Elements::Half { big } => {
+                let mut out = Vec::with_capacity(self.elems * 2);
+                for f in ordered.chunks_exact(4) {
+                    let h = f32_to_half(f32::from_le_bytes([f[0], f[1], f[2], f[3]]));
+                    out.extend(if big {
+                        h.to_be_bytes()
+                    } else {
+                        h.to_le_bytes()
+                    });
+                }
+                out
+            }
+            Elements::Vlen { width, utf8 } => slots_to_vlen(&ordered, width, utf8)?,
+        };
+        self.bytes.encode(stored)
+    }
+}
+
+/// Encodes NUL-padded slots of `width` bytes in numcodecs' VLenUTF8 / VLenBytes layout
+/// (`u32` count, then `u32` length and bytes per value, little-endian), each value without
+/// its padding.
+fn slots_to_vlen(native: &[u8], width: usize, utf8: bool) -> Result<Vec<u8>> {
+    let codec = if utf8 { "vlen-utf8" } else { "vlen-bytes" };
+    let n = if width == 0 { 0 } else { native.len() / width };
+    let mut out = Vec::with_capacity(4 + native.len() + 4 * n);
+    let count = u32::try_from(n).map_err(|_| codec_err(codec, "too many values"))?;
+    out.extend(count.to_le_bytes());
+    for slot in native.chunks_exact(width.max(1)).take(n) {
+        let len = slot.iter().rposition(|&b| b != 0).map_or(0, |p| p + 1);
+        let value = &slot[..len];
+        if utf8 && std::str::from_utf8(value).is_err() {
+            return Err(codec_err(codec, "a value is not valid UTF-8"));
+        }
+        out.extend((len as u32).to_le_bytes());
+        out.extend_from_slice(value);
+    }
+    Ok(out)
+}
+
+/// IEEE binary16 nearest to `f` (ties to even; overflow to infinity; NaN stays NaN).
+fn f32_to_half(f: f32) -> u16 {
+    let x = f.to_bits();
+    let sign = ((x >> 16) & 0x8000) as u16;
+    let exp = ((x >> 23) & 0xff) as i32;
+    let man = x & 0x7f_ffff;
+    if exp == 0xff {
+        let nan = if man != 0 {
+            0x200 | (man >> 13) as u16
+        } else {
+            0
+        };
+        return sign | 0x7c00 | nan;
+    }
+    let e = exp - 127 + 15;
+    if e >= 0x1f {
+        return sign | 0x7c00;
+    }
+    let round = |kept: u32, rem: u32, half: u32| -> u32 {
+        if rem > half || (rem == half && kept & 1 == 1) {
+            kept + 1
+        } else {
+            kept
+        }
+    };
+    if e <= 0 {
+        // Subnormal half: the value is m * 2^-24 with m the full f32 significand shifted.
+        if e < -10 {
+            return sign;
+        }
+        let m = man | 0x80_0000;
+        let shift = (14 - e) as u32;
+        let r = round(m >> shift, m & ((1 << shift) - 1), 1 << (shift - 1));
+        return sign | r as u16;
+    }
+    // A carry out of the significand rounds up into the exponent (to infinity at the top).
+    let r = round(((e as u32) << 10) | (man >> 13), man & 0x1fff, 0x1000);
+    sign | r as u16
+}
+
+/// Reorders a C-order chunk of `shape` into the order stored by `perm` (stored dimension `k`
+/// is array dimension `perm[k]`): the inverse of [`untranspose`].
+fn transpose(data: &[u8], shape: &[usize], perm: &[usize], esize: usize) -> Vec<u8> {
+    let rank = shape.len();
+    let mut cstrides = vec![1usize; rank];
+    for d in (0..rank.saturating_sub(1)).rev() {
+        cstrides[d] = cstrides[d + 1] * shape[d + 1];
+    }
+    let tshape: Vec<usize> = perm.iter().map(|&d| shape[d]).collect();
+    let tstrides: Vec<usize> = perm.iter().map(|&d| cstrides[d] * esize).collect();
+    let mut out = Vec::with_capacity(data.len());
+    let mut idx = vec![0usize; rank];
+    let mut src = 0usize;
+    for _ in 0..data.len() / esize.max(1) {
+        out.extend_from_slice(&data[src..src + esize]);
+        for k in (0..rank).rev() {
+            idx[k] += 1;
+            src += tstrides[k];
+            if idx[k] < tshape[k] {
+                break;
+            }
+            src -= tstrides[k] * tshape[k];
+            idx[k] = 0;
+        }
+    }
+    out
+}
+
 /// Decodes numcodecs' VLenUTF8 / VLenBytes layout (`u32` count, then `u32` length and bytes
 /// per value, little-endian) into `n` slots of `width` bytes.
 fn vlen_to_slots(b: &[u8], n: usize, width: usize, utf8: bool) -> Result<Vec<u8>> {
@@ -625,6 +755,175 @@ impl Sharding {
     }
 }
 
+impl V3Chain {
+    /// The shard grid coordinates and the inner chunk number (C order in the sharding
+    /// codec's, possibly transposed, view) of the inner chunk at array-order `coords`.
+    fn locate(&self, sh: &Sharding, coords: &[u64]) -> (Vec<u64>, u64) {
+        let rank = coords.len();
+        let arr_dim = |k: usize| self.outer_perm.as_ref().map_or(k, |p| p[k]);
+        let mut per_arr = vec![1u64; rank];
+        for (k, &n) in sh.per_shard.iter().enumerate().take(rank) {
+            per_arr[arr_dim(k)] = n;
+        }
+        let shard_coords: Vec<u64> = coords.iter().zip(&per_arr).map(|(c, n)| c / n).collect();
+        let mut inner = 0u64;
+        for (k, &n) in sh.per_shard.iter().enumerate().take(rank) {
+            let d = arr_dim(k);
+            inner = inner * n + coords[d] % per_arr[d];
+        }
+        (shard_coords, inner)
+    }
+
+    /// The engine's key of the (inner) chunk at `coords`: `shard_key#inner` for a sharded
+    /// array, whose chunks are cached and written back by inner chunk; `None` when unsharded.
+    pub(crate) fn inner_key(
+        &self,
+        coords: &[u64],
+        shard_key: impl FnOnce(&[u64]) -> String,
+    ) -> Option<String> {
+        let sh = self.shard.as_ref()?;
+        let (shard_coords, inner) = self.locate(sh, coords);
+        Some(format!("{}#{inner}", shard_key(&shard_coords)))
+    }
+
+    /// Encodes one native C-order (inner) chunk into its stored bytes.
+    pub(crate) fn encode(&self, native: &[u8]) -> Result<Vec<u8>> {
+        match &self.outer_perm {
+            None => self.chunk.encode(native),
+            Some(p) => {
+                let shape: Vec<usize> = self.grid.iter().map(|&n| n as usize).collect();
+                self.chunk
+                    .encode(&transpose(native, &shape, p, self.chunk.esize))
+            }
+        }
+    }
+
+    /// Stores the native chunk `native` at engine key `key`: the chunk itself when unsharded,
+    /// else a rewrite of its shard (`shard_key#inner`) holding the new inner chunk and the
+    /// other inner chunks as they were. An inner chunk of nothing but `fill` is left out
+    /// (index entry all ones) and a shard left empty is deleted, as zarr-python does by
+    /// default (`write_empty_chunks=False`).
+    pub(crate) fn write_back(
+        &self,
+        map: &dyn ZMap,
+        key: &str,
+        native: &[u8],
+        fill: &[u8],
+    ) -> Result<()> {
+        let Some(sh) = &self.shard else {
+            return map.put(key, &self.encode(native)?);
+        };
+        let bad_key = || Error::Invalid(format!("not an inner chunk key: {key}"));
+        let (shard_key, inner) = key.rsplit_once('#').ok_or_else(bad_key)?;
+        let inner: usize = inner.parse().map_err(|_| bad_key())?;
+        if inner >= sh.n_inner {
+            return Err(bad_key());
+        }
+        let empty = !fill.is_empty() && native.chunks(fill.len()).all(|e| e == fill);
+        let encoded = if empty {
+            None
+        } else {
+            Some(self.encode(native)?)
+        };
+        let _turn = sh.rewrite.write().unwrap_or_else(|e| e.into_inner());
+        let old = map.get(shard_key)?;
+        let mut parts: Vec<Option<&[u8]>> = vec![None; sh.n_inner];
+        if let Some(raw) = &old {
+            let bad = |reason: String| Error::BadChunk {
+                key: shard_key.to_string(),
+                reason,
+            };
+            let n = usize::try_from(sh.index_len).map_err(|_| bad("index too large".into()))?;
+            if raw.len() < n {
+                return Err(bad(format!("shard of {} bytes has no index", raw.len())));
+            }
+            let index = if sh.index_at_end {
+                &raw[raw.len() - n..]
+            } else {
+                &raw[..n]
+            };
+            let words = sh
+                .decode_index(index.to_vec())
+                .map_err(|e| bad(format!("shard index: {e}")))?;
+            for (slot, pair) in parts.iter_mut().zip(words.chunks_exact(2)) {
+                let (offset, nbytes) = (pair[0], pair[1]);
+                if offset == u64::MAX && nbytes == u64::MAX {
+                    continue;
+                }
+                let part = usize::try_from(offset)
+                    .ok()
+                    .zip(usize::try_from(nbytes).ok())
+                    .and_then(|(o, len)| raw.get(o..o.checked_add(len)?))
+                    .ok_or_else(|| bad(format!("inner chunk at {offset}+{nbytes} is outside")))?;
+                *slot = Some(part);
+            }
+        }
+        parts[inner] = encoded.as_deref();
+        let index = if parts.iter().all(Option::is_none) {
+            if old.is_some() {
+                map.delete(shard_key)?;
+            }
+            None
+        } else {
+            let (shard, words) = sh.assemble(&parts)?;
+            map.put(shard_key, &shard)?;
+            Some(Arc::new(words))
+        };
+        sh.indices
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(shard_key.to_string(), index);
+        Ok(())
+    }
+}
+
+impl Sharding {
+    /// A shard of the inner chunks `parts` (C order; `None`: missing), with its index at the
+    /// configured end, and the index's (offset, length) words.
+    fn assemble(&self, parts: &[Option<&[u8]>]) -> Result<(Vec<u8>, Vec<u64>)> {
+        let body: usize = parts.iter().flatten().map(|p| p.len()).sum();
+        let index_len = usize::try_from(self.index_len)
+            .map_err(|_| codec_err("sharding_indexed", "index too large"))?;
+        let mut words = Vec::with_capacity(parts.len() * 2);
+        let mut offset = if self.index_at_end { 0 } else { index_len } as u64;
+        for part in parts {
+            match part {
+                Some(p) => {
+                    words.extend([offset, p.len() as u64]);
+                    offset += p.len() as u64;
+                }
+                None => words.extend([u64::MAX, u64::MAX]),
+            }
+        }
+        let mut index = Vec::with_capacity(words.len() * 8);
+        for w in &words {
+            index.extend(if self.index_big {
+                w.to_be_bytes()
+            } else {
+                w.to_le_bytes()
+            });
+        }
+        let index = self.index_codecs.encode(index)?;
+        if index.len() != index_len {
+            return Err(codec_err(
+                "sharding_indexed",
+                format!("index encoded to {} bytes, not {index_len}", index.len()),
+            ));
+        }
+        let mut shard = Vec::with_capacity(body + index_len);
+        if !self.index_at_end {
+            shard.extend_from_slice(&index);
+        }
+        for p in parts.iter().flatten() {
+            shard.extend_from_slice(p);
+        }
+        if self.index_at_end {
+            shard.extend_from_slice(&index);
+        }
+        Ok((shard, words))
+    }
+}
+
 impl ChunkEngine {
     /// The native inner chunk at inner-grid `coords` of a sharded variable; `None` when its
     /// shard or the chunk itself was never written.
@@ -639,51 +938,42 @@ impl ChunkEngine {
                 "fetch_inner on an unsharded variable".into(),
             ));
         };
-        // `per_shard` and the index are in the (possibly transposed) order the sharding codec
-        // sees; `coords` are in array order.
-        let rank = coords.len();
-        let arr_dim = |k: usize| chain.outer_perm.as_ref().map_or(k, |p| p[k]);
-        let mut per_arr = vec![1u64; rank];
-        for (k, &n) in sh.per_shard.iter().enumerate().take(rank) {
-            per_arr[arr_dim(k)] = n;
-        }
-        let shard_coords: Vec<u64> = coords.iter().zip(&per_arr).map(|(c, n)| c / n).collect();
-        let mut inner = 0u64;
-        for (k, &n) in sh.per_shard.iter().enumerate().take(rank) {
-            let d = arr_dim(k);
-            inner = inner * n + coords[d] % per_arr[d];
-        }
-        let shard_key = plan.chunk_key(&shard_coords);
+        let (shard_coords, inner) = chain.locate(sh, coords);
+        let shard_key = plan.grid_key(&shard_coords);
         let cache_key = format!("{shard_key}#{inner}");
         if let Some(hit) = self.cache.get(&cache_key) {
             return Ok(Some(hit));
         }
-        let Some(index) = sh.index(self.map.as_ref(), &shard_key)? else {
-            return Ok(None);
+        let raw = {
+            let _turn = sh.rewrite.read().unwrap_or_else(|e| e.into_inner());
+            let Some(index) = sh.index(self.map.as_ref(), &shard_key)? else {
+                return Ok(None);
+            };
+            let at = inner as usize * 2;
+            let (Some(&offset), Some(&nbytes)) = (index.get(at), index.get(at + 1)) else {
+                return Err(Error::BadChunk {
+                    key: shard_key,
+                    reason: format!("no index entry for inner chunk {inner}"),
+                });
+            };
+            if offset == u64::MAX && nbytes == u64::MAX {
+                return Ok(None);
+            }
+            let bad = |reason: String| Error::BadChunk {
+                key: cache_key.clone(),
+                reason,
+            };
+            let raw = self
+                .map
+                .get_range(&shard_key, offset, nbytes)?
+                .ok_or_else(|| bad("shard disappeared".into()))?;
+            if raw.len() as u64 != nbytes {
+                return Err(bad(format!(
+                    "inner chunk at {offset}+{nbytes} runs past the end of the shard"
+                )));
+            }
+            raw
         };
-        let at = inner as usize * 2;
-        let (Some(&offset), Some(&nbytes)) = (index.get(at), index.get(at + 1)) else {
-            return Err(Error::BadChunk {
-                key: shard_key,
-                reason: format!("no index entry for inner chunk {inner}"),
-            });
-        };
-        if offset == u64::MAX && nbytes == u64::MAX {
-            return Ok(None);
-        }
-        let bad = |reason: String| Error::BadChunk {
-            key: cache_key.clone(),
-            reason,
-        };
-        let raw = self
-            .map
-            .get_range(&shard_key, offset, nbytes)?
-            .ok_or_else(|| bad("shard disappeared".into()))?;
-        if raw.len() as u64 != nbytes {
-            return Err(bad(format!(
-                "inner chunk at {offset}+{nbytes} runs past the end of the shard"
-            )));
-        }
         let native = Arc::new(plan.decode(&cache_key, raw)?);
         if self.cache.fits(native.len()) {
             self.cache
@@ -981,5 +1271,255 @@ mod tests {
         assert_eq!(&slots[8..], "héllo\0\0".as_bytes());
         assert!(vlen_to_slots(&b, 3, 8, true).is_err());
         assert!(vlen_to_slots(&b[..b.len() - 1], 2, 8, true).is_err());
+    }
+
+    /// The stored type of a v3 `data_type` as the reader makes it.
+    fn test_dtype(name: &str, big: bool) -> ZarrDtype {
+        let (kind, size) = match name {
+            "int32" => (DtypeKind::Int, 4),
+            "float16" => (DtypeKind::Float, 2),
+            _ => (DtypeKind::Bytes, 1),
+        };
+        let order = match (size, big) {
+            (1, _) => ByteOrder::NotApplicable,
+            (_, true) => ByteOrder::Big,
+            _ => ByteOrder::Little,
+        };
+        ZarrDtype { order, kind, size }
+    }
+
+    /// Encodes `native` through the chain of `codecs` (chunks of `shape`) and decodes it back.
+    fn round_trip(codecs: Value, shape: &[u64], dtype: &str, nctype: NcType, native: &[u8]) {
+        let dtype = test_dtype(dtype, codecs.to_string().contains("\"big\""));
+        let codecs = codecs.as_array().unwrap().clone();
+        let esize = native.len() / shape.iter().product::<u64>() as usize;
+        let chain = V3Chain::new(&codecs, shape, &dtype, nctype, esize).unwrap();
+        assert!(!chain.is_sharded());
+        let stored = chain.encode(native).unwrap();
+        assert_eq!(chain.decode(stored).unwrap(), native, "{codecs:?}");
+    }
+
+    #[test]
+    fn every_v3_chain_round_trips() {
+        use serde_json::json;
+        let ints: Vec<u8> = (0..24i32)
+            .flat_map(|v| (v * 1000 - 7).to_le_bytes())
+            .collect();
+        let bytes_le = json!({"name": "bytes", "configuration": {"endian": "little"}});
+        let bytes_be = json!({"name": "bytes", "configuration": {"endian": "big"}});
+        let chains = [
+            json!([bytes_le]),
+            json!([bytes_be]),
+            json!([{"name": "transpose", "configuration": {"order": [2, 0, 1]}}, bytes_le,
+                   {"name": "gzip", "configuration": {"level": 5}}]),
+            json!([bytes_be, {"name": "zstd", "configuration": {"level": 3, "checksum": true}}]),
+            json!([bytes_le, {"name": "blosc", "configuration": {"cname": "lz4", "clevel": 5,
+                   "shuffle": "shuffle", "typesize": 4, "blocksize": 0}}]),
+            json!([bytes_le, {"name": "crc32c"}]),
+            json!([bytes_le, {"name": "numcodecs.shuffle", "configuration": {"elementsize": 4}},
+                   {"name": "numcodecs.zlib", "configuration": {"level": 1}}, {"name": "crc32c"}]),
+        ];
+        for codecs in chains {
+            round_trip(codecs, &[2, 3, 4], "int32", NcType::Int, &ints);
+        }
+        // float16: halves that are exact in binary16 come back as they were.
+        let floats: Vec<u8> = [
+            0.0f32,
+            -1.5,
+            65504.0,
+            2.0f32.powi(-24),
+            f32::INFINITY,
+            0.333,
+        ]
+        .iter()
+        .flat_map(|f| f.to_le_bytes())
+        .collect();
+        let chain = json!([bytes_be]);
+        let dtype = test_dtype("float16", true);
+        let c = V3Chain::new(chain.as_array().unwrap(), &[6], &dtype, NcType::Float, 4).unwrap();
+        let back = c.decode(c.encode(&floats).unwrap()).unwrap();
+        assert_eq!(back[..20], floats[..20]);
+        // 0.333 is not a half; the nearest one is 0x3554 (numpy.float16(0.333).view('u2')).
+        assert_eq!(f32_to_half(0.333), 0x3554);
+        assert_eq!(f32_to_half(1e-8), 0);
+        assert_eq!(f32_to_half(65520.0), 0x7c00);
+        assert!(crate::meta::v3::half_to_f32(f32_to_half(f32::NAN)).is_nan());
+        // Variable-length strings, NUL-padded in 6-byte slots.
+        let slots = b"a\0\0\0\0\0h\xc3\xa9llo\0\0\0\0\0\0";
+        round_trip(
+            json!([{"name": "vlen-utf8"}]),
+            &[3],
+            "string",
+            NcType::String,
+            slots,
+        );
+        round_trip(
+            json!([{"name": "vlen-bytes"}, {"name": "gzip", "configuration": {"level": 1}}]),
+            &[3],
+            "bytes",
+            NcType::String,
+            slots,
+        );
+        // numcodecs.VLenUTF8().encode(np.array(["a", "héllo", ""], dtype=object)).
+        assert_eq!(
+            slots_to_vlen(slots, 6, true).unwrap(),
+            vlen(&["a", "héllo", ""])
+        );
+        assert!(slots_to_vlen(b"\xff\0", 2, true).is_err());
+    }
+
+    #[test]
+    fn transpose_inverts_untranspose() {
+        let data: Vec<u8> = (0..48).collect();
+        for perm in [[2usize, 0, 1], [1, 2, 0], [0, 2, 1]] {
+            let stored = transpose(&data, &[2, 3, 4], &perm, 2);
+            assert_eq!(untranspose(&stored, &[2, 3, 4], &perm, 2), data);
+        }
+        // np.arange(6).reshape(2, 3).T.tobytes() == [0, 3, 1, 4, 2, 5].
+        assert_eq!(
+            transpose(&[0, 1, 2, 3, 4, 5], &[2, 3], &[1, 0], 1),
+            [0, 3, 1, 4, 2, 5]
+        );
+    }
+
+    fn write_i32(engine: &ChunkEngine, ds: &crate::model::Dataset, slab: Hyperslab, v: &[i32]) {
+        let var = ds.find_var("a").unwrap();
+        let data: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+        engine.write(ds, var, &slab, &data).unwrap();
+    }
+
+    #[test]
+    fn partial_shard_rewrite_keeps_the_other_inner_chunks() {
+        for at_end in [true, false] {
+            let map = Arc::new(sharded_store(at_end).inner);
+            let ds = read_dataset(map.as_ref(), &Mode::default()).unwrap();
+            let engine = ChunkEngine::new(Arc::clone(&map) as Arc<dyn ZMap>, 1 << 20);
+            // One element of inner chunk (0,1): 3 → 100.
+            let slab = Hyperslab {
+                start: vec![0, 3],
+                count: vec![1, 1],
+                stride: vec![1, 1],
+            };
+            write_i32(&engine, &ds, slab, &[100]);
+            engine.flush().unwrap();
+            // The shard from first principles: inner chunks in C order, (1,0) still missing.
+            let ints = |v: &[i32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
+            let chunks = [
+                Some(ints(&[0, 1, 4, 5])),
+                Some(ints(&[2, 100, 6, 7])),
+                None,
+                Some(ints(&[10, 11, 14, 15])),
+            ];
+            let base = if at_end { 0 } else { 68 };
+            let mut body = Vec::new();
+            let mut index = Vec::new();
+            for c in &chunks {
+                let (o, n) = match c {
+                    Some(c) => ((base + body.len()) as u64, c.len() as u64),
+                    None => (u64::MAX, u64::MAX),
+                };
+                index.extend(o.to_le_bytes());
+                index.extend(n.to_le_bytes());
+                body.extend(c.iter().flatten());
+            }
+            index.extend(crc32c::crc32c(&index).to_le_bytes());
+            let want = if at_end {
+                [body, index].concat()
+            } else {
+                [index, body].concat()
+            };
+            assert_eq!(
+                map.get("a/c/0/0").unwrap().unwrap(),
+                want,
+                "at end {at_end}"
+            );
+            // A fresh engine reads the new values.
+            let fresh = ChunkEngine::new(Arc::clone(&map) as Arc<dyn ZMap>, 1 << 20);
+            let got = read_i32(&fresh, &ds, Hyperslab::whole(&[4, 4]));
+            let mut expect: Vec<i32> = (0..16)
+                .map(|k| if k / 4 >= 2 && k % 4 < 2 { -1 } else { k })
+                .collect();
+            expect[3] = 100;
+            assert_eq!(got, expect);
+        }
+    }
+
+    #[test]
+    fn fill_inner_chunks_are_left_out_and_an_empty_shard_deleted() {
+        let map = Arc::new(sharded_store(true).inner);
+        let ds = read_dataset(map.as_ref(), &Mode::default()).unwrap();
+        let engine = ChunkEngine::new(Arc::clone(&map) as Arc<dyn ZMap>, 1 << 20);
+        // Write into the missing inner chunk (1,0) and blank (0,0), (0,1) and (1,1).
+        let mut all = vec![-1i32; 16];
+        all[8] = 42;
+        write_i32(&engine, &ds, Hyperslab::whole(&[4, 4]), &all);
+        engine.flush().unwrap();
+        let shard = map.get("a/c/0/0").unwrap().unwrap();
+        let mut index = Vec::new();
+        for (o, n) in [(u64::MAX, u64::MAX); 2]
+            .into_iter()
+            .chain([(0, 16), (u64::MAX, u64::MAX)])
+        {
+            index.extend(o.to_le_bytes());
+            index.extend(n.to_le_bytes());
+        }
+        index.extend(crc32c::crc32c(&index).to_le_bytes());
+        let body: Vec<u8> = [42i32, -1, -1, -1]
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect();
+        assert_eq!(shard, [body, index].concat());
+        write_i32(&engine, &ds, Hyperslab::whole(&[4, 4]), &[-1; 16]);
+        engine.flush().unwrap();
+        assert_eq!(map.get("a/c/0/0").unwrap(), None);
+        assert_eq!(
+            read_i32(&engine, &ds, Hyperslab::whole(&[4, 4])),
+            vec![-1; 16]
+        );
+    }
+
+    #[test]
+    fn sharded_transposed_gzip_writes_read_back() {
+        // Two shards of 2x4, transposed outside, inner chunks gzip-compressed.
+        let meta = r#"{"zarr_format": 3, "node_type": "array", "shape": [4, 4],
+            "data_type": "int16", "fill_value": 0,
+            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2, 4]}},
+            "codecs": [{"name": "transpose", "configuration": {"order": [1, 0]}},
+                {"name": "sharding_indexed", "configuration": {"chunk_shape": [2, 1],
+                "index_location": "start",
+                "codecs": [{"name": "bytes", "configuration": {"endian": "big"}},
+                           {"name": "gzip", "configuration": {"level": 1}}]}}]}"#;
+        let map = store(meta, &[]);
+        let ds = read_dataset(map.as_ref(), &Mode::default()).unwrap();
+        let var = ds.find_var("a").unwrap();
+        let engine = ChunkEngine::new(Arc::clone(&map) as Arc<dyn ZMap>, 1 << 20);
+        let data: Vec<u8> = (1..=16i16).flat_map(|v| v.to_le_bytes()).collect();
+        engine
+            .write(&ds, var, &Hyperslab::whole(&[4, 4]), &data)
+            .unwrap();
+        let slab = Hyperslab {
+            start: vec![1, 1],
+            count: vec![2, 2],
+            stride: vec![1, 1],
+        };
+        engine
+            .write(&ds, var, &slab, &[9, 0, 9, 0, 9, 0, 9, 0])
+            .unwrap();
+        engine.flush().unwrap();
+        let fresh = ChunkEngine::new(Arc::clone(&map) as Arc<dyn ZMap>, 1 << 20);
+        let mut out = vec![0u8; 32];
+        fresh
+            .read(&ds, var, &Hyperslab::whole(&[4, 4]), &mut out)
+            .unwrap();
+        let got: Vec<i16> = out
+            .chunks_exact(2)
+            .map(|c| i16::from_le_bytes([c[0], c[1]]))
+            .collect();
+        let mut want: Vec<i16> = (1..=16).collect();
+        for k in [5, 6, 9, 10] {
+            want[k] = 9;
+        }
+        assert_eq!(got, want);
+        assert!(map.get("a/c/0/0").unwrap().is_some() && map.get("a/c/1/0").unwrap().is_some());
     }
 }
