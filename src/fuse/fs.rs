@@ -205,14 +205,8 @@ impl NczarrFs {
         Self::build(ds.map, ds.location.mode, name, snap, None, opts)
     }
 
-    /// A read-write filesystem over a dataset open for writing. Zarr v3 datasets are refused:
-    /// neither the chunk engine nor the metadata writer writes them.
+    /// A read-write filesystem over a dataset open for writing (Zarr v2 or v3).
     pub fn new_rw(writer: DatasetWriter, mut opts: MountOptions) -> Result<NczarrFs> {
-        if writer.map().exists("zarr.json")? {
-            return Err(Error::Unsupported(
-                "read-write mounts of Zarr v3 datasets".into(),
-            ));
-        }
         opts.read_write = true;
         let map = Arc::clone(writer.map());
         let location = writer.location().clone();

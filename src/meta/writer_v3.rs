@@ -164,6 +164,28 @@ fn data_type(
     Ok((json!(name), None))
 }
 
+/// The variable-length `data_type` (`string` or `bytes`) of an array whose v3 chain (or its
+/// shards' inner chain) encodes with `vlen-utf8` or `vlen-bytes`: kept when such an array,
+/// read from an existing store, has its metadata rewritten.
+fn vlen_data_type(spec: &CodecSpec) -> Option<&'static str> {
+    fn scan(list: &[Value]) -> Option<&'static str> {
+        list.iter()
+            .find_map(|c| match c.get("name").and_then(Value::as_str) {
+                Some("vlen-utf8") => Some("string"),
+                Some("vlen-bytes") => Some("bytes"),
+                Some("sharding_indexed") => c
+                    .pointer("/configuration/codecs")
+                    .and_then(Value::as_array)
+                    .and_then(|inner| scan(inner)),
+                _ => None,
+            })
+    }
+    match spec {
+        CodecSpec::V3(list) => scan(list),
+        CodecSpec::V2 { .. } => None,
+    }
+}
+
 /// The `bytes` codec for `dtype`: its byte order when that matters.
 fn bytes_codec(dtype: &ZarrDtype) -> Value {
     match dtype.order {
@@ -432,7 +454,10 @@ fn array_node(ds: &Dataset, v: VarId, opts: &WriteOptions) -> Result<Value> {
         } else {
             shape.iter().map(|s| (*s).max(1)).collect()
         };
-    let (data_type, alias) = data_type(var.nctype, &dtype, opts.dialect, &key)?;
+    let (data_type, alias) = match vlen_data_type(&var.storage.codecs) {
+        Some(t) => (json!(t), None),
+        None => data_type(var.nctype, &dtype, opts.dialect, &key)?,
+    };
     let nczarr = opts.dialect == Dialect::NcZarr;
     let (fill, no_fill) = match &var.storage.fill_value {
         Some(bytes) => (fill_v3(var.nctype, bytes, &dtype, &key)?, false),
