@@ -555,7 +555,7 @@ impl ChunkCodecs {
 /// its padding.
 fn slots_to_vlen(native: &[u8], width: usize, utf8: bool) -> Result<Vec<u8>> {
     let codec = if utf8 { "vlen-utf8" } else { "vlen-bytes" };
-    let n = if width == 0 { 0 } else { native.len() / width };
+    let n = native.len().checked_div(width).unwrap_or(0);
     let mut out = Vec::with_capacity(4 + native.len() + 4 * n);
     let count = u32::try_from(n).map_err(|_| codec_err(codec, "too many values"))?;
     out.extend(count.to_le_bytes());
