@@ -226,12 +226,16 @@ def test_gen_and_copy_through_s3_round_trip(request, binary, env, tmp_path, serv
         Bucket=BUCKET, Prefix=base.split(f"/{BUCKET}/", 1)[1] + "/gen/")["Contents"]}
     assert any(k.endswith("/.zmetadata") for k in keys), keys
 
-    prefix = base.split(f"/{BUCKET}/", 1)[1] + "/gen/src.file"
+    # zarr-python reads the pure-Zarr dialect: NCZarr keeps netcdf-c's plain-text fill_value for
+    # strings and chars (netcdf-c reads it as text), which zarr-python would take as base64.
+    zarr_s3 = f"{base}/gen/src.zarr#mode=zarr,s3"
+    _ok(_run(binary, env, "gen", "-k", "zarr,consolidated", "-o", zarr_s3, str(cdl)), "gen zarr S3")
+    prefix = base.split(f"/{BUCKET}/", 1)[1] + "/gen/src.zarr"
     group = zarr.open_group(_s3_reader(endpoint, key, secret, prefix), mode="r", zarr_format=2)
     for var in variables:
         if "/" in var.strip("/"):
             continue  # names in subgroups: zarr-python paths, checked through the root ones
-        ours = _npy(binary, env, gen_s3, var, tmp_path)
+        ours = _npy(binary, env, zarr_s3, var, tmp_path)
         theirs = group[var.strip("/")][...]
         if ours.dtype.kind in "SU" or ours.dtype == object:
             continue  # netCDF strings and chars are stored as |S<n>; the model differs
