@@ -216,7 +216,10 @@ impl VarPlan {
     /// The engine's key of the chunk at grid coordinates `coords`: its zmap key, or
     /// `shard_key#inner` for an inner chunk of a sharded array.
     fn chunk_key(&self, coords: &[u64]) -> String {
-        let inner = self.v3.as_ref().and_then(|c| c.inner_key(coords, |s| self.grid_key(s)));
+        let inner = self
+            .v3
+            .as_ref()
+            .and_then(|c| c.inner_key(coords, |s| self.grid_key(s)));
         inner.unwrap_or_else(|| self.grid_key(coords))
     }
 

@@ -45,7 +45,7 @@ const MAX_LOGGED: usize = 10_000;
 #[derive(Debug)]
 pub enum Source {
     /// A read-only mount's chunk engine (and its cache), serving exactly the snapshot's model.
-    Engine(ChunkEngine),
+    Engine(Box<ChunkEngine>),
     /// A `rw` mount's writer: reads see every write so far, through the writer's own model
     /// (which only ever grows relative to the snapshot's, so the snapshot's slabs stay valid).
     Writer(Arc<RwLock<DatasetWriter>>),
@@ -198,7 +198,7 @@ impl NczarrFs {
         let name = ds.location.dataset_name();
         let snap = Snapshot {
             model: ds.model,
-            source: Source::Engine(ds.engine),
+            source: Source::Engine(Box::new(ds.engine)),
             generation: 0,
             changed: SystemTime::now(),
         };
@@ -326,7 +326,7 @@ impl Shared {
                 }
                 let engine = ChunkEngine::new(Arc::clone(&self.map), self.opts.cache_bytes);
                 let snap = Snapshot {
-                    source: Source::Engine(engine),
+                    source: Source::Engine(Box::new(engine)),
                     generation: current.generation + 1,
                     changed: SystemTime::now(),
                     model,
