@@ -592,7 +592,13 @@ impl Shared {
             uid: self.uid,
             gid: self.gid,
             rdev: 0,
-            blksize: 1 << 20,
+            // Programs size their buffers by it: big reads for values, but a small one for
+            // directories and generated files (glibc's readdir would ask for 1 MiB per call).
+            blksize: if matches!(node, Node::File(_, FileKind::Data)) {
+                1 << 20
+            } else {
+                4096
+            },
             flags: 0,
         })
     }
