@@ -85,41 +85,12 @@ pub fn run(args: GetArgs) -> Result<i32> {
 /// reaches the end of each dimension.
 fn hyperslab(shape: &[u64], args: &GetArgs) -> Result<Hyperslab> {
     let rank = shape.len();
-    let list = |text: &Option<String>, what: &str| -> Result<Option<Vec<u64>>> {
-        let Some(text) = text else {
-            return Ok(None);
-        };
-        let values = if text.trim().is_empty() {
-            Vec::new()
-        } else {
-            text.split(',')
-                .map(|p| {
-                    p.trim().parse::<u64>().map_err(|_| {
-                        Error::Invalid(format!("--{what}: {p:?} is not a non-negative integer"))
-                    })
-                })
-                .collect::<Result<Vec<u64>>>()?
-        };
-        if values.len() != rank {
-            return Err(Error::Invalid(format!(
-                "--{what} needs {rank} value(s) (the variable's shape is {shape:?}), got {}",
-                values.len()
-            )));
-        }
-        Ok(Some(values))
-    };
-    let start = list(&args.start, "start")?.unwrap_or_else(|| vec![0; rank]);
-    let stride = list(&args.stride, "stride")?.unwrap_or_else(|| vec![1; rank]);
-    let count = match list(&args.count, "count")? {
+    let start = parse_indices(&args.start, "start", shape)?.unwrap_or_else(|| vec![0; rank]);
+    let stride = parse_indices(&args.stride, "stride", shape)?.unwrap_or_else(|| vec![1; rank]);
+    let count = match parse_indices(&args.count, "count", shape)? {
         Some(c) => c,
         None => (0..rank)
-            .map(|d| {
-                if stride[d] == 0 || start[d] >= shape[d] {
-                    0
-                } else {
-                    (shape[d] - start[d]).div_ceil(stride[d])
-                }
-            })
+            .map(|d| to_end(shape[d], start[d], stride[d]))
             .collect(),
     };
     Ok(Hyperslab {
@@ -127,6 +98,46 @@ fn hyperslab(shape: &[u64], args: &GetArgs) -> Result<Hyperslab> {
         count,
         stride,
     })
+}
+
+/// Parses one `--start`/`--count`/`--stride` option: a comma-separated list of one
+/// non-negative integer per dimension of `shape` (`None` when the option is absent).
+pub(super) fn parse_indices(
+    text: &Option<String>,
+    what: &str,
+    shape: &[u64],
+) -> Result<Option<Vec<u64>>> {
+    let rank = shape.len();
+    let Some(text) = text else {
+        return Ok(None);
+    };
+    let values = if text.trim().is_empty() {
+        Vec::new()
+    } else {
+        text.split(',')
+            .map(|p| {
+                p.trim().parse::<u64>().map_err(|_| {
+                    Error::Invalid(format!("--{what}: {p:?} is not a non-negative integer"))
+                })
+            })
+            .collect::<Result<Vec<u64>>>()?
+    };
+    if values.len() != rank {
+        return Err(Error::Invalid(format!(
+            "--{what} needs {rank} value(s) (the variable's shape is {shape:?}), got {}",
+            values.len()
+        )));
+    }
+    Ok(Some(values))
+}
+
+/// How many indices from `start` in steps of `stride` lie inside a dimension of length `len`.
+pub(super) fn to_end(len: u64, start: u64, stride: u64) -> u64 {
+    if stride == 0 || start >= len {
+        0
+    } else {
+        (len - start).div_ceil(stride)
+    }
 }
 
 /// Reads the slab in blocks along its first dimension and writes each block out.
@@ -172,7 +183,7 @@ fn write_values(
 }
 
 /// The NumPy dtype of a variable's native values.
-fn npy_descr(ds: &Dataset, var: VarId) -> String {
+pub(super) fn npy_descr(ds: &Dataset, var: VarId) -> String {
     let v = ds.var(var);
     match v.nctype {
         NcType::Byte => "|i1".into(),

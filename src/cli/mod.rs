@@ -9,6 +9,7 @@ mod dump;
 mod gen;
 mod get;
 mod mount;
+mod put;
 
 /// nczarrfs: NCZarr datasets as a filesystem and on the command line.
 #[derive(Debug, Parser)]
@@ -26,6 +27,8 @@ pub enum Command {
     Dump(dump::DumpArgs),
     /// Write the raw values of a hyperslab, in native byte order or as .npy.
     Get(get::GetArgs),
+    /// Store raw values (or a .npy file) into a hyperslab of a variable: the inverse of get.
+    Put(put::PutArgs),
     /// Serve a dataset as a FUSE filesystem.
     Mount(mount::MountArgs),
     /// Create a dataset from a CDL file, like ncgen.
@@ -39,6 +42,7 @@ pub fn run(cli: Cli) -> Result<i32> {
     match cli.command {
         Command::Dump(args) => dump::run(args),
         Command::Get(args) => get::run(args),
+        Command::Put(args) => put::run(args),
         Command::Mount(args) => mount::run(args),
         Command::Gen(args) => gen::run(args),
         Command::Copy(args) => copy::run(args),

@@ -1,0 +1,436 @@
+//! `nczarrfs put`: the inverse of `get`. Stores raw values (native byte order, C order, the
+//! layout `get` writes and a mount's `data` file holds) or a `.npy` file into a hyperslab of a
+//! variable of an existing dataset.
+//!
+//! A regular input file (given with `-i`, or redirected to standard input) is mapped into
+//! memory, so the values go from the page cache straight into chunk encoding and stores;
+//! chunks the hyperslab covers whole are stored in parallel without being read first. Other
+//! input (a pipe) is read whole before anything is stored. Either way the input's length is
+//! checked against the hyperslab first: a mismatch stores nothing.
+
+use std::fs::File;
+use std::io::Read;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+
+use super::get::{npy_descr, parse_indices, to_end};
+use crate::chunk::{parse_size, Hyperslab};
+use crate::create::{DatasetWriter, WRITER_CACHE_BYTES};
+use crate::location::Location;
+use crate::model::{Dataset, VarId};
+use crate::{Error, Result};
+
+/// Arguments of `put`.
+#[derive(Debug, clap::Args)]
+pub struct PutArgs {
+    /// The dataset: a path or a URL. It must exist (`nczarrfs gen` creates one from CDL).
+    pub location: String,
+    /// The variable's name or full name (`/g1/v`).
+    pub var: String,
+    /// First index per dimension, comma separated (default: all 0).
+    #[arg(long, value_name = "I,J,..")]
+    pub start: Option<String>,
+    /// Number of indices per dimension (default: a `.npy` input's shape; else to the end of
+    /// each dimension, except an unlimited first dimension, whose count is what the input's
+    /// length makes it, so that records past its end are appended).
+    #[arg(long, value_name = "I,J,..")]
+    pub count: Option<String>,
+    /// Step per dimension (default: all 1).
+    #[arg(long, value_name = "I,J,..")]
+    pub stride: Option<String>,
+    /// Read a NumPy `.npy` file (its dtype must be the one `get --npy` writes for the
+    /// variable) instead of raw bytes.
+    #[arg(long)]
+    pub npy: bool,
+    /// Input file (default, or `-`: standard input).
+    #[arg(short, long, value_name = "FILE")]
+    pub input: Option<PathBuf>,
+    /// Size of the chunk cache that holds partly written chunks until they are stored, with
+    /// an optional K/M/G suffix (default 64M; chunks written whole never go through it).
+    #[arg(long, value_name = "SIZE")]
+    pub cache_size: Option<String>,
+}
+
+/// Runs `put`.
+pub fn run(args: PutArgs) -> Result<i32> {
+    let cache = match &args.cache_size {
+        Some(s) => parse_size(s)?,
+        None => WRITER_CACHE_BYTES,
+    };
+    let location = Location::parse(&args.location)?;
+    let mut w = DatasetWriter::open_with_cache(&location, cache)?;
+    let var = w.model().find_var(&args.var).ok_or_else(|| {
+        Error::NotFound(format!(
+            "no variable {:?} in {} ({} variables; `nczarrfs dump -h` lists them)",
+            args.var,
+            args.location,
+            w.model().vars.len()
+        ))
+    })?;
+    let (input, name) = read_input(args.input.as_deref())?;
+    let (values, npy_shape) = if args.npy {
+        let (shape, at) = parse_npy(w.model(), var, input.bytes(), &name)?;
+        (&input.bytes()[at..], Some(shape))
+    } else {
+        (input.bytes(), None)
+    };
+    let slab = hyperslab(w.model(), var, &args, values.len() as u64, npy_shape)?;
+    let esize = w.model().var(var).element_size() as u64;
+    let want = slab.len().checked_mul(esize);
+    if want != Some(values.len() as u64) {
+        return Err(Error::Invalid(format!(
+            "{name} holds {} bytes of values; the hyperslab --start {} --count {} of {} \
+             ({} values of {esize} bytes) needs {}; nothing was written",
+            values.len(),
+            join(&slab.start),
+            join(&slab.count),
+            w.model().var_fqn(var),
+            w.model().var(var).nctype.cdl_name(),
+            want.map_or_else(|| "more".to_string(), |n| n.to_string()),
+        )));
+    }
+    w.write(var, &slab, values)?;
+    w.close()?;
+    Ok(0)
+}
+
+fn join(v: &[u64]) -> String {
+    v.iter().map(u64::to_string).collect::<Vec<_>>().join(",")
+}
+
+/// Builds the hyperslab from the options, the number of input bytes and, for `.npy` input,
+/// the array's shape. Writing past a fixed dimension is refused here with the option that
+/// asks for it; growing an unlimited one is the writer's.
+fn hyperslab(
+    ds: &Dataset,
+    var: VarId,
+    args: &PutArgs,
+    input_bytes: u64,
+    npy_shape: Option<Vec<u64>>,
+) -> Result<Hyperslab> {
+    let v = ds.var(var);
+    let shape = ds.var_shape(var);
+    let rank = shape.len();
+    let unlimited: Vec<bool> = v.dims.iter().map(|d| ds.dim(*d).unlimited).collect();
+    let start = parse_indices(&args.start, "start", &shape)?.unwrap_or_else(|| vec![0; rank]);
+    let stride = parse_indices(&args.stride, "stride", &shape)?.unwrap_or_else(|| vec![1; rank]);
+    if stride.contains(&0) {
+        return Err(Error::Invalid("--stride: steps must be at least 1".into()));
+    }
+    let count = match (parse_indices(&args.count, "count", &shape)?, npy_shape) {
+        (Some(c), Some(npy)) => {
+            let (have, want) = (npy.iter().product::<u64>(), c.iter().product::<u64>());
+            if have != want {
+                return Err(Error::Invalid(format!(
+                    "the .npy array of shape {npy:?} holds {have} values; --count {} selects \
+                     {want}",
+                    join(&c)
+                )));
+            }
+            c
+        }
+        (Some(c), None) => c,
+        (None, Some(npy)) => {
+            if npy.len() != rank {
+                return Err(Error::Invalid(format!(
+                    "the .npy array has shape {npy:?}, {} has {rank} dimension(s) {shape:?}; \
+                     give --count",
+                    ds.var_fqn(var)
+                )));
+            }
+            npy
+        }
+        (None, None) => {
+            let mut count: Vec<u64> = (0..rank)
+                .map(|d| to_end(shape[d], start[d], stride[d]))
+                .collect();
+            if unlimited.first() == Some(&true) {
+                let esize = v.element_size() as u64;
+                let record: u64 = count[1..].iter().product::<u64>().saturating_mul(esize);
+                count[0] = match (record, input_bytes) {
+                    (_, 0) => 0,
+                    (0, _) => {
+                        return Err(Error::Invalid(format!(
+                            "cannot tell how many records of {} the input holds: the other \
+                             dimensions select nothing; give --count",
+                            ds.var_fqn(var)
+                        )))
+                    }
+                    (r, n) => n.div_ceil(r),
+                };
+            }
+            count
+        }
+    };
+    for d in 0..rank {
+        if unlimited[d] || count[d] == 0 {
+            continue;
+        }
+        let last = stride[d]
+            .checked_mul(count[d] - 1)
+            .and_then(|x| x.checked_add(start[d]));
+        if last.is_none_or(|l| l >= shape[d]) {
+            let dim = ds.dim(v.dims[d]);
+            return Err(Error::InvalidHyperslab(format!(
+                "--start {} --count {} --stride {} reaches past dimension {} of {}, which has \
+                 the fixed length {}; nothing was written",
+                join(&start),
+                join(&count),
+                join(&stride),
+                ds.dim_fqn(v.dims[d]),
+                ds.var_fqn(var),
+                dim.len
+            )));
+        }
+    }
+    Ok(Hyperslab {
+        start,
+        count,
+        stride,
+    })
+}
+
+/// The input's bytes: a read-only map of a regular file, or everything read from a pipe.
+enum Input {
+    Mapped(Mmap),
+    Read(Vec<u8>),
+}
+
+impl Input {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Input::Mapped(m) => m.bytes(),
+            Input::Read(v) => v,
+        }
+    }
+}
+
+/// Opens the input (`None` or `-`: standard input) and returns it with a name for messages.
+fn read_input(path: Option<&Path>) -> Result<(Input, String)> {
+    let (file, name) = match path.filter(|p| p.as_os_str() != "-") {
+        Some(p) => (
+            File::open(p).map_err(|e| Error::io(p, e))?,
+            p.display().to_string(),
+        ),
+        None => {
+            let fd = std::io::stdin()
+                .as_fd()
+                .try_clone_to_owned()
+                .map_err(|e| Error::io("<stdin>", e))?;
+            (File::from(fd), "standard input".to_string())
+        }
+    };
+    let meta = file.metadata().map_err(|e| Error::io(&name, e))?;
+    if meta.is_file() {
+        let len = usize::try_from(meta.len())
+            .map_err(|_| Error::Invalid(format!("{name} is too large for this machine")))?;
+        let map = Mmap::map(&file, len).map_err(|e| Error::io(&name, e))?;
+        return Ok((Input::Mapped(map), name));
+    }
+    let mut bytes = Vec::new();
+    (&file)
+        .read_to_end(&mut bytes)
+        .map_err(|e| Error::io(&name, e))?;
+    Ok((Input::Read(bytes), name))
+}
+
+/// A read-only, private memory map of a whole file.
+///
+/// Like any map of a file, it assumes nobody truncates the file while it is mapped (reading a
+/// page that no longer exists raises SIGBUS); `put` maps a file only to store its contents once.
+struct Mmap {
+    ptr: *mut libc::c_void,
+    len: usize,
+}
+
+// SAFETY: the mapping is read-only and owned by this value; sharing `&[u8]` views of it across
+// threads is what a `Vec<u8>` allows too.
+unsafe impl Send for Mmap {}
+// SAFETY: as above; nothing mutates the mapping.
+unsafe impl Sync for Mmap {}
+
+impl Mmap {
+    fn map(file: &File, len: usize) -> std::io::Result<Mmap> {
+        use std::os::fd::AsRawFd;
+        if len == 0 {
+            // mmap refuses empty mappings.
+            return Ok(Mmap {
+                ptr: std::ptr::null_mut(),
+                len: 0,
+            });
+        }
+        // SAFETY: a fresh read-only private mapping of `len` bytes of an open file; the
+        // kernel checks the descriptor and the length.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        // The chunks are read in parallel, each one sequentially, so the kernel's readahead
+        // of a file not yet cached is welcome; failure only loses the hint.
+        // SAFETY: advice on the mapping just made.
+        unsafe { libc::madvise(ptr, len, libc::MADV_WILLNEED) };
+        Ok(Mmap { ptr, len })
+    }
+
+    fn bytes(&self) -> &[u8] {
+        if self.len == 0 {
+            return &[];
+        }
+        // SAFETY: `ptr` maps `len` readable bytes for as long as `self` lives.
+        unsafe { std::slice::from_raw_parts(self.ptr.cast::<u8>(), self.len) }
+    }
+}
+
+impl Drop for Mmap {
+    fn drop(&mut self) {
+        if self.len > 0 {
+            // SAFETY: unmaps exactly the mapping made in `map`; no view outlives `self`.
+            unsafe { libc::munmap(self.ptr, self.len) };
+        }
+    }
+}
+
+/// Parses a `.npy` header (format 1.0, 2.0 or 3.0): checks that its dtype is the variable's
+/// native one and that the array is in C order; returns the array's shape and where the
+/// values start.
+fn parse_npy(ds: &Dataset, var: VarId, bytes: &[u8], name: &str) -> Result<(Vec<u64>, usize)> {
+    let bad = |why: &str| Error::Invalid(format!("{name} is not a .npy file: {why}"));
+    if bytes.len() < 10 || &bytes[..6] != b"\x93NUMPY" {
+        return Err(bad("no \\x93NUMPY magic"));
+    }
+    let (len, at): (usize, usize) = match bytes[6] {
+        1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
+        2 | 3 if bytes.len() >= 12 => (
+            u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
+            12,
+        ),
+        v => return Err(bad(&format!("unknown format version {v}"))),
+    };
+    let header = bytes
+        .get(at..at.saturating_add(len))
+        .ok_or_else(|| bad("header cut short"))?;
+    let header = std::str::from_utf8(header).map_err(|_| bad("header is not text"))?;
+    let value = |key: &str| -> Result<&str> {
+        let i = header
+            .find(&format!("'{key}'"))
+            .ok_or_else(|| bad(&format!("no '{key}' in the header")))?;
+        let rest = header[i + key.len() + 2..].trim_start();
+        rest.strip_prefix(':')
+            .map(str::trim_start)
+            .ok_or_else(|| bad("malformed header"))
+    };
+    let descr = value("descr")?;
+    let quote = descr.chars().next().filter(|c| *c == '\'' || *c == '"');
+    let descr = quote
+        .and_then(|q| descr[1..].split(q).next())
+        .ok_or_else(|| bad("'descr' is not a simple dtype"))?;
+    if value("fortran_order")?.starts_with("True") {
+        return Err(Error::Invalid(format!(
+            "{name} holds a Fortran-order array; `put` needs C order \
+             (numpy.ascontiguousarray)"
+        )));
+    }
+    let shape = value("shape")?;
+    let shape = shape
+        .strip_prefix('(')
+        .and_then(|s| s.split(')').next())
+        .ok_or_else(|| bad("'shape' is not a tuple"))?;
+    let shape = shape
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse::<u64>().map_err(|_| bad("'shape' is not a tuple")))
+        .collect::<Result<Vec<u64>>>()?;
+    let want = npy_descr(ds, var);
+    if descr != want {
+        return Err(Error::Invalid(format!(
+            "{name} holds {descr} values; {} ({}) needs {want}",
+            ds.var_fqn(var),
+            ds.var(var).nctype.cdl_name()
+        )));
+    }
+    Ok((shape, at + len))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{NcType, VarStorage, Variable};
+
+    fn dataset() -> (Dataset, VarId) {
+        let mut ds = Dataset::new();
+        let t = ds.add_dim(Dataset::ROOT, "t", 2, true);
+        let x = ds.add_dim(Dataset::ROOT, "x", 3, false);
+        let v = ds.add_var(Variable {
+            name: "v".into(),
+            group: Dataset::ROOT,
+            nctype: NcType::Short,
+            dims: vec![t, x],
+            string_width: 0,
+            attrs: Vec::new(),
+            storage: VarStorage::default(),
+        });
+        (ds, v)
+    }
+
+    fn args(start: Option<&str>, count: Option<&str>) -> PutArgs {
+        PutArgs {
+            location: "x".into(),
+            var: "v".into(),
+            start: start.map(Into::into),
+            count: count.map(Into::into),
+            stride: None,
+            npy: false,
+            input: None,
+            cache_size: None,
+        }
+    }
+
+    #[test]
+    fn records_follow_the_input_length_along_an_unlimited_first_dimension() {
+        let (ds, v) = dataset();
+        // 5 records of 3 shorts from index 1: past the current length 2.
+        let s = hyperslab(&ds, v, &args(Some("1,0"), None), 30, None).unwrap();
+        assert_eq!((s.start, s.count), (vec![1, 0], vec![5, 3]));
+        let s = hyperslab(&ds, v, &args(Some("0,1"), None), 8, None).unwrap();
+        assert_eq!(s.count, vec![2, 2]);
+        let s = hyperslab(&ds, v, &args(None, Some("1,3")), 0, None).unwrap();
+        assert_eq!(s.count, vec![1, 3]);
+        let err = hyperslab(&ds, v, &args(Some("0,2"), Some("1,2")), 4, None).unwrap_err();
+        assert!(err.to_string().contains("fixed length 3"), "{err}");
+        let npy = hyperslab(&ds, v, &args(None, None), 0, Some(vec![4, 3])).unwrap();
+        assert_eq!(npy.count, vec![4, 3]);
+        assert!(hyperslab(&ds, v, &args(None, None), 0, Some(vec![12])).is_err());
+        assert!(hyperslab(&ds, v, &args(None, Some("2,3")), 0, Some(vec![2, 2])).is_err());
+    }
+
+    #[test]
+    fn npy_headers_as_numpy_writes_them() {
+        let (ds, v) = dataset();
+        // numpy.save of np.zeros((4, 3), "<i2"): format 1.0, a 118-byte dict.
+        let mut dict = "{'descr': '<i2', 'fortran_order': False, 'shape': (4, 3), }".to_string();
+        dict.push_str(&" ".repeat(117 - dict.len()));
+        dict.push('\n');
+        let mut file = b"\x93NUMPY\x01\x00".to_vec();
+        file.extend((dict.len() as u16).to_le_bytes());
+        file.extend(dict.as_bytes());
+        file.extend([0u8; 24]);
+        assert_eq!(parse_npy(&ds, v, &file, "f").unwrap(), (vec![4, 3], 128));
+        let other = String::from_utf8_lossy(&file).replace("<i2", "<f4");
+        let err = parse_npy(&ds, v, other.as_bytes(), "f").unwrap_err();
+        assert!(err.to_string().contains("needs <i2"), "{err}");
+        let fortran = String::from_utf8_lossy(&file).replace("False", "True ");
+        assert!(parse_npy(&ds, v, fortran.as_bytes(), "f").is_err());
+        assert!(parse_npy(&ds, v, b"not a npy file", "f").is_err());
+        assert!(parse_npy(&ds, v, &file[..40], "f").is_err());
+    }
+}
