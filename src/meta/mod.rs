@@ -19,6 +19,7 @@ pub(crate) mod v3;
 pub mod writer;
 pub mod writer_v3;
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 
 use crate::location::{Format, Mode};
@@ -64,6 +65,7 @@ pub fn read_dataset(map: &dyn ZMap, mode: &Mode) -> Result<Dataset> {
         dialect: Dialect::Pure,
         ds: Dataset::new(),
         pending: Vec::new(),
+        fetched: RefCell::new(HashMap::new()),
     };
     let zgroup = r.load(".zgroup")?;
     let Some(zgroup) = zgroup else {
@@ -221,6 +223,11 @@ struct Reader<'a> {
     dialect: Dialect,
     ds: Dataset,
     pending: Vec<PendingVar>,
+    /// Every object already fetched during this open (`None`: it does not exist), so that no
+    /// object costs a second round trip: the root's `.zgroup` and `.zattrs` are read both to
+    /// detect the dialect and by the walk, and pure Zarr children are probed before they
+    /// are read.
+    fetched: RefCell<HashMap<String, Option<Vec<u8>>>>,
 }
 
 impl Reader<'_> {
@@ -240,9 +247,47 @@ impl Reader<'_> {
                 }
             }
         }
-        match self.map.get(key)? {
-            Some(bytes) => Json::parse(key, &bytes).map(Some),
-            None => Ok(None),
+        self.fetch(key)?.map(|b| Json::parse(key, &b)).transpose()
+    }
+
+    /// The object at `key`, from the map only the first time it is asked for.
+    fn fetch(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        if let Some(bytes) = self.fetched.borrow().get(key) {
+            return Ok(bytes.clone());
+        }
+        let bytes = self.map.get(key)?;
+        self.fetched
+            .borrow_mut()
+            .insert(key.to_string(), bytes.clone());
+        Ok(bytes)
+    }
+
+    /// Fetches those of `keys` that neither `.zmetadata` nor an earlier request gave, in
+    /// one batch of concurrent GETs on maps with request latency; [`Reader::load`] then finds
+    /// them. A failed GET is left for `load` to repeat and report.
+    fn prefetch(&self, keys: Vec<String>) {
+        if self.map.concurrent_gets() <= 1 {
+            return;
+        }
+        let keys: Vec<String> = keys
+            .into_iter()
+            .filter(|k| {
+                !self.fetched.borrow().contains_key(k)
+                    && !self
+                        .consolidated
+                        .as_ref()
+                        .is_some_and(|c| c.contains_key(k))
+            })
+            .collect();
+        if keys.len() < 2 {
+            return;
+        }
+        let results = self.map.get_many(&keys);
+        let mut fetched = self.fetched.borrow_mut();
+        for (key, result) in keys.into_iter().zip(results) {
+            if let Ok(bytes) = result {
+                fetched.insert(key, bytes);
+            }
         }
     }
 
@@ -464,6 +509,20 @@ impl Reader<'_> {
                 }
                 None => self.discover(prefix)?,
             };
+        let objects = |names: &[String], leaf: &str| -> Vec<String> {
+            names
+                .iter()
+                .flat_map(|n| {
+                    [
+                        join_key(&[prefix, n, leaf]),
+                        join_key(&[prefix, n, ".zattrs"]),
+                    ]
+                })
+                .collect()
+        };
+        let mut wanted = objects(&var_names, ".zarray");
+        wanted.extend(objects(&group_names, ".zgroup"));
+        self.prefetch(wanted);
         for name in var_names {
             let key = join_key(&[prefix, &name]);
             let Some(zarray) = self.load(&join_key(&[&key, ".zarray"]))? else {
@@ -496,10 +555,24 @@ impl Reader<'_> {
     fn discover(&self, prefix: &str) -> Result<(Vec<String>, Vec<String>)> {
         let mut vars = Vec::new();
         let mut groups = Vec::new();
-        for name in self.children(prefix)? {
-            if name.starts_with('.') {
-                continue;
-            }
+        let children: Vec<String> = self
+            .children(prefix)?
+            .into_iter()
+            .filter(|name| !name.starts_with('.'))
+            .collect();
+        // Most children are arrays: their .zarray and .zattrs are read next anyway.
+        self.prefetch(
+            children
+                .iter()
+                .flat_map(|n| {
+                    [
+                        join_key(&[prefix, n, ".zarray"]),
+                        join_key(&[prefix, n, ".zattrs"]),
+                    ]
+                })
+                .collect(),
+        );
+        for name in children {
             let key = join_key(&[prefix, &name]);
             if self.exists(&join_key(&[&key, ".zarray"]))? {
                 vars.push(name);
@@ -518,7 +591,8 @@ impl Reader<'_> {
         {
             return Ok(true);
         }
-        self.map.exists(key)
+        // A GET costs the same round trip as a HEAD, and the object found is read next.
+        Ok(self.fetch(key)?.is_some())
     }
 
     /// Builds one variable from its `.zarray`, `.zattrs` and NCZarr description.
