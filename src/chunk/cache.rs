@@ -3,7 +3,13 @@
 //! Entries are `Arc<Vec<u8>>` so a reader clones the handle under the lock and copies the
 //! values out after releasing it. A dirty entry (written but not yet stored) carries a token `T`
 //! that knows how to encode it; such an entry is never dropped without being written back.
+//!
+//! Buffers of evicted entries that nobody else holds are kept aside, a few, for the next
+//! chunk decoded for the cache (see [`ChunkCache::take_spare`]): a fresh buffer costs a page
+//! fault per page, more than decoding into it, and freeing and allocating chunk-sized buffers
+//! leaves the allocator's arenas holding memory the cache no longer counts.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -34,7 +40,13 @@ struct Entry<T> {
 struct Inner<T> {
     lru: LruCache<String, Entry<T>>,
     bytes: usize,
+    /// Buffers of evicted entries, oldest first, waiting to be reused.
+    spare: VecDeque<Vec<u8>>,
+    spare_bytes: usize,
 }
+
+/// Most bytes of spare buffers kept, whatever the cache size (beyond it they are freed).
+const SPARE_MAX: usize = 16 << 20;
 
 /// The byte-bounded LRU.
 pub(crate) struct ChunkCache<T> {
@@ -60,6 +72,23 @@ pub(crate) type WriteBack<'a, T> = dyn FnMut(&str, &[u8], &T) -> Result<()> + 'a
 /// [`WriteBack`] for dirty entries written back in parallel.
 pub(crate) type ParallelWriteBack<'a, T> = dyn Fn(&str, &[u8], &T) -> Result<()> + Sync + 'a;
 
+impl<T> Inner<T> {
+    /// Adds `buf` to the spare buffers, dropping the oldest ones beyond `limit` bytes.
+    fn keep_spare(&mut self, buf: Vec<u8>, limit: usize) {
+        if buf.len() > limit {
+            return;
+        }
+        self.spare_bytes += buf.len();
+        self.spare.push_back(buf);
+        while self.spare_bytes > limit {
+            match self.spare.pop_front() {
+                Some(old) => self.spare_bytes -= old.len(),
+                None => break,
+            }
+        }
+    }
+}
+
 impl<T> ChunkCache<T> {
     /// A cache holding at most `capacity` bytes of chunk data (0: nothing is kept).
     pub(crate) fn new(capacity: usize) -> Self {
@@ -68,6 +97,8 @@ impl<T> ChunkCache<T> {
             inner: Mutex::new(Inner {
                 lru: LruCache::unbounded(),
                 bytes: 0,
+                spare: VecDeque::new(),
+                spare_bytes: 0,
             }),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
@@ -106,6 +137,27 @@ impl<T> ChunkCache<T> {
             self.hits.fetch_add(1, Ordering::Relaxed);
         }
         found
+    }
+
+    /// A buffer of exactly `len` bytes (of unspecified contents) from an evicted entry, if one
+    /// is spare: for the next chunk to be decoded for the cache.
+    pub(crate) fn take_spare(&self, len: usize) -> Option<Vec<u8>> {
+        let mut inner = self.lock();
+        let i = inner.spare.iter().position(|b| b.len() == len)?;
+        let buf = inner.spare.remove(i)?;
+        inner.spare_bytes -= len;
+        Some(buf)
+    }
+
+    /// Keeps `buf` for [`ChunkCache::take_spare`] (a buffer taken but not used).
+    pub(crate) fn give_spare(&self, buf: Vec<u8>) {
+        let limit = self.spare_limit();
+        self.lock().keep_spare(buf, limit);
+    }
+
+    /// Bytes of spare buffers kept at most: an eighth of the cache, at most [`SPARE_MAX`].
+    fn spare_limit(&self) -> usize {
+        (self.capacity / 8).min(SPARE_MAX)
     }
 
     /// Whether the cache could hold an entry of `len` bytes at all.
@@ -156,6 +208,11 @@ impl<T> ChunkCache<T> {
             }
             inner.bytes -= e.data.len();
             self.evictions.fetch_add(1, Ordering::Relaxed);
+            // A reader may still hold it; then it is freed when that reader lets go.
+            if let Ok(buf) = Arc::try_unwrap(e.data) {
+                let limit = self.spare_limit();
+                inner.keep_spare(buf, limit);
+            }
         }
         Ok(())
     }
@@ -447,6 +504,44 @@ mod tests {
         })
         .unwrap();
         assert_eq!(*retried.lock().unwrap(), vec!["bad".to_string()]);
+    }
+
+    #[test]
+    fn evicted_buffers_nobody_holds_are_reused() {
+        // 64 bytes of cache: spare buffers up to 8 bytes.
+        let c: ChunkCache<u32> = ChunkCache::new(64);
+        for k in ["a", "b"] {
+            c.insert(k, Arc::new(vec![1; 32]), None, &mut clean)
+                .unwrap();
+        }
+        // Over the spare limit: freed, not kept.
+        c.insert("c", Arc::new(vec![2; 32]), None, &mut clean)
+            .unwrap();
+        assert!(c.take_spare(32).is_none());
+        let c: ChunkCache<u32> = ChunkCache::new(64);
+        let held = Arc::new(vec![7; 8]);
+        c.insert("a", Arc::clone(&held), None, &mut clean).unwrap();
+        for k in ["b", "c", "d", "e", "f", "g", "h"] {
+            c.insert(k, Arc::new(vec![7; 8]), None, &mut clean).unwrap();
+        }
+        c.insert("i", Arc::new(vec![0; 8]), None, &mut clean)
+            .unwrap();
+        assert!(
+            c.take_spare(8).is_none(),
+            "a reader still holds the evicted one"
+        );
+        drop(held);
+        c.insert("j", Arc::new(vec![0; 8]), None, &mut clean)
+            .unwrap();
+        assert_eq!(c.take_spare(4), None, "only buffers of the asked length");
+        assert_eq!(c.take_spare(8), Some(vec![7; 8]), "b, evicted unheld");
+        assert_eq!(c.take_spare(8), None);
+        // Given back, kept up to the limit (the oldest go first).
+        c.give_spare(vec![3; 8]);
+        c.give_spare(vec![4; 8]);
+        assert_eq!(c.take_spare(8), Some(vec![4; 8]));
+        assert_eq!(c.take_spare(8), None);
+        assert_eq!(c.stats().bytes, 64, "spares are not counted as cached");
     }
 
     #[test]

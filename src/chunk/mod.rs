@@ -13,6 +13,7 @@ mod cache;
 mod convert;
 mod shard;
 mod slab;
+mod view;
 
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
@@ -22,6 +23,7 @@ use rayon::prelude::*;
 
 pub use cache::CacheStats;
 pub(crate) use shard::vlen_max_len;
+pub use view::ChunkView;
 
 use crate::codec::Pipeline;
 use crate::model::{ChunkKeyEncoding, ChunkOrder, CodecSpec, Dataset, NcType, VarId, VarStorage};
@@ -880,10 +882,7 @@ impl ChunkEngine {
             let _turn = gate.lock().unwrap_or_else(|e| e.into_inner());
             match self.cache.get_again(key) {
                 Some(hit) => Ok(Some(hit)),
-                None => self
-                    .map
-                    .get(key)
-                    .and_then(|raw| self.decode_keep(plan, key, raw, true)),
+                None => self.load(plan, key),
             }
         };
         let mut loading = self.loading.lock().unwrap_or_else(|e| e.into_inner());
@@ -892,6 +891,30 @@ impl ChunkEngine {
             loading.remove(key);
         }
         result
+    }
+
+    /// Reads and decodes the chunk at `key` and caches it; `None` if it was never written. A
+    /// chunk that decodes in place does so into a spare buffer of the cache when there is one,
+    /// through this thread's scratch buffers: nothing is allocated per chunk.
+    fn load(&self, plan: &Arc<VarPlan>, key: &str) -> Result<Option<Arc<Vec<u8>>>> {
+        if !plan.direct() {
+            let raw = self.map.get(key)?;
+            return self.decode_keep(plan, key, raw, true);
+        }
+        let len = plan.chunk_elems * plan.esize;
+        let mut buf = self.cache.take_spare(len).unwrap_or_else(|| vec![0; len]);
+        if !plan.read_direct(self.map.as_ref(), key, &mut buf)? {
+            self.cache.give_spare(buf);
+            return Ok(None);
+        }
+        let native = Arc::new(buf);
+        if self.cache.fits(len) {
+            self.cache
+                .insert(key, Arc::clone(&native), None, &mut |k, d, p| {
+                    self.write_back(k, d, p)
+                })?;
+        }
+        Ok(Some(native))
     }
 
     /// Decodes a stored chunk (`None`: never written) and caches it if `keep`.

@@ -704,6 +704,32 @@ fn read_data_into(
     Ok(skip..skip + (end - offset) as usize)
 }
 
+/// Like [`read_data_into`], but the bytes lent in place by the chunk engine of a read-only
+/// mount ([`ChunkEngine::view`]: a cached chunk, a mapped chunk file) when the range lies in
+/// one chunk, and where in the view they are; `Ok(None)` when they must be copied.
+fn read_in_place(
+    snap: &Snapshot,
+    var: VarId,
+    offset: u64,
+    len: u64,
+) -> Result<Option<(crate::chunk::ChunkView, std::ops::Range<usize>)>> {
+    let Source::Engine(engine) = &snap.source else {
+        return Ok(None);
+    };
+    let ds = &snap.model;
+    let size = content::data_size(ds, var);
+    let esz = ds.var(var).element_size() as u64;
+    if offset >= size || len == 0 || esz == 0 {
+        return Ok(None);
+    }
+    let end = offset.saturating_add(len).min(size);
+    let Some(view) = engine.view(ds, var, offset / esz, end.div_ceil(esz))? else {
+        return Ok(None);
+    };
+    let skip = (offset % esz) as usize;
+    Ok(Some((view, skip..skip + (end - offset) as usize)))
+}
+
 thread_local! {
     /// A reader thread's reply buffer, reused from request to request (fresh pages for every
     /// request cost more than the copy into them).
@@ -909,6 +935,21 @@ impl Filesystem for NczarrFs {
             };
             let Some(Resolved::Var(var)) = owner.resolve(&snap.model) else {
                 return reply.error(libc::ENOENT);
+            };
+            let reply = match read_in_place(&snap, var, offset, size.into()) {
+                Ok(Some((view, range))) => {
+                    reply.data(&view[range.clone()]);
+                    let end = offset + range.len() as u64;
+                    return maybe_prefetch(&sh, &handle, &snap, var, offset, end);
+                }
+                Ok(None) => reply,
+                Err(e) => {
+                    sh.log_once(format!(
+                        "{}: read of {size} bytes at {offset}: {e}",
+                        node_display(&handle.node)
+                    ));
+                    return reply.error(e.errno());
+                }
             };
             let serve = |buf: &mut Vec<u8>, reply: ReplyData| match read_data_into(
                 &snap,

@@ -1,0 +1,280 @@
+//! Lending out the values of one chunk in place, for a reader that only passes them on (a
+//! mount's reply to the kernel): a cached decoded chunk is shared instead of copied, and an
+//! uncompressed chunk file of a local directory is mapped instead of read into a buffer.
+
+use std::fs::File;
+use std::ops::{Deref, Range};
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+
+use super::convert::Conversion;
+use super::{ChunkEngine, VarPlan};
+use crate::model::{Dataset, VarId};
+use crate::{Error, Result};
+
+/// Values of one chunk, lent without a copy (see [`ChunkEngine::view`]). Dereferences to the
+/// bytes asked for.
+///
+/// A view of a mapped chunk file shows the file as it is: were the file truncated underneath
+/// while the view lives, reading the missing pages from this process would raise SIGBUS. Hand
+/// such bytes to the kernel (a `write` or a FUSE reply fails with `EFAULT` instead), and do not
+/// keep views: they are meant to live for one reply.
+#[derive(Debug)]
+pub struct ChunkView {
+    bytes: Lent,
+    range: Range<usize>,
+}
+
+#[derive(Debug)]
+enum Lent {
+    /// A decoded chunk shared with the cache.
+    Cached(Arc<Vec<u8>>),
+    /// Part of an uncompressed chunk file, mapped.
+    Mapped(FileMapping),
+}
+
+impl Deref for ChunkView {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match &self.bytes {
+            Lent::Cached(chunk) => &chunk[self.range.clone()],
+            Lent::Mapped(m) => &m.bytes()[self.range.clone()],
+        }
+    }
+}
+
+impl ChunkView {
+    /// Whether the bytes are a mapped file rather than a cached chunk.
+    pub fn is_mapped(&self) -> bool {
+        matches!(self.bytes, Lent::Mapped(_))
+    }
+}
+
+/// A read-only shared mapping of part of a file, unmapped on drop.
+#[derive(Debug)]
+struct FileMapping {
+    base: *mut libc::c_void,
+    mapped: usize,
+    /// Where the bytes asked for begin in the mapping (mappings start on a page boundary).
+    skip: usize,
+    len: usize,
+}
+
+// SAFETY: the mapping is read-only and owned by this value alone; nothing mutates it.
+unsafe impl Send for FileMapping {}
+// SAFETY: as above; shared references only read.
+unsafe impl Sync for FileMapping {}
+
+impl FileMapping {
+    /// Maps `len` (> 0) bytes of `file` at `offset`, with the page tables filled at once: the
+    /// kernel then copies from the file's cached pages without a fault per page.
+    fn new(file: &File, offset: u64, len: usize) -> std::io::Result<FileMapping> {
+        // SAFETY: sysconf has no preconditions.
+        let page = match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+            n if n > 0 => n as u64,
+            _ => 4096,
+        };
+        let start = offset - offset % page;
+        let skip = (offset - start) as usize;
+        let mapped = skip + len;
+        let at = libc::off_t::try_from(start)
+            .map_err(|_| std::io::Error::from_raw_os_error(libc::EOVERFLOW))?;
+        // SAFETY: a fresh read-only mapping of an open file; the kernel checks the arguments.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                mapped,
+                libc::PROT_READ,
+                libc::MAP_SHARED | libc::MAP_POPULATE,
+                file.as_raw_fd(),
+                at,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(FileMapping {
+            base,
+            mapped,
+            skip,
+            len,
+        })
+    }
+
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: the mapping covers `skip + len` readable bytes for as long as `self` lives.
+        unsafe { std::slice::from_raw_parts(self.base.cast::<u8>().add(self.skip), self.len) }
+    }
+}
+
+impl Drop for FileMapping {
+    fn drop(&mut self) {
+        // SAFETY: exactly the region mapped in `new`, unmapped once.
+        unsafe { libc::munmap(self.base, self.mapped) };
+    }
+}
+
+/// The multi-index of C-order position `i` in `shape`.
+fn unravel(mut i: u64, shape: &[u64]) -> Vec<u64> {
+    let mut idx = vec![0; shape.len()];
+    for d in (0..shape.len()).rev() {
+        idx[d] = i % shape[d];
+        i /= shape[d];
+    }
+    idx
+}
+
+/// The C-order position of `idx` in `shape`.
+fn ravel(idx: &[u64], shape: &[u64]) -> u64 {
+    idx.iter().zip(shape).fold(0, |a, (i, n)| a * n + i)
+}
+
+/// Where the C-order element range `[lo, hi)` of an array of `shape` (non-empty, within it)
+/// lies when it is one contiguous run of one chunk of shape `chunk`: that chunk's grid
+/// coordinates and the run's element range in the chunk (C order); `None` otherwise.
+fn chunk_run(shape: &[u64], chunk: &[u64], lo: u64, hi: u64) -> Option<(Vec<u64>, Range<u64>)> {
+    let (first, last) = (unravel(lo, shape), unravel(hi - 1, shape));
+    let coords: Vec<u64> = first.iter().zip(chunk).map(|(i, c)| i / c).collect();
+    if last
+        .iter()
+        .zip(chunk)
+        .map(|(i, c)| i / c)
+        .ne(coords.iter().copied())
+    {
+        return None;
+    }
+    let local = |idx: &[u64]| -> Vec<u64> { idx.iter().zip(chunk).map(|(i, c)| i % c).collect() };
+    let (a, b) = (ravel(&local(&first), chunk), ravel(&local(&last), chunk));
+    // Both orders list the chunk's elements in the same sequence, so the run is contiguous in
+    // the chunk exactly when no element of another chunk (or none past the array's edge)
+    // lies between its ends: when both distances agree.
+    (b - a == hi - 1 - lo).then_some((coords, a..b + 1))
+}
+
+impl ChunkEngine {
+    /// The values of elements `[lo, hi)` of `var` (C order over its whole shape) without
+    /// copying them, when they are one contiguous run of one chunk that is cached or can be
+    /// (it is then loaded), or that is an uncompressed file of a local directory stored as is
+    /// (it is then mapped). `Ok(None)` when [`ChunkEngine::read`] must do it instead: other
+    /// ranges, chunks never written (fill), variables grown past their stored shape, sharded
+    /// arrays. Fails as `read` would for a chunk that cannot be read or decoded.
+    pub fn view(&self, ds: &Dataset, var: VarId, lo: u64, hi: u64) -> Result<Option<ChunkView>> {
+        let v = ds.var(var);
+        let shape = ds.var_shape(var);
+        let total: u64 = shape.iter().product();
+        if v.dims.is_empty() || lo >= hi || hi > total {
+            return Ok(None);
+        }
+        let plan = self.plan(ds, var)?;
+        if plan.grid != shape || plan.v3.as_ref().is_some_and(|c| c.is_sharded()) {
+            return Ok(None);
+        }
+        let Some((coords, run)) = chunk_run(&shape, &plan.chunk_shape, lo, hi) else {
+            return Ok(None);
+        };
+        let esize = plan.esize as u64;
+        let bytes = (run.start * esize) as usize..(run.end * esize) as usize;
+        let key = plan.chunk_key(&coords);
+        if let Some(hit) = self.cache.get(&key) {
+            return Ok(Some(ChunkView {
+                bytes: Lent::Cached(hit),
+                range: bytes,
+            }));
+        }
+        if self.ranged(&plan) {
+            if !matches!(plan.conv, Conversion::Identity) {
+                return Ok(None);
+            }
+            return self.map_run(&plan, &key, bytes);
+        }
+        if !self.cache.fits(plan.chunk_elems * plan.esize) {
+            return Ok(None);
+        }
+        Ok(self.load_once(&plan, &key)?.map(|chunk| ChunkView {
+            bytes: Lent::Cached(chunk),
+            range: bytes,
+        }))
+    }
+
+    /// Maps `bytes` of the uncompressed chunk file at `key`, after checking its size as a
+    /// read would.
+    fn map_run(&self, plan: &VarPlan, key: &str, bytes: Range<usize>) -> Result<Option<ChunkView>> {
+        let Some((file, size)) = self.map.open_local(key)? else {
+            return Ok(None);
+        };
+        let expected = (plan.chunk_elems * plan.stored_esize) as u64;
+        if size != expected {
+            let e = Error::Codec {
+                codec: "null".to_string(),
+                reason: format!("chunk decoded to {size} bytes, expected {expected}"),
+            };
+            return Err(plan.bad(key, e));
+        }
+        let mapping = FileMapping::new(&file, bytes.start as u64, bytes.len())
+            .map_err(|e| Error::io(format!("{} ({key})", self.map.describe()), e))?;
+        let len = mapping.len;
+        Ok(Some(ChunkView {
+            bytes: Lent::Mapped(mapping),
+            range: 0..len,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every element range of small arrays, against a brute-force walk of the elements.
+    #[test]
+    fn runs_are_found_exactly_when_contiguous_in_one_chunk() {
+        for (shape, chunk) in [
+            (vec![10], vec![4]),
+            (vec![4, 6], vec![2, 6]),
+            (vec![4, 6], vec![2, 4]),
+            (vec![3, 5], vec![2, 2]),
+            (vec![3, 2, 5], vec![1, 2, 5]),
+            (vec![3, 4, 3], vec![2, 1, 3]),
+        ] {
+            let total: u64 = shape.iter().product();
+            let place = |i: u64| {
+                let idx = unravel(i, &shape);
+                let coords: Vec<u64> = idx.iter().zip(&chunk).map(|(i, c)| i / c).collect();
+                let local: Vec<u64> = idx.iter().zip(&chunk).map(|(i, c)| i % c).collect();
+                (coords, ravel(&local, &chunk))
+            };
+            for lo in 0..total {
+                for hi in lo + 1..=total {
+                    let places: Vec<_> = (lo..hi).map(place).collect();
+                    let one = places.iter().all(|(c, _)| *c == places[0].0)
+                        && places.windows(2).all(|w| w[1].1 == w[0].1 + 1);
+                    let want =
+                        one.then(|| (places[0].0.clone(), places[0].1..places[0].1 + hi - lo));
+                    assert_eq!(
+                        chunk_run(&shape, &chunk, lo, hi),
+                        want,
+                        "{shape:?} {chunk:?} {lo}..{hi}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_mapping_shows_the_file_from_any_offset() {
+        use std::io::Write;
+        let mut file = tempfile::tempfile().unwrap();
+        let data: Vec<u8> = (0..3 * 4096 + 100).map(|i| (i * 7 % 251) as u8).collect();
+        file.write_all(&data).unwrap();
+        for (offset, len) in [
+            (0, 1),
+            (0, data.len()),
+            (4095, 2),
+            (4096, 4096),
+            (5000, 7388),
+        ] {
+            let m = FileMapping::new(&file, offset as u64, len).unwrap();
+            assert_eq!(m.bytes(), &data[offset..offset + len]);
+        }
+    }
+}
