@@ -1,10 +1,13 @@
-"""Whole-variable write throughput: `nczarrfs copy` against netCDF4-python (netcdf-c) writing the
-same values, uncompressed and with zlib level 1 + shuffle.
+"""Whole-variable write throughput: `nczarrfs put` and `nczarrfs copy` against netCDF4-python
+(netcdf-c) writing the same values, uncompressed and with zlib level 1 + shuffle.
 
 The source is bench_read.py's ``plain`` NCZarr dataset (about --size-mb of float32 in chunks of
 (1, 512, 1024), a smooth field with quantized noise), created once with netCDF4-python and kept.
 Each writer produces a new NCZarr dataset with the same chunking and codecs:
 
+* ``nczarrfs put``: stores the raw values (``nczarrfs get`` of the source, a file already in the
+  page cache) into an empty dataset made by ``nczarrfs gen`` with the same chunking and codecs
+  (neither is timed); the time is the put process's;
 * ``nczarrfs copy``: reads the source, writes the target and verifies it (it reads the copy
   back and compares checksums) — the whole user-facing command, so it does more than the others;
 * ``netCDF4-python var[:]=``: writes the values, already in memory as a numpy array, with
@@ -16,8 +19,12 @@ Each writer produces a new NCZarr dataset with the same chunking and codecs:
   daemon has exited, so it covers storing the last chunks. Needs FUSE (``fusermount3``).
 
 Every run writes a fresh target (the previous one is removed outside the timing); the table shows
-the best of --repeat runs after a warm-up, the size of what was written, and how many times
-faster we are than each writer. Every target is read back with netCDF4-python once and its
+the best of --repeat runs after a warm-up (wall time, and the CPU time of that run: this process's
+and its children's, so a writer's CPU time includes any threads and subprocesses it ran), the size
+of what was written, and each row's time over ``nczarrfs copy``'s. Under each codec's rows the
+line ``put vs var[:]=`` gives netCDF4-python's ``var[:] =`` time over ``nczarrfs put``'s (the aim
+of at least 2: writing values from memory against writing them from a cached file), for wall and
+CPU time. Every target is read back with netCDF4-python once and its
 values compared with the source's.
 """
 
@@ -25,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -60,12 +68,38 @@ CODECS = [
 
 
 @dataclass
+class Timing:
+    """Wall and CPU seconds of one timed region."""
+
+    wall: float
+    cpu: float
+
+
+def _cpu() -> float:
+    """CPU seconds of this process and of its waited-for children so far."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+class Stopwatch:
+    """``with Stopwatch() as t:`` times the block into ``t.timing``."""
+
+    def __enter__(self) -> "Stopwatch":
+        self._wall, self._cpu = time.perf_counter(), _cpu()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.timing = Timing(time.perf_counter() - self._wall, _cpu() - self._cpu)
+
+
+@dataclass
 class Writer:
     """One row of the table: writes `src` (or `values`) to the NCZarr directory `dst`."""
 
     name: str
-    #: Writes; returns its own time when part of its work is set-up that is not timed.
-    write: Callable[[Dataset, np.ndarray, Path, Codec], float | None]
+    #: Writes; returns its own timing when part of its work is set-up that is not timed.
+    write: Callable[[Dataset, np.ndarray, Path, Codec], Timing | None]
 
 
 def url(path: Path) -> str:
@@ -96,6 +130,30 @@ def _write_values(values: np.ndarray, dst: Path, codec: Codec) -> None:
         var[:] = values
 
 
+def raw_values(src: Dataset) -> Path:
+    """The source's values as a raw file (``nczarrfs get``), made once and kept."""
+    raw = src.path.parent / f"{src.path.name}.raw"
+    if not raw.exists() or raw.stat().st_size != src.nbytes:
+        subprocess.run([str(nczarrfs_binary()), "get", str(src.path), VAR, "-o", str(raw)],
+                       check=True)
+    return raw
+
+
+def write_put(src: Dataset, _values: np.ndarray, dst: Path, codec: Codec) -> Timing:
+    """Returns its own timing: the empty dataset is made, and the raw file read into the page
+    cache, outside it."""
+    raw = raw_values(src)
+    subprocess.run([str(nczarrfs_binary()), "gen", "-", "-o", str(dst)], input=_cdl(codec),
+                   text=True, check=True)
+    with open(raw, "rb") as f:
+        while f.read(1 << 24):
+            pass
+    with Stopwatch() as t:
+        subprocess.run([str(nczarrfs_binary()), "put", str(dst), VAR, "-i", str(raw)],
+                       check=True)
+    return t.timing
+
+
 def write_nccopy(src: Dataset, _values: np.ndarray, dst: Path, codec: Codec) -> None:
     subprocess.run(["nccopy", *codec.nccopy, url(src.path), url(dst)], check=True,
                    stderr=subprocess.DEVNULL)
@@ -111,12 +169,10 @@ def _cdl(codec: Codec) -> str:
     )
 
 
-def write_mount(src: Dataset, _values: np.ndarray, dst: Path, codec: Codec) -> float:
-    """Returns its own time: the dataset and the mount are set up outside it."""
-    raw = src.path.parent / f"{src.path.name}.raw"
-    if not raw.exists() or raw.stat().st_size != src.nbytes:
-        subprocess.run([str(nczarrfs_binary()), "get", str(src.path), VAR, "-o", str(raw)],
-                       check=True)
+def write_mount(src: Dataset, _values: np.ndarray, dst: Path, codec: Codec) -> Timing:
+    """Returns its own timing: the dataset and the mount are set up outside it (the daemon's
+    CPU time is counted whole when it exits, start-up included)."""
+    raw = raw_values(src)
     subprocess.run([str(nczarrfs_binary()), "gen", "-", "-o", str(dst)], input=_cdl(codec),
                    text=True, check=True)
     with tempfile.TemporaryDirectory() as mnt:
@@ -129,22 +185,23 @@ def write_mount(src: Dataset, _values: np.ndarray, dst: Path, codec: Codec) -> f
                 if daemon.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError("the mount did not come up")
                 time.sleep(0.05)
-            start = time.perf_counter()
-            with open(raw, "rb") as fin, open(data, "wb") as fout:
-                shutil.copyfileobj(fin, fout, 1 << 20)
-            subprocess.run(["fusermount3", "-u", mnt], check=True)
-            if daemon.wait(timeout=600) != 0:
-                raise RuntimeError(f"the mount exited with status {daemon.returncode}")
-            return time.perf_counter() - start
+            with Stopwatch() as t:
+                with open(raw, "rb") as fin, open(data, "wb") as fout:
+                    shutil.copyfileobj(fin, fout, 1 << 20)
+                subprocess.run(["fusermount3", "-u", mnt], check=True)
+                if daemon.wait(timeout=600) != 0:
+                    raise RuntimeError(f"the mount exited with status {daemon.returncode}")
+            return t.timing
         finally:
             if daemon.poll() is None:
                 subprocess.run(["fusermount3", "-u", "-z", mnt], check=False)
                 daemon.wait(timeout=60)
 
 
-#: The table's rows; the first is ours, the numerator of the ratios.
+#: The table's rows; the first is ours, the numerator of the "this/ours" ratios.
 WRITERS = [
     Writer("nczarrfs copy (verified)", write_nczarrfs),
+    Writer("nczarrfs put", write_put),
     Writer("netCDF4-python var[:]=", write_netcdf4),
     Writer("netCDF4-python copy", copy_netcdf4),
     Writer("nccopy (Debian netcdf-c)", write_nccopy),
@@ -168,17 +225,17 @@ def du(path: Path) -> int:
 
 
 def bench(writer: Writer, src: Dataset, values: np.ndarray, codec: Codec, workdir: Path,
-          repeat: int) -> tuple[float, Path]:
-    dst = workdir / f"out_{codec.name}_{writer.name.split()[0]}.file"
-    best = float("inf")
+          repeat: int) -> tuple[Timing, Path]:
+    dst = workdir / f"out_{codec.name}_{'_'.join(writer.name.split()[:2])}.file"
+    best = Timing(float("inf"), float("inf"))
     for i in range(repeat + 1):
         shutil.rmtree(dst, ignore_errors=True)
         subprocess.run(["sync"], check=False)
-        start = time.perf_counter()
-        own = writer.write(src, values, dst, codec)
-        secs = own if own is not None else time.perf_counter() - start
-        if i > 0:  # the first run is a warm-up
-            best = min(best, secs)
+        with Stopwatch() as t:
+            own = writer.write(src, values, dst, codec)
+        timing = own if own is not None else t.timing
+        if i > 0 and timing.wall < best.wall:  # the first run is a warm-up
+            best = timing
     return best, dst
 
 
@@ -204,7 +261,7 @@ def main(argv: list[str]) -> int:
     values = read_values(src.path)
     want = _checksum(values)
     print(f"source {src.path} ({src.nbytes / 2**20:.0f} MiB), best of {args.repeat}")
-    print(f"{'codec':<14} {'writer':<26} {'best s':>8} {'MiB/s':>8} {'out MiB':>8} "
+    print(f"{'codec':<14} {'writer':<26} {'best s':>8} {'cpu s':>7} {'MiB/s':>8} {'out MiB':>8} "
           f"{'this/ours':>10}  check")
     failed = False
     for codec in CODECS:
@@ -214,21 +271,27 @@ def main(argv: list[str]) -> int:
                 secs, dst = bench(writer, src, values, codec, workdir, args.repeat)
             except (subprocess.CalledProcessError, OSError, RuntimeError) as err:
                 print(f"{codec.name:<14} {writer.name:<26} failed: {err}")
-                failed = failed or writer is WRITERS[0]
+                failed = failed or writer.name.startswith("nczarrfs")
                 continue
             ok = _checksum(read_values(dst)) == want
             failed = failed or not ok
             results[writer.name] = (secs, du(dst), ok)
             shutil.rmtree(dst, ignore_errors=True)
         ours = results.get(WRITERS[0].name, (None,))[0]
-        for name, (secs, size, ok) in results.items():
-            ratio = f"{secs / ours:10.2f}" if ours else f"{'-':>10}"
+        for name, (timing, size, ok) in results.items():
+            secs = timing.wall
+            ratio = f"{secs / ours.wall:10.2f}" if ours else f"{'-':>10}"
             mib = src.nbytes / 2**20 / secs
             check = "ok" if ok else "DIFFERENT VALUES"
             if codec.ours and size >= src.nbytes:
                 check += " (not compressed)"
-            print(f"{codec.name:<14} {name:<26} {secs:8.3f} {mib:8.0f} {size / 2**20:8.1f} "
-                  f"{ratio}  {check}")
+            print(f"{codec.name:<14} {name:<26} {secs:8.3f} {timing.cpu:7.3f} {mib:8.0f} "
+                  f"{size / 2**20:8.1f} {ratio}  {check}")
+        put, nc = results.get("nczarrfs put"), results.get("netCDF4-python var[:]=")
+        if put and nc:
+            print(f"{codec.name:<14} {'put vs var[:]=':<26} netCDF4-python/put: "
+                  f"{nc[0].wall / put[0].wall:.2f}x wall, {nc[0].cpu / put[0].cpu:.2f}x CPU "
+                  "(aim: 2x)")
     return 1 if failed else 0
 
 
