@@ -98,6 +98,10 @@ pub fn mount(req: MountRequest) -> Result<i32> {
     sd_notify("STOPPING=1");
     // Dropping the session calls destroy(), which flushes.
     drop(session);
+    if super::fs::FINAL_FLUSH_FAILED.load(std::sync::atomic::Ordering::SeqCst) {
+        let lost = format!("changes to {} could not be stored at unmount", req.location);
+        return Err(Error::io(&req.mountpoint, std::io::Error::other(lost)));
+    }
     match result {
         Ok(()) => Ok(0),
         Err(e) => {

@@ -36,6 +36,10 @@ use super::options::MountOptions;
 use super::slab::{element_range_slabs, slab_len};
 use super::write::{parse_attr_text, write_data};
 
+/// Set when the flush at unmount failed: changes were lost, and the daemon, which serves one
+/// mount, must not exit as if they had been stored.
+pub static FINAL_FLUSH_FAILED: AtomicBool = AtomicBool::new(false);
+
 /// How long the kernel may cache names and attributes when the dataset is declared static.
 const STATIC_TTL: Duration = Duration::from_secs(3600);
 /// Most distinct failure messages remembered so that each is logged once.
@@ -802,6 +806,7 @@ impl Filesystem for NczarrFs {
         };
         if let Err(e) = flushed {
             log::error!("flush at unmount failed: {e}");
+            FINAL_FLUSH_FAILED.store(true, Ordering::SeqCst);
         }
         log::info!("unmounted {}", self.shared.map.describe());
     }
