@@ -77,3 +77,43 @@ def test_ttl_zero_declares_the_dataset_static(mounter, tmp_path):
     time.sleep(1.5)
     # Nothing is re-read: the chunks (cached at the first read) keep their values.
     assert data.read_bytes() == values.tobytes()
+
+
+def test_metadata_changed_underneath_is_seen_after_ttl(mounter, tmp_path):
+    """Listings, headers and attribute files follow a metadata change within one TTL, even
+    after every directory was listed (the kernel may keep listings only as long as the
+    directory's attributes are valid)."""
+    import netCDF4
+
+    store = tmp_path / "ds.file"
+    _url, _values = _dataset(store)
+    mnt = mounter.mount(str(store), "ttl=1")
+    assert sorted(os.listdir(mnt)) == ["@attributes", "@header.cdl", "@metadata.json", "v"]
+    assert os.listdir(mnt / "@attributes") == []
+    assert os.listdir(mnt / "v" / "@attributes") == []
+    header = (mnt / "@header.cdl").read_text()
+    # netcdf-c 4.10.1 opens NCZarr in append mode without its variables, so the changed
+    # dataset is written anew beside it and swapped in.
+    changed = tmp_path / "changed.file"
+    with netCDF4.Dataset(f"file://{changed}#mode=nczarr,file", "w") as nc:
+        nc.history = "appended"
+        nc.createDimension("y", ROWS)
+        nc.createDimension("x", COLS)
+        v = nc.createVariable("v", "f8", ("y", "x"), chunksizes=(4, COLS))
+        v.units = "m"
+        v[:] = _values
+        w = nc.createVariable("w", "i4", ("x",))
+        w[:] = np.arange(COLS, dtype="i4")
+    os.rename(store, tmp_path / "old.file")
+    os.rename(changed, store)
+    time.sleep(2.0)
+    assert sorted(os.listdir(mnt)) == [
+        "@attributes", "@header.cdl", "@metadata.json", "v", "w"]
+    assert os.listdir(mnt / "@attributes") == ["history"]
+    assert os.listdir(mnt / "v" / "@attributes") == ["units"]
+    assert (mnt / "@attributes" / "history").read_text() == "appended"
+    assert (mnt / "w" / "data").read_bytes() == np.arange(COLS, dtype="<i4").tobytes()
+    new_header = (mnt / "@header.cdl").read_text()
+    assert new_header != header
+    assert "int w(x) ;" in new_header
+    assert ':history = "appended" ;' in new_header

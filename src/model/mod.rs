@@ -5,6 +5,7 @@
 //! [`Dataset`] and refer to each other by index ([`GroupId`], [`DimId`], [`VarId`]). Creation
 //! order is the vector order within each group's lists, which is the order ncdump shows.
 
+mod index;
 mod types;
 
 pub use types::{AttrValue, ByteOrder, DtypeKind, NcType, ZarrDtype};
@@ -184,6 +185,8 @@ pub struct Dataset {
     pub dims: Vec<Dimension>,
     /// All variables.
     pub vars: Vec<Variable>,
+    /// Finds variables by name quickly.
+    var_index: index::NameIndex,
 }
 
 impl Default for Dataset {
@@ -202,6 +205,7 @@ impl Dataset {
             groups: vec![Group::default()],
             dims: Vec::new(),
             vars: Vec::new(),
+            var_index: index::NameIndex::default(),
         }
     }
 
@@ -318,11 +322,26 @@ impl Dataset {
 
     /// Finds a variable of `group` by name.
     pub fn find_var_in(&self, group: GroupId, name: &str) -> Option<VarId> {
-        self.group(group)
+        let hint = self.var_index.hint(&self.vars, group, name);
+        if let index::Hint::At(v) = hint {
+            if self
+                .vars
+                .get(v.0)
+                .is_some_and(|var| var.group == group && var.name == name)
+            {
+                return Some(v);
+            }
+        }
+        let found = self
+            .group(group)
             .vars
             .iter()
             .copied()
-            .find(|v| self.var(*v).name == name)
+            .find(|v| self.var(*v).name == name);
+        if matches!(hint, index::Hint::At(_)) || found.is_some() {
+            self.var_index.invalidate();
+        }
+        found
     }
 
     /// Finds a dimension declared in `group` by name.
