@@ -836,7 +836,7 @@ impl Reader<'_> {
         match names {
             Some(names) => {
                 for (name, &len) in names.iter().zip(shape) {
-                    dims.push(self.xarray_dim(p.group, name, len, fqn, &zkey)?);
+                    dims.push(named_dim(&mut self.ds, p.group, name, len, fqn, &zkey)?);
                 }
             }
             None => {
@@ -876,34 +876,35 @@ impl Reader<'_> {
             }
         }
     }
+}
 
-    /// The xarray dimension `name` of length `len` for a variable of `group`: a visible one of
-    /// that length, else a new one in the variable's own group.
-    fn xarray_dim(
-        &mut self,
-        group: GroupId,
-        name: &str,
-        len: u64,
-        fqn: &str,
-        zkey: &str,
-    ) -> Result<DimId> {
-        if let Some(d) = self.ds.find_dim_visible(group, name) {
-            if self.ds.dim(d).len == len {
-                return Ok(d);
-            }
+/// The dimension `name` of length `len` for a variable of `group`, when the name comes from the
+/// array itself (xarray's `_ARRAY_DIMENSIONS`, Zarr v3's `dimension_names`): a visible one of
+/// that length, else a new one in the variable's own group.
+fn named_dim(
+    ds: &mut Dataset,
+    group: GroupId,
+    name: &str,
+    len: u64,
+    fqn: &str,
+    zkey: &str,
+) -> Result<DimId> {
+    if let Some(d) = ds.find_dim_visible(group, name) {
+        if ds.dim(d).len == len {
+            return Ok(d);
         }
-        if let Some(d) = self.ds.find_dim_in(group, name) {
-            return Err(Error::meta(
-                zkey,
-                format!(
-                    "variable {fqn}: dimension {name} has length {len} here but {} elsewhere \
-                     in the same group",
-                    self.ds.dim(d).len
-                ),
-            ));
-        }
-        Ok(self.ds.add_dim(group, name, len, false))
     }
+    if let Some(d) = ds.find_dim_in(group, name) {
+        return Err(Error::meta(
+            zkey,
+            format!(
+                "variable {fqn}: dimension {name} has length {len} here but {} elsewhere \
+                 in the same group",
+                ds.dim(d).len
+            ),
+        ));
+    }
+    Ok(ds.add_dim(group, name, len, false))
 }
 
 /// A list of non-negative integers at member `field`.

@@ -512,7 +512,7 @@ impl Reader<'_> {
         let mut dims = Vec::with_capacity(shape.len());
         for (i, &len) in shape.iter().enumerate() {
             let d = match names.get(i).cloned().flatten() {
-                Some(name) => self.named_dim(p.group, &name, len, fqn, &zkey)?,
+                Some(name) => super::named_dim(&mut self.ds, p.group, &name, len, fqn, &zkey)?,
                 None => {
                     let name = format!("_Anonymous_Dim_{len}");
                     match self.ds.find_dim_in(Dataset::ROOT, &name) {
@@ -524,34 +524,6 @@ impl Reader<'_> {
             dims.push(d);
         }
         Ok(dims)
-    }
-
-    /// The dimension `name` of length `len` for a variable of `group`: a visible one of that
-    /// length, else a new one in the variable's own group (as for xarray's names in v2).
-    fn named_dim(
-        &mut self,
-        group: GroupId,
-        name: &str,
-        len: u64,
-        fqn: &str,
-        zkey: &str,
-    ) -> Result<DimId> {
-        if let Some(d) = self.ds.find_dim_visible(group, name) {
-            if self.ds.dim(d).len == len {
-                return Ok(d);
-            }
-        }
-        if let Some(d) = self.ds.find_dim_in(group, name) {
-            return Err(Error::meta(
-                zkey,
-                format!(
-                    "variable {fqn}: dimension {name} has length {len} here but {} elsewhere \
-                     in the same group",
-                    self.ds.dim(d).len
-                ),
-            ));
-        }
-        Ok(self.ds.add_dim(group, name, len, false))
     }
 }
 

@@ -98,7 +98,12 @@ pub const NCZARR_VERSION: &str = "2.0.0";
 
 /// Writes every metadata object of `ds` to `map` (chunks are the chunk engine's business).
 pub fn write_metadata(map: &dyn ZMap, ds: &Dataset, opts: &WriteOptions) -> Result<()> {
-    for (key, value) in metadata_objects(ds, opts)? {
+    put_objects(map, metadata_objects(ds, opts)?)
+}
+
+/// Stores JSON metadata objects, in order.
+pub(crate) fn put_objects(map: &dyn ZMap, objects: Vec<(String, Value)>) -> Result<()> {
+    for (key, value) in objects {
         let bytes = serde_json::to_vec(&value).map_err(|e| Error::json(&key, &e))?;
         map.put(&key, &bytes)?;
     }

@@ -39,11 +39,7 @@ const NODE: &str = "zarr.json";
 
 /// Writes every `zarr.json` of `ds` to `map` (chunks are the chunk engine's business).
 pub fn write_metadata(map: &dyn ZMap, ds: &Dataset, opts: &WriteOptions) -> Result<()> {
-    for (key, value) in metadata_objects(ds, opts)? {
-        let bytes = serde_json::to_vec(&value).map_err(|e| Error::json(&key, &e))?;
-        map.put(&key, &bytes)?;
-    }
-    Ok(())
+    super::writer::put_objects(map, metadata_objects(ds, opts)?)
 }
 
 /// The `zarr.json` objects of `ds` as `(key, JSON)` pairs, groups in pre-order, each group
