@@ -281,6 +281,22 @@ impl<T> ChunkCache<T> {
             .sum()
     }
 
+    /// Drops the entry of `key` unless it is dirty, keeping its buffer as a spare when nobody
+    /// else holds it (a chunk a sequential reader has gone past).
+    pub(crate) fn release(&self, key: &str) {
+        let mut inner = self.lock();
+        if inner.lru.peek(key).is_none_or(|e| e.dirty.is_some()) {
+            return;
+        }
+        if let Some(e) = inner.lru.pop(key) {
+            inner.bytes -= e.data.len();
+            if let Ok(buf) = Arc::try_unwrap(e.data) {
+                let limit = self.spare_limit();
+                inner.keep_spare(buf, limit);
+            }
+        }
+    }
+
     /// Forgets the entry of `key`, dirty or not (its chunk is about to be stored whole).
     pub(crate) fn discard(&self, key: &str) {
         let mut inner = self.lock();
@@ -542,6 +558,16 @@ mod tests {
         assert_eq!(c.take_spare(8), Some(vec![4; 8]));
         assert_eq!(c.take_spare(8), None);
         assert_eq!(c.stats().bytes, 64, "spares are not counted as cached");
+        // Released: gone, its buffer spare; a dirty entry stays.
+        c.release("c");
+        assert!(c.get("c").is_none());
+        assert_eq!(c.take_spare(8), Some(vec![7; 8]));
+        c.insert("w", Arc::new(vec![5; 8]), Some(1), &mut clean)
+            .unwrap();
+        c.release("w");
+        c.release("absent");
+        assert_eq!(*c.get("w").unwrap(), vec![5; 8]);
+        assert_eq!(c.take_spare(8), None);
     }
 
     #[test]

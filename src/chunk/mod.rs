@@ -485,6 +485,10 @@ type Fetched = (Vec<Span>, Option<Arc<Vec<u8>>>);
 /// How many chunks one worker fetches before scattering them, to bound memory on huge reads.
 const BATCH: usize = 16;
 
+/// [`ChunkEngine::release`] leaves alone arrays with more chunks than this in one row of
+/// chunks (along the first dimension): looking them all up would cost more than it saves.
+const RELEASE_ROW_MAX: u64 = 4096;
+
 /// A chunk looked up ahead of decoding by [`ChunkEngine::prefetch`].
 enum Ahead {
     /// It was in the cache.
@@ -971,6 +975,67 @@ impl ChunkEngine {
             let coords: Vec<u64> = spans.iter().map(|s| s.chunk).collect();
             self.fetch(&plan, &coords, true, None).map(drop)
         })
+    }
+
+    /// Drops from the cache the chunks of `var` whose elements all lie in `[lo, hi)` (C order
+    /// over its shape) or in the row of chunks (along the first dimension) where `lo` falls,
+    /// unless they hold unflushed writes, keeping their buffers for the next chunks decoded:
+    /// a sequential reader of a variable larger than the cache has gone past them, and would
+    /// only push everything else out of the cache before coming back to them. (Widening to
+    /// the row catches a chunk that straddled the previous call's `hi`.)
+    pub fn release(&self, ds: &Dataset, var: VarId, lo: u64, hi: u64) -> Result<()> {
+        let shape = ds.var_shape(var);
+        if lo >= hi || ds.var(var).dims.is_empty() {
+            return Ok(());
+        }
+        let plan = self.plan(ds, var)?;
+        if plan.grid != shape
+            || plan.v3.as_ref().is_some_and(|c| c.is_sharded())
+            || self.ranged(&plan)
+        {
+            return Ok(());
+        }
+        let inner: u64 = shape[1..].iter().product();
+        let grid: Vec<u64> = shape
+            .iter()
+            .zip(&plan.chunk_shape)
+            .map(|(n, c)| n.div_ceil(*c))
+            .collect();
+        let per_row: u64 = grid[1..].iter().product();
+        if inner == 0 || per_row > RELEASE_ROW_MAX {
+            return Ok(());
+        }
+        let cs0 = plan.chunk_shape[0];
+        let (row_lo, row_hi) = (lo / inner / cs0, (hi - 1) / inner / cs0);
+        let lo = row_lo * cs0 * inner;
+        let flat = |idx: &[u64]| idx.iter().zip(&shape).fold(0, |a, (i, n)| a * n + i);
+        for row in row_lo..=row_hi {
+            for i in 0..per_row {
+                let mut coords = vec![row];
+                let mut rest = i;
+                let mut tail = vec![0; grid.len() - 1];
+                for d in (1..grid.len()).rev() {
+                    tail[d - 1] = rest % grid[d];
+                    rest /= grid[d];
+                }
+                coords.extend(tail);
+                let first: Vec<u64> = coords
+                    .iter()
+                    .zip(&plan.chunk_shape)
+                    .map(|(c, n)| c * n)
+                    .collect();
+                let last: Vec<u64> = first
+                    .iter()
+                    .zip(&plan.chunk_shape)
+                    .zip(&shape)
+                    .map(|((f, n), s)| (f + n).min(*s) - 1)
+                    .collect();
+                if flat(&first) >= lo && flat(&last) < hi {
+                    self.cache.release(&plan.chunk_key(&coords));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Writes `data` (native representation, C order, `product(count) * element_size` bytes)

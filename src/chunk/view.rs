@@ -224,6 +224,122 @@ impl ChunkEngine {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::{NcType, VarStorage, Variable, ZarrDtype};
+    use crate::zmap::{FileMap, MemoryMap, ZMap};
+
+    const SHAPE: [u64; 3] = [5, 4, 8];
+    const CHUNKS: [u64; 3] = [2, 4, 4];
+
+    /// An int variable of shape 5×4×8 in chunks 2×4×4 whose element at C-order position `i`
+    /// holds `i`; the chunks (Zarr v2: full size, C order, padding past the edge) are made
+    /// here element by element and handed to `put`.
+    fn fixture(put: &dyn Fn(&str, Vec<u8>)) -> (Dataset, VarId) {
+        let mut ds = Dataset::new();
+        let dims = ["t", "y", "x"]
+            .iter()
+            .zip(SHAPE)
+            .map(|(name, len)| ds.add_dim(Dataset::ROOT, name, len, false))
+            .collect();
+        let var = ds.add_var(Variable {
+            name: "v".into(),
+            group: Dataset::ROOT,
+            nctype: NcType::Int,
+            dims,
+            string_width: 0,
+            attrs: Vec::new(),
+            storage: VarStorage {
+                key: "v".into(),
+                dtype: ZarrDtype::parse("<i4"),
+                shape: SHAPE.to_vec(),
+                chunks: CHUNKS.to_vec(),
+                ..VarStorage::default()
+            },
+        });
+        for c0 in 0..3 {
+            for c2 in 0..2 {
+                let mut bytes = Vec::new();
+                for local in 0..CHUNKS.iter().product::<u64>() {
+                    let l = unravel(local, &CHUNKS);
+                    let g = [c0 * 2 + l[0], l[1], c2 * 4 + l[2]];
+                    let value = if g[0] < SHAPE[0] {
+                        ravel(&g, &SHAPE) as i32
+                    } else {
+                        -1
+                    };
+                    bytes.extend(value.to_le_bytes());
+                }
+                put(&format!("v/{c0}.0.{c2}"), bytes);
+            }
+        }
+        (ds, var)
+    }
+
+    fn ints(range: Range<u64>) -> Vec<u8> {
+        range.flat_map(|i| (i as i32).to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn views_of_cached_chunks_hold_the_values_and_release_frees_them() {
+        let map = MemoryMap::new();
+        let (ds, var) = fixture(&|k, v| map.insert(k, v).unwrap());
+        let engine = ChunkEngine::new(Arc::new(map), 1 << 20);
+        // A run in chunk (1,0,1): t=2, y=1, x=5..8; one across two chunks; one across rows.
+        let v = engine.view(&ds, var, 77, 80).unwrap().unwrap();
+        assert!(!v.is_mapped());
+        assert_eq!(&v[..], &ints(77..80)[..]);
+        assert!(engine.view(&ds, var, 70, 80).unwrap().is_none());
+        assert!(engine.view(&ds, var, 76, 82).unwrap().is_none());
+        assert_eq!(
+            engine.stats().entries,
+            1,
+            "the chunk was loaded into the cache"
+        );
+        drop(v);
+        for c in [0, 4, 64, 68, 128, 132] {
+            engine.view(&ds, var, c, c + 1).unwrap().unwrap();
+        }
+        assert_eq!(engine.stats().entries, 6);
+        // Chunk (0,0,0) spans elements 0..=59, (0,0,1) 4..=63, (1,0,0) 64..=123, (1,0,1)
+        // 68..=127; the last row's are cut by the edge and end at 155 and 159.
+        engine.release(&ds, var, 0, 127).unwrap();
+        assert_eq!(engine.stats().entries, 3, "only chunks wholly passed go");
+        // The row where `lo` falls is looked at again: (1,0,1) goes now.
+        engine.release(&ds, var, 127, 128).unwrap();
+        assert_eq!(engine.stats().entries, 2);
+        engine.release(&ds, var, 128, 160).unwrap();
+        assert_eq!(engine.stats().entries, 0);
+        // Reloaded into recycled buffers, the values are right again.
+        for (lo, hi) in [(0, 4), (132, 136), (156, 160)] {
+            assert_eq!(
+                &engine.view(&ds, var, lo, hi).unwrap().unwrap()[..],
+                &ints(lo..hi)[..]
+            );
+        }
+    }
+
+    #[test]
+    fn uncompressed_chunk_files_are_mapped_and_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("ds");
+        let files = FileMap::open(&root, true).unwrap();
+        let (ds, var) = fixture(&|k, v| files.put(k, &v).unwrap());
+        let engine = ChunkEngine::new(Arc::new(FileMap::open(&root, false).unwrap()), 1 << 20);
+        for (lo, hi) in [(0, 4), (77, 80), (156, 160), (4, 5)] {
+            let v = engine.view(&ds, var, lo, hi).unwrap().unwrap();
+            assert!(v.is_mapped());
+            assert_eq!(&v[..], &ints(lo..hi)[..]);
+        }
+        assert_eq!(engine.stats().entries, 0, "mapped chunks are not cached");
+        // A chunk never written reads as fill through `read`; a truncated one is an error
+        // naming its key.
+        std::fs::remove_file(root.join("v/0.0.0")).unwrap();
+        assert!(engine.view(&ds, var, 0, 4).unwrap().is_none());
+        std::fs::write(root.join("v/1.0.1"), [0u8; 12]).unwrap();
+        match engine.view(&ds, var, 77, 80) {
+            Err(Error::BadChunk { key, .. }) => assert_eq!(key, "v/1.0.1"),
+            other => panic!("expected a bad chunk, got {other:?}"),
+        }
+    }
 
     /// Every element range of small arrays, against a brute-force walk of the elements.
     #[test]
