@@ -479,6 +479,53 @@ fn with_scratch<R>(f: impl FnOnce(&mut Scratch) -> R) -> R {
     })
 }
 
+/// The coordinates of every chunk of a plan's grid, in C order.
+fn chunk_grid(plan: &VarPlan) -> Vec<Vec<u64>> {
+    let counts: Vec<u64> = plan
+        .grid
+        .iter()
+        .zip(&plan.chunk_shape)
+        .map(|(&n, &c)| n.div_ceil(c))
+        .collect();
+    let mut out = Vec::new();
+    if counts.contains(&0) {
+        return out;
+    }
+    let mut idx = vec![0u64; counts.len()];
+    loop {
+        out.push(idx.clone());
+        // Odometer, last dimension fastest.
+        let mut d = counts.len();
+        loop {
+            if d == 0 {
+                return out;
+            }
+            d -= 1;
+            idx[d] += 1;
+            if idx[d] < counts[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+}
+
+/// Folds per-chunk `(length, CRC-32C)` records (`None`: no object) into one CRC-32C over each
+/// present chunk's grid position, length and CRC.
+fn digest(records: &[Option<(u64, u32)>]) -> u32 {
+    records
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| r.map(|(len, crc)| (i as u64, len, crc)))
+        .fold(0, |acc, (i, len, crc)| {
+            let mut rec = [0u8; 20];
+            rec[..8].copy_from_slice(&i.to_le_bytes());
+            rec[8..16].copy_from_slice(&len.to_le_bytes());
+            rec[16..].copy_from_slice(&crc.to_le_bytes());
+            crc32c::crc32c_append(acc, &rec)
+        })
+}
+
 /// A chunk's spans and its native data (`None`: never written, reads as fill).
 type Fetched = (Vec<Span>, Option<Arc<Vec<u8>>>);
 
@@ -1193,6 +1240,116 @@ impl ChunkEngine {
         self.write_back(&key, native, plan)?;
         self.cache.discard(&key);
         Ok(())
+    }
+
+    /// Whether `var` of `ds`, read through this engine, and `dst_var` of `dst_ds`, written
+    /// through `dst`, store the same bytes for the same values: the same array and chunk
+    /// shapes, stored type, element order, Zarr v2 codecs and fill value. Their chunk objects
+    /// can then be copied as they are ([`ChunkEngine::copy_chunks_to`]).
+    pub fn same_encoding(
+        &self,
+        ds: &Dataset,
+        var: VarId,
+        dst: &ChunkEngine,
+        dst_ds: &Dataset,
+        dst_var: VarId,
+    ) -> Result<bool> {
+        let (a, b) = (self.plan(ds, var)?, dst.plan(dst_ds, dst_var)?);
+        Ok(a.v3.is_none()
+            && b.v3.is_none()
+            && a.nctype == b.nctype
+            && a.string_width == b.string_width
+            && a.storage.dtype == b.storage.dtype
+            && a.storage.order == b.storage.order
+            && a.storage.codecs == b.storage.codecs
+            && a.grid == b.grid
+            && a.chunk_shape == b.chunk_shape
+            && a.fill == b.fill)
+    }
+
+    /// Copies every stored chunk of `var` byte for byte to the same chunk of `dst_var` in
+    /// `dst`'s storage, in parallel, without decoding or encoding values; only valid when
+    /// [`ChunkEngine::same_encoding`] holds. Each chunk is checked first as a read would check
+    /// it (an uncompressed one for its size, a compressed one by decoding it), so a damaged
+    /// source fails the copy instead of being passed on. Returns the
+    /// [`ChunkEngine::stored_digest`] of what was copied.
+    pub fn copy_chunks_to(
+        &self,
+        ds: &Dataset,
+        var: VarId,
+        dst: &ChunkEngine,
+        dst_ds: &Dataset,
+        dst_var: VarId,
+    ) -> Result<u32> {
+        let (src, out) = (self.plan(ds, var)?, dst.plan(dst_ds, dst_var)?);
+        if dst.map.read_only() {
+            return Err(Error::NotPermitted(format!(
+                "{} is read-only",
+                dst.map.describe()
+            )));
+        }
+        thread_local! {
+            // Where a compressed chunk is decoded to check it, reused from chunk to chunk.
+            static CHECK: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+        }
+        let expected = src.chunk_elems * src.stored_esize;
+        let records = chunk_grid(&src)
+            .into_par_iter()
+            .map(|coords| -> Result<Option<(u64, u32)>> {
+                let key = src.chunk_key(&coords);
+                with_scratch(|s| {
+                    if !self.map.get_into(&key, &mut s.raw)? {
+                        return Ok(None);
+                    }
+                    if src.pipeline.is_empty() {
+                        if s.raw.len() != expected {
+                            let e = Error::Codec {
+                                codec: "null".to_string(),
+                                reason: format!(
+                                    "chunk decoded to {} bytes, expected {expected}",
+                                    s.raw.len()
+                                ),
+                            };
+                            return Err(src.bad(&key, e));
+                        }
+                    } else {
+                        CHECK.with(|c| -> Result<()> {
+                            let mut check = c.borrow_mut();
+                            check.resize(expected, 0);
+                            src.pipeline
+                                .decode_into(&s.raw, &mut check, &mut s.stages)
+                                .map_err(|e| src.bad(&key, e))?;
+                            if check.capacity() > SCRATCH_KEEP {
+                                *check = Vec::new();
+                            }
+                            Ok(())
+                        })?;
+                    }
+                    dst.map.put(&out.chunk_key(&coords), &s.raw)?;
+                    Ok(Some((s.raw.len() as u64, crc32c::crc32c(&s.raw))))
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(digest(&records))
+    }
+
+    /// A CRC-32C digest of the stored chunk objects of `var`, taken in parallel: each stored
+    /// chunk's position in the grid (C order), length and CRC-32C; chunks never written are
+    /// left out. Two variables with equal digests hold the same objects.
+    pub fn stored_digest(&self, ds: &Dataset, var: VarId) -> Result<u32> {
+        let plan = self.plan(ds, var)?;
+        let records = chunk_grid(&plan)
+            .into_par_iter()
+            .map(|coords| {
+                with_scratch(|s| -> Result<Option<(u64, u32)>> {
+                    if !self.map.get_into(&plan.chunk_key(&coords), &mut s.raw)? {
+                        return Ok(None);
+                    }
+                    Ok(Some((s.raw.len() as u64, crc32c::crc32c(&s.raw))))
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(digest(&records))
     }
 
     /// Encodes (in parallel) and stores every chunk written since the last flush. (The

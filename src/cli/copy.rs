@@ -4,7 +4,9 @@
 //! Values move in slabs of at most [`SLAB_BYTES`] aligned to the target's chunks, so memory
 //! stays bounded whatever the dataset's size. A CRC-32C of every variable's values is taken
 //! while copying; when the copy is complete it is read back from the target and compared,
-//! and a mismatch fails the command. The target is built in a hidden sibling (synced every
+//! and a mismatch fails the command. A variable whose chunks the target stores exactly as the
+//! source does (same shapes, type, codecs and fill) is copied chunk object by chunk object
+//! instead, each checked to decode first, and verified by a digest of the stored objects. The target is built in a hidden sibling (synced every
 //! [`SYNC_BYTES`], so even that is always a readable dataset) and renamed into place only
 //! after the verification.
 
@@ -241,7 +243,7 @@ fn copy_into(
         .map(|i| var_bytes(&src.model, VarId(i)))
         .sum();
     let mut progress = Progress::new(total);
-    let mut sums = Vec::with_capacity(src.model.vars.len());
+    let mut sums: Vec<Check> = Vec::with_capacity(src.model.vars.len());
     let mut since_sync = 0u64;
     // One buffer for every slab: a fresh one each time would be faulted in page by page.
     let mut buf = Vec::new();
@@ -250,6 +252,12 @@ fn copy_into(
     let uncached = ChunkEngine::new(Arc::clone(&src.map), 0);
     for i in 0..src.model.vars.len() {
         let var = VarId(i);
+        if uncached.same_encoding(&src.model, var, w.engine(), w.model(), var)? {
+            let digest = uncached.copy_chunks_to(&src.model, var, w.engine(), w.model(), var)?;
+            sums.push(Check::Stored(digest));
+            progress.add(var_bytes(&src.model, var));
+            continue;
+        }
         let engine = if src.model.var(var).storage.chunks == w.model().var(var).storage.chunks {
             &uncached
         } else {
@@ -272,15 +280,24 @@ fn copy_into(
                 since_sync = 0;
             }
         }
-        sums.push(crc);
+        sums.push(Check::Values(crc));
     }
     w.close()?;
     progress.finish();
     verify(temp, &sums)
 }
 
+/// What the verification compares for one variable.
+#[derive(Debug, Clone, Copy)]
+enum Check {
+    /// The CRC-32C of the values in C order.
+    Values(u32),
+    /// The [`ChunkEngine::stored_digest`] of its chunk objects, copied as they were.
+    Stored(u32),
+}
+
 /// Reads the finished copy back and compares each variable's checksum.
-fn verify(location: &Location, sums: &[u32]) -> Result<()> {
+fn verify(location: &Location, sums: &[Check]) -> Result<()> {
     let map = zmap::open(location, false)?;
     let model = meta::read_dataset(map.as_ref(), &location.mode)?;
     // Slabs follow the copy's chunks, so each is read once: no cache.
@@ -294,18 +311,24 @@ fn verify(location: &Location, sums: &[u32]) -> Result<()> {
                 reason: "verification failed: variables missing from the copy".into(),
             });
         }
-        let mut crc = 0u32;
         let v = model.var(var);
-        for slab in slabs(&model.var_shape(var), &v.storage.chunks, v.element_size()) {
-            buf.resize(slab_bytes(&slab, v.element_size())?, 0);
-            engine.read(&model, var, &slab, &mut buf)?;
-            crc = crc32c::crc32c_append(crc, &buf);
-        }
-        if crc != *want {
+        let (crc, want, what) = match *want {
+            Check::Stored(want) => (engine.stored_digest(&model, var)?, want, "chunk objects"),
+            Check::Values(want) => {
+                let mut crc = 0u32;
+                for slab in slabs(&model.var_shape(var), &v.storage.chunks, v.element_size()) {
+                    buf.resize(slab_bytes(&slab, v.element_size())?, 0);
+                    engine.read(&model, var, &slab, &mut buf)?;
+                    crc = crc32c::crc32c_append(crc, &buf);
+                }
+                (crc, want, "values")
+            }
+        };
+        if crc != want {
             return Err(Error::Storage {
                 key: v.storage.key.clone(),
                 reason: format!(
-                    "verification failed: {} reads back different values (crc32c {crc:08x}, copied {want:08x})",
+                    "verification failed: {} reads back different {what} (crc32c {crc:08x}, copied {want:08x})",
                     model.var_fqn(var)
                 ),
             });
@@ -469,6 +492,90 @@ mod tests {
         );
         assert_eq!(slabs(&[], &[], 4).len(), 1);
         assert!(slabs(&[0, 5], &[1, 5], 4).is_empty());
+    }
+
+    /// A zlib+shuffle int variable (5, 3) in chunks (2, 2), values 0..15, with chunk (1, 0)
+    /// never written; returns its location.
+    fn source(dir: &std::path::Path) -> Location {
+        use crate::create::VarOptions;
+        use crate::model::NcType;
+        let loc = Location::parse(dir.join("src.file").to_str().unwrap()).unwrap();
+        let mut w = DatasetWriter::create(&loc, CreateOptions::default()).unwrap();
+        let t = w.add_dim(Dataset::ROOT, "t", 0, true).unwrap();
+        let x = w.add_dim(Dataset::ROOT, "x", 3, false).unwrap();
+        let opts = VarOptions {
+            chunks: Some(vec![2, 2]),
+            codecs: Codecs::parse("shuffle,zlib:1").unwrap(),
+            ..Default::default()
+        };
+        let v = w
+            .add_var(Dataset::ROOT, "v", NcType::Int, &[t, x], opts)
+            .unwrap();
+        let ints = |r: std::ops::Range<i32>| -> Vec<u8> { r.flat_map(i32::to_le_bytes).collect() };
+        let rows = |start, count| Hyperslab {
+            start: vec![start, 0],
+            count: vec![count, 3],
+            stride: vec![1, 1],
+        };
+        w.write(v, &rows(0, 2), &ints(0..6)).unwrap();
+        w.write(v, &rows(4, 1), &ints(12..15)).unwrap();
+        w.close().unwrap();
+        loc
+    }
+
+    #[test]
+    fn identical_encodings_copy_chunk_objects_as_they_are() {
+        let tmp = tempfile::tempdir().unwrap();
+        let src_loc = source(tmp.path());
+        let src = OpenDataset::open(&src_loc.original, 0).unwrap();
+        // Another dialect, the same chunk encoding.
+        let dst = Location::parse(&format!(
+            "file://{}#mode=zarr,file",
+            tmp.path().join("dst.zarr").display()
+        ))
+        .unwrap();
+        let model = target_model(&src.model, None, &[]).unwrap();
+        copy_dataset(&src, model, &dst, CreateOptions::from_mode(&dst.mode)).unwrap();
+        let chunks = ["0.0", "0.1", "2.0", "2.1"];
+        for key in chunks {
+            let path = |ds: &str| tmp.path().join(ds).join("v").join(key);
+            assert_eq!(
+                std::fs::read(path("dst.zarr")).unwrap(),
+                std::fs::read(path("src.file")).unwrap(),
+                "chunk {key}"
+            );
+        }
+        assert!(!tmp.path().join("dst.zarr/v/1.0").exists());
+        let out = OpenDataset::open(&dst.original, 0).unwrap();
+        let v = out.model.find_var("v").unwrap();
+        let mut got = vec![0u8; 15 * 4];
+        out.engine
+            .read(&out.model, v, &Hyperslab::whole(&[5, 3]), &mut got)
+            .unwrap();
+        let got: Vec<i32> = got
+            .chunks(4)
+            .map(|b| i32::from_le_bytes(b.try_into().unwrap()))
+            .collect();
+        // netCDF's default int fill value, NC_FILL_INT.
+        let want: Vec<i32> = (0..6).chain([-2147483647; 6]).chain(12..15).collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn a_damaged_source_chunk_fails_the_copy_and_leaves_no_target() {
+        let tmp = tempfile::tempdir().unwrap();
+        let src_loc = source(tmp.path());
+        std::fs::write(tmp.path().join("src.file/v/2.1"), b"not zlib").unwrap();
+        let src = OpenDataset::open(&src_loc.original, 0).unwrap();
+        let dst = Location::parse(tmp.path().join("dst.file").to_str().unwrap()).unwrap();
+        let model = target_model(&src.model, None, &[]).unwrap();
+        let err = copy_dataset(&src, model, &dst, CreateOptions::default()).unwrap_err();
+        assert!(err.to_string().contains("v/2.1"), "{err}");
+        let left: Vec<_> = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left, ["src.file"]);
     }
 
     #[test]

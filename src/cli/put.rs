@@ -437,11 +437,21 @@ mod tests {
         file.extend(dict.as_bytes());
         file.extend([0u8; 24]);
         assert_eq!(parse_npy(&ds, v, &file, "f").unwrap(), (vec![4, 3], 128));
-        let other = String::from_utf8_lossy(&file).replace("<i2", "<f4");
-        let err = parse_npy(&ds, v, other.as_bytes(), "f").unwrap_err();
+        // The same header with another text of the same length in place of `from`.
+        let edited = |from: &str, to: &str| {
+            let mut f = file.clone();
+            let at = f
+                .windows(from.len())
+                .position(|w| w == from.as_bytes())
+                .unwrap();
+            f[at..at + to.len()].copy_from_slice(to.as_bytes());
+            f
+        };
+        let err = parse_npy(&ds, v, &edited("<i2", "<f4"), "f").unwrap_err();
         assert!(err.to_string().contains("needs <i2"), "{err}");
-        let fortran = String::from_utf8_lossy(&file).replace("False", "True ");
-        assert!(parse_npy(&ds, v, fortran.as_bytes(), "f").is_err());
+        let err = parse_npy(&ds, v, &edited("False", "True "), "f").unwrap_err();
+        assert!(err.to_string().contains("Fortran"), "{err}");
+        assert!(parse_npy(&ds, v, &edited("(4, 3)", "(4, x)"), "f").is_err());
         assert!(parse_npy(&ds, v, b"not a npy file", "f").is_err());
         assert!(parse_npy(&ds, v, &file[..40], "f").is_err());
     }
