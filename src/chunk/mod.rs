@@ -881,6 +881,9 @@ impl ChunkEngine {
             let key = plan.chunk_key(&c);
             match self.cache.get(&key) {
                 Some(hit) => found.push((key, Ahead::Cached(hit))),
+                // Being loaded (a mount's prefetch): `fetch` waits for it rather than asking
+                // the storage a second time.
+                None if self.is_loading(&key) => {}
                 None => missing.push(key),
             }
         }
@@ -1017,11 +1020,74 @@ impl ChunkEngine {
         if touched * (plan.chunk_elems * plan.esize) as u128 > self.cache.capacity() as u128 {
             return Ok(());
         }
+        let all: Vec<Vec<u64>> = combinations(&spans)
+            .iter()
+            .map(|spans| spans.iter().map(|s| s.chunk).collect())
+            .collect();
+        if self.map.concurrent_gets() > 1 {
+            return self.preload_batch(&plan, &all);
+        }
         // In parallel: a prefetch must decode faster than the reader it runs ahead of.
-        combinations(&spans).par_iter().try_for_each(|spans| {
-            let coords: Vec<u64> = spans.iter().map(|s| s.chunk).collect();
-            self.fetch(&plan, &coords, true, None).map(drop)
-        })
+        all.par_iter()
+            .try_for_each(|coords| self.fetch(&plan, coords, true, None).map(drop))
+    }
+
+    /// Whether someone is loading the chunk at `key` into the cache.
+    fn is_loading(&self, key: &str) -> bool {
+        self.loading
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key(key)
+    }
+
+    /// [`ChunkEngine::preload`] on a map with request latency (S3): the chunks come in one
+    /// batch of concurrent requests, since rayon alone would keep only as many in flight as
+    /// there are cores. The batch holds each chunk's loading gate until that chunk is cached,
+    /// so a reader that wants one of them waits for it instead of requesting it again; chunks
+    /// someone else is loading already are left to them. They are decoded one after the
+    /// other, in reading order: on rayon, this thread could run, while it waits, a reader's
+    /// task that waits for one of the gates it holds.
+    fn preload_batch(&self, plan: &Arc<VarPlan>, all: &[Vec<u64>]) -> Result<()> {
+        let gates: Vec<(String, Arc<Mutex<()>>)> = {
+            let mut loading = self.loading.lock().unwrap_or_else(|e| e.into_inner());
+            all.iter()
+                .map(|c| {
+                    let key = plan.chunk_key(c);
+                    let gate = Arc::clone(loading.entry(key.clone()).or_default());
+                    (key, gate)
+                })
+                .collect()
+        };
+        let mut result = Ok(());
+        {
+            let mut mine = Vec::new();
+            for (key, gate) in &gates {
+                let turn = match gate.try_lock() {
+                    Ok(turn) => turn,
+                    Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+                    Err(std::sync::TryLockError::WouldBlock) => continue,
+                };
+                if self.cache.get(key).is_none() {
+                    mine.push((key.clone(), turn));
+                }
+            }
+            let keys: Vec<String> = mine.iter().map(|(k, _)| k.clone()).collect();
+            let got = self.map.get_many(&keys);
+            for ((key, turn), raw) in mine.into_iter().zip(got) {
+                if result.is_ok() {
+                    result = raw.and_then(|raw| self.decode_keep(plan, &key, raw, true).map(drop));
+                }
+                drop(turn);
+            }
+        }
+        let mut loading = self.loading.lock().unwrap_or_else(|e| e.into_inner());
+        for (key, gate) in gates {
+            // As in `load_once`: the map's clone and ours left means nobody waits.
+            if Arc::strong_count(&gate) == 2 {
+                loading.remove(&key);
+            }
+        }
+        result
     }
 
     /// Drops from the cache the chunks of `var` whose elements all lie in `[lo, hi)` (C order
