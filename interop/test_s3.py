@@ -265,3 +265,48 @@ def test_missing_dataset_on_s3(moto, binary, moto_env):
     res = _run(binary, moto_env, "dump", "-h", f"{MOTO}/{BUCKET}/nothing-{uuid.uuid4().hex}#mode=nczarr,s3")
     assert res.returncode != 0
     assert b"no objects under this prefix" in res.stderr, res.stderr
+
+
+def _requests_to_open(binary, env, endpoint: str, location_tail: str) -> list[tuple[str, str]]:
+    """The requests of `dump -h` through a counting proxy in front of `endpoint`."""
+    from test_s3_faults import FaultProxy
+
+    proxy = FaultProxy(endpoint)
+    try:
+        _ok(_run(binary, env, "dump", "-h", f"{proxy.endpoint}/{location_tail}"), "dump -h")
+        return list(proxy.requests)
+    finally:
+        proxy.close()
+
+
+@pytest.mark.parametrize("kind", ["nczarr", "zarr"])
+def test_open_fetches_each_object_once(moto, binary, moto_env, tmp_path, kind):
+    """Opening a dataset without .zmetadata reads every object it needs exactly once, and
+    with .zmetadata needs no object but the root's."""
+    local = tmp_path / "ds"
+    if kind == "nczarr":
+        _make_netcdf4(local)
+        objects = {".zgroup", ".zattrs", "time/.zarray", "time/.zattrs", "v/.zarray",
+                   "v/.zattrs", "sub/.zgroup", "sub/.zattrs", "sub/w/.zarray", "sub/w/.zattrs"}
+    else:
+        _make_zarr(local, ["a", "b"])
+        zarr.open_group(str(local), mode="a", zarr_format=2).create_group("g")
+        objects = {".zgroup", ".zattrs", "a/.zarray", "a/.zattrs", "b/.zarray", "b/.zattrs",
+                   "g/.zarray", "g/.zgroup", "g/.zattrs"}
+    prefix = f"py-{uuid.uuid4().hex}/ds"
+    _upload(moto, local, prefix)
+    tail = f"{BUCKET}/{prefix}#mode={kind},s3"
+    requests = _requests_to_open(binary, moto_env, MOTO, tail)
+    gets = [p.split(f"/{prefix}/", 1)[1] for m, p in requests if m == "GET" and f"/{prefix}/" in p]
+    assert len(gets) == len(set(gets)), f"fetched more than once: {sorted(gets)}"
+    assert [m for m, _ in requests if m not in ("GET",)] == [], requests
+    # Objects that may be there (zarr.json, .zmetadata) are asked for once as well.
+    assert objects <= set(gets), sorted(objects - set(gets))
+    assert set(gets) - objects <= {"zarr.json", ".zmetadata"}, sorted(gets)
+
+    zarr.consolidate_metadata(str(local), zarr_format=2)
+    moto.put_object(Bucket=BUCKET, Key=f"{prefix}/.zmetadata",
+                    Body=(local / ".zmetadata").read_bytes())
+    requests = _requests_to_open(binary, moto_env, MOTO, tail)
+    assert sorted(p.split(f"/{prefix}/", 1)[1] for _, p in requests) == [
+        ".zmetadata", "zarr.json"], requests

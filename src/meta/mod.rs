@@ -584,12 +584,20 @@ impl Reader<'_> {
     }
 
     fn exists(&self, key: &str) -> Result<bool> {
-        if self
-            .consolidated
-            .as_ref()
-            .is_some_and(|c| c.contains_key(key))
-        {
-            return Ok(true);
+        if let Some(c) = &self.consolidated {
+            if c.contains_key(key) {
+                return Ok(true);
+            }
+            // A name that `.zmetadata` records as a group is no array, and the other way
+            // round: no request to find that out.
+            let other = match key.rsplit_once('/').unwrap_or(("", key)) {
+                (dir, ".zarray") => Some(join_key(&[dir, ".zgroup"])),
+                (dir, ".zgroup") => Some(join_key(&[dir, ".zarray"])),
+                _ => None,
+            };
+            if other.is_some_and(|o| c.contains_key(&o)) {
+                return Ok(false);
+            }
         }
         // A GET costs the same round trip as a HEAD, and the object found is read next.
         Ok(self.fetch(key)?.is_some())
