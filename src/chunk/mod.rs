@@ -745,23 +745,49 @@ impl ChunkEngine {
             rest = tail;
             consumed = hi;
         }
+        let mut windows = Vec::new();
         while !parts.is_empty() {
             let rest = parts.split_off(rows_per_window.min(parts.len()));
-            let mut window = std::mem::replace(&mut parts, rest);
-            if batched && !per_row {
-                let keys = window
-                    .iter()
-                    .flat_map(|(row, _)| inner.iter().map(|rest| chunk_coords(row, rest)));
-                self.prefetch(plan, keys, &ahead);
-            }
-            if window.len() == 1 {
-                let (row, part) = window.pop().expect("one part");
-                one_row(row, part)?;
-            } else {
+            windows.push(std::mem::replace(&mut parts, rest));
+        }
+        // Windows of whole rows fetched in batches are pipelined: the next window's requests
+        // are in flight while this one is decoded and placed (a batch waits for its slowest
+        // request; without the overlap the server would idle meanwhile).
+        let pipelined = batched && !per_row;
+        let mut upcoming = windows
+            .iter()
+            .filter(|_| pipelined)
+            .map(|window| {
                 window
-                    .into_par_iter()
-                    .try_for_each(|(row, part)| one_row(row, part))?;
-            }
+                    .iter()
+                    .flat_map(|(row, _)| inner.iter().map(|rest| chunk_coords(row, rest)))
+                    .collect::<Vec<_>>()
+            })
+            .collect::<Vec<_>>()
+            .into_iter();
+        if let Some(first) = upcoming.next() {
+            self.prefetch(plan, first.into_iter(), &ahead);
+        }
+        for mut window in windows {
+            std::thread::scope(|scope| {
+                let next = upcoming.next().map(|keys| {
+                    let ahead = &ahead;
+                    scope.spawn(move || self.prefetch(plan, keys.into_iter(), ahead))
+                });
+                let done = if window.len() == 1 {
+                    let (row, part) = window.pop().expect("one part");
+                    one_row(row, part)
+                } else {
+                    window
+                        .into_par_iter()
+                        .try_for_each(|(row, part)| one_row(row, part))
+                };
+                if let Some(next) = next {
+                    // The batch's outcome is in `ahead`; prefetch itself cannot fail.
+                    let _ = next.join();
+                }
+                done
+            })?;
         }
         Ok(())
     }
