@@ -143,7 +143,14 @@ pub struct NczarrFs {
     pool: rayon::ThreadPool,
     /// The kernel opens directories without asking (see `opendir`).
     no_opendir: bool,
+    /// Where to raise the mount's readahead, taken by the first open of a `data` file.
+    readahead: ReadaheadSlot,
 }
+
+/// The sysfs file of the mount's kernel readahead and the KiB to write there, set once the
+/// mount exists and applied (once) at the first open of a `data` file: after INIT, whose reply
+/// resets the readahead, and before the kernel sets up the opened file, which copies it.
+pub type ReadaheadSlot = Arc<Mutex<Option<(std::path::PathBuf, u32)>>>;
 
 /// A handle that asks a mounted filesystem to re-read its metadata (used on SIGHUP).
 #[derive(Debug, Clone)]
@@ -264,7 +271,13 @@ impl NczarrFs {
             shared: Arc::new(shared),
             pool,
             no_opendir: false,
+            readahead: ReadaheadSlot::default(),
         })
+    }
+
+    /// The slot where the daemon puts the readahead to apply (see [`ReadaheadSlot`]).
+    pub fn readahead_slot(&self) -> ReadaheadSlot {
+        Arc::clone(&self.readahead)
     }
 
     /// A handle to request a metadata reload from another thread.
@@ -867,10 +880,15 @@ impl Filesystem for NczarrFs {
             // that follow overwrite the values in place. A static dataset's values may stay in
             // the page cache from one open to the next (uncompressed chunks are not kept in
             // the chunk cache, so this is what keeps them from being re-read).
-            Node::File(_, FileKind::Data) => (
-                None,
-                sh.generated_open_flags() & fuser::consts::FOPEN_KEEP_CACHE,
-            ),
+            Node::File(_, FileKind::Data) => {
+                if let Some((path, kib)) = lock(&self.readahead).take() {
+                    super::daemon::write_readahead(&path, kib);
+                }
+                (
+                    None,
+                    sh.generated_open_flags() & fuser::consts::FOPEN_KEEP_CACHE,
+                )
+            }
             Node::File(_, FileKind::Attr(_)) if writing => {
                 let initial = if flags & libc::O_TRUNC != 0 {
                     Vec::new()
