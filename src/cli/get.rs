@@ -41,6 +41,9 @@ pub struct GetArgs {
 /// (a block is always at least one row of chunks).
 const BLOCK_BYTES: u64 = 16 << 20;
 
+/// How many times larger a block is on a map with request latency (S3).
+const REMOTE_BLOCKS: u64 = 8;
+
 /// Runs `get`.
 pub fn run(args: GetArgs) -> Result<i32> {
     let cache = match &args.cache_size {
@@ -156,7 +159,13 @@ fn write_values(
         return out.write_all(&buf).map_err(|e| Error::io("<output>", e));
     }
     let row_bytes = (slab.len() / slab.count[0]).saturating_mul(esize).max(1);
-    let target_rows = (BLOCK_BYTES / row_bytes).max(1);
+    // On S3 a block spans several of the engine's batches of concurrent GETs, which it
+    // overlaps; each block still ends waiting for its slowest request.
+    let block_bytes = match open.map.concurrent_gets() {
+        1 => BLOCK_BYTES,
+        _ => BLOCK_BYTES * REMOTE_BLOCKS,
+    };
+    let target_rows = (block_bytes / row_bytes).max(1);
     // Blocks end on chunk boundaries along the first dimension, so no chunk is read twice.
     let chunk0 = match ds.var(var).storage.chunks.first() {
         Some(&c) if c > 0 && ds.var(var).storage.chunks.len() == slab.count.len() => c,
