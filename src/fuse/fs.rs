@@ -802,6 +802,11 @@ impl Filesystem for NczarrFs {
             let _ = config.add_capabilities(cap);
         }
         self.no_opendir = config.add_capabilities(FUSE_NO_OPENDIR_SUPPORT).is_ok();
+        if self.shared.opts.direct_io {
+            // A large read of a `data` file is then sent as parallel requests, not one after
+            // the other.
+            let _ = config.add_capabilities(fuser::consts::FUSE_ASYNC_DIO);
+        }
         if self.shared.writer.is_some() {
             // O_TRUNC then arrives as an open flag instead of a truncate to 0, so that
             // `cat x > data` can be told apart from truncate(2) (see `open`).
@@ -884,10 +889,12 @@ impl Filesystem for NczarrFs {
                 if let Some((path, kib)) = lock(&self.readahead).take() {
                     super::daemon::write_readahead(&path, kib);
                 }
-                (
-                    None,
-                    sh.generated_open_flags() & fuser::consts::FOPEN_KEEP_CACHE,
-                )
+                let flags = if sh.opts.direct_io {
+                    FOPEN_DIRECT_IO
+                } else {
+                    sh.generated_open_flags() & fuser::consts::FOPEN_KEEP_CACHE
+                };
+                (None, flags)
             }
             Node::File(_, FileKind::Attr(_)) if writing => {
                 let initial = if flags & libc::O_TRUNC != 0 {

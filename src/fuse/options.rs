@@ -35,6 +35,12 @@ pub struct MountOptions {
     pub max_read: Option<u32>,
     /// `readahead=`: bytes prefetched into the chunk cache after a sequential read (0: off).
     pub readahead: u64,
+    /// `direct_io`: `data` files bypass the kernel's page cache. A large read then costs one
+    /// copy fewer (the values go straight into the reader's buffer, in requests served in
+    /// parallel), but every read is a request (no kernel readahead for small reads), a read
+    /// touching a chunk that cannot be decoded fails as a whole, and shared `mmap` of `data`
+    /// fails (`ENODEV`; private mappings work).
+    pub direct_io: bool,
     /// `fsname=`: the source shown in /proc/mounts (default: the location).
     pub fsname: Option<String>,
     /// `noatime`, `nodev`, `nosuid`, `noexec`, `sync`, …: kernel flags passed through.
@@ -56,6 +62,7 @@ impl Default for MountOptions {
             threads: 4,
             max_read: None,
             readahead: 32 << 20,
+            direct_io: false,
             fsname: None,
             kernel_flags: Vec::new(),
         }
@@ -136,6 +143,7 @@ impl MountOptions {
                 let v = need(value)?;
                 self.readahead = parse_size(v).ok_or_else(|| bad(v))?;
             }
+            "direct_io" => self.direct_io = true,
             "fsname" => self.fsname = Some(need(value)?.to_string()),
             "noatime" | "atime" | "nodev" | "nosuid" | "noexec" | "sync" | "async" | "dirsync" => {
                 self.kernel_flags.push(key.to_string())
@@ -184,6 +192,8 @@ mod tests {
         assert_eq!(o.umask, 0o022);
         assert_eq!(MountOptions::parse(&["ttl=0"]).unwrap().ttl, None);
         assert!(!MountOptions::parse(&["rw,ro"]).unwrap().read_write);
+        assert!(MountOptions::parse(&["ro,direct_io"]).unwrap().direct_io);
+        assert!(!MountOptions::parse::<&str>(&[]).unwrap().direct_io);
     }
 
     #[test]
