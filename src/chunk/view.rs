@@ -377,6 +377,30 @@ mod tests {
     }
 
     #[test]
+    fn a_truncated_mapping_fails_a_write_instead_of_raising_sigbus() {
+        use std::io::Write;
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(&[7u8; 3 * 4096]).unwrap();
+        let m = FileMapping::new(&file, 4096, 4096).unwrap();
+        file.set_len(0).unwrap();
+        let mut fds = [0; 2];
+        // SAFETY: pipe writes two fds into the array.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        // The kernel copies from the mapping, as it does for a FUSE reply: the missing page
+        // is an EFAULT for the call, not a signal for the process.
+        // SAFETY: a write of the mapping's bytes to our own pipe.
+        let n = unsafe { libc::write(fds[1], m.bytes().as_ptr().cast(), 4096) };
+        let err = std::io::Error::last_os_error();
+        // SAFETY: closing the two fds made above.
+        unsafe {
+            libc::close(fds[0]);
+            libc::close(fds[1]);
+        }
+        assert_eq!(n, -1);
+        assert_eq!(err.raw_os_error(), Some(libc::EFAULT));
+    }
+
+    #[test]
     fn a_mapping_shows_the_file_from_any_offset() {
         use std::io::Write;
         let mut file = tempfile::tempfile().unwrap();
