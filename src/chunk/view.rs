@@ -4,7 +4,6 @@
 
 use std::fs::File;
 use std::ops::{Deref, Range};
-use std::os::fd::AsRawFd;
 use std::sync::Arc;
 
 use super::convert::Conversion;
@@ -51,67 +50,28 @@ impl ChunkView {
     }
 }
 
-/// A read-only shared mapping of part of a file, unmapped on drop.
+/// A read-only shared mapping of part of a file.
 #[derive(Debug)]
-struct FileMapping {
-    base: *mut libc::c_void,
-    mapped: usize,
-    /// Where the bytes asked for begin in the mapping (mappings start on a page boundary).
-    skip: usize,
-    len: usize,
-}
-
-// SAFETY: the mapping is read-only and owned by this value alone; nothing mutates it.
-unsafe impl Send for FileMapping {}
-// SAFETY: as above; shared references only read.
-unsafe impl Sync for FileMapping {}
+struct FileMapping(memmap2::Mmap);
 
 impl FileMapping {
     /// Maps `len` (> 0) bytes of `file` at `offset`, with the page tables filled at once: the
     /// kernel then copies from the file's cached pages without a fault per page.
     fn new(file: &File, offset: u64, len: usize) -> std::io::Result<FileMapping> {
-        // SAFETY: sysconf has no preconditions.
-        let page = match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
-            n if n > 0 => n as u64,
-            _ => 4096,
+        // SAFETY: the map is read-only; a file truncated underneath is the hazard
+        // `ChunkView` documents (the kernel, not this process, reads the pages).
+        let map = unsafe {
+            memmap2::MmapOptions::new()
+                .offset(offset)
+                .len(len)
+                .populate()
+                .map(file)?
         };
-        let start = offset - offset % page;
-        let skip = (offset - start) as usize;
-        let mapped = skip + len;
-        let at = libc::off_t::try_from(start)
-            .map_err(|_| std::io::Error::from_raw_os_error(libc::EOVERFLOW))?;
-        // SAFETY: a fresh read-only mapping of an open file; the kernel checks the arguments.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                mapped,
-                libc::PROT_READ,
-                libc::MAP_SHARED | libc::MAP_POPULATE,
-                file.as_raw_fd(),
-                at,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(FileMapping {
-            base,
-            mapped,
-            skip,
-            len,
-        })
+        Ok(FileMapping(map))
     }
 
     fn bytes(&self) -> &[u8] {
-        // SAFETY: the mapping covers `skip + len` readable bytes for as long as `self` lives.
-        unsafe { std::slice::from_raw_parts(self.base.cast::<u8>().add(self.skip), self.len) }
-    }
-}
-
-impl Drop for FileMapping {
-    fn drop(&mut self) {
-        // SAFETY: exactly the region mapped in `new`, unmapped once.
-        unsafe { libc::munmap(self.base, self.mapped) };
+        &self.0
     }
 }
 
@@ -213,7 +173,7 @@ impl ChunkEngine {
         }
         let mapping = FileMapping::new(&file, bytes.start as u64, bytes.len())
             .map_err(|e| Error::io(format!("{} ({key})", self.map.describe()), e))?;
-        let len = mapping.len;
+        let len = mapping.bytes().len();
         Ok(Some(ChunkView {
             bytes: Lent::Mapped(mapping),
             range: 0..len,

@@ -192,14 +192,14 @@ fn hyperslab(
 
 /// The input's bytes: a read-only map of a regular file, or everything read from a pipe.
 enum Input {
-    Mapped(Mmap),
+    Mapped(memmap2::Mmap),
     Read(Vec<u8>),
 }
 
 impl Input {
     fn bytes(&self) -> &[u8] {
         match self {
-            Input::Mapped(m) => m.bytes(),
+            Input::Mapped(m) => m,
             Input::Read(v) => v,
         }
     }
@@ -224,7 +224,7 @@ fn read_input(path: Option<&Path>) -> Result<(Input, String)> {
     if meta.is_file() {
         let len = usize::try_from(meta.len())
             .map_err(|_| Error::Invalid(format!("{name} is too large for this machine")))?;
-        let map = Mmap::map(&file, len).map_err(|e| Error::io(&name, e))?;
+        let map = map_input(&file, len).map_err(|e| Error::io(&name, e))?;
         return Ok((Input::Mapped(map), name));
     }
     let mut bytes = Vec::new();
@@ -237,78 +237,25 @@ fn read_input(path: Option<&Path>) -> Result<(Input, String)> {
 /// Largest input whose pages are all mapped before the values are stored.
 const POPULATE_MAX: usize = 2 << 30;
 
-/// A read-only, private memory map of a whole file.
+/// A read-only, private memory map of the whole input file.
 ///
 /// Like any map of a file, it assumes nobody truncates the file while it is mapped (reading a
 /// page that no longer exists raises SIGBUS); `put` maps a file only to store its contents once.
-struct Mmap {
-    ptr: *mut libc::c_void,
-    len: usize,
-}
-
-// SAFETY: the mapping is read-only and owned by this value; sharing `&[u8]` views of it across
-// threads is what a `Vec<u8>` allows too.
-unsafe impl Send for Mmap {}
-// SAFETY: as above; nothing mutates the mapping.
-unsafe impl Sync for Mmap {}
-
-impl Mmap {
-    fn map(file: &File, len: usize) -> std::io::Result<Mmap> {
-        use std::os::fd::AsRawFd;
-        if len == 0 {
-            // mmap refuses empty mappings.
-            return Ok(Mmap {
-                ptr: std::ptr::null_mut(),
-                len: 0,
-            });
-        }
-        // The page tables are filled at once: a store's `write` that meets an unmapped page
-        // of its source copies short, zeroes the rest and retries after the fault, which cost
-        // a third of an uncompressed put. Past POPULATE_MAX that would read the whole file
-        // up front and may not fit in memory; pages are then mapped as they are touched.
-        let populate = if len <= POPULATE_MAX {
-            libc::MAP_POPULATE
-        } else {
-            0
-        };
-        // SAFETY: a fresh read-only private mapping of `len` bytes of an open file; the
-        // kernel checks the descriptor and the length.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_PRIVATE | populate,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        // The chunks are read in parallel, each one sequentially, so the kernel's readahead
-        // of a file not yet cached is welcome; failure only loses the hint.
-        // SAFETY: advice on the mapping just made.
-        unsafe { libc::madvise(ptr, len, libc::MADV_WILLNEED) };
-        Ok(Mmap { ptr, len })
+fn map_input(file: &File, len: usize) -> std::io::Result<memmap2::Mmap> {
+    let mut options = memmap2::MmapOptions::new();
+    options.len(len);
+    // The page tables are filled at once: a store's `write` that meets an unmapped page of its
+    // source copies short, zeroes the rest and retries after the fault, which cost a third of
+    // an uncompressed put. Past POPULATE_MAX that would read the whole file up front and may
+    // not fit in memory; pages are then mapped as they are touched.
+    if len <= POPULATE_MAX {
+        options.populate();
     }
-
-    fn bytes(&self) -> &[u8] {
-        if self.len == 0 {
-            return &[];
-        }
-        // SAFETY: `ptr` maps `len` readable bytes for as long as `self` lives.
-        unsafe { std::slice::from_raw_parts(self.ptr.cast::<u8>(), self.len) }
-    }
-}
-
-impl Drop for Mmap {
-    fn drop(&mut self) {
-        if self.len > 0 {
-            // SAFETY: unmaps exactly the mapping made in `map`; no view outlives `self`.
-            unsafe { libc::munmap(self.ptr, self.len) };
-        }
-    }
+    // SAFETY: a read-only private map of an open file, dropped before `put` returns.
+    let map = unsafe { options.map(file)? };
+    // Reading ahead of a file not yet cached is welcome; failure only loses the hint.
+    let _ = map.advise(memmap2::Advice::WillNeed);
+    Ok(map)
 }
 
 /// Parses a `.npy` header (format 1.0, 2.0 or 3.0): checks that its dtype is the variable's

@@ -1417,9 +1417,7 @@ impl Filesystem for NczarrFs {
             // needs no handle: ENOSYS tells a kernel that supports it to stop sending
             // OPENDIR and RELEASEDIR altogether. (Its directory cache, offered to static
             // datasets, would need a handle; skipping two requests per listing gains more.)
-            Some(Node::Dir(_) | Node::AttrDir(_)) if self.no_opendir => {
-                reply.error(libc::ENOSYS)
-            }
+            Some(Node::Dir(_) | Node::AttrDir(_)) if self.no_opendir => reply.error(libc::ENOSYS),
             Some(Node::Dir(_) | Node::AttrDir(_)) => {
                 reply.opened(0, self.shared.generated_open_flags() & !FOPEN_DIRECT_IO)
             }
