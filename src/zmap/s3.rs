@@ -30,8 +30,8 @@ use futures_util::stream::{StreamExt, TryStreamExt};
 use object_store::aws::AmazonS3Builder;
 use object_store::path::Path;
 use object_store::{
-    BackoffConfig, ClientOptions, GetOptions, GetRange, ObjectStore, ObjectStoreExt, PutPayload,
-    RetryConfig,
+    BackoffConfig, ClientOptions, GetOptions, GetRange, GetResult, ObjectStore, ObjectStoreExt,
+    PutPayload, RetryConfig,
 };
 
 use super::aws_config::{self, AwsSettings, EnvLookup};
@@ -316,7 +316,7 @@ impl S3Map {
     async fn fetch(&self, key: &str, path: &Path) -> Result<Option<Vec<u8>>> {
         let result = async {
             let got = self.store.get(path).await?;
-            Ok::<_, object_store::Error>(got.bytes().await?.to_vec())
+            body_vec(got).await
         };
         match result.await {
             Ok(bytes) => Ok(Some(bytes)),
@@ -329,8 +329,20 @@ impl S3Map {
     async fn fetch_range(&self, path: &Path, range: Range<u64>) -> object_store::Result<Vec<u8>> {
         let options = GetOptions::default().with_range(Some(GetRange::Bounded(range)));
         let result = self.store.get_opts(path, options).await?;
-        Ok(result.bytes().await?.to_vec())
+        body_vec(result).await
     }
+}
+
+/// The body of a GET as one vector sized from the response: one copy out of the HTTP client's
+/// buffers (collecting into `Bytes` and then copying into a `Vec` made two).
+async fn body_vec(result: GetResult) -> object_store::Result<Vec<u8>> {
+    let len = result.range.end.saturating_sub(result.range.start);
+    let mut out = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+    let mut body = result.into_stream();
+    while let Some(part) = body.next().await {
+        out.extend_from_slice(&part?);
+    }
+    Ok(out)
 }
 
 /// Whether `endpoint` is an AWS S3 endpoint (whose region object_store works out itself).
@@ -463,7 +475,7 @@ impl ZMap for S3Map {
         let fetch = async {
             let options = GetOptions::default().with_range(Some(GetRange::Suffix(len)));
             let result = self.store.get_opts(&path, options).await?;
-            Ok::<_, object_store::Error>(result.bytes().await?.to_vec())
+            body_vec(result).await
         };
         match block_on(fetch)? {
             Ok(bytes) => Ok(Some(bytes)),
