@@ -15,7 +15,7 @@ use crate::dataset::OpenDataset;
 use crate::location::Location;
 use crate::{Error, Result};
 
-use super::fs::{NczarrFs, RefreshHandle};
+use super::fs::{MountHandle, NczarrFs};
 use super::options::MountOptions;
 
 /// Everything `nczarrfs mount` was asked to do.
@@ -60,7 +60,7 @@ pub fn mount(req: MountRequest) -> Result<i32> {
     // Before any thread exists, so that every thread inherits the mask and only the signal
     // thread ever sees these signals.
     let signals = block_signals();
-    let (mut session, mountpoint, refresh) = match setup(&req) {
+    let (mut session, mountpoint, handle) = match setup(&req) {
         Ok(s) => s,
         Err(e) => {
             if let Some(mut pipe) = ready {
@@ -77,23 +77,23 @@ pub fn mount(req: MountRequest) -> Result<i32> {
     std::thread::Builder::new()
         .name("nczarrfs-signals".into())
         .spawn({
-            let refresh = refresh.clone();
-            move || signal_loop(signals, &mountpoint, &refresh)
+            let handle = handle.clone();
+            move || signal_loop(signals, &mountpoint, &handle)
         })
         .map_err(|e| Error::Invalid(format!("cannot start the signal thread: {e}")))?;
     if let (false, Some(ttl)) = (req.options.read_write, req.options.ttl) {
         let notifier = session.notifier();
-        let refresh = refresh.clone();
+        let handle = handle.clone();
         std::thread::Builder::new()
             .name("nczarrfs-ttl".into())
-            .spawn(move || expire_loop(ttl, &refresh, &notifier))
+            .spawn(move || expire_loop(ttl, &handle, &notifier))
             .map_err(|e| Error::Invalid(format!("cannot start the TTL thread: {e}")))?;
     }
     let result = session.run();
     sd_notify("STOPPING=1");
     // Dropping the session calls destroy(), which flushes.
     drop(session);
-    if super::fs::FINAL_FLUSH_FAILED.load(std::sync::atomic::Ordering::SeqCst) {
+    if handle.final_flush_failed() {
         let lost = format!("changes to {} could not be stored at unmount", req.location);
         return Err(Error::io(&req.mountpoint, std::io::Error::other(lost)));
     }
@@ -155,7 +155,7 @@ pub(super) fn write_readahead(path: &Path, kib: u32) {
     }
 }
 
-fn setup(req: &MountRequest) -> Result<(Session<NczarrFs>, PathBuf, RefreshHandle)> {
+fn setup(req: &MountRequest) -> Result<(Session<NczarrFs>, PathBuf, MountHandle)> {
     let mountpoint = req
         .mountpoint
         .canonicalize()
@@ -176,14 +176,14 @@ fn setup(req: &MountRequest) -> Result<(Session<NczarrFs>, PathBuf, RefreshHandl
         let ds = OpenDataset::open(&req.location, req.options.cache_bytes)?;
         NczarrFs::new(ds, req.options.clone())?
     };
-    let refresh = fs.refresh_handle();
+    let handle = fs.handle();
     let readahead = fs.readahead_slot();
     let opts = fuser_options(&req.location, &req.options);
     let session = Session::new(fs, &mountpoint, &opts).map_err(|e| Error::io(&mountpoint, e))?;
     let kib = req.options.max_read.map_or(1024, |n| (n / 1024).max(4));
     *readahead.lock().unwrap_or_else(|e| e.into_inner()) =
         readahead_file(&mountpoint).map(|path| (path, kib));
-    Ok((session, mountpoint, refresh))
+    Ok((session, mountpoint, handle))
 }
 
 fn fuser_options(location: &str, o: &MountOptions) -> Vec<MountOption> {
@@ -318,7 +318,7 @@ fn block_signals() -> libc::sigset_t {
 
 /// Waits for signals: SIGHUP re-reads the metadata, SIGTERM and SIGINT unmount (which ends
 /// the session loop, which flushes).
-fn signal_loop(set: libc::sigset_t, mountpoint: &Path, refresh: &RefreshHandle) {
+fn signal_loop(set: libc::sigset_t, mountpoint: &Path, refresh: &MountHandle) {
     loop {
         let mut sig = 0;
         // SAFETY: sigwait on a valid set, result written to a local.
@@ -340,7 +340,7 @@ fn signal_loop(set: libc::sigset_t, mountpoint: &Path, refresh: &RefreshHandle) 
 /// kernel's pages of `data` files), so that the staleness window holds for data as it does for
 /// metadata. Runs on its own thread: an invalidation waits for reads in flight, which the
 /// session thread must stay free to dispatch. Ends when the mount is gone.
-fn expire_loop(ttl: std::time::Duration, refresh: &RefreshHandle, notifier: &fuser::Notifier) {
+fn expire_loop(ttl: std::time::Duration, refresh: &MountHandle, notifier: &fuser::Notifier) {
     loop {
         std::thread::sleep(ttl);
         if let Err(e) = refresh.expire_values(notifier) {

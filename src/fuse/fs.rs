@@ -36,10 +36,6 @@ use super::options::MountOptions;
 use super::slab::{element_range_slabs, slab_len};
 use super::write::{parse_attr_text, write_data};
 
-/// Set when the flush at unmount failed: changes were lost, and the daemon, which serves one
-/// mount, must not exit as if they had been stored.
-pub static FINAL_FLUSH_FAILED: AtomicBool = AtomicBool::new(false);
-
 /// How long the kernel may cache names and attributes when the dataset is declared static.
 const STATIC_TTL: Duration = Duration::from_secs(3600);
 /// Most distinct failure messages remembered so that each is logged once.
@@ -129,6 +125,8 @@ struct Shared {
     snap: RwLock<Arc<Snapshot>>,
     last_check: Mutex<Instant>,
     refresh_requested: AtomicBool,
+    /// Set when the flush at unmount failed.
+    final_flush_failed: AtomicBool,
     inodes: Mutex<InodeTable>,
     contents: Mutex<HashMap<u64, Generated>>,
     handles: Mutex<HashMap<u64, Arc<Handle>>>,
@@ -152,11 +150,19 @@ pub struct NczarrFs {
 /// resets the readahead, and before the kernel sets up the opened file, which copies it.
 pub type ReadaheadSlot = Arc<Mutex<Option<(std::path::PathBuf, u32)>>>;
 
-/// A handle that asks a mounted filesystem to re-read its metadata (used on SIGHUP).
+/// A mounted filesystem as other threads of the daemon see it: they ask it to re-read its
+/// metadata (SIGHUP), end the staleness window of values (every `ttl`), and learn after the
+/// session whether the final flush stored everything.
 #[derive(Debug, Clone)]
-pub struct RefreshHandle(Arc<Shared>);
+pub struct MountHandle(Arc<Shared>);
 
-impl RefreshHandle {
+impl MountHandle {
+    /// Whether the flush at unmount failed: changes were lost, and the daemon must not exit
+    /// as if they had been stored.
+    pub fn final_flush_failed(&self) -> bool {
+        self.0.final_flush_failed.load(Ordering::SeqCst)
+    }
+
     /// Makes the next filesystem operation re-read the metadata, whatever the TTL says.
     pub fn request(&self) {
         self.0.refresh_requested.store(true, Ordering::SeqCst);
@@ -261,6 +267,7 @@ impl NczarrFs {
             opts,
             last_check: Mutex::new(Instant::now()),
             refresh_requested: AtomicBool::new(false),
+            final_flush_failed: AtomicBool::new(false),
             inodes: Mutex::new(InodeTable::new()),
             contents: Mutex::new(HashMap::new()),
             handles: Mutex::new(HashMap::new()),
@@ -280,9 +287,9 @@ impl NczarrFs {
         Arc::clone(&self.readahead)
     }
 
-    /// A handle to request a metadata reload from another thread.
-    pub fn refresh_handle(&self) -> RefreshHandle {
-        RefreshHandle(Arc::clone(&self.shared))
+    /// A handle on this filesystem for the daemon's other threads.
+    pub fn handle(&self) -> MountHandle {
+        MountHandle(Arc::clone(&self.shared))
     }
 }
 
@@ -830,7 +837,7 @@ impl Filesystem for NczarrFs {
         };
         if let Err(e) = flushed {
             log::error!("flush at unmount failed: {e}");
-            FINAL_FLUSH_FAILED.store(true, Ordering::SeqCst);
+            self.shared.final_flush_failed.store(true, Ordering::SeqCst);
         }
         log::info!("unmounted {}", self.shared.map.describe());
     }

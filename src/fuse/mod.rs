@@ -27,5 +27,5 @@ mod slab;
 mod write;
 
 pub use daemon::{mount, MountRequest};
-pub use fs::{read_data, NczarrFs, RefreshHandle, Snapshot, Source};
+pub use fs::{read_data, MountHandle, NczarrFs, Snapshot, Source};
 pub use options::{MountOptions, DEFAULT_TTL};
