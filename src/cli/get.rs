@@ -3,6 +3,7 @@
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
+use std::sync::mpsc;
 
 use crate::chunk::{parse_size, Hyperslab};
 use crate::dataset::OpenDataset;
@@ -62,11 +63,11 @@ pub fn run(args: GetArgs) -> Result<i32> {
     })?;
     let shape = ds.var_shape(var);
     let slab = hyperslab(&shape, &args)?;
-    let mut out: Box<dyn Write> = match &args.output {
+    let mut out: Box<dyn Write + Send> = match &args.output {
         Some(path) => Box::new(BufWriter::new(
             File::create(path).map_err(|e| Error::io(path, e))?,
         )),
-        None => Box::new(BufWriter::new(std::io::stdout().lock())),
+        None => Box::new(BufWriter::new(std::io::stdout())),
     };
     let io_err = |e: std::io::Error| match &args.output {
         Some(p) => Error::io(p, e),
@@ -143,12 +144,14 @@ pub(super) fn to_end(len: u64, start: u64, stride: u64) -> u64 {
     }
 }
 
-/// Reads the slab in blocks along its first dimension and writes each block out.
+/// Reads the slab in blocks along its first dimension and writes each block out. A second
+/// thread writes one block while the next is read, so the output's cost (a file's page cache,
+/// a pipe's reader) overlaps the reading instead of adding to it.
 fn write_values(
     open: &OpenDataset,
     var: VarId,
     slab: &Hyperslab,
-    out: &mut dyn Write,
+    out: &mut (dyn Write + Send),
 ) -> Result<()> {
     let ds = &open.model;
     let esize = ds.var(var).element_size() as u64;
@@ -158,6 +161,68 @@ fn write_values(
         open.engine.read(ds, var, slab, &mut buf)?;
         return out.write_all(&buf).map_err(|e| Error::io("<output>", e));
     }
+    let blocks = blocks(open, var, slab);
+    std::thread::scope(|scope| {
+        let (full_tx, full_rx) = mpsc::sync_channel::<Vec<u8>>(0);
+        let (empty_tx, empty_rx) = mpsc::channel::<Vec<u8>>();
+        let writer = scope.spawn(move || -> std::io::Result<()> {
+            for buf in full_rx {
+                out.write_all(&buf)?;
+                // The reader may be gone (it failed); the buffer is then simply dropped.
+                let _ = empty_tx.send(buf);
+            }
+            Ok(())
+        });
+        // Two buffers, reused: fresh pages cost more than the copy into them.
+        let mut fresh = 2;
+        let mut read = Ok(());
+        for block in blocks {
+            let mut buf = if fresh > 0 {
+                fresh -= 1;
+                Vec::new()
+            } else {
+                match empty_rx.recv() {
+                    Ok(buf) => buf,
+                    Err(_) => break, // the writer failed: its error is reported below
+                }
+            };
+            let bytes = match usize::try_from(block.len().saturating_mul(esize)) {
+                Ok(n) => n,
+                Err(_) => {
+                    read = Err(Error::InvalidHyperslab(
+                        "selection too large for this machine".into(),
+                    ));
+                    break;
+                }
+            };
+            buf.resize(bytes, 0);
+            if let Err(e) = open.engine.read(ds, var, &block, &mut buf) {
+                read = Err(e);
+                break;
+            }
+            if full_tx.send(buf).is_err() {
+                break;
+            }
+        }
+        drop(full_tx);
+        let written = writer
+            .join()
+            .unwrap_or_else(|_| Err(std::io::Error::other("the output thread panicked")));
+        // A write error explains a stopped read better than the read's own state.
+        written.map_err(|e| Error::io("<output>", e))?;
+        read
+    })
+}
+
+/// The slab cut into blocks along its first dimension, each about `BLOCK_BYTES` (more on a
+/// map with request latency) and ending on a chunk boundary, so no chunk is read twice.
+fn blocks<'a>(
+    open: &'a OpenDataset,
+    var: VarId,
+    slab: &'a Hyperslab,
+) -> impl Iterator<Item = Hyperslab> + 'a {
+    let ds = &open.model;
+    let esize = ds.var(var).element_size() as u64;
     let row_bytes = (slab.len() / slab.count[0]).saturating_mul(esize).max(1);
     // On S3 a block spans several of the engine's batches of concurrent GETs, which it
     // overlaps; each block still ends waiting for its slowest request.
@@ -166,29 +231,24 @@ fn write_values(
         _ => BLOCK_BYTES * REMOTE_BLOCKS,
     };
     let target_rows = (block_bytes / row_bytes).max(1);
-    // Blocks end on chunk boundaries along the first dimension, so no chunk is read twice.
     let chunk0 = match ds.var(var).storage.chunks.first() {
         Some(&c) if c > 0 && ds.var(var).storage.chunks.len() == slab.count.len() => c,
         _ => 1,
     };
     let (start0, stride0, count0) = (slab.start[0], slab.stride[0], slab.count[0]);
-    let mut buf = Vec::new();
     let mut done = 0;
-    while done < count0 {
+    std::iter::from_fn(move || {
+        if done >= count0 {
+            return None;
+        }
         let end_pos = (start0 + (done + target_rows) * stride0).next_multiple_of(chunk0);
         let end = (end_pos - start0).div_ceil(stride0).clamp(done + 1, count0);
         let mut block = slab.clone();
         block.start[0] = start0 + done * stride0;
         block.count[0] = end - done;
-        let bytes = usize::try_from(block.len().saturating_mul(esize))
-            .map_err(|_| Error::InvalidHyperslab("selection too large for this machine".into()))?;
-        // One buffer for all blocks: fresh pages cost more than the copy into them.
-        buf.resize(bytes, 0);
-        open.engine.read(ds, var, &block, &mut buf)?;
-        out.write_all(&buf).map_err(|e| Error::io("<output>", e))?;
         done = end;
-    }
-    Ok(())
+        Some(block)
+    })
 }
 
 /// The NumPy dtype of a variable's native values.
