@@ -356,12 +356,31 @@ fn is_aws_endpoint(endpoint: &str) -> bool {
     host.ends_with(".amazonaws.com")
 }
 
-/// Replaces every occurrence of a secret in `text`.
+/// Replaces every occurrence of a secret in `text` that stands alone: one inside a longer run
+/// of letters and digits is a coincidence, not the secret (a short test secret such as `s`
+/// must not eat letters out of words).
 fn redact(text: &str, secrets: &[String]) -> String {
     secrets
         .iter()
         .filter(|s| !s.is_empty())
-        .fold(text.to_string(), |t, s| t.replace(s.as_str(), "<redacted>"))
+        .fold(text.to_string(), |t, s| redact_one(&t, s))
+}
+
+fn redact_one(text: &str, secret: &str) -> String {
+    let alnum = |c: Option<char>| c.is_some_and(char::is_alphanumeric);
+    let mut out = String::with_capacity(text.len());
+    let mut from = 0;
+    for (pos, _) in text.match_indices(secret) {
+        let end = pos + secret.len();
+        if alnum(text[..pos].chars().next_back()) || alnum(text[end..].chars().next()) {
+            continue;
+        }
+        out.push_str(&text[from..pos]);
+        out.push_str("<redacted>");
+        from = end;
+    }
+    out.push_str(&text[from..]);
+    out
 }
 
 /// The text between `<tag>` and `</tag>` in an S3 XML error body.
@@ -674,6 +693,14 @@ mod tests {
         assert!(text.contains("SignatureDoesNotMatch"), "{text}");
         let redacted = redact("a SECRETKEY b", &["SECRETKEY".to_string()]);
         assert_eq!(redacted, "a <redacted> b");
+        let secrets = ["s".to_string(), "k/+1".to_string()];
+        assert_eq!(
+            redact(
+                "zarr.json after 1.5µs (os error 111): s, key=k/+1.",
+                &secrets
+            ),
+            "zarr.json after 1.5µs (os error 111): <redacted>, key=<redacted>."
+        );
     }
 
     #[test]
