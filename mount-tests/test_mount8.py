@@ -60,7 +60,7 @@ def check_and_umount(mnt: Path, location: Path, log: Path) -> None:
     with open("/proc/self/mounts") as f:
         entries = [ln.split()[:3] for ln in f if ln.split()[1] == str(mnt.resolve())]
     assert len(entries) == 1 and entries[0][0] == str(location), entries
-    assert entries[0][2].startswith("fuse"), entries
+    assert entries[0][2] == "fuse.nczarrfs", entries
     pids = daemon_pids(mnt)
     assert len(pids) == 1
     r = subprocess.run(["umount", str(mnt)], capture_output=True, text=True)

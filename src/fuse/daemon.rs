@@ -189,7 +189,10 @@ fn setup(req: &MountRequest) -> Result<(Session<NczarrFs>, PathBuf, MountHandle)
 fn fuser_options(location: &str, o: &MountOptions) -> Vec<MountOption> {
     let mut v = vec![
         MountOption::FSName(o.fsname.clone().unwrap_or_else(|| location.to_string())),
-        MountOption::Subtype("nczarrfs".into()),
+        // As a kernel option, so the mount's type is `fuse.nczarrfs` (what mount(8), fstab and
+        // systemd expect) also on the direct mount(2) path fuser takes as root, which drops
+        // `Subtype`; fusermount3, the path for other users, reads it from the options too.
+        MountOption::CUSTOM("subtype=nczarrfs".into()),
         if o.read_write {
             MountOption::RW
         } else {
