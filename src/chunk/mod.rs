@@ -17,7 +17,7 @@ mod view;
 
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use rayon::prelude::*;
 
@@ -459,6 +459,27 @@ const SCRATCH_KEEP: usize = 32 << 20;
 
 thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// Runs `f` so that its parallel loops keep up to `concurrency` requests in flight: on a map
+/// with request latency (S3) in a pool of that many threads, which mostly wait on the network
+/// (the global pool has one thread per core, so it would keep only that many puts going).
+fn io_parallel<R: Send>(concurrency: usize, f: impl FnOnce() -> R + Send) -> R {
+    static POOL: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
+    if concurrency <= 1 {
+        return f();
+    }
+    let pool = POOL.get_or_init(|| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(concurrency)
+            .thread_name(|i| format!("nczarrfs-io-{i}"))
+            .build()
+            .ok()
+    });
+    match pool {
+        Some(pool) => pool.install(f),
+        None => f(),
+    }
 }
 
 /// Runs `f` with this thread's scratch buffers, or fresh ones when they are in use (a rayon
@@ -1185,6 +1206,12 @@ impl ChunkEngine {
     /// them.
     /// The slab must lie within the stored shape: growing an array is the metadata writer's job.
     pub fn write(&self, ds: &Dataset, var: VarId, slab: &Hyperslab, data: &[u8]) -> Result<()> {
+        io_parallel(self.map.concurrent_gets(), || {
+            self.write_here(ds, var, slab, data)
+        })
+    }
+
+    fn write_here(&self, ds: &Dataset, var: VarId, slab: &Hyperslab, data: &[u8]) -> Result<()> {
         let v = ds.var(var);
         let n = slab::validate(&ds.var_shape(var), slab)?;
         let esize = v.element_size();
@@ -1373,6 +1400,20 @@ impl ChunkEngine {
         dst_ds: &Dataset,
         dst_var: VarId,
     ) -> Result<u32> {
+        let concurrency = self.map.concurrent_gets().max(dst.map.concurrent_gets());
+        io_parallel(concurrency, || {
+            self.copy_chunks_here(ds, var, dst, dst_ds, dst_var)
+        })
+    }
+
+    fn copy_chunks_here(
+        &self,
+        ds: &Dataset,
+        var: VarId,
+        dst: &ChunkEngine,
+        dst_ds: &Dataset,
+        dst_var: VarId,
+    ) -> Result<u32> {
         let (src, out) = (self.plan(ds, var)?, dst.plan(dst_ds, dst_var)?);
         if dst.map.read_only() {
             return Err(Error::NotPermitted(format!(
@@ -1429,6 +1470,12 @@ impl ChunkEngine {
     /// chunk's position in the grid (C order), length and CRC-32C; chunks never written are
     /// left out. Two variables with equal digests hold the same objects.
     pub fn stored_digest(&self, ds: &Dataset, var: VarId) -> Result<u32> {
+        io_parallel(self.map.concurrent_gets(), || {
+            self.stored_digest_here(ds, var)
+        })
+    }
+
+    fn stored_digest_here(&self, ds: &Dataset, var: VarId) -> Result<u32> {
         let plan = self.plan(ds, var)?;
         let records = chunk_grid(&plan)
             .into_par_iter()
@@ -1447,6 +1494,10 @@ impl ChunkEngine {
     /// Encodes (in parallel) and stores every chunk written since the last flush. (The
     /// storage map's own `flush`, which makes puts durable, is the caller's to call.)
     pub fn flush(&self) -> Result<()> {
+        io_parallel(self.map.concurrent_gets(), || self.flush_here())
+    }
+
+    fn flush_here(&self) -> Result<()> {
         let _guard = self.write_lock.lock().unwrap_or_else(|e| e.into_inner());
         self.cache.flush(&|k, d, p| self.write_back(k, d, p))
     }
