@@ -145,6 +145,32 @@ fn moto_put_get_search_delete_with_awkward_keys() {
     );
 }
 
+/// `put_many` stores every object (more than the requests it keeps in flight), awkward keys
+/// included; through a read-only map it stores nothing and says why.
+#[test]
+fn moto_put_many_stores_every_object() {
+    let endpoint = endpoint_or_skip!("NCZARRFS_S3_ENDPOINT");
+    let prefix = fresh_prefix("moto-many");
+    let url = format!("{endpoint}/{BUCKET}/{prefix}/data.zarr#mode=zarr,s3");
+    let env = moto_env();
+    let map = S3Map::open_with_env(&s3_location(&url), true, &env).unwrap();
+    let objects: Vec<(String, Vec<u8>)> = (0..3 * map.concurrent_gets())
+        .map(|i| (format!("v[{i}]/0 {i}"), format!("value {i}").into_bytes()))
+        .collect();
+    map.put_many(&objects).unwrap();
+    let keys: Vec<String> = objects.iter().map(|(k, _)| k.clone()).collect();
+    for ((key, value), got) in objects.iter().zip(map.get_many(&keys)) {
+        assert_eq!(got.unwrap().as_ref(), Some(value), "{key}");
+    }
+
+    let ro = S3Map::open_with_env(&s3_location(&url), false, &env).unwrap();
+    let err = ro
+        .put_many(&[("new".to_string(), b"x".to_vec())])
+        .unwrap_err();
+    assert!(err.to_string().contains("read-only"), "{err}");
+    assert_eq!(map.get("new").unwrap(), None);
+}
+
 /// Opening makes no request; reading the metadata of an empty prefix says it is empty.
 #[test]
 fn read_only_open_of_an_empty_prefix_is_not_a_dataset() {

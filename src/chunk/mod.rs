@@ -1364,7 +1364,7 @@ impl ChunkEngine {
     /// Whether `var` of `ds`, read through this engine, and `dst_var` of `dst_ds`, written
     /// through `dst`, store the same bytes for the same values: the same array and chunk
     /// shapes, stored type, element order, Zarr v2 codecs and fill value. Their chunk objects
-    /// can then be copied as they are ([`ChunkEngine::copy_chunks_to`]).
+    /// can then be copied as they are ([`ChunkEngine::copy_vars_to`]).
     pub fn same_encoding(
         &self,
         ds: &Dataset,
@@ -1386,27 +1386,8 @@ impl ChunkEngine {
             && a.fill == b.fill)
     }
 
-    /// Copies every stored chunk of `var` byte for byte to the same chunk of `dst_var` in
-    /// `dst`'s storage, in parallel, without decoding or encoding values; only valid when
-    /// [`ChunkEngine::same_encoding`] holds. Each chunk is checked first as a read would check
-    /// it (an uncompressed one for its size, a compressed one by decoding it), so a damaged
-    /// source fails the copy instead of being passed on. Returns the
-    /// [`ChunkEngine::stored_digest`] of what was copied.
-    pub fn copy_chunks_to(
-        &self,
-        ds: &Dataset,
-        var: VarId,
-        dst: &ChunkEngine,
-        dst_ds: &Dataset,
-        dst_var: VarId,
-    ) -> Result<u32> {
-        let concurrency = self.map.concurrent_gets().max(dst.map.concurrent_gets());
-        io_parallel(concurrency, || {
-            self.copy_chunks_here(ds, var, dst, dst_ds, dst_var)
-        })
-    }
-
-    fn copy_chunks_here(
+    /// [`ChunkEngine::copy_vars_to`] of one variable, its chunks in parallel.
+    fn copy_chunks(
         &self,
         ds: &Dataset,
         var: VarId,
@@ -1466,16 +1447,41 @@ impl ChunkEngine {
         Ok(digest(&records))
     }
 
-    /// A CRC-32C digest of the stored chunk objects of `var`, taken in parallel: each stored
-    /// chunk's position in the grid (C order), length and CRC-32C; chunks never written are
-    /// left out. Two variables with equal digests hold the same objects.
-    pub fn stored_digest(&self, ds: &Dataset, var: VarId) -> Result<u32> {
-        io_parallel(self.map.concurrent_gets(), || {
-            self.stored_digest_here(ds, var)
+    /// Copies the stored chunks of each of `vars` byte for byte to the variable of the same id
+    /// in `dst`, several variables at once (a dataset of many small variables is otherwise a
+    /// sequence of round trips on S3), without decoding or encoding values; only valid when
+    /// [`ChunkEngine::same_encoding`] holds for each. Each chunk is checked first as a read
+    /// would check it (an uncompressed one for its size, a compressed one by decoding it), so
+    /// a damaged source fails the copy instead of being passed on. Returns the digests (see
+    /// [`ChunkEngine::stored_digests`]) of what was copied, in the order of `vars`.
+    pub fn copy_vars_to(
+        &self,
+        ds: &Dataset,
+        vars: &[VarId],
+        dst: &ChunkEngine,
+        dst_ds: &Dataset,
+    ) -> Result<Vec<u32>> {
+        let concurrency = self.map.concurrent_gets().max(dst.map.concurrent_gets());
+        io_parallel(concurrency, || {
+            vars.par_iter()
+                .map(|&var| self.copy_chunks(ds, var, dst, dst_ds, var))
+                .collect()
         })
     }
 
-    fn stored_digest_here(&self, ds: &Dataset, var: VarId) -> Result<u32> {
+    /// For each of `vars`, a CRC-32C digest of its stored chunk objects: each stored chunk's
+    /// position in the grid (C order), length and CRC-32C; chunks never written are left out.
+    /// Two variables with equal digests hold the same objects. Taken in parallel.
+    pub fn stored_digests(&self, ds: &Dataset, vars: &[VarId]) -> Result<Vec<u32>> {
+        io_parallel(self.map.concurrent_gets(), || {
+            vars.par_iter()
+                .map(|&var| self.stored_digest(ds, var))
+                .collect()
+        })
+    }
+
+    /// [`ChunkEngine::stored_digests`] of one variable, its chunks in parallel.
+    fn stored_digest(&self, ds: &Dataset, var: VarId) -> Result<u32> {
         let plan = self.plan(ds, var)?;
         let records = chunk_grid(&plan)
             .into_par_iter()

@@ -10,6 +10,7 @@
 //! [`SYNC_BYTES`], so even that is always a readable dataset) and renamed into place only
 //! after the verification.
 
+use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -250,12 +251,21 @@ fn copy_into(
     // Slabs follow the target's chunks: a source chunked alike is read once, chunk by chunk,
     // decoded straight into the slab, and a cache would only add a copy of everything.
     let uncached = ChunkEngine::new(Arc::clone(&src.map), 0);
+    let mut as_stored = Vec::new();
     for i in 0..src.model.vars.len() {
         let var = VarId(i);
         if uncached.same_encoding(&src.model, var, w.engine(), w.model(), var)? {
-            let digest = uncached.copy_chunks_to(&src.model, var, w.engine(), w.model(), var)?;
+            as_stored.push(var);
+        }
+    }
+    // Variables whose chunks are copied as they are go first, all together.
+    let digests = uncached.copy_vars_to(&src.model, &as_stored, w.engine(), w.model())?;
+    let mut copied: HashMap<VarId, u32> = as_stored.iter().copied().zip(digests).collect();
+    progress.add(as_stored.iter().map(|v| var_bytes(&src.model, *v)).sum());
+    for i in 0..src.model.vars.len() {
+        let var = VarId(i);
+        if let Some(digest) = copied.remove(&var) {
             sums.push(Check::Stored(digest));
-            progress.add(var_bytes(&src.model, var));
             continue;
         }
         let engine = if src.model.var(var).storage.chunks == w.model().var(var).storage.chunks {
@@ -303,17 +313,23 @@ fn verify(location: &Location, sums: &[Check]) -> Result<()> {
     // Slabs follow the copy's chunks, so each is read once: no cache.
     let engine = ChunkEngine::new(Arc::clone(&map), 0);
     let mut buf = Vec::new();
+    if sums.len() > model.vars.len() {
+        return Err(Error::Storage {
+            key: location.original.clone(),
+            reason: "verification failed: variables missing from the copy".into(),
+        });
+    }
+    let as_stored: Vec<VarId> = (0..sums.len())
+        .map(VarId)
+        .filter(|v| matches!(sums[v.0], Check::Stored(_)))
+        .collect();
+    let digests = engine.stored_digests(&model, &as_stored)?;
+    let stored: HashMap<VarId, u32> = as_stored.into_iter().zip(digests).collect();
     for (i, want) in sums.iter().enumerate() {
         let var = VarId(i);
-        if i >= model.vars.len() {
-            return Err(Error::Storage {
-                key: location.original.clone(),
-                reason: "verification failed: variables missing from the copy".into(),
-            });
-        }
         let v = model.var(var);
         let (crc, want, what) = match *want {
-            Check::Stored(want) => (engine.stored_digest(&model, var)?, want, "chunk objects"),
+            Check::Stored(want) => (stored[&var], want, "chunk objects"),
             Check::Values(want) => {
                 let mut crc = 0u32;
                 for slab in slabs(&model.var_shape(var), &v.storage.chunks, v.element_size()) {

@@ -103,11 +103,24 @@ pub fn write_metadata(map: &dyn ZMap, ds: &Dataset, opts: &WriteOptions) -> Resu
 
 /// Stores JSON metadata objects, in order.
 pub(crate) fn put_objects(map: &dyn ZMap, objects: Vec<(String, Value)>) -> Result<()> {
-    for (key, value) in objects {
-        let bytes = serde_json::to_vec(&value).map_err(|e| Error::json(&key, &e))?;
-        map.put(&key, &bytes)?;
+    let mut encoded = objects
+        .into_iter()
+        .map(|(key, value)| match serde_json::to_vec(&value) {
+            Ok(bytes) => Ok((key, bytes)),
+            Err(e) => Err(Error::json(&key, &e)),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    // `.zmetadata` (last when there is one) vouches for everything else, so it is stored
+    // only once all the rest is.
+    let summary = match encoded.last() {
+        Some((key, _)) if key.rsplit('/').next() == Some(".zmetadata") => encoded.pop(),
+        _ => None,
+    };
+    map.put_many(&encoded)?;
+    match summary {
+        Some((key, bytes)) => map.put(&key, &bytes),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// The metadata objects of `ds` as `(key, JSON)` pairs, groups in pre-order, each group

@@ -124,6 +124,15 @@ pub trait ZMap: Send + Sync + Debug {
     /// either the old or the new content, never a mix.
     fn put(&self, key: &str, value: &[u8]) -> Result<()>;
 
+    /// Stores every `(key, value)` of `objects` as [`ZMap::put`] does, in no particular order;
+    /// fails with the first error, after the requests in flight have ended (some objects may
+    /// then be stored, some not). Maps with request latency (S3) send the requests
+    /// concurrently, up to [`ZMap::concurrent_gets`] at a time; the default stores them one
+    /// after the other.
+    fn put_many(&self, objects: &[(String, Vec<u8>)]) -> Result<()> {
+        objects.iter().try_for_each(|(k, v)| self.put(k, v))
+    }
+
     /// Removes the object at `key` (and, if `key` is a prefix, everything under it).
     /// Removing something that does not exist is not an error.
     fn delete(&self, key: &str) -> Result<()>;

@@ -528,6 +528,23 @@ impl ZMap for S3Map {
             .map_err(|e| self.error(key, &e))
     }
 
+    fn put_many(&self, objects: &[(String, Vec<u8>)]) -> Result<()> {
+        let requests = objects.iter().map(|(key, value)| async move {
+            self.check_writable(key)?;
+            let path = self.path_of(key)?;
+            let payload = PutPayload::from(value.clone());
+            self.store
+                .put(&path, payload)
+                .await
+                .map(|_| ())
+                .map_err(|e| self.error(key, &e))
+        });
+        let all = futures_util::stream::iter(requests)
+            .buffer_unordered(self.concurrency)
+            .collect::<Vec<Result<()>>>();
+        block_on(all)?.into_iter().collect()
+    }
+
     fn delete(&self, key: &str) -> Result<()> {
         self.check_writable(key)?;
         let path = self.path_of(key)?;
