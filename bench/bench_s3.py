@@ -6,7 +6,9 @@
   new mount (so an empty chunk cache and page cache of the mount), a new s3fs filesystem
   (no listing or instance cache); the bytes always come from the server;
 * the number of requests needed to open the dataset (`dump -h`) with and without
-  `.zmetadata`, counted by a forwarding proxy, and the same for zarr-python's open.
+  `.zmetadata`, counted by a forwarding proxy, and the same for zarr-python's open;
+* the upload: zarr-python writing the array through s3fs against `nczarrfs copy` of the same
+  array from a local directory (the copy verifies what it stored).
 
 Wall time is best of N; CPU time (user + system) is that of the client process (the `get`
 process, the mount daemon, or this Python process for zarr-python), and the server's CPU
@@ -107,6 +109,18 @@ def write_dataset(server: Server, prefix: str, rows: int) -> None:
     for lo in range(0, rows, step):
         hi = min(rows, lo + step)
         arr[lo:hi] = np.arange(lo * 1000, hi * 1000, dtype="<f8").reshape(hi - lo, 1000)
+
+
+def local_dataset(workdir: Path, rows: int) -> Path:
+    """The benchmark's array as a local Zarr v2 directory, made once."""
+    path = workdir / f"s3-bench-{rows}.zarr"
+    if not (path / ".complete").exists():
+        group = zarr.open_group(str(path), mode="w", zarr_format=2)
+        arr = group.create_array("v", shape=(rows, 1000), chunks=(125, 1000), dtype="<f8",
+                                 compressors=None, attributes={"_ARRAY_DIMENSIONS": ["y", "x"]})
+        arr[:] = np.arange(rows * 1000, dtype="<f8").reshape(rows, 1000)
+        (path / ".complete").touch()
+    return path
 
 
 def wait_mounted(mnt: str, proc: subprocess.Popen, timeout: float = 60) -> None:
@@ -218,7 +232,18 @@ def main() -> int:
               f"best of {args.repeats} cold reads")
         started = time.perf_counter()
         write_dataset(server, prefix, rows)
-        print(f"  written by zarr-python+s3fs in {time.perf_counter() - started:.1f} s")
+        zarr_write = time.perf_counter() - started
+        print(f"  written by zarr-python+s3fs in {zarr_write:.1f} s")
+        # The same values uploaded by `nczarrfs copy` from a local copy (in the page cache),
+        # which also verifies what it stored.
+        local = local_dataset(workdir, rows)
+        target = f"{server.endpoint}/{BUCKET}/{prefix.split('/')[0]}/copy.zarr#mode=zarr,s3"
+        started = time.perf_counter()
+        subprocess.run([binary, "copy", f"file://{local}#mode=zarr,file", target],
+                       env=server.env, check=True)
+        ours = time.perf_counter() - started
+        print(f"  written by nczarrfs copy in {ours:.1f} s (verified): "
+              f"speed-up vs zarr-python {zarr_write / ours:.2f}x")
         location = f"{server.endpoint}/{BUCKET}/{prefix}#mode=zarr,s3"
         try:
             best: dict[str, tuple[float, float, float]] = {}
