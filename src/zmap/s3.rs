@@ -13,7 +13,7 @@
 //! | `NCZARRFS_S3_TIMEOUT` | 30 | limit on one request, and on the retries of one operation |
 //! | `NCZARRFS_S3_CONNECT_TIMEOUT` | 5 | limit on establishing a connection |
 //! | `NCZARRFS_S3_RETRIES` | 5 | retries of a failed request (0 disables them) |
-//! | `NCZARRFS_S3_CONCURRENCY` | 32 | requests in flight when many chunks are read at once |
+//! | `NCZARRFS_S3_CONCURRENCY` | 32 | requests in flight when many objects are read or written at once |
 //!
 //! A failed request is retried after 100 ms, then twice as long each time (at most 15 s
 //! apart), until the retries or `NCZARRFS_S3_TIMEOUT` are used up: a server that went away
