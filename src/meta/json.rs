@@ -269,7 +269,26 @@ impl Parser<'_> {
 
     fn string(&mut self) -> Result<String> {
         self.pos += 1; // opening quote
-        let mut out: Vec<u8> = Vec::new();
+                       // Most strings have no escape: they are copied in one piece.
+        let rest = &self.s[self.pos.min(self.s.len())..];
+        let plain = rest.iter().position(|&c| c == b'"' || c == b'\\');
+        let mut out: Vec<u8> = match plain {
+            Some(n) if rest[n] == b'"' => {
+                self.pos += n + 1;
+                return match std::str::from_utf8(&rest[..n]) {
+                    Ok(text) => Ok(text.to_string()),
+                    Err(_) => Err(self.err("string is not UTF-8")),
+                };
+            }
+            Some(n) => {
+                self.pos += n;
+                rest[..n].to_vec()
+            }
+            None => {
+                self.pos = self.s.len();
+                return Err(self.err("unterminated string"));
+            }
+        };
         loop {
             let Some(c) = self.peek() else {
                 return Err(self.err("unterminated string"));
@@ -409,6 +428,23 @@ mod tests {
             p(r#""caf\u00e9 \ud83d\ude00""#),
             Json::Str("café 😀".into())
         );
+    }
+
+    #[test]
+    fn strings_with_and_without_escapes() {
+        assert_eq!(p(r#""plain text""#), Json::Str("plain text".into()));
+        assert_eq!(p(r#""""#), Json::Str(String::new()));
+        assert_eq!(p(r#""ab\"cd\n\\""#), Json::Str("ab\"cd\n\\".into()));
+        assert_eq!(p(r#""\tx""#), Json::Str("\tx".into()));
+        assert_eq!(p(r#"["é", "a\/b"]"#).unparse(), r#"["é","a/b"]"#);
+        for bad in [&b"\"abc"[..], b"\"ab\\", b"\"a\xff\"", b"\"a\\q\""] {
+            assert!(Json::parse("k", bad).is_err(), "{bad:?}");
+        }
+        // The position of an unterminated string is the end of the text.
+        match Json::parse("k", b"{\"a\": \"xyz") {
+            Err(Error::CorruptJson { line, column, .. }) => assert_eq!((line, column), (1, 11)),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

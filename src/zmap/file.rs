@@ -10,6 +10,30 @@ use super::{validate_key, validate_prefix, ZMap};
 use crate::{Error, Result};
 
 /// Names of in-progress `put` files start with this; `search` never reports them.
+/// Objects up to this size (metadata) are read without asking for their length first.
+const SMALL_OBJECT: usize = 4 << 10;
+
+/// The whole file at `path`. Unlike `fs::read`, a small file costs no `fstat` to size the
+/// buffer: a tenth of the time to open a dataset of a thousand variables went there.
+fn read_object(path: &Path) -> io::Result<Vec<u8>> {
+    let mut file = fs::File::open(path)?;
+    let mut head = [0u8; SMALL_OBJECT];
+    let mut n = 0;
+    while n < head.len() {
+        match file.read(&mut head[n..]) {
+            Ok(0) => return Ok(head[..n].to_vec()),
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let len = usize::try_from(file.metadata()?.len()).unwrap_or(0);
+    let mut bytes = Vec::with_capacity(len.max(n));
+    bytes.extend_from_slice(&head);
+    file.read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
 const TEMP_PREFIX: &str = ".nczarrfs-tmp.";
 
 /// Distinguishes temporary files of concurrent `put`s within this process.
@@ -113,7 +137,7 @@ impl ZMap for FileMap {
     fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
         validate_key(key)?;
         let path = self.path_of(key);
-        match fs::read(&path) {
+        match read_object(&path) {
             Ok(bytes) => Ok(Some(bytes)),
             Err(e) if is_absent(&e) || e.kind() == io::ErrorKind::IsADirectory => Ok(None),
             Err(e) => Err(Error::io(path, e)),
@@ -325,6 +349,29 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let map = FileMap::open(&dir.path().join("ds.file"), true).unwrap();
         (dir, map)
+    }
+
+    #[test]
+    fn whole_objects_of_every_size_around_the_small_object_limit() {
+        let (_dir, map) = writable();
+        for len in [
+            0,
+            1,
+            SMALL_OBJECT - 1,
+            SMALL_OBJECT,
+            SMALL_OBJECT + 1,
+            300_001,
+        ] {
+            let value: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
+            map.put("v/0", &value).unwrap();
+            assert_eq!(
+                map.get("v/0").unwrap().as_deref(),
+                Some(&value[..]),
+                "{len}"
+            );
+        }
+        assert_eq!(map.get("v/9").unwrap(), None);
+        assert_eq!(map.get("v").unwrap(), None, "a directory is not content");
     }
 
     #[test]
