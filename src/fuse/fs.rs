@@ -810,8 +810,8 @@ impl Filesystem for NczarrFs {
         }
         self.no_opendir = config.add_capabilities(FUSE_NO_OPENDIR_SUPPORT).is_ok();
         if self.shared.opts.direct_io {
-            // A large read of a `data` file is then sent as parallel requests, not one after
-            // the other.
+            // An asynchronous reader's (io_submit, io_uring) large read of a `data` file is
+            // then sent as parallel requests; a plain read(2) stays one request after another.
             let _ = config.add_capabilities(fuser::consts::FUSE_ASYNC_DIO);
         }
         if self.shared.writer.is_some() {
