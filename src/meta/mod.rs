@@ -38,6 +38,9 @@ use json::Json;
 /// metadata) and `.zmetadata` (consolidated Zarr v2). A consolidated dataset is then open
 /// after that one round trip (one GET when the mode names the Zarr version). When both exist,
 /// Zarr v3 wins, as in zarr-python 3.
+/// Below this many objects to read, threads cost more than they save.
+const PARALLEL_OPEN_MIN: usize = 64;
+
 pub fn read_dataset(map: &dyn ZMap, mode: &Mode) -> Result<Dataset> {
     let (zarr_json, zmetadata) = match mode.zarr_version {
         Some(3) => (map.get("zarr.json")?, None),
@@ -66,6 +69,7 @@ pub fn read_dataset(map: &dyn ZMap, mode: &Mode) -> Result<Dataset> {
         ds: Dataset::new(),
         pending: Vec::new(),
         fetched: RefCell::new(HashMap::new()),
+        parsed: RefCell::new(HashMap::new()),
     };
     let zgroup = r.load(".zgroup")?;
     let Some(zgroup) = zgroup else {
@@ -228,6 +232,9 @@ struct Reader<'a> {
     /// detect the dialect and by the walk, and pure Zarr children are probed before they
     /// are read.
     fetched: RefCell<HashMap<String, Option<Vec<u8>>>>,
+    /// Objects a local prefetch read and parsed on several threads, each taken by the one
+    /// [`Reader::load`] that wants it.
+    parsed: RefCell<HashMap<String, Option<Json>>>,
 }
 
 impl Reader<'_> {
@@ -246,6 +253,9 @@ impl Reader<'_> {
                     return Ok(None);
                 }
             }
+        }
+        if let Some(json) = self.parsed.borrow_mut().remove(key) {
+            return Ok(json);
         }
         self.fetch(key)?.map(|b| Json::parse(key, &b)).transpose()
     }
@@ -267,7 +277,7 @@ impl Reader<'_> {
     /// them. A failed GET is left for `load` to repeat and report.
     fn prefetch(&self, keys: Vec<String>) {
         if self.map.concurrent_gets() <= 1 {
-            return;
+            return self.prefetch_local(keys);
         }
         let keys: Vec<String> = keys
             .into_iter()
@@ -289,6 +299,37 @@ impl Reader<'_> {
                 fetched.insert(key, bytes);
             }
         }
+    }
+
+    /// [`Reader::prefetch`] on a local map: the objects are read and parsed on every core
+    /// (opening a dataset of many variables is mostly that). What fails to be read or
+    /// parsed is left for `load` to repeat and report.
+    fn prefetch_local(&self, keys: Vec<String>) {
+        use rayon::prelude::*;
+        let consolidated = |k: &String| {
+            self.consolidated
+                .as_ref()
+                .is_some_and(|c| c.contains_key(k))
+        };
+        let keys: Vec<String> = keys
+            .into_iter()
+            .filter(|k| !self.fetched.borrow().contains_key(k) && !consolidated(k))
+            .collect();
+        if keys.len() < PARALLEL_OPEN_MIN {
+            return;
+        }
+        let map = self.map;
+        let parsed: Vec<(String, Option<Json>)> = keys
+            .into_par_iter()
+            .filter_map(|key| {
+                let json = match map.get(&key).ok()? {
+                    Some(bytes) => Some(Json::parse(&key, &bytes).ok()?),
+                    None => None,
+                };
+                Some((key, json))
+            })
+            .collect();
+        self.parsed.borrow_mut().extend(parsed);
     }
 
     /// Child names under `prefix` that hold a `.zarray` or `.zgroup`, sorted.
@@ -598,6 +639,9 @@ impl Reader<'_> {
             if other.is_some_and(|o| c.contains_key(&o)) {
                 return Ok(false);
             }
+        }
+        if let Some(json) = self.parsed.borrow().get(key) {
+            return Ok(json.is_some());
         }
         // A GET costs the same round trip as a HEAD, and the object found is read next.
         Ok(self.fetch(key)?.is_some())
@@ -1033,6 +1077,67 @@ mod tests {
             r#"{"zarr_format": 2, "shape": [3], "dtype": "<i4", "chunks": [3], "fill_value": -2147483647, "order": "C", "compressor": null, "filters": null, "_NCZARR_ARRAY": {"dimrefs": ["/u"], "storage": "chunked"}}"#,
         ),
     ];
+
+    /// Enough variables for the objects to be read on several threads: all come back, in
+    /// order, both from an NCZarr group list and from a pure Zarr listing; a corrupt one
+    /// fails the open as it would one object at a time.
+    #[test]
+    fn many_variables_read_in_parallel() {
+        let names: Vec<String> = (0..PARALLEL_OPEN_MIN * 2)
+            .map(|i| format!("v{i:03}"))
+            .collect();
+        let zarray = r#"{"zarr_format": 2, "shape": [4], "dtype": "<i2", "chunks": [4], "fill_value": 0, "order": "C", "compressor": null, "filters": null}"#;
+        let mut objs: Vec<(String, String)> = vec![(
+            ".zgroup".into(),
+            format!(
+                r#"{{"zarr_format": 2, "_NCZARR_SUPERBLOCK": {{"version": "2.0.0"}}, "_NCZARR_GROUP": {{"dims": {{"x": 4}}, "vars": {:?}, "groups": []}}}}"#,
+                names
+            ),
+        )];
+        for (i, n) in names.iter().enumerate() {
+            objs.push((format!("{n}/.zarray"), zarray.into()));
+            objs.push((
+                format!("{n}/.zattrs"),
+                format!(r#"{{"_ARRAY_DIMENSIONS": ["x"], "i": {i}}}"#),
+            ));
+        }
+        let open_owned = |objs: &[(String, String)]| {
+            let refs: Vec<(&str, &str)> =
+                objs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            open(&refs)
+        };
+        let ds = open_owned(&objs).unwrap();
+        let got: Vec<&str> = ds
+            .group(Dataset::ROOT)
+            .vars
+            .iter()
+            .map(|v| ds.var(*v).name.as_str())
+            .collect();
+        assert_eq!(got, names);
+        for (i, v) in ds.group(Dataset::ROOT).vars.iter().enumerate() {
+            let attr = ds.var(*v).attrs.iter().find(|a| a.name == "i").unwrap();
+            // An untyped JSON integer that fits is a netCDF int, as netcdf-c reads it.
+            assert_eq!(
+                attr.value,
+                AttrValue::Int(vec![i as i32]),
+                "{}",
+                ds.var(*v).name
+            );
+        }
+        // Pure Zarr: no group list, the children are found by listing.
+        let mut pure = objs.clone();
+        pure[0].1 = r#"{"zarr_format": 2}"#.into();
+        let ds = open_owned(&pure).unwrap();
+        assert_eq!(ds.group(Dataset::ROOT).vars.len(), names.len());
+
+        let mut corrupt = objs.clone();
+        corrupt[101].1 = "{not json".into();
+        let bad = corrupt[101].0.clone();
+        match open_owned(&corrupt) {
+            Err(Error::CorruptJson { key, .. }) => assert_eq!(key, bad),
+            other => panic!("{other:?}"),
+        }
+    }
 
     #[test]
     fn upper_case_keys_of_4_9_0() {
