@@ -217,12 +217,19 @@ impl<T> ChunkCache<T> {
         Ok(())
     }
 
-    /// Writes every dirty entry back in parallel (rayon) and marks the stored ones clean. The
-    /// lock is held throughout, as for an eviction, so no reader can miss the cache and fetch a
-    /// stale stored chunk meanwhile. Returns the first failure; entries that failed stay dirty.
+    /// Writes every dirty entry back in parallel (rayon) and marks the stored ones clean.
+    /// Returns the first failure; entries that failed stay dirty.
+    ///
+    /// The lock is not held while storing: a parallel loop must not hold a lock that other
+    /// jobs of its thread pool may wait for (a worker waiting for the loop to finish runs
+    /// them, and would never return to it), and readers need not wait for the stores. The
+    /// entries stay cached and dirty meanwhile, so readers still find their values, and one
+    /// evicted meanwhile is stored by the eviction. Callers serialize flushes and writes (the
+    /// chunk engine's write lock), so an entry changes meanwhile only by being evicted and
+    /// loaded again, which leaves it clean.
     pub(crate) fn flush(&self, write_back: &ParallelWriteBack<'_, T>) -> Result<()>
     where
-        T: Send + Sync,
+        T: Send + Sync + Clone,
     {
         self.flush_where(&|_| true, write_back)
     }
@@ -234,27 +241,39 @@ impl<T> ChunkCache<T> {
         write_back: &ParallelWriteBack<'_, T>,
     ) -> Result<()>
     where
-        T: Send + Sync,
+        T: Send + Sync + Clone,
     {
         use rayon::prelude::*;
-        let mut inner = self.lock();
-        let mut dirty: Vec<(&String, &mut Entry<T>)> = inner
+        let dirty: Vec<(String, Arc<Vec<u8>>, T)> = self
+            .lock()
             .lru
-            .iter_mut()
-            .filter(|(k, e)| e.dirty.is_some() && pick(k))
-            .collect();
-        dirty
-            .par_iter_mut()
-            .map(|(k, e)| {
-                if let Some(token) = &e.dirty {
-                    write_back(k, &e.data, token)?;
-                    e.dirty = None;
-                }
-                Ok(())
+            .iter()
+            .filter_map(|(k, e)| {
+                let token = e.dirty.as_ref().filter(|_| pick(k))?;
+                Some((k.clone(), Arc::clone(&e.data), token.clone()))
             })
-            .collect::<Vec<Result<()>>>()
-            .into_iter()
-            .collect()
+            .collect();
+        let stored: Vec<Result<()>> = dirty
+            .par_iter()
+            .map(|(k, data, token)| write_back(k, data, token))
+            .collect();
+        let mut inner = self.lock();
+        let mut first_error = None;
+        for ((key, data, _), result) in dirty.iter().zip(stored) {
+            match result {
+                Ok(()) => {
+                    if let Some(e) = inner.lru.peek_mut(key) {
+                        if Arc::ptr_eq(&e.data, data) {
+                            e.dirty = None;
+                        }
+                    }
+                }
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        first_error.map_or(Ok(()), Err)
     }
 
     /// Modifies the cached chunk of `key` in place with `f` (copying it first only if a reader
@@ -427,6 +446,38 @@ mod tests {
         assert_eq!(*written.lock().unwrap(), vec!["v/0", "v/1", "v/1"]);
         assert!(c.get("v/1").is_none());
         assert!(c.get("w/0").is_some());
+    }
+
+    /// Readers are served while a flush stores (they would otherwise wait for every store,
+    /// and a pool worker that picked up a reader's job while waiting inside the flush's loop
+    /// would never return to it); a failed store leaves its entry dirty.
+    #[test]
+    fn flush_stores_without_holding_the_cache() {
+        let c: Arc<ChunkCache<u32>> = Arc::new(ChunkCache::new(100));
+        let mut never = |_: &str, _: &[u8], _: &u32| -> Result<()> { panic!("no eviction") };
+        for i in 0..4u32 {
+            c.insert(
+                &format!("k{i}"),
+                Arc::new(vec![i as u8; 4]),
+                Some(i),
+                &mut never,
+            )
+            .unwrap();
+        }
+        let wb = |k: &str, _: &[u8], t: &u32| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let reader = Arc::clone(&c);
+            // Not scoped: a reader left waiting must not keep the test from failing.
+            std::thread::spawn(move || tx.send(reader.get("k0").map(|d| d[0])));
+            let got = rx.recv_timeout(std::time::Duration::from_secs(10));
+            assert_eq!(got, Ok(Some(0)), "a reader waited for the store of {k}");
+            if *t == 3 {
+                return Err(crate::Error::Invalid("refused".into()));
+            }
+            Ok(())
+        };
+        assert!(c.flush(&wb).is_err());
+        assert_eq!(c.dirty_bytes(), 4, "only the failed entry stays dirty");
     }
 
     #[test]

@@ -1206,6 +1206,9 @@ impl ChunkEngine {
     /// them.
     /// The slab must lie within the stored shape: growing an array is the metadata writer's job.
     pub fn write(&self, ds: &Dataset, var: VarId, slab: &Hyperslab, data: &[u8]) -> Result<()> {
+        // Taken here, not in the pool: a pool worker waiting inside one write's parallel loop
+        // may pick up another write, which must not then wait for the lock it holds.
+        let _guard = self.write_lock.lock().unwrap_or_else(|e| e.into_inner());
         io_parallel(self.map.concurrent_gets(), || {
             self.write_here(ds, var, slab, data)
         })
@@ -1255,7 +1258,6 @@ impl ChunkEngine {
             out_strides: slab::c_strides(&count),
         };
         let mapping = gs.mapping();
-        let _guard = self.write_lock.lock().unwrap_or_else(|e| e.into_inner());
         let all = combinations(&gs.spans);
         let whole = |spans: &Vec<Span>| plan.covers(&gs.start, &gs.stride, spans);
         let whole_bytes = all.iter().filter(|s| whole(s)).count() as u128
@@ -1500,12 +1502,11 @@ impl ChunkEngine {
     /// Encodes (in parallel) and stores every chunk written since the last flush. (The
     /// storage map's own `flush`, which makes puts durable, is the caller's to call.)
     pub fn flush(&self) -> Result<()> {
-        io_parallel(self.map.concurrent_gets(), || self.flush_here())
-    }
-
-    fn flush_here(&self) -> Result<()> {
+        // Taken outside the pool, as in `write`.
         let _guard = self.write_lock.lock().unwrap_or_else(|e| e.into_inner());
-        self.cache.flush(&|k, d, p| self.write_back(k, d, p))
+        io_parallel(self.map.concurrent_gets(), || {
+            self.cache.flush(&|k, d, p| self.write_back(k, d, p))
+        })
     }
 
     /// Forgets cached chunks (and variable plans) whose keys start with `prefix`, after
