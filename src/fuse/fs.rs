@@ -34,6 +34,7 @@ use super::inodes::{parent, InodeTable};
 use super::layout::{self, FileKind, Node, Owner, Resolved};
 use super::options::MountOptions;
 use super::slab::{element_range_slabs, slab_len};
+use super::workers::Workers;
 use super::write::{parse_attr_text, write_data};
 
 /// How long the kernel may cache names and attributes when the dataset is declared static.
@@ -93,6 +94,10 @@ fn write_lock<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
 /// Generated content of one inode and the model generation it was made from.
 type Generated = (u64, Arc<Vec<u8>>);
 
+/// Prefetches that run at once; each decodes its window on every core (the chunk engine's
+/// parallel loops), so more would only queue there.
+const PREFETCH_THREADS: usize = 2;
+
 /// An open file.
 #[derive(Debug)]
 struct Handle {
@@ -132,13 +137,16 @@ struct Shared {
     handles: Mutex<HashMap<u64, Arc<Handle>>>,
     next_fh: AtomicU64,
     logged: Mutex<HashSet<String>>,
+    /// Threads that load chunks ahead of sequential readers.
+    prefetcher: Workers,
 }
 
 /// The filesystem served by a mount.
 #[derive(Debug)]
 pub struct NczarrFs {
     shared: Arc<Shared>,
-    pool: rayon::ThreadPool,
+    /// Threads that serve reads of `data`.
+    readers: Workers,
     /// The kernel opens directories without asking (see `opendir`).
     no_opendir: bool,
     /// Where to raise the mount's readahead, taken by the first open of a `data` file.
@@ -249,11 +257,12 @@ impl NczarrFs {
         writer: Option<Arc<RwLock<DatasetWriter>>>,
         opts: MountOptions,
     ) -> Result<NczarrFs> {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(opts.threads)
-            .thread_name(|i| format!("nczarrfs-read-{i}"))
-            .build()
-            .map_err(|e| Error::Invalid(format!("cannot start reader threads: {e}")))?;
+        let start = |name: &str, threads: usize| {
+            Workers::new(name, threads)
+                .map_err(|e| Error::Invalid(format!("cannot start {name} threads: {e}")))
+        };
+        let readers = start("nczarrfs-read", opts.threads)?;
+        let prefetcher = start("nczarrfs-prefetch", PREFETCH_THREADS)?;
         // SAFETY: getuid/getgid cannot fail and touch no memory.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         let shared = Shared {
@@ -273,10 +282,11 @@ impl NczarrFs {
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             logged: Mutex::new(HashSet::new()),
+            prefetcher,
         };
         Ok(NczarrFs {
             shared: Arc::new(shared),
-            pool,
+            readers,
             no_opendir: false,
             readahead: ReadaheadSlot::default(),
         })
@@ -972,7 +982,7 @@ impl Filesystem for NczarrFs {
             None => Arc::clone(&handle.snap),
         };
         let sh = Arc::clone(&self.shared);
-        self.pool.spawn(move || {
+        self.readers.spawn(move || {
             let Node::File(owner, _) = &handle.node else {
                 return reply.error(libc::EBADF);
             };
@@ -1008,12 +1018,8 @@ impl Filesystem for NczarrFs {
                 }
                 Err(e) => Err((e, reply)),
             };
-            // A reader waiting inside the engine's parallel loops may run another request on
-            // this thread: that one gets a buffer of its own.
-            let read = REPLY_BUF.with(|cell| match cell.try_borrow_mut() {
-                Ok(mut buf) => serve(&mut buf, reply),
-                Err(_) => serve(&mut Vec::new(), reply),
-            });
+            // A reader thread serves one request at a time (see `Workers`).
+            let read = REPLY_BUF.with(|cell| serve(&mut cell.borrow_mut(), reply));
             match read {
                 Ok(n) => maybe_prefetch(&sh, &handle, &snap, var, offset, offset + n),
                 Err((e, reply)) => {
@@ -1578,6 +1584,6 @@ fn maybe_prefetch(
     }
     if let Some((lo, hi)) = range.filter(|(lo, hi)| lo < hi) {
         let snap = Arc::clone(snap);
-        rayon::spawn(move || prefetch(&snap, var, lo, hi));
+        sh.prefetcher.spawn(move || prefetch(&snap, var, lo, hi));
     }
 }

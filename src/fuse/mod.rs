@@ -24,6 +24,7 @@ mod layout;
 pub mod logging;
 mod options;
 mod slab;
+mod workers;
 mod write;
 
 pub use daemon::{mount, MountRequest};
