@@ -80,6 +80,37 @@ impl FileMap {
         path
     }
 
+    /// Writes `value` to a temporary file beside the object at `key`, ready to be renamed
+    /// over it.
+    fn stage(&self, key: &str, value: &[u8]) -> Result<Staged> {
+        self.check_writable(key)?;
+        validate_key(key)?;
+        let path = self.path_of(key);
+        let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+            return Err(Error::Storage {
+                key: key.to_string(),
+                reason: "no file name".into(),
+            });
+        };
+        fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        // Same directory as the target so that the rename cannot cross filesystems.
+        let temp = dir.join(format!(
+            "{TEMP_PREFIX}{}.{}.{}",
+            name.to_string_lossy(),
+            std::process::id(),
+            TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        let staged = Staged { temp, path };
+        match fs::File::create(&staged.temp).and_then(|mut f| f.write_all(value)) {
+            Ok(()) => Ok(staged),
+            Err(e) => {
+                let err = Error::io(&staged.temp, e);
+                staged.discard();
+                Err(err)
+            }
+        }
+    }
+
     fn check_writable(&self, key: &str) -> Result<()> {
         if self.read_only {
             return Err(Error::NotPermitted(format!(
@@ -131,6 +162,27 @@ fn is_absent(e: &io::Error) -> bool {
         e.kind(),
         io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
     )
+}
+
+/// An object written to its temporary file and not yet renamed into place.
+struct Staged {
+    temp: PathBuf,
+    path: PathBuf,
+}
+
+impl Staged {
+    fn commit(self) -> Result<()> {
+        let renamed = fs::rename(&self.temp, &self.path).map_err(|e| Error::io(&self.path, e));
+        if renamed.is_err() {
+            self.discard();
+        }
+        renamed
+    }
+
+    /// Best effort: the write already failed, a leftover temp file is the lesser problem.
+    fn discard(self) {
+        let _ = fs::remove_file(&self.temp);
+    }
 }
 
 impl ZMap for FileMap {
@@ -250,32 +302,33 @@ impl ZMap for FileMap {
     }
 
     fn put(&self, key: &str, value: &[u8]) -> Result<()> {
-        self.check_writable(key)?;
-        validate_key(key)?;
-        let path = self.path_of(key);
-        let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
-            return Err(Error::Storage {
-                key: key.to_string(),
-                reason: "no file name".into(),
-            });
-        };
-        fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-        // Same directory as the target so that the rename cannot cross filesystems.
-        let temp = dir.join(format!(
-            "{TEMP_PREFIX}{}.{}.{}",
-            name.to_string_lossy(),
-            std::process::id(),
-            TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
-        let written = fs::File::create(&temp)
-            .and_then(|mut f| f.write_all(value))
-            .map_err(|e| Error::io(&temp, e))
-            .and_then(|()| fs::rename(&temp, &path).map_err(|e| Error::io(&path, e)));
-        if written.is_err() {
-            // Best effort: the write already failed, a leftover temp file is the lesser problem.
-            let _ = fs::remove_file(&temp);
+        let staged = self.stage(key, value)?;
+        staged.commit()
+    }
+
+    /// Writes every object to its temporary file first and only then renames them into
+    /// place one after the other, so that a daemon killed while metadata objects that must
+    /// agree (a group's dimension sizes and its arrays' shapes) are being replaced leaves them
+    /// inconsistent for the time of a few renames rather than of every write.
+    fn put_many(&self, objects: &[(String, Vec<u8>)]) -> Result<()> {
+        let mut staged = Vec::with_capacity(objects.len());
+        for (key, value) in objects {
+            match self.stage(key, value) {
+                Ok(s) => staged.push(s),
+                Err(e) => {
+                    staged.into_iter().for_each(Staged::discard);
+                    return Err(e);
+                }
+            }
         }
-        written
+        let mut staged = staged.into_iter();
+        while let Some(next) = staged.next() {
+            if let Err(e) = next.commit() {
+                staged.for_each(Staged::discard);
+                return Err(e);
+            }
+        }
+        Ok(())
     }
 
     fn delete(&self, key: &str) -> Result<()> {
@@ -480,6 +533,31 @@ mod tests {
             .collect();
         assert_eq!(names.len(), 20);
         assert!(names.iter().all(|n| !n.starts_with('.')), "{names:?}");
+    }
+
+    #[test]
+    fn put_many_stores_all_or_nothing_when_a_write_fails() {
+        let (_dir, map) = writable();
+        map.put("g/.zattrs", b"old").unwrap();
+        // `f` is a file, so nothing can be written below it.
+        map.put("f", b"x").unwrap();
+        let objects = vec![
+            ("g/.zattrs".to_string(), b"new".to_vec()),
+            ("f/.zarray".to_string(), b"{}".to_vec()),
+        ];
+        assert!(map.put_many(&objects).is_err());
+        assert_eq!(map.get("g/.zattrs").unwrap().unwrap(), b"old");
+        assert_eq!(map.search("g").unwrap(), vec![".zattrs"]);
+        let temps = fs::read_dir(map.root().join("g")).unwrap().count();
+        assert_eq!(temps, 1);
+
+        let objects = vec![
+            ("g/.zattrs".to_string(), b"new".to_vec()),
+            ("g/v/.zarray".to_string(), b"{}".to_vec()),
+        ];
+        map.put_many(&objects).unwrap();
+        assert_eq!(map.get("g/.zattrs").unwrap().unwrap(), b"new");
+        assert_eq!(map.get("g/v/.zarray").unwrap().unwrap(), b"{}");
     }
 
     #[test]
