@@ -8,13 +8,17 @@
 * the number of requests needed to open the dataset (`dump -h`) with and without
   `.zmetadata`, counted by a forwarding proxy, and the same for zarr-python's open;
 * the upload: zarr-python writing the array through s3fs against `nczarrfs copy` of the same
-  array from a local directory (the copy verifies what it stored).
+  array from a local directory (the copy verifies what it stored);
+* the server's ceiling: `nczarrfs get` with 8 to 128 requests in flight
+  (`NCZARRFS_S3_CONCURRENCY`). Where the time stops falling as requests are added, the server,
+  not the client, sets the pace, and no client can read faster from it on this machine.
 
 Wall time is best of N; CPU time (user + system) is that of the client process (the `get`
 process, the mount daemon, or this Python process for zarr-python), and the server's CPU
 time is shown beside it, since on one machine both compete for the same cores.
 
 Usage: bench/bench_s3.py [--size-mb N] [--repeats N] [--servers moto,s3s] [--workdir DIR]
+                        [--concurrency 8,32,128]
 NCZARRFS_BIN names the binary (default: the release build).
 """
 
@@ -179,6 +183,28 @@ def run_case(server: Server, binary: str, location: str, prefix: str, expected: 
     return wall, cpu, cpu_of(server.pid) - server_cpu
 
 
+def concurrency_sweep(server: Server, binary: str, location: str, expected: np.ndarray,
+                      workdir: Path, levels: list[int], repeats: int, mb: float) -> None:
+    """`nczarrfs get` of the whole array with each number of requests in flight."""
+    out = workdir / "sweep.bin"
+    for level in levels:
+        env = dict(server.env, NCZARRFS_S3_CONCURRENCY=str(level))
+        best = None
+        for _ in range(repeats):
+            server_cpu = cpu_of(server.pid)
+            cpu = children_cpu()
+            start = time.perf_counter()
+            subprocess.run([binary, "get", location, "v", "-o", str(out)], env=env, check=True)
+            t = (time.perf_counter() - start, children_cpu() - cpu, cpu_of(server.pid) - server_cpu)
+            if best is None or t[0] < best[0]:
+                best = t
+        check_file(out, expected)
+        out.unlink()
+        wall, cpu, srv = best
+        print(f"  get, {level:3d} in flight  {wall:6.2f} s {mb / wall:7.1f} MB/s  CPU {cpu:6.2f} s"
+              f"  server CPU {srv:6.2f} s", flush=True)
+
+
 def check_file(path: Path, expected: np.ndarray) -> None:
     got = np.fromfile(path, dtype="<f8")
     assert got.size == expected.size, f"{path}: {got.size} values, want {expected.size}"
@@ -215,6 +241,8 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--servers", default="moto,s3s")
     ap.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "nczarrfs-bench"))
+    ap.add_argument("--concurrency", default="8,32,128",
+                    help="requests in flight for the server-ceiling rows ('' to skip them)")
     args = ap.parse_args()
     # s3fs leaves its aiohttp sessions to the garbage collector, which complains of each.
     logging.getLogger("asyncio").setLevel(logging.CRITICAL)
@@ -259,6 +287,10 @@ def main() -> int:
             for case, (wall, cpu, srv) in best.items():
                 print(f"  {labels[case]:17s} {wall:6.2f} s {mb / wall:7.1f} MB/s  CPU {cpu:6.2f} s"
                       f"  server CPU {srv:6.2f} s  speed-up vs zarr-python {base / wall:5.2f}x")
+            levels = [int(n) for n in args.concurrency.split(",") if n.strip()]
+            if levels:
+                concurrency_sweep(server, binary, location, expected, workdir, levels,
+                                  args.repeats, mb)
             if name == "moto":
                 count_requests(server, binary, prefix)
         finally:
