@@ -307,8 +307,9 @@ impl VarPlan {
     /// Reads and decodes the chunk at `key` into `out` (one whole native chunk), for a plan
     /// where [`VarPlan::direct`] holds; `Ok(false)` if the chunk was never written.
     ///
-    /// Uncompressed chunks are read straight into `out`; compressed ones go through this
-    /// thread's scratch buffers, so nothing is allocated per chunk.
+    /// Uncompressed chunks are read straight into `out`; compressed ones are decoded from a
+    /// mapping of their file (local maps) or through this thread's scratch buffers, so
+    /// nothing is allocated per chunk.
     fn read_direct(&self, map: &dyn ZMap, key: &str, out: &mut [u8]) -> Result<bool> {
         if self.pipeline.is_empty() {
             match map.get_exact(key, out)? {
@@ -324,14 +325,12 @@ impl VarPlan {
                 }
             }
         } else {
-            let found = with_scratch(|s| -> Result<bool> {
-                if !map.get_into(key, &mut s.raw)? {
-                    return Ok(false);
-                }
-                self.pipeline
-                    .decode_into(&s.raw, out, &mut s.stages)
-                    .map_err(|e| self.bad(key, e))?;
-                Ok(true)
+            let found = with_scratch(|s| {
+                map.read_with(key, &mut s.raw, &mut |raw| {
+                    self.pipeline
+                        .decode_into(raw, out, &mut s.stages)
+                        .map_err(|e| self.bad(key, e))
+                })
             })?;
             if !found {
                 return Ok(false);

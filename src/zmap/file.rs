@@ -13,6 +13,10 @@ use crate::{Error, Result};
 /// Objects up to this size (metadata) are read without asking for their length first.
 const SMALL_OBJECT: usize = 4 << 10;
 
+/// Objects from this size on are mapped rather than read by [`ZMap::read_with`]: below it,
+/// setting up and tearing down a mapping costs more than the copy it saves.
+const MAP_FROM: u64 = 64 << 10;
+
 /// The whole file at `path`. Unlike `fs::read`, a small file costs one `read` and neither an
 /// `fstat` to size the buffer nor a second `read` to find its end (a read of a regular file
 /// returns less than asked for only at its end): opening a dataset of a thousand variables
@@ -206,6 +210,26 @@ impl ZMap for FileMap {
         };
         buf.reserve(usize::try_from(size).unwrap_or(0));
         file.read_to_end(buf).map_err(|e| Error::io(path, e))?;
+        Ok(true)
+    }
+
+    fn read_with(
+        &self,
+        key: &str,
+        scratch: &mut Vec<u8>,
+        f: &mut dyn FnMut(&[u8]) -> Result<()>,
+    ) -> Result<bool> {
+        let Some((mut file, path, size)) = self.open_file(key)? else {
+            return Ok(false);
+        };
+        if size < MAP_FROM {
+            scratch.clear();
+            file.read_to_end(scratch).map_err(|e| Error::io(&path, e))?;
+            f(scratch)?;
+        } else {
+            super::mapped::read_mapped(&file, size, |bytes| f(bytes))
+                .map_err(|e| Error::io(&path, e))??;
+        }
         Ok(true)
     }
 

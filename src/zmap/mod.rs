@@ -8,6 +8,7 @@
 
 pub mod aws_config;
 mod file;
+mod mapped;
 mod memory;
 mod s3;
 mod zip;
@@ -74,6 +75,22 @@ pub trait ZMap: Send + Sync + Debug {
             }
             None => Ok(false),
         }
+    }
+
+    /// Runs `f` on the bytes of the object at `key`; `Ok(false)` if it does not exist. Maps
+    /// that keep large objects in local files hand `f` a mapping of the file (no copy);
+    /// the others read the object into `scratch`, reusing its allocation.
+    fn read_with(
+        &self,
+        key: &str,
+        scratch: &mut Vec<u8>,
+        f: &mut dyn FnMut(&[u8]) -> Result<()>,
+    ) -> Result<bool> {
+        if !self.get_into(key, scratch)? {
+            return Ok(false);
+        }
+        f(scratch)?;
+        Ok(true)
     }
 
     /// Reads the object at `key` straight into `out` when it is exactly `out.len()` bytes
