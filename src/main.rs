@@ -11,3 +11,9 @@ fn main() {
         }
     }
 }
+
+/// mimalloc rather than glibc's allocator: threads that parse metadata or decode chunks grow
+/// glibc's per-thread arenas a few pages at a time (one `mprotect` each), and large buffers
+/// freed by one block of work come back as fresh pages for the next.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
