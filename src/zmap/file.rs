@@ -163,6 +163,14 @@ impl FileMap {
     }
 }
 
+/// Reads an open object of `size` bytes (as last seen) into `buf`, replacing its contents.
+fn read_whole(file: &mut fs::File, path: &Path, size: u64, buf: &mut Vec<u8>) -> Result<()> {
+    buf.clear();
+    buf.reserve(usize::try_from(size).unwrap_or(0));
+    file.read_to_end(buf).map_err(|e| Error::io(path, e))?;
+    Ok(())
+}
+
 /// Whether an I/O error means "no object here": missing, or a path component is a file.
 fn is_absent(e: &io::Error) -> bool {
     matches!(
@@ -208,8 +216,7 @@ impl ZMap for FileMap {
         let Some((mut file, path, size)) = self.open_file(key)? else {
             return Ok(false);
         };
-        buf.reserve(usize::try_from(size).unwrap_or(0));
-        file.read_to_end(buf).map_err(|e| Error::io(path, e))?;
+        read_whole(&mut file, &path, size, buf)?;
         Ok(true)
     }
 
@@ -223,8 +230,7 @@ impl ZMap for FileMap {
             return Ok(false);
         };
         if size < MAP_FROM {
-            scratch.clear();
-            file.read_to_end(scratch).map_err(|e| Error::io(&path, e))?;
+            read_whole(&mut file, &path, size, scratch)?;
             f(scratch)?;
         } else {
             super::mapped::read_mapped(&file, size, |bytes| f(bytes))
