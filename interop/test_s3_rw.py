@@ -29,10 +29,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from test_s3 import BUCKET, MOTO, S3S, S3S_KEY, S3S_SECRET, _answers, _client, _ok, _run
-
-REPO = Path(__file__).resolve().parent.parent
-S3S_BIN = REPO / ".cache" / "cargo-bin" / "bin" / "s3s-fs"
+from test_s3 import BUCKET, MOTO, S3S, S3S_BIN, S3S_KEY, S3S_SECRET, _answers, _client, _ok, _run
 
 Y, X = 6, 8
 RECORDS = 4
