@@ -20,13 +20,16 @@ SEED = int(os.environ.get("NCZARRFS_SEED") or random.SystemRandom().randrange(1,
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """Under the test command (NCZARRFS_REQUIRE_S3 set, servers started), an S3 server that
-    does not answer is a failure, not a skip."""
+    does not answer is a failure, not a skip. A failure names the run's seed (the report
+    header that also shows it is hidden under -q)."""
     outcome = yield
     report = outcome.get_result()
     if report.skipped and os.environ.get("NCZARRFS_REQUIRE_S3") and "not reachable" in str(
         report.longrepr
     ):
         report.outcome = "failed"
+    if report.failed:
+        report.sections.append(("nczarrfs seed", f"reproduce with NCZARRFS_SEED={SEED}"))
 
 
 def pytest_report_header(config):

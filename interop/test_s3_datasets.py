@@ -9,6 +9,7 @@ netCDF4-python and zarr-python: S3 must change nothing. Servers: ``scripts/s3-se
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import uuid
@@ -184,7 +185,10 @@ def test_gen_and_copy_through_s3_round_trip(request, binary, env, tmp_path, serv
     endpoint, key, secret = (MOTO, "testing", "testing") if server == "moto" else (
         S3S, S3S_KEY, S3S_SECRET)
     env = dict(env, AWS_ACCESS_KEY_ID=key, AWS_SECRET_ACCESS_KEY=secret)
-    zpath, _, _ = twins.write_twins(str(tmp_path), "src", SEED + 2000)
+    # The zarr-python comparison at the end needs a numeric variable in the root group.
+    seed = next(s for s in itertools.count(SEED + 2000)
+                if any(v.kind in twins.NUMERIC_TYPES for v in twins.plan(s).vars))
+    zpath, _, _ = twins.write_twins(str(tmp_path), "src", seed)
     local = twins.nczarr_url(zpath)
     variables = _variables(local)
     base = f"{endpoint}/{BUCKET}/rt-{uuid.uuid4().hex}"
