@@ -1,8 +1,9 @@
-//! The [`fuser::Filesystem`] implementation. fuser's session loop is single-threaded, so data
-//! reads are handed to a thread pool and answered from there.
+//! The [`fuser::Filesystem`] implementation. Several session threads each read requests from
+//! the kernel and answer them themselves, reads of `data` included; only the prefetching of
+//! chunks ahead of sequential readers runs on threads of its own.
 //!
 //! A `rw` mount serves one [`DatasetWriter`] behind a reader-writer lock: writes, metadata
-//! changes and flushes take it exclusively (on the session thread), data reads share it. After
+//! changes and flushes take it exclusively, data reads share it. After
 //! every change of the model a new [`Snapshot`] of it is published for lookups and generated
 //! files, and the kernel is told to cache nothing (zero TTLs), because one write can change the
 //! size of other files (every variable on a grown dimension) and every metadata file.
@@ -14,12 +15,11 @@ use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant, SystemTime};
 
 use fuser::{
-    FileAttr, FileType, Filesystem, KernelConfig, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
-    Request, TimeOrNow,
+    BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
+    INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs,
+    ReplyWrite, Request, TimeOrNow, WriteFlags,
 };
-
-use fuser::consts::FOPEN_DIRECT_IO;
 
 use crate::chunk::{ChunkEngine, Hyperslab};
 use crate::create::{AttrTarget, DatasetWriter};
@@ -116,7 +116,7 @@ struct Handle {
     created: bool,
 }
 
-/// State shared by the session thread and the reader threads.
+/// State shared by the session threads and the prefetching threads.
 #[derive(Debug)]
 struct Shared {
     map: Arc<dyn ZMap>,
@@ -145,18 +145,9 @@ struct Shared {
 #[derive(Debug)]
 pub struct NczarrFs {
     shared: Arc<Shared>,
-    /// Threads that serve reads of `data`.
-    readers: Workers,
     /// The kernel opens directories without asking (see `opendir`).
     no_opendir: bool,
-    /// Where to raise the mount's readahead, taken by the first open of a `data` file.
-    readahead: ReadaheadSlot,
 }
-
-/// The sysfs file of the mount's kernel readahead and the KiB to write there, set once the
-/// mount exists and applied (once) at the first open of a `data` file: after INIT, whose reply
-/// resets the readahead, and before the kernel sets up the opened file, which copies it.
-pub type ReadaheadSlot = Arc<Mutex<Option<(std::path::PathBuf, u32)>>>;
 
 /// A mounted filesystem as other threads of the daemon see it: they ask it to re-read its
 /// metadata (SIGHUP), end the staleness window of values (every `ttl`), and learn after the
@@ -203,7 +194,7 @@ impl MountHandle {
         // at most one `ttl` old. Offset 0 and length 0 mean the whole file.
         let inodes = lock(&sh.inodes).data_inodes();
         for ino in inodes {
-            notifier.inval_inode(ino, 0, 0)?;
+            notifier.inval_inode(INodeNo(ino), 0, 0)?;
         }
         Ok(())
     }
@@ -261,7 +252,6 @@ impl NczarrFs {
             Workers::new(name, threads)
                 .map_err(|e| Error::Invalid(format!("cannot start {name} threads: {e}")))
         };
-        let readers = start("nczarrfs-read", opts.threads)?;
         let prefetcher = start("nczarrfs-prefetch", PREFETCH_THREADS)?;
         // SAFETY: getuid/getgid cannot fail and touch no memory.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
@@ -286,15 +276,8 @@ impl NczarrFs {
         };
         Ok(NczarrFs {
             shared: Arc::new(shared),
-            readers,
             no_opendir: false,
-            readahead: ReadaheadSlot::default(),
         })
-    }
-
-    /// The slot where the daemon puts the readahead to apply (see [`ReadaheadSlot`]).
-    pub fn readahead_slot(&self) -> ReadaheadSlot {
-        Arc::clone(&self.readahead)
     }
 
     /// A handle on this filesystem for the daemon's other threads.
@@ -307,12 +290,11 @@ impl Shared {
     /// Open flags of generated files and directories: the kernel may keep their contents
     /// (page cache, directory cache) only on a read-only mount of a dataset declared static
     /// (`ttl=0`), where they never change.
-    fn generated_open_flags(&self) -> u32 {
-        use fuser::consts::{FOPEN_CACHE_DIR, FOPEN_KEEP_CACHE};
+    fn generated_open_flags(&self) -> FopenFlags {
         if self.opts.ttl.is_none() && self.writer.is_none() {
-            FOPEN_KEEP_CACHE | FOPEN_CACHE_DIR
+            FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR
         } else {
-            FOPEN_DIRECT_IO
+            FopenFlags::FOPEN_DIRECT_IO
         }
     }
 
@@ -429,18 +411,18 @@ impl Shared {
     }
 
     /// Logs a failed write-side operation and gives its errno.
-    fn failed(&self, node: &Node, op: &str, e: &Error) -> i32 {
+    fn failed(&self, node: &Node, op: &str, e: &Error) -> Errno {
         log::error!("{op} {}: {e}", node_display(node));
-        e.errno()
+        Errno::from_i32(e.errno())
     }
 
     /// Like [`Shared::failed`], but what netCDF refuses (a taken or illegal name, a fill value
     /// that can no longer change) is `EPERM`.
-    fn refused(&self, node: &Node, op: &str, e: &Error) -> i32 {
+    fn refused(&self, node: &Node, op: &str, e: &Error) -> Errno {
         match e {
             Error::Invalid(_) | Error::NotPermitted(_) => {
                 log::warn!("{op} {}: {e} (EPERM)", node_display(node));
-                libc::EPERM
+                Errno::EPERM
             }
             _ => self.failed(node, op, e),
         }
@@ -448,7 +430,7 @@ impl Shared {
 
     /// What a flush, fsync or close of `handle` owes: an attribute file's text becomes the
     /// attribute; a written `data` file (or any, for `fsync`) syncs the dataset.
-    fn commit(&self, handle: &Handle, always: bool) -> std::result::Result<(), i32> {
+    fn commit(&self, handle: &Handle, always: bool) -> std::result::Result<(), Errno> {
         let wrote = handle.wrote.swap(false, Ordering::SeqCst);
         if self.writer.is_none() || !(wrote || always) {
             return Ok(());
@@ -482,7 +464,7 @@ impl Shared {
         node: &Node,
         handle: Option<&Handle>,
         size: u64,
-    ) -> std::result::Result<(), i32> {
+    ) -> std::result::Result<(), Errno> {
         match node {
             Node::File(owner, FileKind::Data) => {
                 let result = self.change(|w| {
@@ -508,7 +490,7 @@ impl Shared {
                     Ok(true) => Ok(()),
                     Ok(false) => {
                         log::warn!("truncate {} past a fixed size (EFBIG)", node_display(node));
-                        Err(libc::EFBIG)
+                        Err(Errno::EFBIG)
                     }
                     Err(e) => Err(self.refused(node, "truncate", &e)),
                 }
@@ -516,7 +498,7 @@ impl Shared {
             Node::File(owner, FileKind::Attr(name)) => {
                 let size = usize::try_from(size).unwrap_or(usize::MAX);
                 if size > MAX_ATTR_TEXT {
-                    return Err(libc::EFBIG);
+                    return Err(Errno::EFBIG);
                 }
                 if let Some(text) = handle.and_then(|h| h.text.as_ref().map(|t| (h, t))) {
                     lock(text.1).resize(size, 0);
@@ -544,7 +526,7 @@ impl Shared {
                     "truncate {}: not a writable file (EPERM)",
                     node_display(node)
                 );
-                Err(libc::EPERM)
+                Err(Errno::EPERM)
             }
         }
     }
@@ -616,7 +598,7 @@ impl Shared {
             }
         };
         Some(FileAttr {
-            ino,
+            ino: INodeNo(ino),
             size,
             blocks: size.div_ceil(512),
             atime: snap.changed,
@@ -742,8 +724,8 @@ fn read_data_into(
 }
 
 /// Like [`read_data_into`], but the bytes lent in place by the chunk engine of a read-only
-/// mount ([`ChunkEngine::view`]: a cached chunk, a mapped chunk file) when the range lies in
-/// one chunk, and where in the view they are; `Ok(None)` when they must be copied.
+/// mount ([`ChunkEngine::view`]: a cached chunk) when the range lies in one chunk, and where
+/// in the view they are; `Ok(None)` when they must be copied.
 fn read_in_place(
     snap: &Snapshot,
     var: VarId,
@@ -768,7 +750,7 @@ fn read_in_place(
 }
 
 thread_local! {
-    /// A reader thread's reply buffer, reused from request to request (fresh pages for every
+    /// A session thread's reply buffer, reused from request to request (fresh pages for every
     /// request cost more than the copy into them).
     static REPLY_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
@@ -795,39 +777,36 @@ fn prefetch(snap: &Snapshot, var: VarId, lo: u64, hi: u64) {
 }
 
 impl Filesystem for NczarrFs {
-    fn init(
-        &mut self,
-        _req: &Request<'_>,
-        config: &mut KernelConfig,
-    ) -> std::result::Result<(), libc::c_int> {
-        use fuser::consts::{
-            FUSE_ASYNC_READ, FUSE_BIG_WRITES, FUSE_DO_READDIRPLUS, FUSE_NO_OPENDIR_SUPPORT,
-            FUSE_PARALLEL_DIROPS, FUSE_READDIRPLUS_AUTO,
-        };
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // READDIRPLUS answers `ls -l` with one request per directory instead of one lookup
         // per entry (the kernel picks it when a stat of the entries is likely to follow).
         // Directories need no open handle (see `opendir`), which saves two round trips per
         // listing.
         for cap in [
-            FUSE_ASYNC_READ,
-            FUSE_BIG_WRITES,
-            FUSE_PARALLEL_DIROPS,
-            FUSE_DO_READDIRPLUS,
-            FUSE_READDIRPLUS_AUTO,
+            InitFlags::FUSE_ASYNC_READ,
+            InitFlags::FUSE_BIG_WRITES,
+            InitFlags::FUSE_PARALLEL_DIROPS,
+            InitFlags::FUSE_DO_READDIRPLUS,
+            InitFlags::FUSE_READDIRPLUS_AUTO,
         ] {
             // Optional: an old kernel without them is still served correctly.
             let _ = config.add_capabilities(cap);
         }
-        self.no_opendir = config.add_capabilities(FUSE_NO_OPENDIR_SUPPORT).is_ok();
+        self.no_opendir = config
+            .add_capabilities(InitFlags::FUSE_NO_OPENDIR_SUPPORT)
+            .is_ok();
         if self.shared.opts.direct_io {
             // An asynchronous reader's (io_submit, io_uring) large read of a `data` file is
             // then sent as parallel requests; a plain read(2) stays one request after another.
-            let _ = config.add_capabilities(fuser::consts::FUSE_ASYNC_DIO);
+            let _ = config.add_capabilities(InitFlags::FUSE_ASYNC_DIO);
+            // Shared mappings of `data` then stay possible (kernel 6.6 and later): the kernel
+            // fills their pages with ordinary read requests.
+            let _ = config.add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
         }
         if self.shared.writer.is_some() {
             // O_TRUNC then arrives as an open flag instead of a truncate to 0, so that
             // `cat x > data` can be told apart from truncate(2) (see `open`).
-            let _ = config.add_capabilities(fuser::consts::FUSE_ATOMIC_O_TRUNC);
+            let _ = config.add_capabilities(InitFlags::FUSE_ATOMIC_O_TRUNC);
         }
         // Kernel readahead stays on (as much as the kernel offers): without it every page is
         // a request of its own. A readahead request that touches a corrupt chunk fails as a
@@ -852,49 +831,52 @@ impl Filesystem for NczarrFs {
         log::info!("unmounted {}", self.shared.map.describe());
     }
 
-    fn lookup(&mut self, _req: &Request<'_>, parent_ino: u64, name: &OsStr, reply: ReplyEntry) {
+    fn lookup(&self, _req: &Request, parent_ino: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let parent_ino = parent_ino.0;
         let sh = &self.shared;
         let Some(dir) = sh.node(parent_ino) else {
-            return reply.error(libc::ENOENT);
+            return reply.error(Errno::ENOENT);
         };
         let Some(name) = name.to_str() else {
-            return reply.error(libc::ENOENT);
+            return reply.error(Errno::ENOENT);
         };
         let snap = sh.snapshot();
         let Some(node) = layout::child(&snap.model, &dir, name) else {
-            return reply.error(libc::ENOENT);
+            return reply.error(Errno::ENOENT);
         };
         let ino = lock(&sh.inodes).intern(&node);
         match sh.attr(ino, &node, &snap) {
-            Some(attr) => reply.entry(&sh.kernel_ttl(), &attr, 0),
-            None => reply.error(libc::ENOENT),
+            Some(attr) => reply.entry(&sh.kernel_ttl(), &attr, Generation(0)),
+            None => reply.error(Errno::ENOENT),
         }
     }
 
-    fn getattr(&mut self, _req: &Request<'_>, ino: u64, _fh: Option<u64>, reply: ReplyAttr) {
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let ino = ino.0;
         let sh = &self.shared;
         let Some(node) = sh.node(ino) else {
-            return reply.error(libc::ENOENT);
+            return reply.error(Errno::ENOENT);
         };
         let snap = sh.snapshot();
         match sh.attr(ino, &node, &snap) {
             Some(attr) => reply.attr(&sh.kernel_ttl(), &attr),
-            None => reply.error(libc::ENOENT),
+            None => reply.error(Errno::ENOENT),
         }
     }
 
-    fn open(&mut self, _req: &Request<'_>, ino: u64, flags: i32, reply: ReplyOpen) {
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let (ino, flags) = (ino.0, flags.0);
         let sh = &self.shared;
         let writing = flags & libc::O_ACCMODE != libc::O_RDONLY;
         if writing && sh.writer.is_none() {
-            return reply.error(libc::EROFS);
+            return reply.error(Errno::EROFS);
         }
         let Some(node) = sh.node(ino) else {
-            return reply.error(libc::ENOENT);
+            return reply.error(Errno::ENOENT);
         };
         let snap = sh.snapshot();
         if !layout::exists(&snap.model, &node) {
-            return reply.error(libc::ENOENT);
+            return reply.error(Errno::ENOENT);
         }
         let mut text = None;
         let (content, open_flags) = match &node {
@@ -903,13 +885,10 @@ impl Filesystem for NczarrFs {
             // the page cache from one open to the next (uncompressed chunks are not kept in
             // the chunk cache, so this is what keeps them from being re-read).
             Node::File(_, FileKind::Data) => {
-                if let Some((path, kib)) = lock(&self.readahead).take() {
-                    super::daemon::write_readahead(&path, kib);
-                }
                 let flags = if sh.opts.direct_io {
-                    FOPEN_DIRECT_IO
+                    FopenFlags::FOPEN_DIRECT_IO
                 } else {
-                    sh.generated_open_flags() & fuser::consts::FOPEN_KEEP_CACHE
+                    sh.generated_open_flags() & FopenFlags::FOPEN_KEEP_CACHE
                 };
                 (None, flags)
             }
@@ -919,18 +898,18 @@ impl Filesystem for NczarrFs {
                 } else {
                     match sh.content(ino, &node, &snap) {
                         Ok(c) => c.to_vec(),
-                        Err(e) => return reply.error(e.errno()),
+                        Err(e) => return reply.error(Errno::from_i32(e.errno())),
                     }
                 };
                 text = Some(Mutex::new(initial));
-                (None, fuser::consts::FOPEN_DIRECT_IO)
+                (None, FopenFlags::FOPEN_DIRECT_IO)
             }
             Node::File(..) if writing => {
                 log::warn!(
                     "{}: generated file, not writable (EPERM)",
                     node_display(&node)
                 );
-                return reply.error(libc::EPERM);
+                return reply.error(Errno::EPERM);
             }
             Node::File(..) => match sh.content(ino, &node, &snap) {
                 // Generated files change with the model: no page cache for them, unless the
@@ -938,31 +917,29 @@ impl Filesystem for NczarrFs {
                 Ok(c) => (Some(c), sh.generated_open_flags()),
                 Err(e) => {
                     sh.log_once(format!("{}: {e}", node_display(&node)));
-                    return reply.error(e.errno());
+                    return reply.error(Errno::from_i32(e.errno()));
                 }
             },
-            _ => return reply.error(libc::EISDIR),
+            _ => return reply.error(Errno::EISDIR),
         };
         let fh = sh.add_handle(node, snap, content, text, false);
-        reply.opened(fh, open_flags);
+        reply.opened(FileHandle(fh), open_flags);
     }
 
     fn read(
-        &mut self,
-        _req: &Request<'_>,
-        _ino: u64,
-        fh: u64,
-        offset: i64,
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
         size: u32,
-        _flags: i32,
-        _lock_owner: Option<u64>,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        let fh = fh.0;
         let Some(handle) = lock(&self.shared.handles).get(&fh).cloned() else {
-            return reply.error(libc::EBADF);
-        };
-        let Ok(offset) = u64::try_from(offset) else {
-            return reply.error(libc::EINVAL);
+            return reply.error(Errno::EBADF);
         };
         log::trace!("read fh {fh}: {size} bytes at {offset}");
         let slice = |c: &[u8]| {
@@ -981,82 +958,70 @@ impl Filesystem for NczarrFs {
             Some(_) => self.shared.snapshot(),
             None => Arc::clone(&handle.snap),
         };
-        let sh = Arc::clone(&self.shared);
-        self.readers.spawn(move || {
-            let Node::File(owner, _) = &handle.node else {
-                return reply.error(libc::EBADF);
-            };
-            let Some(Resolved::Var(var)) = owner.resolve(&snap.model) else {
-                return reply.error(libc::ENOENT);
-            };
-            let reply = match read_in_place(&snap, var, offset, size.into()) {
-                Ok(Some((view, range))) => {
-                    reply.data(&view[range.clone()]);
-                    let end = offset + range.len() as u64;
-                    return maybe_prefetch(&sh, &handle, &snap, var, offset, end);
-                }
-                Ok(None) => reply,
-                Err(e) => {
-                    sh.log_once(format!(
-                        "{}: read of {size} bytes at {offset}: {e}",
-                        node_display(&handle.node)
-                    ));
-                    return reply.error(e.errno());
-                }
-            };
-            let serve = |buf: &mut Vec<u8>, reply: ReplyData| match read_data_into(
-                &snap,
-                var,
-                offset,
-                size.into(),
-                buf,
-            ) {
+        let sh = &self.shared;
+        let Node::File(owner, _) = &handle.node else {
+            return reply.error(Errno::EBADF);
+        };
+        let Some(Resolved::Var(var)) = owner.resolve(&snap.model) else {
+            return reply.error(Errno::ENOENT);
+        };
+        let failed = |e: Error| {
+            sh.log_once(format!(
+                "{}: read of {size} bytes at {offset}: {e}",
+                node_display(&handle.node)
+            ));
+            Errno::from_i32(e.errno())
+        };
+        let reply = match read_in_place(&snap, var, offset, size.into()) {
+            Ok(Some((view, range))) => {
+                reply.data(&view[range.clone()]);
+                let end = offset + range.len() as u64;
+                return maybe_prefetch(sh, &handle, &snap, var, offset, end);
+            }
+            Ok(None) => reply,
+            Err(e) => return reply.error(failed(e)),
+        };
+        // A session thread serves one request at a time, so its buffer is free here.
+        let read = REPLY_BUF.with(|cell| {
+            let buf = &mut cell.borrow_mut();
+            match read_data_into(&snap, var, offset, size.into(), buf) {
                 Ok(range) => {
-                    let n = range.len() as u64;
-                    reply.data(&buf[range]);
-                    Ok(n)
+                    reply.data(&buf[range.clone()]);
+                    Some(range.len() as u64)
                 }
-                Err(e) => Err((e, reply)),
-            };
-            // A reader thread serves one request at a time (see `Workers`).
-            let read = REPLY_BUF.with(|cell| serve(&mut cell.borrow_mut(), reply));
-            match read {
-                Ok(n) => maybe_prefetch(&sh, &handle, &snap, var, offset, offset + n),
-                Err((e, reply)) => {
-                    sh.log_once(format!(
-                        "{}: read of {size} bytes at {offset}: {e}",
-                        node_display(&handle.node)
-                    ));
-                    reply.error(e.errno());
+                Err(e) => {
+                    reply.error(failed(e));
+                    None
                 }
             }
         });
+        if let Some(n) = read {
+            maybe_prefetch(sh, &handle, &snap, var, offset, offset + n);
+        }
     }
 
     fn write(
-        &mut self,
-        _req: &Request<'_>,
-        _ino: u64,
-        fh: u64,
-        offset: i64,
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
         data: &[u8],
-        _write_flags: u32,
-        _flags: i32,
-        _lock_owner: Option<u64>,
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        let fh = fh.0;
         let sh = &self.shared;
         let Some(handle) = lock(&sh.handles).get(&fh).cloned() else {
-            return reply.error(libc::EBADF);
-        };
-        let Ok(offset) = u64::try_from(offset) else {
-            return reply.error(libc::EINVAL);
+            return reply.error(Errno::EBADF);
         };
         if let Some(text) = &handle.text {
             let mut text = lock(text);
             let (start, end) = (offset as usize, offset as usize + data.len());
             if end > MAX_ATTR_TEXT {
-                return reply.error(libc::EFBIG);
+                return reply.error(Errno::EFBIG);
             }
             if text.len() < end {
                 text.resize(end, 0);
@@ -1066,7 +1031,7 @@ impl Filesystem for NczarrFs {
             return reply.written(data.len() as u32);
         }
         let Node::File(owner, FileKind::Data) = &handle.node else {
-            return reply.error(libc::EBADF);
+            return reply.error(Errno::EBADF);
         };
         let result = sh.change(|w| {
             let Some(Resolved::Var(var)) = owner.resolve(w.model()) else {
@@ -1080,7 +1045,7 @@ impl Filesystem for NczarrFs {
                     "{}: write at {offset} past the end of a fixed-size variable (EFBIG)",
                     node_display(&handle.node)
                 );
-                reply.error(libc::EFBIG)
+                reply.error(Errno::EFBIG)
             }
             Ok(n) => {
                 handle.wrote.store(true, Ordering::SeqCst);
@@ -1091,17 +1056,18 @@ impl Filesystem for NczarrFs {
     }
 
     fn flush(
-        &mut self,
-        _req: &Request<'_>,
-        _ino: u64,
-        fh: u64,
-        _lock_owner: u64,
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        let fh = fh.0;
         if self.shared.writer.is_none() {
             // Nothing to write back on a read-only mount: ENOSYS makes the kernel stop
             // sending a FLUSH at every close.
-            return reply.error(libc::ENOSYS);
+            return reply.error(Errno::ENOSYS);
         }
         let handle = lock(&self.shared.handles).get(&fh).cloned();
         match handle.map(|h| self.shared.commit(&h, false)) {
@@ -1111,13 +1077,14 @@ impl Filesystem for NczarrFs {
     }
 
     fn fsync(
-        &mut self,
-        _req: &Request<'_>,
-        _ino: u64,
-        fh: u64,
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        let fh = fh.0;
         let handle = lock(&self.shared.handles).get(&fh).cloned();
         match handle.map(|h| self.shared.commit(&h, true)) {
             Some(Err(errno)) => reply.error(errno),
@@ -1126,15 +1093,16 @@ impl Filesystem for NczarrFs {
     }
 
     fn release(
-        &mut self,
-        _req: &Request<'_>,
-        _ino: u64,
-        fh: u64,
-        _flags: i32,
-        _lock_owner: Option<u64>,
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
         _flush: bool,
-        reply: fuser::ReplyEmpty,
+        reply: ReplyEmpty,
     ) {
+        let fh = fh.0;
         let handle = lock(&self.shared.handles).remove(&fh);
         match handle.map(|h| self.shared.commit(&h, false)) {
             Some(Err(errno)) => reply.error(errno),
@@ -1143,9 +1111,9 @@ impl Filesystem for NczarrFs {
     }
 
     fn setattr(
-        &mut self,
-        _req: &Request<'_>,
-        ino: u64,
+        &self,
+        _req: &Request,
+        ino: INodeNo,
         _mode: Option<u32>,
         _uid: Option<u32>,
         _gid: Option<u32>,
@@ -1153,20 +1121,21 @@ impl Filesystem for NczarrFs {
         _atime: Option<TimeOrNow>,
         _mtime: Option<TimeOrNow>,
         _ctime: Option<SystemTime>,
-        fh: Option<u64>,
+        fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
-        _flags: Option<u32>,
+        _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        let (ino, fh) = (ino.0, fh.map(|fh| fh.0));
         let sh = &self.shared;
         let Some(node) = sh.node(ino) else {
-            return reply.error(libc::ENOENT);
+            return reply.error(Errno::ENOENT);
         };
         if let Some(size) = size {
             if sh.writer.is_none() {
-                return reply.error(libc::EROFS);
+                return reply.error(Errno::EROFS);
             }
             let handle = fh.and_then(|fh| lock(&sh.handles).get(&fh).cloned());
             if let Err(errno) = sh.resize(&node, handle.as_deref(), size) {
@@ -1177,26 +1146,27 @@ impl Filesystem for NczarrFs {
         let snap = sh.snapshot();
         match sh.attr(ino, &node, &snap) {
             Some(attr) => reply.attr(&sh.kernel_ttl(), &attr),
-            None => reply.error(libc::ENOENT),
+            None => reply.error(Errno::ENOENT),
         }
     }
 
     fn create(
-        &mut self,
-        _req: &Request<'_>,
-        parent_ino: u64,
+        &self,
+        _req: &Request,
+        parent_ino: INodeNo,
         name: &OsStr,
         _mode: u32,
         _umask: u32,
         flags: i32,
         reply: ReplyCreate,
     ) {
+        let parent_ino = parent_ino.0;
         let sh = &self.shared;
         if sh.writer.is_none() {
-            return reply.error(libc::EROFS);
+            return reply.error(Errno::EROFS);
         }
         let Some(dir) = sh.node(parent_ino) else {
-            return reply.error(libc::ENOENT);
+            return reply.error(Errno::ENOENT);
         };
         let entry = name.to_string_lossy();
         let Node::AttrDir(owner) = &dir else {
@@ -1204,13 +1174,13 @@ impl Filesystem for NczarrFs {
                 "{}/{entry}: only attribute files can be created (EPERM)",
                 node_display(&dir).trim_end_matches('/')
             );
-            return reply.error(libc::EPERM);
+            return reply.error(Errno::EPERM);
         };
         let attr_name = layout::attr_name(&entry);
         let node = Node::File(owner.clone(), FileKind::Attr(attr_name.clone()));
         let existed = layout::exists(&sh.snapshot().model, &node);
         if existed && flags & libc::O_EXCL != 0 {
-            return reply.error(libc::EEXIST);
+            return reply.error(Errno::EEXIST);
         }
         if !existed {
             // An empty text attribute until the file is closed with its real value.
@@ -1236,38 +1206,39 @@ impl Filesystem for NczarrFs {
             _ => Vec::new(),
         };
         let Some(attr) = sh.attr(ino, &node, &snap) else {
-            return reply.error(libc::ENOENT);
+            return reply.error(Errno::ENOENT);
         };
         // A new attribute is applied on close even when nothing is written to it.
         let fh = sh.add_handle(node, snap, None, Some(Mutex::new(initial)), !existed);
         reply.created(
             &sh.kernel_ttl(),
             &attr,
-            0,
-            fh,
-            fuser::consts::FOPEN_DIRECT_IO,
+            Generation(0),
+            FileHandle(fh),
+            FopenFlags::FOPEN_DIRECT_IO,
         );
     }
 
     fn mkdir(
-        &mut self,
-        _req: &Request<'_>,
-        parent_ino: u64,
+        &self,
+        _req: &Request,
+        parent_ino: INodeNo,
         name: &OsStr,
         _mode: u32,
         _umask: u32,
         reply: ReplyEntry,
     ) {
+        let parent_ino = parent_ino.0;
         let sh = &self.shared;
         if sh.writer.is_none() {
-            return reply.error(libc::EROFS);
+            return reply.error(Errno::EROFS);
         }
         let Some(dir) = sh.node(parent_ino) else {
-            return reply.error(libc::ENOENT);
+            return reply.error(Errno::ENOENT);
         };
         let entry = name.to_string_lossy();
         if layout::child(&sh.snapshot().model, &dir, &entry).is_some() {
-            return reply.error(libc::EEXIST);
+            return reply.error(Errno::EEXIST);
         }
         let (Node::Dir(owner @ Owner::Group(path)), Some(group_name)) =
             (&dir, layout::object_name(&entry))
@@ -1276,7 +1247,7 @@ impl Filesystem for NczarrFs {
                 "mkdir {}/{entry}: only groups can be made, in groups (EPERM)",
                 node_display(&dir).trim_end_matches('/')
             );
-            return reply.error(libc::EPERM);
+            return reply.error(Errno::EPERM);
         };
         let mut sub = path.clone();
         sub.push(group_name.to_string());
@@ -1294,28 +1265,29 @@ impl Filesystem for NczarrFs {
         let snap = sh.snapshot();
         let ino = lock(&sh.inodes).intern(&node);
         match sh.attr(ino, &node, &snap) {
-            Some(attr) => reply.entry(&sh.kernel_ttl(), &attr, 0),
-            None => reply.error(libc::EIO),
+            Some(attr) => reply.entry(&sh.kernel_ttl(), &attr, Generation(0)),
+            None => reply.error(Errno::EIO),
         }
     }
 
-    fn unlink(&mut self, _req: &Request<'_>, parent_ino: u64, name: &OsStr, reply: ReplyEmpty) {
+    fn unlink(&self, _req: &Request, parent_ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let parent_ino = parent_ino.0;
         let sh = &self.shared;
         if sh.writer.is_none() {
-            return reply.error(libc::EROFS);
+            return reply.error(Errno::EROFS);
         }
         let Some(dir) = sh.node(parent_ino) else {
-            return reply.error(libc::ENOENT);
+            return reply.error(Errno::ENOENT);
         };
         let Some(node) = layout::child(&sh.snapshot().model, &dir, &name.to_string_lossy()) else {
-            return reply.error(libc::ENOENT);
+            return reply.error(Errno::ENOENT);
         };
         let Node::File(owner, FileKind::Attr(attr)) = &node else {
             log::warn!(
                 "rm {}: only attributes can be removed (EPERM)",
                 node_display(&node)
             );
-            return reply.error(libc::EPERM);
+            return reply.error(Errno::EPERM);
         };
         let done = sh.change(|w| {
             let target = attr_target(w.model(), owner)?;
@@ -1328,56 +1300,58 @@ impl Filesystem for NczarrFs {
         }
     }
 
-    fn rmdir(&mut self, _req: &Request<'_>, parent_ino: u64, name: &OsStr, reply: ReplyEmpty) {
+    fn rmdir(&self, _req: &Request, parent_ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let parent_ino = parent_ino.0;
         let sh = &self.shared;
         if sh.writer.is_none() {
-            return reply.error(libc::EROFS);
+            return reply.error(Errno::EROFS);
         }
         let Some(dir) = sh.node(parent_ino) else {
-            return reply.error(libc::ENOENT);
+            return reply.error(Errno::ENOENT);
         };
         match layout::child(&sh.snapshot().model, &dir, &name.to_string_lossy()) {
-            None => reply.error(libc::ENOENT),
+            None => reply.error(Errno::ENOENT),
             Some(node) => {
                 log::warn!(
                     "rmdir {}: netCDF cannot delete variables or groups (EPERM)",
                     node_display(&node)
                 );
-                reply.error(libc::EPERM)
+                reply.error(Errno::EPERM)
             }
         }
     }
 
     fn rename(
-        &mut self,
-        _req: &Request<'_>,
-        parent_ino: u64,
+        &self,
+        _req: &Request,
+        parent_ino: INodeNo,
         name: &OsStr,
-        newparent_ino: u64,
+        newparent_ino: INodeNo,
         newname: &OsStr,
-        flags: u32,
+        flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        let (parent_ino, newparent_ino) = (parent_ino.0, newparent_ino.0);
         let sh = &self.shared;
         if sh.writer.is_none() {
-            return reply.error(libc::EROFS);
+            return reply.error(Errno::EROFS);
         }
         let (Some(dir), Some(newdir)) = (sh.node(parent_ino), sh.node(newparent_ino)) else {
-            return reply.error(libc::ENOENT);
+            return reply.error(Errno::ENOENT);
         };
         let snap = sh.snapshot();
         let Some(node) = layout::child(&snap.model, &dir, &name.to_string_lossy()) else {
-            return reply.error(libc::ENOENT);
+            return reply.error(Errno::ENOENT);
         };
         let newname = newname.to_string_lossy();
         let refuse = |why: &str| {
             log::warn!("mv {} to {newname}: {why} (EPERM)", node_display(&node));
-            libc::EPERM
+            Errno::EPERM
         };
         if dir != newdir {
             return reply.error(refuse("objects cannot move to another directory"));
         }
-        if flags != 0 {
+        if !flags.is_empty() {
             return reply.error(refuse("rename flags are not supported"));
         }
         let done = match &node {
@@ -1424,36 +1398,39 @@ impl Filesystem for NczarrFs {
         }
     }
 
-    fn opendir(&mut self, _req: &Request<'_>, ino: u64, _flags: i32, reply: ReplyOpen) {
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let ino = ino.0;
         match self.shared.node(ino) {
             // Listings are made from the current snapshot at each readdir, so a directory
             // needs no handle: ENOSYS tells a kernel that supports it to stop sending
             // OPENDIR and RELEASEDIR altogether. (Its directory cache, offered to static
             // datasets, would need a handle; skipping two requests per listing gains more.)
-            Some(Node::Dir(_) | Node::AttrDir(_)) if self.no_opendir => reply.error(libc::ENOSYS),
-            Some(Node::Dir(_) | Node::AttrDir(_)) => {
-                reply.opened(0, self.shared.generated_open_flags() & !FOPEN_DIRECT_IO)
-            }
-            Some(_) => reply.error(libc::ENOTDIR),
-            None => reply.error(libc::ENOENT),
+            Some(Node::Dir(_) | Node::AttrDir(_)) if self.no_opendir => reply.error(Errno::ENOSYS),
+            Some(Node::Dir(_) | Node::AttrDir(_)) => reply.opened(
+                FileHandle(0),
+                self.shared.generated_open_flags() - FopenFlags::FOPEN_DIRECT_IO,
+            ),
+            Some(_) => reply.error(Errno::ENOTDIR),
+            None => reply.error(Errno::ENOENT),
         }
     }
 
     fn readdir(
-        &mut self,
-        _req: &Request<'_>,
-        ino: u64,
-        _fh: u64,
-        offset: i64,
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        let ino = ino.0;
         let sh = &self.shared;
         let Some(dir) = sh.node(ino) else {
-            return reply.error(libc::ENOENT);
+            return reply.error(Errno::ENOENT);
         };
         let snap = sh.snapshot();
         let Some(entries) = layout::list(&snap.model, &dir) else {
-            return reply.error(libc::ENOENT);
+            return reply.error(Errno::ENOENT);
         };
         let mut inodes = lock(&sh.inodes);
         let parent_ino = inodes.intern(&parent(&dir));
@@ -1471,7 +1448,7 @@ impl Filesystem for NczarrFs {
         drop(inodes);
         let skip = usize::try_from(offset).unwrap_or(0);
         for (i, (ino, kind, name)) in all.into_iter().enumerate().skip(skip) {
-            if reply.add(ino, (i + 1) as i64, kind, name) {
+            if reply.add(INodeNo(ino), (i + 1) as u64, kind, name) {
                 break;
             }
         }
@@ -1479,20 +1456,21 @@ impl Filesystem for NczarrFs {
     }
 
     fn readdirplus(
-        &mut self,
-        _req: &Request<'_>,
-        ino: u64,
-        _fh: u64,
-        offset: i64,
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
+        let ino = ino.0;
         let sh = &self.shared;
         let Some(dir) = sh.node(ino) else {
-            return reply.error(libc::ENOENT);
+            return reply.error(Errno::ENOENT);
         };
         let snap = sh.snapshot();
         let Some(entries) = layout::list(&snap.model, &dir) else {
-            return reply.error(libc::ENOENT);
+            return reply.error(Errno::ENOENT);
         };
         let mut inodes = lock(&sh.inodes);
         let up = parent(&dir);
@@ -1511,14 +1489,21 @@ impl Filesystem for NczarrFs {
             let Some(attr) = sh.attr(ino, &node, &snap) else {
                 continue;
             };
-            if reply.add(ino, (i + 1) as i64, name, &ttl, &attr, 0) {
+            if reply.add(
+                INodeNo(ino),
+                (i + 1) as u64,
+                name,
+                &ttl,
+                &attr,
+                Generation(0),
+            ) {
                 break;
             }
         }
         reply.ok();
     }
 
-    fn statfs(&mut self, _req: &Request<'_>, _ino: u64, reply: ReplyStatfs) {
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         let snap = self.shared.snapshot();
         let used: u64 = (0..snap.model.vars.len())
             .map(|v| content::data_size(&snap.model, VarId(v)))

@@ -21,7 +21,7 @@ impl Default for InodeTable {
 
 impl InodeTable {
     /// The root group's inode (FUSE's fixed root number).
-    pub const ROOT: u64 = fuser::FUSE_ROOT_ID;
+    pub const ROOT: u64 = fuser::INodeNo::ROOT.0;
 
     /// A table holding only the root group.
     pub fn new() -> Self {

@@ -1,4 +1,4 @@
-//! Plain worker threads for the mount's requests and prefetches.
+//! Plain worker threads for the mount's prefetches.
 //!
 //! Not a rayon pool: a rayon worker that waits for a parallel loop (the chunk engine's) runs
 //! other jobs of its pool meanwhile, on top of its own stack. A read that holds the dataset's

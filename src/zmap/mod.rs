@@ -124,14 +124,6 @@ pub trait ZMap: Send + Sync + Debug {
         false
     }
 
-    /// The object at `key` as an open local file and its length, for maps that keep each
-    /// object in a file of its own, so that a reader may map it instead of copying it;
-    /// `Ok(None)` if it does not exist, and always for maps that keep objects otherwise.
-    fn open_local(&self, key: &str) -> Result<Option<(std::fs::File, u64)>> {
-        let _ = key;
-        Ok(None)
-    }
-
     /// Whether a content-bearing object exists at `key`.
     fn exists(&self, key: &str) -> Result<bool> {
         Ok(self.get(key)?.is_some())
