@@ -79,7 +79,7 @@ def daemon_pids(mountpoint: Path) -> list[int]:
             argv = (d / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"--ready-fd" in argv and target.encode() in argv:
+        if argv[1:2] == [b"mount"] and target.encode() in argv:
             pids.append(int(d.name))
     return pids
 

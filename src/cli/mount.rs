@@ -25,9 +25,6 @@ pub struct MountArgs {
     /// logs to syslog, `-f` to stderr).
     #[arg(long, value_name = "PATH")]
     pub log_file: Option<PathBuf>,
-    /// Internal: the pipe on which the daemon reports readiness to its parent.
-    #[arg(long, hide = true)]
-    pub ready_fd: Option<i32>,
 }
 
 /// Runs `mount`.
@@ -40,6 +37,5 @@ pub fn run(args: MountArgs) -> Result<i32> {
         options,
         foreground: args.foreground,
         log_file: args.log_file,
-        ready_fd: args.ready_fd,
     })
 }

@@ -4,9 +4,8 @@
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use fuser::{Config, MountOption, Session, SessionACL};
 
@@ -33,30 +32,27 @@ pub struct MountRequest {
     pub foreground: bool,
     /// Where log lines go (default: stderr in the foreground, syslog for a daemon).
     pub log_file: Option<PathBuf>,
-    /// Internal: the pipe on which a daemon process reports readiness to its parent.
-    pub ready_fd: Option<i32>,
 }
 
 /// Mounts as requested and returns the exit code. Without `foreground` this returns in the
 /// calling process once a daemon has the mount up (or has failed, with its error).
 pub fn mount(req: MountRequest) -> Result<i32> {
-    if !req.foreground && req.ready_fd.is_none() {
-        return spawn_daemon(&req);
+    if req.foreground {
+        serve(req, None)
+    } else {
+        daemonize(req)
     }
+}
+
+/// Mounts and serves until unmounted, in this process; `ready` is the pipe on which a daemon
+/// tells its parent that the mount is up ("OK") or why it failed.
+fn serve(req: MountRequest, ready: Option<File>) -> Result<i32> {
     match &req.log_file {
         Some(path) => redirect_stderr(path)?,
         // A daemon's stderr is /dev/null.
-        None if req.ready_fd.is_some() => super::logging::to_syslog(),
+        None if ready.is_some() => super::logging::to_syslog(),
         None => {}
     }
-    let ready = req.ready_fd.map(|fd| {
-        // SAFETY: the fd was opened for us by our parent and nothing else owns it.
-        let file = unsafe { File::from_raw_fd(fd) };
-        // Helpers we start (fusermount) must not hold the parent's pipe open.
-        // SAFETY: fcntl on a valid fd.
-        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
-        file
-    });
     // Before any thread exists, so that every thread inherits the mask and only the signal
     // thread ever sees these signals.
     let signals = block_signals();
@@ -261,11 +257,22 @@ fn fuser_options(location: &str, o: &MountOptions) -> Vec<MountOption> {
     v
 }
 
-/// Starts `nczarrfs mount` again as a daemon in its own session and waits until it reports
-/// the mount ready (exit 0) or failed (its error message).
-fn spawn_daemon(req: &MountRequest) -> Result<i32> {
-    let exe = std::env::current_exe().map_err(|e| Error::io("/proc/self/exe", e))?;
+/// Forks a daemon in its own session that mounts and serves, and waits until it reports the
+/// mount ready (exit 0) or failed (its error message). A fork without exec, as daemon(3)
+/// does, saves starting the binary again (3.6 ms, a fifth of mounting a dataset of 1000
+/// variables); it is safe only while this process has one thread, which is checked.
+fn daemonize(mut req: MountRequest) -> Result<i32> {
+    let threads = std::fs::read_dir("/proc/self/task").map_or(0, |d| d.count());
+    if threads != 1 {
+        return Err(Error::Invalid(format!(
+            "cannot become a daemon: {threads} threads run already (use -f)"
+        )));
+    }
+    // The daemon runs in `/`, so that it keeps no directory busy.
     let cwd = std::env::current_dir().map_err(|e| Error::io(".", e))?;
+    req.location = absolute_location(&req.location, &cwd);
+    req.mountpoint = cwd.join(&req.mountpoint);
+    req.log_file = req.log_file.map(|path| cwd.join(path));
     let mut fds = [0; 2];
     // SAFETY: pipe2 writes two fds into the array.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -273,43 +280,60 @@ fn spawn_daemon(req: &MountRequest) -> Result<i32> {
     }
     // SAFETY: both fds were just created and are owned here.
     let (mut reader, writer) = unsafe { (File::from_raw_fd(fds[0]), File::from_raw_fd(fds[1])) };
-    let wfd = writer.as_raw_fd();
-    let mut cmd = Command::new(exe);
-    cmd.arg("mount").arg("--ready-fd").arg(wfd.to_string());
-    for o in &req.raw_options {
-        cmd.arg("-o").arg(o);
-    }
-    if let Some(log) = &req.log_file {
-        cmd.arg("--log-file").arg(cwd.join(log));
-    }
-    cmd.arg(absolute_location(&req.location, &cwd))
-        .arg(cwd.join(&req.mountpoint))
-        .current_dir("/")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    // SAFETY: only async-signal-safe calls between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            libc::setsid();
-            if libc::fcntl(wfd, libc::F_SETFD, 0) != 0 {
-                return Err(std::io::Error::last_os_error());
+    // SAFETY: this process has a single thread (checked above), so the child is a complete
+    // copy of it.
+    match unsafe { libc::fork() } {
+        -1 => Err(Error::io("fork", std::io::Error::last_os_error())),
+        0 => {
+            drop(reader);
+            let served = detach().and_then(|()| serve(req, Some(writer)));
+            let code = served.unwrap_or_else(|e| {
+                log::error!("{e}");
+                1
+            });
+            std::process::exit(code)
+        }
+        child => {
+            drop(writer);
+            let mut msg = String::new();
+            let _ = reader.read_to_string(&mut msg);
+            if msg == "OK" {
+                return Ok(0);
             }
-            Ok(())
-        });
+            let mut status = 0;
+            // SAFETY: waitpid on our own child, status written to a local.
+            unsafe { libc::waitpid(child, &mut status, 0) };
+            if msg.is_empty() {
+                msg = format!(
+                    "the mount daemon ended (wait status {status}) before the mount was ready"
+                );
+            }
+            Err(Error::Invalid(msg))
+        }
     }
-    let mut child = cmd.spawn().map_err(|e| Error::io("nczarrfs daemon", e))?;
-    drop(writer);
-    let mut msg = String::new();
-    let _ = reader.read_to_string(&mut msg);
-    if msg == "OK" {
-        return Ok(0);
+}
+
+/// Makes a forked child a daemon: its own session, `/` as working directory, standard streams
+/// on /dev/null.
+fn detach() -> Result<()> {
+    let null = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+        .map_err(|e| Error::io("/dev/null", e))?;
+    // SAFETY: setsid, chdir and dup2 with valid arguments.
+    unsafe {
+        libc::setsid();
+        if libc::chdir(c"/".as_ptr()) != 0 {
+            return Err(Error::io("/", std::io::Error::last_os_error()));
+        }
+        for fd in 0..3 {
+            if libc::dup2(null.as_raw_fd(), fd) < 0 {
+                return Err(Error::io("/dev/null", std::io::Error::last_os_error()));
+            }
+        }
     }
-    let status = child.wait().map_err(|e| Error::io("nczarrfs daemon", e))?;
-    if msg.is_empty() {
-        msg = format!("the mount daemon ended ({status}) before the mount was ready");
-    }
-    Err(Error::Invalid(msg))
+    Ok(())
 }
 
 /// A plain relative path made absolute (the daemon runs in `/`); URLs are left alone.
