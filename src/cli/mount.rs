@@ -33,7 +33,6 @@ pub fn run(args: MountArgs) -> Result<i32> {
     fuse::mount(MountRequest {
         location: args.location,
         mountpoint: args.mountpoint,
-        raw_options: args.options,
         options,
         foreground: args.foreground,
         log_file: args.log_file,
