@@ -34,6 +34,7 @@ use super::inodes::{parent, InodeTable};
 use super::layout::{self, FileKind, Node, Owner, Resolved};
 use super::options::MountOptions;
 use super::slab::{element_range_slabs, slab_len};
+use super::stream::{Geometry, ReadStream};
 use super::workers::Workers;
 use super::write::{parse_attr_text, write_data};
 
@@ -105,9 +106,8 @@ struct Handle {
     snap: Arc<Snapshot>,
     /// Generated content, for everything but `data`.
     content: Option<Arc<Vec<u8>>>,
-    /// The furthest byte offset a read has ended at, the element index up to which the
-    /// chunk cache has been asked to prefetch, and the one below which chunks were released.
-    seq: Mutex<(u64, u64, u64)>,
+    /// Where a reader of `data` is heading (what to prefetch and release).
+    stream: Mutex<ReadStream>,
     /// Set once something was written through this handle (a flush then syncs the dataset).
     wrote: AtomicBool,
     /// An attribute file opened for writing: the text it will hold, applied on flush.
@@ -381,7 +381,7 @@ impl Shared {
             node,
             snap,
             content,
-            seq: Mutex::new((0, 0, 0)),
+            stream: Mutex::new(ReadStream::default()),
             wrote: AtomicBool::new(created),
             text,
             created,
@@ -1515,10 +1515,10 @@ impl Filesystem for NczarrFs {
 
 /// After a read that continued the previous one, loads the chunks that come next into the
 /// cache in the background, a window of `readahead` bytes ahead of the reader. When the
-/// variable is larger than the cache, the chunks the reader has left behind (by half a window,
-/// for requests still in flight) are released, their buffers reused for the next ones: under
-/// LRU such a scan would only cycle the whole variable through the cache, evicting everything
-/// else, and be evicted itself before being read again.
+/// variable is larger than the cache, the chunks the reader has left behind are released,
+/// their buffers reused for the next ones: under LRU such a scan would only cycle the whole
+/// variable through the cache, evicting everything else, and be evicted itself before being
+/// read again.
 fn maybe_prefetch(
     sh: &Arc<Shared>,
     handle: &Arc<Handle>,
@@ -1534,40 +1534,23 @@ fn maybe_prefetch(
         return;
     }
     let total: u64 = ds.var_shape(var).iter().product();
-    let next = end.div_ceil(esz);
-    // Kernel readahead sends several requests at once, so they may arrive out of order: a
-    // read counts as sequential when it starts near the furthest end seen so far.
-    let near = window * esz / 2;
     let scan = match &snap.source {
         Source::Engine(engine) => total * esz > engine.cache_capacity() as u64,
         Source::Writer(_) => false,
     };
-    let (passed, range) = {
-        let mut seq = lock(&handle.seq);
-        let sequential = offset <= seq.0.saturating_add(near) && offset + near >= seq.0;
-        seq.0 = seq.0.max(end);
-        if !sequential {
-            return;
-        }
-        let behind = offset.saturating_sub(near) / esz;
-        let passed = (scan && behind > seq.2).then(|| {
-            let from = std::mem::replace(&mut seq.2, behind);
-            (from, behind)
-        });
-        let range = (next + window / 2 >= seq.1).then(|| {
-            let lo = next.max(seq.1);
-            let hi = next.saturating_add(window).min(total);
-            seq.1 = seq.1.max(hi);
-            (lo, hi)
-        });
-        (passed, range)
+    let geometry = Geometry {
+        element_size: esz,
+        window,
+        total,
+        scan,
     };
-    if let (Some((lo, hi)), Source::Engine(engine)) = (passed, &snap.source) {
+    let step = lock(&handle.stream).advance(offset, end, &geometry);
+    if let (Some((lo, hi)), Source::Engine(engine)) = (step.release, &snap.source) {
         if let Err(e) = engine.release(ds, var, lo, hi) {
             log::debug!("release of {} stopped: {e}", ds.var_fqn(var));
         }
     }
-    if let Some((lo, hi)) = range.filter(|(lo, hi)| lo < hi) {
+    if let Some((lo, hi)) = step.prefetch {
         let snap = Arc::clone(snap);
         sh.prefetcher.spawn(move || prefetch(&snap, var, lo, hi));
     }
