@@ -171,6 +171,41 @@ fn moto_put_many_stores_every_object() {
     assert_eq!(map.get("new").unwrap(), None);
 }
 
+/// `get_each` hands over every key exactly once, with its own object: more keys than requests
+/// in flight, a missing object (`None`) and a key no request can be made for (an error).
+#[test]
+fn moto_get_each_delivers_every_key_once() {
+    let endpoint = endpoint_or_skip!("NCZARRFS_S3_ENDPOINT");
+    let prefix = fresh_prefix("moto-each");
+    let url = format!("{endpoint}/{BUCKET}/{prefix}/data.zarr#mode=zarr,s3");
+    let map = S3Map::open_with_env(&s3_location(&url), true, &moto_env()).unwrap();
+    let objects: Vec<(String, Vec<u8>)> = (0..3 * map.concurrent_gets())
+        .map(|i| (format!("v/{i}.0"), format!("value {i}").into_bytes()))
+        .collect();
+    map.put_many(&objects).unwrap();
+    let mut keys: Vec<String> = objects.iter().map(|(k, _)| k.clone()).collect();
+    keys.insert(5, "v/missing".to_string());
+    keys.insert(9, "v/../escape".to_string());
+    let mut got: Vec<Vec<nczarrfs::Result<Option<Vec<u8>>>>> =
+        keys.iter().map(|_| Vec::new()).collect();
+    map.get_each(&keys, &mut |i, result| got[i].push(result));
+    for (key, results) in keys.iter().zip(got) {
+        assert_eq!(results.len(), 1, "{key}: {} results", results.len());
+        let result = results.into_iter().next().unwrap();
+        match key.as_str() {
+            "v/missing" => assert_eq!(result.unwrap(), None),
+            "v/../escape" => {
+                let err = result.unwrap_err().to_string();
+                assert!(err.contains("'..'"), "{err}");
+            }
+            _ => {
+                let want = &objects.iter().find(|(k, _)| k == key).unwrap().1;
+                assert_eq!(result.unwrap().as_ref(), Some(want), "{key}");
+            }
+        }
+    }
+}
+
 /// Opening makes no request; reading the metadata of an empty prefix says it is empty.
 #[test]
 fn read_only_open_of_an_empty_prefix_is_not_a_dataset() {

@@ -17,7 +17,7 @@ mod view;
 
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 
 use rayon::prelude::*;
 
@@ -564,8 +564,53 @@ enum Ahead {
     Raw(Result<Option<Vec<u8>>>),
 }
 
-/// Chunks of one read fetched in a batch through [`ZMap::get_many`], taken by `fetch`.
-type Prefetched = Mutex<HashMap<String, Ahead>>;
+/// Chunks of one read fetched ahead of decoding, taken by `fetch`: the ones that have arrived,
+/// and the ones still on their way, which `fetch` waits for rather than requesting again.
+#[derive(Default)]
+struct Prefetched {
+    chunks: Mutex<AheadChunks>,
+    arrived: Condvar,
+}
+
+#[derive(Default)]
+struct AheadChunks {
+    ready: HashMap<String, Ahead>,
+    pending: HashSet<String>,
+}
+
+impl Prefetched {
+    fn chunks(&self) -> MutexGuard<'_, AheadChunks> {
+        self.chunks.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records that `key` is on its way.
+    fn expect(&self, key: &str) {
+        self.chunks().pending.insert(key.to_string());
+    }
+
+    /// Hands over `key`'s chunk to its reader.
+    fn arrive(&self, key: String, chunk: Ahead) {
+        let mut chunks = self.chunks();
+        chunks.pending.remove(&key);
+        chunks.ready.insert(key, chunk);
+        drop(chunks);
+        self.arrived.notify_all();
+    }
+
+    /// The chunk at `key` once it has arrived, if it was fetched ahead at all.
+    fn take(&self, key: &str) -> Option<Ahead> {
+        let mut chunks = self.chunks();
+        loop {
+            if let Some(chunk) = chunks.ready.remove(key) {
+                return Some(chunk);
+            }
+            if !chunks.pending.contains(key) {
+                return None;
+            }
+            chunks = self.arrived.wait(chunks).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
 
 /// Reads and writes variables' values through a chunk cache.
 #[derive(Debug)]
@@ -703,7 +748,7 @@ impl ChunkEngine {
         // Chunks that are not kept and land whole as contiguous blocks are decoded in place.
         let direct = !keep && !batched && plan.direct();
         let ranged = !batched && self.ranged(plan);
-        let ahead: Prefetched = Mutex::new(HashMap::new());
+        let ahead = Prefetched::default();
         let chunk_coords = |row: &Span, rest: &[Span]| -> Vec<u64> {
             std::iter::once(row.chunk)
                 .chain(rest.iter().map(|s| s.chunk))
@@ -770,46 +815,44 @@ impl ChunkEngine {
             let rest = parts.split_off(rows_per_window.min(parts.len()));
             windows.push(std::mem::replace(&mut parts, rest));
         }
-        // Windows of whole rows fetched in batches are pipelined: the next window's requests
-        // are in flight while this one is decoded and placed (a batch waits for its slowest
-        // request; without the overlap the server would idle meanwhile).
+        // Windows of whole rows are fetched as one stream: every chunk of the read is
+        // requested up front, `conc` at a time, and each window is decoded as its chunks
+        // arrive. (A batch per window would wait for its slowest request, and the server
+        // would idle meanwhile.)
         let pipelined = batched && !per_row;
-        let mut upcoming = windows
+        let coords: Vec<Vec<u64>> = windows
             .iter()
             .filter(|_| pipelined)
-            .map(|window| {
+            .flat_map(|window| {
                 window
                     .iter()
                     .flat_map(|(row, _)| inner.iter().map(|rest| chunk_coords(row, rest)))
-                    .collect::<Vec<_>>()
             })
-            .collect::<Vec<_>>()
-            .into_iter();
-        if let Some(first) = upcoming.next() {
-            self.prefetch(plan, first.into_iter(), &ahead);
+            .collect();
+        // Expected before any `fetch` may look for them, so that none requests them again.
+        let missing = self.look_ahead(plan, coords.into_iter(), &ahead);
+        if windows.len() == 1 {
+            // Nothing to overlap the requests with.
+            self.fetch_ahead(&missing, &ahead);
         }
-        for mut window in windows {
-            std::thread::scope(|scope| {
-                let next = upcoming.next().map(|keys| {
-                    let ahead = &ahead;
-                    scope.spawn(move || self.prefetch(plan, keys.into_iter(), ahead))
-                });
-                let done = if window.len() == 1 {
+        std::thread::scope(|scope| {
+            if windows.len() > 1 && !missing.is_empty() {
+                let ahead = &ahead;
+                let missing = &missing;
+                scope.spawn(move || self.fetch_ahead(missing, ahead));
+            }
+            for mut window in windows {
+                if window.len() == 1 {
                     let (row, part) = window.pop().expect("one part");
-                    one_row(row, part)
+                    one_row(row, part)?;
                 } else {
                     window
                         .into_par_iter()
-                        .try_for_each(|(row, part)| one_row(row, part))
-                };
-                if let Some(next) = next {
-                    // The batch's outcome is in `ahead`; prefetch itself cannot fail.
-                    let _ = next.join();
+                        .try_for_each(|(row, part)| one_row(row, part))?;
                 }
-                done
-            })?;
-        }
-        Ok(())
+            }
+            Ok(())
+        })
     }
 
     /// Reads the chunks of `group` (in the row of chunks `row`, whose part of the buffer is
@@ -919,29 +962,47 @@ impl ChunkEngine {
     }
 
     /// Looks up the chunks at `coords` in the cache and gets the others from storage in one
-    /// [`ZMap::get_many`] batch, leaving both in `ahead` for `fetch`.
+    /// batch of concurrent requests, leaving each in `ahead` for `fetch` as soon as it has
+    /// arrived.
     fn prefetch(&self, plan: &VarPlan, coords: impl Iterator<Item = Vec<u64>>, ahead: &Prefetched) {
-        let mut found = Vec::new();
+        let missing = self.look_ahead(plan, coords, ahead);
+        self.fetch_ahead(&missing, ahead);
+    }
+
+    /// The first half of [`ChunkEngine::prefetch`]: hands the cached chunks at `coords` to
+    /// `ahead` and marks the others expected; returns the keys to fetch.
+    fn look_ahead(
+        &self,
+        plan: &VarPlan,
+        coords: impl Iterator<Item = Vec<u64>>,
+        ahead: &Prefetched,
+    ) -> Vec<String> {
         let mut missing = Vec::new();
         for c in coords {
             let key = plan.chunk_key(&c);
             match self.cache.get(&key) {
-                Some(hit) => found.push((key, Ahead::Cached(hit))),
+                Some(hit) => ahead.arrive(key, Ahead::Cached(hit)),
                 // Being loaded (a mount's prefetch): `fetch` waits for it rather than asking
                 // the storage a second time.
                 None if self.is_loading(&key) => {}
-                None => missing.push(key),
+                None => {
+                    ahead.expect(&key);
+                    missing.push(key);
+                }
             }
         }
-        let got = self.map.get_many(&missing);
-        let mut ahead = ahead.lock().unwrap_or_else(|e| e.into_inner());
-        ahead.extend(found);
-        ahead.extend(
-            missing
-                .into_iter()
-                .zip(got)
-                .map(|(key, raw)| (key, Ahead::Raw(raw))),
-        );
+        missing
+    }
+
+    /// The second half of [`ChunkEngine::prefetch`]: gets the chunks at `keys` from storage
+    /// and hands each to `ahead` as it arrives.
+    fn fetch_ahead(&self, keys: &[String], ahead: &Prefetched) {
+        if keys.is_empty() {
+            return;
+        }
+        self.map.get_each(keys, &mut |i, raw| {
+            ahead.arrive(keys[i].clone(), Ahead::Raw(raw));
+        });
     }
 
     /// The native chunk at `coords`, from `ahead`, the cache or storage (then cached if
@@ -957,7 +1018,7 @@ impl ChunkEngine {
             return self.fetch_inner(plan, chain, coords);
         }
         let key = plan.chunk_key(coords);
-        let early = ahead.and_then(|a| a.lock().unwrap_or_else(|e| e.into_inner()).remove(&key));
+        let early = ahead.and_then(|a| a.take(&key));
         let raw = match early {
             Some(Ahead::Cached(hit)) => return Ok(Some(hit)),
             Some(Ahead::Raw(raw)) => raw?,
@@ -1091,8 +1152,8 @@ impl ChunkEngine {
     /// there are cores. The batch holds each chunk's loading gate until that chunk is cached,
     /// so a reader that wants one of them waits for it instead of requesting it again; chunks
     /// someone else is loading already are left to them. They are decoded one after the
-    /// other, in reading order: on rayon, this thread could run, while it waits, a reader's
-    /// task that waits for one of the gates it holds.
+    /// other, as they arrive, on this thread: on rayon, it could run, while it waits, a
+    /// reader's task that waits for one of the gates it holds.
     fn preload_batch(&self, plan: &Arc<VarPlan>, all: &[Vec<u64>]) -> Result<()> {
         let gates: Vec<(String, Arc<Mutex<()>>)> = {
             let mut loading = self.loading.lock().unwrap_or_else(|e| e.into_inner());
@@ -1118,13 +1179,16 @@ impl ChunkEngine {
                 }
             }
             let keys: Vec<String> = mine.iter().map(|(k, _)| k.clone()).collect();
-            let got = self.map.get_many(&keys);
-            for ((key, turn), raw) in mine.into_iter().zip(got) {
+            let mut turns: Vec<_> = mine.into_iter().map(|(_, turn)| Some(turn)).collect();
+            // Each gate opens as soon as its chunk is cached: a reader waiting for the first
+            // chunk does not wait for the slowest request of the batch.
+            self.map.get_each(&keys, &mut |i, raw| {
                 if result.is_ok() {
-                    result = raw.and_then(|raw| self.decode_keep(plan, &key, raw, true).map(drop));
+                    result =
+                        raw.and_then(|raw| self.decode_keep(plan, &keys[i], raw, true).map(drop));
                 }
-                drop(turn);
-            }
+                drop(turns[i].take());
+            });
         }
         let mut loading = self.loading.lock().unwrap_or_else(|e| e.into_inner());
         for (key, gate) in gates {

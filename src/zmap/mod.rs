@@ -57,6 +57,15 @@ pub trait ZMap: Send + Sync + Debug {
         keys.iter().map(|k| self.get(k)).collect()
     }
 
+    /// [`ZMap::get_many`] that hands each object to `each` (with its index in `keys`) as soon
+    /// as it has arrived, in any order, instead of when the last one has: a reader waiting for
+    /// one of them need not wait for the slowest of the batch. Every key gets exactly one call.
+    fn get_each(&self, keys: &[String], each: &mut dyn FnMut(usize, Result<Option<Vec<u8>>>)) {
+        for (i, key) in keys.iter().enumerate() {
+            each(i, self.get(key));
+        }
+    }
+
     /// How many requests [`ZMap::get_many`] keeps in flight. Readers batch their fetches
     /// through `get_many` only when this is more than 1 (for local maps, parallel `get`s from
     /// several threads are as fast and need no batching).

@@ -461,6 +461,62 @@ impl ZMap for S3Map {
         }
     }
 
+    fn get_each(&self, keys: &[String], each: &mut dyn FnMut(usize, Result<Option<Vec<u8>>>)) {
+        if let [key] = keys {
+            return each(0, self.get(key));
+        }
+        // The requests run on a helper thread and their objects come back through a channel,
+        // so that `each` (a decode, which may hold locks) runs on the caller's thread while
+        // the next objects arrive. The channel's bound holds the fetching back when `each`
+        // is slower than the network.
+        let (sender, arrived) = std::sync::mpsc::sync_channel(self.concurrency);
+        let mut delivered = vec![false; keys.len()];
+        let failure = std::thread::scope(|scope| {
+            let fetcher = scope.spawn(move || {
+                let requests = (0..keys.len()).map(|i| async move {
+                    let key = &keys[i];
+                    let path = self.path_of(key).map_err(|e| (i, e))?;
+                    self.fetch(key, &path)
+                        .await
+                        .map(|got| (i, got))
+                        .map_err(|e| (i, e))
+                });
+                block_on(async move {
+                    let mut results =
+                        futures_util::stream::iter(requests).buffer_unordered(self.concurrency);
+                    while let Some(result) = results.next().await {
+                        let sent = match result {
+                            Ok((i, got)) => sender.send((i, Ok(got))),
+                            Err((i, e)) => sender.send((i, Err(e))),
+                        };
+                        if sent.is_err() {
+                            break;
+                        }
+                    }
+                })
+            });
+            for (i, result) in arrived {
+                delivered[i] = true;
+                each(i, result);
+            }
+            match fetcher.join() {
+                Ok(Ok(())) => None,
+                Ok(Err(e)) => Some(e.to_string()),
+                Err(_) => Some("the S3 request thread panicked".to_string()),
+            }
+        });
+        let reason = failure.unwrap_or_else(|| "the request was abandoned".to_string());
+        for (i, key) in keys.iter().enumerate().filter(|(i, _)| !delivered[*i]) {
+            each(
+                i,
+                Err(Error::Storage {
+                    key: key.clone(),
+                    reason: reason.clone(),
+                }),
+            );
+        }
+    }
+
     fn concurrent_gets(&self) -> usize {
         self.concurrency
     }
