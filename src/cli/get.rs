@@ -177,15 +177,6 @@ fn write_values(
         let mut fresh = 2;
         let mut read = Ok(());
         for block in blocks {
-            let mut buf = if fresh > 0 {
-                fresh -= 1;
-                Vec::new()
-            } else {
-                match empty_rx.recv() {
-                    Ok(buf) => buf,
-                    Err(_) => break, // the writer failed: its error is reported below
-                }
-            };
             let bytes = match usize::try_from(block.len().saturating_mul(esize)) {
                 Ok(n) => n,
                 Err(_) => {
@@ -193,6 +184,16 @@ fn write_values(
                         "selection too large for this machine".into(),
                     ));
                     break;
+                }
+            };
+            let mut buf = if fresh > 0 {
+                fresh -= 1;
+                // Zeroed by the allocator's request to the kernel, not written over once more.
+                vec![0u8; bytes]
+            } else {
+                match empty_rx.recv() {
+                    Ok(buf) => buf,
+                    Err(_) => break, // the writer failed: its error is reported below
                 }
             };
             buf.resize(bytes, 0);
