@@ -12,7 +12,10 @@
   array from a local directory (the copy verifies what it stored);
 * the server's ceiling: `nczarrfs get` with 8 to 128 requests in flight
   (`NCZARRFS_S3_CONCURRENCY`). Where the time stops falling as requests are added, the server,
-  not the client, sets the pace, and no client can read faster from it on this machine.
+  not the client, sets the pace, and no client can read faster from it on this machine;
+* the fastest client: curl fetching every chunk object (32 in flight, SigV4-signed) and
+  discarding the bytes, with no decoding and no output. Its speed-up over zarr-python is the
+  most any client could show against this server on this machine.
 
 Wall time is best of N; CPU time (user + system) is that of the client process (the `get`
 process, the mount daemon, or this Python process for zarr-python), and the server's CPU
@@ -29,6 +32,7 @@ import argparse
 import logging
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -213,6 +217,36 @@ def concurrency_sweep(server: Server, binary: str, location: str, expected: np.n
               f"  server CPU {srv:6.2f} s", flush=True)
 
 
+def curl_ceiling(server: Server, prefix: str, rows: int, workdir: Path, repeats: int,
+                 base: float, mb: float) -> None:
+    """curl GETs every chunk object of the array, 32 at a time, into /dev/null."""
+    if shutil.which("curl") is None:
+        print("  curl: not installed, no fastest-client row")
+        return
+    config = workdir / f"curl-{server.name}.cfg"
+    with open(config, "w") as f:
+        for i in range(rows // 125):
+            f.write(f'url = "{server.endpoint}/{BUCKET}/{prefix}/v/{i}.0"\noutput = "/dev/null"\n')
+    cmd = ["curl", "--silent", "--show-error", "--fail", "--parallel", "--parallel-max", "32",
+           "--aws-sigv4", "aws:amz:us-east-1:s3", "--user", f"{server.key}:{server.secret}",
+           # s3s-fs wants the payload hash header, which curl does not send by itself.
+           "--header", "x-amz-content-sha256: UNSIGNED-PAYLOAD", "--config", str(config)]
+    best = None
+    for _ in range(repeats):
+        server_cpu = cpu_of(server.pid)
+        cpu = children_cpu()
+        start = time.perf_counter()
+        subprocess.run(cmd, check=True)
+        t = (time.perf_counter() - start, children_cpu() - cpu, cpu_of(server.pid) - server_cpu)
+        if best is None or t[0] < best[0]:
+            best = t
+    config.unlink()
+    wall, cpu, srv = best
+    print(f"  {'curl, bytes dropped':17s} {wall:6.2f} s {mb / wall:7.1f} MB/s  CPU {cpu:6.2f} s"
+          f"  server CPU {srv:6.2f} s  speed-up vs zarr-python {base / wall:5.2f}x"
+          "  (the fastest client)")
+
+
 def check_file(path: Path, expected: np.ndarray) -> None:
     got = np.fromfile(path, dtype="<f8")
     assert got.size == expected.size, f"{path}: {got.size} values, want {expected.size}"
@@ -296,6 +330,7 @@ def main() -> int:
             for case, (wall, cpu, srv) in best.items():
                 print(f"  {labels[case]:17s} {wall:6.2f} s {mb / wall:7.1f} MB/s  CPU {cpu:6.2f} s"
                       f"  server CPU {srv:6.2f} s  speed-up vs zarr-python {base / wall:5.2f}x")
+            curl_ceiling(server, prefix, rows, workdir, args.repeats, base, mb)
             levels = [int(n) for n in args.concurrency.split(",") if n.strip()]
             if levels:
                 concurrency_sweep(server, binary, location, expected, workdir, levels,
