@@ -273,6 +273,12 @@ def count_requests(server: Server, binary: str, prefix: str) -> None:
             print(f"  requests to open {label}: nczarrfs {len(ours)}, zarr-python+s3fs "
                   f"{len(theirs)}")
             print(f"    nczarrfs: {', '.join(m + ' ' + p.split(prefix, 1)[-1] for m, p in ours)}")
+        # Named in the fragment, the version needs no probe for zarr.json.
+        proxy.requests.clear()
+        subprocess.run([binary, "dump", "-h", f"{proxy.endpoint}/{BUCKET}/{prefix}"
+                        "#mode=zarr,v2,s3"], env=server.env, check=True, capture_output=True)
+        print(f"  requests to open with .zmetadata and v2 in the mode: nczarrfs "
+              f"{len(proxy.requests)}")
     finally:
         proxy.close()
 

@@ -309,5 +309,11 @@ def test_open_fetches_each_object_once(moto, binary, moto_env, tmp_path, kind):
     moto.put_object(Bucket=BUCKET, Key=f"{prefix}/.zmetadata",
                     Body=(local / ".zmetadata").read_bytes())
     requests = _requests_to_open(binary, moto_env, MOTO, tail)
+    # One round trip: a store may hold both (zarr-python's migration to v3 keeps the v2
+    # objects), and v3 wins, as in zarr-python.
     assert sorted(p.split(f"/{prefix}/", 1)[1] for _, p in requests) == [
         ".zmetadata", "zarr.json"], requests
+    # With the version named in the fragment, .zmetadata is the only request.
+    requests = _requests_to_open(binary, moto_env, MOTO, f"{BUCKET}/{prefix}#mode={kind},v2,s3")
+    assert [(m, p.split(f"/{prefix}/", 1)[1]) for m, p in requests] == [
+        ("GET", ".zmetadata")], requests
