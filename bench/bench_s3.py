@@ -236,8 +236,12 @@ def curl_ceiling(server: Server, prefix: str, rows: int, workdir: Path, repeats:
         server_cpu = cpu_of(server.pid)
         cpu = children_cpu()
         start = time.perf_counter()
-        subprocess.run(cmd, check=True)
+        # curl 7.88 draws its parallel progress meter even with --silent: kept out of sight,
+        # and shown only with an error.
+        done = subprocess.run(cmd, stderr=subprocess.PIPE, text=True)
         t = (time.perf_counter() - start, children_cpu() - cpu, cpu_of(server.pid) - server_cpu)
+        if done.returncode != 0:
+            raise RuntimeError(f"curl failed ({done.returncode}): {done.stderr[-2000:]}")
         if best is None or t[0] < best[0]:
             best = t
     config.unlink()
