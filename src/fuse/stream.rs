@@ -24,11 +24,16 @@ pub(super) struct Step {
     pub prefetch: Option<(u64, u64)>,
 }
 
+/// Reads that must continue a stream before anything is prefetched for it.
+const CONFIRMING_READS: u32 = 2;
+
 /// The reads of one open `data` file seen as a sequential stream.
 #[derive(Debug, Default)]
 pub(super) struct ReadStream {
     /// The furthest byte offset a read of the current stream has ended at.
     furthest_end: u64,
+    /// How many reads have continued the current stream.
+    continuing_reads: u32,
     /// The element up to which the cache has been asked to prefetch.
     prefetched_to: u64,
     /// The element below which chunks were released.
@@ -43,8 +48,10 @@ impl ReadStream {
     /// seen. A read elsewhere starts a new stream there, without prefetching yet: readers
     /// often look at the last page before reading from the start (the kernel does it for
     /// `numpy.fromfile`), and a stream stuck at the end of the file would never prefetch
-    /// again. One read alone is not a stream either, or every random read would load a
-    /// whole window.
+    /// again. Nothing is prefetched until [`CONFIRMING_READS`] reads in a row have continued
+    /// the stream: one random read in twenty-five lands within half a window of the one
+    /// before it (with a 16 MiB window over 400 MiB), and each such pair would otherwise load
+    /// a whole window into the cache, and hold it in memory while it is decoded.
     pub fn advance(&mut self, offset: u64, end: u64, g: &Geometry) -> Step {
         let esz = g.element_size.max(1);
         let next = end.div_ceil(esz);
@@ -54,12 +61,18 @@ impl ReadStream {
         if !continues {
             *self = ReadStream {
                 furthest_end: end,
+                continuing_reads: 0,
                 prefetched_to: next,
                 released_below: offset / esz,
             };
             return Step::default();
         }
         self.furthest_end = self.furthest_end.max(end);
+        self.continuing_reads = self.continuing_reads.saturating_add(1);
+        if self.continuing_reads < CONFIRMING_READS {
+            self.prefetched_to = self.prefetched_to.max(next);
+            return Step::default();
+        }
         // Half a window behind, for requests still in flight.
         let behind = offset.saturating_sub(near) / esz;
         let release = (g.scan && behind > self.released_below)
@@ -116,10 +129,10 @@ mod tests {
     }
 
     #[test]
-    fn a_sequential_reader_gets_everything_after_its_first_read_prefetched_once() {
+    fn a_sequential_reader_gets_everything_after_its_second_read_prefetched_once() {
         let mut stream = ReadStream::default();
         let got = read_through(&mut stream, 0, MIB);
-        assert!(tiles(&got, MIB, 400 * MIB), "{got:?}");
+        assert!(tiles(&got, 2 * MIB, 400 * MIB), "{got:?}");
     }
 
     #[test]
@@ -128,10 +141,10 @@ mod tests {
         let mut stream = ReadStream::default();
         let last = 400 * MIB - 4096;
         assert_eq!(stream.advance(last, 400 * MIB, &g), Step::default());
-        // The read at 0 starts the stream; prefetching starts with the read after it.
+        // The read at 0 starts the stream; prefetching starts with the second read after it.
         assert_eq!(stream.advance(0, MIB, &g), Step::default());
         let got = read_through(&mut stream, MIB, MIB);
-        assert!(tiles(&got, 2 * MIB, 400 * MIB), "{got:?}");
+        assert!(tiles(&got, 3 * MIB, 400 * MIB), "{got:?}");
     }
 
     #[test]
@@ -144,7 +157,7 @@ mod tests {
                 fetched.push(range);
             }
         }
-        assert_eq!(fetched, vec![(MIB / 8, 33 * MIB / 8)]);
+        assert_eq!(fetched, vec![(2 * MIB / 8, 34 * MIB / 8)]);
     }
 
     #[test]
@@ -158,6 +171,26 @@ mod tests {
                 "at {at}"
             );
         }
+    }
+
+    #[test]
+    fn random_reads_that_land_in_pairs_prefetch_nothing_until_a_third_continues() {
+        let g = geometry();
+        let mut stream = ReadStream::default();
+        // Each pair is within half a window: with one confirming read, every pair would
+        // have loaded a window.
+        for at in [300, 301, 10, 12, 200, 199, 100, 104].map(|m| m * MIB) {
+            assert_eq!(
+                stream.advance(at, at + 4096, &g),
+                Step::default(),
+                "at {at}"
+            );
+        }
+        let third = stream.advance(105 * MIB, 105 * MIB + 4096, &g);
+        assert_eq!(
+            third.prefetch,
+            Some(((105 * MIB + 4096) / 8, (105 * MIB + 4096) / 8 + g.window))
+        );
     }
 
     #[test]
