@@ -92,8 +92,29 @@ pub fn read_dataset(map: &dyn ZMap, mode: &Mode) -> Result<Dataset> {
     )?;
     log::debug!("{}: dialect {:?}", map.describe(), r.dialect);
     r.walk(Dataset::ROOT, "")?;
-    for p in std::mem::take(&mut r.pending) {
-        r.build_var(p)?;
+    let pending = std::mem::take(&mut r.pending);
+    let types = pending
+        .iter()
+        .map(|p| r.attr_types(&p.key, p.zattrs.as_ref()))
+        .collect::<Result<Vec<_>>>()?;
+    let dialect = r.dialect;
+    let parts: Vec<Result<VarParts>> = if pending.len() >= PARALLEL_OPEN_MIN {
+        use rayon::prelude::*;
+        pending
+            .par_iter()
+            .zip(&types)
+            .map(|(p, t)| var_parts(dialect, p, t.as_ref()))
+            .collect()
+    } else {
+        pending
+            .iter()
+            .zip(&types)
+            .map(|(p, t)| var_parts(dialect, p, t.as_ref()))
+            .collect()
+    };
+    // In declaration order, so that the first bad variable is the one reported.
+    for (p, parts) in pending.into_iter().zip(parts) {
+        r.add_var(p, parts?)?;
     }
     Ok(r.ds)
 }
@@ -218,6 +239,22 @@ struct PendingVar {
     zarray: Json,
     zattrs: Option<Json>,
     ncz: Option<NczArray>,
+}
+
+/// A variable as its own objects describe it (see [`var_parts`]).
+struct VarParts {
+    shape: Vec<u64>,
+    chunks: Vec<u64>,
+    order: ChunkOrder,
+    separator: char,
+    filters: Vec<serde_json::Value>,
+    compressor: Option<serde_json::Value>,
+    nctype: NcType,
+    dtype: Option<ZarrDtype>,
+    string_width: usize,
+    unreadable: Option<String>,
+    attrs: Vec<Attribute>,
+    fill_value: Option<Vec<u8>>,
 }
 
 struct Reader<'a> {
@@ -373,29 +410,8 @@ impl Reader<'_> {
 
     /// The visible attributes of `.zattrs` at `prefix`, typed.
     fn attributes(&self, prefix: &str, zattrs: Option<&Json>) -> Result<Vec<Attribute>> {
-        let Some(z) = zattrs else {
-            return Ok(Vec::new());
-        };
-        let key = join_key(&[prefix, ".zattrs"]);
-        let Json::Obj(members) = z else {
-            return Err(Error::meta(&key, "not a JSON object"));
-        };
         let types = self.attr_types(prefix, zattrs)?;
-        let mut out = Vec::new();
-        for (name, value) in members {
-            if attrs::is_hidden(name) {
-                continue;
-            }
-            let dtype = types
-                .as_ref()
-                .and_then(|t| t.get(name))
-                .and_then(Json::as_str);
-            out.push(Attribute {
-                name: name.clone(),
-                value: attrs::convert(&key, name, value, dtype)?,
-            });
-        }
-        Ok(out)
+        typed_attributes(prefix, zattrs, types.as_ref())
     }
 
     /// NCZarr's group description at `prefix` in this dialect, if present.
@@ -647,184 +663,36 @@ impl Reader<'_> {
         Ok(self.fetch(key)?.is_some())
     }
 
-    /// Builds one variable from its `.zarray`, `.zattrs` and NCZarr description.
-    fn build_var(&mut self, p: PendingVar) -> Result<()> {
-        let zkey = join_key(&[&p.key, ".zarray"]);
+    /// Adds one variable to the dataset: its dimensions, then the variable itself.
+    fn add_var(&mut self, p: PendingVar, parts: VarParts) -> Result<()> {
         let fqn = self.ds.fqn_in(p.group, &p.name);
-        let z = &p.zarray;
-        if let Some(f) = z.get("zarr_format").and_then(Json::as_u64) {
-            if f != 2 {
-                return Err(Error::meta(&zkey, format!("zarr_format {f} is not 2")));
-            }
-        }
-        let shape = u64_list(&zkey, z, "shape")?;
-        let chunks = match z.get("chunks") {
-            None | Some(Json::Null) if shape.is_empty() => Vec::new(),
-            _ => u64_list(&zkey, z, "chunks")?,
-        };
-        if chunks.len() != shape.len() {
-            return Err(Error::meta(
-                &zkey,
-                format!("chunks {chunks:?} and shape {shape:?} differ in rank"),
-            ));
-        }
-        if chunks.contains(&0) {
-            return Err(Error::meta(&zkey, format!("chunk size 0 in {chunks:?}")));
-        }
-        if shape
-            .iter()
-            .try_fold(1u64, |a, &s| a.checked_mul(s))
-            .is_none()
-        {
-            return Err(Error::meta(&zkey, format!("shape {shape:?} overflows")));
-        }
-        let order = match z.get("order").and_then(Json::as_str) {
-            None | Some("C") => ChunkOrder::C,
-            Some("F") => ChunkOrder::F,
-            Some(o) => return Err(Error::meta(&zkey, format!("order {o:?} is not C or F"))),
-        };
-        let separator = match z.get("dimension_separator") {
-            None | Some(Json::Null) => '.',
-            Some(Json::Str(s)) if s == "." => '.',
-            Some(Json::Str(s)) if s == "/" => '/',
-            Some(other) => {
-                return Err(Error::meta(
-                    &zkey,
-                    format!(
-                        "dimension_separator {} is not \".\" or \"/\"",
-                        other.unparse()
-                    ),
-                ))
-            }
-        };
-        let filters = match z.get("filters") {
-            None | Some(Json::Null) => Vec::new(),
-            Some(Json::Arr(items)) => items.iter().map(Json::to_serde).collect(),
-            Some(_) => return Err(Error::meta(&zkey, "filters is not a list")),
-        };
-        let compressor = match z.get("compressor") {
-            None | Some(Json::Null) => None,
-            Some(c @ Json::Obj(_)) => Some(c.to_serde()),
-            Some(_) => return Err(Error::meta(&zkey, "compressor is not an object")),
-        };
-
-        let (nctype, mut dtype, string_width, unreadable) = self.var_type(&zkey, z);
-        if let Some(d) = &dtype {
-            let chunk_elems = chunks.iter().try_fold(1u64, |a, &c| a.checked_mul(c));
-            let chunk_bytes = chunk_elems
-                .and_then(|n| n.checked_mul(d.size as u64))
-                .and_then(|n| usize::try_from(n).ok());
-            if chunk_bytes.is_none() {
-                return Err(Error::meta(
-                    &zkey,
-                    format!("chunks {chunks:?} are too large"),
-                ));
-            }
-        }
-
-        let mut attrs = self.attributes(&p.key, p.zattrs.as_ref())?;
-        // Without NCZarr types, _FillValue takes the variable's type, as netCDF requires.
-        if self.attr_types(&p.key, p.zattrs.as_ref())?.is_none() && unreadable.is_none() {
-            if let (Some(a), Some(raw)) = (
-                attrs.iter_mut().find(|a| a.name == "_FillValue"),
-                p.zattrs.as_ref().and_then(|z| z.get("_FillValue")),
-            ) {
-                if let Ok(v) = attrs::to_type(&zkey, "_FillValue", raw, nctype) {
-                    a.value = v;
-                }
-            }
-        }
-
-        let mut fill_value = None;
-        if let Some(d) = &dtype {
-            if let Some(fv) = z.get("fill_value") {
-                fill_value = if self.dialect == Dialect::Pure {
-                    fill::fill_value(&zkey, fv, nctype, d, string_width)?
-                } else {
-                    fill::nczarr_fill_value(&zkey, fv, nctype, d, string_width)?
-                };
-            }
-            if fill_value.is_none() {
-                fill_value = attrs
-                    .iter()
-                    .find(|a| a.name == "_FillValue")
-                    .and_then(|a| fill::from_attr(&a.value, nctype, string_width));
-            }
-        }
-        // Old NCZarr wrote char as `<U1` but stored one byte per element.
-        if nctype == NcType::Char {
-            dtype = dtype.map(|_| ZarrDtype {
-                order: ByteOrder::NotApplicable,
-                kind: DtypeKind::Bytes,
-                size: 1,
-            });
-        }
-
-        let dims = self.var_dims(&p, &fqn, &shape)?;
+        let dims = self.var_dims(&p, &fqn, &parts.shape)?;
         let var = Variable {
             name: p.name.clone(),
             group: p.group,
-            nctype,
+            nctype: parts.nctype,
             dims,
-            string_width,
-            attrs,
+            string_width: parts.string_width,
+            attrs: parts.attrs,
             storage: VarStorage {
                 key: p.key.clone(),
-                dtype,
-                shape,
-                chunks,
-                order,
-                key_encoding: ChunkKeyEncoding::V2 { separator },
-                fill_value,
-                codecs: CodecSpec::V2 {
-                    filters,
-                    compressor,
+                dtype: parts.dtype,
+                shape: parts.shape,
+                chunks: parts.chunks,
+                order: parts.order,
+                key_encoding: ChunkKeyEncoding::V2 {
+                    separator: parts.separator,
                 },
-                unreadable,
+                fill_value: parts.fill_value,
+                codecs: CodecSpec::V2 {
+                    filters: parts.filters,
+                    compressor: parts.compressor,
+                },
+                unreadable: parts.unreadable,
             },
         };
         self.ds.add_var(var);
         Ok(())
-    }
-
-    /// The netCDF type, stored dtype, string width and unreadable reason of an array.
-    /// An unsupported dtype leaves the variable visible as `ubyte` with no dtype.
-    fn var_type(&self, zkey: &str, z: &Json) -> (NcType, Option<ZarrDtype>, usize, Option<String>) {
-        let text = match z.get("dtype") {
-            Some(Json::Str(s)) => s.clone(),
-            Some(other) => other.unparse(),
-            None => String::new(),
-        };
-        let unreadable = |why: String| {
-            log::warn!("{zkey}: {why}");
-            (NcType::UByte, None, 0, Some(why))
-        };
-        let Some(d) = ZarrDtype::parse(&text) else {
-            return unreadable(format!("unsupported dtype {text:?}"));
-        };
-        let nczarr = self.dialect != Dialect::Pure;
-        let t = match (d.kind, d.size) {
-            (DtypeKind::Bool, _) => NcType::UByte,
-            (DtypeKind::Int, 1) => NcType::Byte,
-            (DtypeKind::Int, 2) => NcType::Short,
-            (DtypeKind::Int, 4) => NcType::Int,
-            (DtypeKind::Int, _) => NcType::Int64,
-            (DtypeKind::UInt, 1) => NcType::UByte,
-            (DtypeKind::UInt, 2) => NcType::UShort,
-            (DtypeKind::UInt, 4) => NcType::UInt,
-            (DtypeKind::UInt, _) => NcType::UInt64,
-            (DtypeKind::Float, 4) => NcType::Float,
-            (DtypeKind::Float, 8) => NcType::Double,
-            (DtypeKind::Float, _) => {
-                return unreadable(format!("unsupported dtype {text:?} (half float)"))
-            }
-            // NCZarr marks char as `>S1` (`<U1` before 4.9.1); `|S1` is a one-byte string.
-            (DtypeKind::Bytes, 1) if nczarr && d.order != ByteOrder::NotApplicable => NcType::Char,
-            (DtypeKind::Unicode, 4) if nczarr => NcType::Char,
-            (DtypeKind::Bytes | DtypeKind::Unicode, _) => NcType::String,
-        };
-        let width = if t == NcType::String { d.size } else { 0 };
-        (t, Some(d), width, None)
     }
 
     /// The dimensions of a variable: NCZarr references, xarray names, or anonymous ones.
@@ -928,6 +796,206 @@ impl Reader<'_> {
             }
         }
     }
+}
+
+/// The visible attributes of `.zattrs` at `prefix`, with `types` (NCZarr's attribute types).
+fn typed_attributes(
+    prefix: &str,
+    zattrs: Option<&Json>,
+    types: Option<&Json>,
+) -> Result<Vec<Attribute>> {
+    let Some(z) = zattrs else {
+        return Ok(Vec::new());
+    };
+    let key = join_key(&[prefix, ".zattrs"]);
+    let Json::Obj(members) = z else {
+        return Err(Error::meta(&key, "not a JSON object"));
+    };
+    let mut out = Vec::new();
+    for (name, value) in members {
+        if attrs::is_hidden(name) {
+            continue;
+        }
+        let dtype = types.and_then(|t| t.get(name)).and_then(Json::as_str);
+        out.push(Attribute {
+            name: name.clone(),
+            value: attrs::convert(&key, name, value, dtype)?,
+        });
+    }
+    Ok(out)
+}
+
+/// What one variable's `.zarray` and `.zattrs` say, checked: everything but its
+/// dimensions, which need the dataset. `types` are its attributes' NCZarr types.
+fn var_parts(dialect: Dialect, p: &PendingVar, types: Option<&Json>) -> Result<VarParts> {
+    let zkey = join_key(&[&p.key, ".zarray"]);
+    let z = &p.zarray;
+    if let Some(f) = z.get("zarr_format").and_then(Json::as_u64) {
+        if f != 2 {
+            return Err(Error::meta(&zkey, format!("zarr_format {f} is not 2")));
+        }
+    }
+    let shape = u64_list(&zkey, z, "shape")?;
+    let chunks = match z.get("chunks") {
+        None | Some(Json::Null) if shape.is_empty() => Vec::new(),
+        _ => u64_list(&zkey, z, "chunks")?,
+    };
+    if chunks.len() != shape.len() {
+        return Err(Error::meta(
+            &zkey,
+            format!("chunks {chunks:?} and shape {shape:?} differ in rank"),
+        ));
+    }
+    if chunks.contains(&0) {
+        return Err(Error::meta(&zkey, format!("chunk size 0 in {chunks:?}")));
+    }
+    if shape
+        .iter()
+        .try_fold(1u64, |a, &s| a.checked_mul(s))
+        .is_none()
+    {
+        return Err(Error::meta(&zkey, format!("shape {shape:?} overflows")));
+    }
+    let order = match z.get("order").and_then(Json::as_str) {
+        None | Some("C") => ChunkOrder::C,
+        Some("F") => ChunkOrder::F,
+        Some(o) => return Err(Error::meta(&zkey, format!("order {o:?} is not C or F"))),
+    };
+    let separator = match z.get("dimension_separator") {
+        None | Some(Json::Null) => '.',
+        Some(Json::Str(s)) if s == "." => '.',
+        Some(Json::Str(s)) if s == "/" => '/',
+        Some(other) => {
+            return Err(Error::meta(
+                &zkey,
+                format!(
+                    "dimension_separator {} is not \".\" or \"/\"",
+                    other.unparse()
+                ),
+            ))
+        }
+    };
+    let filters = match z.get("filters") {
+        None | Some(Json::Null) => Vec::new(),
+        Some(Json::Arr(items)) => items.iter().map(Json::to_serde).collect(),
+        Some(_) => return Err(Error::meta(&zkey, "filters is not a list")),
+    };
+    let compressor = match z.get("compressor") {
+        None | Some(Json::Null) => None,
+        Some(c @ Json::Obj(_)) => Some(c.to_serde()),
+        Some(_) => return Err(Error::meta(&zkey, "compressor is not an object")),
+    };
+
+    let (nctype, mut dtype, string_width, unreadable) = var_type(dialect, &zkey, z);
+    if let Some(d) = &dtype {
+        let chunk_elems = chunks.iter().try_fold(1u64, |a, &c| a.checked_mul(c));
+        let chunk_bytes = chunk_elems
+            .and_then(|n| n.checked_mul(d.size as u64))
+            .and_then(|n| usize::try_from(n).ok());
+        if chunk_bytes.is_none() {
+            return Err(Error::meta(
+                &zkey,
+                format!("chunks {chunks:?} are too large"),
+            ));
+        }
+    }
+
+    let mut attrs = typed_attributes(&p.key, p.zattrs.as_ref(), types)?;
+    // Without NCZarr types, _FillValue takes the variable's type, as netCDF requires.
+    if types.is_none() && unreadable.is_none() {
+        if let (Some(a), Some(raw)) = (
+            attrs.iter_mut().find(|a| a.name == "_FillValue"),
+            p.zattrs.as_ref().and_then(|z| z.get("_FillValue")),
+        ) {
+            if let Ok(v) = attrs::to_type(&zkey, "_FillValue", raw, nctype) {
+                a.value = v;
+            }
+        }
+    }
+
+    let mut fill_value = None;
+    if let Some(d) = &dtype {
+        if let Some(fv) = z.get("fill_value") {
+            fill_value = if dialect == Dialect::Pure {
+                fill::fill_value(&zkey, fv, nctype, d, string_width)?
+            } else {
+                fill::nczarr_fill_value(&zkey, fv, nctype, d, string_width)?
+            };
+        }
+        if fill_value.is_none() {
+            fill_value = attrs
+                .iter()
+                .find(|a| a.name == "_FillValue")
+                .and_then(|a| fill::from_attr(&a.value, nctype, string_width));
+        }
+    }
+    // Old NCZarr wrote char as `<U1` but stored one byte per element.
+    if nctype == NcType::Char {
+        dtype = dtype.map(|_| ZarrDtype {
+            order: ByteOrder::NotApplicable,
+            kind: DtypeKind::Bytes,
+            size: 1,
+        });
+    }
+
+    Ok(VarParts {
+        shape,
+        chunks,
+        order,
+        separator,
+        filters,
+        compressor,
+        nctype,
+        dtype,
+        string_width,
+        unreadable,
+        attrs,
+        fill_value,
+    })
+}
+
+/// The netCDF type, stored dtype, string width and unreadable reason of an array.
+/// An unsupported dtype leaves the variable visible as `ubyte` with no dtype.
+fn var_type(
+    dialect: Dialect,
+    zkey: &str,
+    z: &Json,
+) -> (NcType, Option<ZarrDtype>, usize, Option<String>) {
+    let text = match z.get("dtype") {
+        Some(Json::Str(s)) => s.clone(),
+        Some(other) => other.unparse(),
+        None => String::new(),
+    };
+    let unreadable = |why: String| {
+        log::warn!("{zkey}: {why}");
+        (NcType::UByte, None, 0, Some(why))
+    };
+    let Some(d) = ZarrDtype::parse(&text) else {
+        return unreadable(format!("unsupported dtype {text:?}"));
+    };
+    let nczarr = dialect != Dialect::Pure;
+    let t = match (d.kind, d.size) {
+        (DtypeKind::Bool, _) => NcType::UByte,
+        (DtypeKind::Int, 1) => NcType::Byte,
+        (DtypeKind::Int, 2) => NcType::Short,
+        (DtypeKind::Int, 4) => NcType::Int,
+        (DtypeKind::Int, _) => NcType::Int64,
+        (DtypeKind::UInt, 1) => NcType::UByte,
+        (DtypeKind::UInt, 2) => NcType::UShort,
+        (DtypeKind::UInt, 4) => NcType::UInt,
+        (DtypeKind::UInt, _) => NcType::UInt64,
+        (DtypeKind::Float, 4) => NcType::Float,
+        (DtypeKind::Float, 8) => NcType::Double,
+        (DtypeKind::Float, _) => {
+            return unreadable(format!("unsupported dtype {text:?} (half float)"))
+        }
+        // NCZarr marks char as `>S1` (`<U1` before 4.9.1); `|S1` is a one-byte string.
+        (DtypeKind::Bytes, 1) if nczarr && d.order != ByteOrder::NotApplicable => NcType::Char,
+        (DtypeKind::Unicode, 4) if nczarr => NcType::Char,
+        (DtypeKind::Bytes | DtypeKind::Unicode, _) => NcType::String,
+    };
+    let width = if t == NcType::String { d.size } else { 0 };
+    (t, Some(d), width, None)
 }
 
 /// The dimension `name` of length `len` for a variable of `group`, when the name comes from the
