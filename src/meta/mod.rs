@@ -63,7 +63,6 @@ pub fn read_dataset(map: &dyn ZMap, mode: &Mode) -> Result<Dataset> {
     };
     let mut r = Reader {
         map,
-        mode,
         consolidated,
         dialect: Dialect::Pure,
         ds: Dataset::new(),
@@ -92,25 +91,17 @@ pub fn read_dataset(map: &dyn ZMap, mode: &Mode) -> Result<Dataset> {
     )?;
     log::debug!("{}: dialect {:?}", map.describe(), r.dialect);
     r.walk(Dataset::ROOT, "")?;
-    let pending = std::mem::take(&mut r.pending);
-    let types = pending
-        .iter()
-        .map(|p| r.attr_types(&p.key, p.zattrs.as_ref()))
-        .collect::<Result<Vec<_>>>()?;
+    let (pending, objects): (Vec<PendingVar>, Vec<VarObjects>) =
+        std::mem::take(&mut r.pending).into_iter().unzip();
     let dialect = r.dialect;
+    let xarray = mode.xarray != Some(false);
+    let parts_of = |(p, o): (&PendingVar, VarObjects)| var_parts(dialect, xarray, p, o);
+    // Each variable's objects are consumed (and freed) where they are decoded.
     let parts: Vec<Result<VarParts>> = if pending.len() >= PARALLEL_OPEN_MIN {
         use rayon::prelude::*;
-        pending
-            .par_iter()
-            .zip(&types)
-            .map(|(p, t)| var_parts(dialect, p, t.as_ref()))
-            .collect()
+        pending.par_iter().zip(objects).map(parts_of).collect()
     } else {
-        pending
-            .iter()
-            .zip(&types)
-            .map(|(p, t)| var_parts(dialect, p, t.as_ref()))
-            .collect()
+        pending.iter().zip(objects).map(parts_of).collect()
     };
     // In declaration order, so that the first bad variable is the one reported.
     for (p, parts) in pending.into_iter().zip(parts) {
@@ -236,13 +227,24 @@ struct PendingVar {
     group: GroupId,
     name: String,
     key: String,
+    fqn: String,
+}
+
+/// The objects that describe one variable, as the walk found them.
+struct VarObjects {
     zarray: Json,
     zattrs: Option<Json>,
-    ncz: Option<NczArray>,
+    /// NCZarr 1.0.0's `.nczarray` and `.nczattrs` (other dialects keep these in the above).
+    v1_array: Option<Json>,
+    v1_attrs: Option<Json>,
 }
 
 /// A variable as its own objects describe it (see [`var_parts`]).
 struct VarParts {
+    /// NCZarr's dimension references, if the dialect has them.
+    ncz: Option<NczArray>,
+    /// xarray's `_ARRAY_DIMENSIONS`, when there is no `ncz` and the mode allows them.
+    xarray_names: Option<Vec<String>>,
     shape: Vec<u64>,
     chunks: Vec<u64>,
     order: ChunkOrder,
@@ -259,11 +261,10 @@ struct VarParts {
 
 struct Reader<'a> {
     map: &'a dyn ZMap,
-    mode: &'a Mode,
     consolidated: Option<HashMap<String, Json>>,
     dialect: Dialect,
     ds: Dataset,
-    pending: Vec<PendingVar>,
+    pending: Vec<(PendingVar, VarObjects)>,
     /// Every object already fetched during this open (`None`: it does not exist), so that no
     /// object costs a second round trip: the root's `.zgroup` and `.zattrs` are read both to
     /// detect the dialect and by the walk, and pure Zarr children are probed before they
@@ -394,24 +395,20 @@ impl Reader<'_> {
         Ok(names)
     }
 
-    /// The NCZarr attribute types for the object at `prefix`, if the dialect records them.
-    fn attr_types(&self, prefix: &str, zattrs: Option<&Json>) -> Result<Option<Json>> {
-        Ok(match self.dialect {
-            Dialect::Pure => None,
-            Dialect::V1 => self
-                .load(&join_key(&[prefix, ".nczattrs"]))?
-                .and_then(|j| j.get("types").cloned()),
-            Dialect::InObjects | Dialect::InAttrs => zattrs
-                .and_then(|z| ncz_key(z, "_nczarr_attr").or_else(|| z.get("_nczarr_attrs")))
-                .and_then(|a| a.get("types"))
-                .cloned(),
-        })
+    /// NCZarr 1.0.0's object `leaf` (`.nczarray`, `.nczattrs`) at `prefix`; other dialects
+    /// have none.
+    fn load_v1(&self, prefix: &str, leaf: &str) -> Result<Option<Json>> {
+        match self.dialect {
+            Dialect::V1 => self.load(&join_key(&[prefix, leaf])),
+            _ => Ok(None),
+        }
     }
 
     /// The visible attributes of `.zattrs` at `prefix`, typed.
     fn attributes(&self, prefix: &str, zattrs: Option<&Json>) -> Result<Vec<Attribute>> {
-        let types = self.attr_types(prefix, zattrs)?;
-        typed_attributes(prefix, zattrs, types.as_ref())
+        let v1_attrs = self.load_v1(prefix, ".nczattrs")?;
+        let types = attr_types(self.dialect, zattrs, v1_attrs.as_ref());
+        typed_attributes(prefix, zattrs, types)
     }
 
     /// NCZarr's group description at `prefix` in this dialect, if present.
@@ -501,49 +498,6 @@ impl Reader<'_> {
         )))
     }
 
-    /// NCZarr's array description at `prefix` in this dialect, if present.
-    fn ncz_array(
-        &self,
-        prefix: &str,
-        zarray: &Json,
-        zattrs: Option<&Json>,
-    ) -> Result<Option<NczArray>> {
-        let (key, j) = match self.dialect {
-            Dialect::Pure => return Ok(None),
-            Dialect::V1 => {
-                let key = join_key(&[prefix, ".nczarray"]);
-                (key.clone(), self.load(&key)?)
-            }
-            // 4.9.x wrote the array keys into .zarray; accept them from .zattrs as well.
-            Dialect::InObjects | Dialect::InAttrs => {
-                let in_zarray = ncz_key(zarray, "_nczarr_array");
-                let in_zattrs = zattrs.and_then(|z| ncz_key(z, "_nczarr_array"));
-                match (in_zarray, in_zattrs) {
-                    (Some(j), _) => (join_key(&[prefix, ".zarray"]), Some(j.clone())),
-                    (None, j) => (join_key(&[prefix, ".zattrs"]), j.cloned()),
-                }
-            }
-        };
-        let Some(j) = j else { return Ok(None) };
-        let dimrefs = match either(&j, "dimension_references", "dimrefs") {
-            None | Some(Json::Null) => Vec::new(),
-            Some(Json::Arr(items)) => items
-                .iter()
-                .map(|i| {
-                    i.as_str()
-                        .map(str::to_string)
-                        .ok_or_else(|| Error::meta(&key, "dimension_references: not a name"))
-                })
-                .collect::<Result<_>>()?,
-            Some(_) => return Err(Error::meta(&key, "dimension_references: not a list")),
-        };
-        let scalar = j.get("storage").and_then(Json::as_str) == Some("scalar")
-            || j.get("scalar").is_some_and(|s| {
-                matches!(s, Json::Bool(true)) || s.as_u64().is_some_and(|n| n != 0)
-            });
-        Ok(Some(NczArray { dimrefs, scalar }))
-    }
-
     /// Reads the group at `prefix` into `gid`: attributes, dimensions, then its variables
     /// (queued) and subgroups (recursively), in creation order.
     fn walk(&mut self, gid: GroupId, prefix: &str) -> Result<()> {
@@ -579,6 +533,11 @@ impl Reader<'_> {
         };
         let mut wanted = objects(&var_names, ".zarray");
         wanted.extend(objects(&group_names, ".zgroup"));
+        if self.dialect == Dialect::V1 {
+            wanted.extend(objects(&var_names, ".nczarray"));
+            wanted.extend(objects(&var_names, ".nczattrs"));
+            wanted.extend(objects(&group_names, ".nczgroup"));
+        }
         self.prefetch(wanted);
         for name in var_names {
             let key = join_key(&[prefix, &name]);
@@ -589,16 +548,20 @@ impl Reader<'_> {
                 );
                 continue;
             };
-            let zattrs = self.load(&join_key(&[&key, ".zattrs"]))?;
-            let ncz = self.ncz_array(&key, &zarray, zattrs.as_ref())?;
-            self.pending.push(PendingVar {
+            let objects = VarObjects {
+                zarray,
+                zattrs: self.load(&join_key(&[&key, ".zattrs"]))?,
+                v1_array: self.load_v1(&key, ".nczarray")?,
+                v1_attrs: self.load_v1(&key, ".nczattrs")?,
+            };
+            let fqn = self.ds.fqn_in(gid, &name);
+            let var = PendingVar {
                 group: gid,
                 name,
                 key,
-                zarray,
-                zattrs,
-                ncz,
-            });
+                fqn,
+            };
+            self.pending.push((var, objects));
         }
         for name in group_names {
             let key = join_key(&[prefix, &name]);
@@ -665,17 +628,16 @@ impl Reader<'_> {
 
     /// Adds one variable to the dataset: its dimensions, then the variable itself.
     fn add_var(&mut self, p: PendingVar, parts: VarParts) -> Result<()> {
-        let fqn = self.ds.fqn_in(p.group, &p.name);
-        let dims = self.var_dims(&p, &fqn, &parts.shape)?;
+        let dims = self.var_dims(&p, &parts)?;
         let var = Variable {
-            name: p.name.clone(),
+            name: p.name,
             group: p.group,
             nctype: parts.nctype,
             dims,
             string_width: parts.string_width,
             attrs: parts.attrs,
             storage: VarStorage {
-                key: p.key.clone(),
+                key: p.key,
                 dtype: parts.dtype,
                 shape: parts.shape,
                 chunks: parts.chunks,
@@ -696,9 +658,10 @@ impl Reader<'_> {
     }
 
     /// The dimensions of a variable: NCZarr references, xarray names, or anonymous ones.
-    fn var_dims(&mut self, p: &PendingVar, fqn: &str, shape: &[u64]) -> Result<Vec<DimId>> {
+    fn var_dims(&mut self, p: &PendingVar, parts: &VarParts) -> Result<Vec<DimId>> {
+        let (fqn, shape) = (&p.fqn, &parts.shape[..]);
         let zkey = join_key(&[&p.key, ".zarray"]);
-        if let Some(ncz) = &p.ncz {
+        if let Some(ncz) = &parts.ncz {
             if ncz.scalar {
                 if shape.iter().product::<u64>() != 1 {
                     return Err(Error::meta(
@@ -744,12 +707,8 @@ impl Reader<'_> {
         if shape.is_empty() {
             return Ok(Vec::new());
         }
-        let names = if self.mode.xarray == Some(false) {
-            None
-        } else {
-            self.xarray_names(p, fqn, shape)
-        };
-        if names.as_deref() == Some(&["_scalar_".to_string()][..]) && shape == [1] {
+        let names = parts.xarray_names.as_deref();
+        if names == Some(&["_scalar_".to_string()][..]) && shape == [1] {
             return Ok(Vec::new());
         }
         let mut dims = Vec::new();
@@ -772,33 +731,84 @@ impl Reader<'_> {
         }
         Ok(dims)
     }
+}
 
-    /// `_ARRAY_DIMENSIONS` if it is a list of names matching the rank.
-    fn xarray_names(&self, p: &PendingVar, fqn: &str, shape: &[u64]) -> Option<Vec<String>> {
-        let list = p.zattrs.as_ref()?.get("_ARRAY_DIMENSIONS")?;
-        let Json::Arr(items) = list else {
-            log::warn!("{fqn}: _ARRAY_DIMENSIONS is not a list; ignored");
-            return None;
-        };
-        let names: Option<Vec<String>> = items
-            .iter()
-            .map(|i| {
-                i.as_str()
-                    .filter(|s| !s.is_empty() && !s.contains('/'))
-                    .map(str::to_string)
-            })
-            .collect();
-        match names {
-            Some(n) if n.len() == shape.len() => Some(n),
-            _ => {
-                log::warn!("{fqn}: _ARRAY_DIMENSIONS does not match shape {shape:?}; ignored");
-                None
-            }
+/// The visible attributes of `.zattrs` at `prefix`, with `types` (NCZarr's attribute types).
+/// `_ARRAY_DIMENSIONS` if it is a list of names matching the rank.
+fn xarray_names(zattrs: Option<&Json>, fqn: &str, shape: &[u64]) -> Option<Vec<String>> {
+    let list = zattrs?.get("_ARRAY_DIMENSIONS")?;
+    let Json::Arr(items) = list else {
+        log::warn!("{fqn}: _ARRAY_DIMENSIONS is not a list; ignored");
+        return None;
+    };
+    let names: Option<Vec<String>> = items
+        .iter()
+        .map(|i| {
+            i.as_str()
+                .filter(|s| !s.is_empty() && !s.contains('/'))
+                .map(str::to_string)
+        })
+        .collect();
+    match names {
+        Some(n) if n.len() == shape.len() => Some(n),
+        _ => {
+            log::warn!("{fqn}: _ARRAY_DIMENSIONS does not match shape {shape:?}; ignored");
+            None
         }
     }
 }
 
-/// The visible attributes of `.zattrs` at `prefix`, with `types` (NCZarr's attribute types).
+/// NCZarr's array description of the variable at `prefix` in `dialect`, if present.
+fn ncz_array(dialect: Dialect, prefix: &str, objects: &VarObjects) -> Result<Option<NczArray>> {
+    let (zarray, zattrs) = (&objects.zarray, objects.zattrs.as_ref());
+    let (key, j) = match dialect {
+        Dialect::Pure => return Ok(None),
+        Dialect::V1 => (join_key(&[prefix, ".nczarray"]), objects.v1_array.as_ref()),
+        // 4.9.x wrote the array keys into .zarray; accept them from .zattrs as well.
+        Dialect::InObjects | Dialect::InAttrs => {
+            let in_zarray = ncz_key(zarray, "_nczarr_array");
+            let in_zattrs = zattrs.and_then(|z| ncz_key(z, "_nczarr_array"));
+            match (in_zarray, in_zattrs) {
+                (Some(j), _) => (join_key(&[prefix, ".zarray"]), Some(j)),
+                (None, j) => (join_key(&[prefix, ".zattrs"]), j),
+            }
+        }
+    };
+    let Some(j) = j else { return Ok(None) };
+    let dimrefs = match either(&j, "dimension_references", "dimrefs") {
+        None | Some(Json::Null) => Vec::new(),
+        Some(Json::Arr(items)) => items
+            .iter()
+            .map(|i| {
+                i.as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| Error::meta(&key, "dimension_references: not a name"))
+            })
+            .collect::<Result<_>>()?,
+        Some(_) => return Err(Error::meta(&key, "dimension_references: not a list")),
+    };
+    let scalar = j.get("storage").and_then(Json::as_str) == Some("scalar")
+        || j.get("scalar")
+            .is_some_and(|s| matches!(s, Json::Bool(true)) || s.as_u64().is_some_and(|n| n != 0));
+    Ok(Some(NczArray { dimrefs, scalar }))
+}
+
+/// The NCZarr attribute types of an object, if `dialect` records them: in its `.zattrs`, or
+/// in NCZarr 1.0.0's `.nczattrs` (`v1_attrs`).
+fn attr_types<'a>(
+    dialect: Dialect,
+    zattrs: Option<&'a Json>,
+    v1_attrs: Option<&'a Json>,
+) -> Option<&'a Json> {
+    match dialect {
+        Dialect::Pure => None,
+        Dialect::V1 => v1_attrs?.get("types"),
+        Dialect::InObjects | Dialect::InAttrs => zattrs
+            .and_then(|z| ncz_key(z, "_nczarr_attr").or_else(|| z.get("_nczarr_attrs")))
+            .and_then(|a| a.get("types")),
+    }
+}
+
 fn typed_attributes(
     prefix: &str,
     zattrs: Option<&Json>,
@@ -825,11 +835,19 @@ fn typed_attributes(
     Ok(out)
 }
 
-/// What one variable's `.zarray` and `.zattrs` say, checked: everything but its
-/// dimensions, which need the dataset. `types` are its attributes' NCZarr types.
-fn var_parts(dialect: Dialect, p: &PendingVar, types: Option<&Json>) -> Result<VarParts> {
+/// What one variable's objects say, checked: everything but its dimensions, which need the
+/// dataset. `xarray`: whether `_ARRAY_DIMENSIONS` may name them.
+fn var_parts(
+    dialect: Dialect,
+    xarray: bool,
+    p: &PendingVar,
+    objects: VarObjects,
+) -> Result<VarParts> {
     let zkey = join_key(&[&p.key, ".zarray"]);
-    let z = &p.zarray;
+    let z = &objects.zarray;
+    let zattrs = objects.zattrs.as_ref();
+    let types = attr_types(dialect, zattrs, objects.v1_attrs.as_ref());
+    let ncz = ncz_array(dialect, &p.key, &objects)?;
     if let Some(f) = z.get("zarr_format").and_then(Json::as_u64) {
         if f != 2 {
             return Err(Error::meta(&zkey, format!("zarr_format {f} is not 2")));
@@ -900,12 +918,12 @@ fn var_parts(dialect: Dialect, p: &PendingVar, types: Option<&Json>) -> Result<V
         }
     }
 
-    let mut attrs = typed_attributes(&p.key, p.zattrs.as_ref(), types)?;
+    let mut attrs = typed_attributes(&p.key, zattrs, types)?;
     // Without NCZarr types, _FillValue takes the variable's type, as netCDF requires.
     if types.is_none() && unreadable.is_none() {
         if let (Some(a), Some(raw)) = (
             attrs.iter_mut().find(|a| a.name == "_FillValue"),
-            p.zattrs.as_ref().and_then(|z| z.get("_FillValue")),
+            zattrs.and_then(|z| z.get("_FillValue")),
         ) {
             if let Ok(v) = attrs::to_type(&zkey, "_FillValue", raw, nctype) {
                 a.value = v;
@@ -938,7 +956,13 @@ fn var_parts(dialect: Dialect, p: &PendingVar, types: Option<&Json>) -> Result<V
         });
     }
 
+    let xarray_names = match ncz {
+        None if xarray && !shape.is_empty() => xarray_names(zattrs, &p.fqn, &shape),
+        _ => None,
+    };
     Ok(VarParts {
+        ncz,
+        xarray_names,
         shape,
         chunks,
         order,
@@ -1192,6 +1216,34 @@ mod tests {
                 ds.var(*v).name
             );
         }
+        // NCZarr 1.0.0: the group list, dimension references and attribute types are
+        // objects of their own, read with the rest.
+        let mut v1: Vec<(String, String)> = vec![
+            (".zgroup".into(), r#"{"zarr_format": 2}"#.into()),
+            (".nczarr".into(), r#"{"nczarr_version": "1.0.0"}"#.into()),
+            (
+                ".nczgroup".into(),
+                format!(r#"{{"dims": {{"x": 4}}, "vars": {names:?}, "groups": []}}"#),
+            ),
+        ];
+        for (i, n) in names.iter().enumerate() {
+            v1.push((format!("{n}/.zarray"), zarray.into()));
+            v1.push((format!("{n}/.zattrs"), format!(r#"{{"i": {i}}}"#)));
+            v1.push((format!("{n}/.nczarray"), r#"{"dimrefs": ["/x"]}"#.into()));
+            v1.push((
+                format!("{n}/.nczattrs"),
+                r#"{"types": {"i": "<i8"}}"#.into(),
+            ));
+        }
+        let ds = open_owned(&v1).unwrap();
+        assert_eq!(ds.group(Dataset::ROOT).vars.len(), names.len());
+        for (i, v) in ds.group(Dataset::ROOT).vars.iter().enumerate() {
+            let var = ds.var(*v);
+            assert_eq!(ds.dim_fqn(var.dims[0]), "/x", "{}", var.name);
+            let attr = var.attrs.iter().find(|a| a.name == "i").unwrap();
+            assert_eq!(attr.value, AttrValue::Int64(vec![i as i64]), "{}", var.name);
+        }
+
         // Pure Zarr: no group list, the children are found by listing.
         let mut pure = objs.clone();
         pure[0].1 = r#"{"zarr_format": 2}"#.into();
