@@ -775,7 +775,7 @@ fn ncz_array(dialect: Dialect, prefix: &str, objects: &VarObjects) -> Result<Opt
         }
     };
     let Some(j) = j else { return Ok(None) };
-    let dimrefs = match either(&j, "dimension_references", "dimrefs") {
+    let dimrefs = match either(j, "dimension_references", "dimrefs") {
         None | Some(Json::Null) => Vec::new(),
         Some(Json::Arr(items)) => items
             .iter()
