@@ -20,6 +20,7 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 
 use crate::chunk::{ChunkEngine, Hyperslab};
+use crate::codec::NETCDF_STRING_ELEMENT;
 use crate::location::{Format, Location, Mode, Storage};
 use crate::meta::writer::{default_dtype, write_metadata, Dialect, WriteOptions};
 use crate::meta::writer_v3;
@@ -295,6 +296,36 @@ pub enum AttrTarget {
     Group(GroupId),
     /// A variable's attribute.
     Var(VarId),
+}
+
+/// The shuffle of a string variable's chunks of `chunk_bytes` bytes as every reader decodes
+/// it: netcdf-c shuffles strings in 8-byte elements whatever its metadata says, numcodecs
+/// in the recorded element size and only buffers that are a multiple of it. So the shuffle
+/// is recorded as 8, or dropped when the chunks are not a multiple of 8 bytes.
+fn string_shuffle(codecs: CodecSpec, chunk_bytes: u64) -> CodecSpec {
+    let CodecSpec::V2 {
+        filters,
+        compressor,
+    } = codecs
+    else {
+        return codecs;
+    };
+    let is_shuffle = |f: &Value| f.get("id").and_then(Value::as_str) == Some("shuffle");
+    let filters = if chunk_bytes % NETCDF_STRING_ELEMENT as u64 == 0 {
+        filters
+            .into_iter()
+            .map(|f| match is_shuffle(&f) {
+                true => json!({"id": "shuffle", "elementsize": NETCDF_STRING_ELEMENT}),
+                false => f,
+            })
+            .collect()
+    } else {
+        filters.into_iter().filter(|f| !is_shuffle(f)).collect()
+    };
+    CodecSpec::V2 {
+        filters,
+        compressor,
+    }
 }
 
 /// netcdf-c's default chunk lengths for a variable of element size `esize` with dimensions
@@ -674,6 +705,16 @@ impl DatasetWriter {
         // metadata writer spells it the v3 way.
         if let CodecSpec::V3(list) = &v.storage.codecs {
             v.storage.codecs = Codecs::from_chain(writer_v3::codecs_v2(list)?).spec();
+        }
+        if v.dims.is_empty() && v.storage.codecs != CodecSpec::default() {
+            // As netcdf-c, which stores scalars uncompressed (and cannot open some
+            // compressed ones, blosc's).
+            log::info!("{key}: a scalar is stored without codecs");
+            v.storage.codecs = CodecSpec::default();
+        }
+        if v.nctype == NcType::String && !v3 {
+            let chunk_bytes = chunks.iter().product::<u64>() * dtype.size as u64;
+            v.storage.codecs = string_shuffle(std::mem::take(&mut v.storage.codecs), chunk_bytes);
         }
         let esize = v.element_size();
         if let Some(f) = &mut v.storage.fill_value {

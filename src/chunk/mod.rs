@@ -25,7 +25,7 @@ pub use cache::CacheStats;
 pub(crate) use shard::vlen_max_len;
 pub use view::ChunkView;
 
-use crate::codec::Pipeline;
+use crate::codec::{netcdf_element_size, Pipeline};
 use crate::model::{ChunkKeyEncoding, ChunkOrder, CodecSpec, Dataset, NcType, VarId, VarStorage};
 use crate::zmap::ZMap;
 use crate::{Error, Result};
@@ -183,7 +183,11 @@ impl VarPlan {
             CodecSpec::V2 {
                 filters,
                 compressor,
-            } => Pipeline::from_v2(filters, compressor.as_ref(), dtype.size),
+            } => Pipeline::from_v2(
+                filters,
+                compressor.as_ref(),
+                netcdf_element_size(v.nctype, dtype.size),
+            ),
             CodecSpec::V3(_) => Ok(Pipeline::default()),
         }
         .map_err(|e| unreadable(e.to_string()))?;

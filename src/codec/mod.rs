@@ -26,7 +26,7 @@ pub use bz2::Bz2;
 pub use checksum::{Checksum, ChecksumKind};
 pub use deflate::{Gzip, Zlib};
 pub use lz4::Lz4;
-pub use shuffle::Shuffle;
+pub use shuffle::{netcdf_element_size, Shuffle, NETCDF_STRING_ELEMENT};
 pub use zstd_codec::Zstd;
 
 /// One bytes-to-bytes transformation of a chunk.
@@ -86,8 +86,9 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
-    /// Builds the chain of a Zarr v2 array. `element_size` is the stored dtype's size (used by
-    /// shuffle when its `elementsize` is 0 or missing, and as blosc's typesize).
+    /// Builds the chain of a Zarr v2 array. `element_size` is the element size netcdf-c would
+    /// shuffle with ([`netcdf_element_size`]), used by a shuffle whose `elementsize` is 0 or
+    /// missing, and as blosc's typesize.
     ///
     /// An id that is not implemented fails with [`Error::UnknownCodec`]; a known id with an
     /// invalid parameter fails with [`Error::Codec`].

@@ -4,7 +4,21 @@
 //! netcdf-c do (numcodecs refuses such buffers, so no numcodecs stream depends on it).
 
 use super::{Codec, Config};
+use crate::model::NcType;
 use crate::Result;
+
+/// The element size netcdf-c shuffles string variables with, whatever their metadata
+/// records: the size of its in-memory string, a pointer.
+pub const NETCDF_STRING_ELEMENT: usize = 8;
+
+/// The element size that a shuffle recorded with element size 0 (netcdf-c's spelling) stands
+/// for, in a variable of `nctype` stored in elements of `stored_size` bytes.
+pub fn netcdf_element_size(nctype: NcType, stored_size: usize) -> usize {
+    match nctype {
+        NcType::String => NETCDF_STRING_ELEMENT,
+        _ => stored_size,
+    }
+}
 
 /// Elements per block: both sides of a block stay in L1/L2 cache while the planes are
 /// gathered or scattered.

@@ -219,7 +219,8 @@ fn zarray(ds: &Dataset, v: VarId, opts: &WriteOptions) -> Result<Value> {
             )))
         }
     };
-    let filters: Vec<Value> = filters.iter().map(|f| fix_shuffle(f, dtype.size)).collect();
+    let shuffle = crate::codec::netcdf_element_size(var.nctype, dtype.size);
+    let filters: Vec<Value> = filters.iter().map(|f| fix_shuffle(f, shuffle)).collect();
     let mut z = Map::new();
     z.insert("zarr_format".into(), json!(2));
     z.insert("shape".into(), json!(shape));
