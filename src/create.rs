@@ -1109,8 +1109,10 @@ pub struct Staging {
 
 impl Staging {
     /// Plans the staging of `target`: a hidden sibling `.NAME.nczarrfs-PID` for local storage.
-    /// An existing temporary of the same name is removed.
+    /// An existing temporary of the same name is removed. A local target that exists must be
+    /// a dataset (or an empty directory, or a zip archive): nothing else is ever replaced.
     pub fn new(target: &Location) -> Result<Staging> {
+        check_replaceable(target)?;
         let sibling = |p: &Path| -> PathBuf {
             let name = p
                 .file_name()
@@ -1137,8 +1139,17 @@ impl Staging {
         })
     }
 
-    /// Moves the finished dataset into place, replacing what was there.
+    /// Moves the finished dataset into place, replacing what was there. If that fails, the
+    /// old dataset stays and the new one is removed.
     pub fn publish(self) -> Result<()> {
+        let result = self.move_into_place();
+        if result.is_err() {
+            self.abandon();
+        }
+        result
+    }
+
+    fn move_into_place(&self) -> Result<()> {
         let (from, to) = match (&self.temp.storage, &self.target.storage) {
             (Storage::File(a), Storage::File(b)) | (Storage::Zip(a), Storage::Zip(b)) => (a, b),
             _ => return Ok(()),
@@ -1146,15 +1157,25 @@ impl Staging {
         if from == to {
             return Ok(());
         }
-        if to.is_dir() {
-            // A directory cannot be replaced by rename: move the old one aside first.
-            let old = from.with_extension("old");
-            std::fs::rename(to, &old).map_err(|e| Error::io(to, e))?;
-            std::fs::rename(from, to).map_err(|e| Error::io(to, e))?;
-            std::fs::remove_dir_all(&old).map_err(|e| Error::io(&old, e))
-        } else {
-            std::fs::rename(from, to).map_err(|e| Error::io(to, e))
+        if !to.is_dir() {
+            return std::fs::rename(from, to).map_err(|e| Error::io(to, e));
         }
+        // A directory cannot be replaced by rename: move the old one aside first.
+        let mut old = from.clone().into_os_string();
+        old.push(".old");
+        let old = PathBuf::from(old);
+        std::fs::rename(to, &old).map_err(|e| Error::io(to, e))?;
+        if let Err(e) = std::fs::rename(from, to) {
+            if let Err(back) = std::fs::rename(&old, to) {
+                log::error!(
+                    "could not move {} back to {}: {back}",
+                    old.display(),
+                    to.display()
+                );
+            }
+            return Err(Error::io(to, e));
+        }
+        std::fs::remove_dir_all(&old).map_err(|e| Error::io(&old, e))
     }
 
     /// Removes the temporary dataset (after a failure).
@@ -1171,6 +1192,60 @@ fn describe(location: &Location) -> String {
     match &location.storage {
         Storage::File(p) | Storage::Zip(p) => p.display().to_string(),
         _ => location.original.clone(),
+    }
+}
+
+/// Refuses a local `target` that exists but is not something a new dataset may replace: a
+/// Zarr dataset's directory (or an empty one) for directory storage, a zip archive for zip
+/// storage. A user's other files are never deleted by `gen` or `copy`.
+fn check_replaceable(target: &Location) -> Result<()> {
+    let (path, zip) = match &target.storage {
+        Storage::File(p) => (p, false),
+        Storage::Zip(p) => (p, true),
+        _ => return Ok(()),
+    };
+    let refuse = |why: &str| {
+        Err(Error::Invalid(format!(
+            "{} {why}; it is not replaced (remove it or choose another name)",
+            path.display()
+        )))
+    };
+    if path.file_name().is_none() {
+        return Err(Error::Invalid(format!(
+            "{}: a dataset's path must end in its name",
+            path.display()
+        )));
+    }
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return Ok(());
+    };
+    let meta = match meta.file_type().is_symlink() {
+        true => std::fs::metadata(path).map_err(|e| Error::io(path, e))?,
+        false => meta,
+    };
+    match (zip, meta.is_dir()) {
+        (true, true) => refuse("is a directory, not a zip archive"),
+        (true, false) => {
+            let mut magic = [0u8; 4];
+            let is_zip = std::fs::File::open(path)
+                .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
+                .is_ok()
+                && (magic == *b"PK\x03\x04" || magic == *b"PK\x05\x06");
+            match is_zip || meta.len() == 0 {
+                true => Ok(()),
+                false => refuse("exists and is not a zip archive"),
+            }
+        }
+        (false, false) => refuse("exists and is not a directory"),
+        (false, true) => {
+            const MARKERS: [&str; 5] = [".zgroup", ".zarray", ".zmetadata", "zarr.json", ".nczarr"];
+            let mut entries = std::fs::read_dir(path).map_err(|e| Error::io(path, e))?;
+            let empty = entries.next().is_none();
+            match empty || MARKERS.iter().any(|m| path.join(m).exists()) {
+                true => Ok(()),
+                false => refuse("exists and is not a Zarr dataset"),
+            }
+        }
     }
 }
 
@@ -1232,6 +1307,59 @@ mod tests {
 
     fn bytes(v: &[i32]) -> Vec<u8> {
         v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn only_datasets_are_replaced() {
+        let tmp = tempfile::tempdir().unwrap();
+        let at = |name: &str| tmp.path().join(name);
+        let loc = |p: &Path| Location::parse(p.to_str().unwrap()).unwrap();
+        let refused = |p: &Path| match Staging::new(&loc(p)) {
+            Err(Error::Invalid(m)) => assert!(m.contains("not replaced"), "{m}"),
+            other => panic!("{}: {other:?}", p.display()),
+        };
+
+        std::fs::create_dir(at("docs")).unwrap();
+        std::fs::write(at("docs/notes.txt"), "kept").unwrap();
+        refused(&at("docs"));
+        std::fs::write(at("plain.file"), "kept").unwrap();
+        refused(&at("plain.file"));
+        std::fs::write(at("text.zip"), "kept").unwrap();
+        refused(&at("text.zip"));
+        assert_eq!(
+            std::fs::read_to_string(at("docs/notes.txt")).unwrap(),
+            "kept"
+        );
+        assert_eq!(std::fs::read_to_string(at("plain.file")).unwrap(), "kept");
+        assert!(matches!(
+            Staging::new(&loc(Path::new("."))),
+            Err(Error::Invalid(_))
+        ));
+
+        // A dataset (and an empty directory) is replaced by the staged one.
+        for name in ["old.file", "empty.file"] {
+            std::fs::create_dir(at(name)).unwrap();
+            if name == "old.file" {
+                std::fs::write(at("old.file/.zgroup"), "old").unwrap();
+            }
+            let staging = Staging::new(&loc(&at(name))).unwrap();
+            let Storage::File(temp) = &staging.temp.storage else {
+                panic!("{:?}", staging.temp)
+            };
+            std::fs::create_dir(temp).unwrap();
+            std::fs::write(temp.join(".zgroup"), "new").unwrap();
+            staging.publish().unwrap();
+            assert_eq!(
+                std::fs::read_to_string(at(name).join(".zgroup")).unwrap(),
+                "new"
+            );
+        }
+        let left: Vec<_> = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.starts_with('.'))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
     }
 
     #[test]

@@ -133,6 +133,17 @@ fn hostile_entries_fail_the_open() {
             other => panic!("{bad}: expected a storage error, got {other:?}"),
         }
     }
+    // A netCDF name may hold a colon where a drive letter would be.
+    let path = dir.path().join("colon.zip");
+    make_zip(
+        &path,
+        &[(".zgroup", b"{}", false), ("v:depth/.zarray", b"x", false)],
+    );
+    let map = ZipMap::open(&path, false).unwrap();
+    assert_eq!(
+        map.get("v:depth/.zarray").unwrap().as_deref(),
+        Some(&b"x"[..])
+    );
 }
 
 #[test]

@@ -21,7 +21,7 @@ use crate::create::{
 };
 use crate::dataset::{OpenDataset, DEFAULT_CACHE_BYTES};
 use crate::location::Location;
-use crate::model::{ByteOrder, CodecSpec, Dataset, VarId};
+use crate::model::{ByteOrder, CodecSpec, Dataset, NcType, VarId, Variable};
 use crate::{meta, zmap, Error, Result};
 
 /// Largest slab moved at once.
@@ -244,7 +244,7 @@ fn copy_into(
         .map(|i| var_bytes(&src.model, VarId(i)))
         .sum();
     let mut progress = Progress::new(total);
-    let mut sums: Vec<Check> = Vec::with_capacity(src.model.vars.len());
+    let mut sums: Vec<(String, Check)> = Vec::with_capacity(src.model.vars.len());
     let mut since_sync = 0u64;
     // One buffer for every slab: a fresh one each time would be faulted in page by page.
     let mut buf = Vec::new();
@@ -264,8 +264,9 @@ fn copy_into(
     progress.add(as_stored.iter().map(|v| var_bytes(&src.model, *v)).sum());
     for i in 0..src.model.vars.len() {
         let var = VarId(i);
+        let fqn = src.model.var_fqn(var);
         if let Some(digest) = copied.remove(&var) {
-            sums.push(Check::Stored(digest));
+            sums.push((fqn, Check::Stored(digest)));
             continue;
         }
         let engine = if src.model.var(var).storage.chunks == w.model().var(var).storage.chunks {
@@ -273,6 +274,7 @@ fn copy_into(
         } else {
             &src.engine
         };
+        let strings = src.model.var(var).nctype == NcType::String;
         let mut crc = 0u32;
         for slab in slabs(
             &w.model().var_shape(var),
@@ -281,7 +283,7 @@ fn copy_into(
         ) {
             buf.resize(slab_bytes(&slab, esize(&src.model, var))?, 0);
             engine.read(&src.model, var, &slab, &mut buf)?;
-            crc = crc32c::crc32c_append(crc, &buf);
+            crc = values_crc(crc, &buf, src.model.var(var), strings);
             w.write(var, &slab, &buf)?;
             progress.add(buf.len() as u64);
             since_sync += buf.len() as u64;
@@ -290,7 +292,7 @@ fn copy_into(
                 since_sync = 0;
             }
         }
-        sums.push(Check::Values(crc));
+        sums.push((fqn, Check::Values { crc, strings }));
     }
     w.close()?;
     progress.finish();
@@ -300,42 +302,47 @@ fn copy_into(
 /// What the verification compares for one variable.
 #[derive(Debug, Clone, Copy)]
 enum Check {
-    /// The CRC-32C of the values in C order.
-    Values(u32),
+    /// The [`values_crc`] of the values in C order, taken `strings` or not.
+    Values { crc: u32, strings: bool },
     /// The [`ChunkEngine::stored_digest`] of its chunk objects, copied as they were.
     Stored(u32),
 }
 
-/// Reads the finished copy back and compares each variable's checksum.
-fn verify(location: &Location, sums: &[Check]) -> Result<()> {
+/// Reads the finished copy back and compares each variable's checksum, found by full name
+/// (a pure Zarr copy lists its variables in another order).
+fn verify(location: &Location, sums: &[(String, Check)]) -> Result<()> {
     let map = zmap::open(location, false)?;
     let model = meta::read_dataset(map.as_ref(), &location.mode)?;
     // Slabs follow the copy's chunks, so each is read once: no cache.
     let engine = ChunkEngine::new(Arc::clone(&map), 0);
     let mut buf = Vec::new();
-    if sums.len() > model.vars.len() {
-        return Err(Error::Storage {
-            key: location.original.clone(),
-            reason: "verification failed: variables missing from the copy".into(),
-        });
-    }
-    let as_stored: Vec<VarId> = (0..sums.len())
-        .map(VarId)
-        .filter(|v| matches!(sums[v.0], Check::Stored(_)))
+    let vars = sums
+        .iter()
+        .map(|(fqn, _)| {
+            model.find_var(fqn).ok_or_else(|| Error::Storage {
+                key: location.original.clone(),
+                reason: format!("verification failed: {fqn} is missing from the copy"),
+            })
+        })
+        .collect::<Result<Vec<VarId>>>()?;
+    let as_stored: Vec<VarId> = vars
+        .iter()
+        .zip(sums)
+        .filter(|(_, (_, check))| matches!(check, Check::Stored(_)))
+        .map(|(v, _)| *v)
         .collect();
     let digests = engine.stored_digests(&model, &as_stored)?;
     let stored: HashMap<VarId, u32> = as_stored.into_iter().zip(digests).collect();
-    for (i, want) in sums.iter().enumerate() {
-        let var = VarId(i);
+    for (&var, (fqn, want)) in vars.iter().zip(sums) {
         let v = model.var(var);
         let (crc, want, what) = match *want {
             Check::Stored(want) => (stored[&var], want, "chunk objects"),
-            Check::Values(want) => {
+            Check::Values { crc: want, strings } => {
                 let mut crc = 0u32;
                 for slab in slabs(&model.var_shape(var), &v.storage.chunks, v.element_size()) {
                     buf.resize(slab_bytes(&slab, v.element_size())?, 0);
                     engine.read(&model, var, &slab, &mut buf)?;
-                    crc = crc32c::crc32c_append(crc, &buf);
+                    crc = values_crc(crc, &buf, v, strings);
                 }
                 (crc, want, "values")
             }
@@ -344,13 +351,29 @@ fn verify(location: &Location, sums: &[Check]) -> Result<()> {
             return Err(Error::Storage {
                 key: v.storage.key.clone(),
                 reason: format!(
-                    "verification failed: {} reads back different {what} (crc32c {crc:08x}, copied {want:08x})",
-                    model.var_fqn(var)
+                    "verification failed: {fqn} reads back different {what} (crc32c {crc:08x}, copied {want:08x})"
                 ),
             });
         }
     }
     Ok(())
+}
+
+/// Appends values (native, C order) of `var` to a CRC-32C. With `strings` (the source's
+/// variable holds strings), a value counts as its bytes up to its padding, so that copies
+/// that store strings in another width (Zarr v3 stores them as UTF-32) compare equal; the
+/// source's type decides, since a copy may read back as another type (pure Zarr has no
+/// char: it is a string of one byte there).
+fn values_crc(crc: u32, values: &[u8], var: &Variable, strings: bool) -> u32 {
+    let width = var.element_size();
+    if !strings || width == 0 {
+        return crc32c::crc32c_append(crc, values);
+    }
+    values.chunks(width).fold(crc, |crc, s| {
+        let text = &s[..s.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1)];
+        let crc = crc32c::crc32c_append(crc, &(text.len() as u32).to_le_bytes());
+        crc32c::crc32c_append(crc, text)
+    })
 }
 
 fn esize(ds: &Dataset, var: VarId) -> usize {

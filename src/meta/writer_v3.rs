@@ -455,13 +455,19 @@ fn array_node(ds: &Dataset, v: VarId, opts: &WriteOptions) -> Result<Value> {
         None => data_type(var.nctype, &dtype, opts.dialect, &key)?,
     };
     let nczarr = opts.dialect == Dialect::NcZarr;
+    // A char is a number only where its data type is uint8 (NCZarr); elsewhere it is bytes,
+    // whose fill value is text, as a string's.
+    let fill_type = match var.nctype {
+        NcType::Char if data_type != json!("uint8") => NcType::String,
+        t => t,
+    };
     let (fill, no_fill) = match &var.storage.fill_value {
-        Some(bytes) => (fill_v3(var.nctype, bytes, &dtype, &key)?, false),
+        Some(bytes) => (fill_v3(fill_type, bytes, &dtype, &key)?, false),
         // Zarr v3 has no "no fill value": store netCDF's default, and say so in NCZarr.
         None => {
             let mut d = var.nctype.default_fill();
             d.resize(var.element_size(), 0);
-            (fill_v3(var.nctype, &d, &dtype, &key)?, true)
+            (fill_v3(fill_type, &d, &dtype, &key)?, true)
         }
     };
     let separator = match var.storage.key_encoding {

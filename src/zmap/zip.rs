@@ -215,8 +215,9 @@ fn check_entry_name(name: &str) -> std::result::Result<(), &'static str> {
     if name.contains('\0') {
         return Err("NUL in name");
     }
+    // `C:/x` is absolute on Windows; `v:depth/x` is a netCDF name with a colon.
     let bytes = name.as_bytes();
-    if bytes.len() >= 2 && bytes[0].is_ascii_alphabetic() && bytes[1] == b':' {
+    if bytes.len() >= 3 && bytes[0].is_ascii_alphabetic() && bytes[1..3] == *b":/" {
         return Err("drive-letter path");
     }
     for segment in name.split('/') {
