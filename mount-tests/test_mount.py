@@ -272,6 +272,26 @@ def test_mount_helper_as_mount8_calls_it(binary, tmp_path, nczarr):
         unmount(mnt)
 
 
+def test_mount_helper_options_are_not_file_name_patterns(binary, tmp_path, nczarr):
+    """`fsname=*` stays `*`, even where a file matches it."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    (cwd / "fsname=SURPRISE").touch()
+    env = dict(os.environ, NCZARRFS=str(binary))
+    try:
+        r = subprocess.run([str(REPO / "scripts" / "mount.nczarrfs"), nczarr, str(mnt), "-o",
+                            "ro,fsname=*"], env=env, cwd=cwd, capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == 0, r.stderr
+        with open("/proc/self/mounts") as f:
+            sources = [ln.split()[0] for ln in f if ln.split()[1] == str(mnt)]
+        assert sources == ["*"], sources
+    finally:
+        unmount(mnt)
+
+
 def test_systemd_units_verify(binary, tmp_path):
     if shutil.which("systemd-analyze") is None:
         pytest.fail("systemd-analyze is missing: install the Debian package systemd")

@@ -10,6 +10,7 @@ import json
 import os
 import random
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -220,8 +221,14 @@ def test_mkdir_and_renames(mounter, nczarr):
 @pytest.mark.parametrize("action", [
     "rmdir-var", "rmdir-group", "rm-data", "rm-header", "mkdir-in-var", "mkdir-in-attrs",
     "mkdir-bad-name", "create-file", "shrink", "write-header", "mv-across", "mv-data",
+    "mkfifo", "mknod-file", "reserved-global-attr", "reserved-var-attr", "mv-to-reserved-attr",
 ])
 def test_refused_operations_are_eperm(mounter, nczarr, tmp_path, action):
+    def attrs():
+        return [{k: np.asarray(v).tolist() for k, v in netcdf_attrs(nczarr, var).items()}
+                for var in (None, "temp")]
+
+    before = attrs()
     log = tmp_path / "mount.log"
     mnt = mounter.mount(nczarr, "rw", log=log)
     ops = {
@@ -237,11 +244,56 @@ def test_refused_operations_are_eperm(mounter, nczarr, tmp_path, action):
         "write-header": lambda: open(mnt / "@header.cdl", "w").close(),
         "mv-across": lambda: os.rename(mnt / "counts", mnt / "sub" / "counts"),
         "mv-data": lambda: os.rename(mnt / "counts" / "data", mnt / "counts" / "values"),
+        "mkfifo": lambda: os.mkfifo(mnt / "@attributes" / "fifo"),
+        "mknod-file": lambda: os.mknod(mnt / "@attributes" / "made", stat.S_IFREG | 0o644),
+        # netcdf-c answers "String match to name in use" for these.
+        "reserved-global-attr": lambda: (mnt / "@attributes" / "_NCProperties").write_text("x"),
+        "reserved-var-attr": lambda: (mnt / "temp" / "@attributes" / "NAME").write_text("x"),
+        "mv-to-reserved-attr": lambda: os.rename(mnt / "temp" / "@attributes" / "long_name",
+                                                 mnt / "temp" / "@attributes" / "_nczarr_attr"),
     }
     with pytest.raises(OSError) as e:
         ops[action]()
     assert e.value.errno == errno.EPERM, action
     assert "EPERM" in log.read_text()
+    umount_and_wait(mnt)
+    assert attrs() == before
+    import netCDF4
+
+    with netCDF4.Dataset(nczarr) as ds:
+        assert ds.getncattr("_NCProperties") != "x"
+
+
+def test_free_space_on_rw_mounts_only(mounter, nczarr):
+    """A read-only mount is full, as any read-only image; a rw one shows the space of the file
+    system that holds the dataset (df would otherwise call it full, and some tools refuse)."""
+    ro = os.statvfs(mounter.mount(nczarr))
+    assert ro.f_bavail == 0 and ro.f_blocks > 0
+    rw = os.statvfs(mounter.mount(nczarr, "rw"))
+    host = os.statvfs(Path(nczarr.split("#")[0].removeprefix("file://")).parent)
+    assert rw.f_blocks * rw.f_frsize == host.f_blocks * host.f_frsize
+    assert rw.f_bavail > 0
+
+
+def test_no_log_lines_for_what_programs_routinely_ask(mounter, nczarr, tmp_path):
+    """Python's `open` asks for an ioctl (TCGETS), `ls -l`, `cp -a` for extended attributes;
+    none of that is worth a warning, nor is an unmount from outside."""
+    log = tmp_path / "mount.log"
+    mnt = mounter.mount(nczarr, "rw", log=log)
+    for _ in range(20):
+        with open(mnt / "temp" / "data", "rb") as f:
+            f.read(16)
+        with open(mnt / "@attributes" / "title") as f:
+            f.read()
+    subprocess.run(["ls", "-lR", str(mnt)], check=True, capture_output=True)
+    for ask in (lambda p: os.getxattr(p, "user.comment"),
+                lambda p: os.getxattr(p, "security.selinux"), os.listxattr):
+        with pytest.raises(OSError) as e:
+            ask(mnt / "temp" / "data")
+        assert e.value.errno == errno.EOPNOTSUPP
+    umount_and_wait(mnt)
+    text = log.read_text()
+    assert "WARN" not in text and "ERROR" not in text, text
 
 
 def test_fsync_makes_data_durable_before_close(mounter, nczarr):

@@ -391,6 +391,37 @@ pub fn check_name(name: &str) -> Result<()> {
     Ok(())
 }
 
+/// Checks a new attribute name: a valid netCDF name, and none that netcdf-c reserves (it
+/// answers "String match to name in use"): HDF5's dimension-scale attributes and netCDF-4's
+/// own anywhere, the format's on the root group. NCZarr's own keys, in either case, would
+/// be taken for the dataset's metadata.
+pub fn check_attr_name(target: AttrTarget, name: &str) -> Result<()> {
+    const EVERYWHERE: [&str; 10] = [
+        "CLASS",
+        "DIMENSION_LIST",
+        "NAME",
+        "REFERENCE_LIST",
+        "_ARRAY_DIMENSIONS",
+        "_IsNetcdf4",
+        "_NCProperties",
+        "_Netcdf4Coordinates",
+        "_Netcdf4Dimid",
+        "_SuperblockVersion",
+    ];
+    const ROOT: [&str; 3] = ["_Codecs", "_Format", "_nc3_strict"];
+    check_name(name)?;
+    let root = matches!(target, AttrTarget::Group(g) if g == Dataset::ROOT);
+    if EVERYWHERE.contains(&name)
+        || (root && ROOT.contains(&name))
+        || name.to_ascii_lowercase().starts_with("_nczarr_")
+    {
+        return Err(Error::NotPermitted(format!(
+            "attribute name {name} is reserved by netCDF"
+        )));
+    }
+    Ok(())
+}
+
 /// Every content-bearing key at or under `prefix`.
 pub fn keys_under(map: &dyn ZMap, prefix: &str) -> Result<Vec<String>> {
     let mut out = Vec::new();
@@ -754,7 +785,7 @@ impl DatasetWriter {
     /// Sets or replaces an attribute. `_FillValue` on a variable also sets its fill value,
     /// which is only possible before values are written.
     pub fn put_attr(&mut self, target: AttrTarget, name: &str, value: AttrValue) -> Result<()> {
-        check_name(name)?;
+        check_attr_name(target, name)?;
         if let AttrTarget::Var(v) = target {
             if name == "_FillValue" {
                 self.set_fill(v, Some(&value))?;
@@ -791,7 +822,7 @@ impl DatasetWriter {
 
     /// Renames an attribute (`_FillValue` cannot be renamed: it would change the fill value).
     pub fn rename_attr(&mut self, target: AttrTarget, from: &str, to: &str) -> Result<()> {
-        check_name(to)?;
+        check_attr_name(target, to)?;
         if from == "_FillValue" || to == "_FillValue" {
             return Err(Error::NotPermitted("renaming to or from _FillValue".into()));
         }

@@ -16,9 +16,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use fuser::{
     BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
-    INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs,
-    ReplyWrite, Request, TimeOrNow, WriteFlags,
+    INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl,
+    ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
 };
 
 use crate::chunk::{ChunkEngine, Hyperslab};
@@ -26,7 +26,7 @@ use crate::create::{AttrTarget, DatasetWriter};
 use crate::dataset::OpenDataset;
 use crate::location::Mode;
 use crate::model::{Dataset, VarId};
-use crate::zmap::ZMap;
+use crate::zmap::{Space, ZMap};
 use crate::{meta, Error, Result};
 
 use super::content;
@@ -1503,13 +1503,83 @@ impl Filesystem for NczarrFs {
         reply.ok();
     }
 
+    /// A read-only mount is full, as any read-only image; a `rw` one has the space of the file
+    /// system that holds the dataset, or plenty on an object store, so that tools which check
+    /// for free space before writing do not refuse.
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        const BLOCK: u64 = 4096;
+        const OBJECT_STORE_FREE: u64 = 1 << 50;
         let snap = self.shared.snapshot();
         let used: u64 = (0..snap.model.vars.len())
             .map(|v| content::data_size(&snap.model, VarId(v)))
-            .sum();
+            .fold(0, u64::saturating_add);
         let files = lock(&self.shared.inodes).count();
-        reply.statfs(used.div_ceil(4096), 0, 0, files, 0, 4096, 255, 4096);
+        let space = match (&self.shared.writer, self.shared.map.local_space()) {
+            (None, _) => Space {
+                total: used,
+                free: 0,
+                available: 0,
+            },
+            (Some(_), Some(space)) => space,
+            (Some(_), None) => Space {
+                total: used.saturating_add(OBJECT_STORE_FREE),
+                free: OBJECT_STORE_FREE,
+                available: OBJECT_STORE_FREE,
+            },
+        };
+        reply.statfs(
+            space.total.div_ceil(BLOCK),
+            space.free / BLOCK,
+            space.available / BLOCK,
+            files,
+            0,
+            BLOCK as u32,
+            255,
+            BLOCK as u32,
+        );
+    }
+
+    /// No ioctl is offered: `ENOTTY` is the answer for a file that takes none (Python asks
+    /// for TCGETS on every `open`).
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        reply.error(Errno::ENOTTY);
+    }
+
+    /// Special files (and regular ones made by mknod(2) rather than open(2)) have no place in
+    /// a dataset.
+    fn mknod(
+        &self,
+        _req: &Request,
+        parent_ino: INodeNo,
+        name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        _rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let sh = &self.shared;
+        if sh.writer.is_none() {
+            return reply.error(Errno::EROFS);
+        }
+        let dir = sh
+            .node(parent_ino.0)
+            .map_or_else(String::new, |d| node_display(&d));
+        log::warn!(
+            "{}/{}: mknod is not permitted, only attribute files can be created (EPERM)",
+            dir.trim_end_matches('/'),
+            name.to_string_lossy()
+        );
+        reply.error(Errno::EPERM);
     }
 }
 

@@ -8,7 +8,8 @@ use std::sync::OnceLock;
 
 use log::{Level, Log, Metadata, Record};
 
-/// env_logger behind two adjustments: the syslog switch and the expected-unmount downgrade.
+/// env_logger behind two adjustments: the syslog switch and the downgrade of fuser's
+/// expected warnings.
 struct Logger {
     inner: env_logger::Logger,
     syslog: AtomicBool,
@@ -39,16 +40,24 @@ pub fn to_syslog() {
     }
 }
 
-/// fuser unmounts once more when its session ends, even after an external `umount` (or our
-/// own, on SIGTERM) has done it; the kernel then answers `EINVAL` (not a mount point), which
-/// fuser logs as an error. It is expected, so it becomes a debug line.
-fn is_expected_unmount_failure(record: &Record) -> bool {
-    record.level() == Level::Error
-        && record.target().starts_with("fuser::mnt")
-        && record
-            .args()
-            .to_string()
-            .starts_with("Unmount failed: Invalid argument")
+/// Warnings of fuser's that are expected, so they become debug lines:
+/// - it unmounts once more when its session ends, even after an external `umount` (or our own,
+///   on SIGTERM) has done it; the kernel then answers `EINVAL` (not a mount point);
+/// - it logs every request for an operation the filesystem does not offer (`getxattr`,
+///   `listxattr`, …; a program's every `open` can bring one), answered `ENOSYS` as it should
+///   be: at the default level they would flood the log.
+fn is_expected_fuser_warning(record: &Record) -> bool {
+    if record.level() > Level::Warn || !record.target().starts_with("fuser") {
+        return false;
+    }
+    let text = record.args().to_string();
+    text.starts_with("[Not Implemented]")
+        || ["Unmount failed: ", "Failed to umount filesystem: "]
+            .iter()
+            .any(|p| {
+                text.strip_prefix(p)
+                    .is_some_and(|e| e.starts_with("Invalid argument"))
+            })
 }
 
 fn syslog_priority(level: Level) -> libc::c_int {
@@ -89,7 +98,7 @@ impl Log for Logger {
     }
 
     fn log(&self, record: &Record) {
-        if !is_expected_unmount_failure(record) {
+        if !is_expected_fuser_warning(record) {
             return self.emit(record);
         }
         self.emit(
@@ -122,27 +131,49 @@ mod tests {
     }
 
     #[test]
-    fn only_fusers_einval_unmount_error_is_expected() {
-        let einval = "Unmount failed: Invalid argument (os error 22)";
-        let target = "fuser::mnt::fuse_pure";
-        assert!(with_record(
-            Level::Error,
-            target,
-            einval,
-            is_expected_unmount_failure
-        ));
+    fn only_fusers_expected_warnings_are_downgraded() {
+        let expected = [
+            (
+                "fuser::mnt",
+                "Unmount failed: Invalid argument (os error 22)",
+            ),
+            (
+                "fuser::session",
+                "Failed to umount filesystem: Invalid argument (os error 22)",
+            ),
+            (
+                "fuser",
+                "[Not Implemented] getxattr(ino: 0x2, name: \"security.selinux\")",
+            ),
+        ];
+        for (target, text) in expected {
+            for level in [Level::Warn, Level::Error] {
+                assert!(
+                    with_record(level, target, text, is_expected_fuser_warning),
+                    "{text}"
+                );
+            }
+        }
         let busy = "Unmount failed: Device or resource busy (os error 16)";
         assert!(!with_record(
-            Level::Error,
-            target,
+            Level::Warn,
+            "fuser::mnt",
             busy,
-            is_expected_unmount_failure
+            is_expected_fuser_warning
         ));
+        let ours = "Unmount failed: Invalid argument (os error 22)";
         assert!(!with_record(
-            Level::Error,
+            Level::Warn,
             "nczarrfs::fuse",
-            einval,
-            is_expected_unmount_failure
+            ours,
+            is_expected_fuser_warning
+        ));
+        let info = "[Not Implemented] ioctl";
+        assert!(!with_record(
+            Level::Info,
+            "fuser",
+            info,
+            is_expected_fuser_warning
         ));
     }
 

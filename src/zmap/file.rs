@@ -421,6 +421,10 @@ impl ZMap for FileMap {
     fn describe(&self) -> String {
         self.root.display().to_string()
     }
+
+    fn local_space(&self) -> Option<super::Space> {
+        super::space_of(&self.root)
+    }
 }
 
 #[cfg(test)]

@@ -24,6 +24,43 @@ pub use self::memory::MemoryMap;
 pub use self::s3::{S3Limits, S3Map};
 pub use self::zip::ZipMap;
 
+/// The size of a file system, in bytes (see [`ZMap::local_space`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Space {
+    /// Its whole size.
+    pub total: u64,
+    /// What is free.
+    pub free: u64,
+    /// What is free for an unprivileged user.
+    pub available: u64,
+}
+
+/// The [`Space`] of the file system holding `path`, or its nearest existing ancestor (a
+/// dataset being created may not exist yet).
+pub(crate) fn space_of(path: &std::path::Path) -> Option<Space> {
+    use std::os::unix::ffi::OsStrExt;
+    let existing = path.ancestors().find(|p| p.exists())?;
+    let existing = if existing.as_os_str().is_empty() {
+        std::path::Path::new(".")
+    } else {
+        existing
+    };
+    let c_path = std::ffi::CString::new(existing.as_os_str().as_bytes()).ok()?;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: a valid C string and a buffer statvfs fills when it returns 0.
+    if unsafe { libc::statvfs(c_path.as_ptr(), st.as_mut_ptr()) } != 0 {
+        return None;
+    }
+    // SAFETY: statvfs returned 0, so it filled the buffer.
+    let st = unsafe { st.assume_init() };
+    let unit = st.f_frsize;
+    Some(Space {
+        total: st.f_blocks.saturating_mul(unit),
+        free: st.f_bfree.saturating_mul(unit),
+        available: st.f_bavail.saturating_mul(unit),
+    })
+}
+
 /// A key/value store holding one dataset.
 pub trait ZMap: Send + Sync + Debug {
     /// Reads the whole object at `key`; `Ok(None)` if it does not exist.
@@ -166,6 +203,11 @@ pub trait ZMap: Send + Sync + Debug {
 
     /// Whether the map refuses writes.
     fn read_only(&self) -> bool;
+
+    /// The local file system that holds the map, if there is one (not for object stores).
+    fn local_space(&self) -> Option<Space> {
+        None
+    }
 
     /// A short description for messages and logs (a path or URL, never credentials).
     fn describe(&self) -> String;

@@ -403,6 +403,10 @@ impl ZMap for ZipMap {
     fn describe(&self) -> String {
         self.path.display().to_string()
     }
+
+    fn local_space(&self) -> Option<super::Space> {
+        super::space_of(&self.path)
+    }
 }
 
 impl Drop for ZipMap {
