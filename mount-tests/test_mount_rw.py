@@ -264,6 +264,26 @@ def test_refused_operations_are_eperm(mounter, nczarr, tmp_path, action):
         assert ds.getncattr("_NCProperties") != "x"
 
 
+def test_growth_that_no_file_offset_can_address_is_efbig(mounter, nczarr):
+    """One byte far past the end of `time` would grow the unlimited dimension until `temp`
+    (35 floats a record) is larger than 2^63 bytes: refused, and nothing changes."""
+    mnt = mounter.mount(nczarr, "rw")
+    sizes = {v: os.stat(mnt / v / "data").st_size for v in ("time", "temp")}
+    fd = os.open(mnt / "time" / "data", os.O_WRONLY)
+    try:
+        with pytest.raises(OSError) as e:
+            os.pwrite(fd, b"\0", 8 * 2**58)
+        assert e.value.errno == errno.EFBIG
+    finally:
+        os.close(fd)
+    assert {v: os.stat(mnt / v / "data").st_size for v in sizes} == sizes
+    umount_and_wait(mnt)
+    import netCDF4
+
+    with netCDF4.Dataset(nczarr) as ds:
+        assert len(ds.dimensions["time"]) == 4
+
+
 def test_free_space_on_rw_mounts_only(mounter, nczarr):
     """A read-only mount is full, as any read-only image; a rw one shows the space of the file
     system that holds the dataset (df would otherwise call it full, and some tools refuse)."""

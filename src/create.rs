@@ -968,6 +968,29 @@ impl DatasetWriter {
                 d.len
             )));
         }
+        let size_at = |v: &Variable| {
+            v.dims.iter().try_fold(v.element_size() as u64, |acc, d| {
+                acc.checked_mul(if *d == dim {
+                    len
+                } else {
+                    self.model.dim(*d).len
+                })
+            })
+        };
+        if let Some(v) = self
+            .model
+            .vars
+            .iter()
+            .filter(|v| v.dims.contains(&dim))
+            .find(|v| size_at(v).is_none_or(|bytes| bytes > i64::MAX as u64))
+        {
+            return Err(Error::TooLarge(format!(
+                "{} records of {} would make {} larger than 2^63 bytes",
+                len,
+                self.model.dim_fqn(dim),
+                self.model.fqn_in(v.group, &v.name)
+            )));
+        }
         self.model.dims[dim.0].len = len;
         for i in 0..self.model.vars.len() {
             if self.model.vars[i].dims.contains(&dim) {

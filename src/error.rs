@@ -113,6 +113,9 @@ pub enum Error {
     /// An operation that the netCDF data model forbids.
     #[error("not permitted: {0}")]
     NotPermitted(String),
+    /// A change that would make a variable larger than a file offset can address.
+    #[error("too large: {0}")]
+    TooLarge(String),
     /// A request that is malformed (bad option, bad value).
     #[error("{0}")]
     Invalid(String),
@@ -166,6 +169,7 @@ impl Error {
         match self {
             Error::NotFound(_) | Error::MissingObject { .. } => libc::ENOENT,
             Error::NotPermitted(_) => libc::EPERM,
+            Error::TooLarge(_) => libc::EFBIG,
             Error::InvalidHyperslab(_) | Error::Invalid(_) => libc::EINVAL,
             Error::Unsupported(_) => libc::ENOTSUP,
             Error::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),

@@ -72,8 +72,9 @@ pub fn native_dtype(nctype: NcType, element_size: usize) -> String {
 
 /// Size in bytes of a variable's `data` file.
 pub fn data_size(ds: &Dataset, v: VarId) -> u64 {
-    let n: u64 = ds.var_shape(v).iter().product();
-    n.saturating_mul(ds.var(v).element_size() as u64)
+    ds.var_shape(v)
+        .iter()
+        .fold(ds.var(v).element_size() as u64, |a, &n| a.saturating_mul(n))
 }
 
 /// `@metadata.json` of a group or variable, pretty-printed with a final newline.
