@@ -5,6 +5,7 @@ file descriptor held open across the change (no chunk cache, no kernel page cach
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -77,6 +78,37 @@ def test_ttl_zero_declares_the_dataset_static(mounter, tmp_path):
     time.sleep(1.5)
     # Nothing is re-read: the chunks (cached at the first read) keep their values.
     assert data.read_bytes() == values.tobytes()
+
+
+def test_records_appended_underneath_reach_an_open_descriptor(binary, mounter, tmp_path):
+    """An unlimited variable grows underneath (`nczarrfs put` appends records): after the
+    TTL, a descriptor opened before reads on into the new records, and `stat` and new opens
+    see the new size (a short read at the old end would make the kernel shrink the file)."""
+    import netCDF4
+
+    store = tmp_path / "rec.file"
+    url = f"file://{store}#mode=nczarr,file"
+    with netCDF4.Dataset(url, "w") as nc:
+        nc.createDimension("t", None)
+        nc.createDimension("x", 3)
+        v = nc.createVariable("a", "i4", ("t", "x"), chunksizes=(1, 3))
+        v[0:2] = np.arange(6, dtype="i4").reshape(2, 3)
+    mnt = mounter.mount(str(store), "ttl=1")
+    data = mnt / "a" / "data"
+    fd = os.open(data, os.O_RDONLY)
+    try:
+        assert os.pread(fd, 1000, 0) == np.arange(6, dtype="<i4").tobytes()
+        more = np.arange(6, 12, dtype="<i4")
+        r = subprocess.run([str(binary), "put", url, "a", "--start", "2,0"], input=more.tobytes(),
+                           capture_output=True)
+        assert r.returncode == 0, r.stderr
+        time.sleep(2.0)
+        assert os.stat(data).st_size == 48
+        assert os.pread(fd, 1000, 0) == np.arange(12, dtype="<i4").tobytes()
+        assert os.stat(data).st_size == 48
+        assert data.read_bytes() == np.arange(12, dtype="<i4").tobytes()
+    finally:
+        os.close(fd)
 
 
 def test_metadata_changed_underneath_is_seen_after_ttl(mounter, tmp_path):

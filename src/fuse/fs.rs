@@ -531,6 +531,37 @@ impl Shared {
         }
     }
 
+    /// The model a read of `data` through `handle` sees. A rw mount reads through the newest
+    /// (the variable may have grown since the open). On a read-only mount the handle keeps
+    /// the view it was opened with, unless the variable has since only grown along its first
+    /// dimension (records appended underneath): then it reads on as a local file's reader
+    /// does. A short read at the old end would also make the kernel take the old size for the
+    /// file's size, for every reader, until its attribute timeout.
+    fn read_snapshot(&self, handle: &Handle, owner: &Owner) -> Arc<Snapshot> {
+        let newest = self.snapshot();
+        if self.writer.is_some() || Arc::ptr_eq(&newest, &handle.snap) {
+            return newest;
+        }
+        let (old, new) = (&handle.snap.model, &newest.model);
+        let same_but_longer = match (owner.resolve(old), owner.resolve(new)) {
+            (Some(Resolved::Var(a)), Some(Resolved::Var(b))) => {
+                let (va, vb) = (old.var(a), new.var(b));
+                let (sa, sb) = (old.var_shape(a), new.var_shape(b));
+                va.nctype == vb.nctype
+                    && va.element_size() == vb.element_size()
+                    && va.storage.dtype == vb.storage.dtype
+                    && sa.len() == sb.len()
+                    && sa.first() <= sb.first()
+                    && sa.get(1..) == sb.get(1..)
+            }
+            _ => false,
+        };
+        match same_but_longer {
+            true => newest,
+            false => Arc::clone(&handle.snap),
+        }
+    }
+
     fn content(&self, ino: u64, node: &Node, snap: &Snapshot) -> Result<Arc<Vec<u8>>> {
         if let Some((gen, c)) = lock(&self.contents).get(&ino) {
             if *gen == snap.generation {
@@ -953,15 +984,11 @@ impl Filesystem for NczarrFs {
         if let Some(c) = &handle.content {
             return reply.data(&slice(c));
         }
-        // A rw mount reads through the newest model (the variable may have grown since open).
-        let snap = match self.shared.writer {
-            Some(_) => self.shared.snapshot(),
-            None => Arc::clone(&handle.snap),
-        };
         let sh = &self.shared;
         let Node::File(owner, _) = &handle.node else {
             return reply.error(Errno::EBADF);
         };
+        let snap = sh.read_snapshot(&handle, owner);
         let Some(Resolved::Var(var)) = owner.resolve(&snap.model) else {
             return reply.error(Errno::ENOENT);
         };
