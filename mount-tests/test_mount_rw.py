@@ -284,6 +284,74 @@ def test_growth_that_no_file_offset_can_address_is_efbig(mounter, nczarr):
         assert len(ds.dimensions["time"]) == 4
 
 
+def test_readers_of_a_growing_variable_see_only_written_values(mounter, tmp_path):
+    """One thread appends records, another reopens and reads the whole file again and
+    again: every record read is one that was written, or the fill value, never zeros (a
+    page-cached file shows zeros when the kernel drops a page that an extending write is
+    still carrying to the daemon)."""
+    import threading
+
+    import netCDF4
+
+    url = f"file://{tmp_path / 'grow.file'}#mode=nczarr,file"
+    fill = -2147483647
+    with netCDF4.Dataset(url, "w") as ds:
+        ds.createDimension("t", None)
+        ds.createDimension("x", 3)
+        ds.createVariable("a", "i4", ("t", "x"), chunksizes=(4, 3))
+    mnt = mounter.mount(url, "rw")
+    data = mnt / "a" / "data"
+    stop = time.monotonic() + 5
+    bad, reads = [], [0]
+
+    def reader():
+        while time.monotonic() < stop:
+            with open(data, "rb") as f:
+                b = f.read()
+            rows = np.frombuffer(b[: len(b) // 12 * 12], "<i4").reshape(-1, 3)
+            ok = ((rows == np.arange(len(rows))[:, None]) | (rows == fill)).all(axis=1)
+            if not ok.all():
+                i = int(np.nonzero(~ok)[0][0])
+                bad.append((i, rows[i].tolist(), len(rows)))
+            reads[0] += 1
+
+    def writer():
+        fd = os.open(data, os.O_WRONLY)
+        k = 0
+        while time.monotonic() < stop:
+            os.pwrite(fd, np.full(3, k, "<i4").tobytes(), k * 12)
+            k += 1
+        os.close(fd)
+
+    threads = [threading.Thread(target=reader), threading.Thread(target=writer)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert reads[0] > 100
+    assert not bad, f"{len(bad)} of {reads[0]} reads saw unwritten values: {bad[:3]}"
+
+
+def test_shared_mappings_write_through_to_the_dataset(mounter, nczarr):
+    """numpy.memmap in r+ mode (a shared writable mapping) on a rw mount."""
+    import netCDF4
+
+    mnt = mounter.mount(nczarr, "rw")
+    dtype, shape = dtype_of(mnt, "counts")
+    m = np.memmap(mnt / "counts" / "data", dtype=dtype, mode="r+", shape=tuple(shape))
+    expected = np.array(m)
+    m[1, :] = 7
+    m[4, 2] = -9
+    m.flush()
+    del m
+    expected[1, :] = 7
+    expected[4, 2] = -9
+    assert np.array_equal(read_var(mnt, "counts"), expected)
+    umount_and_wait(mnt)
+    with netCDF4.Dataset(nczarr) as ds:
+        assert np.array_equal(ds["counts"][:], expected)
+
+
 def test_free_space_on_rw_mounts_only(mounter, nczarr):
     """A read-only mount is full, as any read-only image; a rw one shows the space of the file
     system that holds the dataset (df would otherwise call it full, and some tools refuse)."""

@@ -147,6 +147,8 @@ pub struct NczarrFs {
     shared: Arc<Shared>,
     /// The kernel opens directories without asking (see `opendir`).
     no_opendir: bool,
+    /// `data` files are opened for direct I/O (`-o direct_io`, and `rw` mounts; see `init`).
+    direct_data: bool,
 }
 
 /// A mounted filesystem as other threads of the daemon see it: they ask it to re-read its
@@ -277,6 +279,7 @@ impl NczarrFs {
         Ok(NczarrFs {
             shared: Arc::new(shared),
             no_opendir: false,
+            direct_data: false,
         })
     }
 
@@ -826,13 +829,20 @@ impl Filesystem for NczarrFs {
         self.no_opendir = config
             .add_capabilities(InitFlags::FUSE_NO_OPENDIR_SUPPORT)
             .is_ok();
-        if self.shared.opts.direct_io {
+        if self.shared.opts.direct_io || self.shared.writer.is_some() {
             // An asynchronous reader's (io_submit, io_uring) large read of a `data` file is
             // then sent as parallel requests; a plain read(2) stays one request after another.
             let _ = config.add_capabilities(InitFlags::FUSE_ASYNC_DIO);
             // Shared mappings of `data` then stay possible (kernel 6.6 and later): the kernel
-            // fills their pages with ordinary read requests.
-            let _ = config.add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
+            // fills their pages with ordinary read requests, and writes them back.
+            let mmap = config.add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
+            // On a rw mount, a page-cached `data` file can show zeros that were never written:
+            // a page the kernel drops (at an open, or under memory pressure) while an
+            // extending write to it is on its way to us is read back short and zero-filled,
+            // then the write's new size makes those zeros part of the file. Direct I/O reads
+            // what the dataset holds. Without shared mappings (kernels before 6.6) the page
+            // cache stays, for numpy.memmap's sake.
+            self.direct_data = self.shared.opts.direct_io || mmap.is_ok();
         }
         if self.shared.writer.is_some() {
             // O_TRUNC then arrives as an open flag instead of a truncate to 0, so that
@@ -916,7 +926,7 @@ impl Filesystem for NczarrFs {
             // the page cache from one open to the next (uncompressed chunks are not kept in
             // the chunk cache, so this is what keeps them from being re-read).
             Node::File(_, FileKind::Data) => {
-                let flags = if sh.opts.direct_io {
+                let flags = if self.direct_data {
                     FopenFlags::FOPEN_DIRECT_IO
                 } else {
                     sh.generated_open_flags() & FopenFlags::FOPEN_KEEP_CACHE
