@@ -197,3 +197,33 @@ def test_gen_zarr_mode_reads_in_zarr_python_and_xarray(nczarrfs, tmp_path):
                         checked_codecs += 1
     assert not failures, "\n".join(failures)
     assert checked_codecs > 0, "no zlib+shuffle variable was drawn"
+
+
+EXTREME_FLOATS_CDL = """netcdf extremes {
+dimensions:
+	n = 3 ;
+variables:
+	float v(n) ;
+		v:a = 3.4028235e38f, 3.40282347e+38f, -3.4028235e+38f, 3.5e38f, 1.17549435e-38f ;
+		v:b = 1.8e308, -1.8e308, 1.7976931348623157e308 ;
+	double d(n) ;
+data:
+ v = 3.4028235e38, 3.5e38, -1e39 ;
+ d = 1e308, 1.8e308, -2e308 ;
+}
+"""
+
+
+def test_gen_rounds_extreme_floats_as_ncgen_does(nczarrfs, tmp_path):
+    """FLT_MAX spelled with more digits than a float holds is FLT_MAX, and literals beyond
+    the range of their type are infinities, as ncgen (strtod, then a cast) makes them."""
+    cdl = tmp_path / "extremes.cdl"
+    cdl.write_text(EXTREME_FLOATS_CDL)
+    ref = tmp_path / "extremes.nc"
+    subprocess.run(["ncgen", "-k", "nc4", "-o", str(ref), str(cdl)], check=True)
+    want = subprocess.run(["ncdump", str(ref)], check=True, capture_output=True).stdout
+    ours = tmp_path / "extremes.file"
+    _gen(nczarrfs, cdl, ours, "nczarr")
+    got = nczarrfs("dump", str(ours))
+    assert got.returncode == 0, got.stderr.decode()
+    assert got.stdout == want

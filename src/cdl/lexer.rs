@@ -438,11 +438,8 @@ fn parse_number(text: &str) -> Option<Number> {
             Some(d) => (d, true),
             None => (lower.strip_suffix('d').unwrap_or(&lower), false),
         };
+        // A literal beyond the double range is an infinity, as strtod (and so ncgen) has it.
         let mut v: f64 = digits.parse().ok()?;
-        if !v.is_finite() && !digits.contains("inf") {
-            // An overflowing literal is an error, not an infinity.
-            return None;
-        }
         if neg {
             v = -v;
         }

@@ -871,9 +871,8 @@ impl Parser<'_> {
                 Const::Str(_) => return Err(mismatch("a string")),
             };
             if t == NcType::Float {
-                if v.is_finite() && v.abs() > f32::MAX as f64 {
-                    return Err(self.err(pos, format!("value {v} out of range for type float")));
-                }
+                // Rounded to the nearest float, as ncgen does: FLT_MAX written with more
+                // digits (3.40282347e+38f) is FLT_MAX, and beyond it is an infinity.
                 out.extend_from_slice(&(v as f32).to_le_bytes());
             } else {
                 out.extend_from_slice(&v.to_le_bytes());
