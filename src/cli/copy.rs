@@ -21,7 +21,7 @@ use crate::create::{
 };
 use crate::dataset::{OpenDataset, DEFAULT_CACHE_BYTES};
 use crate::location::Location;
-use crate::model::{ByteOrder, CodecSpec, Dataset, NcType, VarId, Variable};
+use crate::model::{ByteOrder, CodecSpec, Dataset, DimId, NcType, VarId, Variable};
 use crate::{meta, zmap, Error, Result};
 
 /// Largest slab moved at once.
@@ -99,6 +99,22 @@ pub fn run(args: CopyArgs) -> Result<i32> {
 fn target_model(src: &Dataset, codecs: Option<&Codecs>, specs: &[String]) -> Result<Dataset> {
     let mut ds = src.clone();
     let chunking = parse_chunk_specs(specs)?;
+    // As nccopy: a name that matches nothing is an error, not a silent no-op.
+    for spec in &chunking {
+        let found = match spec {
+            ChunkSpec::Var(name, _) => src.find_var(name).is_some(),
+            ChunkSpec::Dim(name, _) => (0..src.dims.len())
+                .map(DimId)
+                .any(|d| src.dim(d).name == *name || src.dim_fqn(d) == *name),
+        };
+        if !found {
+            let (what, name) = match spec {
+                ChunkSpec::Var(name, _) => ("variable", name),
+                ChunkSpec::Dim(name, _) => ("dimension", name),
+            };
+            return Err(Error::NotFound(format!("--chunks: no {what} named {name}")));
+        }
+    }
     for i in 0..ds.vars.len() {
         let id = VarId(i);
         let fqn = src.var_fqn(id);
@@ -630,5 +646,41 @@ mod tests {
         );
         assert!(parse_chunk_specs(&["lat".into()]).is_err());
         assert!(parse_chunk_specs(&["v:0".into()]).is_err());
+    }
+
+    #[test]
+    fn chunk_specs_must_name_something() {
+        let mut ds = Dataset::new();
+        let x = ds.add_dim(Dataset::ROOT, "x", 8, false);
+        let g = ds.add_group(Dataset::ROOT, "g");
+        let y = ds.add_dim(g, "y", 4, false);
+        for (group, name, dims) in [(Dataset::ROOT, "v", vec![x]), (g, "w", vec![x, y])] {
+            ds.add_var(Variable {
+                name: name.into(),
+                group,
+                nctype: NcType::Int,
+                dims,
+                string_width: 0,
+                attrs: Vec::new(),
+                storage: Default::default(),
+            });
+        }
+        for (ok, var, chunks) in [
+            ("x/2", 0, vec![2]),
+            ("/g/y/2", 1, vec![8, 2]),
+            ("y/2", 1, vec![8, 2]),
+            ("v:4", 0, vec![4]),
+            ("g/w:2,3", 1, vec![2, 3]),
+            ("/g/w:2,3", 1, vec![2, 3]),
+        ] {
+            let m = target_model(&ds, None, &[ok.to_string()]).unwrap();
+            assert_eq!(m.vars[var].storage.chunks, chunks, "{ok}");
+        }
+        for bad in ["X/2", "vv:2", "g/v:2", "/y/2"] {
+            match target_model(&ds, None, &[bad.to_string()]) {
+                Err(Error::NotFound(m)) => assert!(m.contains("--chunks"), "{m}"),
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
     }
 }
