@@ -206,3 +206,24 @@ def test_errors_store_nothing(tmp_path, mode, rng):
     fails("nope", data=four, says="no variable")
     fails("v", "--start", "1,x,0", data=four, says="not a non-negative integer")
     np.testing.assert_array_equal(read(ds, mode, "v"), before)
+
+
+def test_put_strings_into_a_variable_gen_made_empty(nczarrfs, tmp_path):
+    """A string variable without data gets netcdf-c's width (128 bytes), and `put` takes a
+    `.npy` of narrower strings (numpy sizes `|S` to the longest value)."""
+    cdl = tmp_path / "s.cdl"
+    cdl.write_text("netcdf s {\ndimensions:\n\tn = 3 ;\nvariables:\n\tstring s(n) ;\n}\n")
+    path = tmp_path / "s.file"
+    r = nczarrfs("gen", "-o", str(path), str(cdl))
+    assert r.returncode == 0, r.stderr.decode()
+    words = np.array([b"alpha", b"beta", b"a much longer value"])
+    npy = tmp_path / "words.npy"
+    np.save(npy, words)
+    r = nczarrfs("put", str(path), "s", "--npy", "-i", str(npy))
+    assert r.returncode == 0, r.stderr.decode()
+    with netCDF4.Dataset(url(path, "nczarr")) as nc:
+        assert nc["s"][:].tolist() == ["alpha", "beta", "a much longer value"]
+    too_wide = tmp_path / "wide.npy"
+    np.save(too_wide, np.array([b"x" * 200] * 3))
+    r = nczarrfs("put", str(path), "s", "--npy", "-i", str(too_wide))
+    assert r.returncode != 0 and b"128 bytes wide" in r.stderr, r.stderr.decode()

@@ -289,6 +289,10 @@ pub struct VarOptions {
     pub string_width: usize,
 }
 
+/// netcdf-c's width of a string variable's elements in Zarr (`|S128`) unless
+/// `_nczarr_maxstrlen` says otherwise.
+pub const NETCDF_MAXSTRLEN: usize = 128;
+
 /// Where an attribute lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AttrTarget {
@@ -634,7 +638,7 @@ impl DatasetWriter {
             }
         }
         let string_width = match (nctype, opts.string_width) {
-            (NcType::String, 0) => 128,
+            (NcType::String, 0) => NETCDF_MAXSTRLEN,
             (NcType::String, w) => w,
             _ => 0,
         };
@@ -705,7 +709,7 @@ impl DatasetWriter {
         };
         let v = &mut self.model.vars[id.0];
         if v.nctype == NcType::String && v.string_width == 0 {
-            v.string_width = 128;
+            v.string_width = NETCDF_MAXSTRLEN;
         }
         let big =
             v.storage.dtype.as_ref().is_some_and(|d| {

@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 
 use crate::cdl::parser::{parse_cdl, parse_cdl_file, Endianness, ParsedCdl, StorageLayout};
 use crate::chunk::Hyperslab;
-use crate::create::{apply_mode_words, Codecs, CreateOptions, DatasetWriter, Staging};
+use crate::create::{
+    apply_mode_words, Codecs, CreateOptions, DatasetWriter, Staging, NETCDF_MAXSTRLEN,
+};
 use crate::location::Location;
 use crate::meta::writer::default_dtype;
 use crate::model::{AttrValue, ByteOrder, Dataset, NcType, VarId};
@@ -212,7 +214,10 @@ fn prepare(parsed: ParsedCdl) -> Result<(Dataset, Vec<Option<Vec<u8>>>)> {
             var.storage.fill_value = None;
         }
         if var.nctype == NcType::String {
-            let width = attr_int(&var.attrs, "_nczarr_maxstrlen").or(default_maxstrlen);
+            // A variable without data gets netcdf-c's default width, which `put` can fill.
+            let width = attr_int(&var.attrs, "_nczarr_maxstrlen")
+                .or(default_maxstrlen)
+                .or(values.is_none().then_some(NETCDF_MAXSTRLEN));
             if let Some(w) = width.filter(|w| *w > 0) {
                 let old = var.string_width;
                 values = values.map(|v| rewidth(&v, old, w));
@@ -246,7 +251,7 @@ fn attr_int(attrs: &[crate::model::Attribute], name: &str) -> Option<usize> {
 
 /// Re-pads fixed-width strings from `old` to `new` bytes per element, truncating longer ones
 /// as netcdf-c does with `_nczarr_maxstrlen`.
-fn rewidth(values: &[u8], old: usize, new: usize) -> Vec<u8> {
+pub(super) fn rewidth(values: &[u8], old: usize, new: usize) -> Vec<u8> {
     if old == 0 {
         return values.to_vec();
     }

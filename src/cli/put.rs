@@ -17,7 +17,7 @@ use super::get::{npy_descr, parse_indices, to_end};
 use crate::chunk::{parse_size, Hyperslab};
 use crate::create::{DatasetWriter, WRITER_CACHE_BYTES};
 use crate::location::Location;
-use crate::model::{Dataset, VarId};
+use crate::model::{Dataset, NcType, VarId};
 use crate::{Error, Result};
 
 /// Arguments of `put`.
@@ -68,9 +68,17 @@ pub fn run(args: PutArgs) -> Result<i32> {
         ))
     })?;
     let (input, name) = read_input(args.input.as_deref())?;
+    let widened;
     let (values, npy_shape) = if args.npy {
-        let (shape, at) = parse_npy(w.model(), var, input.bytes(), &name)?;
-        (&input.bytes()[at..], Some(shape))
+        let (shape, at, narrower) = parse_npy(w.model(), var, input.bytes(), &name)?;
+        let values = &input.bytes()[at..];
+        match narrower {
+            Some(k) => {
+                widened = super::gen::rewidth(values, k, w.model().var(var).string_width);
+                (&widened[..], Some(shape))
+            }
+            None => (values, Some(shape)),
+        }
     } else {
         (input.bytes(), None)
     };
@@ -261,7 +269,14 @@ fn map_input(file: &File, len: usize) -> std::io::Result<memmap2::Mmap> {
 /// Parses a `.npy` header (format 1.0, 2.0 or 3.0): checks that its dtype is the variable's
 /// native one and that the array is in C order; returns the array's shape and where the
 /// values start.
-fn parse_npy(ds: &Dataset, var: VarId, bytes: &[u8], name: &str) -> Result<(Vec<u64>, usize)> {
+/// A `.npy` input's shape, where its data start, and, for a string variable given narrower
+/// strings (`|S5` into a width of 128), their width.
+fn parse_npy(
+    ds: &Dataset,
+    var: VarId,
+    bytes: &[u8],
+    name: &str,
+) -> Result<(Vec<u64>, usize, Option<usize>)> {
     let bad = |why: &str| Error::Invalid(format!("{name} is not a .npy file: {why}"));
     if bytes.len() < 10 || &bytes[..6] != b"\x93NUMPY" {
         return Err(bad("no \\x93NUMPY magic"));
@@ -310,14 +325,26 @@ fn parse_npy(ds: &Dataset, var: VarId, bytes: &[u8], name: &str) -> Result<(Vec<
         .map(|s| s.parse::<u64>().map_err(|_| bad("'shape' is not a tuple")))
         .collect::<Result<Vec<u64>>>()?;
     let want = npy_descr(ds, var);
-    if descr != want {
+    let v = ds.var(var);
+    let narrower = descr
+        .strip_prefix("|S")
+        .and_then(|k| k.parse::<usize>().ok())
+        .filter(|k| v.nctype == NcType::String && *k < v.string_width);
+    if descr != want && narrower.is_none() {
+        let width = match v.nctype {
+            NcType::String => format!(
+                " or narrower (its strings are {} bytes wide, set by `_nczarr_maxstrlen`)",
+                v.string_width
+            ),
+            _ => String::new(),
+        };
         return Err(Error::Invalid(format!(
-            "{name} holds {descr} values; {} ({}) needs {want}",
+            "{name} holds {descr} values; {} ({}) needs {want}{width}",
             ds.var_fqn(var),
-            ds.var(var).nctype.cdl_name()
+            v.nctype.cdl_name()
         )));
     }
-    Ok((shape, at + len))
+    Ok((shape, at + len, narrower))
 }
 
 #[cfg(test)]
@@ -383,7 +410,10 @@ mod tests {
         file.extend((dict.len() as u16).to_le_bytes());
         file.extend(dict.as_bytes());
         file.extend([0u8; 24]);
-        assert_eq!(parse_npy(&ds, v, &file, "f").unwrap(), (vec![4, 3], 128));
+        assert_eq!(
+            parse_npy(&ds, v, &file, "f").unwrap(),
+            (vec![4, 3], 128, None)
+        );
         // The same header with another text of the same length in place of `from`.
         let edited = |from: &str, to: &str| {
             let mut f = file.clone();
