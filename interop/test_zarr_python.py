@@ -115,6 +115,18 @@ def test_dtypes(nczarrfs, tmp_path, dtype):
     assert_same(_get(nczarrfs, _url(path), "v", tmp_path), expected, dtype)
 
 
+@pytest.mark.parametrize("dtype", ["<f2", ">f2"])
+def test_half_floats_read_as_float(nczarrfs, tmp_path, dtype):
+    """netCDF has no half float: as in Zarr v3 stores, `<f2` is read widened to float."""
+    path = tmp_path / "store.zarr"
+    root = zarr.open_group(str(path), mode="w", zarr_format=2)
+    _array(root, "v", _data(dtype), compressors=numcodecs.Zlib(level=1), fill_value=-1.5)
+    expected = zarr.open_array(str(path / "v"), mode="r")[...].astype("<f4")
+    assert_same(_get(nczarrfs, _url(path), "v", tmp_path), expected, dtype)
+    header = nczarrfs("dump", "-h", _url(path))
+    assert header.returncode == 0 and b"float v(" in header.stdout, header.stderr.decode()
+
+
 def test_fortran_order(nczarrfs, tmp_path):
     path = tmp_path / "store.zarr"
     root = zarr.open_group(str(path), mode="w", zarr_format=2)

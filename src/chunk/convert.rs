@@ -2,6 +2,7 @@
 //! element order) and the native in-memory one (little-endian numbers, 0/1 booleans, UTF-8
 //! strings NUL-padded to the variable's width, C order).
 
+use crate::meta::v3::half_to_f32;
 use crate::model::{ByteOrder, ChunkOrder, DtypeKind, NcType, ZarrDtype};
 
 /// How one stored element becomes one native element (and back).
@@ -19,6 +20,11 @@ pub(crate) enum Conversion {
         stored: usize,
         /// Native width in bytes.
         native: usize,
+    },
+    /// IEEE binary16 (`<f2`, Zarr v3 `float16`) widened to a native `float`.
+    Half {
+        /// Whether the stored halves are big-endian.
+        big: bool,
     },
     /// `<U<chars>` / `>U<chars>` UCS-4 held as UTF-8 in `native`-byte slots.
     Ucs4 {
@@ -45,6 +51,12 @@ impl Conversion {
         match dtype.kind {
             DtypeKind::Bool => match nctype {
                 NcType::Byte | NcType::UByte | NcType::Char => Ok(Conversion::Bool),
+                _ => Err(mismatch()),
+            },
+            DtypeKind::Float if dtype.size == 2 => match nctype {
+                NcType::Float => Ok(Conversion::Half {
+                    big: dtype.order == ByteOrder::Big,
+                }),
                 _ => Err(mismatch()),
             },
             DtypeKind::Int | DtypeKind::UInt | DtypeKind::Float => {
@@ -86,6 +98,7 @@ impl Conversion {
         match *self {
             Conversion::Identity | Conversion::Bool => native,
             Conversion::Swap(n) => n,
+            Conversion::Half { .. } => 2,
             Conversion::Bytes { stored, .. } => stored,
             Conversion::Ucs4 { chars, .. } => chars * 4,
         }
@@ -106,7 +119,7 @@ impl Conversion {
                 }
                 true
             }
-            Conversion::Bytes { .. } | Conversion::Ucs4 { .. } => false,
+            Conversion::Half { .. } | Conversion::Bytes { .. } | Conversion::Ucs4 { .. } => false,
         }
     }
 
@@ -124,6 +137,16 @@ impl Conversion {
                 }
                 data
             }
+            Conversion::Half { big } => data
+                .chunks_exact(2)
+                .flat_map(|h| {
+                    let bits = match big {
+                        true => u16::from_be_bytes([h[0], h[1]]),
+                        false => u16::from_le_bytes([h[0], h[1]]),
+                    };
+                    half_to_f32(bits).to_le_bytes()
+                })
+                .collect(),
             Conversion::Bytes { stored, native } => resize_elements(&data, stored, native),
             Conversion::Ucs4 { chars, big, native } => {
                 let n = if chars == 0 {
@@ -160,6 +183,16 @@ impl Conversion {
                 }
                 data
             }
+            Conversion::Half { big } => data
+                .chunks_exact(4)
+                .flat_map(|f| {
+                    let h = f32_to_half(f32::from_le_bytes([f[0], f[1], f[2], f[3]]));
+                    match big {
+                        true => h.to_be_bytes(),
+                        false => h.to_le_bytes(),
+                    }
+                })
+                .collect(),
             Conversion::Bytes { stored, native } => resize_elements(&data, native, stored),
             Conversion::Ucs4 { chars, big, native } => {
                 let n = data.len().checked_div(native).unwrap_or(0);
@@ -311,6 +344,46 @@ fn transpose(data: &[u8], shape: &[usize], esize: usize, f_to_c: bool) -> Vec<u8
         }
     }
     out
+}
+
+/// IEEE binary16 nearest to `f` (ties to even; overflow to infinity; NaN stays NaN).
+pub(crate) fn f32_to_half(f: f32) -> u16 {
+    let x = f.to_bits();
+    let sign = ((x >> 16) & 0x8000) as u16;
+    let exp = ((x >> 23) & 0xff) as i32;
+    let man = x & 0x7f_ffff;
+    if exp == 0xff {
+        let nan = if man != 0 {
+            0x200 | (man >> 13) as u16
+        } else {
+            0
+        };
+        return sign | 0x7c00 | nan;
+    }
+    let e = exp - 127 + 15;
+    if e >= 0x1f {
+        return sign | 0x7c00;
+    }
+    let round = |kept: u32, rem: u32, half: u32| -> u32 {
+        if rem > half || (rem == half && kept & 1 == 1) {
+            kept + 1
+        } else {
+            kept
+        }
+    };
+    if e <= 0 {
+        // Subnormal half: the value is m * 2^-24 with m the full f32 significand shifted.
+        if e < -10 {
+            return sign;
+        }
+        let m = man | 0x80_0000;
+        let shift = (14 - e) as u32;
+        let r = round(m >> shift, m & ((1 << shift) - 1), 1 << (shift - 1));
+        return sign | r as u16;
+    }
+    // A carry out of the significand rounds up into the exponent (to infinity at the top).
+    let r = round(((e as u32) << 10) | (man >> 13), man & 0x1fff, 0x1000);
+    sign | r as u16
 }
 
 #[cfg(test)]

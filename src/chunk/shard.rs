@@ -22,13 +22,8 @@ use crate::{Error, Result};
 /// How a decoded chunk's bytes become native elements.
 #[derive(Debug, Clone, Copy)]
 enum Elements {
-    /// Fixed-size elements: the v2 engine's conversions (byte order, bool, strings).
+    /// Fixed-size elements: the v2 engine's conversions (byte order, bool, strings, halves).
     Fixed(Conversion),
-    /// IEEE binary16 widened to native `float`.
-    Half {
-        /// Whether the stored halves are big-endian.
-        big: bool,
-    },
     /// `vlen-utf8` / `vlen-bytes`: a count, then length-prefixed values; each value lands
     /// NUL-padded in a slot of `width` bytes (a longer value is an error).
     Vlen {
@@ -414,21 +409,7 @@ impl ChunkCodecs {
                 if a2b.is_some_and(|(n, _)| n == "bytes") {
                     i += 1;
                 }
-                if dtype.kind == DtypeKind::Float && dtype.size == 2 {
-                    if nctype != NcType::Float {
-                        return Err(Error::Unsupported(format!(
-                            "float16 read as {}",
-                            nctype.cdl_name()
-                        )));
-                    }
-                    Elements::Half {
-                        big: dtype.order == ByteOrder::Big,
-                    }
-                } else {
-                    Elements::Fixed(
-                        Conversion::new(dtype, nctype, esize).map_err(Error::Unsupported)?,
-                    )
-                }
+                Elements::Fixed(Conversion::new(dtype, nctype, esize).map_err(Error::Unsupported)?)
             }
         };
         let bytes = Pipeline::from_v3(&codecs[i..], dtype.size)?;
@@ -460,19 +441,6 @@ impl ChunkCodecs {
             Elements::Fixed(conv) => {
                 let stored = conv.stored_size(self.esize);
                 conv.to_native(self.bytes.decode_expect(raw, self.elems * stored)?)
-            }
-            Elements::Half { big } => {
-                let b = self.bytes.decode_expect(raw, self.elems * 2)?;
-                let mut out = Vec::with_capacity(self.elems * 4);
-                for h in b.chunks_exact(2) {
-                    let bits = if big {
-                        u16::from_be_bytes([h[0], h[1]])
-                    } else {
-                        u16::from_le_bytes([h[0], h[1]])
-                    };
-                    out.extend_from_slice(&crate::meta::v3::half_to_f32(bits).to_le_bytes());
-                }
-                out
             }
             Elements::Vlen { width, utf8 } => {
                 let b = self.bytes.decode(raw)?;
@@ -532,18 +500,6 @@ impl ChunkCodecs {
         };
         let stored = match self.elements {
             Elements::Fixed(conv) => conv.to_stored(ordered),
-            Elements::Half { big } => {
-                let mut out = Vec::with_capacity(self.elems * 2);
-                for f in ordered.chunks_exact(4) {
-                    let h = f32_to_half(f32::from_le_bytes([f[0], f[1], f[2], f[3]]));
-                    out.extend(if big {
-                        h.to_be_bytes()
-                    } else {
-                        h.to_le_bytes()
-                    });
-                }
-                out
-            }
             Elements::Vlen { width, utf8 } => slots_to_vlen(&ordered, width, utf8)?,
         };
         self.bytes.encode(stored)
@@ -569,46 +525,6 @@ fn slots_to_vlen(native: &[u8], width: usize, utf8: bool) -> Result<Vec<u8>> {
         out.extend_from_slice(value);
     }
     Ok(out)
-}
-
-/// IEEE binary16 nearest to `f` (ties to even; overflow to infinity; NaN stays NaN).
-fn f32_to_half(f: f32) -> u16 {
-    let x = f.to_bits();
-    let sign = ((x >> 16) & 0x8000) as u16;
-    let exp = ((x >> 23) & 0xff) as i32;
-    let man = x & 0x7f_ffff;
-    if exp == 0xff {
-        let nan = if man != 0 {
-            0x200 | (man >> 13) as u16
-        } else {
-            0
-        };
-        return sign | 0x7c00 | nan;
-    }
-    let e = exp - 127 + 15;
-    if e >= 0x1f {
-        return sign | 0x7c00;
-    }
-    let round = |kept: u32, rem: u32, half: u32| -> u32 {
-        if rem > half || (rem == half && kept & 1 == 1) {
-            kept + 1
-        } else {
-            kept
-        }
-    };
-    if e <= 0 {
-        // Subnormal half: the value is m * 2^-24 with m the full f32 significand shifted.
-        if e < -10 {
-            return sign;
-        }
-        let m = man | 0x80_0000;
-        let shift = (14 - e) as u32;
-        let r = round(m >> shift, m & ((1 << shift) - 1), 1 << (shift - 1));
-        return sign | r as u16;
-    }
-    // A carry out of the significand rounds up into the exponent (to infinity at the top).
-    let r = round(((e as u32) << 10) | (man >> 13), man & 0x1fff, 0x1000);
-    sign | r as u16
 }
 
 /// Reorders a C-order chunk of `shape` into the order stored by `perm` (stored dimension `k`
@@ -1340,10 +1256,12 @@ mod tests {
         let back = c.decode(c.encode(&floats).unwrap()).unwrap();
         assert_eq!(back[..20], floats[..20]);
         // 0.333 is not a half; the nearest one is 0x3554 (numpy.float16(0.333).view('u2')).
-        assert_eq!(f32_to_half(0.333), 0x3554);
-        assert_eq!(f32_to_half(1e-8), 0);
-        assert_eq!(f32_to_half(65520.0), 0x7c00);
-        assert!(crate::meta::v3::half_to_f32(f32_to_half(f32::NAN)).is_nan());
+        assert_eq!(crate::chunk::convert::f32_to_half(0.333), 0x3554);
+        assert_eq!(crate::chunk::convert::f32_to_half(1e-8), 0);
+        assert_eq!(crate::chunk::convert::f32_to_half(65520.0), 0x7c00);
+        assert!(
+            crate::meta::v3::half_to_f32(crate::chunk::convert::f32_to_half(f32::NAN)).is_nan()
+        );
         // Variable-length strings, NUL-padded in 6-byte slots.
         let slots = b"a\0\0\0\0\0h\xc3\xa9llo\0\0\0\0\0\0";
         round_trip(

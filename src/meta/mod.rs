@@ -1008,11 +1008,10 @@ fn var_type(
         (DtypeKind::UInt, 2) => NcType::UShort,
         (DtypeKind::UInt, 4) => NcType::UInt,
         (DtypeKind::UInt, _) => NcType::UInt64,
-        (DtypeKind::Float, 4) => NcType::Float,
+        // Half floats are widened to float by the chunk engine.
+        (DtypeKind::Float, 2 | 4) => NcType::Float,
         (DtypeKind::Float, 8) => NcType::Double,
-        (DtypeKind::Float, _) => {
-            return unreadable(format!("unsupported dtype {text:?} (half float)"))
-        }
+        (DtypeKind::Float, _) => return unreadable(format!("unsupported dtype {text:?}")),
         // NCZarr marks char as `>S1` (`<U1` before 4.9.1); `|S1` is a one-byte string.
         (DtypeKind::Bytes, 1) if nczarr && d.order != ByteOrder::NotApplicable => NcType::Char,
         (DtypeKind::Unicode, 4) if nczarr => NcType::Char,
@@ -1534,7 +1533,10 @@ mod tests {
             ),
         ];
         let ds = open(&objs).unwrap();
-        for v in ["c", "h", "o", "t"] {
+        // Half floats are read, widened to float.
+        let half = ds.var(ds.find_var("h").unwrap());
+        assert_eq!((half.nctype, half.storage.unreadable.as_ref()), (NcType::Float, None));
+        for v in ["c", "o", "t"] {
             let var = ds.var(ds.find_var(v).unwrap());
             assert_eq!(var.storage.dtype, None, "{v}");
             assert!(var.storage.unreadable.is_some(), "{v}");
