@@ -1128,7 +1128,13 @@ pub fn attr_to_native(value: &AttrValue) -> Vec<u8> {
 /// Applies `mode=` words (`nczarr`, `zarr`, `xarray`, `noxarray`, `consolidated`, `file`,
 /// `zip`, comma-separated) to a parsed location; words override what its fragment said.
 pub fn apply_mode_words(location: &mut Location, words: &str) -> Result<()> {
-    let probe = Location::parse(&format!("file:///mode-probe#mode={words}"))?;
+    let probe =
+        Location::parse(&format!("file:///mode-probe#mode={words}")).map_err(|e| match e {
+            Error::InvalidLocation { reason, .. } => {
+                Error::Invalid(format!("-k {words}: {reason}"))
+            }
+            other => other,
+        })?;
     let m = probe.mode;
     if m.format.is_some() {
         location.mode.format = m.format;

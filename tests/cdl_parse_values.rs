@@ -241,6 +241,13 @@ fn user_defined_types_are_refused() {
         assert!(e.contains("user-defined types are not supported"), "{e}");
         assert!(e.starts_with("x.cdl:"), "{e}");
     }
+    // An empty types section declares nothing, as ncgen has it.
+    for text in [
+        "netcdf x {\ntypes:\ndimensions:\n d = 2 ;\nvariables:\n int v(d) ;\n}",
+        "netcdf x {\ntypes:\n}",
+    ] {
+        assert!(parse_cdl(text, "x.cdl").is_ok(), "{text}");
+    }
 }
 
 #[test]

@@ -326,6 +326,11 @@ impl Parser<'_> {
                 Tok::RBrace | Tok::Eof => return Ok(()),
                 Tok::Section(s) => {
                     self.next();
+                    // An empty `types:` section declares nothing (ncgen accepts it).
+                    let empty = matches!(self.peek(), Tok::Section(_) | Tok::RBrace | Tok::Eof);
+                    if s == "types" && empty {
+                        continue;
+                    }
                     let new = match s {
                         "dimensions" => Mode::Dims,
                         "variables" => Mode::Vars,

@@ -1535,7 +1535,10 @@ mod tests {
         let ds = open(&objs).unwrap();
         // Half floats are read, widened to float.
         let half = ds.var(ds.find_var("h").unwrap());
-        assert_eq!((half.nctype, half.storage.unreadable.as_ref()), (NcType::Float, None));
+        assert_eq!(
+            (half.nctype, half.storage.unreadable.as_ref()),
+            (NcType::Float, None)
+        );
         for v in ["c", "o", "t"] {
             let var = ds.var(ds.find_var(v).unwrap());
             assert_eq!(var.storage.dtype, None, "{v}");
