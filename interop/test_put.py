@@ -10,6 +10,7 @@ dtype) must fail with a message and leave every stored object as it was.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -227,3 +228,27 @@ def test_put_strings_into_a_variable_gen_made_empty(nczarrfs, tmp_path):
     np.save(too_wide, np.array([b"x" * 200] * 3))
     r = nczarrfs("put", str(path), "s", "--npy", "-i", str(too_wide))
     assert r.returncode != 0 and b"128 bytes wide" in r.stderr, r.stderr.decode()
+
+
+def test_char_variables_stay_char_when_the_metadata_is_rewritten(nczarrfs, tmp_path):
+    """Appending a record rewrites every variable's metadata on the grown dimension: a char
+    variable must keep netcdf-c's `>S1` (a `|S1` is a one-byte string to netcdf-c)."""
+    path = tmp_path / "c.file"
+    with netCDF4.Dataset(url(path, "nczarr"), "w") as nc:
+        nc.createDimension("time", None)
+        nc.createDimension("n", 4)
+        t = nc.createVariable("t", "f8", ("time",))
+        c = nc.createVariable("c", "S1", ("time", "n"))
+        t[0:2] = [1.0, 2.0]
+        c[0:2] = np.array([list("abcd"), list("efgh")], dtype="S1")
+    src = tmp_path / "one.bin"
+    src.write_bytes(np.array([10.0], "<f8").tobytes())
+    r = nczarrfs("put", str(path), "t", "--start", "2", "-i", str(src))
+    assert r.returncode == 0, r.stderr.decode()
+    assert json.loads((path / "c" / ".zarray").read_text())["dtype"] == ">S1"
+    with netCDF4.Dataset(url(path, "nczarr")) as nc:
+        assert nc["c"].dtype == np.dtype("S1")
+        assert nc["c"].shape == (3, 4)
+        assert b"".join(nc["c"][1].data.tolist()) == b"efgh"
+    header = nczarrfs("dump", "-h", str(path))
+    assert b"char c(time, n) ;" in header.stdout, header.stdout.decode()

@@ -188,11 +188,12 @@ pub fn default_dtype(nctype: NcType, string_width: usize, dialect: Dialect) -> Z
 fn zarray(ds: &Dataset, v: VarId, opts: &WriteOptions) -> Result<Value> {
     let var = ds.var(v);
     let key = join_key(&[&array_key(ds, v), ".zarray"]);
-    let dtype = var
-        .storage
-        .dtype
-        .clone()
-        .unwrap_or_else(|| default_dtype(var.nctype, var.string_width, opts.dialect));
+    // A char is always written in the dialect's spelling (`>S1` in NCZarr, which is how
+    // netcdf-c tells it from a one-byte string), whatever it was read from (4.8's `<U1`).
+    let dtype = match (&var.storage.dtype, var.nctype) {
+        (Some(d), t) if t != NcType::Char => d.clone(),
+        _ => default_dtype(var.nctype, var.string_width, opts.dialect),
+    };
     let mut shape = ds.var_shape(v);
     if shape.is_empty() && opts.dialect == Dialect::NcZarr {
         shape = vec![1];
