@@ -264,6 +264,31 @@ def test_refused_operations_are_eperm(mounter, nczarr, tmp_path, action):
         assert ds.getncattr("_NCProperties") != "x"
 
 
+def test_the_mv_command_renames(mounter, nczarr):
+    """GNU mv renames with renameat2(RENAME_NOREPLACE)."""
+    mnt = mounter.mount(nczarr, "rw")
+    for src, dst in [("counts", "counts2"), ("sub", "sub2"),
+                     ("temp/@attributes/long_name", "temp/@attributes/title")]:
+        r = subprocess.run(["mv", str(mnt / src), str(mnt / dst)], capture_output=True,
+                           text=True)
+        assert r.returncode == 0, r.stderr
+        assert (mnt / dst).exists() and not (mnt / src).exists()
+    assert (mnt / "temp" / "@attributes" / "title").read_text() == "temperature"
+    # A taken name: mv -n keeps both, a plain mv replaces an attribute.
+    (mnt / "@attributes" / "other").write_text("x")
+    r = subprocess.run(["mv", "-n", str(mnt / "@attributes" / "other"),
+                        str(mnt / "@attributes" / "title")], capture_output=True, text=True)
+    assert (mnt / "@attributes" / "title").read_text() == "mount test"
+    assert (mnt / "@attributes" / "other").read_text() == "x"
+    umount_and_wait(mnt)
+    import netCDF4
+
+    with netCDF4.Dataset(nczarr) as ds:
+        assert set(ds.variables) >= {"counts2", "temp"} and "counts" not in ds.variables
+        assert set(ds.groups) == {"sub2"}
+        assert ds["temp"].title == "temperature"
+
+
 def test_growth_that_no_file_offset_can_address_is_efbig(mounter, nczarr):
     """One byte far past the end of `time` would grow the unlimited dimension until `temp`
     (35 floats a record) is larger than 2^63 bytes: refused, and nothing changes."""

@@ -1388,8 +1388,14 @@ impl Filesystem for NczarrFs {
         if dir != newdir {
             return reply.error(refuse("objects cannot move to another directory"));
         }
-        if !flags.is_empty() {
-            return reply.error(refuse("rename flags are not supported"));
+        // GNU mv renames with RENAME_NOREPLACE: a taken name is then EEXIST, as anywhere.
+        if !(flags - RenameFlags::RENAME_NOREPLACE).is_empty() {
+            return reply.error(refuse("rename flags other than RENAME_NOREPLACE"));
+        }
+        if flags.contains(RenameFlags::RENAME_NOREPLACE)
+            && layout::child(&snap.model, &newdir, &newname).is_some()
+        {
+            return reply.error(Errno::EEXIST);
         }
         let done = match &node {
             Node::Dir(owner @ (Owner::Var(..) | Owner::Group(_))) => {
