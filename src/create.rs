@@ -1177,6 +1177,15 @@ impl Staging {
     /// a dataset (or an empty directory, or a zip archive): nothing else is ever replaced.
     pub fn new(target: &Location) -> Result<Staging> {
         check_replaceable(target)?;
+        // `ds.file/../ds.file` names the dataset through itself: moving it aside would take
+        // the way to its own place along.
+        let mut target = target.clone();
+        target.storage = match target.storage {
+            Storage::File(p) => Storage::File(through_real_parent(&p)),
+            Storage::Zip(p) => Storage::Zip(through_real_parent(&p)),
+            other => other,
+        };
+        let target = &target;
         let sibling = |p: &Path| -> PathBuf {
             let name = p
                 .file_name()
@@ -1257,6 +1266,19 @@ fn describe(location: &Location) -> String {
         Storage::File(p) | Storage::Zip(p) => p.display().to_string(),
         _ => location.original.clone(),
     }
+}
+
+/// `path` with its parent directory resolved (no `..`, no symbolic link on the way), if it
+/// exists.
+fn through_real_parent(path: &Path) -> PathBuf {
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return path.to_path_buf();
+    };
+    let parent = match parent.as_os_str().is_empty() {
+        true => Path::new("."),
+        false => parent,
+    };
+    std::fs::canonicalize(parent).map_or_else(|_| path.to_path_buf(), |dir| dir.join(name))
 }
 
 /// Refuses a local `target` that exists but is not something a new dataset may replace: a
@@ -1418,6 +1440,15 @@ mod tests {
                 "new"
             );
         }
+        // Named through itself: the dataset is still replaced, not lost on the way.
+        let staging = Staging::new(&loc(&at("old.file/../old.file"))).unwrap();
+        let Storage::File(temp) = &staging.temp.storage else {
+            panic!("{:?}", staging.temp)
+        };
+        std::fs::create_dir(temp).unwrap();
+        std::fs::write(temp.join(".zgroup"), "newer").unwrap();
+        staging.publish().unwrap();
+        assert_eq!(std::fs::read_to_string(at("old.file/.zgroup")).unwrap(), "newer");
         let left: Vec<_> = std::fs::read_dir(tmp.path())
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
