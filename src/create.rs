@@ -1448,7 +1448,10 @@ mod tests {
         std::fs::create_dir(temp).unwrap();
         std::fs::write(temp.join(".zgroup"), "newer").unwrap();
         staging.publish().unwrap();
-        assert_eq!(std::fs::read_to_string(at("old.file/.zgroup")).unwrap(), "newer");
+        assert_eq!(
+            std::fs::read_to_string(at("old.file/.zgroup")).unwrap(),
+            "newer"
+        );
         let left: Vec<_> = std::fs::read_dir(tmp.path())
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
