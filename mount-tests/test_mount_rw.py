@@ -264,6 +264,19 @@ def test_refused_operations_are_eperm(mounter, nczarr, tmp_path, action):
         assert ds.getncattr("_NCProperties") != "x"
 
 
+def test_an_unchanged_fill_value_may_be_written_back(mounter, nczarr):
+    """`cp -r` of a mounted dataset onto itself writes every attribute file back as it was:
+    `_FillValue` unchanged is no change, a new one is EPERM once values are stored."""
+    mnt = mounter.mount(nczarr, "rw")
+    fill = mnt / "temp" / "@attributes" / "_FillValue"
+    text = fill.read_text()
+    fill.write_text(text)
+    with pytest.raises(OSError) as e:
+        fill.write_text("-1.f")
+    assert e.value.errno == errno.EPERM
+    assert fill.read_text() == text
+
+
 def test_the_mv_command_renames(mounter, nczarr):
     """GNU mv renames with renameat2(RENAME_NOREPLACE)."""
     mnt = mounter.mount(nczarr, "rw")

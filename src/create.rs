@@ -790,6 +790,10 @@ impl DatasetWriter {
     /// which is only possible before values are written.
     pub fn put_attr(&mut self, target: AttrTarget, name: &str, value: AttrValue) -> Result<()> {
         check_attr_name(target, name)?;
+        if self.attrs_mut(target)?.iter().any(|a| a.name == name && a.value == value) {
+            // Unchanged (`cp -r` of a mounted dataset onto itself): nothing to refuse.
+            return Ok(());
+        }
         if let AttrTarget::Var(v) = target {
             if name == "_FillValue" {
                 self.set_fill(v, Some(&value))?;
