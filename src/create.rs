@@ -790,7 +790,11 @@ impl DatasetWriter {
     /// which is only possible before values are written.
     pub fn put_attr(&mut self, target: AttrTarget, name: &str, value: AttrValue) -> Result<()> {
         check_attr_name(target, name)?;
-        if self.attrs_mut(target)?.iter().any(|a| a.name == name && a.value == value) {
+        if self
+            .attrs_mut(target)?
+            .iter()
+            .any(|a| a.name == name && a.value == value)
+        {
             // Unchanged (`cp -r` of a mounted dataset onto itself): nothing to refuse.
             return Ok(());
         }
