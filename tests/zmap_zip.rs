@@ -2,7 +2,7 @@
 //! writes them, keys under one folder as netcdf-c writes them), hostile entry names, and
 //! rewrites on flush. Expected listings come from `unzip -l` of the fixtures.
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use nczarrfs::location::Location;
@@ -292,4 +292,38 @@ fn new_archive_uses_root_layout() {
 
 fn loc(path: &Path) -> Location {
     Location::parse(path.to_str().unwrap()).unwrap()
+}
+
+#[test]
+fn entries_beside_the_dataset_folder_survive_a_rewrite() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ds.zip");
+    make_zip(
+        &path,
+        &[
+            ("ds/", b"", false),
+            ("ds/.zgroup", b"{\"zarr_format\": 2}", false),
+            ("README.txt", b"read me first", true),
+            ("LICENSE", b"kept", false),
+        ],
+    );
+    let map = ZipMap::open(&path, true).unwrap();
+    map.put("v/.zattrs", b"{}").unwrap();
+    map.flush().unwrap();
+    drop(map);
+    let mut archive = zip::ZipArchive::new(std::fs::File::open(&path).unwrap()).unwrap();
+    let mut read = |name: &str| {
+        let mut s = String::new();
+        archive
+            .by_name(name)
+            .unwrap()
+            .read_to_string(&mut s)
+            .unwrap();
+        s
+    };
+    assert_eq!(read("README.txt"), "read me first");
+    assert_eq!(read("LICENSE"), "kept");
+    assert_eq!(read("ds/v/.zattrs"), "{}");
+    let names: Vec<String> = archive.file_names().map(str::to_string).collect();
+    assert_eq!(archive.name_for_index(0), Some("ds/"), "{names:?}");
 }

@@ -47,6 +47,8 @@ struct State {
     archive: Option<ZipArchive<File>>,
     /// Every content-bearing key (relative to `folder`) and where its bytes are.
     objects: BTreeMap<String, Source>,
+    /// Entries beside the dataset's folder (a README next to it): kept as they are.
+    outside: Vec<usize>,
     /// Whether `objects` differs from the archive on disk.
     dirty: bool,
 }
@@ -66,7 +68,7 @@ impl ZipMap {
     /// the archive is created by the first `flush`. An entry whose name could escape the
     /// archive (absolute, `..`, backslash) makes the open fail.
     pub fn open(path: &Path, writable: bool) -> Result<Self> {
-        let (archive, folder, objects) = match File::open(path) {
+        let (archive, folder, objects, outside) = match File::open(path) {
             Ok(file) => {
                 let is_dir = file.metadata().map_err(|e| Error::io(path, e))?.is_dir();
                 if is_dir {
@@ -82,10 +84,11 @@ impl ZipMap {
                 let entries = list_entries(&archive)?;
                 let folder = dataset_folder(&entries);
                 let objects = index_objects(&entries, &folder);
-                (Some(archive), folder, objects)
+                let outside = outside_entries(&entries, &folder);
+                (Some(archive), folder, objects, outside)
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound && writable => {
-                (None, String::new(), BTreeMap::new())
+                (None, String::new(), BTreeMap::new(), Vec::new())
             }
             Err(e) => return Err(Error::io(path, e)),
         };
@@ -96,6 +99,7 @@ impl ZipMap {
             state: Mutex::new(State {
                 archive,
                 objects,
+                outside,
                 dirty: false,
             }),
         })
@@ -124,7 +128,8 @@ impl ZipMap {
     }
 
     /// Writes the whole archive to `temp`: the dataset folder's entry first (netcdf-c names the
-    /// dataset after the first entry), then every object in key order.
+    /// dataset after the first entry), then every object in key order, then the entries beside
+    /// the folder as they were.
     fn write_archive(&self, state: &mut State, temp: &Path) -> Result<()> {
         let storage_err = |key: &str, e: &dyn std::fmt::Display| Error::Storage {
             key: key.to_string(),
@@ -139,22 +144,16 @@ impl ZipMap {
                 .map_err(|e| storage_err(&self.folder, &e))?;
         }
         let State {
-            archive, objects, ..
+            archive,
+            objects,
+            outside,
+            ..
         } = state;
         for (key, source) in objects.iter() {
             let name = format!("{}{key}", self.folder);
             match source {
                 Source::Archived(index) => {
-                    let archive = archive.as_mut().ok_or_else(|| Error::Storage {
-                        key: key.clone(),
-                        reason: "archive entry without an archive".into(),
-                    })?;
-                    let entry = archive
-                        .by_index_raw(*index)
-                        .map_err(|e| storage_err(key, &e))?;
-                    writer
-                        .raw_copy_file(entry)
-                        .map_err(|e| storage_err(key, &e))?;
+                    copy_raw(archive, &mut writer, *index).map_err(|e| storage_err(key, &e))?
                 }
                 Source::Local(bytes) => {
                     let large = u32::try_from(bytes.len()).is_err();
@@ -165,9 +164,23 @@ impl ZipMap {
                 }
             }
         }
+        for index in outside.iter() {
+            copy_raw(archive, &mut writer, *index).map_err(|e| storage_err("", &e))?;
+        }
         let file = writer.finish().map_err(|e| storage_err("", &e))?;
         file.sync_all().map_err(|e| Error::io(temp, e))
     }
+}
+
+/// Copies entry `index` of `archive` into `writer` as it is stored (no recompression).
+fn copy_raw(
+    archive: &mut Option<ZipArchive<File>>,
+    writer: &mut ZipWriter<File>,
+    index: usize,
+) -> std::result::Result<(), String> {
+    let archive = archive.as_mut().ok_or("archive entry without an archive")?;
+    let entry = archive.by_index_raw(index).map_err(|e| e.to_string())?;
+    writer.raw_copy_file(entry).map_err(|e| e.to_string())
 }
 
 /// One archive entry: its number, its name without a trailing `/`, and whether it is a
@@ -281,6 +294,19 @@ fn dataset_folder(entries: &[Entry]) -> String {
     }
 }
 
+/// The entries beside the dataset's `folder` (none when the dataset is at the root).
+fn outside_entries(entries: &[Entry], folder: &str) -> Vec<usize> {
+    if folder.is_empty() {
+        return Vec::new();
+    }
+    let folder_entry = folder.trim_end_matches('/');
+    entries
+        .iter()
+        .filter(|e| e.name != folder_entry && !e.name.starts_with(folder))
+        .map(|e| e.index)
+        .collect()
+}
+
 /// The content-bearing objects under `folder`, keyed relative to it.
 fn index_objects(entries: &[Entry], folder: &str) -> BTreeMap<String, Source> {
     entries
@@ -391,6 +417,7 @@ impl ZMap for ZipMap {
         })?;
         let entries = list_entries(&archive)?;
         state.objects = index_objects(&entries, &self.folder);
+        state.outside = outside_entries(&entries, &self.folder);
         state.archive = Some(archive);
         state.dirty = false;
         Ok(())
