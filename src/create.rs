@@ -918,9 +918,10 @@ impl DatasetWriter {
         self.check_free_name(g, to, "variable")?;
         let old = self.model.var(var).storage.key.clone();
         let new = join_key(&[&self.model.group_path(g).join("/"), to]);
+        let before = self.model.clone();
         self.model.vars[var.0].name = to.to_string();
         self.model.vars[var.0].storage.key = new.clone();
-        self.move_prefix(&old, &new)
+        self.move_prefix(&old, &new, before)
     }
 
     /// Renames a group (not the root): everything under it moves to the new key.
@@ -934,6 +935,7 @@ impl DatasetWriter {
             .ok_or_else(|| Error::NotPermitted("renaming the root group".into()))?;
         self.check_free_name(parent, to, "group")?;
         let old = self.model.group_path(group).join("/");
+        let before = self.model.clone();
         self.model.groups[group.0].name = to.to_string();
         let new = self.model.group_path(group).join("/");
         let old_slash = format!("{old}/");
@@ -942,22 +944,30 @@ impl DatasetWriter {
                 v.storage.key = format!("{new}/{rest}");
             }
         }
-        self.move_prefix(&old, &new)
+        self.move_prefix(&old, &new, before)
     }
 
     /// Copies every object under `old` to `new`, writes the new metadata, then deletes the
-    /// old objects: a crash in between leaves stray copies, never a dangling reference.
-    fn move_prefix(&mut self, old: &str, new: &str) -> Result<()> {
-        self.engine.flush()?;
-        self.engine.invalidate(old)?;
-        for key in keys_under(self.map.as_ref(), old)? {
-            let rest = &key[old.len()..];
-            if let Some(value) = self.map.get(&key)? {
-                self.map.put(&format!("{new}{rest}"), &value)?;
+    /// old objects: a crash in between leaves stray copies, never a dangling reference. Until
+    /// the new metadata is written, a failure puts the model `before` the rename back (its
+    /// metadata is then written again: the old objects are all still there).
+    fn move_prefix(&mut self, old: &str, new: &str, before: Dataset) -> Result<()> {
+        let copied = self.engine.flush().and_then(|()| {
+            self.engine.invalidate(old)?;
+            for key in keys_under(self.map.as_ref(), old)? {
+                let rest = &key[old.len()..];
+                if let Some(value) = self.map.get(&key)? {
+                    self.map.put(&format!("{new}{rest}"), &value)?;
+                }
             }
+            self.meta_dirty = true;
+            self.write_meta()
+        });
+        if let Err(e) = copied {
+            self.model = before;
+            self.meta_dirty = true;
+            return Err(e);
         }
-        self.meta_dirty = true;
-        self.write_meta()?;
         self.map.delete(old)?;
         self.map.flush()
     }
@@ -1466,6 +1476,79 @@ mod tests {
             .filter(|n| n.starts_with('.'))
             .collect();
         assert!(left.is_empty(), "{left:?}");
+    }
+
+    /// A map whose puts under `refused` fail, as a server that goes away mid-rename.
+    #[derive(Debug)]
+    struct FailingPuts {
+        inner: Arc<dyn ZMap>,
+        refused: &'static str,
+    }
+
+    impl ZMap for FailingPuts {
+        fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+            self.inner.get(key)
+        }
+        fn put(&self, key: &str, value: &[u8]) -> Result<()> {
+            if key.starts_with(self.refused) {
+                return Err(Error::Storage {
+                    key: key.into(),
+                    reason: "refused by the test".into(),
+                });
+            }
+            self.inner.put(key, value)
+        }
+        fn delete(&self, key: &str) -> Result<()> {
+            self.inner.delete(key)
+        }
+        fn search(&self, prefix: &str) -> Result<Vec<String>> {
+            self.inner.search(prefix)
+        }
+        fn read_only(&self) -> bool {
+            false
+        }
+        fn describe(&self) -> String {
+            "failing puts".into()
+        }
+    }
+
+    #[test]
+    fn a_failed_rename_changes_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (loc, mut w) = writer(tmp.path(), "nczarr");
+        let g = w.add_group(Dataset::ROOT, "g").unwrap();
+        let x = w.add_dim(g, "x", 3, false).unwrap();
+        let v = w
+            .add_var(g, "v", NcType::Int, &[x], VarOptions::default())
+            .unwrap();
+        w.write(v, &Hyperslab::whole(&[3]), &bytes(&[1, 2, 3]))
+            .unwrap();
+        w.close().unwrap();
+
+        let mut w = DatasetWriter::open(&loc).unwrap();
+        let map: Arc<dyn ZMap> = Arc::new(FailingPuts {
+            inner: Arc::clone(&w.map),
+            refused: "h/",
+        });
+        w.engine = ChunkEngine::new(Arc::clone(&map), WRITER_CACHE_BYTES);
+        w.map = map;
+        let before = w.model().clone();
+        let g = w.model().find_group("g").unwrap();
+        assert!(w.rename_group(g, "h").is_err());
+        let v = w.model().find_var("g/v").unwrap();
+        assert!(w.rename_var(v, "w").is_ok(), "other renames still work");
+        assert!(w.rename_var(v, "v").is_ok());
+        assert_eq!(*w.model(), before);
+        w.close().unwrap();
+
+        let ds = meta::read_dataset(zmap::open(&loc, false).unwrap().as_ref(), &loc.mode).unwrap();
+        let v = ds.find_var("/g/v").expect("g/v is still there");
+        assert!(ds.find_group("h").is_none());
+        let mut out = vec![0u8; 12];
+        ChunkEngine::new(zmap::open(&loc, false).unwrap(), 0)
+            .read(&ds, v, &Hyperslab::whole(&[3]), &mut out)
+            .unwrap();
+        assert_eq!(ints(&out), [1, 2, 3]);
     }
 
     #[test]
