@@ -325,6 +325,9 @@ impl Shared {
         };
         if due {
             self.reload();
+            // The next check is a TTL after this one ended: a reload that waits out a stalled
+            // server's timeout must not make the very next request wait it out again.
+            *lock(&self.last_check) = Instant::now();
         }
         Arc::clone(&self.snap.read().unwrap_or_else(|e| e.into_inner()))
     }
