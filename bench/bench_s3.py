@@ -49,9 +49,14 @@ from test_s3 import BUCKET, MOTO, S3S, S3S_KEY, S3S_SECRET  # noqa: E402
 from test_s3_faults import FaultProxy  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+# scripts/s3-servers keeps one state directory per pair of ports.
+STATE = REPO / ".cache" / (
+    f"s3-servers-{os.environ.get('NCZARRFS_MOTO_PORT', '5000')}"
+    f"-{os.environ.get('NCZARRFS_S3S_PORT', '5001')}"
+)
 SERVERS = {
-    "moto": (MOTO, "testing", "testing", REPO / ".cache" / "s3-servers" / "moto.pid"),
-    "s3s": (S3S, S3S_KEY, S3S_SECRET, REPO / ".cache" / "s3-servers" / "s3s.pid"),
+    "moto": (MOTO, "testing", "testing", STATE / "moto.pid"),
+    "s3s": (S3S, S3S_KEY, S3S_SECRET, STATE / "s3s.pid"),
 }
 
 

@@ -1169,6 +1169,12 @@ pub fn apply_mode_words(location: &mut Location, words: &str) -> Result<()> {
         Storage::File(p) | Storage::Zip(p) => Some(p.clone()),
         _ => None,
     };
+    if path.is_none() && (has("zip") || has("file")) {
+        return Err(Error::Invalid(format!(
+            "-k {words}: `zip` and `file` need a local destination, not {}",
+            location.original
+        )));
+    }
     if let Some(p) = path {
         if has("zip") {
             location.storage = Storage::Zip(p);
