@@ -245,3 +245,46 @@ def test_gen_and_copy_through_s3_round_trip(request, binary, env, tmp_path, serv
                 backend, var)
             compared += 1
         assert compared, f"no numeric variable read through {backend}"
+
+
+def test_s3_destinations_must_be_empty_and_failures_leave_nothing(moto, binary, env, tmp_path):
+    """On S3, `gen` and `copy` write only under an empty prefix: a dataset there is not
+    replaced, other objects are not mixed with, and a copy that fails half-way deletes what
+    it wrote (a half-written dataset would otherwise look whole, and block the retry)."""
+    cdl = tmp_path / "a.cdl"
+    cdl.write_text("netcdf a {\ndimensions:\n x = 6 ;\nvariables:\n int v(x) ;\n"
+                   "  v:_ChunkSizes = 2 ;\n int w(x) ;\n  w:_ChunkSizes = 2 ;\n"
+                   "data:\n v = 1, 2, 3, 4, 5, 6 ;\n w = 6, 5, 4, 3, 2, 1 ;\n}\n")
+    base = f"rt-{uuid.uuid4().hex}"
+
+    def listing(prefix: str) -> list[str]:
+        found = moto.list_objects_v2(Bucket=BUCKET, Prefix=f"{prefix}/")
+        return sorted(o["Key"] for o in found.get("Contents", []))
+
+    def url(prefix: str) -> str:
+        return f"{MOTO}/{BUCKET}/{prefix}#mode=nczarr,s3"
+
+    # Unrelated objects: refused, untouched.
+    moto.put_object(Bucket=BUCKET, Key=f"{base}/other/v/0", Body=b"not a chunk")
+    res = _run(binary, env, "gen", "-o", url(f"{base}/other"), str(cdl))
+    assert res.returncode != 0 and b"holds other objects" in res.stderr, res.stderr
+    assert listing(f"{base}/other") == [f"{base}/other/v/0"]
+
+    # An existing dataset: refused, untouched.
+    _ok(_run(binary, env, "gen", "-o", url(f"{base}/ds"), str(cdl)), "gen to S3")
+    before = listing(f"{base}/ds")
+    res = _run(binary, env, "gen", "-o", url(f"{base}/ds"), str(cdl))
+    assert res.returncode != 0 and b"already holds a dataset" in res.stderr, res.stderr
+    assert listing(f"{base}/ds") == before
+
+    # A copy that fails on a corrupt source chunk leaves an empty prefix: the retry works.
+    src = tmp_path / "src.file"
+    _ok(_run(binary, env, "gen", "-o", str(src), str(cdl)), "gen locally")
+    (src / "w" / "1").write_bytes(b"short")
+    res = _run(binary, env, "copy", str(src), url(f"{base}/copy"))
+    assert res.returncode != 0, res.stderr
+    assert listing(f"{base}/copy") == []
+    (src / "w" / "1").write_bytes(np.array([4, 3], "<i4").tobytes())
+    _ok(_run(binary, env, "copy", str(src), url(f"{base}/copy")), "copy retried")
+    got = _npy(binary, env, url(f"{base}/copy"), "w", tmp_path)
+    assert got.tolist() == [6, 5, 4, 3, 2, 1]

@@ -1193,6 +1193,9 @@ pub struct Staging {
     pub temp: Location,
     /// Where it goes.
     pub target: Location,
+    /// An object-store prefix that was empty: everything under it is this dataset's, and a
+    /// failure deletes it.
+    fresh_prefix: bool,
 }
 
 impl Staging {
@@ -1210,6 +1213,10 @@ impl Staging {
             other => other,
         };
         let target = &target;
+        let fresh_prefix = matches!(target.storage, Storage::S3(_));
+        if fresh_prefix {
+            check_empty_prefix(target)?;
+        }
         let sibling = |p: &Path| -> PathBuf {
             let name = p
                 .file_name()
@@ -1233,6 +1240,7 @@ impl Staging {
         Ok(Staging {
             temp,
             target: target.clone(),
+            fresh_prefix,
         })
     }
 
@@ -1275,12 +1283,22 @@ impl Staging {
         std::fs::remove_dir_all(&old).map_err(|e| Error::io(&old, e))
     }
 
-    /// Removes the temporary dataset (after a failure).
+    /// Removes the temporary dataset (after a failure), or on an object store what was
+    /// written under the prefix, which held nothing before.
     pub fn abandon(self) {
-        if self.temp != self.target {
-            if let Err(e) = remove_storage(&self.temp) {
-                log::warn!("could not remove {}: {e}", describe(&self.temp));
-            }
+        let removed = if self.temp != self.target {
+            remove_storage(&self.temp)
+        } else if self.fresh_prefix {
+            zmap::open(&self.target, true).and_then(|map| {
+                map.search("")?
+                    .iter()
+                    .try_for_each(|child| map.delete(child))
+            })
+        } else {
+            Ok(())
+        };
+        if let Err(e) = removed {
+            log::warn!("could not remove {}: {e}", describe(&self.temp));
         }
     }
 }
@@ -1290,6 +1308,32 @@ fn describe(location: &Location) -> String {
         Storage::File(p) | Storage::Zip(p) => p.display().to_string(),
         _ => location.original.clone(),
     }
+}
+
+/// Refuses an object-store destination that holds anything: a dataset there is not replaced
+/// (an object store has no atomic rename, so a failed replacement would leave neither), and
+/// other objects would mix with the new dataset's (a stray `v/0` would become `v`'s values).
+fn check_empty_prefix(target: &Location) -> Result<()> {
+    let map = zmap::open(target, true)?;
+    let children = map.search("")?;
+    if children.is_empty() {
+        return Ok(());
+    }
+    const MARKERS: [&str; 5] = [".zgroup", ".zarray", ".zmetadata", "zarr.json", ".nczarr"];
+    let why = match children.iter().any(|c| MARKERS.contains(&c.as_str())) {
+        true => "already holds a dataset, which is not replaced on an object store",
+        false => "holds other objects, which a new dataset would mix with",
+    };
+    Err(Error::NotPermitted(format!(
+        "{} {why} (found {}); delete them first or choose an empty prefix",
+        target.original,
+        children
+            .iter()
+            .take(3)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ")
+    )))
 }
 
 /// `path` with its parent directory resolved (no `..`, no symbolic link on the way), if it

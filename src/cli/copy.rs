@@ -34,7 +34,8 @@ pub const SYNC_BYTES: u64 = 256 << 20;
 pub struct CopyArgs {
     /// Source dataset (path or URL).
     pub src: String,
-    /// Target dataset (path or URL); replaced if it exists.
+    /// Target dataset (path or URL). A local dataset there is replaced; anything else local is
+    /// refused, and so is an S3 prefix that holds any object.
     pub dst: String,
     /// Mode words for the target, comma-separated: `nczarr` (default) or `zarr`, `v2`
     /// (default) or `v3`, `noxarray`, `consolidated`, `zip`, `file`.
