@@ -125,6 +125,25 @@ pub fn resolve(
         &format!("AWS profile {profile_name:?}"),
     )?;
 
+    // Credentials a profile would get another way are refused rather than replaced by
+    // anonymous requests (which a public bucket would even answer).
+    let from_profile = profile.is_some() || env_credentials.is_none();
+    let other_way = [
+        "credential_process",
+        "role_arn",
+        "sso_session",
+        "sso_start_url",
+        "web_identity_token_file",
+    ]
+    .into_iter()
+    .find(|k| section.contains_key(*k));
+    if let (true, None, Some(how)) = (from_profile, &profile_credentials, other_way) {
+        return Err(Error::Unsupported(format!(
+            "AWS profile {profile_name:?} gets its credentials through `{how}`, which nczarrfs \
+             does not support; export them instead (`aws configure export-credentials \
+             --profile {profile_name} --format env` prints them)"
+        )));
+    }
     let (credentials, source) = match (profile, env_credentials, profile_credentials) {
         (Some(_), _, Some(c)) => (Some(c), format!("profile {profile_name:?}")),
         (Some(_), _, None) => (None, format!("profile {profile_name:?} (no keys)")),
@@ -318,6 +337,13 @@ s3 =
 [profile keysonly]
 aws_access_key_id = CONFIGID
 aws_secret_access_key = CONFIGSECRET
+
+[profile process]
+credential_process = /usr/local/bin/get-credentials
+
+[profile assumed]
+role_arn = arn:aws:iam::123456789012:role/reader
+source_profile = default
 ";
 
     const CREDENTIALS: &str = "\
@@ -356,6 +382,31 @@ aws_secret_access_key = OVERRIDDEN
         // `s3 =` opens a nested block; its indented lines are not top-level keys.
         assert!(!minio.contains_key("addressing_style"));
         assert!(!ini["services local"].contains_key("endpoint_url"));
+    }
+
+    #[test]
+    fn credentials_obtained_another_way_are_refused_not_dropped() {
+        for profile in ["process", "assumed"] {
+            match resolve_in(&[], Some(profile), None) {
+                Err(Error::Unsupported(m)) => {
+                    assert!(
+                        m.contains(profile) && m.contains("export-credentials"),
+                        "{m}"
+                    )
+                }
+                other => panic!("{profile}: {other:?}"),
+            }
+            let by_env = resolve_in(&[("AWS_PROFILE", profile)], None, None);
+            assert!(matches!(by_env, Err(Error::Unsupported(_))), "{by_env:?}");
+        }
+        // Keys in the environment are used as they are, whatever the default profile says.
+        let vars = [
+            ("AWS_PROFILE", "process"),
+            ("AWS_ACCESS_KEY_ID", "ENVID"),
+            ("AWS_SECRET_ACCESS_KEY", "ENVSECRET"),
+        ];
+        let s = resolve_in(&vars, None, None).unwrap();
+        assert_eq!(s.credentials.unwrap().access_key_id, "ENVID");
     }
 
     #[test]
