@@ -111,6 +111,24 @@ def test_records_appended_underneath_reach_an_open_descriptor(binary, mounter, t
         os.close(fd)
 
 
+def test_a_zip_replaced_underneath_is_seen_after_ttl(binary, mounter, tmp_path):
+    """Writers replace a zip archive whole (a new file renamed over it): a read-only mount
+    re-opens it within one TTL."""
+    cdl = tmp_path / "z.cdl"
+    cdl.write_text("netcdf z {\ndimensions:\n t = UNLIMITED ;\nvariables:\n int v(t) ;\n"
+                   "data:\n v = 1, 2 ;\n}\n")
+    zpath = tmp_path / "z.zip"
+    r = subprocess.run([str(binary), "gen", "-o", str(zpath), str(cdl)], capture_output=True)
+    assert r.returncode == 0, r.stderr
+    mnt = mounter.mount(str(zpath), "ttl=1")
+    assert (mnt / "v" / "data").read_bytes() == np.array([1, 2], "<i4").tobytes()
+    r = subprocess.run([str(binary), "put", str(zpath), "v", "--start", "2"],
+                       input=np.array([3], "<i4").tobytes(), capture_output=True)
+    assert r.returncode == 0, r.stderr
+    time.sleep(2.0)
+    assert (mnt / "v" / "data").read_bytes() == np.array([1, 2, 3], "<i4").tobytes()
+
+
 def test_metadata_changed_underneath_is_seen_after_ttl(mounter, tmp_path):
     """Listings, headers and attribute files follow a metadata change within one TTL, even
     after every directory was listed (the kernel may keep listings only as long as the

@@ -335,6 +335,9 @@ impl Shared {
     /// Re-reads the metadata and drops cached chunks, which may have changed underneath; on
     /// failure the old view stays.
     fn reload(&self) {
+        if let Err(e) = self.map.refresh() {
+            self.log_once(format!("cannot re-open the storage, keeping the old: {e}"));
+        }
         let current = Arc::clone(&self.snap.read().unwrap_or_else(|e| e.into_inner()));
         match meta::read_dataset(self.map.as_ref(), &self.mode) {
             Ok(model) if model == current.model => {

@@ -204,6 +204,12 @@ pub trait ZMap: Send + Sync + Debug {
     /// Whether the map refuses writes.
     fn read_only(&self) -> bool;
 
+    /// Forgets what the map remembers of its storage when that was replaced underneath (a zip
+    /// archive's index); a reader that re-reads the metadata after a while calls it first.
+    fn refresh(&self) -> Result<()> {
+        Ok(())
+    }
+
     /// The local file system that holds the map, if there is one (not for object stores).
     fn local_space(&self) -> Option<Space> {
         None

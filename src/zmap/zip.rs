@@ -51,6 +51,18 @@ struct State {
     outside: Vec<usize>,
     /// Whether `objects` differs from the archive on disk.
     dirty: bool,
+    /// The archive file indexed (see [`file_identity`]), to notice its replacement.
+    identity: Option<FileIdentity>,
+}
+
+/// Device, inode, size and modification time of a file: a new archive written beside it
+/// and renamed over it (as every writer does) differs in at least one.
+type FileIdentity = (u64, u64, u64, i64, i64);
+
+fn file_identity(path: &Path) -> Option<FileIdentity> {
+    use std::os::unix::fs::MetadataExt;
+    let m = fs::metadata(path).ok()?;
+    Some((m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec()))
 }
 
 #[derive(Debug)]
@@ -101,6 +113,7 @@ impl ZipMap {
                 objects,
                 outside,
                 dirty: false,
+                identity: file_identity(path),
             }),
         })
     }
@@ -419,6 +432,7 @@ impl ZMap for ZipMap {
         state.objects = index_objects(&entries, &self.folder);
         state.outside = outside_entries(&entries, &self.folder);
         state.archive = Some(archive);
+        state.identity = file_identity(&self.path);
         state.dirty = false;
         Ok(())
     }
@@ -433,6 +447,27 @@ impl ZMap for ZipMap {
 
     fn local_space(&self) -> Option<super::Space> {
         super::space_of(&self.path)
+    }
+
+    /// Re-indexes the archive when another program replaced it, unless changes of ours wait
+    /// to be flushed (they would be lost; the next flush replaces the archive anyway).
+    fn refresh(&self) -> Result<()> {
+        let mut state = self.lock();
+        let now = file_identity(&self.path);
+        if state.dirty || now.is_none() || now == state.identity {
+            return Ok(());
+        }
+        let file = File::open(&self.path).map_err(|e| Error::io(&self.path, e))?;
+        let archive = ZipArchive::new(file).map_err(|e| Error::Storage {
+            key: String::new(),
+            reason: format!("reopening {}: {e}", self.path.display()),
+        })?;
+        let entries = list_entries(&archive)?;
+        state.objects = index_objects(&entries, &self.folder);
+        state.outside = outside_entries(&entries, &self.folder);
+        state.archive = Some(archive);
+        state.identity = now;
+        Ok(())
     }
 }
 
