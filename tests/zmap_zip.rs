@@ -327,3 +327,31 @@ fn entries_beside_the_dataset_folder_survive_a_rewrite() {
     let names: Vec<String> = archive.file_names().map(str::to_string).collect();
     assert_eq!(archive.name_for_index(0), Some("ds/"), "{names:?}");
 }
+
+#[test]
+fn partial_archives_of_killed_writers_are_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ds.zip");
+    make_zip(&path, &[(".zgroup", b"{\"zarr_format\": 2}", false)]);
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let dead = child.id();
+    child.wait().unwrap();
+    let alive = std::os::unix::process::parent_id();
+    let orphan = dir.path().join(format!(".ds.zip.nczarrfs-tmp.{dead}"));
+    let in_use = dir.path().join(format!(".ds.zip.nczarrfs-tmp.{alive}"));
+    let other = dir.path().join(".ds.zip.nczarrfs-tmp.notapid");
+    for p in [&orphan, &in_use, &other] {
+        std::fs::write(p, b"partial").unwrap();
+    }
+    let map = ZipMap::open(&path, true).unwrap();
+    map.put("v/.zattrs", b"{}").unwrap();
+    map.flush().unwrap();
+    assert!(
+        !orphan.exists(),
+        "the killed writer's partial archive is removed"
+    );
+    assert!(
+        in_use.exists() && other.exists(),
+        "a running writer's file and others stay"
+    );
+}

@@ -185,6 +185,31 @@ impl ZipMap {
     }
 }
 
+/// Removes the partial archives `{prefix}PID` in `dir` left by writers killed while they
+/// wrote them (their process is gone).
+fn remove_orphans(dir: &Path, prefix: &str) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(prefix))
+            .and_then(|pid| pid.parse::<libc::pid_t>().ok())
+            .filter(|pid| *pid > 0)
+        else {
+            continue;
+        };
+        // SAFETY: signal 0 only checks that the process exists.
+        let gone = unsafe { libc::kill(pid, 0) } == -1
+            && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if gone {
+            let _ = fs::remove_file(entry.path());
+        }
+    }
+}
+
 /// Copies entry `index` of `archive` into `writer` as it is stored (no recompression).
 fn copy_raw(
     archive: &mut Option<ZipArchive<File>>,
@@ -413,7 +438,9 @@ impl ZMap for ZipMap {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let temp = dir.join(format!(".{file_name}.nczarrfs-tmp.{}", std::process::id()));
+        let temp_prefix = format!(".{file_name}.nczarrfs-tmp.");
+        remove_orphans(&dir, &temp_prefix);
+        let temp = dir.join(format!("{temp_prefix}{}", std::process::id()));
         let written = self
             .write_archive(&mut state, &temp)
             .and_then(|()| fs::rename(&temp, &self.path).map_err(|e| Error::io(&self.path, e)));
