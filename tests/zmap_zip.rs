@@ -355,3 +355,80 @@ fn partial_archives_of_killed_writers_are_removed() {
         "a running writer's file and others stay"
     );
 }
+
+/// Rewrites the uncompressed size that the local and central headers of entry `name` declare.
+fn patch_declared_size(path: &Path, name: &str, size: u32) {
+    let mut bytes = std::fs::read(path).unwrap();
+    let mut patched = 0;
+    for at in 0..bytes.len().saturating_sub(46) {
+        // (signature, offset of the size field, offset of the name length, offset of the name)
+        let fields = match &bytes[at..at + 4] {
+            b"PK\x03\x04" => (22, 26, 30),
+            b"PK\x01\x02" => (24, 28, 46),
+            _ => continue,
+        };
+        let (size_at, len_at, name_at) = fields;
+        let len = u16::from_le_bytes([bytes[at + len_at], bytes[at + len_at + 1]]) as usize;
+        if bytes.get(at + name_at..at + name_at + len) == Some(name.as_bytes()) {
+            bytes[at + size_at..at + size_at + 4].copy_from_slice(&size.to_le_bytes());
+            patched += 1;
+        }
+    }
+    assert_eq!(patched, 2, "both headers of {name}");
+    std::fs::write(path, bytes).unwrap();
+}
+
+#[test]
+fn entries_inflate_no_further_than_deflate_or_their_header_allows() {
+    let dir = tempfile::tempdir().unwrap();
+    let zeros = vec![0u8; 8 << 20];
+    let path = dir.path().join("bomb.zip");
+    let archive = |declared: u32| {
+        make_zip(
+            &path,
+            &[(".zgroup", b"{}", false), ("v/0", zeros.as_slice(), true)],
+        );
+        patch_declared_size(&path, "v/0", declared);
+        ZipMap::open(&path, false).unwrap()
+    };
+    let storage_reason = |result: nczarrfs::Result<Option<Vec<u8>>>| match result {
+        Err(Error::Storage { key, reason }) => {
+            assert_eq!(key, "v/0");
+            reason
+        }
+        other => panic!(
+            "expected a storage error, got {:?}",
+            other.map(|v| v.map(|v| v.len()))
+        ),
+    };
+
+    // A header that understates the size: inflating stops one byte past it.
+    let map = archive(4096);
+    let reason = storage_reason(map.get("v/0"));
+    assert!(
+        reason.contains("inflates beyond its declared 4096 bytes"),
+        "{reason}"
+    );
+    let mut out = vec![0u8; 4096];
+    match map.get_exact("v/0", &mut out) {
+        Err(Error::Storage { reason, .. }) => assert!(reason.contains("beyond"), "{reason}"),
+        other => panic!("expected a storage error, got {other:?}"),
+    }
+    // A chunk of another size is not inflated at all.
+    let mut other_size = vec![0u8; 100];
+    assert_eq!(map.get_exact("v/0", &mut other_size).unwrap(), Some(4096));
+
+    // A header that claims more than deflate can make of the compressed bytes (8 MiB of
+    // zeros deflate to about 8 KiB; 4 GB is far beyond 1032 times that).
+    let map = archive(0xFFFF_FFF0);
+    let reason = storage_reason(map.get("v/0"));
+    assert!(reason.contains("more than deflate can produce"), "{reason}");
+
+    // The honest archive still reads.
+    make_zip(&path, &[(".zgroup", b"{}", false), ("v/0", &zeros, true)]);
+    let map = ZipMap::open(&path, false).unwrap();
+    assert_eq!(map.get("v/0").unwrap().unwrap(), zeros);
+    let mut out = vec![1u8; 8 << 20];
+    assert_eq!(map.get_exact("v/0", &mut out).unwrap(), Some(8 << 20));
+    assert_eq!(out, zeros);
+}

@@ -221,6 +221,40 @@ fn copy_raw(
     writer.raw_copy_file(entry).map_err(|e| e.to_string())
 }
 
+/// The most a deflate stream can expand: 258 bytes per 2-bit symbol at best, 1032 to 1.
+const DEFLATE_MAX_RATIO: u64 = 1032;
+
+/// Opens entry `index` for reading with its declared (uncompressed) size, refusing a
+/// deflated entry that declares more than deflate can produce from its compressed bytes.
+/// Readers must still stop at the declared size: [`beyond_declared`].
+fn open_entry(
+    archive: &mut ZipArchive<File>,
+    index: usize,
+) -> std::result::Result<(zip::read::ZipFile<'_, File>, u64), String> {
+    let entry = archive.by_index(index).map_err(|e| e.to_string())?;
+    let declared = entry.size();
+    let compressed = entry.compressed_size();
+    let limit = compressed
+        .saturating_mul(DEFLATE_MAX_RATIO)
+        .saturating_add(1024);
+    if entry.compression() == CompressionMethod::Deflated && declared > limit {
+        return Err(format!(
+            "zip entry declares {declared} bytes from {compressed} compressed bytes, more than \
+             deflate can produce: the archive is corrupt or hostile"
+        ));
+    }
+    Ok((entry, declared))
+}
+
+/// The complaint about an entry that inflates past its declared size (a zip bomb whose
+/// header lies), which is never inflated further.
+fn beyond_declared(declared: u64) -> String {
+    format!(
+        "zip entry inflates beyond its declared {declared} bytes: the archive is corrupt or \
+         hostile"
+    )
+}
+
 /// One archive entry: its number, its name without a trailing `/`, and whether it is a
 /// directory entry.
 struct Entry {
@@ -376,12 +410,55 @@ impl ZMap for ZipMap {
         let archive = archive
             .as_mut()
             .ok_or_else(|| storage_err(&"archive entry without an archive"))?;
-        let mut entry = archive.by_index(index).map_err(|e| storage_err(&e))?;
+        let (mut entry, declared) = open_entry(archive, index).map_err(|e| storage_err(&e))?;
         // The declared size only sizes the buffer; a lying header cannot force a huge allocation.
-        let hint = usize::try_from(entry.size()).unwrap_or(0).min(64 << 20);
+        let hint = usize::try_from(declared).unwrap_or(0).min(64 << 20);
         let mut bytes = Vec::with_capacity(hint);
-        entry.read_to_end(&mut bytes).map_err(|e| storage_err(&e))?;
+        (&mut entry)
+            .take(declared.saturating_add(1))
+            .read_to_end(&mut bytes)
+            .map_err(|e| storage_err(&e))?;
+        if bytes.len() as u64 > declared {
+            return Err(storage_err(&beyond_declared(declared)));
+        }
         Ok(Some(bytes))
+    }
+
+    /// Inflates nothing when the declared size already says the entry is not `out.len()`
+    /// bytes long, so a chunk entry claiming gigabytes costs no memory.
+    fn get_exact(&self, key: &str, out: &mut [u8]) -> Result<Option<u64>> {
+        validate_key(key)?;
+        let mut state = self.lock();
+        let State {
+            archive, objects, ..
+        } = &mut *state;
+        let index = match objects.get(key) {
+            None => return Ok(None),
+            Some(Source::Local(bytes)) => {
+                if bytes.len() == out.len() {
+                    out.copy_from_slice(bytes);
+                }
+                return Ok(Some(bytes.len() as u64));
+            }
+            Some(Source::Archived(index)) => *index,
+        };
+        let storage_err = |e: &dyn std::fmt::Display| Error::Storage {
+            key: key.to_string(),
+            reason: format!("reading {}: {e}", self.path.display()),
+        };
+        let archive = archive
+            .as_mut()
+            .ok_or_else(|| storage_err(&"archive entry without an archive"))?;
+        let (mut entry, declared) = open_entry(archive, index).map_err(|e| storage_err(&e))?;
+        if declared != out.len() as u64 {
+            return Ok(Some(declared));
+        }
+        entry.read_exact(out).map_err(|e| storage_err(&e))?;
+        let mut probe = [0u8; 1];
+        match entry.read(&mut probe).map_err(|e| storage_err(&e))? {
+            0 => Ok(Some(declared)),
+            _ => Err(storage_err(&beyond_declared(declared))),
+        }
     }
 
     fn exists(&self, key: &str) -> Result<bool> {
