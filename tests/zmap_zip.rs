@@ -89,6 +89,26 @@ fn folder_first_with_stray_root_zgroup() {
 }
 
 #[test]
+fn root_layout_when_an_array_was_written_before_the_root_group() {
+    // zarr-python writes no directory entries and may store an array's objects before the
+    // root `.zgroup` it creates implicitly: the keys are still at the root.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("array_first.zip");
+    make_zip(
+        &path,
+        &[
+            ("v/.zarray", b"{}", false),
+            ("v/0", &[7u8; 10], false),
+            (".zgroup", b"{\"zarr_format\": 2}", false),
+        ],
+    );
+    let map = ZipMap::open(&path, false).unwrap();
+    assert_eq!(map.root_folder(), None);
+    assert_eq!(map.search("").unwrap(), vec![".zgroup", "v"]);
+    assert_eq!(map.get("v/0").unwrap().unwrap(), vec![7u8; 10]);
+}
+
+#[test]
 fn root_layout_kept_when_root_has_metadata() {
     let dir = tempfile::tempdir().unwrap();
     // zarr-python ZipStore: a root group whose only child is group g.

@@ -320,8 +320,8 @@ fn check_entry_name(name: &str) -> std::result::Result<(), &'static str> {
 ///
 /// The dataset is in a top-level folder when that folder is the only one, holds Zarr metadata
 /// at its top, and either the root holds no metadata at all, or the root holds nothing but a
-/// `.zgroup` and the archive's first entry is in the folder (netcdf-c's rule; such archives
-/// exist with a `.zgroup` added at the root by hand).
+/// `.zgroup` and the archive's first entry is the folder's directory entry (netcdf-c's rule;
+/// such archives exist with a `.zgroup` added at the root by hand).
 fn dataset_folder(entries: &[Entry]) -> String {
     let mut root_files = BTreeSet::new();
     let mut folders = BTreeSet::new();
@@ -355,11 +355,13 @@ fn dataset_folder(entries: &[Entry]) -> String {
         return String::new();
     }
     let root_has_marker = root_files.iter().any(|f| ROOT_MARKERS.contains(f));
-    let first_in_folder = entries
+    // netcdf-c's archives begin with the folder's directory entry; zarr-python writes no
+    // directory entries, and may write an array's objects before the root `.zgroup`.
+    let first_is_folder = entries
         .first()
-        .is_some_and(|e| e.name.split('/').next() == Some(folder));
+        .is_some_and(|e| e.is_dir && e.name == folder);
     let root_only_zgroup = root_files.iter().all(|f| *f == ".zgroup");
-    if !root_has_marker || (root_only_zgroup && first_in_folder) {
+    if !root_has_marker || (root_only_zgroup && first_is_folder) {
         folder_prefix
     } else {
         String::new()
