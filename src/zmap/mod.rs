@@ -11,6 +11,7 @@ mod file;
 mod mapped;
 mod memory;
 mod s3;
+mod s3_health;
 mod zip;
 
 use std::fmt::Debug;

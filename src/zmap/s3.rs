@@ -17,14 +17,17 @@
 //!
 //! A failed request is retried after 100 ms, then twice as long each time (at most 15 s
 //! apart), until the retries or `NCZARRFS_S3_TIMEOUT` are used up: a server that went away
-//! fails a read after about that long, and the next read tries again.
+//! fails a read after about that long. A server that refuses connections is asked again by
+//! the next read; one that stalled a request until its time ran out is taken as down (see
+//! [`super::s3_health`]): requests fail at once, except one probe per `NCZARRFS_S3_TIMEOUT`,
+//! until a probe gets an answer.
 //!
 //! Credentials, region and endpoint are found as described in [`super::aws_config`].
 
 use std::future::Future;
 use std::ops::Range;
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_util::stream::{StreamExt, TryStreamExt};
 use object_store::aws::AmazonS3Builder;
@@ -35,6 +38,7 @@ use object_store::{
 };
 
 use super::aws_config::{self, AwsSettings, EnvLookup};
+use super::s3_health::{Health, Outcome};
 use super::{validate_key, validate_prefix, ZMap};
 use crate::location::S3Location;
 use crate::{Error, Result};
@@ -109,6 +113,11 @@ pub struct S3Map {
     read_only: bool,
     /// GETs in flight in [`ZMap::get_many`].
     concurrency: usize,
+    /// Whether the server is taken as down after a stalled request.
+    health: Health,
+    /// A request that fails without an answer after this long stalled (the connect timeout:
+    /// a refused connection fails sooner, retries included).
+    stall_after: Duration,
 }
 
 impl std::fmt::Debug for S3Map {
@@ -263,6 +272,8 @@ impl S3Map {
             secrets,
             read_only: !writable,
             concurrency: limits.concurrency.max(1),
+            health: Health::new(limits.timeout),
+            stall_after: limits.connect_timeout,
         })
     }
 
@@ -312,24 +323,80 @@ impl S3Map {
         }
     }
 
+    /// Sends one request (with its retries) unless the server is taken as down, which fails
+    /// at once with an error on `key`; records how the request ended.
+    async fn request<T>(
+        &self,
+        key: &str,
+        request: impl Future<Output = object_store::Result<T>>,
+    ) -> Result<object_store::Result<T>> {
+        let admission = self
+            .health
+            .admit(Instant::now())
+            .map_err(|silent| Error::Storage {
+                key: key.to_string(),
+                reason: format!(
+                    "{}: the server has not answered for {} s (a request ran out of time); \
+                     requests fail at once until one of those sent every {} s is answered",
+                    self.description,
+                    silent.as_secs(),
+                    self.health.probe_interval().as_secs()
+                ),
+            })?;
+        let started = Instant::now();
+        let result = request.await;
+        let outcome = match &result {
+            Ok(_) => Outcome::Answered,
+            Err(e) => self.outcome_of(e, started.elapsed()),
+        };
+        self.health.record(admission, outcome, Instant::now());
+        Ok(result)
+    }
+
+    /// Whether a failed request got an answer: any error but the HTTP client's own (no
+    /// connection, no response in time) carries one.
+    fn outcome_of(&self, err: &object_store::Error, elapsed: Duration) -> Outcome {
+        use object_store::client::{HttpError, HttpErrorKind};
+        let mut source = std::error::Error::source(err);
+        while let Some(cause) = source {
+            if let Some(http) = cause.downcast_ref::<HttpError>() {
+                return if http.kind() == HttpErrorKind::Timeout || elapsed >= self.stall_after {
+                    Outcome::Stalled
+                } else {
+                    Outcome::Unreachable
+                };
+            }
+            source = cause.source();
+        }
+        Outcome::Answered
+    }
+
     /// A whole-object GET; `Ok(None)` if the object does not exist.
     async fn fetch(&self, key: &str, path: &Path) -> Result<Option<Vec<u8>>> {
         let result = async {
             let got = self.store.get(path).await?;
             body_vec(got).await
         };
-        match result.await {
+        match self.request(key, result).await? {
             Ok(bytes) => Ok(Some(bytes)),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(self.error(key, &e)),
         }
     }
 
-    /// A ranged GET of the object at `path`.
-    async fn fetch_range(&self, path: &Path, range: Range<u64>) -> object_store::Result<Vec<u8>> {
+    /// A ranged GET of the object at `key`.
+    async fn fetch_range(
+        &self,
+        key: &str,
+        path: &Path,
+        range: Range<u64>,
+    ) -> Result<object_store::Result<Vec<u8>>> {
         let options = GetOptions::default().with_range(Some(GetRange::Bounded(range)));
-        let result = self.store.get_opts(path, options).await?;
-        body_vec(result).await
+        let fetch = async {
+            let result = self.store.get_opts(path, options).await?;
+            body_vec(result).await
+        };
+        self.request(key, fetch).await
     }
 }
 
@@ -527,15 +594,15 @@ impl ZMap for S3Map {
             return Ok(self.exists(key)?.then(Vec::new));
         }
         let range = offset..offset.saturating_add(len);
-        match block_on(self.fetch_range(&path, range))? {
+        match block_on(self.fetch_range(key, &path, range))?? {
             Ok(bytes) => Ok(Some(bytes)),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => {
                 // A range that starts at or past the end is refused by S3 (416); the trait
                 // truncates it to nothing instead.
-                match block_on(self.store.head(&path))? {
-                    Ok(meta) if offset >= meta.size => Ok(Some(Vec::new())),
-                    Err(object_store::Error::NotFound { .. }) => Ok(None),
+                match block_on(self.request(key, self.store.head(&path)))? {
+                    Ok(Ok(meta)) if offset >= meta.size => Ok(Some(Vec::new())),
+                    Ok(Err(object_store::Error::NotFound { .. })) => Ok(None),
                     _ => Err(self.error(key, &e)),
                 }
             }
@@ -552,14 +619,14 @@ impl ZMap for S3Map {
             let result = self.store.get_opts(&path, options).await?;
             body_vec(result).await
         };
-        match block_on(fetch)? {
+        match block_on(self.request(key, fetch))?? {
             Ok(bytes) => Ok(Some(bytes)),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => {
                 // An empty object has no suffix range to satisfy (416).
-                match block_on(self.store.head(&path))? {
-                    Ok(meta) if meta.size == 0 => Ok(Some(Vec::new())),
-                    Err(object_store::Error::NotFound { .. }) => Ok(None),
+                match block_on(self.request(key, self.store.head(&path)))? {
+                    Ok(Ok(meta)) if meta.size == 0 => Ok(Some(Vec::new())),
+                    Ok(Err(object_store::Error::NotFound { .. })) => Ok(None),
                     _ => Err(self.error(key, &e)),
                 }
             }
@@ -568,7 +635,7 @@ impl ZMap for S3Map {
 
     fn exists(&self, key: &str) -> Result<bool> {
         let path = self.path_of(key)?;
-        match block_on(self.store.head(&path))? {
+        match block_on(self.request(key, self.store.head(&path)))?? {
             Ok(_) => Ok(true),
             Err(object_store::Error::NotFound { .. }) => Ok(false),
             Err(e) => Err(self.error(key, &e)),
@@ -579,7 +646,7 @@ impl ZMap for S3Map {
         self.check_writable(key)?;
         let path = self.path_of(key)?;
         let payload = PutPayload::from(value.to_vec());
-        block_on(self.store.put(&path, payload))?
+        block_on(self.request(key, self.store.put(&path, payload)))??
             .map(|_| ())
             .map_err(|e| self.error(key, &e))
     }
@@ -589,9 +656,8 @@ impl ZMap for S3Map {
             self.check_writable(key)?;
             let path = self.path_of(key)?;
             let payload = PutPayload::from(value.clone());
-            self.store
-                .put(&path, payload)
-                .await
+            self.request(key, self.store.put(&path, payload))
+                .await?
                 .map(|_| ())
                 .map_err(|e| self.error(key, &e))
         });
@@ -604,7 +670,7 @@ impl ZMap for S3Map {
     fn delete(&self, key: &str) -> Result<()> {
         self.check_writable(key)?;
         let path = self.path_of(key)?;
-        block_on(async {
+        let deletion = async {
             // `list` matches whole segments: `key/...`, never `key2`.
             let under: Vec<Path> = self
                 .store
@@ -625,14 +691,15 @@ impl ZMap for S3Map {
                 .delete_stream(locations)
                 .try_for_each(|_| async { Ok(()) })
                 .await
-        })?
-        .map_err(|e| self.error(key, &e))
+        };
+        block_on(self.request(key, deletion))??.map_err(|e| self.error(key, &e))
     }
 
     fn search(&self, prefix: &str) -> Result<Vec<String>> {
         let path = self.path_of_prefix(prefix)?;
-        let listing = block_on(self.store.list_with_delimiter(path.as_ref()))?
-            .map_err(|e| self.error(prefix, &e))?;
+        let listing =
+            block_on(self.request(prefix, self.store.list_with_delimiter(path.as_ref())))??
+                .map_err(|e| self.error(prefix, &e))?;
         let names = listing
             .common_prefixes
             .iter()
