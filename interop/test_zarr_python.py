@@ -180,6 +180,34 @@ def test_fill_none_fully_written(nczarrfs, tmp_path):
     assert_same(_get(nczarrfs, _url(path), "v", tmp_path), expected, "fill None")
 
 
+@pytest.mark.parametrize("dtype", ["<i4", "|b1"])
+def test_fill_none_unwritten_chunks_are_zeros(nczarrfs, tmp_path, dtype):
+    """`fill_value: null` (xarray writes it for every non-float v2 variable) means no fill:
+    zarr-python and netcdf-c read unwritten chunks as zeros, and so must a partial write."""
+    import netCDF4
+
+    path = tmp_path / "store.zarr"
+    root = zarr.open_group(str(path), mode="w", zarr_format=2)
+    arr = root.create_array("v", shape=(6,), chunks=(2,), dtype=dtype, fill_value=None,
+                            attributes={"_ARRAY_DIMENSIONS": ["x"]})
+    arr[:2] = np.ones(2, dtype=dtype)  # one chunk stored, two never written
+    expected = zarr.open_array(str(path / "v"), mode="r")[...]
+    if dtype != "|b1":  # netcdf-c cannot open a bool array
+        with netCDF4.Dataset(_url(path)) as nc:
+            nc["v"].set_auto_mask(False)
+            assert np.array_equal(np.asarray(nc["v"][:]), expected)
+    assert_same(_get(nczarrfs, _url(path), "v", tmp_path), expected, "fill None")
+
+    # A partial write of a chunk never written keeps its other elements zero for zarr-python.
+    one = tmp_path / "one.bin"
+    np.ones(1, dtype=dtype).tofile(one)
+    res = nczarrfs("put", _url(path), "v", "--start", "3", "--count", "1", "-i", str(one))
+    assert res.returncode == 0, res.stderr.decode(errors="replace")
+    expected[3] = 1
+    after = zarr.open_array(str(path / "v"), mode="r")[...]
+    assert np.array_equal(after.astype(int), expected.astype(int)), after
+
+
 def test_without_array_dimensions(nczarrfs, tmp_path):
     path = tmp_path / "store.zarr"
     root = zarr.open_group(str(path), mode="w", zarr_format=2)

@@ -351,7 +351,7 @@ fn pure_byte() {
     assert_eq!(v.storage.order, ChunkOrder::C);
 }
 
-/// nczarr_test/ref_byte_fill_value_null.cdl: reads as the default fill (255), a stray
+/// nczarr_test/ref_byte_fill_value_null.cdl: no fill value (its one chunk holds 255s), a stray
 /// `.zattrs.~1~` is ignored.
 #[test]
 fn pure_byte_fill_null() {

@@ -191,10 +191,9 @@ impl VarPlan {
             CodecSpec::V3(_) => Ok(Pipeline::default()),
         }
         .map_err(|e| unreadable(e.to_string()))?;
-        let mut fill = st
-            .fill_value
-            .clone()
-            .unwrap_or_else(|| v.nctype.default_fill());
+        // No fill value (`fill_value: null`): unwritten elements are zeros, as netcdf-c and
+        // zarr-python read them.
+        let mut fill = st.fill_value.clone().unwrap_or_default();
         fill.resize(esize, 0);
         Ok(VarPlan {
             storage: st.clone(),

@@ -940,7 +940,9 @@ fn var_parts(
                 fill::nczarr_fill_value(&zkey, fv, nctype, d, string_width)?
             };
         }
-        if fill_value.is_none() {
+        // An explicit `null` means no fill (zeros), even beside a `_FillValue` attribute, as
+        // netcdf-c and zarr-python read it; without the key the attribute says it.
+        if z.get("fill_value").is_none() {
             fill_value = attrs
                 .iter()
                 .find(|a| a.name == "_FillValue")
