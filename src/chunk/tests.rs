@@ -187,6 +187,8 @@ fn grid_fixture(dtype: &str, order: ChunkOrder) -> (Arc<TestMap>, Dataset, VarId
     let mut ds = Dataset::new();
     let mut st = storage("v", dtype, &[5, 7], &[2, 3]);
     st.order = order;
+    // netCDF's default for int, as netcdf-c writes it.
+    st.fill_value = Some((-2147483647i32).to_le_bytes().to_vec());
     let v = add_var(&mut ds, "v", NcType::Int, &[("y", 5), ("x", 7)], st);
     let big = dtype.starts_with('>');
     put_chunks(

@@ -940,9 +940,10 @@ fn var_parts(
                 fill::nczarr_fill_value(&zkey, fv, nctype, d, string_width)?
             };
         }
-        // An explicit `null` means no fill (zeros), even beside a `_FillValue` attribute, as
-        // netcdf-c and zarr-python read it; without the key the attribute says it.
-        if z.get("fill_value").is_none() {
+        // In pure Zarr an explicit `null` means no fill (zeros), even beside xarray's
+        // `_FillValue` attribute, as zarr-python and netcdf-c read it. netcdf-c 4.9 wrote
+        // NCZarr arrays with `null` and the fill in `_FillValue`, which then says it.
+        if fill_value.is_none() && (dialect != Dialect::Pure || z.get("fill_value").is_none()) {
             fill_value = attrs
                 .iter()
                 .find(|a| a.name == "_FillValue")
