@@ -360,3 +360,37 @@ def test_groups_dimension_names_and_attributes(nczarrfs, tmp_path, consolidated)
     assert re.search(r"double d\(x\)", header), header
     assert dims["/imp/deep"] == [("x", 2)], header
     assert_same(_get(nczarrfs, path, "imp/deep/d", tmp_path), np.array([0.5, 1.5]), "implicit")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_xarray_base64_fill_value_attribute(nczarrfs, tmp_path, dtype):
+    """xarray writes a float variable's `_FillValue` attribute in Zarr v3 as base64 of a
+    double: it is the number, and a copy to NCZarr masks it in netCDF4-python as xarray
+    masks the original."""
+    import json
+
+    import netCDF4
+    import xarray as xr
+
+    path = tmp_path / "xr.zarr"
+    ds = xr.Dataset({"t": (("x",), np.array([1.0, np.nan, 3.0]))})
+    ds.to_zarr(str(path), zarr_format=3, mode="w",
+               encoding={"t": {"dtype": dtype, "_FillValue": -9999.0}})
+    stored = json.loads((path / "t" / "zarr.json").read_text())["attributes"]["_FillValue"]
+    assert isinstance(stored, str), stored  # base64, as this test is about
+    expected = xr.open_zarr(str(path))["t"].values
+
+    res = nczarrfs("dump", f"file://{path}#mode=zarr,file")
+    assert res.returncode == 0, res.stderr.decode(errors="replace")
+    # ncdump's spelling of the float and the double -9999.
+    suffix = "f" if dtype == "float32" else ""
+    assert f"t:_FillValue = -9999.{suffix} ;" in res.stdout.decode(), res.stdout.decode()
+    assert " t = 1, _, 3 ;" in res.stdout.decode(), res.stdout.decode()
+
+    copy = tmp_path / "copy.file"
+    res = nczarrfs("copy", f"file://{path}#mode=zarr,file", str(copy))
+    assert res.returncode == 0, res.stderr.decode(errors="replace")
+    with netCDF4.Dataset(f"file://{copy}#mode=nczarr,file") as nc:
+        got = nc["t"][:]
+        assert nc["t"].getncattr("_FillValue") == -9999.0
+    assert np.array_equal(np.ma.filled(got.astype("f8"), np.nan), expected, equal_nan=True)

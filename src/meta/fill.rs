@@ -82,6 +82,25 @@ fn convert(
     }
 }
 
+/// An untyped `_FillValue` attribute (pure Zarr) in the variable's type `t`, as netCDF
+/// requires. A float variable's may be a string of base64: xarray writes it so in Zarr v3 (a
+/// little-endian double, whatever the variable's width), and decodes it so on read.
+pub fn fill_attribute(key: &str, value: &Json, t: NcType) -> Result<AttrValue> {
+    let decoded = xarray_float_fill(value, t);
+    super::attrs::to_type(key, "_FillValue", decoded.as_ref().unwrap_or(value), t)
+}
+
+fn xarray_float_fill(value: &Json, t: NcType) -> Option<Json> {
+    let Json::Str(s) = value else {
+        return None;
+    };
+    if !matches!(t, NcType::Float | NcType::Double) {
+        return None;
+    }
+    let bytes: [u8; 8] = base64_decode(s)?.try_into().ok()?;
+    Some(Json::Num(format!("{:?}", f64::from_le_bytes(bytes))))
+}
+
 /// The bytes a string `fill_value` stands for: zarr-python stores a `|S` fill as base64 (when
 /// `base64`); anything that is not valid base64 is taken as the text itself.
 fn string_bytes(s: &str, dtype: &ZarrDtype, base64: bool) -> Vec<u8> {

@@ -925,7 +925,7 @@ fn var_parts(
             attrs.iter_mut().find(|a| a.name == "_FillValue"),
             zattrs.and_then(|z| z.get("_FillValue")),
         ) {
-            if let Ok(v) = attrs::to_type(&zkey, "_FillValue", raw, nctype) {
+            if let Ok(v) = fill::fill_attribute(&zkey, raw, nctype) {
                 a.value = v;
             }
         }

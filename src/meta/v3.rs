@@ -388,7 +388,7 @@ impl Reader<'_> {
                 attrs.iter_mut().find(|a| a.name == "_FillValue"),
                 attributes.and_then(|z| z.get("_FillValue")),
             ) {
-                if let Ok(v) = attrs::to_type(&zkey, "_FillValue", raw, vt.nctype) {
+                if let Ok(v) = super::fill::fill_attribute(&zkey, raw, vt.nctype) {
                     a.value = v;
                 }
             }
