@@ -132,3 +132,35 @@ def _check_all_gets(nczarrfs, location, hpath, rng, tmp_path) -> str | None:
             except AssertionError as err:
                 return str(err)
     return None
+
+
+def _same_dump_as_ncdump(nczarrfs, tmp_path, build, *options: str) -> None:
+    """Writes the same content with netCDF4-python as NCZarr and as HDF5 (`build(dataset)`)
+    and asserts `nczarrfs dump` of the one equals `ncdump` of the other."""
+    zpath = tmp_path / "fixed.file"
+    hpath = tmp_path / "fixed.nc"
+    for target in (f"file://{zpath}#mode=nczarr,file", str(hpath)):
+        with netCDF4.Dataset(target, "w") as nc:
+            build(nc)
+    expected = subprocess.run(["ncdump", *options, str(hpath)], capture_output=True,
+                              check=True).stdout
+    ours = nczarrfs("dump", *options, f"file://{zpath}#mode=nczarr,file")
+    assert ours.returncode == 0, ours.stderr.decode(errors="replace")
+    if ours.stdout != expected:
+        diff = difflib.unified_diff(expected.decode(errors="replace").splitlines(keepends=True),
+                                    ours.stdout.decode(errors="replace").splitlines(keepends=True),
+                                    fromfile="ncdump", tofile="nczarrfs dump")
+        pytest.fail("".join(diff), pytrace=False)
+
+
+def test_variables_named_like_cdl_keywords(nczarrfs, tmp_path):
+    # ncdump sets the `:` of some of them apart (`variables :a`), not of others (`variable:a`).
+    names = ["variable", "variables", "dimension", "dimensions", "data", "group", "groups",
+             "types", "type", "netcdf", "enum", "compound", "opaque", "int", "string", "NaN",
+             "unlimited", "UNLIMITED", "Infinity"]
+
+    def build(nc):
+        for name in names:
+            nc.createVariable(name, "i4").setncattr("a", 1)
+
+    _same_dump_as_ncdump(nczarrfs, tmp_path, build, "-h")

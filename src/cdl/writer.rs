@@ -39,7 +39,7 @@ const MAX_LINE_LEN: usize = 80 - 2;
 const BLOCK_BYTES: usize = 4 << 20;
 
 /// Variables whose names are CDL keywords get a space before the `:` of their attributes.
-const KEYWORDS: [&str; 5] = ["variable", "dimension", "data", "group", "types"];
+const KEYWORDS: [&str; 5] = ["variables", "dimensions", "data", "group", "types"];
 
 /// Writes the CDL of `ds` as `ncdump [-h] [-c] [-v ...]` prints it, reading values through
 /// `engine`. `name` is the dataset name unless `opts.name` overrides it.
