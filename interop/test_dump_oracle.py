@@ -164,3 +164,15 @@ def test_variables_named_like_cdl_keywords(nczarrfs, tmp_path):
             nc.createVariable(name, "i4").setncattr("a", 1)
 
     _same_dump_as_ncdump(nczarrfs, tmp_path, build, "-h")
+
+
+def test_backslash_in_names(nczarrfs, tmp_path):
+    # A legal netCDF name; netcdf-c writes it into the keys as it is.
+    def build(nc):
+        nc.createDimension("d\\x", 2)
+        v = nc.createVariable("a\\b", "i4", ("d\\x",))
+        v[:] = [1, 2]
+        v.setncattr("at\\tr", "x")
+        nc.createGroup("g\\1").createVariable("s", "i2")[...] = 3
+
+    _same_dump_as_ncdump(nczarrfs, tmp_path, build)

@@ -196,7 +196,7 @@ mod tests {
     #[test]
     fn bad_keys() {
         let map = MemoryMap::new();
-        for key in ["", "/a", "a/", "a//b", "../a", "a/./b", "a\0b", "a\\b"] {
+        for key in ["", "/a", "a/", "a//b", "../a", "a/./b", "a\0b"] {
             assert!(map.put(key, b"").is_err(), "{key:?} accepted");
         }
     }

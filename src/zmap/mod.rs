@@ -245,10 +245,11 @@ pub fn open(location: &Location, writable: bool) -> Result<Arc<dyn ZMap>> {
 }
 
 /// Checks that `key` is a well-formed object key: non-empty `/`-separated segments, none of
-/// them `.` or `..`, no leading or trailing `/`, no NUL and no backslash.
+/// them `.` or `..`, no leading or trailing `/`, no NUL.
 ///
 /// Keys become file paths and zip entry names, so anything that could name a location outside
-/// the dataset root (or mean different things on different systems) is refused.
+/// the dataset root is refused. A backslash is an ordinary character of a netCDF name (`a\b`),
+/// which netcdf-c writes into keys as it is.
 pub fn validate_key(key: &str) -> Result<()> {
     let bad = |reason: &str| {
         Err(Error::Storage {
@@ -261,9 +262,6 @@ pub fn validate_key(key: &str) -> Result<()> {
     }
     if key.contains('\0') {
         return bad("key contains a NUL character");
-    }
-    if key.contains('\\') {
-        return bad("key contains a backslash");
     }
     if key.starts_with('/') {
         return bad("key starts with '/'");

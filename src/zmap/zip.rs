@@ -78,7 +78,7 @@ impl ZipMap {
     ///
     /// A missing archive is an error unless `writable`, in which case the map starts empty and
     /// the archive is created by the first `flush`. An entry whose name could escape the
-    /// archive (absolute, `..`, backslash) makes the open fail.
+    /// archive (absolute, `..`, a drive letter) makes the open fail.
     pub fn open(path: &Path, writable: bool) -> Result<Self> {
         let (archive, folder, objects, outside) = match File::open(path) {
             Ok(file) => {
@@ -293,9 +293,6 @@ fn list_entries(archive: &ZipArchive<File>) -> Result<Vec<Entry>> {
 fn check_entry_name(name: &str) -> std::result::Result<(), &'static str> {
     if name.starts_with('/') {
         return Err("absolute path");
-    }
-    if name.contains('\\') {
-        return Err("backslash in name");
     }
     if name.contains('\0') {
         return Err("NUL in name");
