@@ -176,3 +176,37 @@ def test_backslash_in_names(nczarrfs, tmp_path):
         nc.createGroup("g\\1").createVariable("s", "i2")[...] = 3
 
     _same_dump_as_ncdump(nczarrfs, tmp_path, build)
+
+
+def test_char_attributes_that_are_not_utf8(nczarrfs, tmp_path):
+    """netcdf-c writes a char attribute's bytes into the JSON as they are (its writer drops
+    some such values, so the NCZarr twin gets them by hand, as netcdf-c stores them); they
+    read back, and a copy writes them back, byte for byte."""
+    latin1, raw = b"caf\xe9", b"\xff\xfe ok"
+
+    zpath = tmp_path / "fixed.file"
+    hpath = tmp_path / "fixed.nc"
+    for target, hdf5 in ((f"file://{zpath}#mode=nczarr,file", False), (str(hpath), True)):
+        with netCDF4.Dataset(target, "w") as nc:
+            nc.setncattr("latin1", latin1 if hdf5 else "LATIN1")
+            nc.createVariable("v", "S1").setncattr("bytes", raw if hdf5 else "RAW")
+    for key, mark, value in ((".zattrs", b"LATIN1", latin1), ("v/.zattrs", b"RAW", raw)):
+        path = zpath / key
+        text = path.read_bytes()
+        assert text.count(b'"' + mark + b'"') == 1, text
+        path.write_bytes(text.replace(b'"' + mark + b'"', b'"' + value + b'"'))
+
+    expected = subprocess.run(["ncdump", str(hpath)], capture_output=True, check=True).stdout
+    ours = nczarrfs("dump", f"file://{zpath}#mode=nczarr,file")
+    assert ours.returncode == 0, ours.stderr.decode(errors="replace")
+    assert ours.stdout == expected
+    copy = tmp_path / "copy.file"
+    res = nczarrfs("copy", f"file://{zpath}#mode=nczarr,file", str(copy))
+    assert res.returncode == 0, res.stderr.decode(errors="replace")
+    assert latin1 in (copy / ".zattrs").read_bytes()
+    assert raw in (copy / "v" / ".zattrs").read_bytes()
+    # netcdf-c reads the copy as the HDF5 twin (netCDF4-python decodes both alike).
+    with netCDF4.Dataset(f"file://{copy}#mode=nczarr,file") as nc, \
+            netCDF4.Dataset(str(hpath)) as ref:
+        assert nc.getncattr("latin1") == ref.getncattr("latin1")
+        assert nc["v"].getncattr("bytes") == ref["v"].getncattr("bytes")

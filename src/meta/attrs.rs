@@ -74,6 +74,7 @@ pub fn convert(key: &str, name: &str, value: &Json, dtype: Option<&str>) -> Resu
 fn char_text(value: &Json) -> AttrValue {
     match value {
         Json::Str(s) => AttrValue::Char(s.as_bytes().to_vec()),
+        Json::Bytes(b) => AttrValue::Char(b.clone()),
         Json::Arr(items) if !items.is_empty() && items.iter().all(|i| i.as_str().is_some()) => {
             AttrValue::Char(
                 items

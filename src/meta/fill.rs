@@ -61,6 +61,7 @@ fn convert(
             // netcdf-c stores char text that parses as JSON as that JSON (its "JSON
             // convention"): the char `6` is written as the number 6.
             Json::Num(_) | Json::Bool(_) if !base64 => value.unparse().bytes().next().unwrap_or(0),
+            Json::Bytes(b) => b.first().copied().unwrap_or(0),
             other => match super::attrs::to_type(key, "fill_value", other, NcType::UByte) {
                 Ok(AttrValue::UByte(v)) => v.first().copied().ok_or_else(bad)?,
                 _ => return Err(bad()),
@@ -69,6 +70,7 @@ fn convert(
         NcType::String => {
             let mut bytes = match value {
                 Json::Str(s) => string_bytes(s, dtype, base64),
+                Json::Bytes(b) => b.clone(),
                 Json::Num(_) | Json::Bool(_) => Vec::new(),
                 _ => return Err(bad()),
             };

@@ -19,6 +19,9 @@ pub enum Json {
     Num(String),
     /// A string with escapes decoded.
     Str(String),
+    /// A string whose bytes are not UTF-8: netcdf-c writes a char attribute's bytes into the
+    /// JSON as they are, whatever they are.
+    Bytes(Vec<u8>),
     /// An array.
     Arr(Vec<Json>),
     /// An object, in stored key order.
@@ -27,16 +30,12 @@ pub enum Json {
 
 impl Json {
     /// Parses `text` (the content of the object at `key`, used in error messages).
+    ///
+    /// Bytes that are not UTF-8 are accepted inside string values only (see [`Json::Bytes`]).
     pub fn parse(key: &str, text: &[u8]) -> Result<Json> {
-        let text = std::str::from_utf8(text).map_err(|e| Error::CorruptJson {
-            key: key.to_string(),
-            line: 1,
-            column: e.valid_up_to() + 1,
-            reason: "not UTF-8".into(),
-        })?;
         let mut p = Parser {
             key,
-            s: text.as_bytes(),
+            s: text,
             pos: 0,
         };
         p.ws();
@@ -91,6 +90,7 @@ impl Json {
             Json::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
             Json::Num(n) => out.push_str(n),
             Json::Str(s) => quote_into(s, out),
+            Json::Bytes(b) => quote_into(&String::from_utf8_lossy(b), out),
             Json::Arr(items) => {
                 out.push('[');
                 for (i, v) in items.iter().enumerate() {
@@ -136,6 +136,7 @@ impl Json {
                 }
             }
             Json::Str(s) => Value::String(s.clone()),
+            Json::Bytes(b) => Value::String(carry_raw_bytes(b)),
             Json::Arr(items) => Value::Array(items.iter().map(Json::to_serde).collect()),
             Json::Obj(members) => Value::Object(
                 members
@@ -145,6 +146,50 @@ impl Json {
             ),
         }
     }
+}
+
+/// Where [`carry_raw_bytes`] puts a byte `b` that is not UTF-8: the character `RAW_BYTE_BASE +
+/// b`, in the last private-use plane, which no text of a dataset uses.
+const RAW_BYTE_BASE: u32 = 0x10_FF00;
+
+/// Text for `bytes` that a `serde_json` value can hold: valid UTF-8 as it is, every other byte
+/// as a stand-in character that [`restore_raw_bytes`] turns back into the byte once the value
+/// is serialized. netcdf-c writes a char attribute's bytes into the JSON as they are, and
+/// reads them back so; this is how nczarrfs writes them too.
+pub fn carry_raw_bytes(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for chunk in bytes.utf8_chunks() {
+        out.push_str(chunk.valid());
+        for &b in chunk.invalid() {
+            out.extend(char::from_u32(RAW_BYTE_BASE + u32::from(b)));
+        }
+    }
+    out
+}
+
+/// Serialized JSON with the stand-ins of [`carry_raw_bytes`] replaced by their bytes.
+pub fn restore_raw_bytes(json: Vec<u8>) -> Vec<u8> {
+    // U+10FF80..U+10FFFF (the stand-ins of bytes 0x80..0xFF) in UTF-8: F4 8F BE|BF xx.
+    let marked = |w: &[u8]| w[0] == 0xF4 && w[1] == 0x8F && (w[2] == 0xBE || w[2] == 0xBF);
+    if !json.windows(3).any(marked) {
+        return json;
+    }
+    let mut out = Vec::with_capacity(json.len());
+    let mut i = 0;
+    while i < json.len() {
+        if i + 4 <= json.len() && marked(&json[i..i + 3]) {
+            let cp = std::str::from_utf8(&json[i..i + 4])
+                .ok()
+                .and_then(|c| c.chars().next())
+                .map_or(0, u32::from);
+            out.push((cp - RAW_BYTE_BASE) as u8);
+            i += 4;
+        } else {
+            out.push(json[i]);
+            i += 1;
+        }
+    }
+    out
 }
 
 fn quote_into(s: &str, out: &mut String) {
@@ -214,7 +259,10 @@ impl Parser<'_> {
             None => Err(self.err("unexpected end of input")),
             Some(b'{') => self.object(depth),
             Some(b'[') => self.array(depth),
-            Some(b'"') => Ok(Json::Str(self.string()?)),
+            Some(b'"') => Ok(match String::from_utf8(self.string()?) {
+                Ok(text) => Json::Str(text),
+                Err(e) => Json::Bytes(e.into_bytes()),
+            }),
             Some(b't') if self.literal("true") => Ok(Json::Bool(true)),
             Some(b'f') if self.literal("false") => Ok(Json::Bool(false)),
             Some(b'n') if self.literal("null") => Ok(Json::Null),
@@ -267,7 +315,7 @@ impl Parser<'_> {
         Ok(h)
     }
 
-    fn string(&mut self) -> Result<String> {
+    fn string(&mut self) -> Result<Vec<u8>> {
         self.pos += 1; // opening quote
                        // Most strings have no escape: they are copied in one piece.
         let rest = &self.s[self.pos.min(self.s.len())..];
@@ -275,10 +323,7 @@ impl Parser<'_> {
         let mut out: Vec<u8> = match plain {
             Some(n) if rest[n] == b'"' => {
                 self.pos += n + 1;
-                return match std::str::from_utf8(&rest[..n]) {
-                    Ok(text) => Ok(text.to_string()),
-                    Err(_) => Err(self.err("string is not UTF-8")),
-                };
+                return Ok(rest[..n].to_vec());
             }
             Some(n) => {
                 self.pos += n;
@@ -328,8 +373,7 @@ impl Parser<'_> {
                 c => out.push(c),
             }
         }
-        // The input is UTF-8 and escapes produce UTF-8, so this cannot fail.
-        String::from_utf8(out).map_err(|_| self.err("string is not UTF-8"))
+        Ok(out)
     }
 
     fn array(&mut self, depth: usize) -> Result<Json> {
@@ -368,7 +412,8 @@ impl Parser<'_> {
             if self.peek() != Some(b'"') {
                 return Err(self.err("expected a string key"));
             }
-            let k = self.string()?;
+            let k = String::from_utf8(self.string()?)
+                .map_err(|_| self.err("member name is not UTF-8"))?;
             self.ws();
             if self.peek() != Some(b':') {
                 return Err(self.err("expected ':'"));
@@ -437,9 +482,18 @@ mod tests {
         assert_eq!(p(r#""ab\"cd\n\\""#), Json::Str("ab\"cd\n\\".into()));
         assert_eq!(p(r#""\tx""#), Json::Str("\tx".into()));
         assert_eq!(p(r#"["é", "a\/b"]"#).unparse(), r#"["é","a/b"]"#);
-        for bad in [&b"\"abc"[..], b"\"ab\\", b"\"a\xff\"", b"\"a\\q\""] {
+        for bad in [&b"\"abc"[..], b"\"ab\\", b"\"a\\q\"", b"{\"\xff\": 1}"] {
             assert!(Json::parse("k", bad).is_err(), "{bad:?}");
         }
+        // netcdf-c writes a char attribute's bytes as they are.
+        assert_eq!(
+            Json::parse("k", b"\"a\xff\"").unwrap(),
+            Json::Bytes(b"a\xff".to_vec())
+        );
+        let carried = carry_raw_bytes(b"caf\xe9 \xff\xfe");
+        assert_eq!(carried.chars().count(), 7);
+        let json = serde_json::to_vec(&serde_json::json!({ "a": carried })).unwrap();
+        assert_eq!(restore_raw_bytes(json), b"{\"a\":\"caf\xe9 \xff\xfe\"}");
         // The position of an unterminated string is the end of the text.
         match Json::parse("k", b"{\"a\": \"xyz") {
             Err(Error::CorruptJson { line, column, .. }) => assert_eq!((line, column), (1, 11)),

@@ -106,7 +106,7 @@ pub(crate) fn put_objects(map: &dyn ZMap, objects: Vec<(String, Value)>) -> Resu
     let mut encoded = objects
         .into_iter()
         .map(|(key, value)| match serde_json::to_vec(&value) {
-            Ok(bytes) => Ok((key, bytes)),
+            Ok(bytes) => Ok((key, super::json::restore_raw_bytes(bytes))),
             Err(e) => Err(Error::json(&key, &e)),
         })
         .collect::<Result<Vec<_>>>()?;
@@ -331,7 +331,7 @@ fn fill_json(
             if dialect == Dialect::Zarr && dtype.kind == DtypeKind::Bytes {
                 json!(base64(text))
             } else {
-                json!(String::from_utf8_lossy(text))
+                json!(super::json::carry_raw_bytes(text))
             }
         }
     })
@@ -377,7 +377,7 @@ pub(crate) fn attr_json(value: &AttrValue, dialect: Dialect) -> Value {
         AttrValue::Float(v) => many(v, |x| float_json(f32_as_f64(x))),
         AttrValue::Double(v) => many(v, float_json),
         AttrValue::Char(bytes) => {
-            let text = String::from_utf8_lossy(bytes).into_owned();
+            let text = super::json::carry_raw_bytes(bytes);
             if dialect == Dialect::NcZarr {
                 if let Ok(j @ (Value::Object(_) | Value::Array(_))) =
                     serde_json::from_str::<Value>(&text)
