@@ -434,19 +434,33 @@ impl Reader<'_> {
             ),
         };
         let Some(j) = j else { return Ok(None) };
+        if !matches!(j, Json::Obj(_)) {
+            return Err(Error::meta(&key, "_nczarr_group is not an object"));
+        }
         let names = |field: &str, alt: &str| -> Result<Vec<String>> {
-            match either(&j, field, alt) {
-                None | Some(Json::Null) => Ok(Vec::new()),
-                Some(Json::Arr(items)) => items
-                    .iter()
-                    .map(|i| {
-                        i.as_str()
-                            .map(str::to_string)
-                            .ok_or_else(|| Error::meta(&key, format!("{field}: not a name")))
-                    })
-                    .collect(),
-                Some(_) => Err(Error::meta(&key, format!("{field}: not a list of names"))),
+            let Some(value) = either(&j, field, alt) else {
+                return Ok(Vec::new());
+            };
+            let items = match value {
+                Json::Null => return Ok(Vec::new()),
+                Json::Arr(items) => items,
+                _ => return Err(Error::meta(&key, format!("{field}: not a list of names"))),
+            };
+            let mut out: Vec<String> = Vec::with_capacity(items.len());
+            for item in items {
+                let name = item
+                    .as_str()
+                    .ok_or_else(|| Error::meta(&key, format!("{field}: not a name")))?;
+                check_listed_name(&key, field, name)?;
+                if out.iter().any(|n| n == name) {
+                    return Err(Error::meta(
+                        &key,
+                        format!("{field}: {name:?} is listed twice"),
+                    ));
+                }
+                out.push(name.to_string());
             }
+            Ok(out)
         };
         let mut dims = Vec::new();
         match either(&j, "dimensions", "dims") {
@@ -463,6 +477,7 @@ impl Reader<'_> {
                         ),
                         v => (v.as_u64().ok_or_else(bad)?, false),
                     };
+                    check_listed_name(&key, "dimensions", name)?;
                     dims.push((name.clone(), len, unlimited));
                 }
             }
@@ -478,6 +493,7 @@ impl Reader<'_> {
                         .get("unlimited")
                         .and_then(Json::as_u64)
                         .is_some_and(|n| n != 0);
+                    check_listed_name(&key, "dimensions", name)?;
                     dims.push((name.to_string(), len, unl));
                 }
             }
@@ -979,6 +995,15 @@ fn var_parts(
         attrs,
         fill_value,
     })
+}
+
+/// A group, variable or dimension name listed in NCZarr metadata names one child: it is not
+/// empty (the group itself, without end), `.`, `..`, nor holds a `/` or a NUL.
+fn check_listed_name(key: &str, field: &str, name: &str) -> Result<()> {
+    if name.is_empty() || name == "." || name == ".." || name.contains(['/', '\0']) {
+        return Err(Error::meta(key, format!("{field}: {name:?} is not a name")));
+    }
+    Ok(())
 }
 
 /// The netCDF type, stored dtype, string width and unreadable reason of an array.
@@ -1655,5 +1680,27 @@ mod tests {
         assert_eq!(dim_names(&ds, "a"), ["/d"]);
         assert_eq!(dim_names(&ds, "b"), ["/d"]);
         assert_eq!(ds.var(ds.find_var("b").unwrap()).nctype, NcType::Short);
+    }
+
+    #[test]
+    fn listed_names_name_one_child_each() {
+        let root = |group: &str| {
+            format!(r#"{{"_nczarr_group": {group}, "_nczarr_superblock": {{"version": "2.0.0"}}}}"#)
+        };
+        for (group, complaint) in [
+            // An empty name is the group itself: a group that is its own child.
+            (r#"{"groups": ["g", ""]}"#, "is not a name"),
+            (r#"{"groups": ["station/name"]}"#, "is not a name"),
+            (r#"{"arrays": ["a", "a"]}"#, "listed twice"),
+            (r#"{"dimensions": {"": 2}}"#, "is not a name"),
+            (r#""x""#, "not an object"),
+            ("null", "not an object"),
+        ] {
+            let zattrs = root(group);
+            let e = open(&[(".zgroup", r#"{"zarr_format": 2}"#), (".zattrs", &zattrs)])
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(complaint), "{group}: {e}");
+        }
     }
 }
