@@ -8,6 +8,9 @@ use crate::{Error, Result};
 /// dropped at most this long after the dataset changed underneath.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(5);
 
+/// The longest staleness window `ttl=` sets.
+const MAX_TTL_SECS: f64 = 365.0 * 86400.0;
+
 /// Parsed `-o` options.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MountOptions {
@@ -141,7 +144,11 @@ impl MountOptions {
                 if !secs.is_finite() || secs < 0.0 {
                     return Err(bad(v));
                 }
-                self.ttl = (secs > 0.0).then(|| Duration::from_secs_f64(secs));
+                self.ttl = match secs {
+                    0.0 => None,
+                    // Held to a year, so that deadlines reckoned from it cannot overflow.
+                    s => Some(Duration::from_secs_f64(s.min(MAX_TTL_SECS))),
+                };
             }
             "threads" => {
                 let v = need(value)?;
@@ -213,6 +220,10 @@ mod tests {
         assert_eq!(o.ttl, Some(Duration::from_millis(500)));
         assert_eq!(o.umask, 0o022);
         assert_eq!(MountOptions::parse(&["ttl=0"]).unwrap().ttl, None);
+        assert_eq!(
+            MountOptions::parse(&["ttl=1e20"]).unwrap().ttl,
+            Some(Duration::from_secs(365 * 86400))
+        );
         assert!(!MountOptions::parse(&["rw,ro"]).unwrap().read_write);
         assert!(MountOptions::parse(&["ro,direct_io"]).unwrap().direct_io);
         assert!(!MountOptions::parse::<&str>(&[]).unwrap().direct_io);
