@@ -452,3 +452,16 @@ fn entries_inflate_no_further_than_deflate_or_their_header_allows() {
     assert_eq!(map.get_exact("v/0", &mut out).unwrap(), Some(8 << 20));
     assert_eq!(out, zeros);
 }
+
+#[test]
+fn a_fifo_is_no_archive() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("x.zip");
+    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    match ZipMap::open(&fifo, false) {
+        Err(Error::NotZarr { reason, .. }) => assert!(reason.contains("not a regular file")),
+        other => panic!("expected NotZarr, got {other:?}"),
+    }
+}

@@ -21,8 +21,11 @@ const MAP_FROM: u64 = 64 << 10;
 /// `fstat` to size the buffer nor a second `read` to find its end (a read of a regular file
 /// returns less than asked for only at its end): opening a dataset of a thousand variables
 /// is mostly these calls.
+///
+/// Something other than a regular file (a FIFO, a device) that fills the first read is
+/// refused rather than read on without end; one that does not reads as what it gave.
 fn read_object(path: &Path) -> io::Result<Vec<u8>> {
-    let mut file = fs::File::open(path)?;
+    let mut file = open_object(path)?;
     let mut head = [0u8; SMALL_OBJECT];
     let n = loop {
         match file.read(&mut head) {
@@ -34,11 +37,34 @@ fn read_object(path: &Path) -> io::Result<Vec<u8>> {
     if n < head.len() {
         return Ok(head[..n].to_vec());
     }
-    let len = usize::try_from(file.metadata()?.len()).unwrap_or(0);
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(not_regular());
+    }
+    let len = usize::try_from(meta.len()).unwrap_or(0);
     let mut bytes = Vec::with_capacity(len.max(n));
     bytes.extend_from_slice(&head);
     file.read_to_end(&mut bytes)?;
     Ok(bytes)
+}
+
+/// Opens an object's file for reading. A FIFO in a store would block the open until some
+/// writer came (a mount thread, then the whole daemon); non-blocking, it opens at once, and
+/// the callers' file type checks refuse it.
+pub(super) fn open_object(path: &Path) -> io::Result<fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+}
+
+/// The complaint about an object that is no regular file.
+fn not_regular() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        "not a regular file (a FIFO, device or socket in the store): refused",
+    )
 }
 
 const TEMP_PREFIX: &str = ".nczarrfs-tmp.";
@@ -150,16 +176,18 @@ impl FileMap {
     fn open_file(&self, key: &str) -> Result<Option<(fs::File, PathBuf, u64)>> {
         validate_key(key)?;
         let path = self.path_of(key);
-        let file = match fs::File::open(&path) {
+        let file = match open_object(&path) {
             Ok(file) => file,
             Err(e) if is_absent(&e) => return Ok(None),
             Err(e) => return Err(Error::io(path, e)),
         };
         let meta = file.metadata().map_err(|e| Error::io(&path, e))?;
-        if !meta.is_file() {
-            return Ok(None);
+        match meta.file_type() {
+            t if t.is_file() => Ok(Some((file, path, meta.len()))),
+            // A prefix of other keys is no object.
+            t if t.is_dir() => Ok(None),
+            _ => Err(Error::io(path, not_regular())),
         }
-        Ok(Some((file, path, meta.len())))
     }
 }
 
@@ -288,14 +316,17 @@ impl ZMap for FileMap {
     fn get_range(&self, key: &str, offset: u64, len: u64) -> Result<Option<Vec<u8>>> {
         validate_key(key)?;
         let path = self.path_of(key);
-        let mut file = match fs::File::open(&path) {
+        let mut file = match open_object(&path) {
             Ok(file) => file,
             Err(e) if is_absent(&e) => return Ok(None),
             Err(e) => return Err(Error::io(path, e)),
         };
         let meta = file.metadata().map_err(|e| Error::io(&path, e))?;
-        if !meta.is_file() {
+        if meta.is_dir() {
             return Ok(None);
+        }
+        if !meta.is_file() {
+            return Err(Error::io(path, not_regular()));
         }
         let start = offset.min(meta.len());
         let want = len.min(meta.len() - start);
@@ -313,7 +344,8 @@ impl ZMap for FileMap {
         let path = self.path_of(key);
         let size = match fs::metadata(&path) {
             Ok(meta) if meta.is_file() => meta.len(),
-            Ok(_) => return Ok(None),
+            Ok(meta) if meta.is_dir() => return Ok(None),
+            Ok(_) => return Err(Error::io(path, not_regular())),
             Err(e) if is_absent(&e) => return Ok(None),
             Err(e) => return Err(Error::io(path, e)),
         };
@@ -435,6 +467,33 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let map = FileMap::open(&dir.path().join("ds.file"), true).unwrap();
         (dir, map)
+    }
+
+    #[test]
+    fn fifos_and_devices_in_the_store_are_refused_not_waited_on() {
+        let (_dir, map) = writable();
+        map.put("v/.zarray", b"{}").unwrap();
+        let fifo = map.root().join("v").join("0");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        std::os::unix::fs::symlink("/dev/zero", map.root().join("v").join("1")).unwrap();
+        for key in ["v/0", "v/1"] {
+            let refused = |r: Result<bool>| match r {
+                Err(e) => assert!(e.to_string().contains("not a regular file"), "{key}: {e}"),
+                Ok(found) => panic!("{key}: read as found={found}"),
+            };
+            refused(map.get_into(key, &mut Vec::new()));
+            refused(map.read_with(key, &mut Vec::new(), &mut |_| Ok(())));
+            refused(map.get_exact(key, &mut [0u8; 8]).map(|n| n.is_some()));
+            refused(map.get_range(key, 0, 8).map(|v| v.is_some()));
+            refused(map.get_suffix(key, 8).map(|v| v.is_some()));
+        }
+        // Small reads of a FIFO without a writer end at once; a device fills them and is
+        // refused.
+        assert_eq!(map.get("v/0").unwrap(), Some(Vec::new()));
+        let e = map.get("v/1").unwrap_err().to_string();
+        assert!(e.contains("not a regular file"), "{e}");
     }
 
     #[test]

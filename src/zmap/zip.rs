@@ -80,13 +80,18 @@ impl ZipMap {
     /// the archive is created by the first `flush`. An entry whose name could escape the
     /// archive (absolute, `..`, a drive letter) makes the open fail.
     pub fn open(path: &Path, writable: bool) -> Result<Self> {
-        let (archive, folder, objects, outside) = match File::open(path) {
+        let (archive, folder, objects, outside) = match super::file::open_object(path) {
             Ok(file) => {
-                let is_dir = file.metadata().map_err(|e| Error::io(path, e))?.is_dir();
-                if is_dir {
+                let meta = file.metadata().map_err(|e| Error::io(path, e))?;
+                if !meta.is_file() {
+                    let what = if meta.is_dir() {
+                        "a directory"
+                    } else {
+                        "not a regular file"
+                    };
                     return Err(Error::NotZarr {
                         location: path.display().to_string(),
-                        reason: "a directory, not a zip archive".into(),
+                        reason: format!("{what}, not a zip archive"),
                     });
                 }
                 let archive = ZipArchive::new(file).map_err(|e| Error::NotZarr {
