@@ -514,6 +514,25 @@ impl DatasetWriter {
     pub fn open_with_cache(location: &Location, cache_bytes: usize) -> Result<DatasetWriter> {
         let map = zmap::open(location, true)?;
         let model = meta::read_dataset(map.as_ref(), &location.mode)?;
+        // The model holds no metadata of a variable it cannot read (a complex or datetime
+        // array), so rewriting the metadata would replace that variable's with a byte array's.
+        if let Some(v) = (0..model.vars.len())
+            .map(VarId)
+            .find(|v| model.var(*v).storage.unreadable.is_some())
+        {
+            return Err(Error::Unsupported(format!(
+                "{} cannot be opened for writing: variable {} is not supported ({}), and \
+                 rewriting the metadata would lose its description; open it read-only",
+                map.describe(),
+                model.var_fqn(v),
+                model
+                    .var(v)
+                    .storage
+                    .unreadable
+                    .as_deref()
+                    .unwrap_or_default()
+            )));
+        }
         let probe = |key: &str| -> Result<bool> {
             Ok(map
                 .get(key)?
@@ -1599,6 +1618,30 @@ mod tests {
             .read(&ds, v, &Hyperslab::whole(&[3]), &mut out)
             .unwrap();
         assert_eq!(ints(&out), [1, 2, 3]);
+    }
+
+    #[test]
+    fn datasets_with_unsupported_variables_are_not_opened_for_writing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("ds.zarr");
+        let map = zmap::FileMap::open(&root, true).unwrap();
+        map.put(".zgroup", br#"{"zarr_format": 2}"#).unwrap();
+        for (name, dtype) in [("c", "<c8"), ("i", "<i4")] {
+            let zarray = format!(
+                r#"{{"zarr_format": 2, "shape": [2], "chunks": [2], "dtype": "{dtype}", "fill_value": null, "order": "C", "compressor": null, "filters": null}}"#
+            );
+            map.put(&format!("{name}/.zarray"), zarray.as_bytes())
+                .unwrap();
+        }
+        let loc = Location::parse(&format!("file://{}#mode=zarr,file", root.display())).unwrap();
+        let e = DatasetWriter::open(&loc).unwrap_err().to_string();
+        assert!(e.contains("variable /c is not supported"), "{e}");
+        assert!(map
+            .get("c/.zarray")
+            .unwrap()
+            .unwrap()
+            .windows(3)
+            .any(|w| w == b"<c8"));
     }
 
     #[test]
