@@ -168,6 +168,17 @@ impl VarPlan {
                 chunks, st.shape
             )));
         }
+        let chunk_bytes = chunks
+            .iter()
+            .try_fold(esize as u64, |a, &c| a.checked_mul(c))
+            .filter(|n| *n <= crate::model::MAX_CHUNK_BYTES);
+        if chunk_bytes.is_none() {
+            return Err(unreadable(format!(
+                "chunks {chunks:?} of {esize}-byte elements are larger than the {} bytes \
+                 nczarrfs decodes",
+                crate::model::MAX_CHUNK_BYTES
+            )));
+        }
         let chunk_shape_usize = chunks
             .iter()
             .map(|&c| usize::try_from(c).ok())

@@ -997,3 +997,19 @@ fn uncompressed_runs_are_read_in_place_from_cheap_maps() {
         }
     }
 }
+
+#[test]
+fn chunks_larger_than_the_limit_are_unreadable_not_allocated() {
+    let map = Arc::new(TestMap::default());
+    let mut ds = Dataset::new();
+    // Zarr allows chunks larger than the array; this one would be 8 TiB.
+    let st = storage("v", "<i8", &[4], &[1 << 40]);
+    let v = add_var(&mut ds, "v", NcType::Int64, &[("x", 4)], st);
+    let e = engine(&map, 1 << 20);
+    let mut out = [0u8; 32];
+    let err = e
+        .read(&ds, v, &Hyperslab::whole(&[4]), &mut out)
+        .unwrap_err();
+    assert!(matches!(err, Error::Unreadable { .. }), "{err}");
+    assert!(err.to_string().contains("larger than"), "{err}");
+}

@@ -219,6 +219,13 @@ fn prepare(parsed: ParsedCdl) -> Result<(Dataset, Vec<Option<Vec<u8>>>)> {
                 .or(default_maxstrlen)
                 .or(values.is_none().then_some(NETCDF_MAXSTRLEN));
             if let Some(w) = width.filter(|w| *w > 0) {
+                if w > crate::model::MAX_STRING_WIDTH {
+                    return Err(Error::Invalid(format!(
+                        "{}: string width {w} is more than the {} bytes nczarrfs handles",
+                        var.name,
+                        crate::model::MAX_STRING_WIDTH
+                    )));
+                }
                 let old = var.string_width;
                 values = values.map(|v| rewidth(&v, old, w));
                 if let Some(f) = &var.storage.fill_value {

@@ -1046,6 +1046,12 @@ fn var_type(
         (DtypeKind::Bytes | DtypeKind::Unicode, _) => NcType::String,
     };
     let width = if t == NcType::String { d.size } else { 0 };
+    if width > crate::model::MAX_STRING_WIDTH {
+        return unreadable(format!(
+            "string width {width} of dtype {text:?} is more than the {} bytes nczarrfs handles",
+            crate::model::MAX_STRING_WIDTH
+        ));
+    }
     (t, Some(d), width, None)
 }
 

@@ -865,6 +865,16 @@ fn var_type(
         }
         _ => return unreadable(name, alias),
     };
+    if width > crate::model::MAX_STRING_WIDTH {
+        return VarType {
+            unreadable: Some(format!(
+                "string width {width} of data_type {name:?} is more than the {} bytes \
+                 nczarrfs handles",
+                crate::model::MAX_STRING_WIDTH
+            )),
+            ..unreadable(name, alias)
+        };
+    }
     VarType {
         nctype,
         dtype,

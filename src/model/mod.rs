@@ -10,6 +10,14 @@ mod types;
 
 pub use types::{AttrValue, ByteOrder, DtypeKind, NcType, ZarrDtype};
 
+/// The widest fixed-width string element nczarrfs reads or writes (256 MiB): wider ones are
+/// refused rather than allocated (a dtype `|S4000000000` would take 4 GB per element).
+pub const MAX_STRING_WIDTH: usize = 256 << 20;
+
+/// The largest chunk nczarrfs decodes or encodes (4 GiB, HDF5's limit too): Zarr allows a
+/// chunk shape larger than the array, and a chunk is held whole in memory.
+pub const MAX_CHUNK_BYTES: u64 = 4 << 30;
+
 /// Index of a group in [`Dataset::groups`]; the root group is `GroupId(0)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct GroupId(pub usize);
