@@ -125,6 +125,7 @@ impl FileMap {
                 reason: "no file name".into(),
             });
         };
+        self.check_no_symlinked_dirs(key)?;
         fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
         // Same directory as the target so that the rename cannot cross filesystems.
         let temp = dir.join(format!(
@@ -142,6 +143,32 @@ impl FileMap {
                 Err(err)
             }
         }
+    }
+
+    /// Refuses a write or delete under a directory of the dataset that is a symbolic link:
+    /// it would land outside the dataset, wherever the link points (whoever could plant the
+    /// link chooses where). Links to objects are replaced by the rename, not written through.
+    fn check_no_symlinked_dirs(&self, key: &str) -> Result<()> {
+        let mut dir = self.root.clone();
+        let segments: Vec<&str> = key.split('/').collect();
+        for segment in &segments[..segments.len() - 1] {
+            dir.push(segment);
+            match fs::symlink_metadata(&dir) {
+                Ok(meta) if meta.file_type().is_symlink() => {
+                    return Err(Error::Storage {
+                        key: key.to_string(),
+                        reason: format!(
+                            "{} is a symbolic link: writing through it would leave the dataset",
+                            dir.display()
+                        ),
+                    });
+                }
+                Ok(_) => {}
+                Err(e) if is_absent(&e) => return Ok(()),
+                Err(e) => return Err(Error::io(&dir, e)),
+            }
+        }
+        Ok(())
     }
 
     fn check_writable(&self, key: &str) -> Result<()> {
@@ -395,6 +422,7 @@ impl ZMap for FileMap {
     fn delete(&self, key: &str) -> Result<()> {
         self.check_writable(key)?;
         validate_key(key)?;
+        self.check_no_symlinked_dirs(key)?;
         let path = self.path_of(key);
         let meta = match fs::symlink_metadata(&path) {
             Ok(meta) => meta,
@@ -467,6 +495,25 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let map = FileMap::open(&dir.path().join("ds.file"), true).unwrap();
         (dir, map)
+    }
+
+    #[test]
+    fn no_write_or_delete_through_a_symlinked_directory() {
+        let (dir, map) = writable();
+        let outside = dir.path().join("outside");
+        fs::create_dir(&outside).unwrap();
+        fs::write(outside.join("keep"), b"x").unwrap();
+        map.put("v/.zarray", b"{}").unwrap();
+        std::os::unix::fs::symlink(&outside, map.root().join("v").join("1")).unwrap();
+        for e in [
+            map.put("v/1/0", b"chunk").unwrap_err(),
+            map.delete("v/1/keep").unwrap_err(),
+        ] {
+            assert!(e.to_string().contains("symbolic link"), "{e}");
+        }
+        assert_eq!(fs::read_dir(&outside).unwrap().count(), 1);
+        // Reads may follow it (a store assembled from links is common).
+        assert_eq!(map.get("v/1/keep").unwrap().as_deref(), Some(&b"x"[..]));
     }
 
     #[test]
