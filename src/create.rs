@@ -621,6 +621,20 @@ impl DatasetWriter {
         Ok(self.model.add_group(parent, name))
     }
 
+    /// Adds a subgroup and stores the metadata at once; when storing fails, the group is
+    /// taken out again, so that the failure does not come back at every later sync (a `rw`
+    /// mount's `mkdir`).
+    pub fn add_group_stored(&mut self, parent: GroupId, name: &str) -> Result<GroupId> {
+        let before = self.model.clone();
+        let g = self.add_group(parent, name)?;
+        if let Err(e) = self.sync() {
+            self.model = before;
+            self.meta_dirty = true;
+            return Err(e);
+        }
+        Ok(g)
+    }
+
     /// Adds a dimension (an unlimited one starts at `len`, usually 0).
     pub fn add_dim(
         &mut self,
@@ -970,7 +984,24 @@ impl DatasetWriter {
     /// old objects: a crash in between leaves stray copies, never a dangling reference. Until
     /// the new metadata is written, a failure puts the model `before` the rename back (its
     /// metadata is then written again: the old objects are all still there).
+    ///
+    /// Objects already under `new` (strays of another program, or of a crash) would be taken
+    /// for the renamed node's: the rename is then refused.
     fn move_prefix(&mut self, old: &str, new: &str, before: Dataset) -> Result<()> {
+        let stray = match keys_under(self.map.as_ref(), new) {
+            Ok(keys) => keys.into_iter().next(),
+            Err(e) => {
+                self.model = before;
+                return Err(e);
+            }
+        };
+        if let Some(stray) = stray {
+            self.model = before;
+            return Err(Error::NotPermitted(format!(
+                "cannot rename to {new:?}: storage already holds objects there ({stray:?}) that \
+                 are not part of the dataset"
+            )));
+        }
         let copied = self.engine.flush().and_then(|()| {
             self.engine.invalidate(old)?;
             for key in keys_under(self.map.as_ref(), old)? {
@@ -1642,6 +1673,37 @@ mod tests {
             .unwrap()
             .windows(3)
             .any(|w| w == b"<c8"));
+    }
+
+    #[test]
+    fn a_group_that_cannot_be_stored_is_taken_out_again() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (_loc, mut w) = writer(tmp.path(), "nczarr");
+        w.write_meta().unwrap();
+        // A stray file where the group's directory would go.
+        std::fs::write(tmp.path().join("d.file").join("g"), b"x").unwrap();
+        assert!(w.add_group_stored(Dataset::ROOT, "g").is_err());
+        assert!(w.model().find_group_in(Dataset::ROOT, "g").is_none());
+        // Later changes are stored.
+        w.add_group_stored(Dataset::ROOT, "h").unwrap();
+        w.sync().unwrap();
+    }
+
+    #[test]
+    fn renames_onto_stray_objects_are_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (_loc, mut w) = writer(tmp.path(), "nczarr");
+        let x = w.add_dim(Dataset::ROOT, "x", 2, false).unwrap();
+        let v = w
+            .add_var(Dataset::ROOT, "v", NcType::Int, &[x], VarOptions::default())
+            .unwrap();
+        w.write_meta().unwrap();
+        // Another program left a chunk under the name.
+        w.map.put("baz/0", &[7u8; 8]).unwrap();
+        let e = w.rename_var(v, "baz").unwrap_err().to_string();
+        assert!(e.contains("already holds objects"), "{e}");
+        assert_eq!(w.model().var(v).name, "v");
+        assert_eq!(w.model().var(v).storage.key, "v");
     }
 
     #[test]

@@ -1299,8 +1299,7 @@ impl Filesystem for NczarrFs {
             let Some(Resolved::Group(g)) = owner.resolve(w.model()) else {
                 return Err(Error::NotFound(owner.display()));
             };
-            w.add_group(g, group_name)?;
-            w.sync()
+            w.add_group_stored(g, group_name).map(|_| ())
         });
         if let Err(e) = made {
             return reply.error(sh.refused(&node, "mkdir", &e));
