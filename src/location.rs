@@ -400,11 +400,51 @@ fn parse_s3(scheme: &str, rest: &str, frag: &Fragment) -> std::result::Result<S3
     if s3.bucket.is_empty() {
         return Err("S3 URL without a bucket".into());
     }
+    check_bucket(&s3.bucket)?;
+    if s3.endpoint.is_some() {
+        check_authority(authority)?;
+    }
     if frag.region.is_some() {
         s3.region = frag.region.clone();
     }
     s3.profile = frag.profile.clone();
     Ok(s3)
+}
+
+/// A bucket name holds letters, digits, `.`, `-` and `_` (S3's rules, with the upper case and
+/// underscores of old buckets and S3-compatible servers).
+fn check_bucket(bucket: &str) -> std::result::Result<(), String> {
+    let ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_');
+    if bucket.len() > 255 || !bucket.chars().all(ok) {
+        return Err(format!("{bucket:?} is not a bucket name"));
+    }
+    Ok(())
+}
+
+/// `host[:port]` of an endpoint: a DNS name or address, or `[IPv6]`, and a port that fits.
+fn check_authority(authority: &str) -> std::result::Result<(), String> {
+    let bad = || Err(format!("{authority:?} is not a host[:port]"));
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(v6) => match v6.split_once(']') {
+            Some((addr, rest)) if addr.parse::<std::net::Ipv6Addr>().is_ok() => {
+                (addr, rest.strip_prefix(':'))
+            }
+            _ => return bad(),
+        },
+        None => match authority.split_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (authority, None),
+        },
+    };
+    let host_ok = authority.starts_with('[')
+        || (!host.is_empty()
+            && host
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_')));
+    if !host_ok || port.is_some_and(|p| p.parse::<u16>().is_err()) {
+        return bad();
+    }
+    Ok(())
 }
 
 /// What an `*.amazonaws.com` host name says.

@@ -241,3 +241,23 @@ fn fixture(rel: &str) -> PathBuf {
         .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../shared").to_string());
     PathBuf::from(shared).join("fixtures").join(rel)
 }
+
+#[test]
+fn s3_endpoints_and_buckets_must_be_well_formed() {
+    // object_store panicked on these when signing the first request.
+    for (url, complaint) in [
+        ("http://[::1/b/k#mode=nczarr,s3", "is not a host[:port]"),
+        ("http://h:99999/b/k#mode=nczarr,s3", "is not a host[:port]"),
+        (
+            "http://127.0.0.1:9/b k/x#mode=nczarr,s3",
+            "is not a bucket name",
+        ),
+        ("s3://b%20k/x", "is not a bucket name"),
+    ] {
+        let e = refused(url);
+        assert!(e.contains(complaint), "{url}: {e}");
+    }
+    let ok = s3("http://[::1]:5000/my_Bucket-1.x/k#mode=nczarr,s3");
+    assert_eq!(ok.bucket, "my_Bucket-1.x");
+    assert_eq!(ok.endpoint.as_deref(), Some("http://[::1]:5000"));
+}
