@@ -2,7 +2,7 @@
 //! directory holds and what each name resolves to. Nodes are named by path, not by model
 //! index, so that they survive a metadata reload; nothing here knows about inodes.
 
-use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, CONTROLS};
+use percent_encoding::{percent_decode_str, percent_encode_byte};
 
 use crate::model::{Dataset, GroupId, VarId};
 
@@ -14,9 +14,6 @@ pub const METADATA: &str = "@metadata.json";
 pub const ATTRIBUTES: &str = "@attributes";
 /// A variable's values.
 pub const DATA: &str = "data";
-
-/// Bytes that cannot appear in an attribute file name as they are.
-const ATTR_ESCAPES: &AsciiSet = &CONTROLS.add(b'/').add(b'%');
 
 /// A group or a variable, by path from the root group.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -86,7 +83,16 @@ pub fn attr_entry(name: &str) -> String {
         "" => "%00".to_string(),
         "." => "%2E".to_string(),
         ".." => "%2E%2E".to_string(),
-        _ => utf8_percent_encode(name, ATTR_ESCAPES).to_string(),
+        // Other characters, non-ASCII ones too, are file name characters as they are.
+        _ => name
+            .chars()
+            .map(|c| match u8::try_from(c) {
+                Ok(b) if b == b'/' || b == b'%' || b.is_ascii_control() => {
+                    percent_encode_byte(b).to_string()
+                }
+                _ => c.to_string(),
+            })
+            .collect(),
     }
 }
 
@@ -341,5 +347,8 @@ pub(crate) mod tests {
             assert!(!e.contains('/') && e != "." && e != ".." && !e.is_empty());
             assert_eq!(attr_name(&e), name);
         }
+        // As docs/mount.md says: only `/`, `%` and control characters are encoded.
+        assert_eq!(attr_entry("ünï µ"), "ünï µ");
+        assert_eq!(attr_entry("a/b%\n"), "a%2Fb%25%0A");
     }
 }
