@@ -277,6 +277,12 @@ impl Lexer<'_> {
     fn name(&mut self) -> Result<String> {
         let mut s = String::new();
         while let Some(c) = self.peek(0) {
+            if let Some(b) = crate::meta::json::raw_byte_of(c) {
+                return Err(self.err(
+                    self.pos(),
+                    format!("byte 0x{b:02X} in a name is not UTF-8 (netCDF names are)"),
+                ));
+            }
             if c == '\\' {
                 self.bump();
                 match self.bump() {
@@ -305,6 +311,10 @@ impl Lexer<'_> {
                 return Ok(out);
             }
             if c != '\\' {
+                if let Some(b) = crate::meta::json::raw_byte_of(c) {
+                    out.push(b);
+                    continue;
+                }
                 let mut buf = [0u8; 4];
                 out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
                 continue;

@@ -122,12 +122,21 @@ pub struct ParsedCdl {
 
 /// Reads and parses a CDL file; errors name the file.
 pub fn parse_cdl_file(path: &Path) -> Result<ParsedCdl> {
-    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
-    parse_cdl(&text, &path.display().to_string())
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    parse_cdl(&cdl_text(bytes), &path.display().to_string())
 }
 
-/// Parses CDL text; `file` names it in error messages.
+/// The text of CDL read as bytes. ncdump writes char values as their bytes, which need not be
+/// UTF-8 (Latin-1 text); such bytes are carried through to the string constants that hold
+/// them (anywhere else they are an error at their place).
+pub fn cdl_text(bytes: Vec<u8>) -> String {
+    String::from_utf8(bytes).unwrap_or_else(|e| crate::meta::json::carry_raw_bytes(e.as_bytes()))
+}
+
+/// Parses CDL text; `file` names it in error messages. A leading byte order mark is skipped,
+/// as ncgen does.
 pub fn parse_cdl(text: &str, file: &str) -> Result<ParsedCdl> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let toks = tokenize(text, file)?;
     let mut p = Parser {
         toks,

@@ -8,7 +8,9 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::cdl::parser::{parse_cdl, parse_cdl_file, Endianness, ParsedCdl, StorageLayout};
+use crate::cdl::parser::{
+    cdl_text, parse_cdl, parse_cdl_file, Endianness, ParsedCdl, StorageLayout,
+};
 use crate::chunk::Hyperslab;
 use crate::create::{
     apply_mode_words, Codecs, CreateOptions, DatasetWriter, Staging, NETCDF_MAXSTRLEN,
@@ -39,10 +41,10 @@ pub struct GenArgs {
 /// Runs `gen`.
 pub fn run(args: GenArgs) -> Result<i32> {
     let parsed = if args.cdl.as_os_str() == "-" {
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut bytes)
             .map_err(|e| Error::io("-", e))?;
-        parse_cdl(&text, "-")?
+        parse_cdl(&cdl_text(bytes), "-")?
     } else {
         parse_cdl_file(&args.cdl)?
     };

@@ -167,6 +167,12 @@ pub fn carry_raw_bytes(bytes: &[u8]) -> String {
     out
 }
 
+/// The byte a stand-in character of [`carry_raw_bytes`] stands for.
+pub fn raw_byte_of(c: char) -> Option<u8> {
+    let b = u32::from(c).checked_sub(RAW_BYTE_BASE)?;
+    u8::try_from(b).ok().filter(|b| *b >= 0x80)
+}
+
 /// Serialized JSON with the stand-ins of [`carry_raw_bytes`] replaced by their bytes.
 pub fn restore_raw_bytes(json: Vec<u8>) -> Vec<u8> {
     // U+10FF80..U+10FFFF (the stand-ins of bytes 0x80..0xFF) in UTF-8: F4 8F BE|BF xx.
