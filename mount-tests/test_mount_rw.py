@@ -574,3 +574,27 @@ def test_cache_size_bounds_the_write_back_cache(mounter, tmp_path, cache, evicts
     umount_and_wait(mnt)
     assert len(chunks()) == 32
     np.testing.assert_array_equal(netcdf_values(url)["/v"], want)
+
+
+def test_zarr_python_attributes_without_a_netcdf_type_survive_a_rewrite(mounter, tmp_path):
+    """Attributes that netCDF has no type for (an object, a list of mixed values) are shown as
+    their JSON text; a change elsewhere rewrites the metadata, and they go back as they were."""
+    import zarr
+
+    path = tmp_path / "store.zarr"
+    root = zarr.open_group(str(path), mode="w", zarr_format=2)
+    nested = {"a": [1, 2.5], "b": {"c": "d"}}
+    mixed = [1, "a", 2.5]
+    root.attrs.update({"nested": nested, "mixed": mixed, "title": "t"})
+    arr = root.create_array("v", shape=(3,), dtype="<i4",
+                            attributes={"_ARRAY_DIMENSIONS": ["x"], "spec": {"k": [1, "x"]}})
+    arr[:] = [1, 2, 3]
+    mnt = mounter.mount(str(path), "rw")
+    (mnt / "@attributes" / "added").write_text("new")
+    (mnt / "newgroup").mkdir()
+    umount_and_wait(mnt)
+    back = zarr.open_group(str(path), mode="r")
+    assert back.attrs["nested"] == nested
+    assert back.attrs["mixed"] == mixed
+    assert back.attrs["added"] == "new"
+    assert back["v"].attrs["spec"] == {"k": [1, "x"]}

@@ -357,8 +357,12 @@ pub(crate) fn base64(data: &[u8]) -> String {
 }
 
 /// An attribute's values as JSON: a scalar for one value, a list otherwise; char text as a
-/// string (or its JSON value under the NCZarr JSON convention).
-pub(crate) fn attr_json(value: &AttrValue, dialect: Dialect) -> Value {
+/// string, or, under the JSON convention (`json_text`), as the object or list it spells.
+///
+/// Zarr v2 uses the convention in both dialects: netcdf-c reads an NCZarr attribute holding
+/// JSON as its text, and nczarrfs reads so a pure Zarr attribute that has no netCDF type (an
+/// object, a list of mixed values), which must then be written back as it was.
+pub(crate) fn attr_json(value: &AttrValue, json_text: bool) -> Value {
     fn many<T: Copy>(v: &[T], f: impl Fn(T) -> Value) -> Value {
         match v {
             [one] => f(*one),
@@ -378,7 +382,7 @@ pub(crate) fn attr_json(value: &AttrValue, dialect: Dialect) -> Value {
         AttrValue::Double(v) => many(v, float_json),
         AttrValue::Char(bytes) => {
             let text = super::json::carry_raw_bytes(bytes);
-            if dialect == Dialect::NcZarr {
+            if json_text {
                 if let Ok(j @ (Value::Object(_) | Value::Array(_))) =
                     serde_json::from_str::<Value>(&text)
                 {
@@ -437,14 +441,9 @@ fn attr_type(value: &AttrValue) -> &'static str {
 }
 
 /// User attributes into `obj`, recording their types in `types`.
-fn put_attrs(
-    obj: &mut Map<String, Value>,
-    types: &mut Map<String, Value>,
-    attrs: &[Attribute],
-    dialect: Dialect,
-) {
+fn put_attrs(obj: &mut Map<String, Value>, types: &mut Map<String, Value>, attrs: &[Attribute]) {
     for a in attrs {
-        obj.insert(a.name.clone(), attr_json(&a.value, dialect));
+        obj.insert(a.name.clone(), attr_json(&a.value, true));
         types.insert(a.name.clone(), json!(attr_type(&a.value)));
     }
 }
@@ -460,7 +459,7 @@ fn group_attrs(ds: &Dataset, g: GroupId, opts: &WriteOptions) -> Result<Map<Stri
             types.insert("_NCProperties".into(), json!(">S1"));
         }
     }
-    put_attrs(&mut obj, &mut types, &group.attrs, opts.dialect);
+    put_attrs(&mut obj, &mut types, &group.attrs);
     if !nczarr {
         return Ok(obj);
     }
@@ -506,7 +505,7 @@ fn var_attrs(ds: &Dataset, v: VarId, opts: &WriteOptions) -> Result<Map<String, 
     let mut obj = Map::new();
     let mut types = Map::new();
     let nczarr = opts.dialect == Dialect::NcZarr;
-    put_attrs(&mut obj, &mut types, &var.attrs, opts.dialect);
+    put_attrs(&mut obj, &mut types, &var.attrs);
     if opts.xarray {
         let names: Vec<&str> = if var.dims.is_empty() && nczarr {
             // netcdf-c names the `[1]` shape of a scalar `_scalar_`.
@@ -604,7 +603,7 @@ mod tests {
 
     #[test]
     fn json_convention_only_for_objects_and_lists() {
-        let j = |s: &str| attr_json(&AttrValue::Char(s.as_bytes().to_vec()), Dialect::NcZarr);
+        let j = |s: &str| attr_json(&AttrValue::Char(s.as_bytes().to_vec()), true);
         assert_eq!(j("[1,2]"), json!([1, 2]));
         assert_eq!(
             j("{\"a\": [1,2.5], \"b\": {\"c\": \"d\"}}"),
@@ -616,8 +615,8 @@ mod tests {
         assert_eq!(j("1.0, 0.0"), json!("1.0, 0.0"));
         assert_eq!(j("17"), json!("17"));
         assert_eq!(
-            attr_json(&AttrValue::Char(b"[1, 2]".to_vec()), Dialect::Zarr),
-            json!("[1, 2]")
+            attr_json(&AttrValue::Char(b"[1,2]".to_vec()), false),
+            json!("[1,2]")
         );
     }
 }

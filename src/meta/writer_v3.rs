@@ -368,7 +368,7 @@ fn attr_type(value: &AttrValue) -> &'static str {
 /// (no JSON convention: the text reads back byte for byte whatever its spelling).
 fn put_attrs(obj: &mut Map<String, Value>, types: &mut Map<String, Value>, attrs: &[Attribute]) {
     for a in attrs {
-        obj.insert(a.name.clone(), attr_json(&a.value, Dialect::Zarr));
+        obj.insert(a.name.clone(), attr_json(&a.value, false));
         types.insert(a.name.clone(), json!(attr_type(&a.value)));
     }
 }
