@@ -214,33 +214,31 @@ data:
 """
 
 
-def test_gen_rounds_extreme_floats_as_ncgen_does(nczarrfs, tmp_path):
-    """FLT_MAX spelled with more digits than a float holds is FLT_MAX, and literals beyond
-    the range of their type are infinities, as ncgen (strtod, then a cast) makes them."""
-    cdl = tmp_path / "extremes.cdl"
-    cdl.write_text(EXTREME_FLOATS_CDL)
-    ref = tmp_path / "extremes.nc"
+def _gen_dumps_as_ncgen(nczarrfs, tmp_path, name: str, cdl_bytes: bytes) -> None:
+    """`nczarrfs dump` of what gen makes of the CDL equals `ncdump` of what ncgen makes."""
+    cdl = tmp_path / f"{name}.cdl"
+    cdl.write_bytes(cdl_bytes)
+    ref = tmp_path / f"{name}.nc"
     subprocess.run(["ncgen", "-k", "nc4", "-o", str(ref), str(cdl)], check=True)
     want = subprocess.run(["ncdump", str(ref)], check=True, capture_output=True).stdout
-    ours = tmp_path / "extremes.file"
+    ours = tmp_path / f"{name}.file"
     _gen(nczarrfs, cdl, ours, "nczarr")
     got = nczarrfs("dump", str(ours))
     assert got.returncode == 0, got.stderr.decode()
     assert got.stdout == want
+
+
+def test_gen_rounds_extreme_floats_as_ncgen_does(nczarrfs, tmp_path):
+    """FLT_MAX spelled with more digits than a float holds is FLT_MAX, and literals beyond
+    the range of their type are infinities, as ncgen (strtod, then a cast) makes them."""
+    _gen_dumps_as_ncgen(nczarrfs, tmp_path, "extremes", EXTREME_FLOATS_CDL.encode())
 
 
 def test_gen_reads_a_byte_order_mark_and_latin1_text_as_ncgen_does(nczarrfs, tmp_path):
     """ncdump writes char values as their bytes (Latin-1 here, not UTF-8), and a CDL file may
     begin with a byte order mark: ncgen reads both, and so must gen, byte for byte."""
-    cdl = tmp_path / "latin1.cdl"
-    cdl.write_bytes(b"\xef\xbb\xbfnetcdf latin1 {\ndimensions:\n\tn = 4 ;\nvariables:\n"
-                    b"\tchar c(n) ;\n\t\tc:_FillValue = \"\xe9\" ;\n\t\tc:a = \"caf\xe9\" ;\n"
-                    b"data:\n\n c = \"ab\xff\" ;\n}\n")
-    ref = tmp_path / "latin1.nc"
-    subprocess.run(["ncgen", "-k", "nc4", "-o", str(ref), str(cdl)], check=True)
-    want = subprocess.run(["ncdump", str(ref)], check=True, capture_output=True).stdout
-    ours = tmp_path / "latin1.file"
-    _gen(nczarrfs, cdl, ours, "nczarr")
-    got = nczarrfs("dump", str(ours))
-    assert got.returncode == 0, got.stderr.decode()
-    assert got.stdout == want
+    _gen_dumps_as_ncgen(
+        nczarrfs, tmp_path, "latin1",
+        b"\xef\xbb\xbfnetcdf latin1 {\ndimensions:\n\tn = 4 ;\nvariables:\n"
+        b"\tchar c(n) ;\n\t\tc:_FillValue = \"\xe9\" ;\n\t\tc:a = \"caf\xe9\" ;\n"
+        b"data:\n\n c = \"ab\xff\" ;\n}\n")

@@ -135,6 +135,13 @@ impl ZipMap {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn read_error(&self, key: &str, e: &dyn std::fmt::Display) -> Error {
+        Error::Storage {
+            key: key.to_string(),
+            reason: format!("reading {}: {e}", self.path.display()),
+        }
+    }
+
     fn check_writable(&self, key: &str) -> Result<()> {
         if self.read_only {
             return Err(Error::NotPermitted(format!(
@@ -233,9 +240,10 @@ const DEFLATE_MAX_RATIO: u64 = 1032;
 /// deflated entry that declares more than deflate can produce from its compressed bytes.
 /// Readers must still stop at the declared size: [`beyond_declared`].
 fn open_entry(
-    archive: &mut ZipArchive<File>,
+    archive: &mut Option<ZipArchive<File>>,
     index: usize,
 ) -> std::result::Result<(zip::read::ZipFile<'_, File>, u64), String> {
+    let archive = archive.as_mut().ok_or("archive entry without an archive")?;
     let entry = archive.by_index(index).map_err(|e| e.to_string())?;
     let declared = entry.size();
     let compressed = entry.compressed_size();
@@ -407,13 +415,7 @@ impl ZMap for ZipMap {
             Some(Source::Local(bytes)) => return Ok(Some(bytes.clone())),
             Some(Source::Archived(index)) => *index,
         };
-        let storage_err = |e: &dyn std::fmt::Display| Error::Storage {
-            key: key.to_string(),
-            reason: format!("reading {}: {e}", self.path.display()),
-        };
-        let archive = archive
-            .as_mut()
-            .ok_or_else(|| storage_err(&"archive entry without an archive"))?;
+        let storage_err = |e: &dyn std::fmt::Display| self.read_error(key, e);
         let (mut entry, declared) = open_entry(archive, index).map_err(|e| storage_err(&e))?;
         // The declared size only sizes the buffer; a lying header cannot force a huge allocation.
         let hint = usize::try_from(declared).unwrap_or(0).min(64 << 20);
@@ -446,13 +448,7 @@ impl ZMap for ZipMap {
             }
             Some(Source::Archived(index)) => *index,
         };
-        let storage_err = |e: &dyn std::fmt::Display| Error::Storage {
-            key: key.to_string(),
-            reason: format!("reading {}: {e}", self.path.display()),
-        };
-        let archive = archive
-            .as_mut()
-            .ok_or_else(|| storage_err(&"archive entry without an archive"))?;
+        let storage_err = |e: &dyn std::fmt::Display| self.read_error(key, e);
         let (mut entry, declared) = open_entry(archive, index).map_err(|e| storage_err(&e))?;
         if declared != out.len() as u64 {
             return Ok(Some(declared));
