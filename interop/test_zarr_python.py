@@ -8,7 +8,9 @@ that `nczarrfs dump -h` names the dimensions from `_ARRAY_DIMENSIONS`.
 from __future__ import annotations
 
 import io
+import json
 import re
+import subprocess
 
 import numcodecs
 import numpy as np
@@ -53,7 +55,7 @@ def _text(array: np.ndarray) -> list[str]:
 def assert_same(got: np.ndarray, expected: np.ndarray, what: str) -> None:
     assert got.shape == expected.shape, f"{what}: shape {got.shape} != {expected.shape}"
     kind = expected.dtype.kind
-    if kind in "USO":
+    if kind in "USOT":
         assert _text(got) == _text(expected), f"{what}: text differs"
         return
     if kind == "b":
@@ -134,6 +136,57 @@ def test_fortran_order(nczarrfs, tmp_path):
     assert zarr.open_array(str(path / "v")).metadata.order == "F"
     expected = zarr.open_array(str(path / "v"), mode="r")[...]
     assert_same(_get(nczarrfs, _url(path), "v", tmp_path), expected, "order F")
+
+
+def _object_strings(shape, seed=3) -> np.ndarray:
+    words = ["", "a", "bc", "déjà vu", "ключ", "x" * 300, "tab\tand\nnewline"]
+    picks = np.random.default_rng(seed).integers(0, len(words), size=int(np.prod(shape)))
+    return np.array([words[i] for i in picks], dtype=object).reshape(shape)
+
+
+@pytest.mark.parametrize("compressor", ["none", "zstd", "blosc-lz4-shuffle"])
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_object_strings(nczarrfs, tmp_path, compressor, order):
+    """Object arrays of strings (`|O` with `vlen-utf8`, xarray's default for `str` in Zarr v2)
+    read as netCDF strings as wide as the longest value; unwritten chunks read as the fill."""
+    path = tmp_path / "store.zarr"
+    root = zarr.open_group(str(path), mode="w", zarr_format=2)
+    arr = root.create_array("v", shape=SHAPE, dtype=str, chunks=CHUNKS, order=order,
+                            compressors=COMPRESSORS[compressor], fill_value="fill",
+                            attributes={"_ARRAY_DIMENSIONS": ["r", "c"]})
+    arr[:5, :] = _object_strings((5, SHAPE[1]))
+    expected = zarr.open_array(str(path / "v"), mode="r")[...]
+    got = _get(nczarrfs, _url(path), "v", tmp_path)
+    assert_same(got, expected, f"{compressor} order {order}")
+    assert got.dtype.itemsize == max(len(x.encode()) for x in expected.flat)
+
+
+def test_object_byte_strings(nczarrfs, tmp_path):
+    """`vlen-bytes` object arrays read as strings too, their bytes as they are."""
+    from zarr.core.dtype import VariableLengthBytes
+
+    path = tmp_path / "store.zarr"
+    root = zarr.open_group(str(path), mode="w", zarr_format=2)
+    values = np.array([b"ab", b"\xff\xfe raw", b"", b"q", b"long bytes"], dtype=object)
+    arr = root.create_array("v", shape=values.shape, dtype=VariableLengthBytes(), chunks=(2,),
+                            compressors=numcodecs.Zlib(level=1),
+                            attributes={"_ARRAY_DIMENSIONS": ["n"]})
+    arr[...] = values
+    expected = list(zarr.open_array(str(path / "v"), mode="r")[...])
+    assert [bytes(x) for x in _get(nczarrfs, _url(path), "v", tmp_path)] == expected
+
+
+def test_object_arrays_of_other_codecs_are_refused_by_name(nczarrfs, tmp_path):
+    path = tmp_path / "store.zarr"
+    root = zarr.open_group(str(path), mode="w", zarr_format=2)
+    _array(root, "v", np.array([1, 2], dtype="<i4"))
+    zarray = path / "v" / ".zarray"
+    meta = json.loads(zarray.read_text())
+    meta.update(dtype="|O", filters=[{"id": "json2"}], compressor=None)
+    zarray.write_text(json.dumps(meta))
+    res = nczarrfs("get", _url(path), "v", "-o", str(tmp_path / "out"))
+    assert res.returncode != 0
+    assert "/v" in res.stderr.decode() and '"|O"' in res.stderr.decode(), res.stderr.decode()
 
 
 def test_slash_separator_and_groups(nczarrfs, tmp_path):
@@ -245,3 +298,36 @@ def test_xarray_to_zarr(nczarrfs, tmp_path):
     assert re.search(r"^\t\ttemp:units = \"K\" ;$", text, re.M), text
     assert re.search(r'^\t\t:title = "xarray store" ;$', text, re.M), text
     assert "_ARRAY_DIMENSIONS" not in text
+
+
+def test_xarray_string_variables_dump_as_ncdump(nczarrfs, tmp_path):
+    """An xarray dataset with `str` variables, as Zarr v2 and as netCDF-4 (netCDF4-python):
+    `dump` of the one equals Debian's `ncdump` of the other."""
+    import netCDF4
+
+    words = _object_strings((3, 4))
+    zpath, hpath = tmp_path / "twin.zarr", tmp_path / "twin.nc"
+    xr.Dataset({"n": ("x", np.arange(3)), "words": (("x", "y"), words)}).to_zarr(
+        str(zpath), zarr_format=2, consolidated=True)
+    with netCDF4.Dataset(hpath, "w") as nc:
+        nc.createDimension("x", 3)
+        nc.createDimension("y", 4)
+        nc.createVariable("n", "i8", ("x",))[:] = np.arange(3)
+        nc.createVariable("words", str, ("x", "y"))[:] = words
+    expected = subprocess.run(["ncdump", str(hpath)], capture_output=True, check=True).stdout
+    ours = nczarrfs("dump", str(zpath))
+    assert ours.returncode == 0, ours.stderr.decode(errors="replace")
+    assert ours.stdout.decode() == expected.decode()
+
+
+def test_xarray_string_variables_copy_to_nczarr(nczarrfs, tmp_path):
+    """netcdf-c cannot read object arrays; `copy` writes them as NCZarr strings, which it reads."""
+    import netCDF4
+
+    words = _object_strings((5,))
+    src, dst = tmp_path / "xr.zarr", tmp_path / "copy.file"
+    xr.Dataset({"words": ("x", words)}).to_zarr(str(src), zarr_format=2, consolidated=True)
+    res = nczarrfs("copy", str(src), f"file://{dst}#mode=nczarr,file")
+    assert res.returncode == 0, res.stderr.decode(errors="replace")
+    with netCDF4.Dataset(f"file://{dst}#mode=nczarr,file") as nc:
+        assert list(nc["words"][:]) == list(words)

@@ -598,3 +598,32 @@ def test_zarr_python_attributes_without_a_netcdf_type_survive_a_rewrite(mounter,
     assert back.attrs["mixed"] == mixed
     assert back.attrs["added"] == "new"
     assert back["v"].attrs["spec"] == {"k": [1, "x"]}
+
+
+def test_xarray_string_variables_stay_object_arrays(mounter, tmp_path):
+    """xarray writes `str` variables as Zarr v2 object arrays (`|O`, `vlen-utf8`). A rw mount
+    shows them as fixed-width strings; a value written into `data` and a metadata change
+    elsewhere leave an object array that xarray reads with the new value."""
+    import xarray as xr
+    import zarr
+
+    path = tmp_path / "xr.zarr"
+    names = np.array(["alpha", "b", "", "ключ"], dtype=object)
+    xr.Dataset({"names": ("x", names), "n": ("x", np.arange(4))}).to_zarr(
+        str(path), zarr_format=2, consolidated=False)
+    mnt = mounter.mount(str(path), "rw")
+    dt, shape = dtype_of(mnt, "names")
+    # As wide as the longest value in bytes ("ключ" is eight).
+    assert (dt, shape) == (np.dtype("S8"), [4])
+    assert [x.decode() for x in read_var(mnt, "names")] == list(names)
+    with open(mnt / "names" / "data", "r+b") as f:
+        f.seek(dt.itemsize)
+        f.write(b"hello\0\0\0")
+    (mnt / "names" / "@attributes" / "comment").write_text("edited")
+    umount_and_wait(mnt)
+    zarray = json.loads((path / "names" / ".zarray").read_text())
+    assert (zarray["dtype"], zarray["filters"]) == ("|O", [{"id": "vlen-utf8"}])
+    assert zarr.open_array(str(path / "names"), mode="r").metadata.dtype.to_json(2)["name"] == "|O"
+    back = xr.open_zarr(str(path), consolidated=False)
+    assert list(back["names"].values) == ["alpha", "hello", "", "ключ"]
+    assert back["names"].attrs["comment"] == "edited"

@@ -137,12 +137,25 @@ impl VarPlan {
             .as_ref()
             .ok_or_else(|| unreadable("unsupported stored dtype".into()))?;
         let esize = v.element_size();
-        let v3 = match &st.codecs {
-            CodecSpec::V3(codecs) => Some(
-                shard::V3Chain::new(codecs, &st.chunks, dtype, v.nctype, esize)
+        // Zarr v2 object strings are variable-length values, which the v3 chain decodes.
+        let v3_codecs = match &st.codecs {
+            CodecSpec::V3(codecs) => Some(codecs.clone()),
+            CodecSpec::V2 {
+                filters,
+                compressor,
+            } => crate::codec::object_string_chain(
+                filters,
+                compressor.as_ref(),
+                st.order == ChunkOrder::F,
+                st.shape.len(),
+            ),
+        };
+        let v3 = match v3_codecs {
+            Some(codecs) => Some(
+                shard::V3Chain::new(&codecs, &st.chunks, dtype, v.nctype, esize)
                     .map_err(|e| unreadable(e.to_string()))?,
             ),
-            CodecSpec::V2 { .. } => None,
+            None => None,
         };
         // A v3 chain converts elements itself (half floats, variable-length strings).
         let conv = match &v3 {
@@ -191,6 +204,7 @@ impl VarPlan {
             return Err(unreadable(format!("chunks {chunks:?} are too large")));
         };
         let pipeline = match &st.codecs {
+            _ if v3.is_some() => Ok(Pipeline::default()),
             CodecSpec::V2 {
                 filters,
                 compressor,

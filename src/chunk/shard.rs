@@ -350,7 +350,7 @@ fn leading_transposes(codecs: &[Value], rank: usize) -> Result<(Option<Vec<usize
 }
 
 /// The longest value (in bytes) among the stored chunks of a variable-length string array
-/// with `codecs` and chunks of `chunk_shape` at key prefix `key`, scanning every chunk (and
+/// (Zarr v3, or a v2 object array in its v3 spelling) with `codecs` and chunks of `chunk_shape` at key prefix `key`, scanning every chunk (and
 /// every inner chunk of every shard). Slots of that width hold every value whole.
 pub(crate) fn vlen_max_len(
     map: &dyn ZMap,
@@ -369,7 +369,8 @@ pub(crate) fn vlen_max_len(
     while let Some(prefix) = pending.pop() {
         for name in map.search(&prefix)? {
             let child = format!("{prefix}/{name}");
-            if prefix == key && name == "zarr.json" {
+            // The array's own metadata (v3 `zarr.json`, v2 `.zarray` and `.zattrs`).
+            if prefix == key && (name == "zarr.json" || name.starts_with('.')) {
                 continue;
             }
             match map.get(&child)? {

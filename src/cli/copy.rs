@@ -166,6 +166,17 @@ fn target_model(src: &Dataset, codecs: Option<&Codecs>, specs: &[String]) -> Res
         }
         let codecs = match (codecs, &v.storage.codecs) {
             (Some(c), _) => c.spec(),
+            // Object strings are copied as fixed-width strings, as netcdf-c stores them.
+            (
+                None,
+                CodecSpec::V2 {
+                    filters,
+                    compressor,
+                },
+            ) if crate::codec::is_object_string_filter(filters) => CodecSpec::V2 {
+                filters: filters[1..].to_vec(),
+                compressor: compressor.clone(),
+            },
             (None, CodecSpec::V2 { .. }) => v.storage.codecs.clone(),
             // Written with the equivalent numcodecs chain (as Zarr v2, or spelled as v3).
             (None, CodecSpec::V3(list)) => {

@@ -334,6 +334,47 @@ impl Pipeline {
     }
 }
 
+/// Whether a Zarr v2 `filters` list starts with one of numcodecs' object codecs for strings
+/// (`vlen-utf8`, `vlen-bytes`): the codec of an object (`|O`) array, which zarr-python and
+/// xarray write for Python strings.
+pub fn is_object_string_filter(filters: &[Value]) -> bool {
+    let id = filters
+        .first()
+        .and_then(|f| f.get("id"))
+        .and_then(Value::as_str);
+    matches!(id, Some("vlen-utf8" | "vlen-bytes"))
+}
+
+/// The Zarr v3 spelling of an object (`|O`) string array's v2 chain, which the chunk engine's
+/// variable-length decoder reads: the object codec, then the other filters and the compressor
+/// as `numcodecs.` codecs (numcodecs' configurations), after a transpose for `order: "F"`.
+/// `None` unless the filters start with `vlen-utf8` or `vlen-bytes`.
+pub fn object_string_chain(
+    filters: &[Value],
+    compressor: Option<&Value>,
+    fortran_order: bool,
+    rank: usize,
+) -> Option<Vec<Value>> {
+    if !is_object_string_filter(filters) {
+        return None;
+    }
+    let mut chain = Vec::with_capacity(filters.len() + 2);
+    if fortran_order && rank > 1 {
+        let reversed: Vec<usize> = (0..rank).rev().collect();
+        chain.push(serde_json::json!({"name": "transpose", "configuration": {"order": reversed}}));
+    }
+    let numcodec = |f: &Value| {
+        let mut config = f.as_object().cloned().unwrap_or_default();
+        let id = config.remove("id");
+        let id = id.as_ref().and_then(Value::as_str).unwrap_or("?");
+        serde_json::json!({"name": format!("numcodecs.{id}"), "configuration": config})
+    };
+    chain.push(serde_json::json!({"name": filters[0]["id"]}));
+    chain.extend(filters[1..].iter().map(numcodec));
+    chain.extend(compressor.filter(|c| !c.is_null()).map(numcodec));
+    Some(chain)
+}
+
 /// Builds one codec from a numcodecs configuration object.
 fn codec_from_v2(value: &Value, element_size: usize) -> Result<Box<dyn Codec>> {
     let obj = value.as_object().ok_or_else(|| Error::Codec {

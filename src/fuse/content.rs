@@ -111,12 +111,20 @@ fn group_json(ds: &Dataset, g: GroupId) -> Value {
 fn var_json(ds: &Dataset, v: VarId) -> Value {
     let var = ds.var(v);
     let st = &var.storage;
-    let codecs = match &st.codecs {
+    let (codecs, object_strings) = match &st.codecs {
         CodecSpec::V2 {
             filters,
             compressor,
-        } => json!({"filters": filters, "compressor": compressor}),
-        CodecSpec::V3(list) => Value::Array(list.clone()),
+        } => (
+            json!({"filters": filters, "compressor": compressor}),
+            crate::codec::is_object_string_filter(filters),
+        ),
+        CodecSpec::V3(list) => (Value::Array(list.clone()), false),
+    };
+    // What the store holds: an object array's values are variable-length.
+    let stored_dtype = match &st.dtype {
+        Some(_) if object_strings => Some("|O".to_string()),
+        d => d.as_ref().map(|d| d.to_numpy()),
     };
     let fill = match &st.fill_value {
         Some(bytes) => element_json(var.nctype, bytes),
@@ -134,7 +142,7 @@ fn var_json(ds: &Dataset, v: VarId) -> Value {
         "chunks": st.chunks,
         "storage": {
             "key": st.key,
-            "dtype": st.dtype.as_ref().map(|d| d.to_numpy()),
+            "dtype": stored_dtype,
             "shape": st.shape,
             "order": match st.order { crate::model::ChunkOrder::C => "C", crate::model::ChunkOrder::F => "F" },
         },

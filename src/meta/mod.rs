@@ -95,7 +95,7 @@ pub fn read_dataset(map: &dyn ZMap, mode: &Mode) -> Result<Dataset> {
         std::mem::take(&mut r.pending).into_iter().unzip();
     let dialect = r.dialect;
     let xarray = mode.xarray != Some(false);
-    let parts_of = |(p, o): (&PendingVar, VarObjects)| var_parts(dialect, xarray, p, o);
+    let parts_of = |(p, o): (&PendingVar, VarObjects)| var_parts(map, dialect, xarray, p, o);
     // Each variable's objects are consumed (and freed) where they are decoded.
     let parts: Vec<Result<VarParts>> = if pending.len() >= PARALLEL_OPEN_MIN {
         use rayon::prelude::*;
@@ -854,6 +854,7 @@ fn typed_attributes(
 /// What one variable's objects say, checked: everything but its dimensions, which need the
 /// dataset. `xarray`: whether `_ARRAY_DIMENSIONS` may name them.
 fn var_parts(
+    map: &dyn ZMap,
     dialect: Dialect,
     xarray: bool,
     p: &PendingVar,
@@ -920,7 +921,20 @@ fn var_parts(
         Some(_) => return Err(Error::meta(&zkey, "compressor is not an object")),
     };
 
-    let (nctype, mut dtype, string_width, unreadable) = var_type(dialect, &zkey, z);
+    let object_chain = (z.get("dtype").and_then(Json::as_str) == Some("|O"))
+        .then(|| {
+            crate::codec::object_string_chain(
+                &filters,
+                compressor.as_ref(),
+                order == ChunkOrder::F,
+                shape.len(),
+            )
+        })
+        .flatten();
+    let (nctype, mut dtype, string_width, unreadable) = match &object_chain {
+        Some(chain) => object_string_type(map, &zkey, &p.key, chain, &chunks, z.get("fill_value")),
+        None => var_type(dialect, &zkey, z),
+    };
     if let Some(d) = &dtype {
         let chunk_elems = chunks.iter().try_fold(1u64, |a, &c| a.checked_mul(c));
         let chunk_bytes = chunk_elems
@@ -950,7 +964,13 @@ fn var_parts(
     let mut fill_value = None;
     if let Some(d) = &dtype {
         if let Some(fv) = z.get("fill_value") {
-            fill_value = if dialect == Dialect::Pure {
+            fill_value = if object_chain.is_some() {
+                // An object array's fill is the string itself (not base64); others mean "".
+                match fv {
+                    Json::Str(_) => fill::nczarr_fill_value(&zkey, fv, nctype, d, string_width)?,
+                    _ => None,
+                }
+            } else if dialect == Dialect::Pure {
                 fill::fill_value(&zkey, fv, nctype, d, string_width)?
             } else {
                 fill::nczarr_fill_value(&zkey, fv, nctype, d, string_width)?
@@ -1053,6 +1073,46 @@ fn var_type(
         ));
     }
     (t, Some(d), width, None)
+}
+
+/// [`var_type`] for a Zarr v2 object array of strings (`|O` with `vlen-utf8` or
+/// `vlen-bytes`, whose v3 spelling is `chain`): a `string` variable whose slots are as wide as
+/// the longest stored value or the fill, found by scanning the chunks, so that nothing is cut.
+fn object_string_type(
+    map: &dyn ZMap,
+    zkey: &str,
+    key: &str,
+    chain: &[serde_json::Value],
+    chunks: &[u64],
+    fill: Option<&Json>,
+) -> (NcType, Option<ZarrDtype>, usize, Option<String>) {
+    let fill_len = match fill {
+        Some(Json::Str(s)) => s.len(),
+        _ => 0,
+    };
+    // As for Zarr v3 strings: a chunk that cannot be read leaves the default width, and
+    // only the reads that touch it fail.
+    let width = match crate::chunk::vlen_max_len(map, key, chain, chunks) {
+        Ok(n) => n.max(fill_len).max(1),
+        Err(e) => {
+            log::warn!("{zkey}: cannot measure its strings ({e})");
+            v3::DEFAULT_VLEN_WIDTH.max(fill_len)
+        }
+    };
+    if width > crate::model::MAX_STRING_WIDTH {
+        let why = format!(
+            "a stored string of {width} bytes is more than the {} bytes nczarrfs handles",
+            crate::model::MAX_STRING_WIDTH
+        );
+        log::warn!("{zkey}: {why}");
+        return (NcType::UByte, None, 0, Some(why));
+    }
+    let dtype = ZarrDtype {
+        order: ByteOrder::NotApplicable,
+        kind: DtypeKind::Bytes,
+        size: width,
+    };
+    (NcType::String, Some(dtype), width, None)
 }
 
 /// The dimension `name` of length `len` for a variable of `group`, when the name comes from the
@@ -1555,7 +1615,7 @@ mod tests {
             ),
             (
                 "o/.zarray",
-                r#"{"zarr_format": 2, "shape": [2], "dtype": "|O", "chunks": [2], "fill_value": 0, "filters": [{"id": "vlen-utf8"}]}"#,
+                r#"{"zarr_format": 2, "shape": [2], "dtype": "|O", "chunks": [2], "fill_value": 0, "filters": [{"id": "json2"}]}"#,
             ),
             (
                 "t/.zarray",
@@ -1579,6 +1639,39 @@ mod tests {
             assert!(var.storage.unreadable.is_some(), "{v}");
             assert_eq!(dim_names(&ds, v), ["/_Anonymous_Dim_2"]);
         }
+    }
+
+    #[test]
+    fn object_strings_are_as_wide_as_the_longest_value() {
+        // numcodecs' vlen-utf8: a count, then each value's length and bytes.
+        fn vlen(values: &[&str]) -> Vec<u8> {
+            let mut out = (values.len() as u32).to_le_bytes().to_vec();
+            for v in values {
+                out.extend((v.len() as u32).to_le_bytes());
+                out.extend(v.as_bytes());
+            }
+            out
+        }
+        let mut t = table(&[
+            (".zgroup", r#"{"zarr_format": 2}"#),
+            (
+                "o/.zarray",
+                r#"{"zarr_format": 2, "shape": [3], "dtype": "|O", "chunks": [2], "fill_value": "fill", "compressor": null, "filters": [{"id": "vlen-utf8"}]}"#,
+            ),
+            (
+                "f/.zarray",
+                r#"{"zarr_format": 2, "shape": [1], "dtype": "|O", "chunks": [1], "fill_value": "a long fill", "compressor": null, "filters": [{"id": "vlen-bytes"}]}"#,
+            ),
+        ]);
+        t.0.insert("o/0".into(), vlen(&["ab", "cdefg"]));
+        t.0.insert("o/1".into(), vlen(&["x", ""]));
+        let ds = read_dataset(&t, &Mode::default()).unwrap();
+        let o = ds.var(ds.find_var("o").unwrap());
+        assert_eq!((o.nctype, o.string_width), (NcType::String, 5));
+        assert_eq!(o.storage.fill_value.as_deref(), Some(&b"fill\0"[..]));
+        // An unwritten array is as wide as its fill.
+        let f = ds.var(ds.find_var("f").unwrap());
+        assert_eq!((f.nctype, f.string_width), (NcType::String, 11));
     }
 
     #[test]

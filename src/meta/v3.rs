@@ -20,7 +20,7 @@ use crate::{Error, Result};
 
 /// Width of a variable-length string variable's native slots when the store does not say
 /// (`_nczarr_maxstrlen`): netcdf-c's default maximum string length.
-const DEFAULT_VLEN_WIDTH: usize = 128;
+pub(super) const DEFAULT_VLEN_WIDTH: usize = 128;
 
 /// Reads a Zarr v3 dataset whose root `zarr.json` is `root`.
 pub(super) fn read_dataset(map: &dyn ZMap, mode: &Mode, root: Json) -> Result<Dataset> {

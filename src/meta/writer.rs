@@ -204,10 +204,6 @@ fn zarray(ds: &Dataset, v: VarId, opts: &WriteOptions) -> Result<Value> {
         } else {
             shape.iter().map(|s| (*s).max(1)).collect()
         };
-    let fill = match &var.storage.fill_value {
-        Some(bytes) => fill_json(var.nctype, bytes, &dtype, opts.dialect, &key)?,
-        None => Value::Null,
-    };
     let (filters, compressor) = match &var.storage.codecs {
         CodecSpec::V2 {
             filters,
@@ -220,12 +216,27 @@ fn zarray(ds: &Dataset, v: VarId, opts: &WriteOptions) -> Result<Value> {
             )))
         }
     };
+    // An object array of strings (zarr-python's, read through its `vlen-utf8` filter) stays
+    // one, with its fill as plain text.
+    let object_strings = crate::codec::is_object_string_filter(filters);
+    let fill = match &var.storage.fill_value {
+        Some(bytes) if object_strings => {
+            fill_json(var.nctype, bytes, &dtype, Dialect::NcZarr, &key)?
+        }
+        Some(bytes) => fill_json(var.nctype, bytes, &dtype, opts.dialect, &key)?,
+        None => Value::Null,
+    };
     let shuffle = crate::codec::netcdf_element_size(var.nctype, dtype.size);
     let filters: Vec<Value> = filters.iter().map(|f| fix_shuffle(f, shuffle)).collect();
     let mut z = Map::new();
     z.insert("zarr_format".into(), json!(2));
     z.insert("shape".into(), json!(shape));
-    z.insert("dtype".into(), json!(dtype.to_numpy()));
+    let dtype_text = if object_strings {
+        "|O".to_string()
+    } else {
+        dtype.to_numpy()
+    };
+    z.insert("dtype".into(), json!(dtype_text));
     z.insert("chunks".into(), json!(chunks));
     z.insert("fill_value".into(), fill);
     let order = match var.storage.order {
