@@ -331,3 +331,23 @@ def test_xarray_string_variables_copy_to_nczarr(nczarrfs, tmp_path):
     assert res.returncode == 0, res.stderr.decode(errors="replace")
     with netCDF4.Dataset(f"file://{dst}#mode=nczarr,file") as nc:
         assert list(nc["words"][:]) == list(words)
+
+
+def test_get_failing_on_a_chunk_names_it_and_keeps_the_old_output(nczarrfs, tmp_path):
+    path = tmp_path / "store.zarr"
+    root = zarr.open_group(str(path), mode="w", zarr_format=2)
+    _array(root, "v", _data("<i4"), compressors=numcodecs.Zlib(level=1))
+    good = (path / "v" / "1.2").read_bytes()
+    (path / "v" / "1.2").write_bytes(b"not zlib")
+    out = tmp_path / "values.bin"
+    out.write_bytes(b"previous content")
+    res = nczarrfs("get", _url(path), "v", "-o", str(out))
+    err = res.stderr.decode()
+    assert res.returncode == 1
+    assert '"v/1.2"' in err and str(out) not in err, err
+    assert out.read_bytes() == b"previous content"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["store.zarr", "values.bin"]
+    # A good read replaces it.
+    (path / "v" / "1.2").write_bytes(good)
+    assert nczarrfs("get", _url(path), "v", "-o", str(out)).returncode == 0
+    assert out.read_bytes() == zarr.open_array(str(path / "v"), mode="r")[...].tobytes()

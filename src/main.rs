@@ -1,3 +1,5 @@
+use std::io::Write;
+
 use clap::Parser;
 
 fn main() {
@@ -6,7 +8,9 @@ fn main() {
     match nczarrfs::cli::run(cli) {
         Ok(code) => std::process::exit(code),
         Err(err) => {
-            eprintln!("nczarrfs: {err}");
+            // Not eprintln!, which panics when stderr is a closed pipe: the exit status
+            // still tells.
+            let _ = writeln!(std::io::stderr(), "nczarrfs: {err}");
             std::process::exit(1);
         }
     }

@@ -63,26 +63,107 @@ pub fn run(args: GetArgs) -> Result<i32> {
     })?;
     let shape = ds.var_shape(var);
     let slab = hyperslab(&shape, &args)?;
-    let mut out: Box<dyn Write + Send> = match &args.output {
-        Some(path) => Box::new(BufWriter::new(
-            File::create(path).map_err(|e| Error::io(path, e))?,
-        )),
+    let output = match &args.output {
+        Some(path) => Some(OutputFile::create(path)?),
+        None => None,
+    };
+    let mut out: Box<dyn Write + Send> = match &output {
+        Some(f) => Box::new(BufWriter::new(f.file.try_clone().map_err(|e| f.error(e))?)),
         None => Box::new(BufWriter::new(std::io::stdout())),
     };
-    let io_err = |e: std::io::Error| match &args.output {
-        Some(p) => Error::io(p, e),
+    let io_err = |e: std::io::Error| match &output {
+        Some(f) => f.error(e),
         None => Error::io("<stdout>", e),
     };
-    if args.npy {
-        out.write_all(&npy_header(ds, var, &slab.count)?)
-            .map_err(io_err)?;
+    let mut written = || -> Result<()> {
+        if args.npy {
+            out.write_all(&npy_header(ds, var, &slab.count)?)
+                .map_err(io_err)?;
+        }
+        write_values(&open, var, &slab, &mut out).map_err(|e| match e {
+            Error::Io { path, source } if path.as_os_str() == OUTPUT => io_err(source),
+            other => other,
+        })?;
+        out.flush().map_err(io_err)
+    };
+    let result = written();
+    drop(out);
+    match (output, result) {
+        (Some(f), Ok(())) => f.commit()?,
+        (Some(f), Err(e)) => {
+            f.discard();
+            return Err(e);
+        }
+        (None, result) => result?,
     }
-    write_values(&open, var, &slab, &mut out).map_err(|e| match e {
-        Error::Io { source, .. } => io_err(source),
-        other => other,
-    })?;
-    out.flush().map_err(io_err)?;
     Ok(0)
+}
+
+/// How [`write_values`] names the output in its errors, for [`run`] to name it properly.
+const OUTPUT: &str = "<output>";
+
+/// The `-o` file. A regular file (or a new one) is written beside its place and renamed over
+/// it only once every value is written, so that a failed read leaves whatever was there
+/// before; anything else (`/dev/null`, a FIFO) is written directly.
+struct OutputFile {
+    file: File,
+    path: PathBuf,
+    /// The temporary file to rename to `path`, when there is one.
+    staged: Option<PathBuf>,
+}
+
+impl OutputFile {
+    fn create(path: &std::path::Path) -> Result<OutputFile> {
+        let existing = std::fs::metadata(path).ok();
+        if existing.as_ref().is_some_and(|m| !m.is_file()) {
+            let file = File::create(path).map_err(|e| Error::io(path, e))?;
+            return Ok(OutputFile {
+                file,
+                path: path.to_path_buf(),
+                staged: None,
+            });
+        }
+        let name = path
+            .file_name()
+            .ok_or_else(|| Error::Invalid(format!("-o {}: not a file name", path.display())))?;
+        let temp = path.with_file_name(format!(
+            ".{}.nczarrfs-get.{}",
+            name.to_string_lossy(),
+            std::process::id()
+        ));
+        let file = File::create(&temp).map_err(|e| Error::io(path, e))?;
+        if let Some(m) = existing {
+            // The replaced file's permissions stay.
+            let _ = file.set_permissions(m.permissions());
+        }
+        Ok(OutputFile {
+            file,
+            path: path.to_path_buf(),
+            staged: Some(temp),
+        })
+    }
+
+    fn error(&self, e: std::io::Error) -> Error {
+        Error::io(&self.path, e)
+    }
+
+    fn commit(self) -> Result<()> {
+        let Some(temp) = &self.staged else {
+            return Ok(());
+        };
+        let renamed = std::fs::rename(temp, &self.path).map_err(|e| self.error(e));
+        if renamed.is_err() {
+            self.discard();
+        }
+        renamed
+    }
+
+    /// Best effort: the read already failed, a leftover temporary file is the lesser problem.
+    fn discard(self) {
+        if let Some(temp) = &self.staged {
+            let _ = std::fs::remove_file(temp);
+        }
+    }
 }
 
 /// Builds the hyperslab from the options: missing `start` is 0, `stride` 1, and `count`
@@ -159,7 +240,7 @@ fn write_values(
         // A scalar, or nothing selected (still validated).
         let mut buf = vec![0u8; (slab.len() * esize) as usize];
         open.engine.read(ds, var, slab, &mut buf)?;
-        return out.write_all(&buf).map_err(|e| Error::io("<output>", e));
+        return out.write_all(&buf).map_err(|e| Error::io(OUTPUT, e));
     }
     let blocks = blocks(open, var, slab);
     std::thread::scope(|scope| {
@@ -210,7 +291,7 @@ fn write_values(
             .join()
             .unwrap_or_else(|_| Err(std::io::Error::other("the output thread panicked")));
         // A write error explains a stopped read better than the read's own state.
-        written.map_err(|e| Error::io("<output>", e))?;
+        written.map_err(|e| Error::io(OUTPUT, e))?;
         read
     })
 }
