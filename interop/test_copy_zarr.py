@@ -9,6 +9,7 @@ HDF5 twin's values as netCDF4-python reads them.
 
 from __future__ import annotations
 
+import json
 import os
 import warnings
 
@@ -74,3 +75,39 @@ def test_twins_copied_to_pure_zarr_read_in_zarr_python(nczarrfs, tmp_path, index
             assert twins.same_values(got, want), f"seed {seed}: {name}"
             seen.add(name)
     assert seen == set(expected), f"seed {seed}: arrays {seen} != {set(expected)}"
+
+
+@pytest.mark.parametrize("name", ["@v", "trailing ", "g/@sub"])
+def test_pure_zarr_names_netcdf_refuses_stop_a_copy_to_nczarr(nczarrfs, tmp_path, name):
+    """zarr-python allows names netCDF does not; netcdf-c then refuses the whole NCZarr
+    dataset, so `copy` refuses it, naming it. A copy to pure Zarr keeps the name."""
+    src = tmp_path / "src.zarr"
+    root = zarr.open_group(str(src), mode="w", zarr_format=2)
+    arr = root.create_array(name, shape=(2,), dtype="<i4", attributes={"_ARRAY_DIMENSIONS": ["x"]})
+    arr[:] = [1, 2]
+    target = tmp_path / "copy.file"
+    res = nczarrfs("copy", str(src), f"file://{target}#mode=nczarr,file")
+    assert res.returncode == 1
+    assert repr(name.split("/")[-1]).strip("'") in res.stderr.decode(), res.stderr.decode()
+    assert not target.exists()
+    kept = tmp_path / "copy.zarr"
+    res = nczarrfs("copy", str(src), f"file://{kept}#mode=zarr,file")
+    assert res.returncode == 0, res.stderr.decode()
+    assert zarr.open_array(str(kept / name), mode="r")[...].tolist() == [1, 2]
+
+    # Why: the same NCZarr dataset under a legal name, renamed by hand, is refused as a whole.
+    legal = tmp_path / "legal.zarr"
+    parent, _, leaf = name.rpartition("/")
+    placeholder = f"{parent}/placeholder" if parent else "placeholder"
+    root = zarr.open_group(str(legal), mode="w", zarr_format=2)
+    root.create_array(placeholder, shape=(2,), dtype="<i4",
+                      attributes={"_ARRAY_DIMENSIONS": ["x"]})[:] = [1, 2]
+    renamed = tmp_path / "renamed.file"
+    assert nczarrfs("copy", str(legal), f"file://{renamed}#mode=nczarr,file").returncode == 0
+    with netCDF4.Dataset(f"file://{renamed}#mode=nczarr,file") as nc:
+        assert nc[placeholder][:].tolist() == [1, 2]
+    os.rename(renamed / placeholder, renamed / (parent or ".") / leaf)
+    for meta in renamed.rglob(".z*"):
+        meta.write_text(meta.read_text().replace('"placeholder"', json.dumps(leaf)))
+    with pytest.raises(OSError, match="[Ii]llegal"):
+        netCDF4.Dataset(f"file://{renamed}#mode=nczarr,file")

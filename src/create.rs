@@ -376,23 +376,8 @@ pub fn default_chunks(dims: &[(u64, bool)], esize: usize) -> Vec<u64> {
 
 /// Checks a netCDF name (the rules ncgen and netcdf-c apply).
 pub fn check_name(name: &str) -> Result<()> {
-    let bad = |why: &str| Err(Error::Invalid(format!("invalid name {name:?}: {why}")));
-    let Some(first) = name.chars().next() else {
-        return bad("empty");
-    };
-    if name.contains('/') {
-        return bad("contains '/'");
-    }
-    if name.chars().any(|c| (c as u32) < 0x20 || c as u32 == 0x7f) {
-        return bad("contains control characters");
-    }
-    if !(first.is_ascii_alphanumeric() || first == '_' || !first.is_ascii()) {
-        return bad("must start with a letter, a digit, '_' or a UTF-8 character");
-    }
-    if name.ends_with(' ') {
-        return bad("ends with a space");
-    }
-    Ok(())
+    crate::model::check_name(name)
+        .map_err(|why| Error::Invalid(format!("invalid name {name:?}: {why}")))
 }
 
 /// Checks a new attribute name: a valid netCDF name, and none that netcdf-c reserves (it

@@ -289,7 +289,7 @@ impl Parser<'_> {
         match self.peek().clone() {
             Tok::Ident(s) => {
                 let pos = self.next().pos;
-                check_name(&s)
+                crate::model::check_name(&s)
                     .map_err(|r| self.err(pos, format!("illegal {what} name {s:?}: {r}")))?;
                 Ok((s, pos))
             }
@@ -567,7 +567,7 @@ impl Parser<'_> {
             Tok::Section(s) => (s.to_string(), self.next().pos),
             _ => return Err(self.syntax("an attribute name")),
         };
-        check_name(&name)
+        crate::model::check_name(&name)
             .map_err(|r| self.err(npos, format!("illegal attribute name {name:?}: {r}")))?;
         self.expect(&Tok::Eq)?;
         let mut values = Vec::new();
@@ -1247,26 +1247,6 @@ impl Parser<'_> {
             other => attr_to_native(other),
         })
     }
-}
-
-/// Returns whether `name` is a legal netCDF name, or why not.
-fn check_name(name: &str) -> std::result::Result<(), &'static str> {
-    let Some(first) = name.chars().next() else {
-        return Err("empty name");
-    };
-    if name.contains('/') {
-        return Err("names may not contain '/'");
-    }
-    if name.chars().any(|c| (c as u32) < 0x20 || c as u32 == 0x7f) {
-        return Err("names may not contain control characters");
-    }
-    if !(first.is_ascii_alphanumeric() || first == '_' || !first.is_ascii()) {
-        return Err("names must start with a letter, a digit, '_' or a UTF-8 character");
-    }
-    if name.ends_with(' ') {
-        return Err("names may not end with a space");
-    }
-    Ok(())
 }
 
 /// The text of string/character constants, `None` if a number is among them.

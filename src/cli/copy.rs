@@ -21,7 +21,7 @@ use crate::create::{
 };
 use crate::dataset::{OpenDataset, DEFAULT_CACHE_BYTES};
 use crate::location::Location;
-use crate::model::{ByteOrder, CodecSpec, Dataset, DimId, NcType, VarId, Variable};
+use crate::model::{ByteOrder, CodecSpec, Dataset, DimId, GroupId, NcType, VarId, Variable};
 use crate::{meta, zmap, Error, Result};
 
 /// Largest slab moved at once.
@@ -92,8 +92,33 @@ pub fn run(args: CopyArgs) -> Result<i32> {
         )));
     }
     let model = target_model(&src.model, codecs.as_ref(), &args.chunks)?;
+    if opts.dialect == meta::writer::Dialect::NcZarr {
+        check_netcdf_names(&model)?;
+    }
     copy_dataset(&src, model, &dst, opts)?;
     Ok(0)
+}
+
+/// Refuses a group, dimension or variable name that is not a netCDF name (pure Zarr allows
+/// `@x` or a trailing space): netcdf-c refuses to open an NCZarr dataset holding one.
+fn check_netcdf_names(ds: &Dataset) -> Result<()> {
+    let groups = (1..ds.groups.len()).map(|g| {
+        let g = GroupId(g);
+        (&ds.group(g).name, "group", ds.group_fqn(g))
+    });
+    let dims =
+        (0..ds.dims.len()).map(|d| (&ds.dim(DimId(d)).name, "dimension", ds.dim_fqn(DimId(d))));
+    let vars =
+        (0..ds.vars.len()).map(|v| (&ds.var(VarId(v)).name, "variable", ds.var_fqn(VarId(v))));
+    for (name, what, fqn) in groups.chain(dims).chain(vars) {
+        if let Err(why) = crate::model::check_name(name) {
+            return Err(Error::Invalid(format!(
+                "{what} {fqn:?}: {why}, and netcdf-c refuses to open an NCZarr dataset holding \
+                 such a name (a copy to pure Zarr, mode=zarr, keeps it)"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The target's model: the source's, with storage reset to what the target asks for.

@@ -18,6 +18,26 @@ pub const MAX_STRING_WIDTH: usize = 256 << 20;
 /// chunk shape larger than the array, and a chunk is held whole in memory.
 pub const MAX_CHUNK_BYTES: u64 = 4 << 30;
 
+/// Whether `name` is a legal netCDF name (the rules of ncgen and netcdf-c), or why not.
+pub fn check_name(name: &str) -> std::result::Result<(), &'static str> {
+    let Some(first) = name.chars().next() else {
+        return Err("empty name");
+    };
+    if name.contains('/') {
+        return Err("names may not contain '/'");
+    }
+    if name.chars().any(|c| (c as u32) < 0x20 || c as u32 == 0x7f) {
+        return Err("names may not contain control characters");
+    }
+    if !(first.is_ascii_alphanumeric() || first == '_' || !first.is_ascii()) {
+        return Err("names must start with a letter, a digit, '_' or a UTF-8 character");
+    }
+    if name.ends_with(' ') {
+        return Err("names may not end with a space");
+    }
+    Ok(())
+}
+
 /// Index of a group in [`Dataset::groups`]; the root group is `GroupId(0)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct GroupId(pub usize);
