@@ -111,3 +111,34 @@ def test_pure_zarr_names_netcdf_refuses_stop_a_copy_to_nczarr(nczarrfs, tmp_path
         meta.write_text(meta.read_text().replace('"placeholder"', json.dumps(leaf)))
     with pytest.raises(OSError, match="[Ii]llegal"):
         netCDF4.Dataset(f"file://{renamed}#mode=nczarr,file")
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+@pytest.mark.parametrize("codec", ["gzip", "lz4"])
+def test_copy_to_nczarr_uses_codecs_netcdf_has(nczarrfs, tmp_path, codec, zarr_format):
+    """netcdf-c has no gzip or lz4 filter: a copy to NCZarr stores such chunks as zlib and as
+    blosc-lz4, which it reads."""
+    import numcodecs
+
+    if zarr_format == 2:
+        compressor = {"gzip": numcodecs.GZip(level=4), "lz4": numcodecs.LZ4()}[codec]
+    else:
+        from zarr.codecs import GzipCodec
+        from zarr.codecs.numcodecs import LZ4
+        compressor = {"gzip": GzipCodec(level=4), "lz4": LZ4()}[codec]
+    src = tmp_path / "src.zarr"
+    values = np.arange(60, dtype="<i4").reshape(6, 10)
+    root = zarr.open_group(str(src), mode="w", zarr_format=zarr_format)
+    attrs = {"_ARRAY_DIMENSIONS": ["y", "x"]} if zarr_format == 2 else {}
+    names = {"dimension_names": ["y", "x"]} if zarr_format == 3 else {}
+    root.create_array("v", shape=values.shape, chunks=(3, 5), dtype="<i4",
+                      compressors=compressor, attributes=attrs, **names)[...] = values
+    mode = "zarr" if zarr_format == 2 else "zarr,v3"
+    with pytest.raises((OSError, RuntimeError)):
+        with netCDF4.Dataset(f"file://{src}#mode={mode},file") as nc:
+            nc["v"][...]
+    target = tmp_path / "copy.file"
+    res = nczarrfs("copy", str(src), f"file://{target}#mode=nczarr,file")
+    assert res.returncode == 0, res.stderr.decode()
+    with netCDF4.Dataset(f"file://{target}#mode=nczarr,file") as nc:
+        assert np.array_equal(nc["v"][...], values)

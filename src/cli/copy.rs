@@ -91,12 +91,63 @@ pub fn run(args: CopyArgs) -> Result<i32> {
             "deflate level {d} is not between 0 and 9"
         )));
     }
-    let model = target_model(&src.model, codecs.as_ref(), &args.chunks)?;
+    let mut model = target_model(&src.model, codecs.as_ref(), &args.chunks)?;
     if opts.dialect == meta::writer::Dialect::NcZarr {
         check_netcdf_names(&model)?;
+        if codecs.is_none() {
+            for i in 0..model.vars.len() {
+                let fqn = model.var_fqn(VarId(i));
+                let st = &mut model.vars[i].storage;
+                st.codecs = netcdf_readable(&fqn, std::mem::take(&mut st.codecs));
+            }
+        }
     }
     copy_dataset(&src, model, &dst, opts)?;
     Ok(0)
+}
+
+/// The codecs netcdf-c's NCZarr has filters for (its own plugins and those it bundles).
+const NETCDF_CODECS: [&str; 7] = [
+    "zlib",
+    "shuffle",
+    "fletcher32",
+    "szip",
+    "bz2",
+    "zstd",
+    "blosc",
+];
+
+/// A copied chain as netcdf-c can read it: gzip becomes zlib (the same deflate stream in
+/// another wrapper, at the same level) and lz4 moves inside blosc, as `nccopy` would need;
+/// for other codecs netcdf-c lacks, a warning names the variable it will not read.
+fn netcdf_readable(fqn: &str, spec: CodecSpec) -> CodecSpec {
+    let CodecSpec::V2 {
+        filters,
+        compressor,
+    } = spec
+    else {
+        return spec;
+    };
+    let readable = |c: serde_json::Value| -> serde_json::Value {
+        match c.get("id").and_then(serde_json::Value::as_str) {
+            Some("gzip") => {
+                let level = c.get("level").cloned().unwrap_or(serde_json::json!(1));
+                serde_json::json!({"id": "zlib", "level": level})
+            }
+            Some("lz4") => serde_json::json!(
+                {"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": 0, "blocksize": 0}
+            ),
+            Some(id) if !NETCDF_CODECS.contains(&id) => {
+                log::warn!("{fqn}: netcdf-c has no codec {id}, so it will not read this variable");
+                c
+            }
+            _ => c,
+        }
+    };
+    CodecSpec::V2 {
+        filters: filters.into_iter().map(readable).collect(),
+        compressor: compressor.map(readable),
+    }
 }
 
 /// Refuses a group, dimension or variable name that is not a netCDF name (pure Zarr allows
