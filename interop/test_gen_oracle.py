@@ -242,3 +242,22 @@ def test_gen_reads_a_byte_order_mark_and_latin1_text_as_ncgen_does(nczarrfs, tmp
         b"\xef\xbb\xbfnetcdf latin1 {\ndimensions:\n\tn = 4 ;\nvariables:\n"
         b"\tchar c(n) ;\n\t\tc:_FillValue = \"\xe9\" ;\n\t\tc:a = \"caf\xe9\" ;\n"
         b"data:\n\n c = \"ab\xff\" ;\n}\n")
+
+
+@pytest.mark.parametrize("declaration", [
+    # More bytes than a file (or HDF5) can address.
+    "dimensions:\n\td = 4000000000 ;\n\te = 4000000000 ;\nvariables:\n\tdouble v(d, e) ;\n",
+    # A deflate level zlib does not have.
+    'dimensions:\n\td = 4 ;\nvariables:\n\tint v(d) ;\n\t\tv:_Filter = "1,99" ;\n',
+])
+def test_gen_refuses_what_ncgen_refuses(nczarrfs, tmp_path, declaration):
+    cdl = tmp_path / "bad.cdl"
+    cdl.write_text(f"netcdf bad {{\n{declaration}}}\n")
+    oracle = subprocess.run(["ncgen", "-k", "nc4", "-o", str(tmp_path / "bad.nc"), str(cdl)],
+                            capture_output=True, check=False)
+    assert oracle.returncode != 0
+    target = tmp_path / "bad.file"
+    res = nczarrfs("gen", "-o", f"file://{target}#mode=nczarr,file", str(cdl))
+    assert res.returncode == 1
+    assert "variable v: " in res.stderr.decode(), res.stderr.decode()
+    assert not target.exists()

@@ -374,6 +374,33 @@ pub fn default_chunks(dims: &[(u64, bool)], esize: usize) -> Vec<u64> {
     chunks
 }
 
+/// Refuses a variable that could not be read back: more bytes than its `data` file can
+/// address (netCDF-4 refuses such a variable too), or a codec parameter the reader refuses
+/// (ncgen's `_Filter = "1,99"`).
+fn check_storable(v: &Variable, dims: &[(u64, bool)]) -> Result<()> {
+    let element_size = v.element_size();
+    let addressable = dims
+        .iter()
+        .try_fold(element_size as u64, |a, (len, _)| a.checked_mul(*len))
+        .is_some_and(|n| n <= i64::MAX as u64);
+    if !addressable {
+        return Err(Error::Invalid(format!(
+            "variable {}: more bytes than a file can address (2^63)",
+            v.name
+        )));
+    }
+    if let CodecSpec::V2 {
+        filters,
+        compressor,
+    } = &v.storage.codecs
+    {
+        let shuffle = crate::codec::netcdf_element_size(v.nctype, element_size);
+        crate::codec::Pipeline::from_v2(filters, compressor.as_ref(), shuffle)
+            .map_err(|e| Error::Invalid(format!("variable {}: {e}", v.name)))?;
+    }
+    Ok(())
+}
+
 /// Checks a netCDF name (the rules ncgen and netcdf-c apply).
 pub fn check_name(name: &str) -> Result<()> {
     crate::model::check_name(name)
@@ -729,6 +756,7 @@ impl DatasetWriter {
         if v.nctype == NcType::String && v.string_width == 0 {
             v.string_width = NETCDF_MAXSTRLEN;
         }
+        check_storable(v, &dims)?;
         let big =
             v.storage.dtype.as_ref().is_some_and(|d| {
                 d.order == ByteOrder::Big && d.size > 1 && d.kind != DtypeKind::Bytes
