@@ -178,6 +178,27 @@ def test_corrupt_chunk_gives_eio_only_for_its_range(mounter, tmp_path):
     assert "a/2.0" in text, text
 
 
+def test_a_variable_larger_than_a_file_can_be_shows_its_first_2_63_bytes(mounter, tmp_path):
+    """Zarr allows shapes whose bytes no file offset reaches; the kernel would take the true
+    size for an I/O error on every stat. The file shows what it can, with a log line."""
+    import zarr
+
+    loc = tmp_path / "huge.zarr"
+    root = zarr.open_group(str(loc), mode="w", zarr_format=2)
+    shape = (4_000_000_000, 4_000_000_000)
+    a = root.create_array("v", shape=shape, chunks=(2, 4), dtype="<f8", fill_value=-1.0,
+                          attributes={"_ARRAY_DIMENSIONS": ["y", "x"]})
+    a[1, :4] = [1.5, 2.5, 3.5, 4.5]
+    log = tmp_path / "mount.log"
+    mnt = mounter.mount(str(loc), log=log)
+    size = (mnt / "v" / "data").stat().st_size
+    assert size == 2**63 - 8
+    with open(mnt / "v" / "data", "rb") as f:
+        f.seek(shape[1] * 8)
+        assert np.frombuffer(f.read(40), "<f8").tolist() == [1.5, 2.5, 3.5, 4.5, -1.0]
+    assert "more bytes than a file can address" in log.read_text()
+
+
 def test_umount_stops_the_daemon(mounter, nczarr):
     mnt = mounter.mount(nczarr)
     pids = daemon_pids(mnt)

@@ -603,6 +603,23 @@ impl Shared {
         Ok(c)
     }
 
+    /// The size of a `data` file: its variable's bytes, but no more than a file offset can
+    /// address (the kernel refuses larger sizes as I/O errors): a variable of more than 2^63
+    /// bytes (pure Zarr allows one) shows that many, with a log line.
+    fn data_file_size(&self, node: &Node, ds: &Dataset, v: VarId) -> u64 {
+        let size = content::data_size(ds, v);
+        let esize = ds.var(v).element_size().max(1) as u64;
+        let max = i64::MAX as u64 - i64::MAX as u64 % esize;
+        if size > max {
+            self.log_once(format!(
+                "{}: the variable holds more bytes than a file can address; the file shows \
+                 the first {max} (`nczarrfs get` reads any hyperslab)",
+                node_display(node)
+            ));
+        }
+        size.min(max)
+    }
+
     fn attr(&self, ino: u64, node: &Node, snap: &Snapshot) -> Option<FileAttr> {
         if !layout::exists(&snap.model, node) {
             return None;
@@ -616,7 +633,7 @@ impl Shared {
             Node::File(owner, FileKind::Data) => match owner.resolve(&snap.model) {
                 Some(Resolved::Var(v)) => (
                     FileType::RegularFile,
-                    content::data_size(&snap.model, v),
+                    self.data_file_size(node, &snap.model, v),
                     0o444 | w,
                 ),
                 _ => return None,
