@@ -577,26 +577,34 @@ def test_cache_size_bounds_the_write_back_cache(mounter, tmp_path, cache, evicts
 
 
 def test_zarr_python_attributes_without_a_netcdf_type_survive_a_rewrite(mounter, tmp_path):
-    """Attributes that netCDF has no type for (an object, a list of mixed values) are shown as
-    their JSON text; a change elsewhere rewrites the metadata, and they go back as they were."""
+    """Attributes that netCDF has no type for (an object, a list of mixed values, booleans,
+    null) are shown as the nearest netCDF value; a change elsewhere rewrites the metadata, and
+    they go back as they were."""
     import zarr
 
     path = tmp_path / "store.zarr"
     root = zarr.open_group(str(path), mode="w", zarr_format=2)
     nested = {"a": [1, 2.5], "b": {"c": "d"}}
     mixed = [1, "a", 2.5]
-    root.attrs.update({"nested": nested, "mixed": mixed, "title": "t"})
+    # netCDF reads these as the ubyte 1, the text "null" and empty text.
+    plain_json = {"flag": True, "flags": [True, False], "none": None, "empty": []}
+    root.attrs.update({"nested": nested, "mixed": mixed, "title": "t", **plain_json})
     arr = root.create_array("v", shape=(3,), dtype="<i4",
                             attributes={"_ARRAY_DIMENSIONS": ["x"], "spec": {"k": [1, "x"]}})
     arr[:] = [1, 2, 3]
     mnt = mounter.mount(str(path), "rw")
     (mnt / "@attributes" / "added").write_text("new")
     (mnt / "newgroup").mkdir()
+    # A changed one is written as its new value.
+    (mnt / "@attributes" / "flags").write_text("7, 0")
+    plain_json["flags"] = [7, 0]
     umount_and_wait(mnt)
     back = zarr.open_group(str(path), mode="r")
     assert back.attrs["nested"] == nested
     assert back.attrs["mixed"] == mixed
     assert back.attrs["added"] == "new"
+    for name, value in plain_json.items():
+        assert back.attrs[name] == value and type(back.attrs[name]) is type(value), name
     assert back["v"].attrs["spec"] == {"k": [1, "x"]}
 
 

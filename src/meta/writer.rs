@@ -33,7 +33,12 @@
 //! storage's chunk shape when it has the right rank (else one chunk), and `dtype` the
 //! storage's dtype when set (else [`default_dtype`]).
 
+use std::collections::HashMap;
+
 use serde_json::{json, Map, Value};
+
+use super::attrs;
+use super::json::Json;
 
 use crate::location::{Format, Mode};
 use crate::model::{
@@ -98,7 +103,59 @@ pub const NCZARR_VERSION: &str = "2.0.0";
 
 /// Writes every metadata object of `ds` to `map` (chunks are the chunk engine's business).
 pub fn write_metadata(map: &dyn ZMap, ds: &Dataset, opts: &WriteOptions) -> Result<()> {
-    put_objects(map, metadata_objects(ds, opts)?)
+    let mut objects = metadata_objects(ds, opts)?;
+    if opts.dialect == Dialect::Zarr {
+        keep_stored_attribute_json(map, &mut objects)?;
+    }
+    put_objects(map, objects)
+}
+
+/// Pure Zarr attributes are untyped JSON that a netCDF value cannot always spell back (`true`
+/// reads as the ubyte 1, `null` and `[]` as text): when the metadata is rewritten, an
+/// attribute whose stored JSON still reads as the value about to be written keeps that JSON.
+fn keep_stored_attribute_json(map: &dyn ZMap, objects: &mut [(String, Value)]) -> Result<()> {
+    let is_zattrs = |k: &str| k == ".zattrs" || k.ends_with("/.zattrs");
+    let keys: Vec<String> = objects
+        .iter()
+        .map(|(k, _)| k.clone())
+        .filter(|k| is_zattrs(k))
+        .collect();
+    let mut stored = HashMap::new();
+    for (key, found) in keys.iter().zip(map.get_many(&keys)) {
+        // An unreadable old object has nothing worth keeping: the new one replaces it.
+        if let Some(Ok(j @ Json::Obj(_))) = found?.map(|b| Json::parse(key, &b)) {
+            stored.insert(key.as_str(), j);
+        }
+    }
+    // The JSON this writer would give the value the stored JSON reads as.
+    let rewritten = |key: &str, name: &str, j: &Json| {
+        attrs::infer(key, name, j)
+            .ok()
+            .map(|value| attr_json(&value, true))
+    };
+    let mut kept = Vec::new();
+    for (key, value) in objects.iter_mut() {
+        let (Some(old), Value::Object(new)) = (stored.get(key.as_str()), value) else {
+            continue;
+        };
+        for (name, v) in new.iter_mut() {
+            let Some(old_v) = old.get(name) else { continue };
+            if rewritten(key, name, old_v).as_ref() == Some(v) {
+                *v = old_v.to_serde();
+            }
+        }
+        kept.push((key.clone(), Value::Object(new.clone())));
+    }
+    if let Some((k, summary)) = objects.last_mut() {
+        if k == ".zmetadata" {
+            if let Some(Value::Object(meta)) = summary.get_mut("metadata") {
+                for (key, value) in kept {
+                    meta.insert(key, value);
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Stores JSON metadata objects, in order.
