@@ -394,3 +394,28 @@ def test_xarray_base64_fill_value_attribute(nczarrfs, tmp_path, dtype):
         got = nc["t"][:]
         assert nc["t"].getncattr("_FillValue") == -9999.0
     assert np.array_equal(np.ma.filled(got.astype("f8"), np.nan), expected, equal_nan=True)
+
+
+@pytest.mark.parametrize("node", ["array", "group"])
+def test_unknown_fields_that_must_be_understood_refuse_the_node(nczarrfs, tmp_path, node):
+    """As the Zarr v3 specification says and zarr-python does: an extension field without
+    `"must_understand": false` refuses the node (an array stays visible, unreadable);
+    with it, the field is ignored."""
+    path = tmp_path / "store.zarr"
+    root = zarr.open_group(str(path), mode="w", zarr_format=3)
+    root.create_array("a", shape=(2,), dtype="<i4")[:] = [1, 2]
+    meta_path = path / ("a" if node == "array" else "") / "zarr.json"
+    meta = json.loads(meta_path.read_text())
+
+    meta["extension"] = {"must_understand": False, "x": 1}
+    meta_path.write_text(json.dumps(meta))
+    assert zarr.open_array(str(path / "a"), mode="r")[...].tolist() == [1, 2]
+    assert _get(nczarrfs, path, "a", tmp_path).tolist() == [1, 2]
+
+    meta["extension"] = {"x": 1}
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises((ValueError, TypeError), match="extra fields|unexpected keyword"):
+        zarr.open_group(str(path), mode="r")["a"][...]
+    res = nczarrfs("get", str(path), "a", "-o", str(tmp_path / "out"))
+    assert res.returncode == 1
+    assert '"extension"' in res.stderr.decode() and "must be understood" in res.stderr.decode()

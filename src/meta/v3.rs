@@ -64,9 +64,51 @@ const ROOT_KEY: &str = "zarr.json";
 /// Checks `zarr_format: 3`.
 fn check_node(key: &str, node: &Json) -> Result<()> {
     match node.get("zarr_format").and_then(Json::as_u64) {
-        Some(3) => Ok(()),
-        other => Err(Error::meta(key, format!("zarr_format {other:?} is not 3"))),
+        Some(3) => {}
+        other => return Err(Error::meta(key, format!("zarr_format {other:?} is not 3"))),
     }
+    match unknown_field(node) {
+        Some(field) if node.get("node_type").and_then(Json::as_str) == Some("group") => Err(
+            Error::Unsupported(format!("{key}: {}", must_understand(field))),
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// The first field of a node's metadata that the Zarr v3 specification does not define and
+/// that does not say `"must_understand": false`: the specification (and zarr-python) then
+/// refuse the node.
+fn unknown_field(node: &Json) -> Option<&str> {
+    const KNOWN: [&str; 12] = [
+        "zarr_format",
+        "node_type",
+        "attributes",
+        "consolidated_metadata",
+        "shape",
+        "data_type",
+        "chunk_grid",
+        "chunk_key_encoding",
+        "fill_value",
+        "codecs",
+        "storage_transformers",
+        "dimension_names",
+    ];
+    let Json::Obj(members) = node else {
+        return None;
+    };
+    members.iter().map(|(k, _)| k.as_str()).find(|k| {
+        !KNOWN.contains(k)
+            && !matches!(
+                node.get(k).and_then(|v| v.get("must_understand")),
+                Some(Json::Bool(false))
+            )
+    })
+}
+
+fn must_understand(field: &str) -> String {
+    format!(
+        "unknown metadata field {field:?} that must be understood (no \"must_understand\": false)"
+    )
 }
 
 /// The inline consolidated metadata of the root node: node path → node.
@@ -374,6 +416,9 @@ impl Reader<'_> {
             if vt.nctype == NcType::String && d.kind == DtypeKind::Unicode && d.size >= n * 4 {
                 vt.width = n;
             }
+        }
+        if vt.unreadable.is_none() {
+            vt.unreadable = unknown_field(z).map(must_understand);
         }
         if let Some(why) = &vt.unreadable {
             log::warn!("{zkey}: {why}");
