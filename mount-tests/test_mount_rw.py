@@ -635,3 +635,29 @@ def test_xarray_string_variables_stay_object_arrays(mounter, tmp_path):
     back = xr.open_zarr(str(path), consolidated=False)
     assert list(back["names"].values) == ["alpha", "hello", "", "ключ"]
     assert back["names"].attrs["comment"] == "edited"
+
+
+def test_a_full_disk_under_a_zip_dataset_is_enospc_and_keeps_the_archive(mounter, tmp_path, binary):
+    """A zip store is rewritten whole at each flush: on a full disk the close reports ENOSPC
+    (what a program can act on), and the archive stays what it was."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(disk)], check=True)
+    try:
+        cdl = tmp_path / "b.cdl"
+        cdl.write_text("netcdf b {\ndimensions:\n\td = 100000 ;\nvariables:\n\tdouble v(d) ;\n}\n")
+        archive = disk / "b.zip"
+        subprocess.run([str(binary), "gen", "-o", f"file://{archive}#mode=nczarr,zip", str(cdl)],
+                       check=True)
+        before = archive.read_bytes()
+        mnt = mounter.mount(str(archive), "rw")
+        fd = os.open(mnt / "v" / "data", os.O_WRONLY)
+        os.write(fd, np.arange(100000, dtype="<f8").tobytes())
+        with pytest.raises(OSError) as err:
+            os.close(fd)
+        assert err.value.errno == errno.ENOSPC
+        umount_and_wait(mnt)
+        assert archive.read_bytes() == before
+        assert sorted(p.name for p in disk.iterdir()) == ["b.zip"]
+    finally:
+        subprocess.run(["umount", str(disk)], check=False)

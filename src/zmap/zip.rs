@@ -15,6 +15,7 @@ use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
+use zip::result::ZipError;
 use zip::write::SimpleFileOptions;
 use zip::{CompressionMethod, ZipArchive, ZipWriter};
 
@@ -156,9 +157,13 @@ impl ZipMap {
     /// dataset after the first entry), then every object in key order, then the entries beside
     /// the folder as they were.
     fn write_archive(&self, state: &mut State, temp: &Path) -> Result<()> {
-        let storage_err = |key: &str, e: &dyn std::fmt::Display| Error::Storage {
-            key: key.to_string(),
-            reason: format!("writing {}: {e}", temp.display()),
+        // An I/O error (a full disk) keeps its errno for the mount's caller.
+        let storage_err = |key: &str, e: ZipError| match e {
+            ZipError::Io(io) => Error::io(temp, io),
+            other => Error::Storage {
+                key: key.to_string(),
+                reason: format!("writing {}: {other}", temp.display()),
+            },
         };
         let file = File::create(temp).map_err(|e| Error::io(temp, e))?;
         let mut writer = ZipWriter::new(file);
@@ -166,7 +171,7 @@ impl ZipMap {
         if !self.folder.is_empty() {
             writer
                 .add_directory(self.folder.as_str(), options)
-                .map_err(|e| storage_err(&self.folder, &e))?;
+                .map_err(|e| storage_err(&self.folder, e))?;
         }
         let State {
             archive,
@@ -178,21 +183,21 @@ impl ZipMap {
             let name = format!("{}{key}", self.folder);
             match source {
                 Source::Archived(index) => {
-                    copy_raw(archive, &mut writer, *index).map_err(|e| storage_err(key, &e))?
+                    copy_raw(archive, &mut writer, *index).map_err(|e| storage_err(key, e))?
                 }
                 Source::Local(bytes) => {
                     let large = u32::try_from(bytes.len()).is_err();
                     writer
                         .start_file(name, options.large_file(large))
-                        .map_err(|e| storage_err(key, &e))?;
-                    writer.write_all(bytes).map_err(|e| storage_err(key, &e))?;
+                        .map_err(|e| storage_err(key, e))?;
+                    writer.write_all(bytes).map_err(|e| Error::io(temp, e))?;
                 }
             }
         }
         for index in outside.iter() {
-            copy_raw(archive, &mut writer, *index).map_err(|e| storage_err("", &e))?;
+            copy_raw(archive, &mut writer, *index).map_err(|e| storage_err("", e))?;
         }
-        let file = writer.finish().map_err(|e| storage_err("", &e))?;
+        let file = writer.finish().map_err(|e| storage_err("", e))?;
         file.sync_all().map_err(|e| Error::io(temp, e))
     }
 }
@@ -227,10 +232,10 @@ fn copy_raw(
     archive: &mut Option<ZipArchive<File>>,
     writer: &mut ZipWriter<File>,
     index: usize,
-) -> std::result::Result<(), String> {
-    let archive = archive.as_mut().ok_or("archive entry without an archive")?;
-    let entry = archive.by_index_raw(index).map_err(|e| e.to_string())?;
-    writer.raw_copy_file(entry).map_err(|e| e.to_string())
+) -> zip::result::ZipResult<()> {
+    let archive = archive.as_mut().ok_or(ZipError::FileNotFound)?;
+    let entry = archive.by_index_raw(index)?;
+    writer.raw_copy_file(entry)
 }
 
 /// The most a deflate stream can expand: 258 bytes per 2-bit symbol at best, 1032 to 1.
