@@ -660,4 +660,21 @@ def test_a_full_disk_under_a_zip_dataset_is_enospc_and_keeps_the_archive(mounter
         assert archive.read_bytes() == before
         assert sorted(p.name for p in disk.iterdir()) == ["b.zip"]
     finally:
-        subprocess.run(["umount", str(disk)], check=False)
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def test_a_daemon_ending_after_a_lazy_unmount_leaves_the_next_mount_alone(mounter, nczarr, binary):
+    """After `fusermount3 -uz`, the old daemon serves its open files until they are closed,
+    then flushes and exits; a dataset mounted at the same place meanwhile stays mounted."""
+    mnt = mounter.mount(nczarr, "rw")
+    fd = os.open(mnt / "temp" / "data", os.O_WRONLY)
+    try:
+        os.write(fd, b"\0" * 4096)
+        old = daemon_pids(mnt)
+        subprocess.run(["fusermount3", "-uz", str(mnt)], check=True)
+        subprocess.run([str(binary), "mount", nczarr, str(mnt)], check=True)
+        assert is_mounted(mnt)
+    finally:
+        os.close(fd)
+    assert wait_until(lambda: not any(Path(f"/proc/{p}").exists() for p in old), 30)
+    assert is_mounted(mnt) and (mnt / "@header.cdl").read_bytes()

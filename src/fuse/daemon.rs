@@ -89,8 +89,7 @@ fn serve(req: MountRequest, ready: Option<File>) -> Result<i32> {
     drop(freed_handshake_buffer);
     sd_notify("STOPPING=1");
     if handle.final_flush_failed() {
-        let lost = format!("changes to {} could not be stored at unmount", req.location);
-        return Err(Error::io(&req.mountpoint, std::io::Error::other(lost)));
+        return Err(Error::Invalid(lost_at_unmount(&req, &req.mountpoint)));
     }
     match result {
         Ok(()) => Ok(0),
@@ -99,6 +98,15 @@ fn serve(req: MountRequest, ready: Option<File>) -> Result<i32> {
             Err(Error::io(&req.mountpoint, e))
         }
     }
+}
+
+/// What the daemon says when the flush at unmount failed.
+fn lost_at_unmount(req: &MountRequest, mountpoint: &Path) -> String {
+    format!(
+        "{}: changes to {} could not be stored at unmount",
+        mountpoint.display(),
+        req.location
+    )
 }
 
 /// The sysfs file of the kernel readahead of the filesystem mounted at `mountpoint` (the
@@ -161,7 +169,7 @@ fn setup(req: &MountRequest) -> Result<(Session<NczarrFs>, PathBuf, MountHandle)
             mountpoint.display()
         )));
     }
-    let fs = if req.options.read_write {
+    let mut fs = if req.options.read_write {
         let location = Location::parse(&req.location)?;
         NczarrFs::new_rw(
             DatasetWriter::open_with_cache(&location, req.options.cache_bytes)?,
@@ -171,6 +179,7 @@ fn setup(req: &MountRequest) -> Result<(Session<NczarrFs>, PathBuf, MountHandle)
         let ds = OpenDataset::open(&req.location, req.options.cache_bytes)?;
         NczarrFs::new(ds, req.options.clone())?
     };
+    fs.end_process_when_destroyed(lost_at_unmount(req, &mountpoint));
     let handle = fs.handle();
     let remote = matches!(
         Location::parse(&req.location).map(|l| l.storage),
@@ -437,7 +446,7 @@ fn unmount(mountpoint: &Path) {
 }
 
 /// Sends `state` to systemd's notification socket when running under `Type=notify`.
-fn sd_notify(state: &str) {
+pub(super) fn sd_notify(state: &str) {
     use std::os::linux::net::SocketAddrExt;
     use std::os::unix::net::{SocketAddr, UnixDatagram};
     let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {

@@ -149,6 +149,9 @@ pub struct NczarrFs {
     no_opendir: bool,
     /// `data` files are opened for direct I/O (`-o direct_io`, and `rw` mounts; see `init`).
     direct_data: bool,
+    /// Set by a daemon: the process ends once `destroy` has flushed (see
+    /// [`NczarrFs::end_process_when_destroyed`]), with this message if the flush failed.
+    exit_when_destroyed: Option<String>,
 }
 
 /// A mounted filesystem as other threads of the daemon see it: they ask it to re-read its
@@ -209,6 +212,16 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl NczarrFs {
     /// A read-only filesystem over an open dataset.
+    /// Makes the process end as soon as the session is over and `destroy` has flushed (exit
+    /// status 1, after `lost_message`, if that flush failed). A daemon needs this: once the
+    /// session ends, fuser 0.18 unmounts the mount point *by path* even though the kernel has
+    /// let go of this mount already (its check of the device reads "disconnected" as
+    /// "mounted"), which takes down whatever was mounted there since, such as the next mount
+    /// of the same dataset after a lazy unmount, or while a slow final flush ran.
+    pub fn end_process_when_destroyed(&mut self, lost_message: String) {
+        self.exit_when_destroyed = Some(lost_message);
+    }
+
     pub fn new(ds: OpenDataset, opts: MountOptions) -> Result<NczarrFs> {
         if opts.read_write {
             return Err(Error::Invalid(
@@ -280,6 +293,7 @@ impl NczarrFs {
             shared: Arc::new(shared),
             no_opendir: false,
             direct_data: false,
+            exit_when_destroyed: None,
         })
     }
 
@@ -888,11 +902,20 @@ impl Filesystem for NczarrFs {
             Some(w) => write_lock(w).sync(),
             None => self.shared.map.flush(),
         };
-        if let Err(e) = flushed {
+        if let Err(e) = &flushed {
             log::error!("flush at unmount failed: {e}");
             self.shared.final_flush_failed.store(true, Ordering::SeqCst);
         }
         log::info!("unmounted {}", self.shared.map.describe());
+        if let Some(lost) = &self.exit_when_destroyed {
+            super::daemon::sd_notify("STOPPING=1");
+            if flushed.is_err() {
+                use std::io::Write;
+                let _ = writeln!(std::io::stderr(), "nczarrfs: {lost}");
+                std::process::exit(1);
+            }
+            std::process::exit(0);
+        }
     }
 
     fn lookup(&self, _req: &Request, parent_ino: INodeNo, name: &OsStr, reply: ReplyEntry) {
