@@ -41,9 +41,9 @@ def _url(path) -> str:
     return f"file://{path}#mode=zarr,file"
 
 
-def _get(nczarrfs, location: str, var: str, tmp_path) -> np.ndarray:
+def _get(nczarrfs, location: str, var: str, tmp_path, *extra: str) -> np.ndarray:
     out = tmp_path / "get.npy"
-    res = nczarrfs("get", location, var, "--npy", "-o", str(out))
+    res = nczarrfs("get", location, var, "--npy", "-o", str(out), *extra)
     assert res.returncode == 0, f"get {var}: {res.stderr.decode(errors='replace')}"
     return np.load(io.BytesIO(out.read_bytes()), allow_pickle=False)
 
@@ -167,13 +167,30 @@ def test_object_byte_strings(nczarrfs, tmp_path):
 
     path = tmp_path / "store.zarr"
     root = zarr.open_group(str(path), mode="w", zarr_format=2)
-    values = np.array([b"ab", b"\xff\xfe raw", b"", b"q", b"long bytes"], dtype=object)
-    arr = root.create_array("v", shape=values.shape, dtype=VariableLengthBytes(), chunks=(2,),
-                            compressors=numcodecs.Zlib(level=1),
+    values = np.array([b"ab", b"\xff\xfe raw", b"", b"q", b"long bytes", b"x"], dtype=object)
+    # zarr-python stores a vlen-bytes fill as base64; the last chunk stays unwritten.
+    arr = root.create_array("v", shape=(8,), dtype=VariableLengthBytes(), chunks=(2,),
+                            compressors=numcodecs.Zlib(level=1), fill_value=b"FILL",
                             attributes={"_ARRAY_DIMENSIONS": ["n"]})
-    arr[...] = values
+    arr[:6] = values
     expected = list(zarr.open_array(str(path / "v"), mode="r")[...])
     assert [bytes(x) for x in _get(nczarrfs, _url(path), "v", tmp_path)] == expected
+
+
+@pytest.mark.parametrize("fill", [0, 12345, 1.5, True, "", None])
+def test_object_string_fills_of_other_json_types(nczarrfs, tmp_path, fill):
+    """An object array's fill of another JSON type reads as zarr-python reads it."""
+    path = tmp_path / "store.zarr"
+    root = zarr.open_group(str(path), mode="w", zarr_format=2)
+    arr = root.create_array("v", shape=(4,), dtype=str, chunks=(2,),
+                            attributes={"_ARRAY_DIMENSIONS": ["n"]})
+    arr[:2] = ["a", "bc"]
+    zarray = path / "v" / ".zarray"
+    meta = json.loads(zarray.read_text())
+    meta["fill_value"] = fill
+    zarray.write_text(json.dumps(meta))
+    expected = zarr.open_array(str(path / "v"), mode="r")[...]
+    assert_same(_get(nczarrfs, _url(path), "v", tmp_path), expected, f"fill {fill!r}")
 
 
 def test_object_arrays_of_other_codecs_are_refused_by_name(nczarrfs, tmp_path):
@@ -351,3 +368,20 @@ def test_get_failing_on_a_chunk_names_it_and_keeps_the_old_output(nczarrfs, tmp_
     (path / "v" / "1.2").write_bytes(good)
     assert nczarrfs("get", _url(path), "v", "-o", str(out)).returncode == 0
     assert out.read_bytes() == zarr.open_array(str(path / "v"), mode="r")[...].tobytes()
+
+
+def test_a_damaged_object_chunk_fails_alone(nczarrfs, tmp_path):
+    """Measuring the width skips a chunk that cannot be decoded: the others still read whole
+    (here a 300-byte value), and only reads of that chunk fail, naming it."""
+    path = tmp_path / "store.zarr"
+    root = zarr.open_group(str(path), mode="w", zarr_format=2)
+    arr = root.create_array("v", shape=(4,), dtype=str, chunks=(2,), compressors=None,
+                            attributes={"_ARRAY_DIMENSIONS": ["n"]})
+    arr[:] = ["a", "b", "x" * 300, "yz"]
+    damaged = path / "v" / "0"
+    damaged.write_bytes(damaged.read_bytes()[:-1])
+    url = _url(path)
+    got = _get(nczarrfs, url, "v", tmp_path, "--start", "2", "--count", "2")
+    assert _text(got) == ["x" * 300, "yz"]
+    res = nczarrfs("get", url, "v", "-o", str(tmp_path / "all"))
+    assert res.returncode == 1 and '"v/0"' in res.stderr.decode(), res.stderr.decode()

@@ -374,7 +374,12 @@ pub(crate) fn vlen_max_len(
                 continue;
             }
             match map.get(&child)? {
-                Some(raw) => longest = longest.max(chain.max_vlen(&child, raw)?),
+                // A chunk that cannot be decoded fails its own reads later; the others are
+                // still measured, so that they read whole.
+                Some(raw) => match chain.max_vlen(&child, raw) {
+                    Ok(n) => longest = longest.max(n),
+                    Err(e) => log::warn!("{child}: its strings cannot be measured: {e}"),
+                },
                 None => pending.push(child),
             }
         }

@@ -345,6 +345,15 @@ pub fn is_object_string_filter(filters: &[Value]) -> bool {
     matches!(id, Some("vlen-utf8" | "vlen-bytes"))
 }
 
+/// Whether an object array's strings are UTF-8 text (`vlen-utf8`), not bytes (`vlen-bytes`).
+pub fn is_object_utf8_filter(filters: &[Value]) -> bool {
+    filters
+        .first()
+        .and_then(|f| f.get("id"))
+        .and_then(Value::as_str)
+        == Some("vlen-utf8")
+}
+
 /// The Zarr v3 spelling of an object (`|O`) string array's v2 chain, which the chunk engine's
 /// variable-length decoder reads: the object codec, then the other filters and the compressor
 /// as `numcodecs.` codecs (numcodecs' configurations), after a transpose for `order: "F"`.

@@ -114,6 +114,32 @@ fn string_bytes(s: &str, dtype: &ZarrDtype, base64: bool) -> Vec<u8> {
     s.as_bytes().to_vec()
 }
 
+/// The value a Zarr v2 object array of strings (`|O`) gets where nothing was written, as
+/// zarr-python reads it: a `vlen-bytes` fill is base64 (when valid), a `vlen-utf8` one the text
+/// itself; a number or boolean is its text (`0`, `True`); `null` is none (the empty string).
+pub fn object_fill(key: &str, value: &Json, bytes_codec: bool) -> Result<Option<Vec<u8>>> {
+    Ok(match value {
+        Json::Null => None,
+        Json::Str(s) if bytes_codec => {
+            Some(base64_decode(s).unwrap_or_else(|| s.as_bytes().to_vec()))
+        }
+        Json::Str(s) => Some(s.as_bytes().to_vec()),
+        Json::Bytes(b) => Some(b.clone()),
+        Json::Num(n) => Some(n.as_bytes().to_vec()),
+        Json::Bool(true) => Some(b"True".to_vec()),
+        Json::Bool(false) => Some(b"False".to_vec()),
+        other => {
+            return Err(Error::meta(
+                key,
+                format!(
+                    "fill_value {} of an object array is not a value",
+                    other.unparse()
+                ),
+            ))
+        }
+    })
+}
+
 /// The first element of a single-valued numeric attribute in little-endian bytes.
 fn native_bytes(v: &AttrValue) -> Option<Vec<u8>> {
     Some(match v {

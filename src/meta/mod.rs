@@ -931,8 +931,17 @@ fn var_parts(
             )
         })
         .flatten();
+    let mut object_fill = match (&object_chain, z.get("fill_value")) {
+        (Some(_), Some(fv)) => {
+            fill::object_fill(&zkey, fv, !crate::codec::is_object_utf8_filter(&filters))?
+        }
+        _ => None,
+    };
     let (nctype, mut dtype, string_width, unreadable) = match &object_chain {
-        Some(chain) => object_string_type(map, &zkey, &p.key, chain, &chunks, z.get("fill_value")),
+        Some(chain) => {
+            let fill_len = object_fill.as_ref().map_or(0, Vec::len);
+            object_string_type(map, &zkey, &p.key, chain, &chunks, fill_len)
+        }
         None => var_type(dialect, &zkey, z),
     };
     if let Some(d) = &dtype {
@@ -965,11 +974,10 @@ fn var_parts(
     if let Some(d) = &dtype {
         if let Some(fv) = z.get("fill_value") {
             fill_value = if object_chain.is_some() {
-                // An object array's fill is the string itself (not base64); others mean "".
-                match fv {
-                    Json::Str(_) => fill::nczarr_fill_value(&zkey, fv, nctype, d, string_width)?,
-                    _ => None,
-                }
+                object_fill.take().map(|mut b| {
+                    b.resize(d.size, 0);
+                    b
+                })
             } else if dialect == Dialect::Pure {
                 fill::fill_value(&zkey, fv, nctype, d, string_width)?
             } else {
@@ -1077,19 +1085,16 @@ fn var_type(
 
 /// [`var_type`] for a Zarr v2 object array of strings (`|O` with `vlen-utf8` or
 /// `vlen-bytes`, whose v3 spelling is `chain`): a `string` variable whose slots are as wide as
-/// the longest stored value or the fill, found by scanning the chunks, so that nothing is cut.
+/// the longest stored value or the fill (`fill_len` bytes), found by scanning the chunks, so
+/// that nothing is cut.
 fn object_string_type(
     map: &dyn ZMap,
     zkey: &str,
     key: &str,
     chain: &[serde_json::Value],
     chunks: &[u64],
-    fill: Option<&Json>,
+    fill_len: usize,
 ) -> (NcType, Option<ZarrDtype>, usize, Option<String>) {
-    let fill_len = match fill {
-        Some(Json::Str(s)) => s.len(),
-        _ => 0,
-    };
     // As for Zarr v3 strings: a chunk that cannot be read leaves the default width, and
     // only the reads that touch it fail.
     let width = match crate::chunk::vlen_max_len(map, key, chain, chunks) {

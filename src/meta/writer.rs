@@ -277,8 +277,11 @@ fn zarray(ds: &Dataset, v: VarId, opts: &WriteOptions) -> Result<Value> {
     // one, with its fill as plain text.
     let object_strings = crate::codec::is_object_string_filter(filters);
     let fill = match &var.storage.fill_value {
+        // As zarr-python writes it: text for vlen-utf8, base64 for vlen-bytes.
         Some(bytes) if object_strings => {
-            fill_json(var.nctype, bytes, &dtype, Dialect::NcZarr, &key)?
+            let utf8 = crate::codec::is_object_utf8_filter(filters);
+            let dialect = if utf8 { Dialect::NcZarr } else { Dialect::Zarr };
+            fill_json(var.nctype, bytes, &dtype, dialect, &key)?
         }
         Some(bytes) => fill_json(var.nctype, bytes, &dtype, opts.dialect, &key)?,
         None => Value::Null,
