@@ -678,3 +678,31 @@ def test_a_daemon_ending_after_a_lazy_unmount_leaves_the_next_mount_alone(mounte
         os.close(fd)
     assert wait_until(lambda: not any(Path(f"/proc/{p}").exists() for p in old), 30)
     assert is_mounted(mnt) and (mnt / "@header.cdl").read_bytes()
+
+
+def test_text_that_is_not_utf8_is_refused_and_does_not_block_the_chunk(mounter, tmp_path):
+    """An object array of `vlen-utf8` strings cannot store bytes that are not UTF-8: the close
+    that would store them is EIO (with a log line), the chunk reads as stored again, and later
+    valid writes to it are stored."""
+    import zarr
+
+    path = tmp_path / "s.zarr"
+    root = zarr.open_group(str(path), mode="w", zarr_format=2)
+    arr = root.create_array("s", shape=(4,), chunks=(4,), dtype=str,
+                            attributes={"_ARRAY_DIMENSIONS": ["x"]})
+    arr[:] = ["aaaa", "bbbb", "cccc", "dddd"]
+    log = tmp_path / "mount.log"
+    mnt = mounter.mount(str(path), "rw", log=log)
+    data = mnt / "s" / "data"
+    fd = os.open(data, os.O_WRONLY)
+    os.pwrite(fd, b"\xff\xfe", 8)
+    with pytest.raises(OSError) as err:
+        os.close(fd)
+    assert err.value.errno == errno.EIO
+    assert "not valid UTF-8" in log.read_text()
+    assert data.read_bytes() == b"aaaabbbbccccdddd"
+    fd = os.open(data, os.O_WRONLY)
+    os.pwrite(fd, "ключ".encode()[:4], 0)
+    os.close(fd)
+    umount_and_wait(mnt)
+    assert zarr.open_array(str(path / "s"), mode="r")[...].tolist() == ["кл", "bbbb", "cccc", "dddd"]

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use lru::LruCache;
 
-use crate::Result;
+use crate::{Error, Result};
 
 /// Counters of a cache, for tests and benchmarks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -268,6 +268,23 @@ impl<T> ChunkCache<T> {
                         }
                     }
                 }
+                // Values no codec can store (text that is not UTF-8 for `vlen-utf8`) would
+                // fail every later flush and hold back the chunk's other changes forever:
+                // they are dropped, and the chunk reads as stored again. Storage errors
+                // (a full disk, a server away) keep the chunk dirty for the next flush.
+                Err(e @ Error::Codec { .. }) => {
+                    if inner
+                        .lru
+                        .peek(key)
+                        .is_some_and(|c| Arc::ptr_eq(&c.data, data))
+                    {
+                        log::error!("{key}: changes dropped, they cannot be stored: {e}");
+                        if let Some(dropped) = inner.lru.pop(key) {
+                            inner.bytes -= dropped.data.len();
+                        }
+                    }
+                    first_error.get_or_insert(e);
+                }
                 Err(e) => {
                     first_error.get_or_insert(e);
                 }
@@ -478,6 +495,31 @@ mod tests {
         };
         assert!(c.flush(&wb).is_err());
         assert_eq!(c.dirty_bytes(), 4, "only the failed entry stays dirty");
+    }
+
+    #[test]
+    fn changes_no_codec_can_store_are_dropped() {
+        let c: ChunkCache<u32> = ChunkCache::new(100);
+        let mut never = |_: &str, _: &[u8], _: &u32| -> Result<()> { panic!("no eviction") };
+        for (k, dirty) in [("bad", Some(1)), ("down", Some(2)), ("clean", None)] {
+            c.insert(k, Arc::new(vec![0; 4]), dirty, &mut never)
+                .unwrap();
+        }
+        let wb = |_: &str, _: &[u8], t: &u32| match t {
+            1 => Err(Error::Codec {
+                codec: "vlen-utf8".into(),
+                reason: "a value is not valid UTF-8".into(),
+            }),
+            _ => Err(Error::Storage {
+                key: "down".into(),
+                reason: "server away".into(),
+            }),
+        };
+        assert!(c.flush(&wb).is_err());
+        // The unencodable chunk is forgotten (it reads as stored again); the one the storage
+        // refused stays dirty for the next flush.
+        assert!(c.get("bad").is_none());
+        assert_eq!((c.dirty_bytes(), c.stats().bytes), (4, 8));
     }
 
     #[test]
