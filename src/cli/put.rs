@@ -333,8 +333,9 @@ fn parse_npy(
     if descr != want && narrower.is_none() {
         let width = match v.nctype {
             NcType::String => format!(
-                " or narrower (its strings are {} bytes wide, set by `_nczarr_maxstrlen`)",
-                v.string_width
+                " or narrower (its strings are {} bytes wide: {})",
+                v.string_width,
+                width_origin(v)
             ),
             _ => String::new(),
         };
@@ -345,6 +346,26 @@ fn parse_npy(
         )));
     }
     Ok((shape, at + len, narrower))
+}
+
+/// Where a string variable's width comes from, for an error that says the value is wider.
+fn width_origin(v: &crate::model::Variable) -> &'static str {
+    let variable_length = match &v.storage.codecs {
+        crate::model::CodecSpec::V2 { filters, .. } => {
+            crate::codec::is_object_string_filter(filters)
+        }
+        crate::model::CodecSpec::V3(list) => list.iter().any(|c| {
+            matches!(
+                c.get("name").and_then(serde_json::Value::as_str),
+                Some("vlen-utf8" | "vlen-bytes")
+            )
+        }),
+    };
+    if variable_length {
+        "the longest value stored when the dataset was opened"
+    } else {
+        "its stored dtype, or NCZarr's `_nczarr_maxstrlen`"
+    }
 }
 
 #[cfg(test)]
