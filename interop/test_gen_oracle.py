@@ -261,3 +261,26 @@ def test_gen_refuses_what_ncgen_refuses(nczarrfs, tmp_path, declaration):
     assert res.returncode == 1
     assert "variable v: " in res.stderr.decode(), res.stderr.decode()
     assert not target.exists()
+
+
+def test_gen_maps_netcdf_c_blosc_filter_parameters(nczarrfs, tmp_path):
+    """`ncdump -s` prints HDF5's blosc parameters (two reserved, type size, chunk bytes, then
+    level, shuffle, compressor); gen stores that blosc configuration."""
+    hpath = tmp_path / "bl.nc"
+    values = np.arange(100, dtype="f4")
+    with netCDF4.Dataset(hpath, "w") as nc:
+        nc.createDimension("x", 100)
+        nc.createVariable("v", "f4", ("x",), compression="blosc_zstd", complevel=7,
+                          blosc_shuffle=2)[:] = values
+    cdl = tmp_path / "bl.cdl"
+    cdl.write_bytes(subprocess.run(["ncdump", "-s", str(hpath)], capture_output=True,
+                                   check=True).stdout)
+    assert '_Filter = "32001,' in cdl.read_text()
+    target = tmp_path / "bl.file"
+    res = nczarrfs("gen", "-o", f"file://{target}#mode=nczarr,file", str(cdl))
+    assert res.returncode == 0, res.stderr.decode()
+    compressor = json.loads((target / "v" / ".zarray").read_text())["compressor"]
+    assert (compressor["id"], compressor["cname"], compressor["clevel"], compressor["shuffle"]) \
+        == ("blosc", "zstd", 7, 2)
+    with netCDF4.Dataset(f"file://{target}#mode=nczarr,file") as nc:
+        assert np.array_equal(nc["v"][:], values)

@@ -235,13 +235,15 @@ impl Codecs {
                 3 => json!({"id": "fletcher32"}),
                 307 => json!({"id": "bz2", "level": param(1, 9)}),
                 32015 => json!({"id": "zstd", "level": param(1, 3)}),
+                // HDF5's blosc parameters (as ncdump -s prints them after the id): two
+                // reserved, type size, chunk bytes, then level, shuffle and compressor.
                 32001 => {
                     let cname = ["blosclz", "lz4", "lz4hc", "snappy", "zlib", "zstd"]
-                        .get(usize::try_from(param(6, 1)).unwrap_or(1))
+                        .get(usize::try_from(param(7, 1)).unwrap_or(1))
                         .copied()
                         .unwrap_or("lz4");
-                    json!({"id": "blosc", "cname": cname, "clevel": param(4, 5),
-                           "shuffle": param(5, 1), "blocksize": 0})
+                    json!({"id": "blosc", "cname": cname, "clevel": param(5, 5),
+                           "shuffle": param(6, 1), "blocksize": 0})
                 }
                 id => {
                     return Err(Error::Unsupported(format!(
