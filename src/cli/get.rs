@@ -102,9 +102,11 @@ pub fn run(args: GetArgs) -> Result<i32> {
 /// How [`write_values`] names the output in its errors, for [`run`] to name it properly.
 const OUTPUT: &str = "<output>";
 
-/// The `-o` file. A regular file (or a new one) is written beside its place and renamed over
-/// it only once every value is written, so that a failed read leaves whatever was there
-/// before; anything else (`/dev/null`, a FIFO) is written directly.
+/// The `-o` file. A new file, or a regular file of ours with one link, is written beside its
+/// place and renamed over it only once every value is written, so that a failed read leaves
+/// whatever was there before; anything else (a symbolic link such as `/dev/stdout`, a device,
+/// a FIFO, a file of another owner or with hard links, a directory we cannot write to) is
+/// written in place, as before.
 struct OutputFile {
     file: File,
     path: PathBuf,
@@ -114,24 +116,48 @@ struct OutputFile {
 
 impl OutputFile {
     fn create(path: &std::path::Path) -> Result<OutputFile> {
-        let existing = std::fs::metadata(path).ok();
-        if existing.as_ref().is_some_and(|m| !m.is_file()) {
-            let file = File::create(path).map_err(|e| Error::io(path, e))?;
-            return Ok(OutputFile {
-                file,
+        use std::os::unix::fs::MetadataExt;
+        let in_place = || -> Result<OutputFile> {
+            Ok(OutputFile {
+                file: File::create(path).map_err(|e| Error::io(path, e))?,
                 path: path.to_path_buf(),
                 staged: None,
-            });
-        }
-        let name = path
-            .file_name()
-            .ok_or_else(|| Error::Invalid(format!("-o {}: not a file name", path.display())))?;
+            })
+        };
+        let existing = match std::fs::symlink_metadata(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(Error::io(path, e)),
+            Ok(m) => {
+                // SAFETY: geteuid has no preconditions.
+                let ours = m.uid() == unsafe { libc::geteuid() };
+                if !(m.file_type().is_file() && m.nlink() == 1 && ours) {
+                    return in_place();
+                }
+                // Refused as before when it may not be written (a read-only file).
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(path)
+                    .map_err(|e| Error::io(path, e))?;
+                Some(m)
+            }
+        };
+        let Some(name) = path.file_name() else {
+            return in_place();
+        };
         let temp = path.with_file_name(format!(
             ".{}.nczarrfs-get.{}",
             name.to_string_lossy(),
             std::process::id()
         ));
-        let file = File::create(&temp).map_err(|e| Error::io(path, e))?;
+        let file = match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&temp)
+        {
+            Ok(f) => f,
+            // A directory we may not create in: the file itself is still writable.
+            Err(_) => return in_place(),
+        };
         if let Some(m) = existing {
             // The replaced file's permissions stay.
             let _ = file.set_permissions(m.permissions());
