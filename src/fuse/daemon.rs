@@ -169,7 +169,7 @@ fn setup(req: &MountRequest) -> Result<(Session<NczarrFs>, PathBuf, MountHandle)
             mountpoint.display()
         )));
     }
-    let mut fs = if req.options.read_write {
+    let fs = if req.options.read_write {
         let location = Location::parse(&req.location)?;
         NczarrFs::new_rw(
             DatasetWriter::open_with_cache(&location, req.options.cache_bytes)?,
@@ -179,7 +179,6 @@ fn setup(req: &MountRequest) -> Result<(Session<NczarrFs>, PathBuf, MountHandle)
         let ds = OpenDataset::open(&req.location, req.options.cache_bytes)?;
         NczarrFs::new(ds, req.options.clone())?
     };
-    fs.end_process_when_destroyed(lost_at_unmount(req, &mountpoint));
     let handle = fs.handle();
     let remote = matches!(
         Location::parse(&req.location).map(|l| l.storage),
@@ -187,6 +186,7 @@ fn setup(req: &MountRequest) -> Result<(Session<NczarrFs>, PathBuf, MountHandle)
     );
     let config = fuser_config(&req.location, &req.options, remote);
     let session = Session::new(fs, &mountpoint, &config).map_err(|e| Error::io(&mountpoint, e))?;
+    handle.end_process_when_destroyed(lost_at_unmount(req, &mountpoint));
     // After INIT (done by `Session::new`), whose reply would reset it.
     if let Some(path) = readahead_file(&mountpoint) {
         write_readahead(

@@ -132,6 +132,8 @@ struct Shared {
     refresh_requested: AtomicBool,
     /// Set when the flush at unmount failed.
     final_flush_failed: AtomicBool,
+    /// See [`MountHandle::end_process_when_destroyed`].
+    exit_when_destroyed: Mutex<Option<String>>,
     inodes: Mutex<InodeTable>,
     contents: Mutex<HashMap<u64, Generated>>,
     handles: Mutex<HashMap<u64, Arc<Handle>>>,
@@ -149,9 +151,6 @@ pub struct NczarrFs {
     no_opendir: bool,
     /// `data` files are opened for direct I/O (`-o direct_io`, and `rw` mounts; see `init`).
     direct_data: bool,
-    /// Set by a daemon: the process ends once `destroy` has flushed (see
-    /// [`NczarrFs::end_process_when_destroyed`]), with this message if the flush failed.
-    exit_when_destroyed: Option<String>,
 }
 
 /// A mounted filesystem as other threads of the daemon see it: they ask it to re-read its
@@ -161,6 +160,18 @@ pub struct NczarrFs {
 pub struct MountHandle(Arc<Shared>);
 
 impl MountHandle {
+    /// Makes the process end as soon as the kernel has let go of the mount and `destroy` has
+    /// flushed (exit status 1, after `lost_message`, if that flush failed). A daemon needs
+    /// this: once the session ends, fuser 0.18 unmounts the mount point *by path* even though
+    /// the kernel has let go of this mount already (its check of the device reads
+    /// "disconnected" as "mounted"), which takes down whatever was mounted there since, such
+    /// as the next mount of the same dataset after a lazy unmount, or during a slow final
+    /// flush. A session that ends otherwise (an error, a panic) is left to fuser and the
+    /// caller as before.
+    pub fn end_process_when_destroyed(&self, lost_message: String) {
+        *lock(&self.0.exit_when_destroyed) = Some(lost_message);
+    }
+
     /// Whether the flush at unmount failed: changes were lost, and the daemon must not exit
     /// as if they had been stored.
     pub fn final_flush_failed(&self) -> bool {
@@ -212,16 +223,6 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl NczarrFs {
     /// A read-only filesystem over an open dataset.
-    /// Makes the process end as soon as the session is over and `destroy` has flushed (exit
-    /// status 1, after `lost_message`, if that flush failed). A daemon needs this: once the
-    /// session ends, fuser 0.18 unmounts the mount point *by path* even though the kernel has
-    /// let go of this mount already (its check of the device reads "disconnected" as
-    /// "mounted"), which takes down whatever was mounted there since, such as the next mount
-    /// of the same dataset after a lazy unmount, or while a slow final flush ran.
-    pub fn end_process_when_destroyed(&mut self, lost_message: String) {
-        self.exit_when_destroyed = Some(lost_message);
-    }
-
     pub fn new(ds: OpenDataset, opts: MountOptions) -> Result<NczarrFs> {
         if opts.read_write {
             return Err(Error::Invalid(
@@ -282,6 +283,7 @@ impl NczarrFs {
             last_check: Mutex::new(Instant::now()),
             refresh_requested: AtomicBool::new(false),
             final_flush_failed: AtomicBool::new(false),
+            exit_when_destroyed: Mutex::new(None),
             inodes: Mutex::new(InodeTable::new()),
             contents: Mutex::new(HashMap::new()),
             handles: Mutex::new(HashMap::new()),
@@ -293,7 +295,6 @@ impl NczarrFs {
             shared: Arc::new(shared),
             no_opendir: false,
             direct_data: false,
-            exit_when_destroyed: None,
         })
     }
 
@@ -694,6 +695,32 @@ impl Shared {
     }
 }
 
+/// Whether the kernel has ended this process's FUSE connection (the mount is gone): its
+/// `/dev/fuse` descriptor then polls as an error, as libfuse tests it before unmounting.
+fn fuse_connection_ended() -> bool {
+    let Ok(fds) = std::fs::read_dir("/proc/self/fd") else {
+        return false;
+    };
+    fds.flatten().any(|entry| {
+        let is_fuse = std::fs::read_link(entry.path()).is_ok_and(|t| t.as_os_str() == "/dev/fuse");
+        let fd = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok());
+        let Some(fd) = fd.filter(|_| is_fuse) else {
+            return false;
+        };
+        let mut p = libc::pollfd {
+            fd,
+            events: 0,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, no wait.
+        let ready = unsafe { libc::poll(&mut p, 1, 0) };
+        ready == 1 && p.revents & libc::POLLERR != 0
+    })
+}
+
 fn node_display(node: &Node) -> String {
     match node {
         Node::Dir(o) => o.display(),
@@ -907,7 +934,8 @@ impl Filesystem for NczarrFs {
             self.shared.final_flush_failed.store(true, Ordering::SeqCst);
         }
         log::info!("unmounted {}", self.shared.map.describe());
-        if let Some(lost) = &self.exit_when_destroyed {
+        let exit = lock(&self.shared.exit_when_destroyed).take();
+        if let Some(lost) = exit.filter(|_| fuse_connection_ended()) {
             super::daemon::sd_notify("STOPPING=1");
             if flushed.is_err() {
                 use std::io::Write;
