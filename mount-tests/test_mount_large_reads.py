@@ -63,7 +63,8 @@ def check_reads(mnt, want: dict[str, np.ndarray]) -> None:
             os.close(fd)
 
 
-@pytest.mark.parametrize("options", [[], ["cache_size=1M"], ["cache_size=1M", "readahead=256K"]])
+@pytest.mark.parametrize("options", [[], ["cache_size=1M"], ["cache_size=1M", "readahead=256K"],
+                                     ["nosplice"]])
 def test_large_reads_match_netcdf(mounter, large, options):
     # With a 1 MiB cache every variable is larger than the cache: chunks a sequential reader
     # has passed are released and their buffers reused.
@@ -72,6 +73,31 @@ def test_large_reads_match_netcdf(mounter, large, options):
     check_reads(mnt, want)
     # Again: the second scans decode into recycled buffers, which must not show old values.
     check_reads(mnt, want)
+
+
+def daemon_rchar(mnt) -> int:
+    """Bytes the daemon serving `mnt` has taken in through read(2) and its kin."""
+    (pid,) = daemon_pids(mnt)
+    with open(f"/proc/{pid}/io") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("rchar:"))
+
+
+@pytest.mark.parametrize("options", [[], ["direct_io"]])
+def test_uncompressed_values_are_spliced_not_read(mounter, large, options):
+    """A read-only mount answers reads of uncompressed chunk files by splicing: the values
+    reach the reader without the daemon reading them (read(2) would count them in the
+    daemon's rchar); with `nosplice` it reads every byte."""
+    want = netcdf_values(large)["/plain"].tobytes()
+    moved = {}
+    for splice in ("splice", "nosplice"):
+        mnt = mounter.mount(large, splice, *options)
+        before = daemon_rchar(mnt)
+        with open(mnt / "plain" / "data", "rb", buffering=0) as f:
+            got = b"".join(iter(lambda: f.read(1 << 20), b""))
+        assert got == want
+        moved[splice] = daemon_rchar(mnt) - before
+    assert moved["nosplice"] >= len(want), moved
+    assert moved["splice"] < len(want) // 10, moved
 
 
 def test_direct_io_reads_match_netcdf(mounter, large):
@@ -125,6 +151,38 @@ def test_direct_io_corrupt_chunk_fails_only_reads_that_touch_it(mounter, tmp_pat
                 os.pread(fd, n, off)
             assert err.value.errno == errno.EIO
         assert os.pread(fd, 4096, chunk) == raw[chunk:chunk + 4096]
+    finally:
+        os.close(fd)
+    assert is_mounted(mnt) and daemon_pids(mnt), "the daemon must keep serving"
+
+
+@pytest.mark.parametrize("options", [[], ["direct_io"], ["nosplice"]])
+def test_truncated_uncompressed_chunk_fails_only_reads_that_touch_it(mounter, tmp_path, options):
+    """An uncompressed chunk file cut short is an error for the reads of its range (its bytes
+    are never passed on, spliced or copied); the chunks around it read as stored."""
+    import zarr
+
+    loc = tmp_path / "short.zarr"
+    root = zarr.open_group(str(loc), mode="w", zarr_format=2)
+    a = root.create_array("a", shape=(64, 1024), chunks=(8, 1024), dtype="<i4", fill_value=0,
+                          compressors=None)
+    want = np.arange(64 * 1024, dtype="<i4").reshape(64, 1024)
+    a[:] = want
+    a.attrs["_ARRAY_DIMENSIONS"] = ["r", "c"]
+    chunk_file = loc / "a" / "2.0"
+    chunk_file.write_bytes(chunk_file.read_bytes()[:1000])
+    mnt = mounter.mount(str(loc), *options)
+    raw = want.tobytes()
+    chunk = 32 * 1024
+    fd = os.open(mnt / "a" / "data", os.O_RDONLY)
+    try:
+        assert os.pread(fd, 2 * chunk, 0) == raw[:2 * chunk]
+        assert os.pread(fd, chunk, 3 * chunk) == raw[3 * chunk:4 * chunk]
+        for off, n in ((2 * chunk, 100), (2 * chunk + 900, 200), (3 * chunk - 4, 4)):
+            with pytest.raises(OSError) as err:
+                os.pread(fd, n, off)
+            assert err.value.errno == errno.EIO
+        assert os.pread(fd, 5 * chunk, 3 * chunk) == raw[3 * chunk:]
     finally:
         os.close(fd)
     assert is_mounted(mnt) and daemon_pids(mnt), "the daemon must keep serving"

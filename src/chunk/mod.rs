@@ -23,7 +23,7 @@ use rayon::prelude::*;
 
 pub use cache::CacheStats;
 pub(crate) use shard::vlen_max_len;
-pub use view::ChunkView;
+pub use view::{ChunkView, StoredRun, MAX_STORED_RUNS};
 
 use crate::codec::{netcdf_element_size, Pipeline};
 use crate::model::{ChunkKeyEncoding, ChunkOrder, CodecSpec, Dataset, NcType, VarId, VarStorage};

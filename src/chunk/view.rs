@@ -10,6 +10,7 @@
 use std::ops::{Deref, Range};
 use std::sync::Arc;
 
+use super::convert::Conversion;
 use super::ChunkEngine;
 use crate::model::{Dataset, VarId};
 use crate::Result;
@@ -28,6 +29,23 @@ impl Deref for ChunkView {
     fn deref(&self) -> &[u8] {
         &self.chunk[self.range.clone()]
     }
+}
+
+/// The most runs [`ChunkEngine::stored_runs`] lists: more means chunks too small for passing
+/// their files' bytes on to pay.
+pub const MAX_STORED_RUNS: usize = 64;
+
+/// Where a run of a variable's values lies in storage, as they are to be read: a byte range of
+/// one uncompressed chunk's file (see [`ChunkEngine::stored_runs`]). A reader that only passes
+/// the bytes on can move them from the file without reading them into its own memory.
+#[derive(Debug)]
+pub struct StoredRun {
+    /// The chunk's file, opened for reading.
+    pub file: std::fs::File,
+    /// Where the run starts in the file.
+    pub offset: u64,
+    /// The run's length in bytes.
+    pub len: u64,
 }
 
 /// The multi-index of C-order position `i` in `shape`.
@@ -67,6 +85,20 @@ fn chunk_run(shape: &[u64], chunk: &[u64], lo: u64, hi: u64) -> Option<(Vec<u64>
     (b - a == hi - 1 - lo).then_some((coords, a..b + 1))
 }
 
+/// Where the longest run of C-order elements from `at` that lies within one chunk of shape
+/// `chunk` in an array of `shape` ends: at the next chunk boundary of the innermost dimension
+/// whose chunks do not span it (all inner ones do, so the run is contiguous in the chunk too).
+fn run_end(shape: &[u64], chunk: &[u64], at: u64) -> u64 {
+    let Some(k) = (0..shape.len()).rev().find(|&d| chunk[d] != shape[d]) else {
+        return shape.iter().product();
+    };
+    let stride: u64 = shape[k + 1..].iter().product();
+    let row = at / stride;
+    let i = row % shape[k];
+    let next = ((i / chunk[k] + 1) * chunk[k]).min(shape[k]);
+    (row - i + next) * stride
+}
+
 impl ChunkEngine {
     /// The values of elements `[lo, hi)` of `var` (C order over its whole shape) without
     /// copying them, when they are one contiguous run of one chunk that is cached or can be
@@ -104,6 +136,59 @@ impl ChunkEngine {
             chunk,
             range: bytes,
         }))
+    }
+
+    /// Where the values of elements `[lo, hi)` of `var` (C order over its whole shape) lie in
+    /// storage, in order, when each of the runs they make in the chunks (at most
+    /// [`MAX_STORED_RUNS`]) lies in an uncompressed chunk's local file, stored exactly as it is
+    /// read (native byte order, C order), and is not cached (a cached chunk may hold writes not
+    /// yet stored). `Ok(None)` when [`ChunkEngine::read`] or [`ChunkEngine::view`] must do it
+    /// instead, also for a chunk never written (fill) or of the wrong size (which `read`
+    /// reports).
+    pub fn stored_runs(
+        &self,
+        ds: &Dataset,
+        var: VarId,
+        lo: u64,
+        hi: u64,
+    ) -> Result<Option<Vec<StoredRun>>> {
+        let v = ds.var(var);
+        let shape = ds.var_shape(var);
+        let total: u64 = shape.iter().product();
+        if v.dims.is_empty() || lo >= hi || hi > total {
+            return Ok(None);
+        }
+        let plan = self.plan(ds, var)?;
+        if plan.grid != shape || !self.ranged(&plan) || plan.conv != Conversion::Identity {
+            return Ok(None);
+        }
+        let esize = plan.esize as u64;
+        let chunk_bytes = plan.chunk_elems as u64 * esize;
+        let mut runs = Vec::new();
+        let mut at = lo;
+        while at < hi {
+            if runs.len() == MAX_STORED_RUNS {
+                return Ok(None);
+            }
+            let end = run_end(&shape, &plan.chunk_shape, at).min(hi);
+            let Some((coords, run)) = chunk_run(&shape, &plan.chunk_shape, at, end) else {
+                return Ok(None);
+            };
+            let key = plan.chunk_key(&coords);
+            if self.cache.get(&key).is_some() {
+                return Ok(None);
+            }
+            match self.map.object_file(&key)? {
+                Some((file, size)) if size == chunk_bytes => runs.push(StoredRun {
+                    file,
+                    offset: run.start * esize,
+                    len: (run.end - run.start) * esize,
+                }),
+                _ => return Ok(None),
+            }
+            at = end;
+        }
+        Ok(Some(runs))
     }
 }
 
@@ -246,6 +331,92 @@ mod tests {
                         "{shape:?} {chunk:?} {lo}..{hi}"
                     );
                 }
+            }
+        }
+    }
+
+    /// What the runs of every element range say, read from their files, is the range's
+    /// values (the fixture's chunks are padded past the edge and split along x, so ranges
+    /// break into runs of at most four elements).
+    #[test]
+    fn stored_runs_hold_the_values_of_every_range() {
+        use std::os::unix::fs::FileExt;
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("ds");
+        let files = FileMap::open(&root, true).unwrap();
+        let (ds, var) = fixture(&|k, v| files.put(k, &v).unwrap());
+        let engine = ChunkEngine::new(Arc::new(FileMap::open(&root, false).unwrap()), 1 << 20);
+        let total: u64 = SHAPE.iter().product();
+        for lo in 0..total {
+            for hi in lo + 1..=total {
+                let runs = engine.stored_runs(&ds, var, lo, hi).unwrap();
+                let Some(runs) = runs else {
+                    assert!(hi - lo > 4 * MAX_STORED_RUNS as u64, "{lo}..{hi}");
+                    continue;
+                };
+                let mut got = Vec::new();
+                for run in &runs {
+                    assert!(run.len > 0 && run.len <= 16, "{lo}..{hi}: {run:?}");
+                    let mut bytes = vec![0; run.len as usize];
+                    run.file.read_exact_at(&mut bytes, run.offset).unwrap();
+                    got.extend(bytes);
+                }
+                assert_eq!(got, ints(lo..hi), "{lo}..{hi}");
+            }
+        }
+        assert_eq!(engine.stats().entries, 0, "nothing was loaded");
+    }
+
+    /// Runs are only listed where every byte comes from a file as it is: not for chunks never
+    /// written (fill), cut short, or in a map without files.
+    #[test]
+    fn no_stored_runs_for_fill_short_chunks_or_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("ds");
+        let files = FileMap::open(&root, true).unwrap();
+        let (ds, var) = fixture(&|k, v| files.put(k, &v).unwrap());
+        files.delete("v/1.0.1").unwrap();
+        files.put("v/2.0.0", &[0; 20]).unwrap();
+        let engine = ChunkEngine::new(Arc::new(FileMap::open(&root, false).unwrap()), 1 << 20);
+        assert!(engine.stored_runs(&ds, var, 0, 4).unwrap().is_some());
+        assert!(
+            engine.stored_runs(&ds, var, 68, 72).unwrap().is_none(),
+            "fill"
+        );
+        assert!(
+            engine.stored_runs(&ds, var, 0, 72).unwrap().is_none(),
+            "fill"
+        );
+        assert!(
+            engine.stored_runs(&ds, var, 128, 132).unwrap().is_none(),
+            "short"
+        );
+        let map = MemoryMap::new();
+        let (ds, var) = fixture(&|k, v| map.insert(k, v).unwrap());
+        let engine = ChunkEngine::new(Arc::new(map), 1 << 20);
+        assert!(engine.stored_runs(&ds, var, 0, 4).unwrap().is_none());
+    }
+
+    /// Where a run from each element ends, against a walk of the elements: the last of the
+    /// elements that follow on in one chunk, in both its order and the array's.
+    #[test]
+    fn run_ends_follow_the_chunks() {
+        for (shape, chunk) in [
+            (vec![10], vec![4]),
+            (vec![4, 6], vec![2, 6]),
+            (vec![4, 6], vec![2, 4]),
+            (vec![3, 5], vec![2, 2]),
+            (vec![3, 2, 5], vec![1, 2, 5]),
+            (vec![3, 4, 3], vec![2, 1, 3]),
+            (vec![3, 4], vec![2, 8]),
+        ] {
+            let total: u64 = shape.iter().product();
+            for at in 0..total {
+                let mut end = at + 1;
+                while end < total && chunk_run(&shape, &chunk, at, end + 1).is_some() {
+                    end += 1;
+                }
+                assert_eq!(run_end(&shape, &chunk, at), end, "{shape:?} {chunk:?} {at}");
             }
         }
     }

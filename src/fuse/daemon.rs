@@ -3,7 +3,7 @@
 
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -147,6 +147,9 @@ fn unescape_mountinfo(field: &[u8]) -> Vec<u8> {
     out
 }
 
+/// The smallest largest read request worth splicing replies for (see `super::splice`).
+const SMALLEST_SPLICED_REQUEST: usize = 128 << 10;
+
 /// Raises the kernel's readahead of a mount to `kib` KiB through its sysfs file `path`, where
 /// permitted (root): the kernel's default of 128 KiB cuts sequential reads into 128 KiB
 /// requests, while one FUSE request may carry 1 MiB (measured: a cached 256 MiB variable
@@ -180,19 +183,31 @@ fn setup(req: &MountRequest) -> Result<(Session<NczarrFs>, PathBuf, MountHandle)
         NczarrFs::new(ds, req.options.clone())?
     };
     let handle = fs.handle();
-    let remote = matches!(
-        Location::parse(&req.location).map(|l| l.storage),
-        Ok(Storage::S3(_))
-    );
-    let config = fuser_config(&req.location, &req.options, remote);
+    let storage = Location::parse(&req.location).map(|l| l.storage);
+    let remote = matches!(storage, Ok(Storage::S3(_)));
+    let local = matches!(storage, Ok(Storage::File(_)));
+    let mut options = req.options.clone();
+    let mut splices = local && options.splice && !options.read_write;
+    if splices && options.max_read.is_none() {
+        match super::splice::reply_limit() {
+            // Smaller requests would cost more round trips than splicing saves.
+            Some(limit) if limit < SMALLEST_SPLICED_REQUEST => splices = false,
+            Some(limit) => options.max_read = u32::try_from(limit).ok(),
+            None => {}
+        }
+    }
+    let config = fuser_config(&req.location, &options, remote, splices);
     let session = Session::new(fs, &mountpoint, &config).map_err(|e| Error::io(&mountpoint, e))?;
+    if splices {
+        match session.as_fd().try_clone_to_owned() {
+            Ok(device) => handle.splice_replies_to(device),
+            Err(e) => log::warn!("read replies are copied, not spliced: {e}"),
+        }
+    }
     handle.end_process_when_destroyed(lost_at_unmount(req, &mountpoint));
     // After INIT (done by `Session::new`), whose reply would reset it.
     if let Some(path) = readahead_file(&mountpoint) {
-        write_readahead(
-            &path,
-            req.options.max_read.map_or(1024, |n| (n / 1024).max(4)),
-        );
+        write_readahead(&path, options.max_read.map_or(1024, |n| (n / 1024).max(4)));
     }
     Ok((session, mountpoint, handle))
 }
@@ -211,10 +226,12 @@ fn hold_freed_request_buffer() -> Vec<u8> {
     std::hint::black_box(Vec::with_capacity(FUSER_REQUEST_BUFFER))
 }
 
-/// The session's mount options and threads. Each thread reads requests from its own clone of
-/// the FUSE device and answers them itself: handing each request to another thread cost a
-/// wake-up per request, about a sixth of a plain `cat`'s time.
-fn fuser_config(location: &str, o: &MountOptions, remote: bool) -> Config {
+/// The session's mount options and threads. Each thread reads requests from the FUSE device
+/// and answers them itself: handing each request to another thread cost a wake-up per
+/// request, about a sixth of a plain `cat`'s time. The threads share one descriptor of the
+/// device when `splices` (a spliced reply must go back through the descriptor that took its
+/// request, and fuser tells the filesystem only of the first), else each has its own clone.
+fn fuser_config(location: &str, o: &MountOptions, remote: bool, splices: bool) -> Config {
     let mut config = Config::default();
     config.mount_options = fuser_options(location, o);
     config.acl = if o.allow_other {
@@ -225,7 +242,7 @@ fn fuser_config(location: &str, o: &MountOptions, remote: bool) -> Config {
         SessionACL::Owner
     };
     config.n_threads = Some(o.session_threads(remote));
-    config.clone_fd = true;
+    config.clone_fd = !splices;
     config
 }
 
@@ -520,7 +537,7 @@ mod tests {
     #[test]
     fn options_map_to_fuser() {
         let o = MountOptions::parse(&["allow_other,noatime,max_read=1M"]).unwrap();
-        let c = fuser_config("loc", &o, false);
+        let c = fuser_config("loc", &o, false, false);
         assert_eq!(c.acl, SessionACL::All);
         let v = c.mount_options;
         assert!(v.contains(&MountOption::RO));

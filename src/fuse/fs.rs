@@ -10,8 +10,9 @@
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant, SystemTime};
 
 use fuser::{
@@ -34,6 +35,7 @@ use super::inodes::{parent, InodeTable};
 use super::layout::{self, FileKind, Node, Owner, Resolved};
 use super::options::MountOptions;
 use super::slab::{element_range_slabs, slab_len};
+use super::splice::{self, Spliced};
 use super::stream::{Geometry, ReadStream};
 use super::workers::Workers;
 use super::write::{parse_attr_text, write_data};
@@ -141,6 +143,9 @@ struct Shared {
     logged: Mutex<HashSet<String>>,
     /// Threads that load chunks ahead of sequential readers.
     prefetcher: Workers,
+    /// The FUSE device every session thread reads its requests from, once the daemon has
+    /// handed it over: reads of uncompressed chunk files are then answered by splicing.
+    device: OnceLock<OwnedFd>,
 }
 
 /// The filesystem served by a mount.
@@ -170,6 +175,16 @@ impl MountHandle {
     /// caller as before.
     pub fn end_process_when_destroyed(&self, lost_message: String) {
         *lock(&self.0.exit_when_destroyed) = Some(lost_message);
+    }
+
+    /// Lets read replies be spliced from chunk files into `device` (see `super::splice`), if
+    /// the mount's options allow it (`splice`, read-only). `device` must be the one that every
+    /// session thread reads its requests from, since a reply goes back through the device that
+    /// took its request.
+    pub fn splice_replies_to(&self, device: OwnedFd) {
+        if self.0.opts.splice && self.0.writer.is_none() {
+            let _ = self.0.device.set(device);
+        }
     }
 
     /// Whether the flush at unmount failed: changes were lost, and the daemon must not exit
@@ -290,6 +305,7 @@ impl NczarrFs {
             next_fh: AtomicU64::new(1),
             logged: Mutex::new(HashSet::new()),
             prefetcher,
+            device: OnceLock::new(),
         };
         Ok(NczarrFs {
             shared: Arc::new(shared),
@@ -847,6 +863,52 @@ fn read_in_place(
     Ok(Some((view, skip..skip + (end - offset) as usize)))
 }
 
+/// Answers a read of bytes `[offset, offset + len)` of a variable's `data` (clipped to its
+/// size) by splicing them from storage, when they lie in uncompressed chunk files
+/// ([`ChunkEngine::stored_runs`]): the number of bytes sent (0 if the kernel no longer wanted
+/// them), or `None` when the request must still be answered. Errors are left to the copying
+/// read, which reports them.
+fn splice_reply(
+    snap: &Snapshot,
+    var: VarId,
+    offset: u64,
+    len: u64,
+    device: BorrowedFd<'_>,
+    req: &Request,
+) -> Option<u64> {
+    let Source::Engine(engine) = &snap.source else {
+        return None;
+    };
+    let ds = &snap.model;
+    let size = content::data_size(ds, var);
+    let esz = ds.var(var).element_size() as u64;
+    if offset >= size || len == 0 || esz == 0 {
+        return None;
+    }
+    let end = offset.saturating_add(len).min(size);
+    let (e0, e1) = (offset / esz, end.div_ceil(esz));
+    let runs = engine.stored_runs(ds, var, e0, e1).ok()??;
+    // The elements' bytes, less the parts of the first and last elements not asked for.
+    let mut skip = offset - e0 * esz;
+    let mut left = end - offset;
+    let mut pieces = Vec::with_capacity(runs.len());
+    for run in &runs {
+        let n = (run.len - skip).min(left);
+        pieces.push(splice::Piece {
+            file: &run.file,
+            offset: run.offset + skip,
+            len: n as usize,
+        });
+        left -= n;
+        skip = 0;
+    }
+    match splice::reply_from_files(device, req.unique().0, &pieces) {
+        Spliced::Sent => Some(end - offset),
+        Spliced::Gone => Some(0),
+        Spliced::NotSent => None,
+    }
+}
+
 thread_local! {
     /// A session thread's reply buffer, reused from request to request (fresh pages for every
     /// request cost more than the copy into them).
@@ -1043,7 +1105,7 @@ impl Filesystem for NczarrFs {
 
     fn read(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -1092,6 +1154,14 @@ impl Filesystem for NczarrFs {
             Ok(None) => reply,
             Err(e) => return reply.error(failed(e)),
         };
+        if let Some(device) = sh.device.get() {
+            if let Some(n) = splice_reply(&snap, var, offset, size.into(), device.as_fd(), req) {
+                // The kernel has its answer: fuser must not send one (its reply would send an
+                // error when dropped). Forgetting it leaks nothing but a count on the device.
+                std::mem::forget(reply);
+                return maybe_prefetch(sh, &handle, &snap, var, offset, offset + n);
+            }
+        }
         // A session thread serves one request at a time, so its buffer is free here.
         let read = REPLY_BUF.with(|cell| {
             let buf = &mut cell.borrow_mut();

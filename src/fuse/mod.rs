@@ -24,6 +24,7 @@ mod layout;
 pub mod logging;
 mod options;
 mod slab;
+mod splice;
 mod stream;
 mod workers;
 mod write;

@@ -45,6 +45,10 @@ pub struct MountOptions {
     /// be decoded fails as a whole. Shared `mmap` of `data` needs kernel 6.6 or later
     /// (`ENODEV` before; private mappings always work).
     pub direct_io: bool,
+    /// `nosplice` turns off (`splice` back on) replies spliced from uncompressed chunk files
+    /// of a read-only mount of a directory: the kernel then moves the bytes from the file's
+    /// pages into the reply, and the daemon never reads them.
+    pub splice: bool,
     /// `fsname=`: the source shown in /proc/mounts (default: the location).
     pub fsname: Option<String>,
     /// `noatime`, `nodev`, `nosuid`, `noexec`, `sync`, …: kernel flags passed through.
@@ -67,6 +71,7 @@ impl Default for MountOptions {
             max_read: None,
             readahead: 32 << 20,
             direct_io: false,
+            splice: true,
             fsname: None,
             kernel_flags: Vec::new(),
         }
@@ -173,6 +178,8 @@ impl MountOptions {
                 self.readahead = parse_size(v).ok_or_else(|| bad(v))?;
             }
             "direct_io" => self.direct_io = true,
+            "splice" => self.splice = true,
+            "nosplice" => self.splice = false,
             "fsname" => self.fsname = Some(need(value)?.to_string()),
             "noatime" | "atime" | "nodev" | "nosuid" | "noexec" | "sync" | "async" | "dirsync" => {
                 self.kernel_flags.push(key.to_string())
@@ -227,6 +234,9 @@ mod tests {
         assert!(!MountOptions::parse(&["rw,ro"]).unwrap().read_write);
         assert!(MountOptions::parse(&["ro,direct_io"]).unwrap().direct_io);
         assert!(!MountOptions::parse::<&str>(&[]).unwrap().direct_io);
+        assert!(MountOptions::parse::<&str>(&[]).unwrap().splice);
+        assert!(!MountOptions::parse(&["nosplice"]).unwrap().splice);
+        assert!(MountOptions::parse(&["nosplice,splice"]).unwrap().splice);
     }
 
     #[test]

@@ -340,6 +340,10 @@ impl ZMap for FileMap {
         true
     }
 
+    fn object_file(&self, key: &str) -> Result<Option<(fs::File, u64)>> {
+        Ok(self.open_file(key)?.map(|(file, _, size)| (file, size)))
+    }
+
     fn get_range(&self, key: &str, offset: u64, len: u64) -> Result<Option<Vec<u8>>> {
         validate_key(key)?;
         let path = self.path_of(key);

@@ -171,6 +171,13 @@ pub trait ZMap: Send + Sync + Debug {
         false
     }
 
+    /// The object at `key` as an open local file and its length, for maps that keep each
+    /// object in a file of its own, byte for byte (`Ok(None)` otherwise, or if there is no
+    /// object), so that a reader can hand its bytes on without reading them.
+    fn object_file(&self, _key: &str) -> Result<Option<(std::fs::File, u64)>> {
+        Ok(None)
+    }
+
     /// Whether a content-bearing object exists at `key`.
     fn exists(&self, key: &str) -> Result<bool> {
         Ok(self.get(key)?.is_some())
