@@ -52,6 +52,11 @@ fn convert(
             ),
         )
     };
+    // One element, whatever the type: a list (zarr-python refuses one for these dtypes)
+    // would otherwise give its first value.
+    if matches!(value, Json::Arr(_) | Json::Obj(_)) {
+        return Err(bad());
+    }
     match t {
         NcType::Char => Ok(Some(vec![match value {
             Json::Str(s) => {

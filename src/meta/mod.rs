@@ -74,12 +74,16 @@ pub fn read_dataset(map: &dyn ZMap, mode: &Mode) -> Result<Dataset> {
     let Some(zgroup) = zgroup else {
         return Err(not_a_dataset(map, &r)?);
     };
-    if let Some(f) = zgroup.get("zarr_format").and_then(Json::as_u64) {
-        if f != 2 {
+    match zgroup.get("zarr_format") {
+        None => {}
+        Some(f) if f.as_u64() == Some(2) => {}
+        Some(f) if f.as_u64().is_some() => {
             return Err(Error::Unsupported(format!(
-                "Zarr format {f} in .zgroup (only Zarr v2 is read)"
+                "Zarr format {} in .zgroup (only Zarr v2 is read)",
+                f.unparse()
             )));
         }
+        Some(f) => return Err(Error::meta(".zgroup", not_format_2(f))),
     }
     let zattrs = r.load(".zattrs")?;
     r.dialect = detect(
@@ -851,6 +855,12 @@ fn typed_attributes(
     Ok(out)
 }
 
+/// The complaint about a `zarr_format` that is not the number 2 (a string `"2"` is not: the
+/// specification and zarr-python want the number).
+fn not_format_2(f: &Json) -> String {
+    format!("zarr_format {} is not 2", f.unparse())
+}
+
 /// What one variable's objects say, checked: everything but its dimensions, which need the
 /// dataset. `xarray`: whether `_ARRAY_DIMENSIONS` may name them.
 fn var_parts(
@@ -865,10 +875,9 @@ fn var_parts(
     let zattrs = objects.zattrs.as_ref();
     let types = attr_types(dialect, zattrs, objects.v1_attrs.as_ref());
     let ncz = ncz_array(dialect, &p.key, &objects)?;
-    if let Some(f) = z.get("zarr_format").and_then(Json::as_u64) {
-        if f != 2 {
-            return Err(Error::meta(&zkey, format!("zarr_format {f} is not 2")));
-        }
+    match z.get("zarr_format") {
+        Some(f) if f.as_u64() != Some(2) => return Err(Error::meta(&zkey, not_format_2(f))),
+        _ => {}
     }
     let shape = u64_list(&zkey, z, "shape")?;
     let chunks = match z.get("chunks") {
@@ -1731,6 +1740,25 @@ mod tests {
         assert!(e.contains("fill_value"), "{e}");
         let e = bad(r#"{"zarr_format": 2, "shape": [2], "#);
         assert!(e.contains("corrupt JSON in \"v/.zarray\""), "{e}");
+        // One element, as zarr-python wants: a list is not its first value.
+        let e = bad(
+            r#"{"zarr_format": 2, "shape": [2], "dtype": "<i4", "chunks": [2], "fill_value": [1, 2]}"#,
+        );
+        assert!(e.contains("fill_value [1,2]"), "{e}");
+        // The number 2, not the string.
+        let e = bad(
+            r#"{"zarr_format": "2", "shape": [2], "dtype": "<i4", "chunks": [2], "fill_value": 0}"#,
+        );
+        assert!(
+            e.contains("v/.zarray") && e.contains("zarr_format \"2\""),
+            "{e}"
+        );
+        let objs = [(".zgroup", r#"{"zarr_format": "2"}"#)];
+        let e = open(&objs).unwrap_err().to_string();
+        assert!(
+            e.contains(".zgroup") && e.contains("zarr_format \"2\""),
+            "{e}"
+        );
     }
 
     #[test]
