@@ -1278,6 +1278,9 @@ impl Staging {
             other => other,
         };
         let target = &target;
+        if let Storage::File(p) | Storage::Zip(p) = &target.storage {
+            check_can_create(p)?;
+        }
         let fresh_prefix = matches!(target.storage, Storage::S3(_));
         if fresh_prefix {
             check_empty_prefix(target)?;
@@ -1399,6 +1402,28 @@ fn check_empty_prefix(target: &Location) -> Result<()> {
             .collect::<Vec<_>>()
             .join(", ")
     )))
+}
+
+/// Refuses, before any work is done, a local destination whose directory cannot take new
+/// entries (missing, not writable, a read-only filesystem): the dataset is staged there, and
+/// the failure would otherwise come at the end of a copy, naming the staging path.
+fn check_can_create(path: &Path) -> Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let Ok(c_dir) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return Err(Error::Invalid(format!(
+            "{}: a NUL byte in the path",
+            path.display()
+        )));
+    };
+    // SAFETY: access reads the NUL-terminated path and touches no other memory.
+    if unsafe { libc::access(c_dir.as_ptr(), libc::W_OK | libc::X_OK) } != 0 {
+        return Err(Error::io(path, std::io::Error::last_os_error()));
+    }
+    Ok(())
 }
 
 /// `path` with its parent directory resolved (no `..`, no symbolic link on the way), if it
@@ -1526,6 +1551,23 @@ mod tests {
 
     fn bytes(v: &[i32]) -> Vec<u8> {
         v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    /// A destination whose directory cannot be written to is refused before anything is
+    /// done, named as given (not as its hidden staging sibling), for zip storage too, whose
+    /// archive is otherwise only written at the end.
+    #[test]
+    fn a_destination_in_a_missing_directory_is_refused_at_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        for name in ["x.file", "x.zip"] {
+            let target = tmp.path().join("missing").join(name);
+            let location = Location::parse(target.to_str().unwrap()).unwrap();
+            let e = Staging::new(&location).unwrap_err();
+            assert_eq!(e.errno(), libc::ENOENT, "{e}");
+            let message = e.to_string();
+            assert!(message.starts_with(target.to_str().unwrap()), "{message}");
+            assert!(!message.contains("nczarrfs-"), "{message}");
+        }
     }
 
     #[test]
