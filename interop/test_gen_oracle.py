@@ -228,6 +228,63 @@ def _gen_dumps_as_ncgen(nczarrfs, tmp_path, name: str, cdl_bytes: bytes) -> None
     assert got.stdout == want
 
 
+INTEGER_TYPES_CDL = """netcdf ints {
+dimensions:
+	n = 4 ;
+variables:
+	byte b(n) ;
+		b:wrapped = 200B, 255b, -128B ;
+	int v ;
+		v:u_first = 1U, 2 ;
+		v:u_last = 2, 1U ;
+		v:ul = 1UL, 2 ;
+		v:ull_first = 1ULL, 2 ;
+		v:ull_last = 2, 1ULL ;
+		v:us_b = 1US, 1B ;
+		v:b_us = 1B, 1US ;
+		v:ub_s = 1UB, 1S ;
+		v:s_ub = 1S, 1UB ;
+		v:ll_u = 1LL, 1U ;
+		v:u_neg = 1U, -1 ;
+		v:ub_neg = 1UB, -1 ;
+		v:big_last = 1, 3000000000 ;
+		v:char_int = 'a', 1 ;
+		v:byte_int = 200B, 1 ;
+		v:ub_int = 255UB, -1 ;
+data:
+ b = 128, 255, -1, 0 ;
+ v = 1 ;
+}
+"""
+
+
+def test_gen_types_integer_attributes_as_ncgen_does(nczarrfs, tmp_path):
+    """Untyped attributes of integer constants with and without suffixes get ncgen's type
+    (each constant's type replaces the one so far unless that one is wider, counting unsigned
+    types as their signed kin), and byte constants of 128 to 255 are the bytes of those bit
+    patterns, in attributes and data, as ncgen makes them."""
+    _gen_dumps_as_ncgen(nczarrfs, tmp_path, "ints", INTEGER_TYPES_CDL.encode())
+
+
+@pytest.mark.parametrize("values, typed", [
+    ("-1, 1U", "-1LL, 1LL"),
+    ("3000000000, 1", "3000000000LL, 1LL"),
+])
+def test_gen_keeps_values_that_ncgen_would_wrap(nczarrfs, tmp_path, values, typed):
+    """Where ncgen's type cannot hold the values (it wraps them: `3000000000, 1` becomes
+    -1294967296, 1), gen takes the narrowest type that holds them all."""
+    cdl = tmp_path / "wrap.cdl"
+    cdl.write_text(f"netcdf wrap {{\nvariables:\n\tint v ;\n\t\tv:a = {values} ;\n}}\n")
+    ref = tmp_path / "wrap.nc"
+    subprocess.run(["ncgen", "-k", "nc4", "-o", str(ref), str(cdl)], check=True)
+    theirs = subprocess.run(["ncdump", "-h", str(ref)], check=True, capture_output=True).stdout
+    ours = tmp_path / "wrap.file"
+    _gen(nczarrfs, cdl, ours, "nczarr")
+    got = nczarrfs("dump", "-h", str(ours))
+    assert f"v:a = {typed} ;".encode() in got.stdout, got.stdout.decode()
+    assert f"v:a = {typed} ;".encode() not in theirs, theirs.decode()
+
+
 def test_gen_rounds_extreme_floats_as_ncgen_does(nczarrfs, tmp_path):
     """FLT_MAX spelled with more digits than a float holds is FLT_MAX, and literals beyond
     the range of their type are infinities, as ncgen (strtod, then a cast) makes them."""

@@ -855,7 +855,20 @@ impl Parser<'_> {
         let t = match float {
             Some(true) => NcType::Float,
             Some(false) => NcType::Double,
-            None => unify_ints(&ints),
+            None => {
+                // ncgen's type where it holds every value; where it does not, ncgen would
+                // wrap them (`3000000000, 1` as int), so the narrowest type that holds them.
+                let t = ncgen_int_type(&ints);
+                let fits = values.iter().all(|(c, _)| match c {
+                    Const::Num(Number::Int { value, .. }) => in_range(*value, t),
+                    _ => true,
+                });
+                if fits {
+                    t
+                } else {
+                    unify_ints(&ints)
+                }
+            }
         };
         self.typed_attr(values, t)
     }
@@ -911,8 +924,7 @@ impl Parser<'_> {
             Const::Char(b) => *b as i128,
             Const::Str(_) => return Err(mismatch("a string")),
         };
-        let (lo, hi) = int_range(t);
-        if v < lo || v > hi {
+        if !in_range(v, t) {
             return Err(self.err(
                 pos,
                 format!("value {v} out of range for type {}", t.cdl_name()),
@@ -1275,6 +1287,42 @@ fn int_range(t: NcType) -> (i128, i128) {
     }
 }
 
+/// Whether `v` is a value of integer type `t`. A byte also takes 128 to 255, as in ncgen
+/// (CDL's `255b` is the byte -1): the bit pattern of the unsigned value.
+fn in_range(v: i128, t: NcType) -> bool {
+    let (lo, hi) = match t {
+        NcType::Byte => (i8::MIN as i128, u8::MAX as i128),
+        t => int_range(t),
+    };
+    (lo..=hi).contains(&v)
+}
+
+/// The type ncgen infers for an attribute of integer constants of these types: going
+/// through the list, the next constant's type replaces the type so far unless the latter's
+/// signed counterpart comes later in netcdf-c's numbering (`1U, 2` is int, `2, 1U` uint,
+/// `1ULL, 2` uint64).
+fn ncgen_int_type(types: &[NcType]) -> NcType {
+    fn signed_rank(t: NcType) -> u8 {
+        match t {
+            NcType::Byte | NcType::UByte => 1,
+            NcType::Short | NcType::UShort => 3,
+            NcType::Int | NcType::UInt => 4,
+            _ => 10,
+        }
+    }
+    types
+        .iter()
+        .copied()
+        .reduce(|prior, next| {
+            if signed_rank(prior) <= signed_rank(next) {
+                next
+            } else {
+                prior
+            }
+        })
+        .unwrap_or(NcType::Int)
+}
+
 /// The type ncgen gives an unsuffixed integer literal.
 fn natural_int_type(v: i128) -> NcType {
     [NcType::Int, NcType::UInt, NcType::Int64]
@@ -1286,7 +1334,8 @@ fn natural_int_type(v: i128) -> NcType {
         .unwrap_or(NcType::UInt64)
 }
 
-/// The narrowest integer type holding values of all the given types.
+/// The narrowest integer type holding values of all the given types (where ncgen's would
+/// not hold them).
 fn unify_ints(types: &[NcType]) -> NcType {
     let any_signed = types.iter().any(|t| {
         matches!(
