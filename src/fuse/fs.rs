@@ -146,6 +146,8 @@ struct Shared {
     /// The FUSE device every session thread reads its requests from, once the daemon has
     /// handed it over: reads of uncompressed chunk files are then answered by splicing.
     device: OnceLock<OwnedFd>,
+    /// Set once the kernel refused a spliced reply: reads are copied from then on.
+    splice_refused: AtomicBool,
 }
 
 /// The filesystem served by a mount.
@@ -306,6 +308,7 @@ impl NczarrFs {
             logged: Mutex::new(HashSet::new()),
             prefetcher,
             device: OnceLock::new(),
+            splice_refused: AtomicBool::new(false),
         };
         Ok(NczarrFs {
             shared: Arc::new(shared),
@@ -869,6 +872,7 @@ fn read_in_place(
 /// them), or `None` when the request must still be answered. Errors are left to the copying
 /// read, which reports them.
 fn splice_reply(
+    sh: &Shared,
     snap: &Snapshot,
     var: VarId,
     offset: u64,
@@ -906,6 +910,12 @@ fn splice_reply(
         Spliced::Sent => Some(end - offset),
         Spliced::Gone => Some(0),
         Spliced::NotSent => None,
+        Spliced::Refused(kind) => {
+            if !sh.splice_refused.swap(true, Ordering::Relaxed) {
+                log::warn!("the kernel refused a spliced read reply ({kind}): reads are copied");
+            }
+            None
+        }
     }
 }
 
@@ -1154,8 +1164,13 @@ impl Filesystem for NczarrFs {
             Ok(None) => reply,
             Err(e) => return reply.error(failed(e)),
         };
-        if let Some(device) = sh.device.get() {
-            if let Some(n) = splice_reply(&snap, var, offset, size.into(), device.as_fd(), req) {
+        if let Some(device) = sh
+            .device
+            .get()
+            .filter(|_| !sh.splice_refused.load(Ordering::Relaxed))
+        {
+            if let Some(n) = splice_reply(sh, &snap, var, offset, size.into(), device.as_fd(), req)
+            {
                 // The kernel has its answer: fuser must not send one (its reply would send an
                 // error when dropped). Forgetting it leaks nothing but a count on the device.
                 std::mem::forget(reply);

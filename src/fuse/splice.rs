@@ -21,6 +21,17 @@ pub(super) enum Spliced {
     Gone,
     /// Nothing was sent: the request must still be answered, the usual way.
     NotSent,
+    /// The device refused the reply (a kernel that takes no spliced writes): the request must
+    /// still be answered, and later ones had better not be spliced.
+    Refused(io::ErrorKind),
+}
+
+/// Where a spliced reply failed.
+enum Failure {
+    /// Filling the pipe from the files.
+    Pipe(io::Error),
+    /// Moving it to the device.
+    Device(io::Error),
 }
 
 /// `struct fuse_out_header`: the reply's length, its error (0) and the request's id.
@@ -153,16 +164,20 @@ pub(super) fn reply_from_files(
         if !pipe.reserve(pages + 1) {
             return Spliced::NotSent;
         }
-        match send(pipe, device, unique, pieces) {
+        let result = send(pipe, device, unique, pieces);
+        if result.is_err() {
+            *kept = None;
+        }
+        match result {
             Ok(()) => Spliced::Sent,
-            Err(e) => {
-                *kept = None;
-                if e.raw_os_error() == Some(libc::ENOENT) {
-                    Spliced::Gone
-                } else {
-                    log::debug!("spliced reply not sent: {e}");
-                    Spliced::NotSent
-                }
+            Err(Failure::Device(e)) if e.raw_os_error() == Some(libc::ENOENT) => Spliced::Gone,
+            Err(Failure::Device(e)) => {
+                log::debug!("spliced reply refused: {e}");
+                Spliced::Refused(e.kind())
+            }
+            Err(Failure::Pipe(e)) => {
+                log::debug!("spliced reply not sent: {e}");
+                Spliced::NotSent
             }
         }
     })
@@ -170,21 +185,14 @@ pub(super) fn reply_from_files(
 
 /// Fills the (empty) pipe with the reply's header and the pieces' bytes, then moves it all to
 /// the device in one write, as the device wants a reply.
-fn send(pipe: &Pipe, device: BorrowedFd<'_>, unique: u64, pieces: &[Piece<'_>]) -> io::Result<()> {
+fn send(
+    pipe: &Pipe,
+    device: BorrowedFd<'_>,
+    unique: u64,
+    pieces: &[Piece<'_>],
+) -> Result<(), Failure> {
+    fill_pipe(pipe, unique, pieces).map_err(Failure::Pipe)?;
     let total = HEADER_LEN + pieces.iter().map(|p| p.len).sum::<usize>();
-    let total_u32 = u32::try_from(total).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
-    let mut header = [0u8; HEADER_LEN];
-    header[..4].copy_from_slice(&total_u32.to_ne_bytes());
-    header[8..].copy_from_slice(&unique.to_ne_bytes());
-    // SAFETY: writes the `HEADER_LEN` bytes of `header` to an open pipe.
-    let n =
-        check(unsafe { libc::write(pipe.write.as_raw_fd(), header.as_ptr().cast(), HEADER_LEN) })?;
-    if n != HEADER_LEN {
-        return Err(io::Error::from(io::ErrorKind::WriteZero));
-    }
-    for piece in pieces {
-        fill(pipe, piece)?;
-    }
     loop {
         // SAFETY: moves `total` bytes from an open pipe, which holds exactly those, to the
         // open FUSE device; the device takes a reply whole or not at all.
@@ -200,11 +208,30 @@ fn send(pipe: &Pipe, device: BorrowedFd<'_>, unique: u64, pieces: &[Piece<'_>]) 
         };
         match check(n) {
             Ok(n) if n == total => return Ok(()),
-            Ok(_) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+            Ok(_) => return Err(Failure::Device(io::ErrorKind::WriteZero.into())),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
+            Err(e) => return Err(Failure::Device(e)),
         }
     }
+}
+
+/// Puts the reply's header and the pieces' bytes into the (empty) pipe.
+fn fill_pipe(pipe: &Pipe, unique: u64, pieces: &[Piece<'_>]) -> io::Result<()> {
+    let total = HEADER_LEN + pieces.iter().map(|p| p.len).sum::<usize>();
+    let total_u32 = u32::try_from(total).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+    let mut header = [0u8; HEADER_LEN];
+    header[..4].copy_from_slice(&total_u32.to_ne_bytes());
+    header[8..].copy_from_slice(&unique.to_ne_bytes());
+    // SAFETY: writes the `HEADER_LEN` bytes of `header` to an open pipe.
+    let n =
+        check(unsafe { libc::write(pipe.write.as_raw_fd(), header.as_ptr().cast(), HEADER_LEN) })?;
+    if n != HEADER_LEN {
+        return Err(io::Error::from(io::ErrorKind::WriteZero));
+    }
+    for piece in pieces {
+        fill(pipe, piece)?;
+    }
+    Ok(())
 }
 
 /// Splices the bytes of `piece` into the pipe, which has room for them.
@@ -337,6 +364,20 @@ mod tests {
             let mut pipe = Pipe::new().unwrap();
             assert!(pipe.reserve(limit / page_size() + 1));
         }
+    }
+
+    /// A device that takes no spliced write refuses the reply (the mount then stops
+    /// splicing), and the thread's next reply to a device that does goes out whole.
+    #[test]
+    fn a_device_that_takes_no_splice_refuses() {
+        let file = file_of(&[3u8; 100]);
+        let piece = [Piece { file: &file, offset: 0, len: 100 }];
+        let not_writable = File::open("/dev/null").unwrap();
+        let refused = reply_from_files(not_writable.as_fd(), 1, &piece);
+        assert!(matches!(refused, Spliced::Refused(_)), "{refused:?}");
+        let (rx, tx) = device();
+        assert_eq!(reply_from_files(tx.as_fd(), 2, &piece), Spliced::Sent);
+        assert_eq!(received(rx, tx).len(), HEADER_LEN + 100);
     }
 
     /// More pages than any pipe may hold are not spliced (the request is answered the usual
