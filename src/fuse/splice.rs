@@ -371,7 +371,11 @@ mod tests {
     #[test]
     fn a_device_that_takes_no_splice_refuses() {
         let file = file_of(&[3u8; 100]);
-        let piece = [Piece { file: &file, offset: 0, len: 100 }];
+        let piece = [Piece {
+            file: &file,
+            offset: 0,
+            len: 100,
+        }];
         let not_writable = File::open("/dev/null").unwrap();
         let refused = reply_from_files(not_writable.as_fd(), 1, &piece);
         assert!(matches!(refused, Spliced::Refused(_)), "{refused:?}");
