@@ -38,9 +38,9 @@ def large(tmp_path_factory) -> str:
     return url
 
 
-def check_reads(mnt, want: dict[str, np.ndarray]) -> None:
-    """Whole-file reads, 1 MiB reads, reads across chunk boundaries and random small preads
-    of every variable give netCDF4-python's bytes."""
+def check_reads(mnt, want: dict[str, np.ndarray], mapped: bool = True) -> None:
+    """Whole-file reads, 1 MiB reads, reads across chunk boundaries, random small preads and
+    (if `mapped`) numpy.memmap of every variable give netCDF4-python's bytes."""
     rng = random.Random(3)
     for name in ("plain", "packed"):
         raw = want[f"/{name}"].tobytes()
@@ -61,6 +61,14 @@ def check_reads(mnt, want: dict[str, np.ndarray]) -> None:
                 assert os.pread(fd, n, off) == raw[off:off + n], (name, off, n)
         finally:
             os.close(fd)
+        if mapped:
+            values = want[f"/{name}"]
+            m = np.memmap(path, dtype=values.dtype, mode="r", shape=values.shape)
+            for _ in range(200):
+                idx = tuple(rng.randrange(n) for n in values.shape)
+                assert m[idx] == values[idx], (name, idx)
+            np.testing.assert_array_equal(m, values)
+            del m
 
 
 @pytest.mark.parametrize("options", [[], ["cache_size=1M"], ["cache_size=1M", "readahead=256K"],
@@ -103,7 +111,7 @@ def test_uncompressed_values_are_spliced_not_read(mounter, large, options):
 def test_direct_io_reads_match_netcdf(mounter, large):
     want = netcdf_values(large)
     mnt = mounter.mount(large, "direct_io")
-    check_reads(mnt, want)
+    check_reads(mnt, want, mapped=False)
     raw = want["/plain"].tobytes()
     with open(mnt / "plain" / "data", "rb") as f:
         with mmap.mmap(f.fileno(), 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ) as m:
