@@ -244,3 +244,21 @@ fn special_fill_values_and_separator() {
         json!("<f4")
     );
 }
+
+/// Each group's object (which holds its dimension sizes) is followed at once by its arrays'
+/// `.zarray` objects (their shapes), so that a writer killed while replacing them leaves
+/// them disagreeing, which netcdf-c refuses, for the shortest time.
+#[test]
+fn group_dimensions_and_array_shapes_are_stored_together() {
+    let objects = metadata_objects(&sample(), &WriteOptions::default()).unwrap();
+    let keys: Vec<&str> = objects.iter().map(|(k, _)| k.as_str()).collect();
+    let root = keys.iter().position(|k| *k == ".zattrs").unwrap();
+    let arrays = ["v", "c", "b", "s", "sc"].map(|v| format!("{v}/.zarray"));
+    assert_eq!(
+        &keys[root + 1..root + 1 + arrays.len()],
+        &arrays[..],
+        "{keys:?}"
+    );
+    let sub = keys.iter().position(|k| *k == "g/.zattrs").unwrap();
+    assert_eq!(keys[sub + 1], "g/w/.zarray", "{keys:?}");
+}

@@ -181,7 +181,10 @@ pub(crate) fn put_objects(map: &dyn ZMap, objects: Vec<(String, Value)>) -> Resu
 }
 
 /// The metadata objects of `ds` as `(key, JSON)` pairs, groups in pre-order, each group
-/// followed by its arrays; `.zmetadata` last when consolidated.
+/// followed by its arrays' `.zarray` objects and then their `.zattrs`; `.zmetadata` last when
+/// consolidated. A group's dimension sizes and its arrays' shapes are thus stored one right
+/// after the other: netcdf-c refuses a dataset where they disagree, which a writer killed
+/// between them leaves.
 pub fn metadata_objects(ds: &Dataset, opts: &WriteOptions) -> Result<Vec<(String, Value)>> {
     let mut out = Vec::new();
     for g in ds.groups_preorder() {
@@ -191,12 +194,18 @@ pub fn metadata_objects(ds: &Dataset, opts: &WriteOptions) -> Result<Vec<(String
         if !attrs.is_empty() || opts.dialect == Dialect::NcZarr {
             out.push((join_key(&[&prefix, ".zattrs"]), Value::Object(attrs)));
         }
-        for v in &ds.group(g).vars {
+        let vars = &ds.group(g).vars;
+        for v in vars {
             let key = array_key(ds, *v);
             out.push((join_key(&[&key, ".zarray"]), zarray(ds, *v, opts)?));
+        }
+        for v in vars {
             let attrs = var_attrs(ds, *v, opts)?;
             if !attrs.is_empty() {
-                out.push((join_key(&[&key, ".zattrs"]), Value::Object(attrs)));
+                out.push((
+                    join_key(&[&array_key(ds, *v), ".zattrs"]),
+                    Value::Object(attrs),
+                ));
             }
         }
     }

@@ -115,7 +115,9 @@ impl FileMap {
 
     /// Writes `value` to a temporary file beside the object at `key`, ready to be renamed
     /// over it.
-    fn stage(&self, key: &str, value: &[u8]) -> Result<Staged> {
+    /// Writes `value` to a temporary file beside `key`'s, to be renamed into place.
+    /// `start_writeback`: hand its bytes to the disk now (see `put_many`).
+    fn stage(&self, key: &str, value: &[u8], start_writeback: bool) -> Result<Staged> {
         self.check_writable(key)?;
         validate_key(key)?;
         let path = self.path_of(key);
@@ -135,7 +137,14 @@ impl FileMap {
             TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
         ));
         let staged = Staged { temp, path };
-        match fs::File::create(&staged.temp).and_then(|mut f| f.write_all(value)) {
+        let written = fs::File::create(&staged.temp).and_then(|mut f| {
+            f.write_all(value)?;
+            if start_writeback {
+                start_writeback_of(&f);
+            }
+            Ok(())
+        });
+        match written {
             Ok(()) => Ok(staged),
             Err(e) => {
                 let err = Error::io(&staged.temp, e);
@@ -224,6 +233,16 @@ fn read_whole(file: &mut fs::File, path: &Path, size: u64, buf: &mut Vec<u8>) ->
     buf.reserve(usize::try_from(size).unwrap_or(0));
     file.read_to_end(buf).map_err(|e| Error::io(path, e))?;
     Ok(())
+}
+
+/// Starts writing `file`'s dirty pages to the disk without waiting for them. Best effort:
+/// the rename that follows is correct either way.
+fn start_writeback_of(file: &fs::File) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: sync_file_range on an open descriptor touches no memory of ours.
+    unsafe {
+        libc::sync_file_range(file.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE);
+    }
 }
 
 /// Whether an I/O error means "no object here": missing, or a path component is a file.
@@ -394,7 +413,7 @@ impl ZMap for FileMap {
     }
 
     fn put(&self, key: &str, value: &[u8]) -> Result<()> {
-        let staged = self.stage(key, value)?;
+        let staged = self.stage(key, value, false)?;
         staged.commit()
     }
 
@@ -402,10 +421,14 @@ impl ZMap for FileMap {
     /// place one after the other, so that a daemon killed while metadata objects that must
     /// agree (a group's dimension sizes and its arrays' shapes) are being replaced leaves them
     /// inconsistent for the time of a few renames rather than of every write.
+    ///
+    /// The temporary files' writeback starts before the renames: ext4 flushes a file renamed
+    /// over another one at the rename otherwise (`auto_da_alloc`), which made each rename of
+    /// a metadata object take 0.3 ms instead of 0.01 ms, and the inconsistent moment as long.
     fn put_many(&self, objects: &[(String, Vec<u8>)]) -> Result<()> {
         let mut staged = Vec::with_capacity(objects.len());
         for (key, value) in objects {
-            match self.stage(key, value) {
+            match self.stage(key, value, true) {
                 Ok(s) => staged.push(s),
                 Err(e) => {
                     staged.into_iter().for_each(Staged::discard);
