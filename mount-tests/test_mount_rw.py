@@ -496,6 +496,31 @@ while True:
 """
 
 
+def test_a_rw_mount_completes_a_flush_cut_between_dimensions_and_shapes(mounter, nczarr, tmp_path):
+    """A daemon killed between storing a grown dimension and its arrays' shapes (a few
+    microseconds of a flush: separate objects cannot be replaced at once) leaves them
+    disagreeing, which netcdf-c refuses. The next rw mount stores them consistently."""
+    import netCDF4
+
+    path = Path(nczarr.split("#")[0][len("file://"):])
+    root = json.loads((path / ".zattrs").read_text())
+    root["_nczarr_group"]["dimensions"]["time"]["size"] = 5
+    (path / ".zattrs").write_text(json.dumps(root))
+    with pytest.raises(OSError, match="dimension size"):
+        netCDF4.Dataset(nczarr).close()
+    mnt = mounter.mount(nczarr, "rw")
+    umount_and_wait(mnt)
+    with netCDF4.Dataset(nczarr) as ds:
+        assert len(ds.dimensions["time"]) == 5
+        temp = ds["temp"]
+        temp.set_auto_maskandscale(False)
+        values = temp[:]
+        assert values.shape == (5, 5, 7)
+        assert np.array_equal(values[:4], (np.arange(140, dtype="f4").reshape(4, 5, 7) - 60) / 3)
+        assert (values[4] == -999.0).all()
+        assert ds["time"].shape == (5,)
+
+
 def test_sigkill_during_writes_leaves_a_readable_dataset(mounter, nczarr, tmp_path):
     import netCDF4
 

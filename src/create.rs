@@ -574,6 +574,14 @@ impl DatasetWriter {
         }
         opts.consolidated = opts.consolidated || map.exists(".zmetadata")?;
         let has_data = (0..model.vars.len()).map(VarId).collect();
+        // A writer killed while a flush replaced a group's dimension sizes and its arrays'
+        // shapes one after the other leaves them disagreeing, which netcdf-c refuses: the next
+        // flush of this writer completes it.
+        let meta_dirty = nczarr
+            && (0..model.vars.len()).map(VarId).any(|v| {
+                let stored = &model.var(v).storage.shape;
+                !model.var(v).dims.is_empty() && *stored != model.var_shape(v)
+            });
         Ok(DatasetWriter {
             location: location.clone(),
             engine: ChunkEngine::new(Arc::clone(&map), cache_bytes),
@@ -581,7 +589,7 @@ impl DatasetWriter {
             model,
             opts,
             has_data,
-            meta_dirty: false,
+            meta_dirty,
         })
     }
 
