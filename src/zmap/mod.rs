@@ -7,6 +7,7 @@
 //! pure Zarr needs to discover groups and arrays.
 
 pub mod aws_config;
+mod detached;
 mod file;
 mod mapped;
 mod memory;
