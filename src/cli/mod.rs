@@ -35,16 +35,32 @@ pub enum Command {
     Gen(gen::GenArgs),
     /// Copy a dataset to any storage and dialect, re-chunking and re-compressing, like nccopy.
     Copy(copy::CopyArgs),
+    /// Internal: renames sets of metadata objects for a mount or `put` (see `zmap`).
+    #[command(name = crate::zmap::RENAME_HELPER_COMMAND, hide = true)]
+    RenameHelper,
 }
 
 /// Runs the parsed command line; returns the process exit code.
 pub fn run(cli: Cli) -> Result<i32> {
-    match cli.command {
+    if matches!(cli.command, Command::Put(_) | Command::Mount(_)) {
+        // They change existing datasets in place, so a kill must not cut a set of metadata
+        // objects in half.
+        match std::env::current_exe() {
+            Ok(exe) => crate::zmap::use_rename_helper(exe),
+            Err(e) => log::warn!("no rename helper (cannot find this program: {e})"),
+        }
+    }
+    let code = match cli.command {
         Command::Dump(args) => dump::run(args),
         Command::Get(args) => get::run(args),
         Command::Put(args) => put::run(args),
         Command::Mount(args) => mount::run(args),
         Command::Gen(args) => gen::run(args),
         Command::Copy(args) => copy::run(args),
-    }
+        Command::RenameHelper => crate::zmap::serve_renames()
+            .map(|()| 0)
+            .map_err(|e| crate::Error::io("standard input", e)),
+    };
+    crate::zmap::stop_rename_helper();
+    code
 }

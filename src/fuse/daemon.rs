@@ -317,6 +317,7 @@ fn daemonize(mut req: MountRequest) -> Result<i32> {
                 log::error!("{e}");
                 1
             });
+            crate::zmap::stop_rename_helper();
             std::process::exit(code)
         }
         child => {

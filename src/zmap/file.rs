@@ -1,7 +1,6 @@
 //! A directory tree: each key is a file path relative to the dataset root, as netcdf-c's
 //! `file` storage and zarr-python's `DirectoryStore`/`LocalStore` lay them out.
 
-use std::ffi::CString;
 use std::fs;
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -244,12 +243,6 @@ fn start_writeback_of(file: &fs::File) {
     }
 }
 
-/// `path` for a system call; the dataset's paths hold no NUL (keys are validated).
-fn c_path(path: &Path) -> Result<CString> {
-    use std::os::unix::ffi::OsStrExt;
-    CString::new(path.as_os_str().as_bytes()).map_err(|e| Error::io(path, io::Error::other(e)))
-}
-
 /// Whether an I/O error means "no object here": missing, or a path component is a file.
 fn is_absent(e: &io::Error) -> bool {
     matches!(
@@ -423,8 +416,8 @@ impl ZMap for FileMap {
     }
 
     /// Writes every object to its temporary file first and only then renames them into
-    /// place one after the other, in a child process that a SIGKILL of this one does not stop
-    /// (see `detached`): metadata objects that must agree (a group's dimension sizes and its
+    /// place one after the other, through the rename helper when this process uses one (see
+    /// `rename_helper`): metadata objects that must agree (a group's dimension sizes and its
     /// arrays' shapes) are then never left half replaced by a killed daemon.
     ///
     /// The temporary files' writeback starts before the renames: ext4 flushes a file renamed
@@ -441,18 +434,11 @@ impl ZMap for FileMap {
                 }
             }
         }
-        let pairs = staged
+        let pairs: Vec<(PathBuf, PathBuf)> = staged
             .iter()
-            .map(|s| Ok((c_path(&s.temp)?, c_path(&s.path)?)))
-            .collect::<Result<Vec<_>>>();
-        let pairs = match pairs {
-            Ok(pairs) => pairs,
-            Err(e) => {
-                staged.into_iter().for_each(Staged::discard);
-                return Err(e);
-            }
-        };
-        let (renamed, error) = super::detached::rename_in_order_detached(&pairs);
+            .map(|s| (s.temp.clone(), s.path.clone()))
+            .collect();
+        let (renamed, error) = super::rename_helper::rename_in_order(&pairs);
         let mut unrenamed = staged.into_iter().skip(renamed);
         match (error, unrenamed.next()) {
             (Some(e), Some(failed)) => {

@@ -7,10 +7,10 @@
 //! pure Zarr needs to discover groups and arrays.
 
 pub mod aws_config;
-mod detached;
 mod file;
 mod mapped;
 mod memory;
+mod rename_helper;
 mod s3;
 mod s3_health;
 mod zip;
@@ -23,6 +23,9 @@ use crate::{Error, Result};
 
 pub use self::file::FileMap;
 pub use self::memory::MemoryMap;
+pub use self::rename_helper::{
+    serve_renames, stop_rename_helper, use_rename_helper, RENAME_HELPER_COMMAND,
+};
 pub use self::s3::{S3Limits, S3Map};
 pub use self::zip::ZipMap;
 
