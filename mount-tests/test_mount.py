@@ -208,6 +208,35 @@ def test_umount_stops_the_daemon(mounter, nczarr):
     assert wait_until(lambda: not Path(f"/proc/{pids[0]}").exists()), "daemon still running"
 
 
+def test_auto_unmount_clears_the_mount_point_of_a_killed_daemon(mounter, nczarr):
+    mnt = mounter.mount(nczarr, "auto_unmount")
+    # This mount goes through fusermount3, which splits options at commas: the location's
+    # comma (`#mode=nczarr,file`) must reach the mount table whole.
+    with open("/proc/self/mounts") as f:
+        source = next(line.split()[0] for line in f if line.split()[1] == str(mnt.resolve()))
+    assert source.replace("\\043", "#") == nczarr
+    want = netcdf_values(nczarr)
+    assert np.array_equal(data_array(mnt, "/temp"), want["/temp"])
+    pids = daemon_pids(mnt)
+    assert len(pids) == 1
+    os.kill(pids[0], signal.SIGKILL)
+    assert wait_until(lambda: not is_mounted(mnt), 20), "still mounted after the daemon died"
+    assert list(mnt.iterdir()) == []
+
+
+def test_without_auto_unmount_a_killed_daemon_leaves_a_dead_mount_point(mounter, nczarr):
+    """The behaviour auto_unmount exists for: the kernel keeps the mount of a dead daemon,
+    and every access fails with ENOTCONN until it is unmounted."""
+    mnt = mounter.mount(nczarr)
+    pids = daemon_pids(mnt)
+    os.kill(pids[0], signal.SIGKILL)
+    assert wait_until(lambda: not Path(f"/proc/{pids[0]}/fd").exists(), 20)
+    assert is_mounted(mnt)
+    with pytest.raises(OSError) as err:
+        os.listdir(mnt)
+    assert err.value.errno == errno.ENOTCONN
+
+
 def test_sigterm_unmounts_and_exits_zero(binary, tmp_path, nczarr):
     mnt = tmp_path / "mnt"
     mnt.mkdir()

@@ -35,6 +35,14 @@ pub struct MountRequest {
 /// Mounts as requested and returns the exit code. Without `foreground` this returns in the
 /// calling process once a daemon has the mount up (or has failed, with its error).
 pub fn mount(req: MountRequest) -> Result<i32> {
+    let o = &req.options;
+    if o.auto_unmount && !(o.allow_other || o.allow_root || is_root()) {
+        return Err(Error::Invalid(
+            "auto_unmount needs allow_other or allow_root for a user other than root \
+             (fusermount3 watches only such mounts; both need user_allow_other in /etc/fuse.conf)"
+                .into(),
+        ));
+    }
     if req.foreground {
         serve(req, None)
     } else {
@@ -236,7 +244,9 @@ fn fuser_config(location: &str, o: &MountOptions, remote: bool, splices: bool) -
     config.mount_options = fuser_options(location, o);
     config.acl = if o.allow_other {
         SessionACL::All
-    } else if o.allow_root {
+    } else if o.allow_root || (o.auto_unmount && is_root()) {
+        // fusermount3 watches a mount for auto_unmount only if it admits root or others
+        // (fuser enforces it); for root, who owns the mount, admitting root changes nothing.
         SessionACL::RootAndOwner
     } else {
         SessionACL::Owner
@@ -246,9 +256,26 @@ fn fuser_config(location: &str, o: &MountOptions, remote: bool, splices: bool) -
     config
 }
 
+/// The source shown in /proc/mounts. fusermount3 (the mount path of users other than root,
+/// and of `auto_unmount`) splits its options at commas, so there a comma of the name (as in
+/// `#mode=nczarr,file`) and the backslash are escaped with a backslash, which it undoes.
+fn fsname(location: &str, o: &MountOptions) -> String {
+    let name = o.fsname.as_deref().unwrap_or(location);
+    if o.auto_unmount || !is_root() {
+        name.replace('\\', "\\\\").replace(',', "\\,")
+    } else {
+        name.to_string()
+    }
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
 fn fuser_options(location: &str, o: &MountOptions) -> Vec<MountOption> {
     let mut v = vec![
-        MountOption::FSName(o.fsname.clone().unwrap_or_else(|| location.to_string())),
+        MountOption::FSName(fsname(location, o)),
         // As a kernel option, so the mount's type is `fuse.nczarrfs` (what mount(8), fstab and
         // systemd expect) also on the direct mount(2) path fuser takes as root, which drops
         // `Subtype`; fusermount3, the path for other users, reads it from the options too.
@@ -261,6 +288,9 @@ fn fuser_options(location: &str, o: &MountOptions) -> Vec<MountOption> {
     ];
     if o.default_permissions {
         v.push(MountOption::DefaultPermissions);
+    }
+    if o.auto_unmount {
+        v.push(MountOption::AutoUnmount);
     }
     for flag in &o.kernel_flags {
         v.push(match flag.as_str() {
@@ -545,5 +575,17 @@ mod tests {
         assert!(v.contains(&MountOption::NoAtime));
         assert!(v.contains(&MountOption::FSName("loc".into())));
         assert!(v.contains(&MountOption::CUSTOM("max_read=1048576".into())));
+    }
+
+    #[test]
+    fn auto_unmount_escapes_the_name_for_fusermount3() {
+        let o = MountOptions::parse(&["auto_unmount"]).unwrap();
+        let c = fuser_config(r"file:///d\x#mode=nczarr,file", &o, false, false);
+        let v = c.mount_options;
+        assert!(v.contains(&MountOption::AutoUnmount));
+        let escaped = r"file:///d\\x#mode=nczarr\,file";
+        assert!(v.contains(&MountOption::FSName(escaped.into())), "{v:?}");
+        // fusermount3 watches only mounts that admit root or others.
+        assert_eq!(c.acl == SessionACL::Owner, !is_root());
     }
 }

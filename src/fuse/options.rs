@@ -53,6 +53,10 @@ pub struct MountOptions {
     pub fsname: Option<String>,
     /// `noatime`, `nodev`, `nosuid`, `noexec`, `sync`, …: kernel flags passed through.
     pub kernel_flags: Vec<String>,
+    /// `auto_unmount`: a daemon that dies without unmounting (SIGKILL, a crash) is unmounted
+    /// by fusermount3, which watches it, instead of leaving a dead mount point ("Transport
+    /// endpoint is not connected").
+    pub auto_unmount: bool,
 }
 
 impl Default for MountOptions {
@@ -74,6 +78,7 @@ impl Default for MountOptions {
             splice: true,
             fsname: None,
             kernel_flags: Vec::new(),
+            auto_unmount: false,
         }
     }
 }
@@ -181,6 +186,7 @@ impl MountOptions {
             "splice" => self.splice = true,
             "nosplice" => self.splice = false,
             "fsname" => self.fsname = Some(need(value)?.to_string()),
+            "auto_unmount" => self.auto_unmount = true,
             "noatime" | "atime" | "nodev" | "nosuid" | "noexec" | "sync" | "async" | "dirsync" => {
                 self.kernel_flags.push(key.to_string())
             }
