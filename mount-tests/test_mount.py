@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -304,6 +305,38 @@ def test_changes_underneath_show_after_ttl(mounter, tmp_path):
     meta = json.loads((mnt / "b" / "@metadata.json").read_text())
     assert meta["attributes"]["added"]["value"] == "later"
     assert (mnt / "b" / "@attributes" / "added").read_text() == "later"
+
+
+def test_a_user_other_than_root_mounts_through_fusermount3(binary):
+    """Users other than root mount through the setuid fusermount3, which splits its options
+    at commas; a location with one (`#mode=nczarr,file`) used to break the mount. /dev/fuse
+    is opened by the user first, so it gets Debian's usual mode 0666 for the test."""
+    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    home = Path(tempfile.mkdtemp(prefix="nczarrfs-user-", dir="/tmp"))
+    mode = os.stat("/dev/fuse").st_mode & 0o777
+    try:
+        shutil.copytree(REPO / "samples" / "weather.file", home / "weather.file")
+        shutil.copy2(binary, home / "nczarrfs")
+        (home / "mnt").mkdir()
+        for p in [home, *home.rglob("*")]:
+            os.chown(p, 65534, 65534)
+        home.chmod(0o755)
+        url = f"file://{home}/weather.file#mode=nczarr,file"
+        os.chmod("/dev/fuse", 0o666)
+        r = subprocess.run([*nobody, str(home / "nczarrfs"), "mount", url, str(home / "mnt")],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        header = subprocess.run([*nobody, "cat", str(home / "mnt" / "@header.cdl")],
+                                capture_output=True, check=True).stdout
+        dump = subprocess.run([str(binary), "dump", "-h", url], capture_output=True,
+                              check=True).stdout
+        assert header == dump
+        subprocess.run([*nobody, "fusermount3", "-u", str(home / "mnt")], check=True)
+        assert not is_mounted(home / "mnt")
+    finally:
+        os.chmod("/dev/fuse", mode)
+        unmount(home / "mnt")
+        shutil.rmtree(home)
 
 
 def test_mount_helper_as_mount8_calls_it(binary, tmp_path, nczarr):
