@@ -44,11 +44,9 @@ pub enum Command {
 pub fn run(cli: Cli) -> Result<i32> {
     if matches!(cli.command, Command::Put(_) | Command::Mount(_)) {
         // They change existing datasets in place, so a kill must not cut a set of metadata
-        // objects in half.
-        match std::env::current_exe() {
-            Ok(exe) => crate::zmap::use_rename_helper(exe),
-            Err(e) => log::warn!("no rename helper (cannot find this program: {e})"),
-        }
+        // objects in half. /proc/self/exe is this very binary even after an upgrade has
+        // replaced or removed its file under a long-running mount.
+        crate::zmap::use_rename_helper(std::path::PathBuf::from("/proc/self/exe"));
     }
     let code = match cli.command {
         Command::Dump(args) => dump::run(args),

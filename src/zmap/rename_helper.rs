@@ -19,6 +19,7 @@
 use std::ffi::{CString, OsStr, OsString};
 use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
@@ -31,7 +32,8 @@ static PROGRAM: OnceLock<PathBuf> = OnceLock::new();
 static HELPER: Mutex<Option<Helper>> = Mutex::new(None);
 
 /// Makes this process's multi-object writes to directory stores go through a helper process
-/// running `program rename-helper` (normally this binary), started when first needed.
+/// running `program rename-helper` (normally this binary), started when first needed; `ps`
+/// shows it as `nczarrfs rename-helper`.
 pub fn use_rename_helper(program: PathBuf) {
     let _ = PROGRAM.set(program);
 }
@@ -131,6 +133,7 @@ struct Helper {
 impl Helper {
     fn start(program: &Path) -> io::Result<Helper> {
         let mut child = Command::new(program)
+            .arg0("nczarrfs")
             .arg(RENAME_HELPER_COMMAND)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
