@@ -236,6 +236,19 @@ def test_without_auto_unmount_a_killed_daemon_leaves_a_dead_mount_point(mounter,
     with pytest.raises(OSError) as err:
         os.listdir(mnt)
     assert err.value.errno == errno.ENOTCONN
+    r = mounter.run("mount", nczarr, str(mnt))
+    assert r.returncode != 0
+    assert "daemon that has died" in r.stderr and f"fusermount3 -u {mnt}" in r.stderr, r.stderr
+
+
+def test_a_second_mount_on_a_mount_point_is_refused(mounter, nczarr):
+    """A second mount would hide the first, whose daemon would go on running unseen."""
+    mnt = mounter.mount(nczarr)
+    r = mounter.run("mount", nczarr, str(mnt))
+    assert r.returncode != 0
+    assert f"is mounted on {mnt} already" in r.stderr, r.stderr
+    assert len(daemon_pids(mnt)) == 1
+    assert (mnt / "@attributes" / "title").read_text() == "mount test"
 
 
 def test_sigterm_unmounts_and_exits_zero(binary, tmp_path, nczarr):

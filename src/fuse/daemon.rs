@@ -170,16 +170,7 @@ fn write_readahead(path: &Path, kib: u32) {
 }
 
 fn setup(req: &MountRequest) -> Result<(Session<NczarrFs>, PathBuf, MountHandle)> {
-    let mountpoint = req
-        .mountpoint
-        .canonicalize()
-        .map_err(|e| Error::io(&req.mountpoint, e))?;
-    if !mountpoint.is_dir() {
-        return Err(Error::Invalid(format!(
-            "mount point {} is not a directory",
-            mountpoint.display()
-        )));
-    }
+    let mountpoint = checked_mountpoint(&req.mountpoint)?;
     let fs = if req.options.read_write {
         let location = Location::parse(&req.location)?;
         NczarrFs::new_rw(
@@ -232,6 +223,84 @@ const FUSER_REQUEST_BUFFER: usize = (16 << 20) + 4096;
 fn hold_freed_request_buffer() -> Vec<u8> {
     // black_box: an allocation never used would be optimised away.
     std::hint::black_box(Vec::with_capacity(FUSER_REQUEST_BUFFER))
+}
+
+/// The canonical mount point, refused with the reason when nothing can be mounted on it: not
+/// a directory, the dead mount of a daemon that died without unmounting, or a mount of
+/// nczarrfs already (a second one would hide the first, which would go on running).
+fn checked_mountpoint(path: &Path) -> Result<PathBuf> {
+    let shown = path.display();
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_dir() => {}
+        Ok(_) => {
+            return Err(Error::Invalid(format!(
+                "mount point {shown} is not a directory"
+            )))
+        }
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
+            return Err(Error::Invalid(format!(
+                "mount point {shown} is the mount of a FUSE daemon that has died (transport \
+                 endpoint is not connected): unmount it first (fusermount3 -u {shown}, or \
+                 umount -l {shown})"
+            )))
+        }
+        Err(e) => return Err(Error::io(path, e)),
+    }
+    let mountpoint = path.canonicalize().map_err(|e| Error::io(path, e))?;
+    // Unreadable mountinfo (no /proc) is no reason to refuse: the kernel still mounts.
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    if let Some((source, fstype)) = topmost_mount_at(&mounts, &mountpoint) {
+        if fstype == "fuse.nczarrfs" {
+            return Err(Error::Invalid(format!(
+                "{source} is mounted on {} already: unmount it first",
+                mountpoint.display()
+            )));
+        }
+    }
+    Ok(mountpoint)
+}
+
+/// The source and type of the last mount (the one on top) at `mountpoint` in the text of
+/// /proc/self/mountinfo, whose fields escape space, tab, newline and backslash in octal.
+fn topmost_mount_at(mountinfo: &str, mountpoint: &Path) -> Option<(String, String)> {
+    use std::os::unix::ffi::OsStrExt;
+    let unescape = |field: &str| -> Vec<u8> {
+        let bytes = field.as_bytes();
+        let mut out = Vec::with_capacity(bytes.len());
+        let mut i = 0;
+        while i < bytes.len() {
+            let octal = bytes.get(i + 1..i + 4).and_then(|d| {
+                let d = std::str::from_utf8(d).ok()?;
+                u8::from_str_radix(d, 8).ok()
+            });
+            match (bytes[i], octal) {
+                (b'\\', Some(byte)) => {
+                    out.push(byte);
+                    i += 4;
+                }
+                (b, _) => {
+                    out.push(b);
+                    i += 1;
+                }
+            }
+        }
+        out
+    };
+    let target = mountpoint.as_os_str().as_bytes();
+    mountinfo
+        .lines()
+        .filter_map(|line| {
+            let (mount, fs) = line.split_once(" - ")?;
+            let point = mount.split(' ').nth(4)?;
+            let mut fs = fs.split(' ');
+            let fstype = fs.next()?;
+            let source = fs.next()?;
+            (unescape(point) == target).then(|| {
+                let source = String::from_utf8_lossy(&unescape(source)).into_owned();
+                (source, fstype.to_string())
+            })
+        })
+        .last()
 }
 
 /// The session's mount options and threads. Each thread reads requests from the FUSE device
@@ -575,6 +644,25 @@ mod tests {
         assert!(v.contains(&MountOption::NoAtime));
         assert!(v.contains(&MountOption::FSName("loc".into())));
         assert!(v.contains(&MountOption::CUSTOM("max_read=1048576".into())));
+    }
+
+    #[test]
+    fn the_topmost_mount_at_a_path_is_found_in_mountinfo() {
+        let mountinfo = "\
+22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
+41 22 0:40 / /mnt/a\\040b rw,nosuid shared:20 - tmpfs tmpfs rw
+42 41 0:41 / /mnt/a\\040b ro,nosuid,nodev shared:21 - fuse.nczarrfs /srv/x\\134y.zarr ro
+43 22 0:42 / /mnt/c rw shared:22 - fuse.nczarrfs /srv/c rw
+";
+        assert_eq!(
+            topmost_mount_at(mountinfo, Path::new("/mnt/a b")),
+            Some((r"/srv/x\y.zarr".to_string(), "fuse.nczarrfs".to_string()))
+        );
+        assert_eq!(
+            topmost_mount_at(mountinfo, Path::new("/")),
+            Some(("/dev/sda1".to_string(), "ext4".to_string()))
+        );
+        assert_eq!(topmost_mount_at(mountinfo, Path::new("/mnt")), None);
     }
 
     #[test]
