@@ -287,20 +287,17 @@ fn topmost_mount_at(mountinfo: &str, mountpoint: &Path) -> Option<(String, Strin
         out
     };
     let target = mountpoint.as_os_str().as_bytes();
-    mountinfo
-        .lines()
-        .filter_map(|line| {
-            let (mount, fs) = line.split_once(" - ")?;
-            let point = mount.split(' ').nth(4)?;
-            let mut fs = fs.split(' ');
-            let fstype = fs.next()?;
-            let source = fs.next()?;
-            (unescape(point) == target).then(|| {
-                let source = String::from_utf8_lossy(&unescape(source)).into_owned();
-                (source, fstype.to_string())
-            })
+    mountinfo.lines().rev().find_map(|line| {
+        let (mount, fs) = line.split_once(" - ")?;
+        let point = mount.split(' ').nth(4)?;
+        let mut fs = fs.split(' ');
+        let fstype = fs.next()?;
+        let source = fs.next()?;
+        (unescape(point) == target).then(|| {
+            let source = String::from_utf8_lossy(&unescape(source)).into_owned();
+            (source, fstype.to_string())
         })
-        .last()
+    })
 }
 
 /// The session's mount options and threads. Each thread reads requests from the FUSE device
