@@ -79,11 +79,16 @@ pub(super) fn rename_in_order(pairs: &[(PathBuf, PathBuf)]) -> (usize, Option<io
         match Helper::start(program) {
             Ok(helper) => *slot = Some(helper),
             Err(e) => {
-                log::warn!(
-                    "cannot start {} {RENAME_HELPER_COMMAND} ({e}): renaming in this process, \
-                     where a SIGKILL can leave a set of metadata objects half replaced",
-                    program.display()
-                );
+                // Tried again at every set (the cause may pass), but said once.
+                static WARNED: std::sync::Once = std::sync::Once::new();
+                WARNED.call_once(|| {
+                    log::warn!(
+                        "cannot start {} {RENAME_HELPER_COMMAND} ({e}): renaming in this \
+                         process, where a SIGKILL can leave a set of metadata objects half \
+                         replaced",
+                        program.display()
+                    )
+                });
                 return rename_in_this_process(pairs);
             }
         }
