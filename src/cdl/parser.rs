@@ -30,7 +30,8 @@ use std::path::Path;
 
 use super::lexer::{tokenize, Number, Pos, Tok, Token};
 use crate::model::{
-    AttrValue, Attribute, Dataset, DimId, GroupId, NcType, VarId, VarStorage, Variable,
+    element_count, AttrValue, Attribute, Dataset, DimId, GroupId, NcType, VarId, VarStorage,
+    Variable,
 };
 use crate::{Error, Result};
 
@@ -510,6 +511,14 @@ impl Parser<'_> {
             }
             if self.ds.find_var_in(g, &name).is_some() {
                 return Err(self.err(pos, format!("variable {name:?} is defined twice")));
+            }
+            // Unlimited dimensions count as 1 here; the data section checks their lengths.
+            let lens: Vec<u64> = dims.iter().map(|d| self.ds.dim(*d).len.max(1)).collect();
+            if element_count(&lens).is_none() {
+                return Err(self.err(
+                    pos,
+                    format!("variable {name:?}: its dimensions {lens:?} overflow 64-bit sizes"),
+                ));
             }
             if self.ds.find_group_in(g, &name).is_some() {
                 return Err(self.err(pos, format!("variable {name:?} has the name of a group")));
@@ -1019,6 +1028,18 @@ impl Parser<'_> {
         for (d, n) in &ext {
             self.ds.dims[d.0].len = *n;
         }
+        for (v, _, pos) in &data {
+            let shape = self.ds.var_shape(*v);
+            if element_count(&shape).is_none() {
+                return Err(self.err(
+                    *pos,
+                    format!(
+                        "variable {}: its shape {shape:?} overflows 64-bit sizes",
+                        self.ds.var_fqn(*v)
+                    ),
+                ));
+            }
+        }
         for (v, items, _) in &data {
             let (bytes, width) = self.materialize(*v, items)?;
             if let Some(w) = width {
@@ -1049,6 +1070,7 @@ impl Parser<'_> {
             .unwrap_or(dims.len())
     }
 
+    /// The product of fixed lengths, which declaration checked against overflow.
     fn fixed_product(&self, dims: &[DimId]) -> u64 {
         dims.iter().map(|d| self.ds.dim(*d).len).product()
     }
@@ -1122,12 +1144,38 @@ impl Parser<'_> {
     fn materialize(&self, v: VarId, items: &[Item]) -> Result<(Vec<u8>, Option<usize>)> {
         let var = self.ds.var(v);
         let shape = self.ds.var_shape(v);
-        let total: u64 = shape.iter().product();
-        if total > (1u64 << 31) {
-            return Err(Error::Unsupported(format!(
+        let described = || {
+            format!(
                 "data of {} elements for {} in CDL",
-                total,
+                shape
+                    .iter()
+                    .map(u64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(" x "),
                 self.ds.var_fqn(v)
+            )
+        };
+        let total = match element_count(&shape) {
+            Some(n) if n <= 1 << 31 => n,
+            _ => {
+                return Err(Error::Unsupported(format!(
+                    "{} (at most 2^31)",
+                    described()
+                )))
+            }
+        };
+        // The whole variable, fill included, is built in memory: refused with the reason
+        // rather than left to fail the allocation (an abort) or to the OOM killer.
+        let needed =
+            total.saturating_mul((std::mem::size_of::<Elem>() + var.element_size()) as u64);
+        let budget = memory_budget();
+        if needed > budget {
+            return Err(Error::Unsupported(format!(
+                "{}: building it would take {} MiB, more than half of this machine's memory \
+                 ({} MiB); give the values of a smaller variable, or write them with `put`",
+                described(),
+                needed >> 20,
+                (budget * 2) >> 20
             )));
         }
         let mut elems: Vec<Elem> = vec![Elem::Fill; total as usize];
@@ -1432,6 +1480,21 @@ fn flatten<'b>(items: &'b [Item], out: &mut Vec<Elem<'b>>) {
     }
 }
 
+/// Half of the machine's physical memory: what `gen` lets one variable's data section take.
+fn memory_budget() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let (pages, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    match (u64::try_from(pages), u64::try_from(page)) {
+        (Ok(pages), Ok(page)) if pages > 0 && page > 0 => pages.saturating_mul(page) / 2,
+        _ => u64::MAX,
+    }
+}
+
 /// Spreads string constants over characters: runs of character constants form one string,
 /// each string is padded to a multiple of `row` with the fill character (NUL unless the
 /// variable has a `_FillValue`, as ncgen does), and an empty string is `row` fill characters.
@@ -1482,11 +1545,29 @@ fn expand_chars<'b>(flat: &[Elem<'b>], row: u64) -> Vec<Elem<'b>> {
     out
 }
 
-/// Number of characters a char variable's items expand to.
+/// Number of characters a char variable's items expand to: the length of [`expand_chars`]'
+/// result, counted without making it (a hostile row length would make it enormous).
 fn char_count(items: &[Item], row: u64) -> u64 {
     let mut flat = Vec::new();
     flatten(items, &mut flat);
-    expand_chars(&flat, row).len() as u64
+    let row = row.max(1);
+    let padded = |len: u64| len.div_ceil(row).saturating_mul(row);
+    let mut total = 0u64;
+    let mut run = 0u64;
+    for e in &flat {
+        if let Elem::Val(Const::Char(_), _) = e {
+            run += 1;
+            continue;
+        }
+        total = total.saturating_add(padded(run));
+        run = 0;
+        total = total.saturating_add(match e {
+            Elem::Val(Const::Str(s), _) if s.is_empty() => row,
+            Elem::Val(Const::Str(s), _) => padded(s.len() as u64),
+            _ => 1,
+        });
+    }
+    total.saturating_add(padded(run))
 }
 
 #[cfg(test)]
@@ -1506,6 +1587,50 @@ mod tests {
         b.chunks_exact(4)
             .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
             .collect()
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn char_count_is_the_length_of_the_expansion(
+            kinds in proptest::collection::vec((0u8..5, 0usize..7), 0..12),
+            row in 1u64..6,
+        ) {
+            let pos = Pos::default();
+            let items: Vec<Item> = kinds
+                .iter()
+                .map(|&(kind, len)| match kind {
+                    0 => Item::Val(Const::Char(b'a'), pos),
+                    1 => Item::Val(Const::Str(vec![b'b'; len]), pos),
+                    2 => Item::Fill(pos),
+                    3 => Item::Val(Const::Num(Number::Int { value: len as i128, suffix: None }), pos),
+                    _ => Item::Brace(vec![Item::Val(Const::Str(vec![b'c'; len]), pos)], pos),
+                })
+                .collect();
+            let mut flat = Vec::new();
+            flatten(&items, &mut flat);
+            proptest::prop_assert_eq!(char_count(&items, row), expand_chars(&flat, row).len() as u64);
+        }
+    }
+
+    #[test]
+    fn a_data_section_larger_than_memory_allows_is_refused() {
+        // 2^31 doubles, one given: about 86 GB to build, refused on a machine with less than
+        // twice that.
+        let text = "netcdf t {\ndimensions:\n x = 2147483648 ;\nvariables:\n double v(x) ;\n\
+                    data:\n v = 1 ;\n}";
+        let err = parse_cdl(text, "t.cdl").expect_err("refused").to_string();
+        assert!(
+            err.contains("/v") && err.contains("machine's memory"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_huge_char_row_is_counted_not_built() {
+        // A string padded to a row of 2^32 characters: counting it used to build it.
+        let pos = Pos::default();
+        let items = [Item::Val(Const::Str(b"abc".to_vec()), pos)];
+        assert_eq!(char_count(&items, 1 << 32), 1 << 32);
     }
 
     #[test]

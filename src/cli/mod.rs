@@ -11,6 +11,8 @@ mod get;
 mod mount;
 mod put;
 
+pub use gen::generate;
+
 /// nczarrfs: NCZarr datasets as a filesystem and on the command line.
 #[derive(Debug, Parser)]
 #[command(name = "nczarrfs", version, about)]

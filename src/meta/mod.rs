@@ -24,8 +24,8 @@ use std::collections::HashMap;
 
 use crate::location::{Format, Mode};
 use crate::model::{
-    Attribute, ByteOrder, ChunkKeyEncoding, ChunkOrder, CodecSpec, Dataset, DimId, DtypeKind,
-    GroupId, NcType, VarStorage, Variable, ZarrDtype,
+    element_count, Attribute, ByteOrder, ChunkKeyEncoding, ChunkOrder, CodecSpec, Dataset, DimId,
+    DtypeKind, GroupId, NcType, VarStorage, Variable, ZarrDtype,
 };
 use crate::zmap::{join_key, ZMap};
 use crate::{Error, Result};
@@ -893,11 +893,7 @@ fn var_parts(
     if chunks.contains(&0) {
         return Err(Error::meta(&zkey, format!("chunk size 0 in {chunks:?}")));
     }
-    if shape
-        .iter()
-        .try_fold(1u64, |a, &s| a.checked_mul(s))
-        .is_none()
-    {
+    if element_count(&shape).is_none() {
         return Err(Error::meta(&zkey, format!("shape {shape:?} overflows")));
     }
     let order = match z.get("order").and_then(Json::as_str) {
@@ -954,7 +950,7 @@ fn var_parts(
         None => var_type(dialect, &zkey, z),
     };
     if let Some(d) = &dtype {
-        let chunk_elems = chunks.iter().try_fold(1u64, |a, &c| a.checked_mul(c));
+        let chunk_elems = element_count(&chunks);
         let chunk_bytes = chunk_elems
             .and_then(|n| n.checked_mul(d.size as u64))
             .and_then(|n| usize::try_from(n).ok());

@@ -12,8 +12,8 @@ use super::json::Json;
 use super::{attrs, either, ncz_key};
 use crate::location::{Format, Mode};
 use crate::model::{
-    AttrValue, Attribute, ByteOrder, ChunkKeyEncoding, ChunkOrder, CodecSpec, Dataset, DimId,
-    DtypeKind, GroupId, NcType, VarStorage, Variable, ZarrDtype,
+    element_count, AttrValue, Attribute, ByteOrder, ChunkKeyEncoding, ChunkOrder, CodecSpec,
+    Dataset, DimId, DtypeKind, GroupId, NcType, VarStorage, Variable, ZarrDtype,
 };
 use crate::zmap::{join_key, ZMap};
 use crate::{Error, Result};
@@ -332,11 +332,7 @@ impl Reader<'_> {
         let fqn = self.ds.fqn_in(p.group, &p.name);
         let z = &p.node;
         let shape = super::u64_list(&zkey, z, "shape")?;
-        if shape
-            .iter()
-            .try_fold(1u64, |a, &s| a.checked_mul(s))
-            .is_none()
-        {
+        if element_count(&shape).is_none() {
             return Err(Error::meta(&zkey, format!("shape {shape:?} overflows")));
         }
         let grid = z

@@ -18,6 +18,12 @@ pub const MAX_STRING_WIDTH: usize = 256 << 20;
 /// chunk shape larger than the array, and a chunk is held whole in memory.
 pub const MAX_CHUNK_BYTES: u64 = 4 << 30;
 
+/// The number of elements of an array of `shape`, or `None` when it does not fit in 64 bits
+/// (a shape that damaged or hostile metadata can declare).
+pub fn element_count(shape: &[u64]) -> Option<u64> {
+    shape.iter().try_fold(1u64, |n, &len| n.checked_mul(len))
+}
+
 /// Whether `name` is a legal netCDF name (the rules of ncgen and netcdf-c), or why not.
 pub fn check_name(name: &str) -> std::result::Result<(), &'static str> {
     let Some(first) = name.chars().next() else {
