@@ -37,17 +37,22 @@ pub enum Command {
     Gen(gen::GenArgs),
     /// Copy a dataset to any storage and dialect, re-chunking and re-compressing, like nccopy.
     Copy(copy::CopyArgs),
-    /// Internal: renames sets of metadata objects for a mount or `put` (see `zmap`).
+    /// Internal: renames sets of metadata objects for the commands that write (see `zmap`).
     #[command(name = crate::zmap::RENAME_HELPER_COMMAND, hide = true)]
     RenameHelper,
 }
 
 /// Runs the parsed command line; returns the process exit code.
 pub fn run(cli: Cli) -> Result<i32> {
-    if matches!(cli.command, Command::Put(_) | Command::Mount(_)) {
-        // They change existing datasets in place, so a kill must not cut a set of metadata
-        // objects in half. /proc/self/exe is this very binary even after an upgrade has
-        // replaced or removed its file under a long-running mount.
+    if matches!(
+        cli.command,
+        Command::Put(_) | Command::Mount(_) | Command::Gen(_) | Command::Copy(_)
+    ) {
+        // They write datasets, in place or in a staging copy that a kill leaves behind for
+        // inspection, so a kill must not cut a set of metadata objects in half (a root
+        // group whose arrays are not stored yet opens as a dataset without variables).
+        // /proc/self/exe is this very binary even after an upgrade has replaced or removed
+        // its file under a long-running mount.
         crate::zmap::use_rename_helper(std::path::PathBuf::from("/proc/self/exe"));
     }
     let code = match cli.command {
