@@ -136,15 +136,12 @@ fn check(name: &str, parsed: &ParsedCdl, reference: &Value) {
         assert_eq!(json!(shape), r["shape"], "{name}{path}: shape");
         assert_eq!(numpy_type(var.nctype), r["type"], "{name}{path}: type");
         let total: u64 = shape.iter().product();
-        let bytes = match &parsed.vars[id.0].data {
-            Some(d) => d.clone(),
-            None => var
-                .storage
-                .fill_value
-                .clone()
-                .unwrap()
-                .repeat(total as usize),
-        };
+        // The rows the data section gives, then fill.
+        let fill = var.storage.fill_value.clone().unwrap();
+        let mut bytes = parsed.vars[id.0].data.clone().unwrap_or_default();
+        while (bytes.len() as u64) < total * fill.len() as u64 {
+            bytes.extend_from_slice(&fill);
+        }
         assert_eq!(
             bytes.len(),
             total as usize * var.element_size(),

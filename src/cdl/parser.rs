@@ -103,8 +103,9 @@ pub struct GlobalSpecials {
 pub struct VarExtras {
     /// Its special attributes.
     pub special: SpecialAttrs,
-    /// Its values over its whole shape in native representation (unset elements hold the fill
-    /// value); `None` when the CDL gives no data for it.
+    /// Its values in native representation, for the first rows along its first dimension up
+    /// to the last value the CDL gives (a scalar's one value); unset elements among them hold
+    /// the fill value, and the rows after them are fill. `None` when the CDL gives no data.
     pub data: Option<Vec<u8>>,
 }
 
@@ -1139,8 +1140,8 @@ impl Parser<'_> {
         }
     }
 
-    /// Pass 2: the variable's values as native bytes, and for strings the width they are
-    /// padded to.
+    /// Pass 2: the variable's values as native bytes (see [`VarExtras::data`]: the rows its
+    /// data section reaches), and for strings the width they are padded to.
     fn materialize(&self, v: VarId, items: &[Item]) -> Result<(Vec<u8>, Option<usize>)> {
         let var = self.ds.var(v);
         let shape = self.ds.var_shape(v);
@@ -1155,42 +1156,22 @@ impl Parser<'_> {
                 self.ds.var_fqn(v)
             )
         };
-        let total = match element_count(&shape) {
-            Some(n) if n <= 1 << 31 => n,
-            _ => {
-                return Err(Error::Unsupported(format!(
-                    "{} (at most 2^31)",
-                    described()
-                )))
-            }
+        let Some(total) = element_count(&shape) else {
+            return Err(Error::Unsupported(format!("{} (overflows)", described())));
         };
-        // The whole variable, fill included, is built in memory: refused with the reason
-        // rather than left to fail the allocation (an abort) or to the OOM killer.
-        let needed =
-            total.saturating_mul((std::mem::size_of::<Elem>() + var.element_size()) as u64);
-        let budget = memory_budget();
-        if needed > budget {
-            return Err(Error::Unsupported(format!(
-                "{}: building it would take {} MiB, more than half of this machine's memory \
-                 ({} MiB); give the values of a smaller variable, or write them with `put`",
-                described(),
-                needed >> 20,
-                (budget * 2) >> 20
-            )));
-        }
-        let mut elems: Vec<Elem> = vec![Elem::Fill; total as usize];
+        // The values the data section gives, by element offset: as many as it gives, whatever
+        // the variable's size.
+        let mut placed: Vec<(u64, Elem)> = Vec::new();
         if var.dims.is_empty() {
             let mut flat = Vec::new();
             flatten(items, &mut flat);
-            if var.nctype == NcType::Char {
-                let chars = expand_chars(&flat, 1);
-                if let Some(b) = chars.first() {
-                    elems[0] = b.clone();
-                }
-            } else if let Some(e) = flat.first() {
-                elems[0] = e.clone();
-            }
-        } else {
+            let first = if var.nctype == NcType::Char {
+                expand_chars(&flat, 1).into_iter().next()
+            } else {
+                flat.into_iter().next()
+            };
+            placed.extend(first.map(|e| (0, e)));
+        } else if total > 0 {
             let mut strides = vec![1u64; shape.len()];
             for j in (0..shape.len().saturating_sub(1)).rev() {
                 strides[j] = strides[j + 1] * shape[j + 1];
@@ -1203,8 +1184,44 @@ impl Parser<'_> {
                 0,
                 items,
                 var.nctype == NcType::Char,
-                &mut elems,
+                &mut placed,
             );
+        }
+        // Built: the rows along the first dimension up to the last value given (all of a
+        // scalar); the rows after them are left to read as fill, as ncgen leaves them.
+        let row = element_count(shape.get(1..).unwrap_or_default())
+            .unwrap_or(1)
+            .max(1);
+        let extent = placed.iter().map(|(off, _)| off + 1).max().unwrap_or(0);
+        let built = if var.dims.is_empty() {
+            1
+        } else {
+            extent.div_ceil(row).saturating_mul(row).min(total)
+        };
+        if built > 1 << 31 {
+            return Err(Error::Unsupported(format!(
+                "{}: its values reach element {extent}, and at most 2^31 are built",
+                described()
+            )));
+        }
+        // Refused with the reason rather than left to fail the allocation (an abort) or to
+        // the OOM killer.
+        let needed =
+            built.saturating_mul((std::mem::size_of::<Elem>() + var.element_size()) as u64);
+        let budget = memory_budget();
+        if needed > budget {
+            return Err(Error::Unsupported(format!(
+                "{}: building the rows its values reach would take {} MiB, more than half of \
+                 this machine's memory ({} MiB); give the values of a smaller variable, or \
+                 write them with `put`",
+                described(),
+                needed >> 20,
+                (budget * 2) >> 20
+            )));
+        }
+        let mut elems: Vec<Elem> = vec![Elem::Fill; built as usize];
+        for (off, e) in placed {
+            elems[off as usize] = e;
         }
         let fill = self.fill_bytes(v)?;
         if var.nctype == NcType::String {
@@ -1252,7 +1269,7 @@ impl Parser<'_> {
         base: u64,
         items: &'b [Item],
         is_char: bool,
-        elems: &mut Vec<Elem<'b>>,
+        placed: &mut Vec<(u64, Elem<'b>)>,
     ) {
         let k = self.next_unlimited(dims, i);
         let p: u64 = shape[i + 1..k].iter().product::<u64>().max(1);
@@ -1281,7 +1298,7 @@ impl Parser<'_> {
             };
             for (e, val) in seq.into_iter().enumerate() {
                 match offset(e as u64) {
-                    Some(off) => elems[off as usize] = val,
+                    Some(off) => placed.push((off, val)),
                     None => break,
                 }
             }
@@ -1290,7 +1307,7 @@ impl Parser<'_> {
                 let (Some(off), Item::Brace(inner, _)) = (offset(e as u64), it) else {
                     continue;
                 };
-                self.place(dims, shape, strides, k, off, inner, is_char, elems);
+                self.place(dims, shape, strides, k, off, inner, is_char, placed);
             }
         }
     }
@@ -1578,9 +1595,16 @@ mod tests {
         parse_cdl(text, "t.cdl").unwrap()
     }
 
+    /// The values over the variable's whole shape: the rows given, then fill.
     fn data(p: &ParsedCdl, var: &str) -> Vec<u8> {
         let id = p.dataset.find_var(var).unwrap();
-        p.vars[id.0].data.clone().unwrap()
+        let mut values = p.vars[id.0].data.clone().unwrap();
+        let fill = p.dataset.var(id).storage.fill_value.clone().unwrap();
+        let total: u64 = p.dataset.var_shape(id).iter().product();
+        while (values.len() as u64) < total * fill.len() as u64 {
+            values.extend_from_slice(&fill);
+        }
+        values
     }
 
     fn ints(b: &[u8]) -> Vec<i32> {
@@ -1613,11 +1637,27 @@ mod tests {
     }
 
     #[test]
+    fn only_the_rows_the_values_reach_are_built() {
+        // 2^31 doubles of which the first two are given, in rows of 3 (x) or 1 (y).
+        let text = "netcdf t {\ndimensions:\n r = 715827883 ;\n c = 3 ;\n n = 2147483648 ;\n\
+                    variables:\n double x(r, c) ;\n double y(n) ;\ndata:\n x = 1, 2 ;\n y = 1, 2 ;\n}";
+        let p = parse(text);
+        let x = p.dataset.find_var("x").unwrap();
+        let y = p.dataset.find_var("y").unwrap();
+        let fill = NcType::Double.default_fill();
+        let values = |v: &[f64]| v.iter().flat_map(|x| x.to_ne_bytes()).collect::<Vec<u8>>();
+        let mut row = values(&[1.0, 2.0]);
+        row.extend_from_slice(&fill);
+        assert_eq!(p.vars[x.0].data, Some(row));
+        assert_eq!(p.vars[y.0].data, Some(values(&[1.0, 2.0])));
+    }
+
+    #[test]
     fn a_data_section_larger_than_memory_allows_is_refused() {
-        // 2^31 doubles, one given: about 86 GB to build, refused on a machine with less than
-        // twice that.
-        let text = "netcdf t {\ndimensions:\n x = 2147483648 ;\nvariables:\n double v(x) ;\n\
-                    data:\n v = 1 ;\n}";
+        // One value in a row of 2^30 doubles: about 43 GB to build, refused on a machine with
+        // less than twice that.
+        let text = "netcdf t {\ndimensions:\n r = 2 ;\n c = 1073741824 ;\nvariables:\n\
+                    double v(r, c) ;\ndata:\n v = 1 ;\n}";
         let err = parse_cdl(text, "t.cdl").expect_err("refused").to_string();
         assert!(
             err.contains("/v") && err.contains("machine's memory"),

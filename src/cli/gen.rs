@@ -131,10 +131,18 @@ fn write_all(
         let Some(values) = values else { continue };
         let var = VarId(i);
         let shape = w.model().var_shape(var);
-        if shape.contains(&0) {
+        if shape.contains(&0) || values.is_empty() {
             continue;
         }
-        w.write(var, &Hyperslab::whole(&shape), &values)?;
+        // The values cover the first rows; the rest of the variable reads as fill.
+        let mut slab = Hyperslab::whole(&shape);
+        if let Some(rows) = slab.count.first_mut() {
+            let row_bytes = crate::model::element_count(&shape[1..])
+                .unwrap_or(u64::MAX)
+                .saturating_mul(w.model().var(var).element_size() as u64);
+            *rows = values.len() as u64 / row_bytes.max(1);
+        }
+        w.write(var, &slab, &values)?;
     }
     w.close()
 }
