@@ -193,7 +193,7 @@ impl Item {
 
 /// One element of a variable after placement: a constant, a fill marker, or one character of
 /// a string spread over a char array.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 enum Elem<'a> {
     Val(&'a Const, Pos),
     Fill,
@@ -1166,7 +1166,7 @@ impl Parser<'_> {
             let mut flat = Vec::new();
             flatten(items, &mut flat);
             let first = if var.nctype == NcType::Char {
-                expand_chars(&flat, 1).into_iter().next()
+                char_runs(&flat, 1).into_iter().next().map(|(e, _)| e)
             } else {
                 flat.into_iter().next()
             };
@@ -1291,15 +1291,24 @@ impl Parser<'_> {
         if k == dims.len() {
             let mut flat = Vec::new();
             flatten(items, &mut flat);
-            let seq = if is_char {
-                expand_chars(&flat, self.char_row(dims, i))
+            let runs = if is_char {
+                char_runs(&flat, self.char_row(dims, i))
             } else {
-                flat
+                flat.into_iter().map(|e| (e, 1)).collect()
             };
-            for (e, val) in seq.into_iter().enumerate() {
-                match offset(e as u64) {
-                    Some(off) => placed.push((off, val)),
-                    None => break,
+            // Fill is what the unplaced elements hold anyway: its runs are skipped, not placed.
+            let mut e = 0u64;
+            'runs: for (val, repeat) in runs {
+                if matches!(val, Elem::Fill) {
+                    e = e.saturating_add(repeat);
+                    continue;
+                }
+                for _ in 0..repeat {
+                    match offset(e) {
+                        Some(off) => placed.push((off, val.clone())),
+                        None => break 'runs,
+                    }
+                    e += 1;
                 }
             }
         } else {
@@ -1512,79 +1521,52 @@ fn memory_budget() -> u64 {
     }
 }
 
-/// Spreads string constants over characters: runs of character constants form one string,
-/// each string is padded to a multiple of `row` with the fill character (NUL unless the
-/// variable has a `_FillValue`, as ncgen does), and an empty string is `row` fill characters.
-fn expand_chars<'b>(flat: &[Elem<'b>], row: u64) -> Vec<Elem<'b>> {
-    let row = row.max(1) as usize;
-    let mut out = Vec::new();
-    let mut run: Vec<u8> = Vec::new();
-    let mut in_run = false;
-    let pad = |out: &mut Vec<Elem<'b>>, start: usize| {
-        let len = out.len() - start;
-        let padded = len.div_ceil(row) * row;
-        out.resize(start + padded, Elem::Fill);
+/// Spreads string constants over characters, as runs of one element repeated: runs of
+/// character constants form one string, each string is padded to a multiple of `row` with
+/// the fill character (NUL unless the variable has a `_FillValue`, as ncgen does), and an
+/// empty string is `row` fill characters. The padding is one run, however long the row.
+fn char_runs<'b>(flat: &[Elem<'b>], row: u64) -> Vec<(Elem<'b>, u64)> {
+    let row = row.max(1);
+    let mut out: Vec<(Elem<'b>, u64)> = Vec::new();
+    let string = |out: &mut Vec<(Elem<'b>, u64)>, s: &[u8]| {
+        out.extend(s.iter().map(|b| (Elem::Byte(*b), 1)));
+        let len = s.len() as u64;
+        let pad = len.div_ceil(row).saturating_mul(row) - len;
+        if pad > 0 {
+            out.push((Elem::Fill, pad));
+        }
     };
+    let mut chars: Vec<u8> = Vec::new();
     for e in flat {
-        match e {
-            Elem::Val(Const::Char(b), _) => {
-                run.push(*b);
-                in_run = true;
-                continue;
-            }
-            _ if in_run => {
-                let start = out.len();
-                out.extend(run.drain(..).map(Elem::Byte));
-                pad(&mut out, start);
-                in_run = false;
-            }
-            _ => {}
+        if let Elem::Val(Const::Char(b), _) = e {
+            chars.push(*b);
+            continue;
+        }
+        if !chars.is_empty() {
+            string(&mut out, &chars);
+            chars.clear();
         }
         match e {
             // An empty string is one row of fill, not nothing: ncdump prints an all-NUL row
             // as `""`, and ncgen reads it back as such.
-            Elem::Val(Const::Str(s), _) if s.is_empty() => {
-                out.extend(std::iter::repeat_n(Elem::Fill, row));
-            }
-            Elem::Val(Const::Str(s), _) => {
-                let start = out.len();
-                out.extend(s.iter().map(|b| Elem::Byte(*b)));
-                pad(&mut out, start);
-            }
-            other => out.push(other.clone()),
+            Elem::Val(Const::Str(s), _) if s.is_empty() => out.push((Elem::Fill, row)),
+            Elem::Val(Const::Str(s), _) => string(&mut out, s),
+            other => out.push((other.clone(), 1)),
         }
     }
-    if in_run {
-        let start = out.len();
-        out.extend(run.drain(..).map(Elem::Byte));
-        pad(&mut out, start);
+    if !chars.is_empty() {
+        string(&mut out, &chars);
     }
     out
 }
 
-/// Number of characters a char variable's items expand to: the length of [`expand_chars`]'
-/// result, counted without making it (a hostile row length would make it enormous).
+/// Number of characters a char variable's items expand to (see [`char_runs`]).
 fn char_count(items: &[Item], row: u64) -> u64 {
     let mut flat = Vec::new();
     flatten(items, &mut flat);
-    let row = row.max(1);
-    let padded = |len: u64| len.div_ceil(row).saturating_mul(row);
-    let mut total = 0u64;
-    let mut run = 0u64;
-    for e in &flat {
-        if let Elem::Val(Const::Char(_), _) = e {
-            run += 1;
-            continue;
-        }
-        total = total.saturating_add(padded(run));
-        run = 0;
-        total = total.saturating_add(match e {
-            Elem::Val(Const::Str(s), _) if s.is_empty() => row,
-            Elem::Val(Const::Str(s), _) => padded(s.len() as u64),
-            _ => 1,
-        });
-    }
-    total.saturating_add(padded(run))
+    char_runs(&flat, row)
+        .iter()
+        .fold(0u64, |n, (_, repeat)| n.saturating_add(*repeat))
 }
 
 #[cfg(test)]
@@ -1613,9 +1595,49 @@ mod tests {
             .collect()
     }
 
+    /// ncgen's expansion of strings over characters, element by element: the model that
+    /// [`char_runs`] must match.
+    fn expand_chars_reference<'b>(flat: &[Elem<'b>], row: u64) -> Vec<Elem<'b>> {
+        let row = row.max(1) as usize;
+        let mut out = Vec::new();
+        let mut run: Vec<u8> = Vec::new();
+        let pad = |out: &mut Vec<Elem<'b>>, start: usize| {
+            let padded = (out.len() - start).div_ceil(row) * row;
+            out.resize(start + padded, Elem::Fill);
+        };
+        for e in flat {
+            if let Elem::Val(Const::Char(b), _) = e {
+                run.push(*b);
+                continue;
+            }
+            if !run.is_empty() {
+                let start = out.len();
+                out.extend(run.drain(..).map(Elem::Byte));
+                pad(&mut out, start);
+            }
+            match e {
+                Elem::Val(Const::Str(s), _) if s.is_empty() => {
+                    out.extend(std::iter::repeat_n(Elem::Fill, row))
+                }
+                Elem::Val(Const::Str(s), _) => {
+                    let start = out.len();
+                    out.extend(s.iter().map(|b| Elem::Byte(*b)));
+                    pad(&mut out, start);
+                }
+                other => out.push(other.clone()),
+            }
+        }
+        if !run.is_empty() {
+            let start = out.len();
+            out.extend(run.drain(..).map(Elem::Byte));
+            pad(&mut out, start);
+        }
+        out
+    }
+
     proptest::proptest! {
         #[test]
-        fn char_count_is_the_length_of_the_expansion(
+        fn char_runs_spell_the_expansion(
             kinds in proptest::collection::vec((0u8..5, 0usize..7), 0..12),
             row in 1u64..6,
         ) {
@@ -1632,7 +1654,13 @@ mod tests {
                 .collect();
             let mut flat = Vec::new();
             flatten(&items, &mut flat);
-            proptest::prop_assert_eq!(char_count(&items, row), expand_chars(&flat, row).len() as u64);
+            let expanded = expand_chars_reference(&flat, row);
+            let runs: Vec<Elem> = char_runs(&flat, row)
+                .into_iter()
+                .flat_map(|(e, n)| std::iter::repeat_n(e, n as usize))
+                .collect();
+            proptest::prop_assert_eq!(&runs, &expanded);
+            proptest::prop_assert_eq!(char_count(&items, row), expanded.len() as u64);
         }
     }
 
