@@ -45,7 +45,8 @@ def nczarr_dataset(path: Path) -> str:
 
 
 def zarr_python_dataset(path: Path) -> str:
-    """A Zarr v2 store written by zarr-python: two arrays, one with several chunks."""
+    """A Zarr v2 store written by zarr-python: two arrays, one with several chunks, with
+    `_ARRAY_DIMENSIONS`."""
     import zarr
 
     root = zarr.open_group(str(path), mode="w", zarr_format=2)
