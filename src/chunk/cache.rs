@@ -9,7 +9,7 @@
 //! fault per page, more than decoding into it, and freeing and allocating chunk-sized buffers
 //! leaves the allocator's arenas holding memory the cache no longer counts.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -70,7 +70,15 @@ impl<T> std::fmt::Debug for ChunkCache<T> {
 pub(crate) type WriteBack<'a, T> = dyn FnMut(&str, &[u8], &T) -> Result<()> + 'a;
 
 /// [`WriteBack`] for dirty entries written back in parallel.
+#[cfg(test)]
 pub(crate) type ParallelWriteBack<'a, T> = dyn Fn(&str, &[u8], &T) -> Result<()> + Sync + 'a;
+
+/// Writes a batch of dirty entries back together (the inner chunks of one shard, stored as
+/// one object), with one result per entry, in order.
+pub(crate) type BatchWriteBack<'a, T> = dyn Fn(&[(&str, &[u8], &T)]) -> Vec<Result<()>> + Sync + 'a;
+
+/// The batch a dirty entry's key belongs to (`None`: written back alone).
+pub(crate) type BatchOf<'a> = dyn for<'k> Fn(&'k str) -> Option<&'k str> + Sync + 'a;
 
 impl<T> Inner<T> {
     /// Adds `buf` to the spare buffers, dropping the oldest ones beyond `limit` bytes.
@@ -217,8 +225,35 @@ impl<T> ChunkCache<T> {
         Ok(())
     }
 
-    /// Writes every dirty entry back in parallel (rayon) and marks the stored ones clean.
-    /// Returns the first failure; entries that failed stay dirty.
+    /// Writes back every dirty entry: [`ChunkCache::flush_batched`] of all, one by one.
+    #[cfg(test)]
+    pub(crate) fn flush(&self, write_back: &ParallelWriteBack<'_, T>) -> Result<()>
+    where
+        T: Send + Sync + Clone,
+    {
+        self.flush_where(&|_| true, write_back)
+    }
+
+    /// [`ChunkCache::flush_batched`] of the dirty entries whose keys `pick` accepts, one by
+    /// one.
+    #[cfg(test)]
+    pub(crate) fn flush_where(
+        &self,
+        pick: &(dyn Fn(&str) -> bool + Sync),
+        write_back: &ParallelWriteBack<'_, T>,
+    ) -> Result<()>
+    where
+        T: Send + Sync + Clone,
+    {
+        self.flush_batched(pick, &|_| None, &|batch| {
+            batch.iter().map(|(k, d, t)| write_back(k, d, t)).collect()
+        })
+    }
+
+    /// Writes back the dirty entries whose keys `pick` accepts, in parallel (rayon), and marks
+    /// the stored ones clean; the entries of one batch (`batch_of`, the inner chunks of one
+    /// shard) are handed to `write_batch` together. Returns the first failure; entries that
+    /// failed stay dirty.
     ///
     /// The lock is not held while storing: a parallel loop must not hold a lock that other
     /// jobs of its thread pool may wait for (a worker waiting for the loop to finish runs
@@ -227,18 +262,11 @@ impl<T> ChunkCache<T> {
     /// evicted meanwhile is stored by the eviction. Callers serialize flushes and writes (the
     /// chunk engine's write lock), so an entry changes meanwhile only by being evicted and
     /// loaded again, which leaves it clean.
-    pub(crate) fn flush(&self, write_back: &ParallelWriteBack<'_, T>) -> Result<()>
-    where
-        T: Send + Sync + Clone,
-    {
-        self.flush_where(&|_| true, write_back)
-    }
-
-    /// [`ChunkCache::flush`] of the dirty entries whose keys `pick` accepts.
-    pub(crate) fn flush_where(
+    pub(crate) fn flush_batched(
         &self,
         pick: &(dyn Fn(&str) -> bool + Sync),
-        write_back: &ParallelWriteBack<'_, T>,
+        batch_of: &BatchOf<'_>,
+        write_batch: &BatchWriteBack<'_, T>,
     ) -> Result<()>
     where
         T: Send + Sync + Clone,
@@ -253,10 +281,39 @@ impl<T> ChunkCache<T> {
                 Some((k.clone(), Arc::clone(&e.data), token.clone()))
             })
             .collect();
-        let stored: Vec<Result<()>> = dirty
+        let mut batches: Vec<Vec<usize>> = Vec::new();
+        let mut batch_at: HashMap<&str, usize> = HashMap::new();
+        for (i, (key, _, _)) in dirty.iter().enumerate() {
+            match batch_of(key) {
+                Some(b) => {
+                    let at = *batch_at.entry(b).or_insert_with(|| {
+                        batches.push(Vec::new());
+                        batches.len() - 1
+                    });
+                    batches[at].push(i);
+                }
+                None => batches.push(vec![i]),
+            }
+        }
+        let results: Vec<Vec<Result<()>>> = batches
             .par_iter()
-            .map(|(k, data, token)| write_back(k, data, token))
+            .map(|batch| {
+                let entries: Vec<(&str, &[u8], &T)> = batch
+                    .iter()
+                    .map(|&i| (dirty[i].0.as_str(), &dirty[i].1[..], &dirty[i].2))
+                    .collect();
+                write_batch(&entries)
+            })
             .collect();
+        let mut stored: Vec<Option<Result<()>>> = dirty.iter().map(|_| None).collect();
+        for (batch, results) in batches.iter().zip(results) {
+            for (&i, result) in batch.iter().zip(results) {
+                stored[i] = Some(result);
+            }
+        }
+        let stored = stored.into_iter().map(|r| {
+            r.unwrap_or_else(|| Err(Error::Invalid("a batch write-back left a chunk out".into())))
+        });
         let mut inner = self.lock();
         let mut first_error = None;
         for ((key, data, _), result) in dirty.iter().zip(stored) {
@@ -383,6 +440,59 @@ mod tests {
 
     fn clean(_: &str, _: &[u8], _: &u32) -> Result<()> {
         panic!("no dirty entry expected")
+    }
+
+    #[test]
+    fn batched_flush_hands_each_batch_over_together() {
+        let c: ChunkCache<u32> = ChunkCache::new(1 << 10);
+        let mut refuse = |_: &str, _: &[u8], _: &u32| -> Result<()> { panic!("no eviction") };
+        for key in ["s#0", "s#1", "s#3", "t#0", "lone", "bad#1", "bad#2"] {
+            c.insert(key, Arc::new(key.as_bytes().to_vec()), Some(7), &mut refuse)
+                .unwrap();
+        }
+        let batches = Mutex::new(Vec::new());
+        fn batch_of(k: &str) -> Option<&str> {
+            k.split_once('#').map(|(b, _)| b)
+        }
+        let result = c.flush_batched(&|k| k != "t#0", &batch_of, &|batch| {
+            let mut keys: Vec<String> = batch.iter().map(|(k, _, _)| k.to_string()).collect();
+            keys.sort();
+            batches.lock().unwrap().push(keys);
+            batch
+                .iter()
+                .map(|(k, d, t)| {
+                    assert_eq!((*d, **t), (k.as_bytes(), 7));
+                    match *k {
+                        "bad#2" => Err(Error::Codec {
+                            codec: "test".into(),
+                            reason: "cannot encode".into(),
+                        }),
+                        _ => Ok(()),
+                    }
+                })
+                .collect()
+        });
+        assert!(matches!(result, Err(Error::Codec { .. })), "{result:?}");
+        let mut batches = batches.into_inner().unwrap();
+        batches.sort();
+        assert_eq!(
+            batches,
+            [
+                vec!["bad#1", "bad#2"],
+                vec!["lone"],
+                vec!["s#0", "s#1", "s#3"]
+            ]
+        );
+        // Stored entries are clean, the unencodable one is dropped, the one not picked is
+        // still dirty: only it is written back by the next flush.
+        assert!(c.get("bad#2").is_none());
+        let left = Mutex::new(Vec::new());
+        c.flush(&|k, _, _| {
+            left.lock().unwrap().push(k.to_string());
+            Ok(())
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(left.into_inner().unwrap(), ["t#0"]);
     }
 
     #[test]

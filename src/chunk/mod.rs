@@ -688,6 +688,41 @@ impl ChunkEngine {
         Ok(plan)
     }
 
+    /// Encodes and stores dirty chunks the cache batched ([`inner_chunk_batch`]): the inner
+    /// chunks of one shard with one rewrite of it, any other chunk alone. One result per
+    /// chunk: one that cannot be encoded fails alone, and the shard is stored without it.
+    fn write_back_batch(&self, batch: &[(&str, &[u8], &Arc<VarPlan>)]) -> Vec<Result<()>> {
+        let sharded = batch
+            .first()
+            .and_then(|(_, _, plan)| plan.v3.as_ref().filter(|c| c.is_sharded()));
+        let (Some(chain), [(first, _, plan), _, ..]) = (sharded, batch) else {
+            return batch
+                .iter()
+                .map(|(k, d, p)| self.write_back(k, d, p))
+                .collect();
+        };
+        let shard_key = match shard::split_inner_key(first) {
+            Ok((shard_key, _)) => shard_key,
+            Err(e) => return vec![Err(e)],
+        };
+        let mut results = Vec::with_capacity(batch.len());
+        let mut encoded = Vec::with_capacity(batch.len());
+        for (key, native, _) in batch {
+            let inner = shard::split_inner_key(key)
+                .and_then(|(_, inner)| Ok((inner, chain.encode_inner(native, &plan.fill)?)));
+            results.push(inner.map(|e| encoded.push(e)));
+        }
+        if let Err(e) = chain.store_shard(self.map.as_ref(), shard_key, &encoded) {
+            let mut failure = Some(e);
+            for r in results.iter_mut().filter(|r| r.is_ok()) {
+                *r = Err(failure.take().unwrap_or_else(|| {
+                    Error::Invalid(format!("shard {shard_key} was not stored"))
+                }));
+            }
+        }
+        results
+    }
+
     /// Encodes and stores one dirty chunk.
     fn write_back(&self, key: &str, data: &[u8], plan: &Arc<VarPlan>) -> Result<()> {
         if let Some(chain) = plan.v3.as_ref().filter(|c| c.is_sharded()) {
@@ -1361,9 +1396,12 @@ impl ChunkEngine {
         } else {
             (Vec::new(), all)
         };
-        direct
-            .par_iter()
-            .try_for_each(|spans| self.store_whole(&plan, &mapping, spans, data))?;
+        match plan.v3.as_ref().filter(|c| c.is_sharded()) {
+            Some(chain) => self.store_whole_shards(&plan, chain, &mapping, &direct, data)?,
+            None => direct
+                .par_iter()
+                .try_for_each(|spans| self.store_whole(&plan, &mapping, spans, data))?,
+        }
         // Chunks already cached are modified where they are (a mount's small writes land in
         // the same chunk many times over); the others are fetched, decoded and modified in
         // parallel, a few at a time so that memory stays bounded, then cached.
@@ -1407,15 +1445,15 @@ impl ChunkEngine {
         // such a stream is done with, are stored together instead, encoded in parallel.
         if self.cache.dirty_bytes() * 2 > self.cache.capacity() {
             self.cache
-                .flush_where(&|k| !touched.contains(k), &|k, d, p| {
-                    self.write_back(k, d, p)
+                .flush_batched(&|k| !touched.contains(k), &inner_chunk_batch, &|batch| {
+                    self.write_back_batch(batch)
                 })?;
         }
         Ok(())
     }
 
     /// Stores the chunk at `spans`, which the write of `data` covers whole, without reading
-    /// it: straight from `data` when it is one block there, else gathered into a new chunk.
+    /// it.
     fn store_whole(
         &self,
         plan: &Arc<VarPlan>,
@@ -1425,33 +1463,51 @@ impl ChunkEngine {
     ) -> Result<()> {
         let coords: Vec<u64> = spans.iter().map(|s| s.chunk).collect();
         let key = plan.chunk_key(&coords);
-        let chunk_bytes = plan.chunk_elems * plan.esize;
-        let gathered;
-        let native = match mapping.whole_block(spans, 0) {
-            Some(at) => &data[at..at + chunk_bytes],
-            None => {
-                // Only an edge chunk has elements outside the array, which hold the fill value.
-                let inside = spans
-                    .iter()
-                    .zip(&plan.chunk_shape)
-                    .all(|(s, &c)| s.k_hi - s.k_lo == c);
-                let mut chunk = if inside {
-                    vec![0; chunk_bytes]
-                } else {
-                    plan.fill_chunk()
-                };
-                mapping.gather(spans, data, &mut chunk);
-                gathered = chunk;
-                &gathered[..]
-            }
-        };
+        let native = whole_chunk(plan, mapping, spans, data);
         // A cached copy is stale now: dropped before the store, so that an eviction cannot
         // write its unflushed values over the new chunk, and after, in case a reader cached
         // the stored chunk in between.
         self.cache.discard(&key);
-        self.write_back(&key, native, plan)?;
+        self.write_back(&key, &native, plan)?;
         self.cache.discard(&key);
         Ok(())
+    }
+
+    /// [`ChunkEngine::store_whole`] of the inner chunks `whole` of a sharded array: each shard
+    /// they fall in is rewritten once with all of its own, in parallel across shards.
+    fn store_whole_shards(
+        &self,
+        plan: &Arc<VarPlan>,
+        chain: &shard::V3Chain,
+        mapping: &Mapping<'_>,
+        whole: &[Vec<Span>],
+        data: &[u8],
+    ) -> Result<()> {
+        let mut shards: HashMap<String, Vec<(String, &[Span])>> = HashMap::new();
+        for spans in whole {
+            let coords: Vec<u64> = spans.iter().map(|s| s.chunk).collect();
+            let key = plan.chunk_key(&coords);
+            let (shard_key, _) = shard::split_inner_key(&key)?;
+            shards
+                .entry(shard_key.to_string())
+                .or_default()
+                .push((key, spans));
+        }
+        shards.par_iter().try_for_each(|(shard_key, inner)| {
+            let natives: Vec<(usize, std::borrow::Cow<'_, [u8]>)> = inner
+                .iter()
+                .map(|(key, spans)| {
+                    let (_, at) = shard::split_inner_key(key)?;
+                    Ok((at, whole_chunk(plan, mapping, spans, data)))
+                })
+                .collect::<Result<_>>()?;
+            let parts: Vec<(usize, &[u8])> = natives.iter().map(|(i, n)| (*i, &n[..])).collect();
+            // As in `store_whole`: no stale cached copy may outlive the store.
+            inner.iter().for_each(|(key, _)| self.cache.discard(key));
+            chain.write_shard(self.map.as_ref(), shard_key, &parts, &plan.fill)?;
+            inner.iter().for_each(|(key, _)| self.cache.discard(key));
+            Ok(())
+        })
     }
 
     /// Whether `var` of `ds`, read through this engine, and `dst_var` of `dst_ds`, written
@@ -1596,7 +1652,10 @@ impl ChunkEngine {
         // Taken outside the pool, as in `write`.
         let _guard = self.write_lock.lock().unwrap_or_else(|e| e.into_inner());
         io_parallel(self.map.concurrent_gets(), || {
-            self.cache.flush(&|k, d, p| self.write_back(k, d, p))
+            self.cache
+                .flush_batched(&|_| true, &inner_chunk_batch, &|batch| {
+                    self.write_back_batch(batch)
+                })
         })
     }
 
@@ -1629,6 +1688,39 @@ impl Drop for ChunkEngine {
             );
         }
     }
+}
+
+/// The shard of an engine key `shard_key#inner` (an inner chunk of a sharded array), which
+/// a flush stores together with the shard's other dirty inner chunks.
+fn inner_chunk_batch(key: &str) -> Option<&str> {
+    let (shard_key, inner) = key.rsplit_once('#')?;
+    (!inner.is_empty() && inner.bytes().all(|b| b.is_ascii_digit())).then_some(shard_key)
+}
+
+/// The native values of the chunk at `spans`, which the write of `data` covers whole:
+/// borrowed from `data` when they are one block there, else gathered into a new chunk.
+fn whole_chunk<'a>(
+    plan: &VarPlan,
+    mapping: &Mapping<'_>,
+    spans: &[Span],
+    data: &'a [u8],
+) -> std::borrow::Cow<'a, [u8]> {
+    let chunk_bytes = plan.chunk_elems * plan.esize;
+    if let Some(at) = mapping.whole_block(spans, 0) {
+        return std::borrow::Cow::Borrowed(&data[at..at + chunk_bytes]);
+    }
+    // Only an edge chunk has elements outside the array, which hold the fill value.
+    let inside = spans
+        .iter()
+        .zip(&plan.chunk_shape)
+        .all(|(s, &c)| s.k_hi - s.k_lo == c);
+    let mut chunk = if inside {
+        vec![0; chunk_bytes]
+    } else {
+        plan.fill_chunk()
+    };
+    mapping.gather(spans, data, &mut chunk);
+    std::borrow::Cow::Owned(chunk)
 }
 
 #[cfg(test)]

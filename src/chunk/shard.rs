@@ -722,9 +722,7 @@ impl V3Chain {
 
     /// Stores the native chunk `native` at engine key `key`: the chunk itself when unsharded,
     /// else a rewrite of its shard (`shard_key#inner`) holding the new inner chunk and the
-    /// other inner chunks as they were. An inner chunk of nothing but `fill` is left out
-    /// (index entry all ones) and a shard left empty is deleted, as zarr-python does by
-    /// default (`write_empty_chunks=False`).
+    /// other inner chunks as they were (see [`V3Chain::write_shard`]).
     pub(crate) fn write_back(
         &self,
         map: &dyn ZMap,
@@ -732,57 +730,75 @@ impl V3Chain {
         native: &[u8],
         fill: &[u8],
     ) -> Result<()> {
-        let Some(sh) = &self.shard else {
+        if self.shard.is_none() {
             return map.put(key, &self.encode(native)?);
-        };
-        let bad_key = || Error::Invalid(format!("not an inner chunk key: {key}"));
-        let (shard_key, inner) = key.rsplit_once('#').ok_or_else(bad_key)?;
-        let inner: usize = inner.parse().map_err(|_| bad_key())?;
-        if inner >= sh.n_inner {
-            return Err(bad_key());
         }
+        let (shard_key, inner) = split_inner_key(key)?;
+        self.write_shard(map, shard_key, &[(inner, native)], fill)
+    }
+
+    /// Rewrites the shard at `shard_key` once with the native inner chunks `chunks` (inner
+    /// chunk number, values) in place of the ones stored: see [`V3Chain::store_shard`].
+    pub(crate) fn write_shard(
+        &self,
+        map: &dyn ZMap,
+        shard_key: &str,
+        chunks: &[(usize, &[u8])],
+        fill: &[u8],
+    ) -> Result<()> {
+        let encoded = chunks
+            .iter()
+            .map(|&(inner, native)| Ok((inner, self.encode_inner(native, fill)?)))
+            .collect::<Result<Vec<_>>>()?;
+        self.store_shard(map, shard_key, &encoded)
+    }
+
+    /// One native inner chunk encoded for its shard; `None` when it holds nothing but `fill`,
+    /// which a shard leaves out.
+    pub(crate) fn encode_inner(&self, native: &[u8], fill: &[u8]) -> Result<Option<Vec<u8>>> {
         let empty = !fill.is_empty() && native.chunks(fill.len()).all(|e| e == fill);
-        let encoded = if empty {
-            None
-        } else {
-            Some(self.encode(native)?)
+        (!empty).then(|| self.encode(native)).transpose()
+    }
+
+    /// Rewrites the shard at `shard_key` once with the encoded inner chunks `encoded` (inner
+    /// chunk number, bytes or `None` for fill) in place of the ones stored, keeping the others
+    /// as they were: a write that covers many inner chunks of a shard stores it once, not once
+    /// per inner chunk. Fill is left out of the shard (index entry all ones) and a shard left
+    /// empty is deleted, as zarr-python does by default (`write_empty_chunks=False`).
+    pub(crate) fn store_shard(
+        &self,
+        map: &dyn ZMap,
+        shard_key: &str,
+        encoded: &[(usize, Option<Vec<u8>>)],
+    ) -> Result<()> {
+        let Some(sh) = &self.shard else {
+            return Err(Error::Invalid(format!("{shard_key} is not a shard")));
         };
+        if let Some((inner, _)) = encoded.iter().find(|(i, _)| *i >= sh.n_inner) {
+            return Err(Error::Invalid(format!(
+                "inner chunk {inner} of {shard_key}: a shard holds {}",
+                sh.n_inner
+            )));
+        }
+        // A shard rewritten whole keeps nothing of the old one, which need not be read.
+        let mut given = vec![false; sh.n_inner];
+        for (inner, _) in encoded {
+            given[*inner] = true;
+        }
+        let whole = given.iter().all(|g| *g);
         let _turn = sh.rewrite.write().unwrap_or_else(|e| e.into_inner());
-        let old = map.get(shard_key)?;
+        let old = if whole { None } else { map.get(shard_key)? };
         let mut parts: Vec<Option<&[u8]>> = vec![None; sh.n_inner];
         if let Some(raw) = &old {
-            let bad = |reason: String| Error::BadChunk {
-                key: shard_key.to_string(),
-                reason,
-            };
-            let n = usize::try_from(sh.index_len).map_err(|_| bad("index too large".into()))?;
-            if raw.len() < n {
-                return Err(bad(format!("shard of {} bytes has no index", raw.len())));
-            }
-            let index = if sh.index_at_end {
-                &raw[raw.len() - n..]
-            } else {
-                &raw[..n]
-            };
-            let words = sh
-                .decode_index(index.to_vec())
-                .map_err(|e| bad(format!("shard index: {e}")))?;
-            for (slot, pair) in parts.iter_mut().zip(words.chunks_exact(2)) {
-                let (offset, nbytes) = (pair[0], pair[1]);
-                if offset == u64::MAX && nbytes == u64::MAX {
-                    continue;
-                }
-                let part = usize::try_from(offset)
-                    .ok()
-                    .zip(usize::try_from(nbytes).ok())
-                    .and_then(|(o, len)| raw.get(o..o.checked_add(len)?))
-                    .ok_or_else(|| bad(format!("inner chunk at {offset}+{nbytes} is outside")))?;
-                *slot = Some(part);
-            }
+            sh.split(shard_key, raw, &mut parts)?;
         }
-        parts[inner] = encoded.as_deref();
+        for (inner, bytes) in encoded {
+            parts[*inner] = bytes.as_deref();
+        }
         let index = if parts.iter().all(Option::is_none) {
-            if old.is_some() {
+            // A whole rewrite did not look whether there was a shard; deleting an absent
+            // object is no error in any map.
+            if old.is_some() || whole {
                 map.delete(shard_key)?;
             }
             None
@@ -799,7 +815,53 @@ impl V3Chain {
     }
 }
 
+/// The shard key and inner chunk number of an engine key `shard_key#inner`.
+pub(crate) fn split_inner_key(key: &str) -> Result<(&str, usize)> {
+    let bad_key = || Error::Invalid(format!("not an inner chunk key: {key}"));
+    let (shard_key, inner) = key.rsplit_once('#').ok_or_else(bad_key)?;
+    Ok((shard_key, inner.parse().map_err(|_| bad_key())?))
+}
+
 impl Sharding {
+    /// Fills `parts` with the inner chunks of the stored shard `raw` (left `None` where the
+    /// index says missing).
+    fn split<'a>(
+        &self,
+        shard_key: &str,
+        raw: &'a [u8],
+        parts: &mut [Option<&'a [u8]>],
+    ) -> Result<()> {
+        let bad = |reason: String| Error::BadChunk {
+            key: shard_key.to_string(),
+            reason,
+        };
+        let n = usize::try_from(self.index_len).map_err(|_| bad("index too large".into()))?;
+        if raw.len() < n {
+            return Err(bad(format!("shard of {} bytes has no index", raw.len())));
+        }
+        let index = if self.index_at_end {
+            &raw[raw.len() - n..]
+        } else {
+            &raw[..n]
+        };
+        let words = self
+            .decode_index(index.to_vec())
+            .map_err(|e| bad(format!("shard index: {e}")))?;
+        for (slot, pair) in parts.iter_mut().zip(words.chunks_exact(2)) {
+            let (offset, nbytes) = (pair[0], pair[1]);
+            if offset == u64::MAX && nbytes == u64::MAX {
+                continue;
+            }
+            let part = usize::try_from(offset)
+                .ok()
+                .zip(usize::try_from(nbytes).ok())
+                .and_then(|(o, len)| raw.get(o..o.checked_add(len)?))
+                .ok_or_else(|| bad(format!("inner chunk at {offset}+{nbytes} is outside")))?;
+            *slot = Some(part);
+        }
+        Ok(())
+    }
+
     /// A shard of the inner chunks `parts` (C order; `None`: missing), with its index at the
     /// configured end, and the index's (offset, length) words.
     fn assemble(&self, parts: &[Option<&[u8]>]) -> Result<(Vec<u8>, Vec<u64>)> {
@@ -915,11 +977,14 @@ mod tests {
     use crate::meta::read_dataset;
     use crate::zmap::MemoryMap;
 
-    /// A map that records every ranged read, to check that sharded reads are partial.
+    /// A map that records every read (ranged or not) and every store, to check that sharded
+    /// reads are partial and sharded writes store each shard once; read-only unless
+    /// `writable`.
     #[derive(Debug)]
     struct Counting {
         inner: MemoryMap,
         log: Mutex<Vec<String>>,
+        writable: bool,
     }
 
     impl ZMap for Counting {
@@ -939,16 +1004,18 @@ mod tests {
             self.inner.get_suffix(key, len)
         }
         fn put(&self, key: &str, value: &[u8]) -> Result<()> {
+            self.log.lock().unwrap().push(format!("put {key}"));
             self.inner.put(key, value)
         }
         fn delete(&self, key: &str) -> Result<()> {
+            self.log.lock().unwrap().push(format!("delete {key}"));
             self.inner.delete(key)
         }
         fn search(&self, prefix: &str) -> Result<Vec<String>> {
             self.inner.search(prefix)
         }
         fn read_only(&self) -> bool {
-            true
+            !self.writable
         }
         fn describe(&self) -> String {
             "counting".into()
@@ -1010,6 +1077,7 @@ mod tests {
         Counting {
             inner: map,
             log: Mutex::new(Vec::new()),
+            writable: false,
         }
     }
 
@@ -1310,6 +1378,83 @@ mod tests {
         let var = ds.find_var("a").unwrap();
         let data: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
         engine.write(ds, var, &slab, &data).unwrap();
+    }
+
+    #[test]
+    fn a_write_stores_each_shard_it_covers_once() {
+        let mut store = sharded_store(true);
+        store.writable = true;
+        let map = Arc::new(store);
+        let ds = read_dataset(map.as_ref(), &Mode::default()).unwrap();
+        // No room in the cache: whole inner chunks go straight to storage.
+        let engine = ChunkEngine::new(Arc::clone(&map) as Arc<dyn ZMap>, 0);
+        let shard_ops = || -> Vec<String> {
+            let ops = std::mem::take(&mut *map.log.lock().unwrap());
+            ops.into_iter()
+                .filter(|op| op.ends_with("a/c/0/0"))
+                .collect()
+        };
+        shard_ops();
+        // Rows 0-1 cover inner chunks (0,0) and (0,1): the old shard is read once for the
+        // other two, and the new one stored once.
+        let rows: Vec<i32> = (100..108).collect();
+        let slab = Hyperslab {
+            start: vec![0, 0],
+            count: vec![2, 4],
+            stride: vec![1, 1],
+        };
+        write_i32(&engine, &ds, slab, &rows);
+        assert_eq!(shard_ops(), ["get a/c/0/0", "put a/c/0/0"]);
+        let mut expect: Vec<i32> = (0..16)
+            .map(|k| if k / 4 >= 2 && k % 4 < 2 { -1 } else { k })
+            .collect();
+        expect[..8].copy_from_slice(&rows);
+        let fresh = ChunkEngine::new(Arc::clone(&map) as Arc<dyn ZMap>, 0);
+        assert_eq!(read_i32(&fresh, &ds, Hyperslab::whole(&[4, 4])), expect);
+        // The whole array: every inner chunk is new, so the old shard is not even read.
+        let all: Vec<i32> = (200..216).collect();
+        write_i32(&engine, &ds, Hyperslab::whole(&[4, 4]), &all);
+        assert_eq!(shard_ops(), ["put a/c/0/0"]);
+        let fresh = ChunkEngine::new(Arc::clone(&map) as Arc<dyn ZMap>, 0);
+        assert_eq!(read_i32(&fresh, &ds, Hyperslab::whole(&[4, 4])), all);
+        // Nothing but fill: the shard goes.
+        write_i32(&engine, &ds, Hyperslab::whole(&[4, 4]), &[-1; 16]);
+        assert_eq!(shard_ops(), ["delete a/c/0/0"]);
+        assert_eq!(map.inner.get("a/c/0/0").unwrap(), None);
+    }
+
+    #[test]
+    fn a_flush_stores_each_shard_once_however_many_inner_chunks_changed() {
+        let mut store = sharded_store(true);
+        store.writable = true;
+        let map = Arc::new(store);
+        let ds = read_dataset(map.as_ref(), &Mode::default()).unwrap();
+        // Room in the cache: element writes stay there until the flush.
+        let engine = ChunkEngine::new(Arc::clone(&map) as Arc<dyn ZMap>, 1 << 20);
+        let shard_ops = || -> Vec<String> {
+            let ops = std::mem::take(&mut *map.log.lock().unwrap());
+            ops.into_iter()
+                .filter(|op| op.starts_with("put") || op.starts_with("get"))
+                .collect()
+        };
+        let element = |i: u64, j: u64| Hyperslab {
+            start: vec![i, j],
+            count: vec![1, 1],
+            stride: vec![1, 1],
+        };
+        // One element in each of three inner chunks, the missing (1,0) among them.
+        for (i, j, v) in [(0, 0, 50), (2, 1, 51), (3, 3, 52)] {
+            write_i32(&engine, &ds, element(i, j), &[v]);
+        }
+        shard_ops();
+        engine.flush().unwrap();
+        assert_eq!(shard_ops(), ["get a/c/0/0", "put a/c/0/0"]);
+        let mut expect: Vec<i32> = (0..16)
+            .map(|k| if k / 4 >= 2 && k % 4 < 2 { -1 } else { k })
+            .collect();
+        (expect[0], expect[9], expect[15]) = (50, 51, 52);
+        let fresh = ChunkEngine::new(Arc::clone(&map) as Arc<dyn ZMap>, 0);
+        assert_eq!(read_i32(&fresh, &ds, Hyperslab::whole(&[4, 4])), expect);
     }
 
     #[test]
