@@ -8,6 +8,8 @@
 - Every CDL fixture generated as v3 dumps as the v2 generation does, and opens in zarr-python.
 - Variable-length strings longer than netcdf-c's 128-byte default, written by zarr-python 3
   (plain and sharded), come back whole.
+- `copy --shards` writes shards that zarr-python 3 reads with the shard and chunk shapes asked
+  for and the HDF5 twin's values; the copy dumps as the original and goes back to v2 unchanged.
 """
 
 from __future__ import annotations
@@ -67,6 +69,26 @@ def _as_netcdf_values(array: np.ndarray, like: np.ndarray) -> np.ndarray:
     return array
 
 
+def _check_zarr_values(root: zarr.Group, hpath: str, what: str) -> list[zarr.Array]:
+    """zarr-python reads every array of `root` with the values and dimension names of the
+    HDF5 twin at `hpath`, as netCDF4-python reads them; returns the arrays."""
+    arrays = []
+    with netCDF4.Dataset(hpath) as nc:
+        expected = dict(twins.walk_variables(nc))
+        seen = set()
+        for path, arr in _zarr_arrays(root):
+            name = "/" + path
+            var = expected[name]
+            want = twins.read_values(var)
+            got = _as_netcdf_values(np.asarray(arr[...]), want)
+            assert twins.same_values(got.reshape(want.shape), want), f"{what}: {name}"
+            assert tuple(arr.metadata.dimension_names or ()) == var.dimensions, name
+            seen.add(name)
+            arrays.append(arr)
+        assert seen == set(expected), f"{what}: arrays {seen} != {set(expected)}"
+    return arrays
+
+
 @pytest.mark.parametrize("index", range(COUNT))
 def test_twins_copied_to_v3_and_back(nczarrfs, tmp_path, index):
     seed = SEED + 7919 * (index + 1)
@@ -84,18 +106,9 @@ def test_twins_copied_to_v3_and_back(nczarrfs, tmp_path, index):
     # zarr-python 3 and xarray see the HDF5 twin's values and dimension names.
     root = zarr.open_group(str(v3), mode="r")
     assert root.metadata.zarr_format == 3
+    _check_zarr_values(root, hpath, f"seed {seed}")
     with netCDF4.Dataset(hpath) as nc:
         expected = dict(twins.walk_variables(nc))
-        seen = set()
-        for path, arr in _zarr_arrays(root):
-            name = "/" + path
-            var = expected[name]
-            want = twins.read_values(var)
-            got = _as_netcdf_values(np.asarray(arr[...]), want)
-            assert twins.same_values(got.reshape(want.shape), want), f"seed {seed}: {name}"
-            assert tuple(arr.metadata.dimension_names or ()) == var.dimensions, name
-            seen.add(name)
-        assert seen == set(expected), f"seed {seed}: arrays {seen} != {set(expected)}"
         groups = [""] + [p for p, n in root.members(max_depth=None) if isinstance(n, zarr.Group)]
         for g in groups:
             ds = xr.open_zarr(
@@ -167,3 +180,74 @@ def test_long_vlen_strings_read_whole(nczarrfs, tmp_path, sharded):
     assert text == list(values)
     dump = _dump(nczarrfs, store)
     assert "é" * 200 + "|end" in dump
+
+
+@pytest.mark.parametrize("index", range(COUNT // 3))
+def test_twins_copied_to_sharded_v3(nczarrfs, tmp_path, index):
+    """Every dimension is chunked in about quarters and sharded in about halves (rounded up
+    to whole chunks), so most arrays have several shards, some a partial last one."""
+    seed = SEED + 104729 * (index + 1)
+    print(f"seed {seed}")
+    zpath, hpath, _ = twins.write_twins(str(tmp_path), f"sh{index}", seed)
+    with netCDF4.Dataset(hpath) as nc:
+        dims = {}
+
+        def collect(g):
+            for d in g.dimensions.values():
+                dims[d.name] = max(dims.get(d.name, 0), len(d))
+            for sub in g.groups.values():
+                collect(sub)
+
+        collect(nc)
+    chunks = ",".join(f"{d}/{max(1, n // 4)}" for d, n in sorted(dims.items()))
+    spec = ",".join(f"{d}/{max(1, n // 2 + 1)}" for d, n in sorted(dims.items()))
+    v3, back = tmp_path / "v3.zarr", tmp_path / "back.file"
+    args = ["copy", zpath, str(v3), "-k", "nczarr,v3"]
+    if dims:
+        args += ["--chunks", chunks, "--shards", spec]
+    _ok(nczarrfs(*args), f"seed {seed}: copy {spec}")
+    original = _dump(nczarrfs, zpath)
+    assert _dump(nczarrfs, v3) == original, f"seed {seed}: sharded dump differs"
+    _ok(nczarrfs("copy", str(v3), str(back), "-k", "nczarr,v2"), f"seed {seed}: copy back")
+    assert _dump(nczarrfs, back) == original, f"seed {seed}: v2 round trip differs"
+    arrays = _check_zarr_values(zarr.open_group(str(v3), mode="r"), hpath, f"seed {seed}")
+    sharded = [arr for arr in arrays if arr.shards is not None]
+    for arr in sharded:
+        assert all(s % c == 0 for s, c in zip(arr.shards, arr.chunks)), arr.path
+    print(f"{len(sharded)} of {len(arrays)} arrays sharded")
+
+
+def test_copy_shards_as_asked(nczarrfs, tmp_path):
+    src = tmp_path / "src.file"
+    values = np.arange(10 * 12, dtype="f8").reshape(10, 12) / 7
+    with netCDF4.Dataset(f"file://{src}#mode=nczarr,file", "w") as nc:
+        nc.createDimension("y", 10)
+        nc.createDimension("x", 12)
+        v = nc.createVariable("v", "f8", ("y", "x"), chunksizes=(2, 3), zlib=True)
+        v[:] = values
+        w = nc.createVariable("w", "i4", ("x",), chunksizes=(4,))
+        w[:] = np.arange(12, dtype="i4")
+    out = tmp_path / "out.zarr"
+    _ok(nczarrfs("copy", str(src), str(out), "-k", "zarr,v3", "--shards", "v:4,6",
+                 "--shards", "x/5"), "copy")
+    root = zarr.open_group(str(out), mode="r")
+    v, w = root["v"], root["w"]
+    assert (v.shards, v.chunks) == ((4, 6), (2, 3))
+    # x/5 is rounded up to whole chunks of w (4): 8.
+    assert (w.shards, w.chunks) == ((8,), (4,))
+    assert np.array_equal(v[...], values)
+    assert np.array_equal(w[...], np.arange(12))
+    # One object per shard: ceil(10/4) x ceil(12/6) and ceil(12/8).
+    assert len([p for p in (out / "v" / "c").rglob("*") if p.is_file()]) == 3 * 2
+    assert len([p for p in (out / "w" / "c").rglob("*") if p.is_file()]) == 2
+    # What cannot be sharded is refused, naming why, and nothing is left behind.
+    for args, message in [
+        (["-k", "zarr,v2", "--shards", "v:4,6"], "Zarr v3 target"),
+        (["-k", "zarr,v3", "--shards", "v:5,6"], "not a multiple of its chunk length 2"),
+        (["-k", "zarr,v3", "--shards", "v:4"], "does not fit 2 dimension(s)"),
+        (["-k", "zarr,v3", "--shards", "nope/4"], "no dimension named nope"),
+    ]:
+        bad = tmp_path / "bad.zarr"
+        res = nczarrfs("copy", str(src), str(bad), *args)
+        assert res.returncode != 0 and message in res.stderr.decode(), (args, res.stderr)
+        assert not bad.exists()

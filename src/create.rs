@@ -793,9 +793,14 @@ impl DatasetWriter {
             default_chunks(&dims, dtype.size)
         };
         // The engine encodes with the Zarr v2 spelling of a chain (the same bytes); the v3
-        // metadata writer spells it the v3 way.
+        // metadata writer spells it the v3 way. A sharded chain stays sharded on Zarr v3,
+        // around the inner chain spelled again for this variable's stored type.
         if let CodecSpec::V3(list) = &v.storage.codecs {
-            v.storage.codecs = Codecs::from_chain(writer_v3::codecs_v2(list)?).spec();
+            let flat = Codecs::from_chain(writer_v3::codecs_v2(list)?).spec();
+            v.storage.codecs = match writer_v3::shard_chunk_shape(list).filter(|_| v3) {
+                Some(inner) => writer_v3::sharded(&flat, &dtype, &inner)?,
+                None => flat,
+            };
         }
         if v.dims.is_empty() && v.storage.codecs != CodecSpec::default() {
             // As netcdf-c, which stores scalars uncompressed (and cannot open some

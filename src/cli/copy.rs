@@ -58,6 +58,12 @@ pub struct CopyArgs {
     /// Chunk key separator of the target: `.` (default) or `/`.
     #[arg(long, value_name = "SEP", default_value = ".")]
     pub dimension_separator: char,
+    /// Shards of a Zarr v3 target (`-k v3`), in the forms of `--chunks`: `dim/n` (rounded up
+    /// to whole chunks of each variable) or `var:n,m` (multiples of its chunk lengths). One
+    /// object per shard holds its chunks and an index, as zarr-python's `shards=`. Along
+    /// other dimensions a shard is one chunk. May be repeated.
+    #[arg(long = "shards", value_name = "SPEC")]
+    pub shards: Vec<String>,
 }
 
 /// Runs `copy`.
@@ -102,8 +108,83 @@ pub fn run(args: CopyArgs) -> Result<i32> {
             }
         }
     }
+    if !args.shards.is_empty() {
+        if opts.zarr_version != 3 {
+            return Err(Error::Invalid(
+                "--shards needs a Zarr v3 target (-k v3): Zarr v2 has no shards".to_string(),
+            ));
+        }
+        shard_model(&mut model, &args.shards)?;
+    }
     copy_dataset(&src, model, &dst, opts)?;
     Ok(0)
+}
+
+/// Groups the chunks of the variables that `specs` (`--shards`) name into shards: their
+/// chunk grid becomes the shard grid and their chain one `sharding_indexed` codec around the
+/// chain their chunks had.
+fn shard_model(ds: &mut Dataset, specs: &[String]) -> Result<()> {
+    let sharding = parse_chunk_specs("--shards", specs)?;
+    check_spec_names("--shards", ds, &sharding)?;
+    for i in 0..ds.vars.len() {
+        let id = VarId(i);
+        let v = ds.var(id);
+        if v.dims.is_empty() {
+            continue;
+        }
+        let chunks = v.storage.chunks.clone();
+        let mut shards = chunks.clone();
+        for spec in &sharding {
+            match spec {
+                ChunkSpec::Var(name, s) if ds.find_var(name) == Some(id) => {
+                    if s.len() != v.dims.len() {
+                        return Err(Error::Invalid(format!(
+                            "--shards {name}: {s:?} does not fit {} dimension(s)",
+                            v.dims.len()
+                        )));
+                    }
+                    shards = s.clone();
+                }
+                ChunkSpec::Var(..) => {}
+                ChunkSpec::Dim(name, n) => {
+                    for (k, d) in v.dims.iter().enumerate() {
+                        let dim = ds.dim(*d);
+                        if dim.name == *name || ds.dim_fqn(*d) == *name {
+                            // A whole number of chunks (one dimension's length serves
+                            // variables chunked differently), and beyond a fixed
+                            // dimension, as few as cover it.
+                            let mut n = n.div_ceil(chunks[k]) * chunks[k];
+                            if !dim.unlimited {
+                                n = n.min(dim.len.max(1).div_ceil(chunks[k]) * chunks[k]);
+                            }
+                            shards[k] = n;
+                        }
+                    }
+                }
+            }
+        }
+        if shards == chunks {
+            continue;
+        }
+        let fqn = ds.var_fqn(id);
+        for (k, (&s, &c)) in shards.iter().zip(&chunks).enumerate() {
+            if s % c != 0 {
+                let dim = ds.dim_fqn(v.dims[k]);
+                return Err(Error::Invalid(format!(
+                    "--shards: {fqn} would have shards of {s} along {dim}, not a multiple of \
+                     its chunk length {c}"
+                )));
+            }
+        }
+        // The writer spells the inner chain again for the stored type (its byte order).
+        let dtype = meta::writer_v3::v3_dtype(v.nctype, v.string_width, false);
+        let codecs = meta::writer_v3::sharded(&v.storage.codecs, &dtype, &chunks)
+            .map_err(|e| Error::Unsupported(format!("--shards: {fqn}: {e}")))?;
+        let st = &mut ds.vars[i].storage;
+        st.codecs = codecs;
+        st.chunks = shards;
+    }
+    Ok(())
 }
 
 /// The codecs netcdf-c's NCZarr has filters for (its own plugins and those it bundles).
@@ -175,23 +256,8 @@ fn check_netcdf_names(ds: &Dataset) -> Result<()> {
 /// The target's model: the source's, with storage reset to what the target asks for.
 fn target_model(src: &Dataset, codecs: Option<&Codecs>, specs: &[String]) -> Result<Dataset> {
     let mut ds = src.clone();
-    let chunking = parse_chunk_specs(specs)?;
-    // As nccopy: a name that matches nothing is an error, not a silent no-op.
-    for spec in &chunking {
-        let found = match spec {
-            ChunkSpec::Var(name, _) => src.find_var(name).is_some(),
-            ChunkSpec::Dim(name, _) => (0..src.dims.len())
-                .map(DimId)
-                .any(|d| src.dim(d).name == *name || src.dim_fqn(d) == *name),
-        };
-        if !found {
-            let (what, name) = match spec {
-                ChunkSpec::Var(name, _) => ("variable", name),
-                ChunkSpec::Dim(name, _) => ("dimension", name),
-            };
-            return Err(Error::NotFound(format!("--chunks: no {what} named {name}")));
-        }
-    }
+    let chunking = parse_chunk_specs("--chunks", specs)?;
+    check_spec_names("--chunks", src, &chunking)?;
     for i in 0..ds.vars.len() {
         let id = VarId(i);
         let fqn = src.var_fqn(id);
@@ -287,32 +353,66 @@ enum ChunkSpec {
     Dim(String, u64),
 }
 
-fn parse_chunk_specs(specs: &[String]) -> Result<Vec<ChunkSpec>> {
+/// As nccopy: a name in `option`'s specs that matches nothing is an error, not a silent
+/// no-op.
+fn check_spec_names(option: &str, ds: &Dataset, specs: &[ChunkSpec]) -> Result<()> {
+    for spec in specs {
+        let found = match spec {
+            ChunkSpec::Var(name, _) => ds.find_var(name).is_some(),
+            ChunkSpec::Dim(name, _) => (0..ds.dims.len())
+                .map(DimId)
+                .any(|d| ds.dim(d).name == *name || ds.dim_fqn(d) == *name),
+        };
+        if !found {
+            let (what, name) = match spec {
+                ChunkSpec::Var(name, _) => ("variable", name),
+                ChunkSpec::Dim(name, _) => ("dimension", name),
+            };
+            return Err(Error::NotFound(format!("{option}: no {what} named {name}")));
+        }
+    }
+    Ok(())
+}
+
+/// The items of `option` (`--chunks` or `--shards`), in nccopy's `-c` forms. An item is the
+/// variable form `var:n,m` when a list of lengths follows its last `:`; otherwise it is a list
+/// of `dim/n`, so that names holding `:` (which netCDF allows) work in either form.
+fn parse_chunk_specs(option: &str, specs: &[String]) -> Result<Vec<ChunkSpec>> {
+    let lengths = |list: &str| -> Option<Vec<u64>> {
+        list.split(',')
+            .map(|n| n.trim().parse::<u64>().ok().filter(|n| *n > 0))
+            .collect()
+    };
     let mut out = Vec::new();
     for spec in specs {
         let bad = || {
             Error::Invalid(format!(
-                "invalid --chunks {spec:?} (forms: dim/n,dim2/m or var:n,m)"
+                "invalid {option} {spec:?} (forms: dim/n,dim2/m or var:n,m)"
             ))
         };
-        if let Some((var, list)) = spec.split_once(':') {
-            let sizes = list
-                .split(',')
-                .map(|n| n.trim().parse::<u64>().ok().filter(|n| *n > 0))
-                .collect::<Option<Vec<u64>>>()
-                .ok_or_else(bad)?;
+        let var_form = spec
+            .rsplit_once(':')
+            .and_then(|(var, list)| Some((var, lengths(list)?)));
+        if let Some((var, sizes)) = var_form {
             out.push(ChunkSpec::Var(var.trim().to_string(), sizes));
-        } else {
-            for item in spec.split(',').filter(|s| !s.trim().is_empty()) {
-                let (dim, n) = item.rsplit_once('/').ok_or_else(bad)?;
-                let n = n
-                    .trim()
-                    .parse::<u64>()
-                    .ok()
-                    .filter(|n| *n > 0)
-                    .ok_or_else(bad)?;
-                out.push(ChunkSpec::Dim(dim.trim().to_string(), n));
-            }
+            continue;
+        }
+        if spec
+            .rsplit_once(':')
+            .is_some_and(|(_, list)| !list.contains('/'))
+        {
+            // `var:` and a list that is not lengths: a bad variable form, not a dimension.
+            return Err(bad());
+        }
+        for item in spec.split(',').filter(|s| !s.trim().is_empty()) {
+            let (dim, n) = item.rsplit_once('/').ok_or_else(bad)?;
+            let n = n
+                .trim()
+                .parse::<u64>()
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(bad)?;
+            out.push(ChunkSpec::Dim(dim.trim().to_string(), n));
         }
     }
     Ok(out)
@@ -723,7 +823,7 @@ mod tests {
 
     #[test]
     fn chunk_specs_in_nccopy_forms() {
-        let s = parse_chunk_specs(&["time/1,lat/10".into(), "v:2,3".into()]).unwrap();
+        let s = parse_chunk_specs("--chunks", &["time/1,lat/10".into(), "v:2,3".into()]).unwrap();
         assert_eq!(
             s,
             vec![
@@ -732,8 +832,20 @@ mod tests {
                 ChunkSpec::Var("v".into(), vec![2, 3]),
             ]
         );
-        assert!(parse_chunk_specs(&["lat".into()]).is_err());
-        assert!(parse_chunk_specs(&["v:0".into()]).is_err());
+        assert!(parse_chunk_specs("--chunks", &["lat".into()]).is_err());
+        assert!(parse_chunk_specs("--chunks", &["v:0".into()]).is_err());
+        assert!(parse_chunk_specs("--chunks", &["v:2,x".into()]).is_err());
+        // Names may hold `:`.
+        let s =
+            parse_chunk_specs("--shards", &["time:count/3,x/2".into(), "a:b:4,5".into()]).unwrap();
+        assert_eq!(
+            s,
+            vec![
+                ChunkSpec::Dim("time:count".into(), 3),
+                ChunkSpec::Dim("x".into(), 2),
+                ChunkSpec::Var("a:b".into(), vec![4, 5]),
+            ]
+        );
     }
 
     #[test]

@@ -284,6 +284,41 @@ fn codec_to_v3(c: &Value, esize: usize) -> Result<Value> {
     })
 }
 
+/// The chain of an array stored in shards whose inner chunks have `inner_chunks` and are
+/// encoded with `spec`: one `sharding_indexed` codec, its index at the end of each shard and
+/// checksummed with `crc32c`, as zarr-python 3 writes with `shards=`.
+pub fn sharded(spec: &CodecSpec, dtype: &ZarrDtype, inner_chunks: &[u64]) -> Result<CodecSpec> {
+    Ok(CodecSpec::V3(vec![json!({
+        "name": "sharding_indexed",
+        "configuration": {
+            "chunk_shape": inner_chunks,
+            "codecs": codecs_v3(spec, dtype)?,
+            "index_codecs": [
+                {"name": "bytes", "configuration": {"endian": "little"}},
+                {"name": "crc32c"},
+            ],
+            "index_location": "end",
+        },
+    })]))
+}
+
+/// The inner chunk shape of a chain that is one `sharding_indexed` codec, as [`sharded`]
+/// makes it; `None` for any other chain.
+pub fn shard_chunk_shape(list: &[Value]) -> Option<Vec<u64>> {
+    let [codec] = list else {
+        return None;
+    };
+    if codec.get("name").and_then(Value::as_str) != Some("sharding_indexed") {
+        return None;
+    }
+    codec
+        .pointer("/configuration/chunk_shape")?
+        .as_array()?
+        .iter()
+        .map(Value::as_u64)
+        .collect()
+}
+
 /// A Zarr v3 codec list as an equivalent Zarr v2 chain of numcodecs objects, in encoding
 /// order. `bytes`, `transpose` and the variable-length codecs describe the element layout
 /// (which a writer chooses anew), so they are dropped; `sharding_indexed` contributes its
