@@ -240,6 +240,18 @@ def test_copy_shards_as_asked(nczarrfs, tmp_path):
     # One object per shard: ceil(10/4) x ceil(12/6) and ceil(12/8).
     assert len([p for p in (out / "v" / "c").rglob("*") if p.is_file()]) == 3 * 2
     assert len([p for p in (out / "w" / "c").rglob("*") if p.is_file()]) == 2
+    # A copy to v3 keeps the shards, unless the chunks change or --shards says otherwise.
+    for extra, shards, chunks in [
+        ([], (4, 6), (2, 3)),
+        (["--shards", "v:8,12"], (8, 12), (2, 3)),
+        (["--shards", "v:2,3"], None, (2, 3)),
+        (["-c", "v:5,4"], None, (5, 4)),
+    ]:
+        again = tmp_path / f"again{len(extra)}{extra[-1] if extra else ''}.zarr"
+        _ok(nczarrfs("copy", str(out), str(again), "-k", "zarr,v3", *extra), f"copy {extra}")
+        a = zarr.open_array(str(again / "v"), mode="r")
+        assert (a.shards, a.chunks) == (shards, chunks), extra
+        assert np.array_equal(a[...], values), extra
     # What cannot be sharded is refused, naming why, and nothing is left behind.
     for args, message in [
         (["-k", "zarr,v2", "--shards", "v:4,6"], "Zarr v3 target"),

@@ -97,7 +97,12 @@ pub fn run(args: CopyArgs) -> Result<i32> {
             "deflate level {d} is not between 0 and 9"
         )));
     }
-    let mut model = target_model(&src.model, codecs.as_ref(), &args.chunks)?;
+    let mut model = target_model(
+        &src.model,
+        codecs.as_ref(),
+        &args.chunks,
+        opts.zarr_version == 3,
+    )?;
     if opts.dialect == meta::writer::Dialect::NcZarr {
         check_netcdf_names(&model)?;
         if codecs.is_none() {
@@ -132,8 +137,15 @@ fn shard_model(ds: &mut Dataset, specs: &[String]) -> Result<()> {
         if v.dims.is_empty() {
             continue;
         }
-        let chunks = v.storage.chunks.clone();
-        let mut shards = chunks.clone();
+        // A variable that keeps its source's shards: its chunks are the inner ones.
+        let (chunks, chain) = match &v.storage.codecs {
+            CodecSpec::V3(list) => match meta::writer_v3::shard_chunk_shape(list) {
+                Some(inner) => (inner, flat_chain(list, &ds.var_fqn(id))?),
+                None => (v.storage.chunks.clone(), v.storage.codecs.clone()),
+            },
+            CodecSpec::V2 { .. } => (v.storage.chunks.clone(), v.storage.codecs.clone()),
+        };
+        let mut shards = v.storage.chunks.clone();
         for spec in &sharding {
             match spec {
                 ChunkSpec::Var(name, s) if ds.find_var(name) == Some(id) => {
@@ -164,6 +176,9 @@ fn shard_model(ds: &mut Dataset, specs: &[String]) -> Result<()> {
             }
         }
         if shards == chunks {
+            let st = &mut ds.vars[i].storage;
+            st.codecs = chain;
+            st.chunks = chunks;
             continue;
         }
         let fqn = ds.var_fqn(id);
@@ -178,7 +193,7 @@ fn shard_model(ds: &mut Dataset, specs: &[String]) -> Result<()> {
         }
         // The writer spells the inner chain again for the stored type (its byte order).
         let dtype = meta::writer_v3::v3_dtype(v.nctype, v.string_width, false);
-        let codecs = meta::writer_v3::sharded(&v.storage.codecs, &dtype, &chunks)
+        let codecs = meta::writer_v3::sharded(&chain, &dtype, &chunks)
             .map_err(|e| Error::Unsupported(format!("--shards: {fqn}: {e}")))?;
         let st = &mut ds.vars[i].storage;
         st.codecs = codecs;
@@ -254,7 +269,22 @@ fn check_netcdf_names(ds: &Dataset) -> Result<()> {
 }
 
 /// The target's model: the source's, with storage reset to what the target asks for.
-fn target_model(src: &Dataset, codecs: Option<&Codecs>, specs: &[String]) -> Result<Dataset> {
+/// The numcodecs chain equivalent to a Zarr v3 chain (a sharded one's inner chain).
+fn flat_chain(list: &[serde_json::Value], fqn: &str) -> Result<CodecSpec> {
+    let chain = meta::writer_v3::codecs_v2(list)
+        .map_err(|e| Error::Unsupported(format!("{fqn}: {e}; choose a chain with --codec")))?;
+    Ok(Codecs::from_chain(chain).spec())
+}
+
+/// The dataset `copy` makes of `src`: its chunks as `specs` (`--chunks`) say, its chains
+/// `codecs` (or its own); a sharded source variable stays sharded on a Zarr v3 target
+/// (`keep_shards`) when neither its chunks nor its chain change.
+fn target_model(
+    src: &Dataset,
+    codecs: Option<&Codecs>,
+    specs: &[String],
+    keep_shards: bool,
+) -> Result<Dataset> {
     let mut ds = src.clone();
     let chunking = parse_chunk_specs("--chunks", specs)?;
     check_spec_names("--chunks", src, &chunking)?;
@@ -322,10 +352,16 @@ fn target_model(src: &Dataset, codecs: Option<&Codecs>, specs: &[String]) -> Res
             (None, CodecSpec::V2 { .. }) => v.storage.codecs.clone(),
             // Written with the equivalent numcodecs chain (as Zarr v2, or spelled as v3).
             (None, CodecSpec::V3(list)) => {
-                Codecs::from_chain(crate::meta::writer_v3::codecs_v2(list).map_err(|e| {
-                    Error::Unsupported(format!("{fqn}: {e}; choose a chain with --codec"))
-                })?)
-                .spec()
+                let flat = flat_chain(list, &fqn)?;
+                let inner = meta::writer_v3::shard_chunk_shape(list)
+                    .filter(|_| keep_shards && chunks == v.storage.chunks);
+                match inner {
+                    Some(inner) => {
+                        let dtype = meta::writer_v3::v3_dtype(v.nctype, v.string_width, false);
+                        meta::writer_v3::sharded(&flat, &dtype, &inner)?
+                    }
+                    None => flat,
+                }
             }
         };
         let big = v
@@ -777,7 +813,7 @@ mod tests {
             tmp.path().join("dst.zarr").display()
         ))
         .unwrap();
-        let model = target_model(&src.model, None, &[]).unwrap();
+        let model = target_model(&src.model, None, &[], false).unwrap();
         copy_dataset(&src, model, &dst, CreateOptions::from_mode(&dst.mode)).unwrap();
         let chunks = ["0.0", "0.1", "2.0", "2.1"];
         for key in chunks {
@@ -811,7 +847,7 @@ mod tests {
         std::fs::write(tmp.path().join("src.file/v/2.1"), b"not zlib").unwrap();
         let src = OpenDataset::open(&src_loc.original, 0).unwrap();
         let dst = Location::parse(tmp.path().join("dst.file").to_str().unwrap()).unwrap();
-        let model = target_model(&src.model, None, &[]).unwrap();
+        let model = target_model(&src.model, None, &[], false).unwrap();
         let err = copy_dataset(&src, model, &dst, CreateOptions::default()).unwrap_err();
         assert!(err.to_string().contains("v/2.1"), "{err}");
         let left: Vec<_> = std::fs::read_dir(tmp.path())
@@ -873,11 +909,11 @@ mod tests {
             ("g/w:2,3", 1, vec![2, 3]),
             ("/g/w:2,3", 1, vec![2, 3]),
         ] {
-            let m = target_model(&ds, None, &[ok.to_string()]).unwrap();
+            let m = target_model(&ds, None, &[ok.to_string()], false).unwrap();
             assert_eq!(m.vars[var].storage.chunks, chunks, "{ok}");
         }
         for bad in ["X/2", "vv:2", "g/v:2", "/y/2"] {
-            match target_model(&ds, None, &[bad.to_string()]) {
+            match target_model(&ds, None, &[bad.to_string()], false) {
                 Err(Error::NotFound(m)) => assert!(m.contains("--chunks"), "{m}"),
                 other => panic!("{bad}: {other:?}"),
             }
