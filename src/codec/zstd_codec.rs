@@ -18,6 +18,30 @@ fn codec_error(e: impl std::fmt::Display) -> Error {
     }
 }
 
+/// Runs `f` with this thread's decompression context on `input`, whose output may not
+/// exceed `max_len` bytes.
+fn decompress<R>(
+    input: &[u8],
+    max_len: usize,
+    f: impl FnOnce(&mut zstd::bulk::Decompressor<'static>) -> std::io::Result<R>,
+) -> Result<R> {
+    DCTX.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let dctx = match slot.as_mut() {
+            Some(d) => d,
+            None => slot.insert(zstd::bulk::Decompressor::new().map_err(codec_error)?),
+        };
+        f(dctx).map_err(|e| {
+            // zstd cannot tell "too small a buffer" from other errors through io::Error kinds,
+            // so look at the frame header for a clearer message.
+            match zstd::zstd_safe::get_frame_content_size(input) {
+                Ok(Some(n)) if n > max_len as u64 => too_large("zstd", max_len),
+                _ => codec_error(e),
+            }
+        })
+    })
+}
+
 /// numcodecs `Zstd(level, checksum)`.
 #[derive(Debug, Clone)]
 pub struct Zstd {
@@ -55,24 +79,15 @@ impl Codec for Zstd {
         // One-shot decompression into a buffer of the bound works for frames with or without a
         // content size, and for concatenated frames.
         let mut out = Vec::with_capacity(max_len);
-        DCTX.with(|cell| {
-            let mut slot = cell.borrow_mut();
-            let dctx = match slot.as_mut() {
-                Some(d) => d,
-                None => slot.insert(zstd::bulk::Decompressor::new().map_err(codec_error)?),
-            };
-            dctx.decompress_to_buffer(&input[..], &mut out)
-                .map(|_| ())
-                .map_err(|e| {
-                    // zstd cannot tell "too small a buffer" from other errors through io::Error
-                    // kinds, so look at the frame header for a clearer message.
-                    match zstd::zstd_safe::get_frame_content_size(&input) {
-                        Ok(Some(n)) if n > max_len as u64 => too_large("zstd", max_len),
-                        _ => codec_error(e),
-                    }
-                })
+        decompress(&input, max_len, |d| {
+            d.decompress_to_buffer(&input[..], &mut out)
         })?;
         Ok(out)
+    }
+
+    fn decode_into(&self, input: &[u8], out: &mut [u8]) -> Result<usize> {
+        let max_len = out.len();
+        decompress(input, max_len, |d| d.decompress_to_buffer(input, out))
     }
 
     fn encode(&self, input: Vec<u8>) -> Result<Vec<u8>> {
@@ -118,7 +133,20 @@ mod tests {
         // Concatenated frames, as numcodecs' streaming decoder accepts.
         streamed.extend(z.encode(b"tail".to_vec()).unwrap());
         assert_eq!(z.decode(streamed.clone()).unwrap().len(), 5004);
-        assert_eq!(z.decode_bounded(streamed, 5004).unwrap().len(), 5004);
+        assert_eq!(
+            z.decode_bounded(streamed.clone(), 5004).unwrap().len(),
+            5004
+        );
+        // Straight into a caller's buffer: its start, and an error when it is too small.
+        let mut out = vec![0u8; 6000];
+        assert_eq!(z.decode_into(&streamed, &mut out).unwrap(), 5004);
+        assert_eq!(&out[..5000], &data[..]);
+        assert!(z.decode_into(&streamed, &mut out[..5003]).is_err());
+        let sized = z.encode(data.clone()).unwrap();
+        match z.decode_into(&sized, &mut out[..10]) {
+            Err(Error::Codec { reason, .. }) => assert!(reason.contains("10"), "{reason}"),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
