@@ -74,7 +74,11 @@ proptest! {
         for p in pipelines() {
             let enc = p.encode(data.clone()).unwrap();
             prop_assert_eq!(&p.decode(enc.clone()).unwrap(), &data, "{:?}", p.ids());
-            prop_assert_eq!(&p.decode_expect(enc, data.len()).unwrap(), &data, "{:?}", p.ids());
+            prop_assert_eq!(&p.decode_expect(enc.clone(), data.len()).unwrap(), &data, "{:?}", p.ids());
+            // Straight into a caller's buffer, as chunks are read.
+            let mut out = vec![0xA5u8; data.len()];
+            p.decode_into(&enc, &mut out, &mut Default::default()).unwrap();
+            prop_assert_eq!(&out, &data, "{:?}", p.ids());
         }
     }
 
@@ -86,6 +90,7 @@ proptest! {
             if let Ok(out) = p.decode_expect(garbage.clone(), expected) {
                 prop_assert_eq!(out.len(), expected);
             }
+            let _ = p.decode_into(&garbage, &mut vec![0u8; expected], &mut Default::default());
         }
     }
 
@@ -101,6 +106,7 @@ proptest! {
                 enc[i % n] ^= x | 1;
             }
             let _ = p.decode(enc.clone());
+            let _ = p.decode_into(&enc, &mut vec![0u8; data.len()], &mut Default::default());
             if let Ok(out) = p.decode_expect(enc, data.len()) {
                 prop_assert_eq!(out.len(), data.len());
             }
@@ -125,6 +131,7 @@ proptest! {
         chunk.extend(&body);
         let p = Pipeline::from_v2(&[], Some(&json!({"id": "blosc"})), 4).unwrap();
         let _ = p.decode(chunk.clone());
+        let _ = p.decode_into(&chunk, &mut vec![0u8; nbytes as usize], &mut Default::default());
         let _ = p.decode_expect(chunk, nbytes as usize);
     }
 
@@ -135,6 +142,10 @@ proptest! {
         chunk.extend(&body);
         // A lying header may not make us allocate more than the caller's bound.
         prop_assert!(size <= 1000 || p.decode_expect(chunk.clone(), 1000).is_err());
+        prop_assert!(
+            size <= 1000
+                || p.decode_into(&chunk, &mut [0u8; 1000], &mut Default::default()).is_err()
+        );
         let _ = p.decode_expect(chunk, 1000);
     }
 }

@@ -20,6 +20,54 @@ fn codec_error(reason: impl Into<String>) -> Error {
     }
 }
 
+/// The decoded size a blosc buffer's header declares, checked against the input's length and
+/// refused beyond `max_len`.
+fn decoded_size(input: &[u8], max_len: usize) -> Result<usize> {
+    let mut nbytes: usize = 0;
+    // SAFETY: validate reads at most `input.len()` bytes (it refuses fewer than the 16-byte
+    // header before reading) and writes one usize.
+    let rc = unsafe {
+        blosc_src::blosc_cbuffer_validate(input.as_ptr().cast::<c_void>(), input.len(), &mut nbytes)
+    };
+    if rc != 0 {
+        return Err(codec_error(format!(
+            "invalid blosc header ({} bytes of input)",
+            input.len()
+        )));
+    }
+    if nbytes > max_len {
+        return Err(too_large("blosc", max_len));
+    }
+    Ok(nbytes)
+}
+
+/// Decompresses `input`, whose header [`decoded_size`] validated as `nbytes`, to `dest`.
+///
+/// # Safety
+/// `dest` must be valid for writes of `nbytes` bytes.
+unsafe fn decompress(input: &[u8], dest: *mut u8, nbytes: usize) -> Result<()> {
+    if nbytes == 0 {
+        return Ok(());
+    }
+    // SAFETY: the header was validated against the input length, which c-blosc documents as
+    // making decompression safe to attempt; it writes at most `nbytes` bytes to `dest`, which
+    // the caller guarantees are writable.
+    let n = unsafe {
+        blosc_src::blosc_decompress_ctx(
+            input.as_ptr().cast::<c_void>(),
+            dest.cast::<c_void>(),
+            nbytes,
+            1,
+        )
+    };
+    if usize::try_from(n).ok() != Some(nbytes) {
+        return Err(codec_error(format!(
+            "decompression failed (code {n}) for {nbytes} bytes"
+        )));
+    }
+    Ok(())
+}
+
 /// numcodecs `Blosc(cname, clevel, shuffle, blocksize, typesize)`.
 #[derive(Debug, Clone)]
 pub struct Blosc {
@@ -77,48 +125,20 @@ impl Codec for Blosc {
     }
 
     fn decode_bounded(&self, input: Vec<u8>, max_len: usize) -> Result<Vec<u8>> {
-        let mut nbytes: usize = 0;
-        // SAFETY: validate reads at most `input.len()` bytes (it refuses fewer than the
-        // 16-byte header before reading) and writes one usize.
-        let rc = unsafe {
-            blosc_src::blosc_cbuffer_validate(
-                input.as_ptr().cast::<c_void>(),
-                input.len(),
-                &mut nbytes,
-            )
-        };
-        if rc != 0 {
-            return Err(codec_error(format!(
-                "invalid blosc header ({} bytes of input)",
-                input.len()
-            )));
-        }
-        if nbytes > max_len {
-            return Err(too_large("blosc", max_len));
-        }
+        let nbytes = decoded_size(&input, max_len)?;
         let mut out: Vec<u8> = Vec::with_capacity(nbytes);
-        if nbytes == 0 {
-            return Ok(out);
-        }
-        // SAFETY: the header was validated against the input length, which c-blosc documents
-        // as making decompression safe to attempt; it writes at most `nbytes` bytes into
-        // `out`'s allocation of that capacity.
-        let n = unsafe {
-            blosc_src::blosc_decompress_ctx(
-                input.as_ptr().cast::<c_void>(),
-                out.as_mut_ptr().cast::<c_void>(),
-                nbytes,
-                1,
-            )
-        };
-        if usize::try_from(n).ok() != Some(nbytes) {
-            return Err(codec_error(format!(
-                "decompression failed (code {n}) for {nbytes} bytes"
-            )));
-        }
-        // SAFETY: c-blosc reported writing exactly `nbytes` bytes.
+        // SAFETY: `out`'s allocation holds `nbytes` bytes.
+        unsafe { decompress(&input, out.as_mut_ptr(), nbytes)? };
+        // SAFETY: c-blosc wrote exactly `nbytes` bytes.
         unsafe { out.set_len(nbytes) };
         Ok(out)
+    }
+
+    fn decode_into(&self, input: &[u8], out: &mut [u8]) -> Result<usize> {
+        let nbytes = decoded_size(input, out.len())?;
+        // SAFETY: `out` holds at least `nbytes` bytes.
+        unsafe { decompress(input, out.as_mut_ptr(), nbytes)? };
+        Ok(nbytes)
     }
 
     fn encode(&self, input: Vec<u8>) -> Result<Vec<u8>> {

@@ -10,6 +10,22 @@ fn codec_error(reason: impl Into<String>) -> Error {
     }
 }
 
+/// The uncompressed size a numcodecs lz4 buffer declares (refused beyond `max_len`), and its
+/// block.
+fn split(input: &[u8], max_len: usize) -> Result<(usize, &[u8])> {
+    let (header, block) = input
+        .split_first_chunk::<4>()
+        .ok_or_else(|| codec_error("input shorter than the 4-byte size header"))?;
+    // numcodecs writes the size as a signed 32-bit integer.
+    let size = i32::from_le_bytes(*header);
+    let size = usize::try_from(size)
+        .map_err(|_| codec_error(format!("negative uncompressed size {size}")))?;
+    if size > max_len {
+        return Err(too_large("lz4", max_len));
+    }
+    Ok((size, block))
+}
+
 /// numcodecs `LZ4(acceleration)`. The acceleration only trades ratio for speed when encoding;
 /// lz4_flex has a single speed, and any stream it writes decodes the same.
 #[derive(Debug, Clone)]
@@ -33,25 +49,22 @@ impl Codec for Lz4 {
     }
 
     fn decode_bounded(&self, input: Vec<u8>, max_len: usize) -> Result<Vec<u8>> {
-        let (header, block) = input
-            .split_first_chunk::<4>()
-            .ok_or_else(|| codec_error("input shorter than the 4-byte size header"))?;
-        // numcodecs writes the size as a signed 32-bit integer.
-        let size = i32::from_le_bytes(*header);
-        let size = usize::try_from(size)
-            .map_err(|_| codec_error(format!("negative uncompressed size {size}")))?;
-        if size > max_len {
-            return Err(too_large("lz4", max_len));
-        }
+        let (size, _) = split(&input, max_len)?;
         let mut out = vec![0u8; size];
-        let n = lz4_flex::block::decompress_into(block, &mut out)
+        self.decode_into(&input, &mut out)?;
+        Ok(out)
+    }
+
+    fn decode_into(&self, input: &[u8], out: &mut [u8]) -> Result<usize> {
+        let (size, block) = split(input, out.len())?;
+        let n = lz4_flex::block::decompress_into(block, &mut out[..size])
             .map_err(|e| codec_error(e.to_string()))?;
         if n != size {
             return Err(codec_error(format!(
                 "block decoded to {n} bytes, header says {size}"
             )));
         }
-        Ok(out)
+        Ok(n)
     }
 
     fn encode(&self, input: Vec<u8>) -> Result<Vec<u8>> {
