@@ -6,6 +6,8 @@
 //! were stored* (`[0.,0.,1.]` stays `[0.,0.,1.]`). So numbers keep their lexeme here, objects
 //! keep their key order, and [`Json::unparse`] reproduces netcdf-c's spelling.
 
+use std::collections::HashMap;
+
 use crate::{Error, Result};
 
 /// A parsed JSON value; numbers keep their source text.
@@ -219,6 +221,9 @@ fn quote_into(s: &str, out: &mut String) {
 /// Nesting deeper than this is refused rather than risking the stack.
 const MAX_DEPTH: usize = 256;
 
+/// Members of an object looked through for a repeated key before an index of them is built.
+const SCANNED_MEMBERS: usize = 32;
+
 struct Parser<'a> {
     key: &'a str,
     s: &'a [u8],
@@ -408,6 +413,9 @@ impl Parser<'_> {
     fn object(&mut self, depth: usize) -> Result<Json> {
         self.pos += 1;
         let mut members: Vec<(String, Json)> = Vec::new();
+        // Where each key is, once there are too many members to look through: a consolidated
+        // `.zmetadata` has one per object of the dataset.
+        let mut index: HashMap<String, usize> = HashMap::new();
         self.ws();
         if self.peek() == Some(b'}') {
             self.pos += 1;
@@ -428,9 +436,22 @@ impl Parser<'_> {
             self.ws();
             let v = self.value(depth + 1)?;
             // A repeated key replaces the earlier value, as in every JSON library.
-            match members.iter_mut().find(|(name, _)| *name == k) {
-                Some(slot) => slot.1 = v,
-                None => members.push((k, v)),
+            if members.len() == SCANNED_MEMBERS && index.is_empty() {
+                index.extend(members.iter().enumerate().map(|(i, (n, _))| (n.clone(), i)));
+            }
+            let earlier = if members.len() < SCANNED_MEMBERS {
+                members.iter().position(|(name, _)| *name == k)
+            } else {
+                index.get(&k).copied()
+            };
+            match earlier {
+                Some(i) => members[i].1 = v,
+                None => {
+                    if members.len() >= SCANNED_MEMBERS {
+                        index.insert(k.clone(), members.len());
+                    }
+                    members.push((k, v));
+                }
             }
             self.ws();
             match self.peek() {
@@ -448,6 +469,29 @@ impl Parser<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_repeated_key_replaces_its_value_in_place_in_objects_of_any_size() {
+        for n in [3usize, 31, 32, 33, 200] {
+            let mut text: Vec<String> = (0..n).map(|i| format!("\"k{i}\": {i}")).collect();
+            // Repeats of the first and the last key, after all the others.
+            text.push("\"k0\": \"first again\"".into());
+            text.push(format!("\"k{}\": \"last again\"", n - 1));
+            let j = Json::parse("t", format!("{{{}}}", text.join(", ")).as_bytes()).unwrap();
+            let Json::Obj(members) = &j else {
+                panic!("not an object")
+            };
+            let keys: Vec<String> = members.iter().map(|(k, _)| k.clone()).collect();
+            let want: Vec<String> = (0..n).map(|i| format!("k{i}")).collect();
+            assert_eq!(keys, want, "{n} members");
+            assert_eq!(j.get("k0").and_then(Json::as_str), Some("first again"));
+            let last = format!("k{}", n - 1);
+            assert_eq!(j.get(&last).and_then(Json::as_str), Some("last again"));
+            if n > 2 {
+                assert_eq!(j.get("k1").and_then(Json::as_u64), Some(1));
+            }
+        }
+    }
 
     fn p(s: &str) -> Json {
         Json::parse("k", s.as_bytes()).unwrap()

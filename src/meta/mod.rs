@@ -451,12 +451,15 @@ impl Reader<'_> {
                 _ => return Err(Error::meta(&key, format!("{field}: not a list of names"))),
             };
             let mut out: Vec<String> = Vec::with_capacity(items.len());
+            // A set, not a scan of `out`: a group of 10,000 arrays would take 50 million
+            // comparisons.
+            let mut seen = std::collections::HashSet::with_capacity(items.len());
             for item in items {
                 let name = item
                     .as_str()
                     .ok_or_else(|| Error::meta(&key, format!("{field}: not a name")))?;
                 check_listed_name(&key, field, name)?;
-                if out.iter().any(|n| n == name) {
+                if !seen.insert(name) {
                     return Err(Error::meta(
                         &key,
                         format!("{field}: {name:?} is listed twice"),
