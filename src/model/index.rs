@@ -47,6 +47,16 @@ impl NameIndex {
         hint
     }
 
+    /// Records that `name` in `group` is `var` (a variable added, or one found that the index
+    /// did not know), if there is an index to keep: rebuilding it would cost a pass over every
+    /// variable, once per variable when they are added one by one.
+    pub(super) fn learn(&self, group: GroupId, name: &str, var: VarId) {
+        let mut map = self.0.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(map) = map.as_mut() {
+            map.entry(group).or_default().insert(name.to_string(), var);
+        }
+    }
+
     /// Forgets the index (it disagreed with the arena).
     pub(super) fn invalidate(&self) {
         *self.0.write().unwrap_or_else(|e| e.into_inner()) = None;

@@ -287,6 +287,7 @@ impl Dataset {
     pub fn add_var(&mut self, var: Variable) -> VarId {
         let id = VarId(self.vars.len());
         let group = var.group;
+        self.var_index.learn(group, &var.name, id);
         self.vars.push(var);
         self.groups[group.0].vars.push(id);
         id
@@ -372,8 +373,12 @@ impl Dataset {
             .iter()
             .copied()
             .find(|v| self.var(*v).name == name);
-        if matches!(hint, index::Hint::At(_)) || found.is_some() {
-            self.var_index.invalidate();
+        match (hint, found) {
+            // The index was wrong (a variable renamed or moved behind its back).
+            (index::Hint::At(_), _) => self.var_index.invalidate(),
+            // It missed one added behind its back.
+            (index::Hint::Absent, Some(v)) => self.var_index.learn(group, name, v),
+            (index::Hint::Absent, None) => {}
         }
         found
     }
