@@ -29,9 +29,10 @@ apt_install() {
     apt-get update -qq && apt-get install -y -qq --no-install-recommends "$@" >/dev/null
 }
 
-# The base system this project needs: a C compiler (blosc-src), Python with venv, ncdump, FUSE.
+# The base system this project needs: C and C++ compilers (c-blosc and its snappy, whose C++
+# runtime is linked statically: g++ brings libstdc++.a), Python with venv, ncdump, FUSE.
 need_system() {
-    need_commands cc:gcc python3:python3 ncdump:netcdf-bin fusermount3:fuse3 \
+    need_commands cc:gcc c++:g++ python3:python3 ncdump:netcdf-bin fusermount3:fuse3 \
         systemd-analyze:systemd || return 1
     # Debian splits venv/ensurepip out of python3.
     if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
