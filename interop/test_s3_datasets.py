@@ -1,7 +1,8 @@
 """Everything that works on a directory works on S3: random twin datasets (netcdf-c) and
 zarr-python stores uploaded to the local S3 servers dump, read and mount exactly as from the
 directory they were made in; ``gen`` and ``copy`` to S3 and back give identical datasets, which
-zarr-python (over s3fs and over obstore) reads as well.
+zarr-python (over s3fs and over obstore) reads as well, sharded ones (``copy --shards``)
+included.
 
 The oracle is nczarrfs on the local directory, which the other suites check against ncdump,
 netCDF4-python and zarr-python: S3 must change nothing. Servers: ``scripts/s3-servers start``.
@@ -245,6 +246,39 @@ def test_gen_and_copy_through_s3_round_trip(request, binary, env, tmp_path, serv
                 backend, var)
             compared += 1
         assert compared, f"no numeric variable read through {backend}"
+
+
+@pytest.mark.parametrize("server", ["moto", "s3s"])
+def test_sharded_copy_to_s3_reads_in_zarr_python(request, binary, env, tmp_path, server):
+    """`copy --shards` to a bucket: one object per shard, which zarr-python (over s3fs and
+    over obstore) reads with the shapes asked for and the values netCDF4-python wrote."""
+    import netCDF4
+
+    client = request.getfixturevalue(server)
+    endpoint, key, secret = (MOTO, "testing", "testing") if server == "moto" else (
+        S3S, S3S_KEY, S3S_SECRET)
+    env = dict(env, AWS_ACCESS_KEY_ID=key, AWS_SECRET_ACCESS_KEY=secret)
+    src = tmp_path / "src.file"
+    values = np.arange(10 * 12, dtype="f8").reshape(10, 12) / 7
+    with netCDF4.Dataset(f"file://{src}#mode=nczarr,file", "w") as nc:
+        nc.createDimension("y", 10)
+        nc.createDimension("x", 12)
+        v = nc.createVariable("v", "f8", ("y", "x"), chunksizes=(2, 3), zlib=True)
+        v[:] = values
+    prefix = f"sh-{uuid.uuid4().hex}/out.zarr"
+    remote = f"{endpoint}/{BUCKET}/{prefix}#mode=zarr,v3,s3"
+    _ok(_run(binary, env, "copy", f"file://{src}#mode=nczarr,file", remote, "-k", "zarr,v3",
+             "--shards", "v:4,6"), "copy --shards to S3")
+    keys = {o["Key"] for o in client.list_objects_v2(Bucket=BUCKET, Prefix=prefix)["Contents"]}
+    # ceil(10/4) x ceil(12/6) shards, one object each.
+    assert len([k for k in keys if k.startswith(f"{prefix}/v/c/")]) == 3 * 2, sorted(keys)
+    assert np.array_equal(_npy(binary, env, remote, "v", tmp_path), values)
+    for backend in ("s3fs", "obstore"):
+        group = zarr.open_group(_s3_reader(backend, endpoint, key, secret, prefix), mode="r",
+                                zarr_format=3)
+        arr = group["v"]
+        assert (arr.shards, arr.chunks) == ((4, 6), (2, 3)), backend
+        assert np.array_equal(arr[...], values), backend
 
 
 def test_s3_destinations_must_be_empty_and_failures_leave_nothing(moto, binary, env, tmp_path):
