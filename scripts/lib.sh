@@ -33,7 +33,7 @@ apt_install() {
 # runtime is linked statically: g++ brings libstdc++.a), Python with venv, ncdump, FUSE.
 need_system() {
     need_commands cc:gcc c++:g++ python3:python3 ncdump:netcdf-bin fusermount3:fuse3 \
-        systemd-analyze:systemd || return 1
+        systemd-analyze:systemd unzip:unzip || return 1
     # Debian splits venv/ensurepip out of python3.
     if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
         apt_install python3-venv || return 1

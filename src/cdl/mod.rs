@@ -6,3 +6,4 @@ pub mod writer;
 
 pub mod lexer;
 pub mod parser;
+pub mod special;

@@ -14,6 +14,7 @@ use std::io::{self, BufWriter, Write};
 use crate::cdl::fmt::{
     double_data, escape_name, escape_text, float_data, quote_char_row, write_attr_cdl, CFormat,
 };
+use crate::cdl::special;
 use crate::chunk::{ChunkEngine, Hyperslab};
 use crate::model::{AttrValue, Attribute, Dataset, GroupId, NcType, VarId};
 use crate::{Error, Result};
@@ -30,6 +31,11 @@ pub struct DumpOptions {
     pub vars: Option<Vec<String>>,
     /// `-n`: the name on the `netcdf NAME {` line instead of the one derived from the location.
     pub name: Option<String>,
+    /// `-s`: the special virtual attributes (storage, filters, codecs, byte order, format).
+    pub special: bool,
+    /// `-F`: with `special`, every filter in `_Filter` instead of `_Fletcher32`, `_Shuffle`
+    /// and `_DeflateLevel` for the standard ones.
+    pub all_filters: bool,
 }
 
 /// ncdump's default maximum line length (`-l`), of which it uses all but two columns.
@@ -78,6 +84,7 @@ pub fn dump_with_reader(
         }
     }
     let mut w = Cdl::new(out);
+    w.special = opts.special.then_some(opts.all_filters);
     let name = opts.name.as_deref().unwrap_or(name);
     w.raw(format!("netcdf {} {{\n", escape_name(name)).as_bytes())?;
     w.group(ds, Dataset::ROOT, opts, read)?;
@@ -484,6 +491,8 @@ struct Cdl<'w> {
     out: BufWriter<&'w mut dyn Write>,
     indent: usize,
     linep: usize,
+    /// `-s` and `-F` (see [`DumpOptions`]).
+    special: Option<bool>,
 }
 
 impl<'w> Cdl<'w> {
@@ -492,6 +501,7 @@ impl<'w> Cdl<'w> {
             out: BufWriter::with_capacity(1 << 16, out),
             indent: 0,
             linep: 0,
+            special: None,
         }
     }
 
@@ -599,7 +609,12 @@ impl<'w> Cdl<'w> {
             .iter()
             .filter(|a| !(g == Dataset::ROOT && a.name == "_NCProperties"))
             .collect();
-        if !attrs.is_empty() {
+        let specials = match self.special {
+            Some(_) if g == Dataset::ROOT => special::global_specials(ds),
+            _ => Vec::new(),
+        };
+        // ncdump -s prints the heading of every group, its attributes or not.
+        if !attrs.is_empty() || self.special.is_some() {
             self.raw(b"\n")?;
             self.indent_out()?;
             self.raw(if g == Dataset::ROOT {
@@ -611,7 +626,18 @@ impl<'w> Cdl<'w> {
         for a in attrs {
             self.attr_line("", a)?;
         }
+        for (name, value) in specials {
+            self.special_line("", name, &value)?;
+        }
         Ok(())
+    }
+
+    /// A virtual attribute of `ncdump -s`: unlike real attributes, no type prefix and no
+    /// blank before the `:` of a variable named like a CDL keyword.
+    fn special_line(&mut self, varname: &str, name: &str, value: &str) -> Result<()> {
+        self.indent_out()?;
+        let line = format!("\t\t{}:{name} = {value} ;\n", escape_name(varname));
+        self.raw(line.as_bytes())
     }
 
     fn var_decl(&mut self, ds: &Dataset, v: VarId, indent: usize) -> Result<()> {
@@ -633,6 +659,11 @@ impl<'w> Cdl<'w> {
         self.raw(line.as_bytes())?;
         for a in &var.attrs {
             self.attr_line(&var.name, a)?;
+        }
+        if let Some(all_filters) = self.special {
+            for (name, value) in special::var_specials(ds, v, all_filters) {
+                self.special_line(&var.name, name, &value)?;
+            }
         }
         Ok(())
     }

@@ -25,6 +25,18 @@ pub struct DumpArgs {
     /// Name for the `netcdf NAME {` line (default: derived from the location).
     #[arg(short = 'n', long = "name")]
     pub name: Option<String>,
+    /// Special virtual attributes too: `_Storage`, `_ChunkSizes`, filters, `_Codecs`,
+    /// `_Endianness`, `_NoFill`, `_Format` (`ncdump -s`).
+    #[arg(short = 's', long = "special")]
+    pub special: bool,
+    /// With `-s`: every filter in `_Filter`, not `_Fletcher32`, `_Shuffle` and
+    /// `_DeflateLevel` for the standard ones (`ncdump -F`).
+    #[arg(short = 'F', long = "filters")]
+    pub all_filters: bool,
+    /// Print only the kind of the dataset, as `ncdump -k` does (`netCDF-4`, which is what
+    /// netcdf-c reports for NCZarr and Zarr).
+    #[arg(short = 'k', long = "kind")]
+    pub kind: bool,
     /// The dataset: a path or a URL.
     pub location: String,
 }
@@ -32,6 +44,10 @@ pub struct DumpArgs {
 /// Runs `dump`.
 pub fn run(args: DumpArgs) -> Result<i32> {
     let open = OpenDataset::open(&args.location, DEFAULT_CACHE_BYTES)?;
+    if args.kind {
+        println!("netCDF-4");
+        return Ok(0);
+    }
     let opts = DumpOptions {
         header_only: args.header_only,
         coords_only: args.coords_only,
@@ -39,6 +55,8 @@ pub fn run(args: DumpArgs) -> Result<i32> {
             .vars
             .map(|v| v.into_iter().filter(|s| !s.is_empty()).collect()),
         name: args.name,
+        special: args.special,
+        all_filters: args.all_filters,
     };
     let stdout = std::io::stdout();
     let mut lock = stdout.lock();

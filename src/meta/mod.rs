@@ -25,7 +25,7 @@ use std::collections::HashMap;
 use crate::location::{Format, Mode};
 use crate::model::{
     element_count, Attribute, ByteOrder, ChunkKeyEncoding, ChunkOrder, CodecSpec, Dataset, DimId,
-    DtypeKind, GroupId, NcType, VarStorage, Variable, ZarrDtype,
+    DtypeKind, GroupId, NcType, Provenance, VarStorage, Variable, ZarrDtype,
 };
 use crate::zmap::{join_key, ZMap};
 use crate::{Error, Result};
@@ -111,7 +111,28 @@ pub fn read_dataset(map: &dyn ZMap, mode: &Mode) -> Result<Dataset> {
     for (p, parts) in pending.into_iter().zip(parts) {
         r.add_var(p, parts?)?;
     }
+    r.ds.provenance = provenance(dialect, [zattrs.as_ref(), Some(&zgroup)]);
     Ok(r.ds)
+}
+
+/// The root's `_NCProperties` and NCZarr superblock version, looked for in each object
+/// given (NCZarr keeps them in `.zattrs` since netcdf 4.9.3, in `.zgroup` before).
+fn provenance(dialect: Dialect, objects: [Option<&Json>; 2]) -> Provenance {
+    let find = |key: &str| objects.iter().flatten().find_map(|j| ncz_key(j, key));
+    let props = objects
+        .iter()
+        .flatten()
+        .find_map(|j| j.get("_NCProperties"))
+        .and_then(Json::as_str)
+        .map(str::to_string);
+    let superblock = find("_nczarr_superblock")
+        .and_then(|s| s.get("version"))
+        .and_then(Json::as_str);
+    let version = match dialect {
+        Dialect::V1 => Some("1.0.0"),
+        _ => superblock,
+    };
+    Provenance::new(props, version, dialect != Dialect::Pure)
 }
 
 /// The error for a root without a Zarr group: refused as not a dataset, or as Zarr v3 / a

@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use super::json::Json;
 use super::{attrs, either, ncz_key};
 use crate::location::{Format, Mode};
+use crate::model::Provenance;
 use crate::model::{
     element_count, AttrValue, Attribute, ByteOrder, ChunkKeyEncoding, ChunkOrder, CodecSpec,
     Dataset, DimId, DtypeKind, GroupId, NcType, VarStorage, Variable, ZarrDtype,
@@ -56,6 +57,17 @@ pub(super) fn read_dataset(map: &dyn ZMap, mode: &Mode, root: Json) -> Result<Da
     for p in std::mem::take(&mut r.pending) {
         r.build_var(p)?;
     }
+    r.ds.provenance = Provenance::new(
+        root_attrs
+            .and_then(|a| a.get("_NCProperties"))
+            .and_then(Json::as_str)
+            .map(str::to_string),
+        root_attrs
+            .and_then(|a| ncz_key(a, "_nczarr_superblock"))
+            .and_then(|s| s.get("version"))
+            .and_then(Json::as_str),
+        nczarr,
+    );
     Ok(r.ds)
 }
 

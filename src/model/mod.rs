@@ -219,8 +219,41 @@ pub struct Dataset {
     pub dims: Vec<Dimension>,
     /// All variables.
     pub vars: Vec<Variable>,
+    /// What the store says of its writer and format (`ncdump -s` shows it).
+    pub provenance: Provenance,
     /// Finds variables by name quickly.
     var_index: index::NameIndex,
+}
+
+/// What a store records of the software and NCZarr format that wrote it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Provenance {
+    /// The root's `_NCProperties` text (`version=2,netcdf=4.10.1,nczarr=2.0.0`), if any.
+    pub ncproperties: Option<String>,
+    /// The NCZarr format's major version (netcdf-c's `_SuperblockVersion`): from the
+    /// superblock, else from `_NCProperties`; 0 for pure Zarr.
+    pub nczarr_major: u32,
+}
+
+impl Provenance {
+    /// From the root's `_NCProperties` text and NCZarr superblock version, either absent;
+    /// `nczarr` says whether the store is NCZarr at all.
+    pub fn new(ncproperties: Option<String>, superblock: Option<&str>, nczarr: bool) -> Self {
+        let from_props = ncproperties.as_deref().and_then(|p| {
+            p.split(',')
+                .find_map(|kv| kv.trim().strip_prefix("nczarr="))
+                .map(str::to_string)
+        });
+        let major = |v: &str| v.split('.').next().and_then(|m| m.trim().parse().ok());
+        let nczarr_major = match superblock.map(str::to_string).or(from_props) {
+            Some(v) if nczarr => major(&v).unwrap_or(0),
+            _ => 0,
+        };
+        Provenance {
+            ncproperties,
+            nczarr_major,
+        }
+    }
 }
 
 impl Default for Dataset {
@@ -239,6 +272,7 @@ impl Dataset {
             groups: vec![Group::default()],
             dims: Vec::new(),
             vars: Vec::new(),
+            provenance: Provenance::default(),
             var_index: index::NameIndex::default(),
         }
     }

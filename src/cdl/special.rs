@@ -1,0 +1,279 @@
+//! The special virtual attributes of `ncdump -s`: how a variable is stored (`_Storage`,
+//! `_ChunkSizes`, its filters, `_Codecs`, `_Endianness`, `_NoFill`) and, after the root
+//! group's attributes, `_NCProperties`, `_SuperblockVersion`, `_IsNetcdf4` and `_Format`.
+//!
+//! The values are what netcdf-c 4.10.1 reports for the same store (its inquiry functions,
+//! which `ncdump -s` prints), and the lines come in the order and spelling of `ncdump -s`:
+//! - every variable with dimensions is chunked (Zarr has no other layout); a scalar is shown
+//!   as `contiguous`, as netCDF-4 shows scalars, since netcdf-c's chunk list for a scalar
+//!   has no entries to print;
+//! - codecs netcdf-c maps to HDF5 filters are shown by those: `_Fletcher32`, `_Shuffle` and
+//!   `_DeflateLevel` for the three standard ones, and `_Filter = "id,params|..."` for the
+//!   others (bzip2 307, blosc 32001, zstd 32015), in chain order; with `-F` (`all_filters`)
+//!   every one goes into `_Filter`;
+//! - `_Codecs` is the codec chain as JSON, formatted as netcdf-c formats it (`", "` inside
+//!   a codec, `","` between codecs); the array-to-bytes codecs of Zarr v3 are left out;
+//! - `_SuperblockVersion` is the NCZarr format's major version (0 for pure Zarr), as
+//!   netcdf-c reports it.
+
+use serde_json::Value;
+
+use super::fmt::escape_text;
+use crate::model::{ByteOrder, CodecSpec, Dataset, NcType, VarId, Variable};
+
+/// One HDF5 filter: its id and parameters as `ncdump -s` prints them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Hdf5Filter {
+    id: u32,
+    params: Vec<u64>,
+}
+
+const DEFLATE: u32 = 1;
+const SHUFFLE: u32 = 2;
+const FLETCHER32: u32 = 3;
+
+/// The virtual attributes of one variable, as `(name, CDL value)` pairs in `ncdump -s` order.
+pub fn var_specials(ds: &Dataset, v: VarId, all_filters: bool) -> Vec<(&'static str, String)> {
+    let var = ds.var(v);
+    let mut out = Vec::new();
+    if var.dims.is_empty() {
+        out.push(("_Storage", quoted("contiguous")));
+    } else {
+        out.push(("_Storage", quoted("chunked")));
+        let chunks = chunk_shape(var);
+        let list: Vec<String> = chunks.iter().map(u64::to_string).collect();
+        out.push(("_ChunkSizes", list.join(", ")));
+    }
+    let chain = byte_codecs(&var.storage.codecs);
+    let filters: Vec<Hdf5Filter> = chain.iter().filter_map(|c| hdf5_filter(c, var)).collect();
+    let has = |id: u32| filters.iter().any(|f| f.id == id);
+    let mut rest = filters.clone();
+    if !all_filters {
+        if has(FLETCHER32) {
+            out.push(("_Fletcher32", quoted("true")));
+        }
+        if has(SHUFFLE) {
+            out.push(("_Shuffle", quoted("true")));
+        }
+        if let Some(f) = filters.iter().find(|f| f.id == DEFLATE) {
+            let level = f.params.first().copied().unwrap_or(0);
+            out.push(("_DeflateLevel", level.to_string()));
+        }
+        rest.retain(|f| ![DEFLATE, SHUFFLE, FLETCHER32].contains(&f.id));
+    }
+    if !rest.is_empty() {
+        let specs: Vec<String> = rest
+            .iter()
+            .map(|f| {
+                let mut s = f.id.to_string();
+                for p in &f.params {
+                    s.push_str(&format!(",{p}"));
+                }
+                s
+            })
+            .collect();
+        out.push(("_Filter", quoted(&specs.join("|"))));
+    }
+    if !chain.is_empty() {
+        let codecs: Vec<String> = chain.iter().map(|c| netcdf_json(c)).collect();
+        out.push(("_Codecs", quoted(&format!("[{}]", codecs.join(",")))));
+    }
+    if multi_byte_number(var.nctype) {
+        match var.storage.dtype.as_ref().map(|d| d.order) {
+            Some(ByteOrder::Little) => out.push(("_Endianness", quoted("little"))),
+            Some(ByteOrder::Big) => out.push(("_Endianness", quoted("big"))),
+            _ => {}
+        }
+    }
+    if var.storage.fill_value.is_none() {
+        out.push(("_NoFill", quoted("true")));
+    }
+    out
+}
+
+/// The virtual attributes printed after the root group's own, as `(name, CDL value)` pairs.
+pub fn global_specials(ds: &Dataset) -> Vec<(&'static str, String)> {
+    let mut out = Vec::new();
+    if let Some(text) = &ds.provenance.ncproperties {
+        out.push(("_NCProperties", quoted(text)));
+    }
+    out.push(("_SuperblockVersion", ds.provenance.nczarr_major.to_string()));
+    out.push(("_IsNetcdf4", "1".to_string()));
+    out.push(("_Format", quoted("netCDF-4")));
+    out
+}
+
+/// A CDL string constant, escaped as ncdump escapes text.
+fn quoted(text: &str) -> String {
+    let mut out = vec![b'"'];
+    escape_text(text.as_bytes(), &mut out);
+    out.push(b'"');
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Types whose values have a byte order (`ncdump -s` prints none for one-byte types, char
+/// and strings).
+fn multi_byte_number(t: NcType) -> bool {
+    !matches!(
+        t,
+        NcType::Byte | NcType::UByte | NcType::Char | NcType::String
+    )
+}
+
+/// The unit of storage and compression: the chunk, or the inner chunk of a sharded v3 array.
+fn chunk_shape(var: &Variable) -> Vec<u64> {
+    if let CodecSpec::V3(codecs) = &var.storage.codecs {
+        if let Some(inner) = sharding_config(codecs).and_then(|c| c.get("chunk_shape")) {
+            if let Some(list) = inner.as_array() {
+                let shape: Option<Vec<u64>> = list.iter().map(Value::as_u64).collect();
+                if let Some(shape) = shape {
+                    return shape;
+                }
+            }
+        }
+    }
+    var.storage.chunks.clone()
+}
+
+fn sharding_config(codecs: &[Value]) -> Option<&Value> {
+    codecs
+        .iter()
+        .find(|c| codec_name(c) == "sharding_indexed")
+        .and_then(|c| c.get("configuration"))
+}
+
+/// The codecs that turn bytes into bytes, in encoding order: Zarr v2's `filters` then its
+/// `compressor`; for Zarr v3 the chain (the inner one of a sharded array) without its
+/// array-to-array and array-to-bytes codecs.
+fn byte_codecs(spec: &CodecSpec) -> Vec<&Value> {
+    match spec {
+        CodecSpec::V2 {
+            filters,
+            compressor,
+        } => filters.iter().chain(compressor.iter()).collect(),
+        CodecSpec::V3(codecs) => {
+            let chain = sharding_config(codecs)
+                .and_then(|c| c.get("codecs"))
+                .and_then(Value::as_array)
+                .map_or(&codecs[..], Vec::as_slice);
+            chain
+                .iter()
+                .filter(|c| !matches!(codec_name(c), "bytes" | "transpose" | "vlen-utf8"))
+                .collect()
+        }
+    }
+}
+
+/// A codec's name: `id` in Zarr v2, `name` in v3, without numcodecs' `numcodecs.` prefix.
+fn codec_name(codec: &Value) -> &str {
+    let name = codec
+        .get("id")
+        .or_else(|| codec.get("name"))
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    name.strip_prefix("numcodecs.").unwrap_or(name)
+}
+
+/// A codec's parameter: a member of a v2 codec, or of a v3 codec's `configuration`.
+fn codec_param<'a>(codec: &'a Value, key: &str) -> Option<&'a Value> {
+    codec
+        .get(key)
+        .or_else(|| codec.get("configuration").and_then(|c| c.get(key)))
+}
+
+/// The HDF5 filter netcdf-c maps a codec to, with the parameters HDF5 stores for it; `None`
+/// for codecs netcdf-c has no HDF5 filter for (gzip, lz4, crc32c, ...).
+fn hdf5_filter(codec: &Value, var: &Variable) -> Option<Hdf5Filter> {
+    let int = |key: &str, default: u64| {
+        codec_param(codec, key)
+            .and_then(|v| v.as_u64().or_else(|| v.as_str()?.parse().ok()))
+            .unwrap_or(default)
+    };
+    let typesize = var.element_size() as u64;
+    let (id, params) = match codec_name(codec) {
+        "zlib" => (DEFLATE, vec![int("level", 1)]),
+        "shuffle" => (SHUFFLE, vec![typesize]),
+        "fletcher32" => (FLETCHER32, vec![]),
+        "bz2" => (307, vec![int("level", 9)]),
+        "zstd" => (32015, vec![int("level", 3)]),
+        "blosc" => {
+            let cname = codec_param(codec, "cname").and_then(Value::as_str);
+            let compressor = ["blosclz", "lz4", "lz4hc", "snappy", "zlib", "zstd"]
+                .iter()
+                .position(|n| Some(*n) == cname)? as u64;
+            let shuffle = match codec_param(codec, "shuffle") {
+                Some(Value::String(s)) => match s.as_str() {
+                    "noshuffle" => 0,
+                    "shuffle" => 1,
+                    "bitshuffle" => 2,
+                    _ => return None,
+                },
+                other => other.and_then(Value::as_u64).unwrap_or(1),
+            };
+            let chunk_bytes = chunk_shape(var).iter().product::<u64>() * typesize;
+            (
+                32001,
+                vec![
+                    0,
+                    0,
+                    typesize,
+                    chunk_bytes,
+                    int("clevel", 5),
+                    shuffle,
+                    compressor,
+                ],
+            )
+        }
+        _ => return None,
+    };
+    Some(Hdf5Filter { id, params })
+}
+
+/// JSON as netcdf-c writes a codec in `_Codecs`: `{"id": "zlib", "level": 4}`.
+fn netcdf_json(value: &Value) -> String {
+    match value {
+        Value::Object(members) => {
+            let parts: Vec<String> = members
+                .iter()
+                .map(|(k, v)| format!("{}: {}", Value::String(k.clone()), netcdf_json(v)))
+                .collect();
+            format!("{{{}}}", parts.join(", "))
+        }
+        Value::Array(items) => {
+            let parts: Vec<String> = items.iter().map(netcdf_json).collect();
+            format!("[{}]", parts.join(", "))
+        }
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn codecs_are_written_as_netcdf_c_writes_them() {
+        // netcdf-c 4.10.1 reports `_Codecs` of a zlib+shuffle+fletcher32 NCZarr variable as
+        // [{"id": "shuffle", "elementsize": 0},{"id": "zlib", "level": 4},{"id": "fletcher32"}].
+        let chain = [
+            json!({"id": "shuffle", "elementsize": 0}),
+            json!({"id": "zlib", "level": 4}),
+            json!({"id": "fletcher32"}),
+        ];
+        let text: Vec<String> = chain.iter().map(netcdf_json).collect();
+        assert_eq!(
+            format!("[{}]", text.join(",")),
+            r#"[{"id": "shuffle", "elementsize": 0},{"id": "zlib", "level": 4},{"id": "fletcher32"}]"#
+        );
+        assert_eq!(
+            netcdf_json(&json!({"name": "bz2", "configuration": {"level": 9}})),
+            r#"{"name": "bz2", "configuration": {"level": 9}}"#
+        );
+    }
+
+    #[test]
+    fn quotes_and_backslashes_are_escaped() {
+        assert_eq!(quoted(r#"[{"a": "b\c"}]"#), r#""[{\"a\": \"b\\c\"}]""#);
+    }
+}
