@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import glob
+import json
 import os
 import re
 import subprocess
@@ -261,3 +262,44 @@ def test_kind_is_netcdf4(nczarrfs, tmp_path):
         assert nc.data_model == "NETCDF4"
     want = subprocess.run(["ncdump", "-k", hpath], capture_output=True, check=True).stdout
     assert nczarrfs("dump", "-k", zpath).stdout == want
+
+
+def test_dump_s_output_regenerates_the_same_storage(nczarrfs, tmp_path, plugins):
+    """`dump -s` of netcdf-c's NCZarr, through `gen`, gives a store whose `dump -s` is the
+    same but for two things: the writer in `_NCProperties`, and shuffle's element size, which
+    netcdf-c writes as 0 (a no-op to numcodecs) and gen writes as the real one. netcdf-c
+    reads the same values and filters from both."""
+    src = str(tmp_path / "src.file")
+    with netCDF4.Dataset(twins.nczarr_url(src), "w") as nc:
+        nc.createDimension("x", 60)
+        nc.createDimension("y", 7)
+        for i, kw in enumerate(COMPRESSIONS):
+            v = nc.createVariable(f"v{i}", ("f4", "f8", "i2", "i4")[i % 4], ("x", "y"),
+                                  chunksizes=(20, 7), **kw)
+            v[:] = np.arange(420).reshape(60, 7) * (i + 1)
+    first = nczarrfs("dump", "-s", "-n", "d", src)
+    assert first.returncode == 0, first.stderr.decode()
+    cdl = tmp_path / "d.cdl"
+    cdl.write_bytes(first.stdout)
+    out = str(tmp_path / "out.file")
+    r = nczarrfs("gen", "-o", out, str(cdl))
+    assert r.returncode == 0, r.stderr.decode()
+    second = nczarrfs("dump", "-s", "-n", "d", out)
+
+    def comparable(text: bytes) -> list[str]:
+        lines = [l for l in text.decode().splitlines() if ":_NCProperties = " not in l]
+        return [re.sub(r'elementsize\\": \d+', 'elementsize\\": N', l) for l in lines]
+
+    assert comparable(second.stdout) == comparable(first.stdout)
+    shuffled = 0
+    for i in range(len(COMPRESSIONS)):
+        zarray = json.loads((tmp_path / "out.file" / f"v{i}" / ".zarray").read_text())
+        for codec in zarray["filters"] or []:
+            if codec["id"] == "shuffle":
+                shuffled += 1
+                assert codec["elementsize"] == np.dtype(("f4", "f8", "i2", "i4")[i % 4]).itemsize
+    assert shuffled == 1
+    with netCDF4.Dataset(twins.nczarr_url(src)) as a, netCDF4.Dataset(twins.nczarr_url(out)) as b:
+        for name, var in a.variables.items():
+            assert var.filters() == b[name].filters(), name
+            assert np.array_equal(var[:], b[name][:]), name

@@ -189,31 +189,36 @@ fn prepare(parsed: ParsedCdl) -> Result<(Dataset, Vec<Option<Vec<u8>>>)> {
             // Zarr has no contiguous layout: one chunk holds the whole variable.
             var.storage.chunks = shape.iter().map(|n| (*n).max(1)).collect();
         }
-        let mut chain = Vec::new();
-        if sp.shuffle == Some(true) {
-            chain.extend(Codecs::netcdf(None, true, false).chain());
-        }
-        if sp.fletcher32 == Some(true) {
-            chain.extend(Codecs::netcdf(None, false, true).chain());
-        }
-        // `_Codecs` is the exact chain; `_Filter` the HDF5 spelling of the same thing.
-        if let Some(text) = &sp.codecs {
-            chain.extend(Codecs::from_json(text)?.chain());
-        } else if let Some(text) = &sp.filter {
-            chain.extend(
-                Codecs::from_hdf5_filter(text)
-                    .map_err(|e| Error::Invalid(format!("{fqn}: _Filter: {e}")))?
-                    .chain(),
-            );
-        }
-        if let Some(level) = sp.deflate_level.filter(|l| *l > 0) {
-            if level > 9 {
-                return Err(Error::Invalid(format!(
-                    "{fqn}: _DeflateLevel {level} is not between 0 and 9"
-                )));
+        // `_Codecs` is the exact chain; `ncdump -s` prints it beside `_Shuffle`,
+        // `_DeflateLevel`, `_Fletcher32` and `_Filter`, which then describe the same codecs.
+        let chain = match &sp.codecs {
+            Some(text) => Codecs::from_json(text)?.chain(),
+            None => {
+                let mut chain = Vec::new();
+                if sp.shuffle == Some(true) {
+                    chain.extend(Codecs::netcdf(None, true, false).chain());
+                }
+                if sp.fletcher32 == Some(true) {
+                    chain.extend(Codecs::netcdf(None, false, true).chain());
+                }
+                if let Some(text) = &sp.filter {
+                    chain.extend(
+                        Codecs::from_hdf5_filter(text)
+                            .map_err(|e| Error::Invalid(format!("{fqn}: _Filter: {e}")))?
+                            .chain(),
+                    );
+                }
+                if let Some(level) = sp.deflate_level.filter(|l| *l > 0) {
+                    if level > 9 {
+                        return Err(Error::Invalid(format!(
+                            "{fqn}: _DeflateLevel {level} is not between 0 and 9"
+                        )));
+                    }
+                    chain.extend(Codecs::netcdf(Some(level), false, false).chain());
+                }
+                chain
             }
-            chain.extend(Codecs::netcdf(Some(level), false, false).chain());
-        }
+        };
         var.storage.codecs = Codecs::from_chain(chain).spec();
         if sp.endianness == Some(Endianness::Big) {
             let mut dtype = default_dtype(var.nctype, var.string_width, Default::default());
