@@ -3,7 +3,8 @@
 Each run draws NCZARRFS_ORACLE_COUNT (default 100) datasets from a fresh base seed (printed in
 the header; set NCZARRFS_SEED to reproduce). For every dataset:
 
-* `ncdump NAME.nc` must equal `nczarrfs dump NAME.file` byte for byte (both name it NAME);
+* `ncdump NAME.nc` must equal `nczarrfs dump NAME.file` byte for byte (both name it NAME),
+  and so must both with ncdump's `-p` and `-l` options drawn at random;
 * `nczarrfs get` of every variable must equal netCDF4-python's values from NAME.nc, and so
   must one random strided hyperslab per dataset.
 """
@@ -105,6 +106,29 @@ def test_dump_and_get_match_netcdf_c(nczarrfs, tmp_path, index):
             tofile=f"nczarrfs dump {location}",
         )
         pytest.fail(f"{where}\n" + "".join(diff), pytrace=False)
+
+    # The same with ncdump's formatting options drawn at random: -p (float digits, or float
+    # and double digits; 1 to 20) and -l (line length, 10 and up).
+    rng = np.random.default_rng(seed)
+    options = []
+    if rng.random() < 0.7:
+        digits = [str(int(rng.integers(1, 21)))] * (1 + int(rng.random() < 0.5))
+        digits[-1] = str(int(rng.integers(1, 21)))
+        options += ["-p", ",".join(digits)]
+    if rng.random() < 0.7:
+        options += ["-l", str(int(rng.integers(10, 121)))]
+    if options:
+        expected = subprocess.run(["ncdump", *options, hpath], capture_output=True,
+                                  check=True).stdout
+        ours = nczarrfs("dump", *options, location)
+        if ours.stdout != expected:
+            diff = difflib.unified_diff(
+                expected.decode(errors="replace").splitlines(keepends=True),
+                ours.stdout.decode(errors="replace").splitlines(keepends=True),
+                fromfile=f"ncdump {' '.join(options)} {name}.nc",
+                tofile=f"nczarrfs dump {' '.join(options)} {location}",
+            )
+            pytest.fail(f"{where}\n" + "".join(diff), pytrace=False)
 
     problem = _check_all_gets(nczarrfs, location, hpath, np.random.default_rng(seed), tmp_path)
     if problem:

@@ -12,6 +12,24 @@ pub const FLOAT_DIGITS: usize = 7;
 /// Significant digits ncdump uses for `double` values (`DBL_DIGITS`).
 pub const DOUBLE_DIGITS: usize = 15;
 
+/// Significant digits of floating-point values (`ncdump -p float,double`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Precision {
+    /// Digits of `float` values.
+    pub float: usize,
+    /// Digits of `double` values.
+    pub double: usize,
+}
+
+impl Default for Precision {
+    fn default() -> Self {
+        Precision {
+            float: FLOAT_DIGITS,
+            double: DOUBLE_DIGITS,
+        }
+    }
+}
+
 /// C's `%.{prec}g` (or `%#.{prec}g` when `alt`) of a finite value, as glibc prints it:
 /// correctly rounded, ties to even, exponent with at least two digits.
 pub fn printf_g(x: f64, prec: usize, alt: bool) -> String {
@@ -87,49 +105,51 @@ pub fn tztrim(s: &str) -> String {
     format!("{}{}", &s[..cut], &s[end..])
 }
 
-/// A `float` attribute value: `1.5f`, `1.e+20f`, `NaNf`, `-Infinityf`.
-pub fn float_attr(v: f32) -> String {
+/// A `float` attribute value with `digits` significant digits: `1.5f`, `1.e+20f`, `NaNf`,
+/// `-Infinityf`.
+pub fn float_attr(v: f32, digits: usize) -> String {
     if v.is_nan() {
         "NaNf".to_string()
     } else if v.is_infinite() {
         if v < 0.0 { "-Infinityf" } else { "Infinityf" }.to_string()
     } else {
-        let mut s = tztrim(&printf_g(f64::from(v), FLOAT_DIGITS, true));
+        let mut s = tztrim(&printf_g(f64::from(v), digits, true));
         s.push('f');
         s
     }
 }
 
-/// A `double` attribute value: `1.5`, `1.e-10`, `NaN`, `Infinity`.
-pub fn double_attr(v: f64) -> String {
+/// A `double` attribute value with `digits` significant digits: `1.5`, `1.e-10`, `NaN`,
+/// `Infinity`.
+pub fn double_attr(v: f64, digits: usize) -> String {
     if v.is_nan() {
         "NaN".to_string()
     } else if v.is_infinite() {
         if v < 0.0 { "-Infinity" } else { "Infinity" }.to_string()
     } else {
-        tztrim(&printf_g(v, DOUBLE_DIGITS, true))
+        tztrim(&printf_g(v, digits, true))
     }
 }
 
-/// A `float` data value (`%.7g`, no suffix except for the special values).
-pub fn float_data(v: f32) -> String {
+/// A `float` data value (`%.{digits}g`, no suffix except for the special values).
+pub fn float_data(v: f32, digits: usize) -> String {
     if v.is_nan() {
         "NaNf".to_string()
     } else if v.is_infinite() {
         if v < 0.0 { "-Infinityf" } else { "Infinityf" }.to_string()
     } else {
-        printf_g(f64::from(v), FLOAT_DIGITS, false)
+        printf_g(f64::from(v), digits, false)
     }
 }
 
-/// A `double` data value (`%.15g`).
-pub fn double_data(v: f64) -> String {
+/// A `double` data value (`%.{digits}g`).
+pub fn double_data(v: f64, digits: usize) -> String {
     if v.is_nan() {
         "NaN".to_string()
     } else if v.is_infinite() {
         if v < 0.0 { "-Infinity" } else { "Infinity" }.to_string()
     } else {
-        printf_g(v, DOUBLE_DIGITS, false)
+        printf_g(v, digits, false)
     }
 }
 
@@ -225,6 +245,11 @@ pub fn attr_cdl(value: &AttrValue) -> String {
 /// [`attr_cdl`] appended to a byte buffer (`char` attributes may hold bytes that are not
 /// UTF-8; they are written unchanged, as ncdump does).
 pub fn write_attr_cdl(value: &AttrValue, out: &mut Vec<u8>) {
+    write_attr_cdl_with(value, Precision::default(), out);
+}
+
+/// [`write_attr_cdl`] with floating-point values to `prec` digits (`ncdump -p`).
+pub fn write_attr_cdl_with(value: &AttrValue, prec: Precision, out: &mut Vec<u8>) {
     fn list<T>(out: &mut Vec<u8>, v: &[T], f: impl Fn(&T, &mut Vec<u8>)) {
         for (i, x) in v.iter().enumerate() {
             if i > 0 {
@@ -252,8 +277,8 @@ pub fn write_attr_cdl(value: &AttrValue, out: &mut Vec<u8>) {
         AttrValue::UInt(v) => list(out, v, |x, o| s(o, format!("{x}U"))),
         AttrValue::Int64(v) => list(out, v, |x, o| s(o, format!("{x}LL"))),
         AttrValue::UInt64(v) => list(out, v, |x, o| s(o, format!("{x}ULL"))),
-        AttrValue::Float(v) => list(out, v, |x, o| s(o, float_attr(*x))),
-        AttrValue::Double(v) => list(out, v, |x, o| s(o, double_attr(*x))),
+        AttrValue::Float(v) => list(out, v, |x, o| s(o, float_attr(*x, prec.float))),
+        AttrValue::Double(v) => list(out, v, |x, o| s(o, double_attr(*x, prec.double))),
         AttrValue::Char(bytes) => text(bytes, out),
         AttrValue::Str(v) => list(out, v, |x, o| text(x.as_bytes(), o)),
     }

@@ -12,7 +12,8 @@
 use std::io::{self, BufWriter, Write};
 
 use crate::cdl::fmt::{
-    double_data, escape_name, escape_text, float_data, quote_char_row, write_attr_cdl, CFormat,
+    double_data, escape_name, escape_text, float_data, quote_char_row, write_attr_cdl,
+    write_attr_cdl_with, CFormat, Precision,
 };
 use crate::cdl::special;
 use crate::chunk::{ChunkEngine, Hyperslab};
@@ -36,10 +37,17 @@ pub struct DumpOptions {
     /// `-F`: with `special`, every filter in `_Filter` instead of `_Fletcher32`, `_Shuffle`
     /// and `_DeflateLevel` for the standard ones.
     pub all_filters: bool,
+    /// `-p f[,d]`: significant digits of `float` (and `double`) values, in attributes and
+    /// data; a type given a precision ignores `C_format` attributes, as ncdump does.
+    pub float_digits: Option<usize>,
+    /// The `d` of `-p f,d`.
+    pub double_digits: Option<usize>,
+    /// `-l len`: the maximum line length of the data section (ncdump's default is 80).
+    pub line_len: Option<usize>,
 }
 
 /// ncdump's default maximum line length (`-l`), of which it uses all but two columns.
-const MAX_LINE_LEN: usize = 80 - 2;
+const DEFAULT_LINE_LEN: usize = 80;
 
 /// Target size of one block of values read from the chunk engine.
 const BLOCK_BYTES: usize = 4 << 20;
@@ -85,6 +93,13 @@ pub fn dump_with_reader(
     }
     let mut w = Cdl::new(out);
     w.special = opts.special.then_some(opts.all_filters);
+    let default = Precision::default();
+    w.prec = Precision {
+        float: opts.float_digits.unwrap_or(default.float),
+        double: opts.double_digits.unwrap_or(default.double),
+    };
+    w.explicit = (opts.float_digits.is_some(), opts.double_digits.is_some());
+    w.max_line = opts.line_len.unwrap_or(DEFAULT_LINE_LEN).saturating_sub(2);
     let name = opts.name.as_deref().unwrap_or(name);
     w.raw(format!("netcdf {} {{\n", escape_name(name)).as_bytes())?;
     w.group(ds, Dataset::ROOT, opts, read)?;
@@ -339,7 +354,13 @@ fn format_with(c: &CFormat, nctype: NcType, val: &[u8]) -> Option<String> {
 }
 
 /// One value of a non-`char` variable as ncdump prints it in the data section.
-fn format_value(nctype: NcType, cfmt: Option<&CFormat>, val: &[u8], out: &mut Vec<u8>) {
+fn format_value(
+    nctype: NcType,
+    cfmt: Option<&CFormat>,
+    prec: Precision,
+    val: &[u8],
+    out: &mut Vec<u8>,
+) {
     if let Some(text) = cfmt.and_then(|c| format_with(c, nctype, val)) {
         out.extend_from_slice(text.as_bytes());
         return;
@@ -361,8 +382,8 @@ fn format_value(nctype: NcType, cfmt: Option<&CFormat>, val: &[u8], out: &mut Ve
             a.copy_from_slice(&val[..8]);
             u64::from_ne_bytes(a).to_string()
         }
-        NcType::Float => float_data(f32_at(val)),
-        NcType::Double => double_data(f64_at(val)),
+        NcType::Float => float_data(f32_at(val), prec.float),
+        NcType::Double => double_data(f64_at(val), prec.double),
         NcType::Char => {
             quote_char_row(&val[..1], out);
             return;
@@ -493,6 +514,12 @@ struct Cdl<'w> {
     linep: usize,
     /// `-s` and `-F` (see [`DumpOptions`]).
     special: Option<bool>,
+    /// Digits of floating-point values.
+    prec: Precision,
+    /// Whether `-p` gave the digits of floats, and of doubles (then `C_format` is ignored).
+    explicit: (bool, bool),
+    /// Longest data line, less two columns.
+    max_line: usize,
 }
 
 impl<'w> Cdl<'w> {
@@ -502,6 +529,9 @@ impl<'w> Cdl<'w> {
             indent: 0,
             linep: 0,
             special: None,
+            prec: Precision::default(),
+            explicit: (false, false),
+            max_line: DEFAULT_LINE_LEN - 2,
         }
     }
 
@@ -520,7 +550,7 @@ impl<'w> Cdl<'w> {
     /// the group indentation plus four spaces) if the piece would pass the maximum length.
     fn lput(&mut self, s: &[u8]) -> Result<()> {
         let nn = s.len();
-        if nn + self.linep > MAX_LINE_LEN && nn > 2 {
+        if nn + self.linep > self.max_line && nn > 2 {
             self.raw(b"\n")?;
             self.indent_out()?;
             self.raw(b"    ")?;
@@ -681,7 +711,7 @@ impl<'w> Cdl<'w> {
         line.push(b':');
         line.extend_from_slice(escape_name(&a.name).as_bytes());
         line.extend_from_slice(b" = ");
-        write_attr_cdl(&a.value, &mut line);
+        write_attr_cdl_with(&a.value, self.prec, &mut line);
         line.extend_from_slice(b" ;\n");
         self.indent_out()?;
         self.raw(&line)
@@ -695,7 +725,12 @@ impl<'w> Cdl<'w> {
         }
         let rank = shape.len();
         let fill = fill_of(ds, v);
-        let cfmt = c_format_of(ds, v);
+        let cfmt = match var.nctype {
+            NcType::Float if self.explicit.0 => None,
+            NcType::Double if self.explicit.1 => None,
+            _ => c_format_of(ds, v),
+        };
+        let prec = self.prec;
         let unlimited: Vec<bool> = var.dims.iter().map(|&d| ds.dim(d).unlimited).collect();
         self.raw(b"\n")?;
         self.indent_out()?;
@@ -758,7 +793,7 @@ impl<'w> Cdl<'w> {
                     if is_fill(var.nctype, &fill, val) {
                         piece.push(b'_');
                     } else {
-                        format_value(var.nctype, cfmt.as_ref(), val, &mut piece);
+                        format_value(var.nctype, cfmt.as_ref(), prec, val, &mut piece);
                     }
                     if i + 1 < ncols {
                         piece.extend_from_slice(b", ");

@@ -33,6 +33,13 @@ pub struct DumpArgs {
     /// `_DeflateLevel` for the standard ones (`ncdump -F`).
     #[arg(short = 'F', long = "filters")]
     pub all_filters: bool,
+    /// Significant digits of floating-point values: `F` for floats, `F,D` for floats and
+    /// doubles (1 to 20; `ncdump -p`). A type given digits ignores `C_format` attributes.
+    #[arg(short = 'p', long = "precision", value_name = "F[,D]", value_parser = parse_precision)]
+    pub precision: Option<(usize, Option<usize>)>,
+    /// Maximum line length of the data section (at least 10; default 80; `ncdump -l`).
+    #[arg(short = 'l', long = "line-length", value_name = "LEN", value_parser = parse_line_len)]
+    pub line_len: Option<usize>,
     /// Print only the kind of the dataset, as `ncdump -k` does (`netCDF-4`, which is what
     /// netcdf-c reports for NCZarr and Zarr).
     #[arg(short = 'k', long = "kind")]
@@ -57,6 +64,9 @@ pub fn run(args: DumpArgs) -> Result<i32> {
         name: args.name,
         special: args.special,
         all_filters: args.all_filters,
+        float_digits: args.precision.map(|p| p.0),
+        double_digits: args.precision.and_then(|p| p.1),
+        line_len: args.line_len,
     };
     let stdout = std::io::stdout();
     let mut lock = stdout.lock();
@@ -71,4 +81,51 @@ pub fn run(args: DumpArgs) -> Result<i32> {
         }
     }
     Ok(0)
+}
+
+/// Most significant digits `-p` accepts, as ncdump.
+const MAX_DIGITS: usize = 20;
+/// Shortest line length `-l` accepts, as ncdump.
+const MIN_LINE_LEN: usize = 10;
+
+/// `-p F[,D]`: digits of floats and, if given, doubles.
+fn parse_precision(text: &str) -> std::result::Result<(usize, Option<usize>), String> {
+    let digits = |part: &str, what: &str| match part.trim().parse::<usize>() {
+        Ok(n) if (1..=MAX_DIGITS).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "{part:?}: {what} significant digits must be 1 to {MAX_DIGITS}"
+        )),
+    };
+    match text.split_once(',') {
+        Some((f, d)) => Ok((digits(f, "float")?, Some(digits(d, "double")?))),
+        None => Ok((digits(text, "float")?, None)),
+    }
+}
+
+/// `-l LEN`.
+fn parse_line_len(text: &str) -> std::result::Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(n) if n >= MIN_LINE_LEN => Ok(n),
+        _ => Err(format!(
+            "{text:?}: the line length must be a number of at least {MIN_LINE_LEN}"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn precision_and_line_length_bounds_are_ncdumps() {
+        assert_eq!(parse_precision("3"), Ok((3, None)));
+        assert_eq!(parse_precision("3,20"), Ok((3, Some(20))));
+        for bad in ["0", "21", "3,0", "3,", "a", ""] {
+            assert!(parse_precision(bad).is_err(), "{bad}");
+        }
+        assert_eq!(parse_line_len("10"), Ok(10));
+        for bad in ["9", "0", "x"] {
+            assert!(parse_line_len(bad).is_err(), "{bad}");
+        }
+    }
 }
