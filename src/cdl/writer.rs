@@ -44,6 +44,66 @@ pub struct DumpOptions {
     pub double_digits: Option<usize>,
     /// `-l len`: the maximum line length of the data section (ncdump's default is 80).
     pub line_len: Option<usize>,
+    /// `-b lang` / `-f lang`: comments in the data section giving the indices of values.
+    pub annotate: Option<Annotate>,
+}
+
+/// Comments with the indices of data values (`ncdump -b` and `-f`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Annotate {
+    /// `-b`: a comment before each row of a variable of two or more dimensions.
+    pub brief: bool,
+    /// `-f`: a comment after every value.
+    pub full: bool,
+    /// Fortran conventions (`f`): indices from 1, fastest-varying first; else C's.
+    pub fortran: bool,
+}
+
+impl Annotate {
+    /// The comment `-f` puts after value `iel` of the row at `cor` (the row's indices, one
+    /// fewer than the variable's rank), ending the line: `  // v(1,2,3)\n    `. A scalar is
+    /// `v(0)`, or `v(1)` in Fortran (where ncdump prints whatever its memory holds).
+    fn value_comment(&self, name: &str, cor: &[u64], iel: u64) -> String {
+        let indices: Vec<String> = if self.fortran {
+            std::iter::once(iel + 1)
+                .chain(cor.iter().rev().map(|c| c + 1))
+                .map(|i| i.to_string())
+                .collect()
+        } else {
+            cor.iter()
+                .copied()
+                .chain(std::iter::once(iel))
+                .map(|i| i.to_string())
+                .collect()
+        };
+        format!("  // {}({})\n    ", escape_name(name), indices.join(","))
+    }
+
+    /// The comment `-b` puts before a row of `ncols` values at `cor`: `// v(0,1, 0-9)`.
+    fn row_comment(&self, name: &str, cor: &[u64], ncols: u64) -> String {
+        let mut text = format!("// {}(", escape_name(name));
+        if self.fortran {
+            text.push_str(&if ncols == 1 {
+                "1".to_string()
+            } else {
+                format!("1-{ncols} ")
+            });
+            for c in cor.iter().rev() {
+                text.push_str(&format!(",{}", c + 1));
+            }
+        } else {
+            for c in cor {
+                text.push_str(&format!("{c},"));
+            }
+            text.push_str(&if ncols == 1 {
+                "0".to_string()
+            } else {
+                format!(" 0-{}", ncols - 1)
+            });
+        }
+        text.push_str(")\n");
+        text
+    }
 }
 
 /// ncdump's default maximum line length (`-l`), of which it uses all but two columns.
@@ -100,6 +160,7 @@ pub fn dump_with_reader(
     };
     w.explicit = (opts.float_digits.is_some(), opts.double_digits.is_some());
     w.max_line = opts.line_len.unwrap_or(DEFAULT_LINE_LEN).saturating_sub(2);
+    w.annotate = opts.annotate;
     let name = opts.name.as_deref().unwrap_or(name);
     w.raw(format!("netcdf {} {{\n", escape_name(name)).as_bytes())?;
     w.group(ds, Dataset::ROOT, opts, read)?;
@@ -520,6 +581,8 @@ struct Cdl<'w> {
     explicit: (bool, bool),
     /// Longest data line, less two columns.
     max_line: usize,
+    /// `-b` or `-f`.
+    annotate: Option<Annotate>,
 }
 
 impl<'w> Cdl<'w> {
@@ -532,6 +595,7 @@ impl<'w> Cdl<'w> {
             prec: Precision::default(),
             explicit: (false, false),
             max_line: DEFAULT_LINE_LEN - 2,
+            annotate: None,
         }
     }
 
@@ -765,6 +829,7 @@ impl<'w> Cdl<'w> {
         };
         let mut idx = vec![0u64; rank.saturating_sub(1)];
         let mut piece = Vec::with_capacity(64);
+        let full = self.annotate.filter(|a| a.full);
         for row in 0..nrows {
             // Opening record markers: one per unlimited dimension (below the first) whose
             // sub-block starts at this row.
@@ -772,6 +837,13 @@ impl<'w> Cdl<'w> {
                 if unlimited[level] && idx[level..].iter().all(|&i| i == 0) {
                     self.lput(b"{")?;
                 }
+            }
+            if let Some(a) = self.annotate.filter(|a| a.brief && rank > 1 && ncols > 0) {
+                // Printed outside ncdump's line accounting, which restarts after it.
+                self.raw(a.row_comment(&var.name, &idx, ncols as u64).as_bytes())?;
+                self.indent_out()?;
+                self.raw(b"    ")?;
+                self.linep = 4 + self.indent;
             }
             // Closing markers: one per unlimited dimension whose sub-block ends at this row.
             let marks = (1..rank)
@@ -797,18 +869,33 @@ impl<'w> Cdl<'w> {
                     }
                     if i + 1 < ncols {
                         piece.extend_from_slice(b", ");
-                        self.lput(&piece)?;
+                        match full {
+                            // Annotated values bypass the line accounting too.
+                            Some(a) => {
+                                self.raw(&piece)?;
+                                let note = a.value_comment(&var.name, &idx, i as u64);
+                                self.raw(note.as_bytes())?;
+                            }
+                            None => self.lput(&piece)?,
+                        }
                     }
                 }
             }
             piece.extend(std::iter::repeat_n(b'}', marks));
-            self.lput(&piece)?;
-            if row + 1 == nrows {
-                self.lput(b" ;")?;
-                self.lput(b"\n")?;
+            if let Some(a) = full {
+                self.raw(&piece)?;
+                self.raw(if row + 1 == nrows { b";" } else { b"," })?;
+                let note = a.value_comment(&var.name, &idx, ncols as u64 - 1);
+                self.raw(note.as_bytes())?;
             } else {
-                self.lput(b",\n")?;
-                self.lput(b"  ")?;
+                self.lput(&piece)?;
+                if row + 1 == nrows {
+                    self.lput(b" ;")?;
+                    self.lput(b"\n")?;
+                } else {
+                    self.lput(b",\n")?;
+                    self.lput(b"  ")?;
+                }
             }
             for d in (0..idx.len()).rev() {
                 idx[d] += 1;

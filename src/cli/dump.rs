@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use crate::cdl::writer::{dump, DumpOptions};
+use crate::cdl::writer::{dump, Annotate, DumpOptions};
 use crate::dataset::{OpenDataset, DEFAULT_CACHE_BYTES};
 use crate::{Error, Result};
 
@@ -40,6 +40,13 @@ pub struct DumpArgs {
     /// Maximum line length of the data section (at least 10; default 80; `ncdump -l`).
     #[arg(short = 'l', long = "line-length", value_name = "LEN", value_parser = parse_line_len)]
     pub line_len: Option<usize>,
+    /// Brief comments in the data: the indices of each row, `c` (C: from 0, slowest first) or
+    /// `f` (Fortran: from 1, fastest first) (`ncdump -b`).
+    #[arg(short = 'b', long = "brief", value_name = "LANG", value_parser = parse_lang)]
+    pub brief: Option<Lang>,
+    /// Full comments in the data: the indices of every value, `c` or `f` (`ncdump -f`).
+    #[arg(short = 'f', long = "full", value_name = "LANG", value_parser = parse_lang)]
+    pub full: Option<Lang>,
     /// Print only the kind of the dataset, as `ncdump -k` does (`netCDF-4`, which is what
     /// netcdf-c reports for NCZarr and Zarr).
     #[arg(short = 'k', long = "kind")]
@@ -55,6 +62,19 @@ pub fn run(args: DumpArgs) -> Result<i32> {
         println!("netCDF-4");
         return Ok(0);
     }
+    let annotate = match (args.brief, args.full) {
+        (None, None) => None,
+        (Some(b), Some(f)) if b != f => {
+            return Err(Error::Invalid(
+                "-b and -f must name the same language (c or f)".into(),
+            ))
+        }
+        (b, f) => Some(Annotate {
+            brief: b.is_some(),
+            full: f.is_some(),
+            fortran: b.or(f) == Some(Lang::Fortran),
+        }),
+    };
     let opts = DumpOptions {
         header_only: args.header_only,
         coords_only: args.coords_only,
@@ -67,6 +87,7 @@ pub fn run(args: DumpArgs) -> Result<i32> {
         float_digits: args.precision.map(|p| p.0),
         double_digits: args.precision.and_then(|p| p.1),
         line_len: args.line_len,
+        annotate,
     };
     let stdout = std::io::stdout();
     let mut lock = stdout.lock();
@@ -99,6 +120,24 @@ fn parse_precision(text: &str) -> std::result::Result<(usize, Option<usize>), St
     match text.split_once(',') {
         Some((f, d)) => Ok((digits(f, "float")?, Some(digits(d, "double")?))),
         None => Ok((digits(text, "float")?, None)),
+    }
+}
+
+/// The index conventions of `-b` and `-f`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lang {
+    /// From 0, slowest-varying dimension first.
+    C,
+    /// From 1, fastest-varying dimension first.
+    Fortran,
+}
+
+/// `c` or `f` (ncdump looks at the first letter only, of either case).
+fn parse_lang(text: &str) -> std::result::Result<Lang, String> {
+    match text.chars().next().map(|c| c.to_ascii_lowercase()) {
+        Some('c') => Ok(Lang::C),
+        Some('f') => Ok(Lang::Fortran),
+        _ => Err(format!("{text:?}: the language must be c or f")),
     }
 }
 
