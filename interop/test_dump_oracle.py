@@ -4,7 +4,7 @@ Each run draws NCZARRFS_ORACLE_COUNT (default 100) datasets from a fresh base se
 the header; set NCZARRFS_SEED to reproduce). For every dataset:
 
 * `ncdump NAME.nc` must equal `nczarrfs dump NAME.file` byte for byte (both name it NAME),
-  and so must both with ncdump's `-p`, `-l`, `-b` and `-f` options drawn at random (but
+  and so must both with ncdump's `-p`, `-l`, `-g`, `-b` and `-f` options drawn at random (but
   for the index ncdump -f f prints for a scalar, which it reads from past the end of an
   array);
 * `nczarrfs get` of every variable must equal netCDF4-python's values from NAME.nc, and so
@@ -120,6 +120,14 @@ def test_dump_and_get_match_netcdf_c(nczarrfs, tmp_path, index):
         options += ["-p", ",".join(digits)]
     if rng.random() < 0.7:
         options += ["-l", str(int(rng.integers(10, 121)))]
+    with netCDF4.Dataset(hpath) as nc:
+        # -g splits its argument at commas, in ncdump as in ours.
+        paths = [p for p, _ in _group_paths(nc) if "," not in p]
+    if paths and rng.random() < 0.4:
+        chosen = rng.choice(paths, size=min(len(paths), int(rng.integers(1, 3))), replace=False)
+        # A full name selects one group, a plain name every group so named.
+        names = [p if rng.random() < 0.5 else p.rsplit("/", 1)[1] for p in chosen]
+        options += ["-g", ",".join(names)]
     lang = "cf"[int(rng.integers(0, 2))]
     options += [["-b", lang], ["-f", lang], ["-b", lang, "-f", lang], []][int(rng.integers(0, 4))]
     if options:
@@ -142,6 +150,13 @@ def test_dump_and_get_match_netcdf_c(nczarrfs, tmp_path, index):
     problem = _check_all_gets(nczarrfs, location, hpath, np.random.default_rng(seed), tmp_path)
     if problem:
         pytest.fail(f"{where}\n{problem}", pytrace=False)
+
+
+def _group_paths(grp, prefix=""):
+    """(full name, group) of every group below `grp`, depth-first."""
+    for name, sub in grp.groups.items():
+        yield prefix + "/" + name, sub
+        yield from _group_paths(sub, prefix + "/" + name)
 
 
 def _scalar_index_unknown(text: bytes, hpath: str) -> bytes:

@@ -46,6 +46,9 @@ pub struct DumpOptions {
     pub line_len: Option<usize>,
     /// `-b lang` / `-f lang`: comments in the data section giving the indices of values.
     pub annotate: Option<Annotate>,
+    /// `-g a,b`: data only for the variables of these groups (names, matching groups of
+    /// that name at any depth, or full names `/g/h`); the header is still printed in full.
+    pub groups: Option<Vec<String>>,
 }
 
 /// Comments with the indices of data values (`ncdump -b` and `-f`).
@@ -148,6 +151,17 @@ pub fn dump_with_reader(
                 .any(|g| selected_in(ds, *g, v).is_some())
             {
                 return Err(Error::NotFound(format!("{v}: No such variable")));
+            }
+        }
+    }
+    if let Some(groups) = &opts.groups {
+        for name in groups {
+            if !ds
+                .groups_preorder()
+                .iter()
+                .any(|g| group_named(ds, *g, name))
+            {
+                return Err(Error::NotFound(format!("{name}: No such group")));
             }
         }
     }
@@ -286,6 +300,16 @@ fn selected_in(ds: &Dataset, group: GroupId, name: &str) -> Option<VarId> {
             };
             wanted.then(|| ds.find_var_in(group, relname)).flatten()
         }
+    }
+}
+
+/// Whether `-g name` selects `group`: a full name (`/a/b`) names one group, a plain name
+/// every group so named; a relative path names none, as in ncdump.
+fn group_named(ds: &Dataset, group: GroupId, name: &str) -> bool {
+    if name.starts_with('/') {
+        ds.group_fqn(group) == name
+    } else {
+        group != Dataset::ROOT && !name.contains('/') && ds.group(group).name == name
     }
 }
 
@@ -639,7 +663,11 @@ impl<'w> Cdl<'w> {
         let depth = self.indent;
         self.group_header(ds, g, depth)?;
         let group = ds.group(g);
-        if !opts.header_only {
+        let selected = opts
+            .groups
+            .as_ref()
+            .is_none_or(|names| names.iter().any(|n| group_named(ds, g, n)));
+        if !opts.header_only && selected {
             if !group.vars.is_empty() {
                 self.indent_out()?;
                 self.raw(b"data:\n")?;

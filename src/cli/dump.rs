@@ -22,6 +22,10 @@ pub struct DumpArgs {
     /// Data only for these variables: names, `g/v` or full names `/g/v`, comma-separated.
     #[arg(short = 'v', long = "vars", value_delimiter = ',')]
     pub vars: Option<Vec<String>>,
+    /// Data only for the variables of these groups: names (every group so named) or full
+    /// names `/g/h`, comma-separated; the header is still printed in full (`ncdump -g`).
+    #[arg(short = 'g', long = "groups", value_delimiter = ',')]
+    pub groups: Option<Vec<String>>,
     /// Name for the `netcdf NAME {` line (default: derived from the location).
     #[arg(short = 'n', long = "name")]
     pub name: Option<String>,
@@ -88,6 +92,9 @@ pub fn run(args: DumpArgs) -> Result<i32> {
         double_digits: args.precision.and_then(|p| p.1),
         line_len: args.line_len,
         annotate,
+        groups: args
+            .groups
+            .map(|g| g.into_iter().filter(|s| !s.is_empty()).collect()),
     };
     let stdout = std::io::stdout();
     let mut lock = stdout.lock();
