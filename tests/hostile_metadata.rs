@@ -297,6 +297,13 @@ fn exercise(store: Store) {
         ..Default::default()
     };
     let _ = dump(&ds, &engine, "damaged", &header, &mut std::io::sink());
+    let special = DumpOptions {
+        header_only: true,
+        special: true,
+        all_filters: ds.vars.len() % 2 == 1,
+        ..Default::default()
+    };
+    let _ = dump(&ds, &engine, "damaged", &special, &mut std::io::sink());
     for v in 0..ds.vars.len() {
         let var = VarId(v);
         let shape = ds.var_shape(var);

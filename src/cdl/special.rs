@@ -210,7 +210,11 @@ fn hdf5_filter(codec: &Value, var: &Variable) -> Option<Hdf5Filter> {
                 },
                 other => other.and_then(Value::as_u64).unwrap_or(1),
             };
-            let chunk_bytes = chunk_shape(var).iter().product::<u64>() * typesize;
+            // Damaged metadata may declare chunks no product fits; netcdf-c could not open them.
+            let chunk_bytes = chunk_shape(var)
+                .iter()
+                .try_fold(typesize, |acc, &n| acc.checked_mul(n))
+                .unwrap_or(0);
             (
                 32001,
                 vec![
