@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import glob
 import io
+import json
 import os
 import warnings
 from pathlib import Path
@@ -61,7 +62,7 @@ def _zarr_arrays(root: zarr.Group):
 
 def _as_netcdf_values(array: np.ndarray, like: np.ndarray) -> np.ndarray:
     """zarr-python's view of a stored netCDF type as netCDF4-python shows it: char is uint8
-    in Zarr v3 (`S1` in netCDF), strings are fixed-width UCS-4 (objects in netCDF)."""
+    in Zarr v3 (`S1` in netCDF), strings are variable-length (objects in netCDF)."""
     if like.dtype.kind == "S":
         return array.astype(np.uint8).view("S1").reshape(array.shape)
     if like.dtype.kind == "O":
@@ -263,3 +264,56 @@ def test_copy_shards_as_asked(nczarrfs, tmp_path):
         res = nczarrfs("copy", str(src), str(bad), *args)
         assert res.returncode != 0 and message in res.stderr.decode(), (args, res.stderr)
         assert not bad.exists()
+
+
+@pytest.mark.parametrize("mode", ["nczarr,v3", "zarr,v3"])
+@pytest.mark.parametrize("sharded", [False, True], ids=["chunks", "shards"])
+def test_strings_are_variable_length(nczarrfs, tmp_path, mode, sharded):
+    """netCDF strings become zarr-python's variable-length `string` data type (`vlen-utf8`,
+    then the chain's compression), which zarr-python and xarray read as text; and `dump`
+    of the copy prints what netCDF4-python's original prints."""
+    src = tmp_path / "s.file"
+    texts = np.array([["a", "bé", "", "a much longer value than the others"],
+                      ["ü" * 40, "x", "tab\there", "z"]], dtype=object)
+    with netCDF4.Dataset(f"file://{src}#mode=nczarr,file", "w") as nc:
+        nc.createDimension("t", None)
+        nc.createDimension("x", 4)
+        v = nc.createVariable("s", str, ("t", "x"), chunksizes=(1, 2))
+        v[0:2, :] = texts
+        v.note = "strings"
+    dst = tmp_path / "s.zarr"
+    args = ["copy", "-k", mode, "--codec", "zstd:3", str(src), str(dst)]
+    if sharded:
+        args += ["--shards", "x/4"]
+    _ok(nczarrfs(*args), "copy")
+    meta = json.loads((dst / "s" / "zarr.json").read_text())
+    assert meta["data_type"] == "string"
+    assert meta["fill_value"] == ""
+    chain = meta["codecs"][0]["configuration"]["codecs"] if sharded else meta["codecs"]
+    assert [c["name"] for c in chain] == ["vlen-utf8", "zstd"], chain
+    arr = zarr.open_group(str(dst), mode="r")["s"]
+    assert [[str(x) for x in row] for row in arr[...]] == texts.tolist()
+    with xr.open_zarr(str(dst), zarr_format=3, consolidated=False) as ds:
+        assert [[str(x) for x in row] for row in ds["s"].values] == texts.tolist()
+    if mode.startswith("nczarr"):
+        assert _dump(nczarrfs, dst, "-n", "s") == _dump(nczarrfs, src)
+
+
+def test_sharded_variable_without_fill_keeps_chunks_of_zeros(nczarrfs, tmp_path):
+    """A variable without a fill value (`_NoFill`) declares netCDF's default fill on Zarr v3,
+    which requires one. An inner chunk of zeros is data, not fill: the shard must hold it,
+    or zarr-python reads the default fill there."""
+    src = tmp_path / "n.file"
+    values = np.arange(24, dtype="u2").reshape(4, 6)
+    values[1, :] = 0
+    with netCDF4.Dataset(f"file://{src}#mode=nczarr,file", "w") as nc:
+        nc.createDimension("y", 4)
+        nc.createDimension("x", 6)
+        nc.createVariable("v", "u2", ("y", "x"), chunksizes=(1, 6), fill_value=False)[:] = values
+    dst = tmp_path / "n.zarr"
+    _ok(nczarrfs("copy", "-k", "nczarr,v3", "--shards", "y/2", str(src), str(dst)), "copy")
+    meta = json.loads((dst / "v" / "zarr.json").read_text())
+    assert meta["fill_value"] == 65535 and meta["codecs"][0]["name"] == "sharding_indexed"
+    assert np.array_equal(zarr.open_group(str(dst), mode="r")["v"][...], values)
+    got = nczarrfs("get", str(dst), "v").stdout
+    assert np.array_equal(np.frombuffer(got, dtype="=u2").reshape(4, 6), values)

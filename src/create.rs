@@ -812,6 +812,17 @@ impl DatasetWriter {
             let chunk_bytes = chunks.iter().product::<u64>() * dtype.size as u64;
             v.storage.codecs = string_shuffle(std::mem::take(&mut v.storage.codecs), chunk_bytes);
         }
+        if v.nctype == NcType::String && v3 {
+            // zarr-python's variable-length `string` (`vlen-utf8`): each value stored as its
+            // own UTF-8 bytes, where `fixed_length_utf32` took four bytes per character of
+            // the longest. The engine holds values in NUL-padded slots of the string width.
+            dtype = crate::model::ZarrDtype {
+                order: ByteOrder::NotApplicable,
+                kind: DtypeKind::Bytes,
+                size: v.string_width,
+            };
+            v.storage.codecs = writer_v3::vlen_strings(&v.storage.codecs, &dtype)?;
+        }
         let esize = v.element_size();
         if let Some(f) = &mut v.storage.fill_value {
             f.resize(esize, 0);

@@ -216,9 +216,19 @@ impl VarPlan {
             CodecSpec::V3(_) => Ok(Pipeline::default()),
         }
         .map_err(|e| unreadable(e.to_string()))?;
-        // No fill value (`fill_value: null`): unwritten elements are zeros, as netcdf-c and
-        // zarr-python read them.
-        let mut fill = st.fill_value.clone().unwrap_or_default();
+        // No fill value: on Zarr v2 (`fill_value: null`) unwritten elements are zeros, as
+        // netcdf-c and zarr-python read them. Zarr v3 requires a fill value, so a variable
+        // without one (NCZarr's `no_fill`) declares netCDF's default, which other readers
+        // give for chunks not stored: so do reads here, and a shard leaves out only inner
+        // chunks of that value (not chunks of zeros, which would then read as the default).
+        let zarr3 = v3.is_some()
+            || matches!(st.codecs, CodecSpec::V3(_))
+            || matches!(st.key_encoding, ChunkKeyEncoding::Default { .. });
+        let mut fill = match &st.fill_value {
+            Some(f) => f.clone(),
+            None if zarr3 => v.nctype.default_fill(),
+            None => Vec::new(),
+        };
         fill.resize(esize, 0);
         Ok(VarPlan {
             storage: st.clone(),

@@ -302,6 +302,33 @@ pub fn sharded(spec: &CodecSpec, dtype: &ZarrDtype, inner_chunks: &[u64]) -> Res
     })]))
 }
 
+/// The chain of a `string` variable on Zarr v3: zarr-python's variable-length `string` data
+/// type, whose array-to-bytes codec is `vlen-utf8`, then the bytes-to-bytes codecs of
+/// `spec` (inside the shards of a sharded chain). `dtype` is the fixed-width slot in which
+/// the chunk engine holds each value.
+pub fn vlen_strings(spec: &CodecSpec, dtype: &ZarrDtype) -> Result<CodecSpec> {
+    let vlen = |chain: Vec<Value>| -> Vec<Value> {
+        std::iter::once(json!({"name": "vlen-utf8"}))
+            .chain(chain.into_iter().filter(|c| {
+                let name = c.get("name").and_then(Value::as_str);
+                !matches!(name, Some("bytes" | "vlen-utf8" | "vlen-bytes"))
+            }))
+            .collect()
+    };
+    match spec {
+        CodecSpec::V3(list) if shard_chunk_shape(list).is_some() => {
+            let mut sharded = list.clone();
+            if let Some(inner) = sharded[0].pointer_mut("/configuration/codecs") {
+                let chain = inner.as_array().cloned().unwrap_or_default();
+                *inner = Value::Array(vlen(chain));
+            }
+            Ok(CodecSpec::V3(sharded))
+        }
+        CodecSpec::V3(list) => Ok(CodecSpec::V3(vlen(list.clone()))),
+        flat => Ok(CodecSpec::V3(vlen(codecs_v3(flat, dtype)?))),
+    }
+}
+
 /// The inner chunk shape of a chain that is one `sharding_indexed` codec, as [`sharded`]
 /// makes it; `None` for any other chain.
 pub fn shard_chunk_shape(list: &[Value]) -> Option<Vec<u64>> {
@@ -497,6 +524,11 @@ fn array_node(ds: &Dataset, v: VarId, opts: &WriteOptions) -> Result<Value> {
         t => t,
     };
     let (fill, no_fill) = match &var.storage.fill_value {
+        // zarr-python's `string` takes its fill value as text (base64 is for `bytes`).
+        Some(bytes) if data_type == json!("string") => {
+            let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+            (json!(String::from_utf8_lossy(&bytes[..end])), false)
+        }
         Some(bytes) => (fill_v3(fill_type, bytes, &dtype, &key)?, false),
         // Zarr v3 has no "no fill value": store netCDF's default, and say so in NCZarr.
         None => {
