@@ -144,15 +144,7 @@ pub fn dump_with_reader(
     out: &mut dyn Write,
 ) -> Result<()> {
     if let Some(vars) = &opts.vars {
-        for v in vars {
-            if !ds
-                .groups_preorder()
-                .iter()
-                .any(|g| selected_in(ds, *g, v).is_some())
-            {
-                return Err(Error::NotFound(format!("{v}: No such variable")));
-            }
-        }
+        ds.select_vars(vars).map_err(Error::NotFound)?;
     }
     if let Some(groups) = &opts.groups {
         for name in groups {
@@ -281,26 +273,6 @@ fn copy_slab(
 
 fn io_err(e: io::Error) -> Error {
     Error::io("<output>", e)
-}
-
-/// Resolves one `-v` name in `group` the way ncdump does: a plain name is looked up in every
-/// group; `a/b/v` in groups whose full name ends with `a/b`; `/a/b/v` only in `/a/b`.
-fn selected_in(ds: &Dataset, group: GroupId, name: &str) -> Option<VarId> {
-    match name.rfind('/') {
-        None => ds.find_var_in(group, name),
-        Some(i) => {
-            let (vargroup, relname) = (&name[..i], &name[i + 1..]);
-            let fqn = ds.group_fqn(group);
-            let wanted = if name.starts_with('/') {
-                // ncdump refuses `/v` for root variables (it compares "/" with ""); accepting
-                // it is the evident intent of a full name.
-                fqn == vargroup || (vargroup.is_empty() && fqn == "/")
-            } else {
-                fqn.ends_with(vargroup)
-            };
-            wanted.then(|| ds.find_var_in(group, relname)).flatten()
-        }
-    }
 }
 
 /// Whether `-g name` selects `group`: a full name (`/a/b`) names one group, a plain name
@@ -674,7 +646,7 @@ impl<'w> Cdl<'w> {
             }
             for &v in &group.vars {
                 if let Some(list) = &opts.vars {
-                    if !list.iter().any(|n| selected_in(ds, g, n) == Some(v)) {
+                    if !list.iter().any(|n| ds.var_matches(v, n)) {
                         continue;
                     }
                 }

@@ -64,11 +64,48 @@ pub struct CopyArgs {
     /// other dimensions a shard is one chunk. May be repeated.
     #[arg(long = "shards", value_name = "SPEC")]
     pub shards: Vec<String>,
+    /// Only these variables, definitions and data (nccopy -V): names (in every group), `g/v`
+    /// or full names `/g/v`, comma-separated. Groups, dimensions and attributes all stay.
+    #[arg(
+        short = 'V',
+        long = "only-vars",
+        value_name = "VARS",
+        value_delimiter = ','
+    )]
+    pub only_vars: Option<Vec<String>>,
+    /// Data only for these variables (nccopy -v); the others are defined and hold their fill
+    /// value.
+    #[arg(
+        short = 'v',
+        long = "data-vars",
+        value_name = "VARS",
+        value_delimiter = ','
+    )]
+    pub data_vars: Option<Vec<String>>,
+    /// Unlimited dimensions become fixed ones of their current length (nccopy -u); one of
+    /// length 0 stays unlimited, as netCDF has no fixed dimension of length 0.
+    #[arg(short = 'u', long = "fix-unlimited")]
+    pub fix_unlimited: bool,
 }
 
 /// Runs `copy`.
 pub fn run(args: CopyArgs) -> Result<i32> {
-    let src = OpenDataset::open(&args.src, DEFAULT_CACHE_BYTES)?;
+    let mut src = OpenDataset::open(&args.src, DEFAULT_CACHE_BYTES)?;
+    let names = |list: &Option<Vec<String>>| -> Option<Vec<String>> {
+        list.as_ref()
+            .map(|l| l.iter().filter(|s| !s.is_empty()).cloned().collect())
+    };
+    if let Some(only) = names(&args.only_vars) {
+        let keep = src.model.select_vars(&only).map_err(Error::NotFound)?;
+        // The copy reads through a model of the kept variables alone, with a fresh engine
+        // (whose plans follow variable ids).
+        src.model = src.model.with_vars(&keep);
+        src.engine = ChunkEngine::new(Arc::clone(&src.map), DEFAULT_CACHE_BYTES);
+    }
+    let data_vars = match names(&args.data_vars) {
+        Some(list) => Some(src.model.select_vars(&list).map_err(Error::NotFound)?),
+        None => None,
+    };
     let mut dst = Location::parse(&args.dst)?;
     if let Some(w) = &args.mode {
         apply_mode_words(&mut dst, w)?;
@@ -121,7 +158,29 @@ pub fn run(args: CopyArgs) -> Result<i32> {
         }
         shard_model(&mut model, &args.shards)?;
     }
-    copy_dataset(&src, model, &dst, opts)?;
+    if args.only_vars.is_some() || data_vars.is_some() {
+        // An unlimited dimension is as long as the data written along it: none is written
+        // along one that no copied variable uses (nccopy's copy shows it empty too).
+        let written: Vec<VarId> = match &data_vars {
+            Some(list) => list.clone(),
+            None => (0..model.vars.len()).map(VarId).collect(),
+        };
+        for (i, d) in model.dims.iter_mut().enumerate() {
+            let used = written
+                .iter()
+                .any(|v| src.model.var(*v).dims.contains(&DimId(i)));
+            if d.unlimited && !used {
+                d.len = 0;
+            }
+        }
+    }
+    if args.fix_unlimited {
+        // netCDF has no fixed dimension of length 0 (defining one makes it unlimited).
+        for d in model.dims.iter_mut().filter(|d| d.len > 0) {
+            d.unlimited = false;
+        }
+    }
+    copy_dataset(&src, model, &dst, opts, data_vars.as_deref())?;
     Ok(0)
 }
 
@@ -454,16 +513,18 @@ fn parse_chunk_specs(option: &str, specs: &[String]) -> Result<Vec<ChunkSpec>> {
     Ok(out)
 }
 
-/// Copies every variable's values from `src` into a new dataset with `model` at `dst`,
-/// verifies them, and publishes the result.
+/// Copies the values of every variable (of `data_vars` only, when given; the others keep
+/// their fill) from `src` into a new dataset with `model` at `dst`, verifies them, and
+/// publishes the result.
 pub fn copy_dataset(
     src: &OpenDataset,
     model: Dataset,
     dst: &Location,
     opts: CreateOptions,
+    data_vars: Option<&[VarId]>,
 ) -> Result<()> {
     let staging = Staging::new(dst)?;
-    let result = copy_into(src, model, &staging.temp, opts);
+    let result = copy_into(src, model, &staging.temp, opts, data_vars);
     match result {
         Ok(()) => staging.publish(),
         Err(e) => {
@@ -478,13 +539,16 @@ fn copy_into(
     model: Dataset,
     temp: &Location,
     opts: CreateOptions,
+    data_vars: Option<&[VarId]>,
 ) -> Result<()> {
     let mut w = DatasetWriter::create_with(temp, opts, model)?;
-    let total: u64 = (0..src.model.vars.len())
-        .map(|i| var_bytes(&src.model, VarId(i)))
-        .sum();
+    let vars: Vec<VarId> = match data_vars {
+        Some(list) => list.to_vec(),
+        None => (0..src.model.vars.len()).map(VarId).collect(),
+    };
+    let total: u64 = vars.iter().map(|v| var_bytes(&src.model, *v)).sum();
     let mut progress = Progress::new(total);
-    let mut sums: Vec<(String, Check)> = Vec::with_capacity(src.model.vars.len());
+    let mut sums: Vec<(String, Check)> = Vec::with_capacity(vars.len());
     let mut since_sync = 0u64;
     // One buffer for every slab: a fresh one each time would be faulted in page by page.
     let mut buf = Vec::new();
@@ -492,8 +556,7 @@ fn copy_into(
     // decoded straight into the slab, and a cache would only add a copy of everything.
     let uncached = ChunkEngine::new(Arc::clone(&src.map), 0);
     let mut as_stored = Vec::new();
-    for i in 0..src.model.vars.len() {
-        let var = VarId(i);
+    for &var in &vars {
         if uncached.same_encoding(&src.model, var, w.engine(), w.model(), var)? {
             as_stored.push(var);
         }
@@ -502,8 +565,7 @@ fn copy_into(
     let digests = uncached.copy_vars_to(&src.model, &as_stored, w.engine(), w.model())?;
     let mut copied: HashMap<VarId, u32> = as_stored.iter().copied().zip(digests).collect();
     progress.add(as_stored.iter().map(|v| var_bytes(&src.model, *v)).sum());
-    for i in 0..src.model.vars.len() {
-        let var = VarId(i);
+    for &var in &vars {
         let fqn = src.model.var_fqn(var);
         if let Some(digest) = copied.remove(&var) {
             sums.push((fqn, Check::Stored(digest)));
@@ -814,7 +876,7 @@ mod tests {
         ))
         .unwrap();
         let model = target_model(&src.model, None, &[], false).unwrap();
-        copy_dataset(&src, model, &dst, CreateOptions::from_mode(&dst.mode)).unwrap();
+        copy_dataset(&src, model, &dst, CreateOptions::from_mode(&dst.mode), None).unwrap();
         let chunks = ["0.0", "0.1", "2.0", "2.1"];
         for key in chunks {
             let path = |ds: &str| tmp.path().join(ds).join("v").join(key);
@@ -848,7 +910,7 @@ mod tests {
         let src = OpenDataset::open(&src_loc.original, 0).unwrap();
         let dst = Location::parse(tmp.path().join("dst.file").to_str().unwrap()).unwrap();
         let model = target_model(&src.model, None, &[], false).unwrap();
-        let err = copy_dataset(&src, model, &dst, CreateOptions::default()).unwrap_err();
+        let err = copy_dataset(&src, model, &dst, CreateOptions::default(), None).unwrap_err();
         assert!(err.to_string().contains("v/2.1"), "{err}");
         let left: Vec<_> = std::fs::read_dir(tmp.path())
             .unwrap()

@@ -327,6 +327,69 @@ impl Dataset {
         id
     }
 
+    /// The same dataset with only the variables `keep` (in their order within each group):
+    /// every group, dimension and attribute stays; variables get new ids.
+    pub fn with_vars(&self, keep: &[VarId]) -> Dataset {
+        let mut out = Dataset {
+            groups: self.groups.clone(),
+            dims: self.dims.clone(),
+            vars: Vec::new(),
+            provenance: self.provenance.clone(),
+            var_index: index::NameIndex::default(),
+        };
+        for g in &mut out.groups {
+            g.vars.clear();
+        }
+        for (i, v) in self.vars.iter().enumerate() {
+            if keep.contains(&VarId(i)) {
+                out.add_var(v.clone());
+            }
+        }
+        out
+    }
+
+    /// The variables a list of names selects, as ncdump's `-v` and nccopy's `-V` read it: a
+    /// plain name selects the variables of that name in every group, `a/b/v` those in groups
+    /// whose full name ends with `a/b`, `/a/b/v` the one in `/a/b`. A name that selects
+    /// nothing is an error (`v: No such variable`).
+    pub fn select_vars(&self, names: &[String]) -> Result<Vec<VarId>, String> {
+        let mut out = Vec::new();
+        for name in names {
+            let found: Vec<VarId> = (0..self.vars.len())
+                .map(VarId)
+                .filter(|&v| self.var_matches(v, name))
+                .collect();
+            if found.is_empty() {
+                return Err(format!("{name}: No such variable"));
+            }
+            for v in found {
+                if !out.contains(&v) {
+                    out.push(v);
+                }
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// Whether `name` (in a form [`Dataset::select_vars`] takes) names variable `v`.
+    pub fn var_matches(&self, v: VarId, name: &str) -> bool {
+        let var = self.var(v);
+        match name.rfind('/') {
+            None => var.name == name,
+            Some(i) => {
+                let (groups, relname) = (&name[..i], &name[i + 1..]);
+                let fqn = self.group_fqn(var.group);
+                var.name == relname
+                    && if name.starts_with('/') {
+                        fqn == groups || (groups.is_empty() && fqn == "/")
+                    } else {
+                        fqn.ends_with(groups)
+                    }
+            }
+        }
+    }
+
     /// The current shape of a variable: the lengths of its dimensions (the netCDF view; for an
     /// unlimited dimension this may exceed the stored shape, and the excess reads as fill).
     pub fn var_shape(&self, id: VarId) -> Vec<u64> {
