@@ -101,17 +101,10 @@ def test_dump_and_get_match_netcdf_c(nczarrfs, tmp_path, index):
     if ours.returncode != 0:
         err = ours.stderr.decode(errors="replace")
         pytest.fail(f"{where}\nnczarrfs dump {location} failed:\n{err}", pytrace=False)
-    if ours.stdout != expected:
-        diff = difflib.unified_diff(
-            expected.decode(errors="replace").splitlines(keepends=True),
-            ours.stdout.decode(errors="replace").splitlines(keepends=True),
-            fromfile=f"ncdump {name}.nc",
-            tofile=f"nczarrfs dump {location}",
-        )
-        pytest.fail(f"{where}\n" + "".join(diff), pytrace=False)
+    _same_or_fail(where, expected, ours.stdout, f"ncdump {name}.nc", f"nczarrfs dump {location}")
 
-    # The same with ncdump's formatting options drawn at random: -p (float digits, or float
-    # and double digits; 1 to 20) and -l (line length, 10 and up).
+    # The same with ncdump's options drawn at random: -p (float digits, or float and double
+    # digits; 1 to 20), -l (line length, 10 and up), -g (groups), -b and -f (annotations).
     rng = np.random.default_rng(seed)
     options = []
     if rng.random() < 0.7:
@@ -138,18 +131,25 @@ def test_dump_and_get_match_netcdf_c(nczarrfs, tmp_path, index):
             # For a scalar, ncdump -f f prints an index from past the end of its array.
             expected, ours.stdout = (_scalar_index_unknown(t, hpath)
                                      for t in (expected, ours.stdout))
-        if ours.stdout != expected:
-            diff = difflib.unified_diff(
-                expected.decode(errors="replace").splitlines(keepends=True),
-                ours.stdout.decode(errors="replace").splitlines(keepends=True),
-                fromfile=f"ncdump {' '.join(options)} {name}.nc",
-                tofile=f"nczarrfs dump {' '.join(options)} {location}",
-            )
-            pytest.fail(f"{where}\n" + "".join(diff), pytrace=False)
+        flags = " ".join(options)
+        _same_or_fail(where, expected, ours.stdout, f"ncdump {flags} {name}.nc",
+                      f"nczarrfs dump {flags} {location}")
 
     problem = _check_all_gets(nczarrfs, location, hpath, np.random.default_rng(seed), tmp_path)
     if problem:
         pytest.fail(f"{where}\n{problem}", pytrace=False)
+
+
+def _same_or_fail(where: str, expected: bytes, got: bytes, theirs: str, ours: str) -> None:
+    """Fails with a unified diff unless `got` is `expected`."""
+    if got != expected:
+        diff = difflib.unified_diff(
+            expected.decode(errors="replace").splitlines(keepends=True),
+            got.decode(errors="replace").splitlines(keepends=True),
+            fromfile=theirs,
+            tofile=ours,
+        )
+        pytest.fail(f"{where}\n" + "".join(diff), pytrace=False)
 
 
 def _group_paths(grp, prefix=""):
