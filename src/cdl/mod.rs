@@ -7,3 +7,4 @@ pub mod writer;
 pub mod lexer;
 pub mod parser;
 pub mod special;
+pub mod times;

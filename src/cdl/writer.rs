@@ -16,6 +16,7 @@ use crate::cdl::fmt::{
     write_attr_cdl_with, CFormat, Precision,
 };
 use crate::cdl::special;
+use crate::cdl::times::TimeUnits;
 use crate::chunk::{ChunkEngine, Hyperslab};
 use crate::model::{AttrValue, Attribute, Dataset, GroupId, NcType, VarId};
 use crate::{Error, Result};
@@ -46,6 +47,9 @@ pub struct DumpOptions {
     pub line_len: Option<usize>,
     /// `-b lang` / `-f lang`: comments in the data section giving the indices of values.
     pub annotate: Option<Annotate>,
+    /// `-t` (`' '`) / `-i` (`'T'`): values of time variables (CF `units` such as `days since
+    /// 2000-01-01`) as dates, with this character between date and time.
+    pub times: Option<char>,
     /// `-g a,b`: data only for the variables of these groups (names, matching groups of
     /// that name at any depth, or full names `/g/h`); the header is still printed in full.
     pub groups: Option<Vec<String>>,
@@ -167,6 +171,7 @@ pub fn dump_with_reader(
     w.explicit = (opts.float_digits.is_some(), opts.double_digits.is_some());
     w.max_line = opts.line_len.unwrap_or(DEFAULT_LINE_LEN).saturating_sub(2);
     w.annotate = opts.annotate;
+    w.times = opts.times;
     let name = opts.name.as_deref().unwrap_or(name);
     w.raw(format!("netcdf {} {{\n", escape_name(name)).as_bytes())?;
     w.group(ds, Dataset::ROOT, opts, read)?;
@@ -273,6 +278,58 @@ fn copy_slab(
 
 fn io_err(e: io::Error) -> Error {
     Error::io("<output>", e)
+}
+
+/// Text of a `char` attribute as C reads it: up to its first NUL.
+fn c_text(bytes: &[u8]) -> String {
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    String::from_utf8_lossy(&bytes[..end]).into_owned()
+}
+
+/// A variable's time units (`-t`), from its `units` and `calendar` text attributes.
+fn time_units_of(var: &crate::model::Variable) -> Option<TimeUnits> {
+    let text = |name: &str| match &var.attr(name)?.value {
+        AttrValue::Char(bytes) => Some(c_text(bytes)),
+        _ => None,
+    };
+    TimeUnits::parse(&text("units")?, text("calendar").as_deref())
+}
+
+/// A numeric attribute's values as doubles (nothing for text).
+fn attr_numbers(value: &AttrValue) -> Vec<f64> {
+    match value {
+        AttrValue::Byte(v) => v.iter().map(|x| f64::from(*x)).collect(),
+        AttrValue::UByte(v) => v.iter().map(|x| f64::from(*x)).collect(),
+        AttrValue::Short(v) => v.iter().map(|x| f64::from(*x)).collect(),
+        AttrValue::UShort(v) => v.iter().map(|x| f64::from(*x)).collect(),
+        AttrValue::Int(v) => v.iter().map(|x| f64::from(*x)).collect(),
+        AttrValue::UInt(v) => v.iter().map(|x| f64::from(*x)).collect(),
+        AttrValue::Int64(v) => v.iter().map(|x| *x as f64).collect(),
+        AttrValue::UInt64(v) => v.iter().map(|x| *x as f64).collect(),
+        AttrValue::Float(v) => v.iter().map(|x| f64::from(*x)).collect(),
+        AttrValue::Double(v) => v.clone(),
+        AttrValue::Char(_) | AttrValue::Str(_) => Vec::new(),
+    }
+}
+
+/// One native numeric element as a double (ncdump's `to_double`).
+fn number_at(nctype: NcType, val: &[u8]) -> f64 {
+    let mut a = [0u8; 8];
+    let n = nctype.size().min(8);
+    a[..n].copy_from_slice(&val[..n]);
+    match nctype {
+        NcType::Byte => f64::from(a[0] as i8),
+        NcType::UByte => f64::from(a[0]),
+        NcType::Short => f64::from(i16::from_ne_bytes([a[0], a[1]])),
+        NcType::UShort => f64::from(u16::from_ne_bytes([a[0], a[1]])),
+        NcType::Int => f64::from(i32::from_ne_bytes([a[0], a[1], a[2], a[3]])),
+        NcType::UInt => f64::from(u32::from_ne_bytes([a[0], a[1], a[2], a[3]])),
+        NcType::Int64 => i64::from_ne_bytes(a) as f64,
+        NcType::UInt64 => u64::from_ne_bytes(a) as f64,
+        NcType::Float => f64::from(f32_at(val)),
+        NcType::Double => f64_at(val),
+        NcType::Char | NcType::String => f64::NAN,
+    }
 }
 
 /// Whether `-g name` selects `group`: a full name (`/a/b`) names one group, a plain name
@@ -579,6 +636,14 @@ struct Cdl<'w> {
     max_line: usize,
     /// `-b` or `-f`.
     annotate: Option<Annotate>,
+    /// `-t` / `-i`: the separator of date and time.
+    times: Option<char>,
+    /// With `-t`: the `bounds` attributes seen so far, (bounds variable name, its time
+    /// variable), latest last. ncdump keys them by name alone, in any group.
+    bounds: Vec<(String, VarId)>,
+    /// ncdump's line position for the date comments of attributes (kept from one attribute
+    /// to the next, as ncdump keeps it).
+    comment_pos: usize,
 }
 
 impl<'w> Cdl<'w> {
@@ -592,6 +657,9 @@ impl<'w> Cdl<'w> {
             explicit: (false, false),
             max_line: DEFAULT_LINE_LEN - 2,
             annotate: None,
+            times: None,
+            bounds: Vec::new(),
+            comment_pos: 0,
         }
     }
 
@@ -718,7 +786,7 @@ impl<'w> Cdl<'w> {
             })?;
         }
         for a in attrs {
-            self.attr_line("", a)?;
+            self.attr_line("", a, None)?;
         }
         for (name, value) in specials {
             self.special_line("", name, &value)?;
@@ -751,8 +819,14 @@ impl<'w> Cdl<'w> {
         line.push_str(" ;\n");
         self.indent_out()?;
         self.raw(line.as_bytes())?;
+        let own_times = self.times.and_then(|_| time_units_of(var));
         for a in &var.attrs {
-            self.attr_line(&var.name, a)?;
+            self.attr_line(&var.name, a, own_times.as_ref())?;
+            if self.times.is_some() && a.name == "bounds" {
+                if let AttrValue::Char(text) = &a.value {
+                    self.bounds.push((c_text(text), v));
+                }
+            }
         }
         if let Some(all_filters) = self.special {
             for (name, value) in special::var_specials(ds, v, all_filters) {
@@ -762,7 +836,9 @@ impl<'w> Cdl<'w> {
         Ok(())
     }
 
-    fn attr_line(&mut self, varname: &str, a: &Attribute) -> Result<()> {
+    /// One attribute line; `times`, the time units of the variable, adds the dates of a
+    /// numeric attribute's values as a comment (`-t`).
+    fn attr_line(&mut self, varname: &str, a: &Attribute, times: Option<&TimeUnits>) -> Result<()> {
         let mut line = Vec::with_capacity(64);
         line.extend_from_slice(b"\t\t");
         if a.value.nctype() == NcType::String {
@@ -776,9 +852,57 @@ impl<'w> Cdl<'w> {
         line.extend_from_slice(escape_name(&a.name).as_bytes());
         line.extend_from_slice(b" = ");
         write_attr_cdl_with(&a.value, self.prec, &mut line);
-        line.extend_from_slice(b" ;\n");
+        line.extend_from_slice(b" ;");
+        if let (Some(tu), Some(sep)) = (times, self.times) {
+            let values = attr_numbers(&a.value);
+            let wrap = values.len() > 2;
+            for (i, x) in values.iter().enumerate() {
+                let mut text = tu.format(*x, sep);
+                if i + 1 < values.len() {
+                    text.push(',');
+                }
+                self.date_comment(&mut line, &text, i == 0, wrap);
+            }
+        }
+        line.push(b'\n');
         self.indent_out()?;
         self.raw(&line)
+    }
+
+    /// ncdump's `lput2`: one date of an attribute's comment, after a blank or, when
+    /// wrapping and at the first or past the line length, on a new comment line.
+    fn date_comment(&mut self, line: &mut Vec<u8>, text: &str, first: bool, wrap: bool) {
+        self.comment_pos += 1 + text.len();
+        let newline = wrap && (first || self.comment_pos > self.max_line + 2);
+        if newline {
+            line.push(b'\n');
+            line.extend(std::iter::repeat_n(b' ', self.indent));
+            line.extend_from_slice(b"\t\t  ");
+            self.comment_pos = 16 + 2 + text.len();
+        } else {
+            line.push(b' ');
+        }
+        if first || newline {
+            line.extend_from_slice(b"// ");
+            self.comment_pos += 3;
+        }
+        line.extend_from_slice(text.as_bytes());
+    }
+
+    /// The time units a variable's data is printed with under `-t`: its own, or those of the
+    /// time variable whose `bounds` name it (ncdump looks the name up in every group).
+    fn data_time_units(&self, ds: &Dataset, v: VarId) -> Option<TimeUnits> {
+        let var = ds.var(v);
+        if matches!(var.nctype, NcType::Char | NcType::String) {
+            return None;
+        }
+        let owner = self
+            .bounds
+            .iter()
+            .rev()
+            .find(|(name, _)| *name == var.name)
+            .map_or(v, |(_, parent)| *parent);
+        time_units_of(ds.var(owner))
     }
 
     fn var_data(&mut self, ds: &Dataset, v: VarId, read: &mut ValueReader<'_>) -> Result<()> {
@@ -795,6 +919,10 @@ impl<'w> Cdl<'w> {
             _ => c_format_of(ds, v),
         };
         let prec = self.prec;
+        let times = match self.times {
+            Some(sep) => self.data_time_units(ds, v).map(|tu| (tu, sep)),
+            None => None,
+        };
         let unlimited: Vec<bool> = var.dims.iter().map(|&d| ds.dim(d).unlimited).collect();
         self.raw(b"\n")?;
         self.indent_out()?;
@@ -864,6 +992,10 @@ impl<'w> Cdl<'w> {
                     piece.clear();
                     if is_fill(var.nctype, &fill, val) {
                         piece.push(b'_');
+                    } else if let Some((tu, sep)) = &times {
+                        piece.extend_from_slice(
+                            tu.format(number_at(var.nctype, val), *sep).as_bytes(),
+                        );
                     } else {
                         format_value(var.nctype, cfmt.as_ref(), prec, val, &mut piece);
                     }

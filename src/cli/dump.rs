@@ -51,6 +51,13 @@ pub struct DumpArgs {
     /// Full comments in the data: the indices of every value, `c` or `f` (`ncdump -f`).
     #[arg(short = 'f', long = "full", value_name = "LANG", value_parser = parse_lang)]
     pub full: Option<Lang>,
+    /// Values of time variables (CF `units` such as `days since 2000-01-01`, with their
+    /// `calendar`) as dates (`ncdump -t`).
+    #[arg(short = 't', long = "times")]
+    pub times: bool,
+    /// The same with ISO 8601's `T` between date and time (`ncdump -i`).
+    #[arg(short = 'i', long = "iso-times")]
+    pub iso_times: bool,
     /// Print only the kind of the dataset, as `ncdump -k` does (`netCDF-4`, which is what
     /// netcdf-c reports for NCZarr and Zarr).
     #[arg(short = 'k', long = "kind")]
@@ -92,6 +99,11 @@ pub fn run(args: DumpArgs) -> Result<i32> {
         double_digits: args.precision.and_then(|p| p.1),
         line_len: args.line_len,
         annotate,
+        times: if args.iso_times {
+            Some('T')
+        } else {
+            args.times.then_some(' ')
+        },
         groups: args
             .groups
             .map(|g| g.into_iter().filter(|s| !s.is_empty()).collect()),

@@ -1,0 +1,142 @@
+"""`nczarrfs dump -t` / `-i` (values of CF time variables as dates) against Debian's ncdump.
+
+(Attribute values are drawn among those netcdf-c's NCZarr writer keeps exactly.)
+
+Random time variables (units from seconds to years since random base dates, every calendar
+ncdump knows but `none`, values of every numeric type, whole and fractional, fill values,
+`bounds` variables, and numeric attributes of one, two and more values, which ncdump also
+annotates with dates) are written by netCDF4-python as NCZarr and as HDF5; `ncdump -t` of the
+HDF5 file must equal `nczarrfs dump -t` of the NCZarr store, and so with `-i` and a random
+line length. The calendar `none` is left out: ncdump reads its base date as month and day,
+reports errors and prints dates without years, which nczarrfs does not imitate (it prints
+such values as numbers).
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import subprocess
+
+import netCDF4
+import numpy as np
+import pytest
+
+import twins
+from conftest import SEED
+
+COUNT = int(os.environ.get("NCZARRFS_TIMES_COUNT", "40"))
+CALENDARS = [None, "standard", "gregorian", "proleptic_gregorian", "noleap", "365_day",
+             "all_leap", "366_day", "360_day", "julian", "no_leap", "allleap"]
+UNITS = ["seconds", "second", "sec", "s", "minutes", "min", "mn", "hours", "hour", "hr",
+         "days", "day", "dy", "weeks", "wk", "months", "month", "mo", "seasons", "years", "yr"]
+TYPES = ["f8", "f4", "i4", "i2", "i8", "u2", "i1", "u4"]
+
+
+def _base(rng: np.random.Generator) -> str:
+    year = int(rng.choice([1, 1582, 1600, 1850, 1900, 1970, 1979, 2000, -100, 1582]))
+    year += int(rng.integers(-3, 4))
+    date = f"{year:04d}-{int(rng.integers(1, 13))}-{int(rng.integers(1, 29)):02d}"
+    style = int(rng.integers(0, 5))
+    if style == 1:
+        return date + f" {int(rng.integers(0, 24))}:{int(rng.integers(0, 60)):02d}"
+    if style == 2:
+        return date + f" {int(rng.integers(0, 24)):02d}:{int(rng.integers(0, 60)):02d}:" \
+                      f"{float(rng.integers(0, 600)) / 10:04.1f}"
+    if style == 3:
+        return date + "T00:00:00Z"
+    return date
+
+
+def _values(rng: np.random.Generator, dtype: str, unit: str, n: int) -> np.ndarray:
+    info = np.iinfo(dtype) if dtype[0] in "iu" else None
+    scale = {"s": 1e8, "m": 1e6}.get(unit[0], 1e4)
+    if unit.startswith(("mo", "sea", "y")):
+        scale = 300
+    if unit.startswith(("mi", "mn")):
+        scale = 1e6
+    vals = rng.normal(0, scale, n)
+    if rng.random() < 0.5:
+        vals = np.round(vals)
+    if info is not None:
+        vals = np.clip(np.round(vals), info.min, info.max)
+    return vals.astype(dtype)
+
+
+def _attr_values(rng: np.random.Generator, dtype: str, n: int) -> np.ndarray:
+    """Attribute values netcdf-c's NCZarr writer keeps exactly (it writes six significant
+    digits): whole numbers below a million, or quarters below ten thousand."""
+    if rng.random() < 0.5:
+        vals = rng.integers(-999_999, 1_000_000, n).astype("f8")
+    else:
+        vals = rng.integers(-39_999, 40_000, n) / 4.0
+    if dtype[0] in "iu":
+        vals = np.round(vals)
+    return vals.astype(dtype)
+
+
+def _build(nc, rng: np.random.Generator) -> None:
+    nc.createDimension("t", 7)
+    nc.createDimension("nv", 2)
+    for i in range(int(rng.integers(1, 5))):
+        dtype = str(rng.choice(TYPES))
+        unit = str(rng.choice(UNITS))
+        v = nc.createVariable(f"time{i}", dtype, ("t",), fill_value=None if rng.random() < 0.6
+                              else np.array(0, dtype)[()] + 1)
+        v.units = f"{unit} since {_base(rng)}"
+        cal = rng.choice(CALENDARS)
+        if cal is not None:
+            v.calendar = str(cal)
+        values = _values(rng, dtype, unit, 7)
+        v[:] = values
+        if rng.random() < 0.5:
+            v.valid_min = _attr_values(rng, "f8", 1)[0]
+        if rng.random() < 0.5:
+            count = int(rng.integers(1, 6))
+            v.actual_range = _attr_values(rng, str(rng.choice(["f4", "f8", "i4"])), count)
+        # One bounds variable at most: ncdump forgets every `bounds` attribute but the last
+        # one it printed (its list is emptied at each insertion), so the bounds variables of
+        # the other time variables print as numbers there, as dates here.
+        if rng.random() < 0.5 and not any(n.endswith("_bnds") for n in nc.variables):
+            b = nc.createVariable(f"time{i}_bnds", dtype, ("t", "nv"))
+            b[:] = _values(rng, dtype, unit, 14).reshape(7, 2)
+            v.bounds = f"time{i}_bnds"
+    x = nc.createVariable("x", "f4", ("t",))
+    x.units = "m"
+    x[:] = np.arange(7)
+
+
+def _same(expected: bytes, got: bytes, what: str) -> str | None:
+    if expected == got:
+        return None
+    diff = difflib.unified_diff(expected.decode(errors="replace").splitlines(keepends=True),
+                                got.decode(errors="replace").splitlines(keepends=True),
+                                fromfile="ncdump", tofile="nczarrfs dump")
+    return f"{what}\n" + "".join(list(diff)[:40])
+
+
+# netCDF4-python warns that a time attribute does not fit an integer variable's type.
+@pytest.mark.filterwarnings("ignore:WARNING")
+def test_times_match_ncdump(nczarrfs, tmp_path):
+    print(f"seed {SEED}")
+    failures = []
+    for k in range(COUNT):
+        seed = SEED + k
+        rng = np.random.default_rng(seed)
+        zpath, hpath = tmp_path / f"t{k}.file", tmp_path / f"t{k}.nc"
+        state = rng.bit_generator.state
+        for target in (twins.nczarr_url(str(zpath)), str(hpath)):
+            rng.bit_generator.state = state
+            with netCDF4.Dataset(target, "w") as nc:
+                _build(nc, rng)
+        options = [["-t"], ["-i"]][k % 2]
+        if rng.random() < 0.5:
+            options += ["-l", str(int(rng.integers(10, 120)))]
+        want = subprocess.run(["ncdump", *options, "-n", "t", str(hpath)], capture_output=True,
+                              check=True).stdout
+        got = nczarrfs("dump", *options, "-n", "t", str(zpath))
+        assert got.returncode == 0, got.stderr.decode()
+        problem = _same(want, got.stdout, f"seed {seed} ({' '.join(options)}), {hpath}")
+        if problem:
+            failures.append(problem)
+    assert not failures, "\n".join(failures[:3]) + f"\n({len(failures)} of {COUNT} differ)"
