@@ -556,6 +556,24 @@ mod tests {
         assert_eq!(fmt("days since 2000-01-01", None, f64::NAN), "NaN");
     }
 
+    proptest::proptest! {
+        /// Any units text, calendar and value: an answer, quickly, never a panic (ncdump
+        /// loops over years one by one and would take ages on some of these).
+        #[test]
+        fn any_units_and_value_are_answered(
+            unit in "(s|sec|min|hr|hours|days|wk|mo|months|season|yr|years|x)",
+            base in "-?[0-9]{1,20}(-[0-9]{1,3}(-[0-9]{1,3}( [0-9]{1,3}(:[0-9]{1,3}(:[0-9.e+-]{1,8})?)?)?)?)?",
+            cal in proptest::option::of("(standard|julian|noleap|all_leap|360_day|proleptic_gregorian|n|x)"),
+            value in proptest::num::f64::ANY,
+        ) {
+            let units = format!("{unit} since {base}");
+            if let Some(tu) = TimeUnits::parse(&units, cal.as_deref()) {
+                let text = tu.format(value, ' ');
+                proptest::prop_assert!(!text.is_empty());
+            }
+        }
+    }
+
     #[test]
     fn values_beyond_any_year_print_as_numbers() {
         for units in [
