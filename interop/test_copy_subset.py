@@ -40,7 +40,7 @@ def test_subsets_match_nccopy(nczarrfs, tmp_path):
     print(f"seed {SEED}")
     failures, done, skipped, seed = [], 0, 0, SEED
     while done < COUNT:
-        # Debian's nccopy fails on about a quarter of them ("NetCDF: Invalid argument"), for
+        # Debian's nccopy fails on about two in five of them ("NetCDF: Invalid argument"), for
         # one with `-u` and an unlimited dimension of length 0, which netCDF cannot fix.
         assert skipped <= COUNT, f"Debian's nccopy or ncdump failed on {skipped} files"
         name = f"c{done + skipped}"
