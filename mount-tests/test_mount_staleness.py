@@ -167,3 +167,76 @@ def test_metadata_changed_underneath_is_seen_after_ttl(mounter, tmp_path):
     assert new_header != header
     assert "int w(x) ;" in new_header
     assert ':history = "appended" ;' in new_header
+
+
+def test_generated_files_read_whole_while_the_metadata_changes(mounter, tmp_path):
+    """Generated files are read through the page cache when the size the kernel holds for
+    them is right, which saves a request per open. While the metadata changes underneath,
+    back and forth between a version with short headers and one with long ones, and readers
+    keep the kernel's sizes fresh with `stat`, every read must give one version's content
+    whole: never cut at the other version's size, never padded."""
+    import random
+    import threading
+
+    import netCDF4
+
+    store = tmp_path / "ds.file"
+    other = tmp_path / "other.file"
+    _url, values = _dataset(store)
+    with netCDF4.Dataset(f"file://{other}#mode=nczarr,file", "w") as nc:
+        nc.history = "a long history " * 40
+        nc.createDimension("y", ROWS)
+        nc.createDimension("x", COLS)
+        v = nc.createVariable("v", "f8", ("y", "x"), chunksizes=(4, COLS))
+        v.long_name = "a long name " * 30
+        v[:] = values
+    ttl = 0.3
+    mnt = mounter.mount(str(store), f"ttl={ttl}")
+    files = ["@header.cdl", "@metadata.json", "v/@header.cdl", "v/@metadata.json"]
+
+    def swap() -> None:
+        spare = tmp_path / "spare.file"
+        os.rename(store, spare)
+        os.rename(other, store)
+        os.rename(spare, other)
+
+    def read_all() -> dict[str, bytes]:
+        return {f: (mnt / f).read_bytes() for f in files}
+
+    versions = {f: set() for f in files}
+    for _ in range(2):
+        for f, content in read_all().items():
+            versions[f].add(content)
+        swap()
+        time.sleep(ttl + 1.5)
+    assert all(len(v) == 2 for v in versions.values()), "the two versions differ in every file"
+
+    stop = threading.Event()
+    seen: list[tuple[str, bytes]] = []
+    opens = [0]
+
+    def reader(seed: int) -> None:
+        rng = random.Random(seed)
+        while not stop.is_set():
+            f = rng.choice(files)
+            os.stat(mnt / f)
+            seen.append((f, (mnt / f).read_bytes()))
+            opens[0] += 1
+
+    readers = [threading.Thread(target=reader, args=(i,)) for i in range(2)]
+    for t in readers:
+        t.start()
+    rng = random.Random(1)
+    try:
+        # Quick changes (within one TTL of the last) and slow ones (after the kernel's sizes
+        # have expired and the page cache is used again).
+        for _ in range(12):
+            time.sleep(rng.choice([0.05, 0.2, ttl + 1.2, ttl + 1.6]))
+            swap()
+    finally:
+        stop.set()
+        for t in readers:
+            t.join()
+    assert opens[0] > 100
+    wrong = [(f, len(c)) for f, c in seen if c not in versions[f]]
+    assert not wrong, f"{len(wrong)} of {len(seen)} reads were neither version: {wrong[:5]}"

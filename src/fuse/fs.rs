@@ -34,6 +34,7 @@ use super::content;
 use super::inodes::{parent, InodeTable};
 use super::layout::{self, FileKind, Node, Owner, Resolved};
 use super::options::MountOptions;
+use super::sizes::ReportedSizes;
 use super::slab::{element_range_slabs, slab_len};
 use super::splice::{self, Spliced};
 use super::stream::{Geometry, ReadStream};
@@ -138,6 +139,8 @@ struct Shared {
     exit_when_destroyed: Mutex<Option<String>>,
     inodes: Mutex<InodeTable>,
     contents: Mutex<HashMap<u64, Generated>>,
+    /// The sizes of generated files told to the kernel (see [`Shared::generated_file_open_flags`]).
+    reported_sizes: ReportedSizes,
     handles: Mutex<HashMap<u64, Arc<Handle>>>,
     next_fh: AtomicU64,
     logged: Mutex<HashSet<String>>,
@@ -303,6 +306,7 @@ impl NczarrFs {
             exit_when_destroyed: Mutex::new(None),
             inodes: Mutex::new(InodeTable::new()),
             contents: Mutex::new(HashMap::new()),
+            reported_sizes: ReportedSizes::default(),
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             logged: Mutex::new(HashSet::new()),
@@ -332,6 +336,32 @@ impl Shared {
             FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR
         } else {
             FopenFlags::FOPEN_DIRECT_IO
+        }
+    }
+
+    /// Open flags of a generated file whose content at this open is `len` bytes long. On a
+    /// read-only mount with a staleness window, the page cache (emptied at each open, as
+    /// `FOPEN_KEEP_CACHE` is not set) when the kernel cannot hold another size for it: a
+    /// reader then finds the end of the file from its size, without a second `READ`.
+    fn generated_file_open_flags(&self, ino: u64, len: usize) -> FopenFlags {
+        match self.opts.ttl {
+            Some(ttl)
+                if self.writer.is_none()
+                    && self
+                        .reported_sizes
+                        .settled(ino, len as u64, ttl, Instant::now()) =>
+            {
+                FopenFlags::empty()
+            }
+            _ => self.generated_open_flags(),
+        }
+    }
+
+    /// Notes the size of a generated file about to be reported, where
+    /// [`Shared::generated_file_open_flags`] depends on it.
+    fn report_size(&self, ino: u64, size: u64) {
+        if self.opts.ttl.is_some() && self.writer.is_none() {
+            self.reported_sizes.record(ino, size, Instant::now());
         }
     }
 
@@ -681,6 +711,7 @@ impl Shared {
                         0
                     }
                 };
+                self.report_size(ino, size);
                 let perm = match node {
                     Node::File(_, FileKind::Attr(_)) => 0o444 | w,
                     _ => 0o444,
@@ -1038,17 +1069,26 @@ impl Filesystem for NczarrFs {
         }
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         let ino = ino.0;
         let sh = &self.shared;
         let Some(node) = sh.node(ino) else {
             return reply.error(Errno::ENOENT);
         };
         let snap = sh.snapshot();
-        match sh.attr(ino, &node, &snap) {
-            Some(attr) => reply.attr(&sh.kernel_ttl(), &attr),
-            None => reply.error(Errno::ENOENT),
+        let Some(mut attr) = sh.attr(ino, &node, &snap) else {
+            return reply.error(Errno::ENOENT);
+        };
+        // Asked through an open generated file, the size is that of the content the open
+        // serves, which may be older than the model's: a reader through the page cache stops
+        // where the kernel's size says.
+        let opened = fh.and_then(|fh| lock(&sh.handles).get(&fh.0)?.content.clone());
+        if let Some(content) = opened {
+            attr.size = content.len() as u64;
+            attr.blocks = attr.size.div_ceil(512);
+            sh.report_size(ino, attr.size);
         }
+        reply.attr(&sh.kernel_ttl(), &attr)
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
@@ -1101,7 +1141,10 @@ impl Filesystem for NczarrFs {
             Node::File(..) => match sh.content(ino, &node, &snap) {
                 // Generated files change with the model: no page cache for them, unless the
                 // dataset is declared never to change.
-                Ok(c) => (Some(c), sh.generated_open_flags()),
+                Ok(c) => {
+                    let flags = sh.generated_file_open_flags(ino, c.len());
+                    (Some(c), flags)
+                }
                 Err(e) => {
                     sh.log_once(format!("{}: {e}", node_display(&node)));
                     return reply.error(Errno::from_i32(e.errno()));

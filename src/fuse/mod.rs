@@ -23,6 +23,7 @@ mod inodes;
 mod layout;
 pub mod logging;
 mod options;
+mod sizes;
 mod slab;
 mod splice;
 mod stream;
