@@ -22,6 +22,7 @@ import os
 import random
 import socket
 import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -30,6 +31,11 @@ import numpy as np
 import pytest
 
 from test_s3 import BUCKET, MOTO, S3S, S3S_BIN, S3S_KEY, S3S_SECRET, _answers, _client, _ok, _run
+
+# The model of a rw mount and its random operations, shared with the mount tests.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "mount-tests"))
+from datasets import nczarr_dataset  # noqa: E402
+from rw_model import check_netcdf, initial_model, run_operations  # noqa: E402
 
 Y, X = 6, 8
 RECORDS = 4
@@ -268,6 +274,40 @@ def test_rw_mount_edits_reach_the_bucket(server, binary, tmp_path, seed):
         assert list(nc.groups) == ["sub"]
     # Nothing is left under the old name.
     assert not [k for k in _objects(client, prefix) if k.startswith(f"{prefix}/grid/")]
+
+
+@pytest.mark.parametrize("server", ["moto", "s3s"])
+def test_random_operations_match_a_model(server, binary, tmp_path, seed):
+    """The mount tests' random sequences of writes, appends past the end, attribute files,
+    renames, groups and remounts (mount-tests/rw_model.py), on a dataset netCDF4-python wrote
+    and that was uploaded to the bucket: after the last unmount, the objects downloaded from
+    the bucket must read exactly as the model in netCDF4-python."""
+    endpoint, key, secret, client = _server(server)
+    env = _env(tmp_path, key, secret, NCZARRFS_S3_RETRIES="2")
+    url = nczarr_dataset(tmp_path / "ds.file")
+    model = initial_model(url)
+    prefix = f"rw-model-{uuid.uuid4().hex}/ds.file"
+    for path in sorted((tmp_path / "ds.file").rglob("*")):
+        if path.is_file():
+            key_name = f"{prefix}/{path.relative_to(tmp_path / 'ds.file')}"
+            client.put_object(Bucket=BUCKET, Key=key_name, Body=path.read_bytes())
+    location = f"{endpoint}/{BUCKET}/{prefix}#mode=nczarr,s3"
+    mnt, log = tmp_path / "mnt", tmp_path / "mount.log"
+    mounts = [RwMount(binary, env, location, mnt, log).__enter__()]
+
+    def remount() -> Path:
+        assert mounts[-1].unmount() == 0, log.read_text()
+        mounts.append(RwMount(binary, env, location, mnt, log).__enter__())
+        return mnt
+
+    try:
+        run_operations(mnt, model, random.Random(seed), 150, remount)
+        assert mounts[-1].unmount() == 0, log.read_text()
+    finally:
+        for m in mounts:
+            m.__exit__(None, None, None)
+    local = _download(client, prefix, tmp_path / "downloaded")
+    check_netcdf(f"file://{local}#mode=nczarr,file", model)
 
 
 def _free_port() -> int:
