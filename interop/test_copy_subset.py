@@ -1,10 +1,10 @@
-"""`nczarrfs copy -V`, `-v` and `-u` against nccopy: random netCDF-4 content (twins.py) is
+"""`nczarrfs copy -V`, `-v`, `-g`, `-G` and `-u` against nccopy: random netCDF-4 content (twins.py) is
 copied by Debian's nccopy from the HDF5 twin and by nczarrfs from the NCZarr twin with the
 same options, and Debian's ncdump of the one must equal `nczarrfs dump` of the other.
 
-nccopy turns fill off in what it writes, so with `-v` the variables it leaves without data
-hold whatever the file had there (nczarrfs leaves them at their fill value); only the header
-and the data of the listed variables are compared then.
+nccopy turns fill off in what it writes, so with `-v`, `-g` and `-G` the variables it leaves
+without data hold whatever the file had there (nczarrfs leaves them at their fill value); only
+the header and the data of the variables copied are compared then.
 """
 
 from __future__ import annotations
@@ -32,6 +32,40 @@ def _names(hpath: str, rng: np.random.Generator) -> list[str]:
     return [p if rng.random() < 0.5 else p.rsplit("/", 1)[1] for p in picked]
 
 
+def _groups(hpath: str, rng: np.random.Generator) -> list[str]:
+    """One or two group names of the dataset, as full names (`/` for the root) or plain ones
+    (every group of that name)."""
+    full = ["/"]
+    with netCDF4.Dataset(hpath) as nc:
+        def walk(g, path):
+            for name, sub in g.groups.items():
+                if "," not in name:
+                    full.append(f"{path}/{name}")
+                walk(sub, f"{path}/{name}")
+        walk(nc, "")
+    picked = rng.choice(full, size=min(len(full), int(rng.integers(1, 3))), replace=False)
+    return [p if p == "/" or rng.random() < 0.5 else p.rsplit("/", 1)[1] for p in picked]
+
+
+def _copied_vars(hpath: str, names: list[str]) -> list[str]:
+    """Names of the variables whose data a `-g`/`-G` copy holds, from first principles: those
+    whose own group is one the list names (full name, or plain name at any depth). (nccopy -G
+    refuses a group listed without its parent.)"""
+    with netCDF4.Dataset(hpath) as nc:
+        paths = [p for p, _ in twins.walk_variables(nc)]
+    def group_of(p):
+        return p.rsplit("/", 1)[0] or "/"
+    def wanted(g):
+        return any(g == n if n.startswith("/") else g != "/" and g.rsplit("/", 1)[1] == n
+                   for n in names)
+    copied = [p for p in paths if wanted(group_of(p))]
+    # Debian's ncdump finds no variable by a full name in the root group (`/v`): a root
+    # variable is named plainly, where that names no other variable.
+    plain = [p.rsplit("/", 1)[1] for p in paths]
+    return [p if group_of(p) != "/" else p[1:] for p in copied
+            if group_of(p) != "/" or plain.count(p[1:]) == 1]
+
+
 def _run(cmd: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, check=False)
 
@@ -47,16 +81,27 @@ def test_subsets_match_nccopy(nczarrfs, tmp_path):
         zpath, hpath, _ = twins.write_twins(str(tmp_path), name, seed)
         rng = np.random.default_rng(seed)
         seed += 1
-        names = _names(hpath, rng)
-        mode = ["-V", "-v", "-u"][int(rng.integers(0, 3))]
+        mode = ["-V", "-v", "-g", "-G", "-u"][int(rng.integers(0, 5))]
+        names = _groups(hpath, rng) if mode in ("-g", "-G") else _names(hpath, rng)
         options = ["-u"] if mode == "-u" or not names else [mode, ",".join(names)]
         theirs_nc = str(tmp_path / f"{name}_nccopy.nc")
         ours_z = str(tmp_path / f"{name}_copy.file")
         r = _run(["nccopy", *options, hpath, theirs_nc])
+        if b"trying to copy a group but not the parent" in r.stderr:
+            # nccopy -G refuses a group listed without its parent: so must we.
+            done += 1
+            res = nczarrfs("copy", *options, zpath, ours_z)
+            if res.returncode != 1 or b"without its parent group" not in res.stderr:
+                failures.append(f"seed {seed - 1} ({' '.join(options)}): not refused")
+            continue
         if r.returncode != 0:
             skipped += 1
             continue
         dump_opts = ["-v", ",".join(names)] if options[0] == "-v" else []
+        if options[0] in ("-g", "-G"):
+            copied = _copied_vars(hpath, names)
+            # ncdump -v needs one variable at least; with none, the header is compared.
+            dump_opts = ["-v", ",".join(copied)] if copied else ["-h"]
         want = _run(["ncdump", *dump_opts, "-n", name, theirs_nc])
         if want.returncode != 0:
             skipped += 1
@@ -82,3 +127,10 @@ def test_unknown_variable_is_refused_and_nothing_written(nczarrfs, tmp_path):
         assert res.returncode == 1
         assert b"no_such_variable: No such variable" in res.stderr
         assert not target.exists()
+    # nccopy finds a group by its full name or a plain one, not by a relative path.
+    for flag in ("-g", "-G"):
+        for name in ("no_such_group", "a/b"):
+            res = nczarrfs("copy", flag, name, zpath, str(target))
+            assert res.returncode == 1
+            assert f"{name}: No such group".encode() in res.stderr
+            assert not target.exists()

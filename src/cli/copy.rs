@@ -82,6 +82,27 @@ pub struct CopyArgs {
         value_delimiter = ','
     )]
     pub data_vars: Option<Vec<String>>,
+    /// Data only for the variables of these groups (nccopy -g): full names (`/g/h`, `/` for
+    /// the root group) or plain names (every group of that name), comma-separated. Every
+    /// group, variable and attribute is defined; the other variables hold their fill value.
+    #[arg(
+        short = 'g',
+        long = "data-groups",
+        value_name = "GROUPS",
+        value_delimiter = ','
+    )]
+    pub data_groups: Option<Vec<String>>,
+    /// Only these groups (nccopy -G), named as for `-g`: other groups go with all they hold,
+    /// the root group's definitions always stay, and only the variables of the listed groups
+    /// get data (those of the root only if `/` is listed).
+    #[arg(
+        short = 'G',
+        long = "only-groups",
+        value_name = "GROUPS",
+        value_delimiter = ',',
+        conflicts_with = "data_groups"
+    )]
+    pub only_groups: Option<Vec<String>>,
     /// Unlimited dimensions become fixed ones of their current length (nccopy -u); one of
     /// length 0 stays unlimited, as netCDF has no fixed dimension of length 0.
     #[arg(short = 'u', long = "fix-unlimited")]
@@ -95,16 +116,67 @@ pub fn run(args: CopyArgs) -> Result<i32> {
         list.as_ref()
             .map(|l| l.iter().filter(|s| !s.is_empty()).cloned().collect())
     };
+    // Names are checked against the whole source first, as nccopy does.
+    let group_list = names(&args.only_groups).or_else(|| names(&args.data_groups));
+    let wanted_groups: Option<Vec<String>> = match &group_list {
+        Some(list) => {
+            let ids = src.model.select_groups(list).map_err(Error::NotFound)?;
+            Some(ids.iter().map(|&g| src.model.group_fqn(g)).collect())
+        }
+        None => None,
+    };
     if let Some(only) = names(&args.only_vars) {
-        let keep = src.model.select_vars(&only).map_err(Error::NotFound)?;
-        // The copy reads through a model of the kept variables alone, with a fresh engine
-        // (whose plans follow variable ids).
+        src.model.select_vars(&only).map_err(Error::NotFound)?;
+    }
+    if let Some(data) = names(&args.data_vars) {
+        src.model.select_vars(&data).map_err(Error::NotFound)?;
+    }
+    // The copy reads through a model of what it keeps alone, with a fresh engine (whose plans
+    // follow variable ids).
+    let mut narrowed = false;
+    if let (Some(wanted), true) = (&wanted_groups, args.only_groups.is_some()) {
+        let model = &src.model;
+        for name in wanted {
+            let parent = name.rsplit_once('/').map_or("", |(p, _)| p);
+            if !parent.is_empty() && !wanted.iter().any(|w| w == parent) {
+                return Err(Error::Invalid(format!(
+                    "{name}: a group cannot be copied without its parent group {parent} \
+                     (list {parent} too)"
+                )));
+            }
+        }
+        src.model = model
+            .with_groups(|g| wanted.contains(&model.group_fqn(g)))
+            .map_err(Error::Invalid)?;
+        narrowed = true;
+    }
+    if let Some(only) = names(&args.only_vars) {
+        let keep = selected_vars(&src.model, &only);
         src.model = src.model.with_vars(&keep);
+        narrowed = true;
+    }
+    if narrowed {
         src.engine = ChunkEngine::new(Arc::clone(&src.map), DEFAULT_CACHE_BYTES);
     }
-    let data_vars = match names(&args.data_vars) {
-        Some(list) => Some(src.model.select_vars(&list).map_err(Error::NotFound)?),
-        None => None,
+    let in_wanted_group = |v: VarId| {
+        wanted_groups
+            .as_ref()
+            .is_none_or(|w| w.contains(&src.model.group_fqn(src.model.var(v).group)))
+    };
+    let data_vars = match (names(&args.data_vars), &wanted_groups) {
+        (None, None) => None,
+        (list, _) => {
+            let listed = match list {
+                Some(l) => selected_vars(&src.model, &l),
+                None => (0..src.model.vars.len()).map(VarId).collect(),
+            };
+            Some(
+                listed
+                    .into_iter()
+                    .filter(|&v| in_wanted_group(v))
+                    .collect::<Vec<_>>(),
+            )
+        }
     };
     let mut dst = Location::parse(&args.dst)?;
     if let Some(w) = &args.mode {
@@ -158,7 +230,7 @@ pub fn run(args: CopyArgs) -> Result<i32> {
         }
         shard_model(&mut model, &args.shards)?;
     }
-    if args.only_vars.is_some() || data_vars.is_some() {
+    if args.only_vars.is_some() || args.only_groups.is_some() || data_vars.is_some() {
         // An unlimited dimension is as long as the data written along it: none is written
         // along one that no copied variable uses (nccopy's copy shows it empty too).
         let written: Vec<VarId> = match &data_vars {
@@ -182,6 +254,19 @@ pub fn run(args: CopyArgs) -> Result<i32> {
     }
     copy_dataset(&src, model, &dst, opts, data_vars.as_deref())?;
     Ok(0)
+}
+
+/// The variables that `names` select in `ds`, a dataset narrowed down after the names were
+/// checked: a name whose variables were left out selects nothing.
+fn selected_vars(ds: &Dataset, names: &[String]) -> Vec<VarId> {
+    let mut out: Vec<VarId> = names
+        .iter()
+        .filter_map(|n| ds.select_vars(std::slice::from_ref(n)).ok())
+        .flatten()
+        .collect();
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// Groups the chunks of the variables that `specs` (`--shards`) name into shards: their

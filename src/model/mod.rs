@@ -8,6 +8,8 @@
 mod index;
 mod types;
 
+use std::collections::HashMap;
+
 pub use types::{AttrValue, ByteOrder, DtypeKind, NcType, ZarrDtype};
 
 /// The widest fixed-width string element nczarrfs reads or writes (256 MiB): wider ones are
@@ -348,6 +350,87 @@ impl Dataset {
         out
     }
 
+    /// The same dataset with only the groups `keep` accepts (the root always stays, and a
+    /// group whose parent goes goes too), each with its attributes, dimensions, variables in
+    /// their order; ids are renumbered. Fails when a kept variable uses a dimension of a group
+    /// that goes, which netCDF's scoping rules out.
+    pub fn with_groups(&self, keep: impl Fn(GroupId) -> bool) -> Result<Dataset, String> {
+        let mut out = Dataset::new();
+        out.provenance = self.provenance.clone();
+        // Groups and dimensions first, so that any variable finds its dimensions mapped.
+        let mut kept = vec![(Self::ROOT, Self::ROOT)];
+        let mut dim_map: HashMap<DimId, DimId> = HashMap::new();
+        let mut pending = vec![(Self::ROOT, Self::ROOT)];
+        while let Some((old, new)) = pending.pop() {
+            let group = self.group(old);
+            out.groups[new.0].attrs = group.attrs.clone();
+            for &d in &group.dims {
+                let dim = self.dim(d);
+                dim_map.insert(d, out.add_dim(new, &dim.name, dim.len, dim.unlimited));
+            }
+            // Depth first in stored order: the stack takes the subgroups last to first.
+            let children: Vec<(GroupId, GroupId)> = group
+                .groups
+                .iter()
+                .filter(|&&g| keep(g))
+                .map(|&g| (g, out.add_group(new, &self.group(g).name)))
+                .collect();
+            kept.extend(&children);
+            pending.extend(children.into_iter().rev());
+        }
+        for (old, new) in kept {
+            for &v in &self.group(old).vars {
+                let mut var = self.var(v).clone();
+                var.group = new;
+                var.dims = var
+                    .dims
+                    .iter()
+                    .map(|d| {
+                        dim_map.get(d).copied().ok_or_else(|| {
+                            format!(
+                                "{}: its dimension {} is in a group left out",
+                                self.var_fqn(v),
+                                self.dim_fqn(*d)
+                            )
+                        })
+                    })
+                    .collect::<Result<_, _>>()?;
+                out.add_var(var);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The groups a list of names selects, as nccopy's `-g` and `-G` read it: `/a/b` the
+    /// group of that full name (`/` the root), a plain name every group of that name at any
+    /// depth. A name that selects nothing is an error (`g: No such group`), and so is a
+    /// relative path, which nccopy finds nowhere either.
+    pub fn select_groups(&self, names: &[String]) -> Result<Vec<GroupId>, String> {
+        let mut out = Vec::new();
+        for name in names {
+            let found: Vec<GroupId> = (0..self.groups.len())
+                .map(GroupId)
+                .filter(|&g| {
+                    if name.starts_with('/') {
+                        self.group_fqn(g) == *name
+                    } else {
+                        g != Self::ROOT && self.group(g).name == *name
+                    }
+                })
+                .collect();
+            if found.is_empty() {
+                return Err(format!("{name}: No such group"));
+            }
+            for g in found {
+                if !out.contains(&g) {
+                    out.push(g);
+                }
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
     /// The variables a list of names selects, as ncdump's `-v` and nccopy's `-V` read it: a
     /// plain name selects the variables of that name in every group, `a/b/v` those in groups
     /// whose full name ends with `a/b`, `/a/b/v` the one in `/a/b`. A name that selects
@@ -561,5 +644,89 @@ mod tests {
         assert_eq!(ds.find_dim("/g1/x"), Some(d2));
         assert_eq!(ds.find_group("/g1/g2"), Some(g2));
         assert_eq!(ds.groups_preorder(), vec![Dataset::ROOT, g1, g2]);
+    }
+
+    fn add_var(ds: &mut Dataset, group: GroupId, name: &str, dims: Vec<DimId>) -> VarId {
+        ds.add_var(Variable {
+            name: name.into(),
+            group,
+            nctype: NcType::Int,
+            dims,
+            string_width: 0,
+            attrs: vec![],
+            storage: VarStorage {
+                key: name.into(),
+                ..VarStorage::default()
+            },
+        })
+    }
+
+    /// `/` with `x` and `r`; `/a` with `y` and `a1(x, y)`; `/a/b` with `b1(y)`; `/c` with
+    /// `c1(x)`; `/c/b` empty.
+    fn tree() -> Dataset {
+        let mut ds = Dataset::new();
+        let x = ds.add_dim(Dataset::ROOT, "x", 2, false);
+        add_var(&mut ds, Dataset::ROOT, "r", vec![x]);
+        let a = ds.add_group(Dataset::ROOT, "a");
+        let c = ds.add_group(Dataset::ROOT, "c");
+        let y = ds.add_dim(a, "y", 3, true);
+        add_var(&mut ds, a, "a1", vec![x, y]);
+        let b = ds.add_group(a, "b");
+        add_var(&mut ds, b, "b1", vec![y]);
+        add_var(&mut ds, c, "c1", vec![x]);
+        ds.add_group(c, "b");
+        ds
+    }
+
+    #[test]
+    fn groups_are_selected_by_full_or_plain_name() {
+        let ds = tree();
+        let fqns = |names: &[&str]| -> Result<Vec<String>, String> {
+            let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+            let ids = ds.select_groups(&names)?;
+            Ok(ids.iter().map(|&g| ds.group_fqn(g)).collect())
+        };
+        assert_eq!(fqns(&["b"]).unwrap(), ["/a/b", "/c/b"]);
+        assert_eq!(fqns(&["/a/b", "/"]).unwrap(), ["/", "/a/b"]);
+        assert_eq!(fqns(&["c", "/c"]).unwrap(), ["/c"]);
+        assert_eq!(fqns(&["a/b"]).unwrap_err(), "a/b: No such group");
+        assert_eq!(fqns(&["/b"]).unwrap_err(), "/b: No such group");
+    }
+
+    #[test]
+    fn leaving_groups_out_keeps_the_rest_in_order_with_new_ids() {
+        let ds = tree();
+        let kept = ds
+            .with_groups(|g| ["/a", "/c/b"].contains(&ds.group_fqn(g).as_str()))
+            .unwrap();
+        // /a/b goes with its unlisted self, /c/b with its parent.
+        let groups: Vec<String> = kept
+            .groups_preorder()
+            .iter()
+            .map(|&g| kept.group_fqn(g))
+            .collect();
+        assert_eq!(groups, ["/", "/a"]);
+        let vars: Vec<String> = (0..kept.vars.len())
+            .map(|v| kept.var_fqn(VarId(v)))
+            .collect();
+        assert_eq!(vars, ["/r", "/a/a1"]);
+        let a1 = kept.find_var("/a/a1").unwrap();
+        let dims: Vec<String> = kept.var(a1).dims.iter().map(|&d| kept.dim_fqn(d)).collect();
+        assert_eq!(dims, ["/x", "/a/y"]);
+        assert_eq!(kept.var(a1).storage.key, "a1");
+        assert!(kept.dim(kept.var(a1).dims[1]).unlimited);
+    }
+
+    #[test]
+    fn a_variable_cannot_keep_a_dimension_of_a_group_left_out() {
+        let mut ds = tree();
+        // Pure Zarr can say anything: a root variable on /a's dimension.
+        let y = ds.find_dim("/a/y").unwrap();
+        add_var(&mut ds, Dataset::ROOT, "odd", vec![y]);
+        let err = ds.with_groups(|g| g == Dataset::ROOT).unwrap_err();
+        assert_eq!(err, "/odd: its dimension /a/y is in a group left out");
+        let all = ds.with_groups(|_| true).unwrap();
+        let odd = all.find_var("/odd").unwrap();
+        assert_eq!(all.dim_fqn(all.var(odd).dims[0]), "/a/y");
     }
 }
