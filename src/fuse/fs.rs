@@ -1139,8 +1139,9 @@ impl Filesystem for NczarrFs {
                 return reply.error(Errno::EPERM);
             }
             Node::File(..) => match sh.content(ino, &node, &snap) {
-                // Generated files change with the model: no page cache for them, unless the
-                // dataset is declared never to change.
+                // Generated files change with the model: the page cache keeps them only when
+                // the dataset is declared never to change, and serves them only when the
+                // kernel's size for them is right.
                 Ok(c) => {
                     let flags = sh.generated_file_open_flags(ino, c.len());
                     (Some(c), flags)
