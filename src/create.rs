@@ -858,8 +858,8 @@ impl DatasetWriter {
         }
     }
 
-    /// Sets or replaces an attribute. `_FillValue` on a variable also sets its fill value,
-    /// which is only possible before values are written.
+    /// Sets or replaces an attribute. `_FillValue` on a variable also sets its fill value
+    /// (a variable without fill keeps none), which is only possible before values are written.
     pub fn put_attr(&mut self, target: AttrTarget, name: &str, value: AttrValue) -> Result<()> {
         check_attr_name(target, name)?;
         if self
@@ -887,7 +887,8 @@ impl DatasetWriter {
         Ok(())
     }
 
-    /// Deletes an attribute; deleting a variable's `_FillValue` restores the default fill.
+    /// Deletes an attribute; deleting a variable's `_FillValue` restores the default fill (a
+    /// variable without fill keeps none).
     pub fn del_attr(&mut self, target: AttrTarget, name: &str) -> Result<()> {
         let pos = self
             .attrs_mut(target)?
@@ -969,7 +970,12 @@ impl DatasetWriter {
                 padded(bytes, var.element_size())
             }
         };
-        self.model.vars[v.0].storage.fill_value = Some(bytes);
+        // A variable without fill keeps none: netcdf-c stores its `_FillValue` as an
+        // attribute only, and so does a reader of what is written here.
+        let storage = &mut self.model.vars[v.0].storage;
+        if storage.fill_value.is_some() {
+            storage.fill_value = Some(bytes);
+        }
         Ok(())
     }
 
@@ -1768,6 +1774,46 @@ mod tests {
         // Later changes are stored.
         w.add_group_stored(Dataset::ROOT, "h").unwrap();
         w.sync().unwrap();
+    }
+
+    #[test]
+    fn a_fill_value_attribute_leaves_a_variable_without_fill_so() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (loc, mut w) = writer(tmp.path(), "nczarr");
+        let x = w.add_dim(Dataset::ROOT, "x", 2, false).unwrap();
+        let no_fill = VarOptions {
+            fill: Fill::NoFill,
+            ..Default::default()
+        };
+        let v = w
+            .add_var(Dataset::ROOT, "v", NcType::Int, &[x], no_fill)
+            .unwrap();
+        let u = w
+            .add_var(Dataset::ROOT, "u", NcType::Int, &[x], VarOptions::default())
+            .unwrap();
+        for var in [v, u] {
+            w.put_attr(AttrTarget::Var(var), "_FillValue", AttrValue::Int(vec![5]))
+                .unwrap();
+        }
+        w.del_attr(AttrTarget::Var(v), "_FillValue").unwrap();
+        w.put_attr(AttrTarget::Var(v), "_FillValue", AttrValue::Int(vec![6]))
+            .unwrap();
+        w.close().unwrap();
+        let map = zmap::open(&loc, false).unwrap();
+        let ds = meta::read_dataset(map.as_ref(), &loc.mode).unwrap();
+        let fill = |name: &str| {
+            ds.var(ds.find_var(name).unwrap())
+                .storage
+                .fill_value
+                .clone()
+        };
+        assert_eq!(fill("v"), None);
+        assert_eq!(fill("u"), Some(bytes(&[5])));
+        let attr = ds
+            .var(ds.find_var("v").unwrap())
+            .attr("_FillValue")
+            .unwrap();
+        assert_eq!(attr.value, AttrValue::Int(vec![6]));
     }
 
     #[test]

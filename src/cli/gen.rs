@@ -34,6 +34,11 @@ pub struct GenArgs {
     /// Chunk key separator: `.` (default) or `/`.
     #[arg(long, value_name = "SEP", default_value = ".")]
     pub dimension_separator: char,
+    /// No fill for every variable (`ncgen -x`): `fill_value` is `null`, a `_FillValue` stays an
+    /// attribute only, and cells that no data reaches read as zeros. A variable's own
+    /// `_NoFill = "false"` keeps its fill.
+    #[arg(short = 'x', long = "no-fill")]
+    pub no_fill: bool,
     /// The CDL file (`-` for standard input).
     pub cdl: PathBuf,
 }
@@ -71,7 +76,7 @@ pub fn run(args: GenArgs) -> Result<i32> {
     }
     let mut opts = CreateOptions::from_mode(&location.mode);
     opts.separator = args.dimension_separator;
-    generate(parsed, &location, opts)?;
+    generate(parsed, &location, opts, args.no_fill)?;
     Ok(0)
 }
 
@@ -107,9 +112,15 @@ fn default_output(cdl: &Path, name: &str, zarr: bool, zip: bool) -> String {
 }
 
 /// Creates the dataset described by `parsed` at `location`: built in a staging place and
-/// published when complete; on any error nothing is left behind.
-pub fn generate(parsed: ParsedCdl, location: &Location, opts: CreateOptions) -> Result<()> {
-    let (model, data) = prepare(parsed)?;
+/// published when complete; on any error nothing is left behind. `no_fill`: every variable
+/// without its own `_NoFill` has no fill.
+pub fn generate(
+    parsed: ParsedCdl,
+    location: &Location,
+    opts: CreateOptions,
+    no_fill: bool,
+) -> Result<()> {
+    let (model, data) = prepare(parsed, no_fill)?;
     let staging = Staging::new(location)?;
     match write_all(&staging.temp, opts, model, data) {
         Ok(()) => staging.publish(),
@@ -128,27 +139,76 @@ fn write_all(
 ) -> Result<()> {
     let mut w = DatasetWriter::create_with(location, opts, model)?;
     for (i, values) in data.into_iter().enumerate() {
+        // A data section (even one of `_` only, which leaves no values) was given.
         let Some(values) = values else { continue };
         let var = VarId(i);
         let shape = w.model().var_shape(var);
-        if shape.contains(&0) || values.is_empty() {
+        if shape.contains(&0) {
             continue;
         }
         // The values cover the first rows; the rest of the variable reads as fill.
         let mut slab = Hyperslab::whole(&shape);
+        let row_bytes = crate::model::element_count(shape.get(1..).unwrap_or_default())
+            .unwrap_or(u64::MAX)
+            .saturating_mul(w.model().var(var).element_size() as u64)
+            .max(1);
         if let Some(rows) = slab.count.first_mut() {
-            let row_bytes = crate::model::element_count(&shape[1..])
-                .unwrap_or(u64::MAX)
-                .saturating_mul(w.model().var(var).element_size() as u64);
-            *rows = values.len() as u64 / row_bytes.max(1);
+            *rows = values.len() as u64 / row_bytes;
         }
-        w.write(var, &slab, &values)?;
+        if !values.is_empty() {
+            w.write(var, &slab, &values)?;
+        }
+        if let Some(given) = slab.count.first().copied() {
+            pad_without_fill(&mut w, var, &shape, given, row_bytes)?;
+        }
     }
     w.close()
 }
 
+/// The largest run of fill rows written at once.
+const FILL_BATCH_BYTES: u64 = 16 << 20;
+
+/// Writes the fill into the rows after the `given` ones of a fixed-size variable without
+/// fill, as ncgen does: there they would read as zeros, while the CDL's data section, short
+/// of them, means the fill (Debian's ncgen -x to NCZarr writes every chunk of such a variable;
+/// one without data gets none). Record variables end with their last given record.
+fn pad_without_fill(
+    w: &mut DatasetWriter,
+    var: VarId,
+    shape: &[u64],
+    given: u64,
+    row_bytes: u64,
+) -> Result<()> {
+    let model = w.model();
+    let v = model.var(var);
+    let record = v.dims.first().is_some_and(|d| model.dim(*d).unlimited);
+    if v.storage.fill_value.is_some() || record || given >= shape[0] {
+        return Ok(());
+    }
+    let size = v.element_size();
+    let mut cell = v
+        .attr("_FillValue")
+        .and_then(|a| crate::meta::fill_from_attr(&a.value, v.nctype, size))
+        .unwrap_or_else(|| v.nctype.default_fill());
+    cell.resize(size, 0);
+    let fqn = model.var_fqn(var);
+    let batch = (FILL_BATCH_BYTES / row_bytes).max(1);
+    let mut start = given;
+    while start < shape[0] {
+        let rows = batch.min(shape[0] - start);
+        let mut slab = Hyperslab::whole(shape);
+        slab.start[0] = start;
+        slab.count[0] = rows;
+        let cells = usize::try_from(rows * row_bytes / size as u64)
+            .map_err(|_| Error::Unsupported(format!("{fqn}: a row too large to fill")))?;
+        w.write(var, &slab, &cell.repeat(cells))?;
+        start += rows;
+    }
+    Ok(())
+}
+
 /// The model with ncgen's special attributes turned into storage settings, and the data.
-fn prepare(parsed: ParsedCdl) -> Result<(Dataset, Vec<Option<Vec<u8>>>)> {
+fn prepare(parsed: ParsedCdl, no_fill: bool) -> Result<(Dataset, Vec<Option<Vec<u8>>>)> {
     let ParsedCdl {
         mut dataset,
         vars,
@@ -225,7 +285,9 @@ fn prepare(parsed: ParsedCdl) -> Result<(Dataset, Vec<Option<Vec<u8>>>)> {
             dtype.order = ByteOrder::Big;
             var.storage.dtype = Some(dtype);
         }
-        if sp.no_fill == Some(true) && var.attr("_FillValue").is_none() {
+        // As netcdf-c stores a variable without fill: `fill_value: null`, beside whatever
+        // `_FillValue` attribute it has.
+        if sp.no_fill.unwrap_or(no_fill) {
             var.storage.fill_value = None;
         }
         if var.nctype == NcType::String {

@@ -15,6 +15,8 @@
 mod attrs;
 mod fill;
 pub mod json;
+/// A `_FillValue` attribute as one native element of a variable, if it fits its type.
+pub(crate) use fill::from_attr as fill_from_attr;
 pub(crate) mod v3;
 pub mod writer;
 pub mod writer_v3;
@@ -1013,10 +1015,10 @@ fn var_parts(
                 fill::nczarr_fill_value(&zkey, fv, nctype, d, string_width)?
             };
         }
-        // In pure Zarr an explicit `null` means no fill (zeros), even beside xarray's
-        // `_FillValue` attribute, as zarr-python and netcdf-c read it. netcdf-c 4.9 wrote
-        // NCZarr arrays with `null` and the fill in `_FillValue`, which then says it.
-        if fill_value.is_none() && (dialect != Dialect::Pure || z.get("fill_value").is_none()) {
+        // An explicit `null` means no fill (zeros), even beside a `_FillValue` attribute:
+        // zarr-python reads pure Zarr so, and netcdf-c (4.9.0 and 4.10.1 alike) writes `null`
+        // for exactly its no-fill variables, keeping their `_FillValue` as an attribute.
+        if fill_value.is_none() && z.get("fill_value").is_none() {
             fill_value = attrs
                 .iter()
                 .find(|a| a.name == "_FillValue")
@@ -1505,6 +1507,32 @@ mod tests {
             root.attrs[2].value,
             AttrValue::Str(vec!["a".into(), "b".into()])
         );
+    }
+
+    /// netcdf-c writes `"fill_value": null` for exactly its no-fill variables, keeping any
+    /// `_FillValue` as an attribute; only a missing `fill_value` leaves the attribute to say
+    /// the fill.
+    #[test]
+    fn a_null_fill_value_means_no_fill_beside_a_fill_attribute() {
+        let fill_of = |fill_member: &str| {
+            let mut objs = V4101.to_vec();
+            let i = objs.iter().position(|(k, _)| *k == "g/v/.zarray").unwrap();
+            let zarray = objs[i].1.replace(r#""fill_value": 7, "#, fill_member);
+            objs[i].1 = Box::leak(zarray.into_boxed_str());
+            let ds = open(&objs).unwrap();
+            let v = ds.var(ds.find_var("g/v").unwrap());
+            assert_eq!(
+                v.attr("_FillValue").unwrap().value,
+                AttrValue::UShort(vec![7])
+            );
+            v.storage.fill_value.clone()
+        };
+        assert_eq!(fill_of(r#""fill_value": null, "#), None);
+        assert_eq!(
+            fill_of(r#""fill_value": 9, "#),
+            Some(9u16.to_le_bytes().to_vec())
+        );
+        assert_eq!(fill_of(""), Some(7u16.to_le_bytes().to_vec()));
     }
 
     #[test]
