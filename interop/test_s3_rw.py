@@ -284,7 +284,7 @@ def test_random_operations_match_a_model(server, binary, tmp_path, seed):
     the bucket must read exactly as the model in netCDF4-python."""
     endpoint, key, secret, client = _server(server)
     env = _env(tmp_path, key, secret, NCZARRFS_S3_RETRIES="2")
-    url = nczarr_dataset(tmp_path / "ds.file")
+    url = nczarr_dataset(tmp_path / "ds.file", no_fill=True)
     model = initial_model(url)
     prefix = f"rw-model-{uuid.uuid4().hex}/ds.file"
     for path in sorted((tmp_path / "ds.file").rglob("*")):

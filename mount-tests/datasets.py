@@ -7,8 +7,10 @@ from pathlib import Path
 import numpy as np
 
 
-def nczarr_dataset(path: Path) -> str:
-    """An NCZarr directory store written by netCDF4-python; returns its location URL."""
+def nczarr_dataset(path: Path, no_fill: bool = False) -> str:
+    """An NCZarr directory store written by netCDF4-python; returns its location URL.
+    `no_fill`: also a record variable without fill (`obs`, with a `_FillValue` attribute
+    all the same, which netcdf-c then keeps as an attribute only)."""
     import netCDF4
 
     url = f"file://{path}#mode=nczarr,file"
@@ -35,6 +37,12 @@ def nczarr_dataset(path: Path) -> str:
         big[:] = np.array([2**40, -(2**40), 0, 1, -1], dtype="i8")
         sc = ds.createVariable("scalar", "f8", ())
         sc.assignValue(3.25)
+        if no_fill:
+            # The fill mode applies to the variables defined while it is set.
+            ds.set_fill_off()
+            obs = ds.createVariable("obs", "i4", ("time",), chunksizes=(3,), fill_value=5)
+            ds.set_fill_on()
+            obs[:] = np.arange(1, 5, dtype="i4")
         g = ds.createGroup("sub")
         g.createDimension("n", 3)
         gv = g.createVariable("vals", "u4", ("n",))

@@ -4,7 +4,7 @@ variables on the unlimited dimension too), appends, attribute files written, rem
 renamed, groups made, variables renamed, files held open across it all, fsync and close at
 random. Used by the mount tests (directory, zip) and the S3 tests (interop/test_s3_rw.py).
 
-The dataset is the one `datasets.nczarr_dataset` writes."""
+The dataset is the one `datasets.nczarr_dataset` writes, with its variable without fill."""
 
 from __future__ import annotations
 
@@ -74,8 +74,14 @@ def initial_model(url: str) -> Model:
         for full, arr in values.items():
             var = ds[full]
             dt = arr.dtype.newbyteorder("=")
-            fill = var.getncattr("_FillValue") if "_FillValue" in var.ncattrs() else \
-                netCDF4.default_fillvals[dt.str[1:]]
+            if var.get_fill_value() is None:
+                # No fill: what was never written reads as zeros, as netcdf-c reads it from
+                # NCZarr, whatever a `_FillValue` attribute says.
+                fill = 0
+            elif "_FillValue" in var.ncattrs():
+                fill = var.getncattr("_FillValue")
+            else:
+                fill = netCDF4.default_fillvals[dt.str[1:]]
             model.vars[full.strip("/")] = Var(
                 dtype=dt,
                 shape=list(arr.shape),
