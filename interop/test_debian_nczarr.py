@@ -221,3 +221,48 @@ def test_no_fill_arrays_of_netcdf_c_read_as_netcdf_c_reads_them(nczarrfs, tmp_pa
         nc.set_auto_maskandscale(False)
         assert (nc["attr_i4"][8], nc["on_i4"][8], nc["plain_i4"][8]) == (0, 7, 0)
     assert no_fill == {f"{p}_{k}".encode() for p in ("plain", "attr") for k in kinds}
+
+
+#: Record and fixed variables given fewer values than they hold, one given none.
+SHORT_DATA_CDL = """netcdf short {
+dimensions:
+	x = 3 ;
+	t = UNLIMITED ;
+variables:
+	int full(t, x) ;
+	short one(t) ;
+		one:_FillValue = 5s ;
+	float part(t, x) ;
+	double fixed(x) ;
+	byte none(t) ;
+	char text(t, x) ;
+data:
+ full = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12 ;
+ one = 9 ;
+ part = 1, 2, 3, 4 ;
+ fixed = _, 2.5 ;
+ text = "ab" ;
+}
+"""
+
+
+def test_gen_no_fill_pads_records_as_ncgen_x_does(nczarrfs, tmp_path):
+    """Under -x, ncgen writes the fill into every cell a data section leaves out, records
+    included, up to the dataset's last; a variable without data gets nothing. The oracle is
+    Debian's ncgen -x writing a classic file, where what is never written reads as zeros (the
+    file grows sparse): its data section must be ours."""
+    cdl = tmp_path / "short.cdl"
+    cdl.write_text(SHORT_DATA_CDL)
+    classic = tmp_path / "short.nc"
+    subprocess.run(["ncgen", "-x", "-3", "-o", str(classic), str(cdl)], check=True)
+    want = subprocess.run(["ncdump", str(classic)], capture_output=True, check=True).stdout
+    ours = tmp_path / "short.file"
+    made = nczarrfs("gen", "-x", "-o", str(ours), str(cdl))
+    assert made.returncode == 0, made.stderr.decode()
+    got = nczarrfs("dump", str(ours))
+    assert got.returncode == 0, got.stderr.decode()
+    data = lambda text: text[text.index(b"\ndata:"):]  # noqa: E731
+    assert data(got.stdout) == data(want)
+    # From first principles too: the records `one` was not given hold its fill, and the
+    # variable without data reads as zeros.
+    assert b" one = 9, _, _, _ ;" in want and b" none = 0, 0, 0, 0 ;" in want

@@ -168,10 +168,11 @@ fn write_all(
 /// The largest run of fill rows written at once.
 const FILL_BATCH_BYTES: u64 = 16 << 20;
 
-/// Writes the fill into the rows after the `given` ones of a fixed-size variable without
-/// fill, as ncgen does: there they would read as zeros, while the CDL's data section, short
-/// of them, means the fill (Debian's ncgen -x to NCZarr writes every chunk of such a variable;
-/// one without data gets none). Record variables end with their last given record.
+/// Writes the fill into the rows after the `given` ones of a variable without fill, as
+/// ncgen does: there they would read as zeros, while the CDL's data section, short of them,
+/// means the fill. Debian's ncgen -x writes every chunk of such a variable to NCZarr, and
+/// every record up to the dataset's last to a classic file; a variable without data gets
+/// nothing, and reads as zeros.
 fn pad_without_fill(
     w: &mut DatasetWriter,
     var: VarId,
@@ -181,8 +182,7 @@ fn pad_without_fill(
 ) -> Result<()> {
     let model = w.model();
     let v = model.var(var);
-    let record = v.dims.first().is_some_and(|d| model.dim(*d).unlimited);
-    if v.storage.fill_value.is_some() || record || given >= shape[0] {
+    if v.storage.fill_value.is_some() || given >= shape[0] {
         return Ok(());
     }
     let size = v.element_size();
