@@ -223,22 +223,23 @@ def test_no_fill_arrays_of_netcdf_c_read_as_netcdf_c_reads_them(nczarrfs, tmp_pa
     assert no_fill == {f"{p}_{k}".encode() for p in ("plain", "attr") for k in kinds}
 
 
-#: Record and fixed variables given fewer values than they hold, one given none.
+#: Record and fixed variables given fewer values than they hold, one given none; the first
+#: is shorter than one that comes after it.
 SHORT_DATA_CDL = """netcdf short {
 dimensions:
 	x = 3 ;
 	t = UNLIMITED ;
 variables:
-	int full(t, x) ;
 	short one(t) ;
 		one:_FillValue = 5s ;
+	int full(t, x) ;
 	float part(t, x) ;
 	double fixed(x) ;
 	byte none(t) ;
 	char text(t, x) ;
 data:
- full = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12 ;
  one = 9 ;
+ full = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12 ;
  part = 1, 2, 3, 4 ;
  fixed = _, 2.5 ;
  text = "ab" ;
