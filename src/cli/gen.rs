@@ -159,52 +159,63 @@ fn write_all(
             w.write(var, &slab, &values)?;
         }
         if let Some(given) = slab.count.first().copied() {
-            pad_without_fill(&mut w, var, &shape, given, row_bytes)?;
+            pad_without_fill(&mut w, var, &shape, given)?;
         }
     }
     w.close()
 }
 
-/// The largest run of fill rows written at once.
+/// The most fill bytes written at once.
 const FILL_BATCH_BYTES: u64 = 16 << 20;
 
 /// Writes the fill into the rows after the `given` ones of a variable without fill, as
 /// ncgen does: there they would read as zeros, while the CDL's data section, short of them,
 /// means the fill. Debian's ncgen -x writes every chunk of such a variable to NCZarr, and
 /// every record up to the dataset's last to a classic file; a variable without data gets
-/// nothing, and reads as zeros.
-fn pad_without_fill(
-    w: &mut DatasetWriter,
-    var: VarId,
-    shape: &[u64],
-    given: u64,
-    row_bytes: u64,
-) -> Result<()> {
+/// nothing, and reads as zeros. The fill goes out in slabs of at most [`FILL_BATCH_BYTES`]
+/// (one element at least), however long a row is.
+fn pad_without_fill(w: &mut DatasetWriter, var: VarId, shape: &[u64], given: u64) -> Result<()> {
     let model = w.model();
     let v = model.var(var);
-    if v.storage.fill_value.is_some() || given >= shape[0] {
+    if v.storage.fill_value.is_some() || shape.is_empty() || given >= shape[0] {
         return Ok(());
     }
-    let size = v.element_size();
+    let size = v.element_size() as u64;
     let mut cell = v
         .attr("_FillValue")
-        .and_then(|a| crate::meta::fill_from_attr(&a.value, v.nctype, size))
+        .and_then(|a| crate::meta::fill_from_attr(&a.value, v.nctype, size as usize))
         .unwrap_or_else(|| v.nctype.default_fill());
-    cell.resize(size, 0);
-    let fqn = model.var_fqn(var);
-    let batch = (FILL_BATCH_BYTES / row_bytes).max(1);
-    let mut start = given;
-    while start < shape[0] {
-        let rows = batch.min(shape[0] - start);
-        let mut slab = Hyperslab::whole(shape);
-        slab.start[0] = start;
-        slab.count[0] = rows;
-        let cells = usize::try_from(rows * row_bytes / size as u64)
-            .map_err(|_| Error::Unsupported(format!("{fqn}: a row too large to fill")))?;
-        w.write(var, &slab, &cell.repeat(cells))?;
-        start += rows;
+    cell.resize(size as usize, 0);
+    // Dimensions `whole..` are whole in every slab, dimension `whole - 1` gets a run of
+    // indices, the ones before it one index each.
+    let mut whole = shape.len();
+    let mut inner = size;
+    while whole > 1 && inner.saturating_mul(shape[whole - 1]) <= FILL_BATCH_BYTES {
+        whole -= 1;
+        inner *= shape[whole];
     }
-    Ok(())
+    let run = (FILL_BATCH_BYTES / inner).max(1);
+    let last = whole - 1;
+    let mut index = vec![0u64; whole];
+    index[0] = given;
+    loop {
+        let mut slab = Hyperslab::whole(shape);
+        slab.start[..whole].copy_from_slice(&index);
+        slab.count[..whole].fill(1);
+        slab.count[last] = run.min(shape[last] - index[last]);
+        let cells = slab.count[last] * (inner / size);
+        w.write(var, &slab, &cell.repeat(cells as usize))?;
+        index[last] += slab.count[last];
+        let mut d = last;
+        while index[d] >= shape[d] {
+            if d == 0 {
+                return Ok(());
+            }
+            index[d] = 0;
+            d -= 1;
+            index[d] += 1;
+        }
+    }
 }
 
 /// The model with ncgen's special attributes turned into storage settings, and the data.
@@ -367,6 +378,32 @@ mod tests {
             default_output(Path::new("-"), "foo", false, true),
             "foo.zip"
         );
+    }
+
+    /// Rows longer than a batch of fill are written in pieces, with every element reached.
+    #[test]
+    fn long_rows_without_fill_are_padded_in_pieces() {
+        let rows = 3_000_000u64;
+        let text = format!(
+            "netcdf big {{\ndimensions:\n a = 2 ;\n b = 3 ;\n c = {rows} ;\nvariables:\n \
+             short v(a, b, c) ;\n  v:_FillValue = 7s ;\n  v:_ChunkSizes = 1, 2, 1000000 ;\n\
+             data:\n v = _ ;\n}}\n"
+        );
+        let tmp = tempfile::tempdir().unwrap();
+        let location = Location::parse(&tmp.path().join("big.file").to_string_lossy()).unwrap();
+        let parsed = crate::cdl::parser::parse_cdl(&text, "big.cdl").unwrap();
+        generate(parsed, &location, CreateOptions::default(), true).unwrap();
+        let map = crate::zmap::open(&location, false).unwrap();
+        let ds = crate::meta::read_dataset(map.as_ref(), &location.mode).unwrap();
+        let v = ds.find_var("v").unwrap();
+        assert_eq!(ds.var(v).storage.fill_value, None);
+        let engine = crate::chunk::ChunkEngine::new(map, 1 << 20);
+        let shape = [2, 3, rows];
+        let mut out = vec![0u8; (6 * rows * 2) as usize];
+        engine
+            .read(&ds, v, &Hyperslab::whole(&shape), &mut out)
+            .unwrap();
+        assert!(out.chunks(2).all(|e| i16::from_ne_bytes([e[0], e[1]]) == 7));
     }
 
     #[test]
