@@ -35,8 +35,9 @@ pub struct GenArgs {
     #[arg(long, value_name = "SEP", default_value = ".")]
     pub dimension_separator: char,
     /// No fill for every variable (`ncgen -x`): `fill_value` is `null`, a `_FillValue` stays an
-    /// attribute only, and cells that no data reaches read as zeros. A variable's own
-    /// `_NoFill = "false"` keeps its fill.
+    /// attribute only, and cells never written read as zeros; as ncgen does, the fill is
+    /// written where a data section stops short. A variable's own `_NoFill = "false"` keeps
+    /// its fill.
     #[arg(short = 'x', long = "no-fill")]
     pub no_fill: bool,
     /// The CDL file (`-` for standard input).
