@@ -26,7 +26,7 @@ use crate::meta::writer::{default_dtype, write_metadata, Dialect, WriteOptions};
 use crate::meta::writer_v3;
 use crate::model::{
     AttrValue, Attribute, ByteOrder, ChunkKeyEncoding, ChunkOrder, CodecSpec, Dataset, DimId,
-    DtypeKind, GroupId, NcType, VarId, VarStorage, Variable,
+    DtypeKind, GroupId, NcType, NczarrLayout, VarId, VarStorage, Variable,
 };
 use crate::zmap::{join_key, ZMap};
 use crate::{meta, zmap, Error, Result};
@@ -52,7 +52,39 @@ pub struct CreateOptions {
     pub separator: char,
     /// The Zarr format written: 2 (default) or 3.
     pub zarr_version: u8,
+    /// Where NCZarr v2 keeps its own keys: the layout of the netcdf-c releases that must read
+    /// the dataset.
+    pub layout: NczarrLayout,
+    /// The root's `_NCProperties` (NCZarr only): who wrote the dataset. A dataset opened for
+    /// writing keeps its own, as netcdf-c keeps it.
+    pub nc_properties: Option<String>,
 }
+
+/// The `_NCProperties` of a dataset made for the netcdf-c release `netcdf_c`.
+pub fn nc_properties_for(netcdf_c: &str) -> String {
+    format!(
+        "version=2,nczarrfs={},netcdf={netcdf_c}",
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
+/// Makes `opts` write a dataset for the netcdf-c release `version` (`--for-netcdf-c`): the
+/// NCZarr layout it reads, and its number in `_NCProperties`.
+pub fn write_for_netcdf_c(opts: &mut CreateOptions, version: &str) -> Result<()> {
+    if opts.dialect != Dialect::NcZarr || opts.zarr_version != 2 {
+        return Err(Error::Invalid(
+            "--for-netcdf-c chooses where NCZarr keeps its metadata on Zarr v2: pure Zarr is \
+             the same for every netcdf-c release, and netcdf-c reads no Zarr v3"
+                .into(),
+        ));
+    }
+    opts.layout = NczarrLayout::for_netcdf_c(version).map_err(Error::Invalid)?;
+    opts.nc_properties = Some(nc_properties_for(version));
+    Ok(())
+}
+
+/// The netcdf-c release whose layout new datasets have by default.
+const DEFAULT_NETCDF_C: &str = "4.10.1";
 
 impl Default for CreateOptions {
     fn default() -> Self {
@@ -62,6 +94,8 @@ impl Default for CreateOptions {
             consolidated: false,
             separator: '.',
             zarr_version: 2,
+            layout: NczarrLayout::Attributes,
+            nc_properties: Some(nc_properties_for(DEFAULT_NETCDF_C)),
         }
     }
 }
@@ -78,6 +112,7 @@ impl CreateOptions {
             consolidated: mode.consolidated,
             separator: '.',
             zarr_version: mode.zarr_version.unwrap_or(2),
+            ..CreateOptions::default()
         }
     }
 
@@ -87,12 +122,11 @@ impl CreateOptions {
             dialect: self.dialect,
             xarray: self.xarray,
             consolidated: self.consolidated,
-            nc_properties: (self.dialect == Dialect::NcZarr).then(|| {
-                format!(
-                    "version=2,nczarrfs={},netcdf=4.10.1",
-                    env!("CARGO_PKG_VERSION")
-                )
-            }),
+            nc_properties: self
+                .nc_properties
+                .clone()
+                .filter(|_| self.dialect == Dialect::NcZarr),
+            layout: self.layout,
         }
     }
 }
@@ -560,7 +594,7 @@ impl DatasetWriter {
             Some(Format::NcZarr) => true,
             Some(Format::Zarr) => false,
             None if v3 => probe("zarr.json")?,
-            None => probe(".zattrs")? || probe(".zgroup")? || map.exists(".nczarr")?,
+            None => model.provenance.layout.is_some(),
         };
         let mut opts = CreateOptions::from_mode(&location.mode);
         opts.zarr_version = if v3 { 3 } else { 2 };
@@ -572,6 +606,17 @@ impl DatasetWriter {
         if location.mode.xarray.is_none() {
             opts.xarray = !nczarr || probe_xarray(map.as_ref(), &model)?;
         }
+        if nczarr && !v3 {
+            opts.layout = model.provenance.layout.unwrap_or_default();
+            if opts.layout == NczarrLayout::Objects1 {
+                return Err(Error::Unsupported(format!(
+                    "{}: writing to an NCZarr 1.0.0 dataset (netcdf-c 4.8.0's layout, which \
+                     netcdf-c 4.8.1 and later no longer read): copy it first, and write to the copy",
+                    map.describe()
+                )));
+            }
+        }
+        opts.nc_properties = model.provenance.ncproperties.clone();
         opts.consolidated = opts.consolidated || map.exists(".zmetadata")?;
         let has_data = (0..model.vars.len()).map(VarId).collect();
         // A writer killed while a flush replaced a group's dimension sizes and its arrays'

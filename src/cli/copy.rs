@@ -17,11 +17,14 @@ use std::time::{Duration, Instant};
 
 use crate::chunk::{ChunkEngine, Hyperslab};
 use crate::create::{
-    apply_mode_words, default_chunks, Codecs, CreateOptions, DatasetWriter, Staging,
+    apply_mode_words, default_chunks, write_for_netcdf_c, Codecs, CreateOptions, DatasetWriter,
+    Staging,
 };
 use crate::dataset::{OpenDataset, DEFAULT_CACHE_BYTES};
 use crate::location::Location;
-use crate::model::{ByteOrder, CodecSpec, Dataset, DimId, GroupId, NcType, VarId, Variable};
+use crate::model::{
+    ByteOrder, CodecSpec, Dataset, DimId, GroupId, NcType, NczarrLayout, VarId, Variable,
+};
 use crate::{meta, zmap, Error, Result};
 
 /// Largest slab moved at once.
@@ -107,6 +110,13 @@ pub struct CopyArgs {
     /// length 0 stays unlimited, as netCDF has no fixed dimension of length 0.
     #[arg(short = 'u', long = "fix-unlimited")]
     pub fix_unlimited: bool,
+    /// Write for the netcdf-c release VERSION (such as 4.9.2), in the NCZarr layout it reads:
+    /// releases before 4.9.3 read only their own (4.8.1 to 4.9.0 upper-case `_NCZARR_*` keys,
+    /// 4.9.1 and 4.9.2 lower-case ones, in `.zgroup` and `.zarray`). They have no unlimited
+    /// dimensions, nor 4.9.0 and before strings: such a dataset is refused. Default: the
+    /// layout of 4.9.3 and later.
+    #[arg(long = "for-netcdf-c", value_name = "VERSION")]
+    pub for_netcdf_c: Option<String>,
 }
 
 /// Runs `copy`.
@@ -190,6 +200,9 @@ pub fn run(args: CopyArgs) -> Result<i32> {
     }
     let mut opts = CreateOptions::from_mode(&dst.mode);
     opts.separator = args.dimension_separator;
+    if let Some(version) = &args.for_netcdf_c {
+        write_for_netcdf_c(&mut opts, version)?;
+    }
     let codecs = match (&args.codec, args.deflate, args.shuffle) {
         (Some(c), _, _) => {
             let mut chain = Codecs::netcdf(None, args.shuffle, false).chain();
@@ -250,6 +263,17 @@ pub fn run(args: CopyArgs) -> Result<i32> {
         // netCDF has no fixed dimension of length 0 (defining one makes it unlimited).
         for d in model.dims.iter_mut().filter(|d| d.len > 0) {
             d.unlimited = false;
+        }
+    }
+    if let (Some(version), Some(dim)) =
+        (&args.for_netcdf_c, model.dims.iter().find(|d| d.unlimited))
+    {
+        if opts.layout != NczarrLayout::Attributes {
+            return Err(Error::Unsupported(format!(
+                "dimension {} is unlimited, which netcdf-c {version} cannot store in NCZarr: \
+                 add -u to make every unlimited dimension fixed",
+                dim.name
+            )));
         }
     }
     copy_dataset(&src, model, &dst, opts, data_vars.as_deref())?;

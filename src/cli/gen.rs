@@ -13,7 +13,8 @@ use crate::cdl::parser::{
 };
 use crate::chunk::Hyperslab;
 use crate::create::{
-    apply_mode_words, Codecs, CreateOptions, DatasetWriter, Staging, NETCDF_MAXSTRLEN,
+    apply_mode_words, write_for_netcdf_c, Codecs, CreateOptions, DatasetWriter, Staging,
+    NETCDF_MAXSTRLEN,
 };
 use crate::location::Location;
 use crate::meta::writer::default_dtype;
@@ -40,6 +41,13 @@ pub struct GenArgs {
     /// its fill.
     #[arg(short = 'x', long = "no-fill")]
     pub no_fill: bool,
+    /// Write for the netcdf-c release VERSION (such as 4.9.2), in the NCZarr layout it reads:
+    /// releases before 4.9.3 read only their own (4.8.1 to 4.9.0 upper-case `_NCZARR_*` keys,
+    /// 4.9.1 and 4.9.2 lower-case ones, in `.zgroup` and `.zarray`). They have no unlimited
+    /// dimensions, nor 4.9.0 and before strings: such a dataset is refused. Default: the
+    /// layout of 4.9.3 and later.
+    #[arg(long = "for-netcdf-c", value_name = "VERSION")]
+    pub for_netcdf_c: Option<String>,
     /// The CDL file (`-` for standard input).
     pub cdl: PathBuf,
 }
@@ -77,6 +85,9 @@ pub fn run(args: GenArgs) -> Result<i32> {
     }
     let mut opts = CreateOptions::from_mode(&location.mode);
     opts.separator = args.dimension_separator;
+    if let Some(version) = &args.for_netcdf_c {
+        write_for_netcdf_c(&mut opts, version)?;
+    }
     generate(parsed, &location, opts, args.no_fill)?;
     Ok(0)
 }

@@ -27,7 +27,7 @@ use std::collections::HashMap;
 use crate::location::{Format, Mode};
 use crate::model::{
     element_count, Attribute, ByteOrder, ChunkKeyEncoding, ChunkOrder, CodecSpec, Dataset, DimId,
-    DtypeKind, GroupId, NcType, Provenance, VarStorage, Variable, ZarrDtype,
+    DtypeKind, GroupId, NcType, NczarrLayout, Provenance, VarStorage, Variable, ZarrDtype,
 };
 use crate::zmap::{join_key, ZMap};
 use crate::{Error, Result};
@@ -114,6 +114,20 @@ pub fn read_dataset(map: &dyn ZMap, mode: &Mode) -> Result<Dataset> {
         r.add_var(p, parts?)?;
     }
     r.ds.provenance = provenance(dialect, [zattrs.as_ref(), Some(&zgroup)]);
+    r.ds.provenance.layout = match dialect {
+        Dialect::Pure => None,
+        Dialect::V1 => Some(NczarrLayout::Objects1),
+        // `detect` found either spelling in the root's `.zgroup`.
+        Dialect::InObjects
+            if ["_nczarr_group", "_nczarr_superblock"]
+                .iter()
+                .any(|k| zgroup.get(k).is_some()) =>
+        {
+            Some(NczarrLayout::LowerCaseKeys)
+        }
+        Dialect::InObjects => Some(NczarrLayout::UpperCaseKeys),
+        Dialect::InAttrs => Some(NczarrLayout::Attributes),
+    };
     Ok(r.ds)
 }
 

@@ -16,6 +16,14 @@
 //! - a `shuffle` filter gets the real element size instead of 0;
 //! - byte types are `|i1`/`|u1` (netcdf-c reads them; zarr-python 3 refuses `<i1`).
 //!
+//! NCZarr's own keys go where [`WriteOptions::layout`] says: the layout of netcdf-c 4.9.3 and
+//! later above by default, or, for the netcdf-c releases before it that read nothing else,
+//! the keys of 4.9.1–4.9.2 (`_nczarr_superblock` and `_nczarr_group` with `dims`, `vars`,
+//! `groups` in `.zgroup`, `_nczarr_array` with `dimrefs` and `storage` in `.zarray`, only
+//! `_nczarr_attr` in `.zattrs`) or of 4.8.1–4.9.0 (the same in upper case, char as `<U1`).
+//! Those layouts cannot hold an unlimited dimension, nor 4.8.1–4.9.0 a string: such a
+//! dataset is refused, not written for a reader that would fail on it.
+//!
 //! Char variables are `>S1` in NCZarr (netcdf-c reads `|S1` as a string of length 1, so the
 //! `>` is what tells it "char"; zarr-python 3 cannot open such an array) and `|S1` in pure
 //! Zarr (zarr-python opens it; netcdf-c then sees strings of length 1, and pure Zarr has no
@@ -43,7 +51,7 @@ use super::json::Json;
 use crate::location::{Format, Mode};
 use crate::model::{
     AttrValue, Attribute, ByteOrder, ChunkKeyEncoding, ChunkOrder, CodecSpec, Dataset, DtypeKind,
-    GroupId, NcType, VarId, ZarrDtype,
+    GroupId, NcType, NczarrLayout, VarId, ZarrDtype,
 };
 use crate::zmap::{join_key, ZMap};
 use crate::{Error, Result};
@@ -69,6 +77,8 @@ pub struct WriteOptions {
     pub consolidated: bool,
     /// The root's `_NCProperties` text (NCZarr only); `None` writes none.
     pub nc_properties: Option<String>,
+    /// Where NCZarr's own keys go (NCZarr only).
+    pub layout: NczarrLayout,
 }
 
 impl Default for WriteOptions {
@@ -78,6 +88,7 @@ impl Default for WriteOptions {
             xarray: true,
             consolidated: false,
             nc_properties: None,
+            layout: NczarrLayout::Attributes,
         }
     }
 }
@@ -94,6 +105,7 @@ impl WriteOptions {
             xarray: mode.xarray != Some(false),
             consolidated: mode.consolidated,
             nc_properties: None,
+            layout: NczarrLayout::Attributes,
         }
     }
 }
@@ -186,10 +198,13 @@ pub(crate) fn put_objects(map: &dyn ZMap, objects: Vec<(String, Value)>) -> Resu
 /// after the other: netcdf-c refuses a dataset where they disagree, which a writer killed
 /// between them leaves.
 pub fn metadata_objects(ds: &Dataset, opts: &WriteOptions) -> Result<Vec<(String, Value)>> {
+    if opts.dialect == Dialect::NcZarr {
+        check_layout_holds(ds, opts.layout)?;
+    }
     let mut out = Vec::new();
     for g in ds.groups_preorder() {
         let prefix = ds.group_path(g).join("/");
-        out.push((join_key(&[&prefix, ".zgroup"]), json!({"zarr_format": 2})));
+        out.push((join_key(&[&prefix, ".zgroup"]), zgroup(ds, g, opts)));
         let attrs = group_attrs(ds, g, opts)?;
         if !attrs.is_empty() || opts.dialect == Dialect::NcZarr {
             out.push((join_key(&[&prefix, ".zattrs"]), Value::Object(attrs)));
@@ -220,6 +235,124 @@ pub fn metadata_objects(ds: &Dataset, opts: &WriteOptions) -> Result<Vec<(String
         ));
     }
     Ok(out)
+}
+
+/// Refuses what the netcdf-c releases reading `layout` cannot hold, naming it.
+fn check_layout_holds(ds: &Dataset, layout: NczarrLayout) -> Result<()> {
+    let refuse = |what: String, releases: &str| {
+        Err(Error::Unsupported(format!(
+            "{what}, which netcdf-c {releases} cannot store in NCZarr"
+        )))
+    };
+    match layout {
+        NczarrLayout::Attributes => return Ok(()),
+        NczarrLayout::Objects1 => {
+            return Err(Error::Unsupported(
+                "writing NCZarr 1.0.0 (netcdf-c 4.8.0): copy the dataset to a newer layout".into(),
+            ))
+        }
+        NczarrLayout::UpperCaseKeys | NczarrLayout::LowerCaseKeys => {}
+    }
+    if let Some(d) = ds.dims.iter().position(|d| d.unlimited) {
+        let name = ds.dim_fqn(crate::model::DimId(d));
+        return refuse(format!("dimension {name} is unlimited"), "before 4.9.3");
+    }
+    if layout != NczarrLayout::UpperCaseKeys {
+        return Ok(());
+    }
+    for g in ds.groups_preorder() {
+        let group = ds.group(g);
+        for a in group
+            .attrs
+            .iter()
+            .filter(|a| a.value.nctype() == NcType::String)
+        {
+            let owner = match ds.group_path(g).join("/") {
+                root if root.is_empty() => String::new(),
+                path => format!("/{path}"),
+            };
+            let what = format!("attribute {owner}:{} is a string", a.name);
+            return refuse(what, "before 4.9.1");
+        }
+        for v in &group.vars {
+            let var = ds.var(*v);
+            if var.nctype == NcType::String {
+                return refuse(
+                    format!("variable {} is a string", ds.var_fqn(*v)),
+                    "before 4.9.1",
+                );
+            }
+            if var.dims.is_empty() {
+                // 4.9.0 fails an assertion reading its own scalars back.
+                let what = format!("variable {} is a scalar", ds.var_fqn(*v));
+                return refuse(what, "before 4.9.1");
+            }
+            for a in var
+                .attrs
+                .iter()
+                .filter(|a| a.value.nctype() == NcType::String)
+            {
+                let what = format!("attribute {}:{} is a string", ds.var_fqn(*v), a.name);
+                return refuse(what, "before 4.9.1");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// An NCZarr key as `layout` spells it (`_nczarr_group` or `_NCZARR_GROUP`).
+fn ncz_key(layout: NczarrLayout, lower: &str) -> String {
+    match layout {
+        NczarrLayout::UpperCaseKeys => lower.to_ascii_uppercase(),
+        _ => lower.to_string(),
+    }
+}
+
+/// Whether NCZarr's keys go into the Zarr objects (`.zgroup`, `.zarray`) rather than into
+/// `.zattrs`.
+fn keys_in_objects(opts: &WriteOptions) -> bool {
+    opts.dialect == Dialect::NcZarr
+        && matches!(
+            opts.layout,
+            NczarrLayout::UpperCaseKeys | NczarrLayout::LowerCaseKeys
+        )
+}
+
+/// A group's `.zgroup`, holding its NCZarr description in the layouts before netcdf 4.9.3.
+fn zgroup(ds: &Dataset, g: GroupId, opts: &WriteOptions) -> Value {
+    let mut z = Map::new();
+    z.insert("zarr_format".into(), json!(2));
+    if keys_in_objects(opts) {
+        let group = ds.group(g);
+        if g == Dataset::ROOT {
+            z.insert(
+                ncz_key(opts.layout, "_nczarr_superblock"),
+                json!({"version": NCZARR_VERSION}),
+            );
+        }
+        let dims: Map<String, Value> = group
+            .dims
+            .iter()
+            .map(|d| (ds.dim(*d).name.clone(), json!(ds.dim(*d).len)))
+            .collect();
+        z.insert(
+            ncz_key(opts.layout, "_nczarr_group"),
+            json!({"dims": dims, "vars": var_names(ds, g), "groups": group_names(ds, g)}),
+        );
+    }
+    Value::Object(z)
+}
+
+/// The names of a group's variables, in order.
+fn var_names(ds: &Dataset, g: GroupId) -> Vec<&str> {
+    let vars = &ds.group(g).vars;
+    vars.iter().map(|v| ds.var(*v).name.as_str()).collect()
+}
+
+/// The names of a group's subgroups, in order.
+fn group_names(ds: &Dataset, g: GroupId) -> Vec<&str> {
+    let groups = &ds.group(g).groups;
+    groups.iter().map(|c| ds.group(*c).name.as_str()).collect()
 }
 
 /// The key prefix of a variable's array: its storage key, or its group path and name.
@@ -302,6 +435,12 @@ fn zarray(ds: &Dataset, v: VarId, opts: &WriteOptions) -> Result<Value> {
     z.insert("shape".into(), json!(shape));
     let dtype_text = if object_strings {
         "|O".to_string()
+    } else if var.nctype == NcType::Char
+        && keys_in_objects(opts)
+        && opts.layout == NczarrLayout::UpperCaseKeys
+    {
+        // netcdf-c 4.9.0 and before spell char `<U1`, and store one byte each all the same.
+        "<U1".to_string()
     } else {
         dtype.to_numpy()
     };
@@ -336,6 +475,18 @@ fn zarray(ds: &Dataset, v: VarId, opts: &WriteOptions) -> Result<Value> {
                 ds.var_fqn(v)
             )))
         }
+    }
+    if keys_in_objects(opts) {
+        let refs: Vec<String> = var.dims.iter().map(|d| ds.dim_fqn(*d)).collect();
+        let storage = if var.dims.is_empty() {
+            "scalar"
+        } else {
+            "chunked"
+        };
+        z.insert(
+            ncz_key(opts.layout, "_nczarr_array"),
+            json!({"dimrefs": refs, "storage": storage}),
+        );
     }
     Ok(Value::Object(z))
 }
@@ -501,9 +652,10 @@ fn netcdf_c_spelling(v: &Value) -> String {
     }
 }
 
-/// The `_nczarr_attr` type of an attribute, spelled as netcdf-c 4.10.1 spells it.
-fn attr_type(value: &AttrValue) -> &'static str {
+/// The `_nczarr_attr` type of an attribute, spelled as netcdf-c spells it in `layout`.
+fn attr_type(value: &AttrValue, layout: NczarrLayout) -> &'static str {
     match value.nctype() {
+        NcType::Char if layout == NczarrLayout::UpperCaseKeys => "<U1",
         NcType::Byte => "<i1",
         NcType::UByte => "<u1",
         NcType::Short => "<i2",
@@ -521,11 +673,25 @@ fn attr_type(value: &AttrValue) -> &'static str {
 }
 
 /// User attributes into `obj`, recording their types in `types`.
-fn put_attrs(obj: &mut Map<String, Value>, types: &mut Map<String, Value>, attrs: &[Attribute]) {
+fn put_attrs(
+    obj: &mut Map<String, Value>,
+    types: &mut Map<String, Value>,
+    attrs: &[Attribute],
+    layout: NczarrLayout,
+) {
     for a in attrs {
         obj.insert(a.name.clone(), attr_json(&a.value, true));
-        types.insert(a.name.clone(), json!(attr_type(&a.value)));
+        types.insert(a.name.clone(), json!(attr_type(&a.value, layout)));
     }
+}
+
+/// The attribute types of a `.zattrs` in `obj`: in the layouts before netcdf 4.9.3, the only
+/// NCZarr key there.
+fn put_types(obj: &mut Map<String, Value>, mut types: Map<String, Value>, layout: NczarrLayout) {
+    if layout == NczarrLayout::Attributes {
+        types.insert("_nczarr_attr".into(), json!("|J0"));
+    }
+    obj.insert(ncz_key(layout, "_nczarr_attr"), json!({ "types": types }));
 }
 
 fn group_attrs(ds: &Dataset, g: GroupId, opts: &WriteOptions) -> Result<Map<String, Value>> {
@@ -533,14 +699,24 @@ fn group_attrs(ds: &Dataset, g: GroupId, opts: &WriteOptions) -> Result<Map<Stri
     let mut obj = Map::new();
     let mut types = Map::new();
     let nczarr = opts.dialect == Dialect::NcZarr;
-    if nczarr && g == Dataset::ROOT {
-        if let Some(p) = &opts.nc_properties {
-            obj.insert("_NCProperties".into(), json!(p));
-            types.insert("_NCProperties".into(), json!(">S1"));
-        }
+    let properties = opts
+        .nc_properties
+        .as_ref()
+        .filter(|_| nczarr && g == Dataset::ROOT);
+    if let Some(p) = properties {
+        let value = AttrValue::Char(p.as_bytes().to_vec());
+        obj.insert("_NCProperties".into(), json!(p));
+        types.insert(
+            "_NCProperties".into(),
+            json!(attr_type(&value, opts.layout)),
+        );
     }
-    put_attrs(&mut obj, &mut types, &group.attrs);
+    put_attrs(&mut obj, &mut types, &group.attrs, opts.layout);
     if !nczarr {
+        return Ok(obj);
+    }
+    if keys_in_objects(opts) {
+        put_types(&mut obj, types, opts.layout);
         return Ok(obj);
     }
     let mut dims = Map::new();
@@ -553,19 +729,9 @@ fn group_attrs(ds: &Dataset, g: GroupId, opts: &WriteOptions) -> Result<Map<Stri
         };
         dims.insert(dim.name.clone(), v);
     }
-    let arrays: Vec<&str> = group
-        .vars
-        .iter()
-        .map(|v| ds.var(*v).name.as_str())
-        .collect();
-    let groups: Vec<&str> = group
-        .groups
-        .iter()
-        .map(|c| ds.group(*c).name.as_str())
-        .collect();
     obj.insert(
         "_nczarr_group".into(),
-        json!({"dimensions": dims, "arrays": arrays, "groups": groups}),
+        json!({"dimensions": dims, "arrays": var_names(ds, g), "groups": group_names(ds, g)}),
     );
     types.insert("_nczarr_group".into(), json!("|J0"));
     if g == Dataset::ROOT {
@@ -575,8 +741,7 @@ fn group_attrs(ds: &Dataset, g: GroupId, opts: &WriteOptions) -> Result<Map<Stri
         );
         types.insert("_nczarr_superblock".into(), json!("|J0"));
     }
-    types.insert("_nczarr_attr".into(), json!("|J0"));
-    obj.insert("_nczarr_attr".into(), json!({"types": types}));
+    put_types(&mut obj, types, opts.layout);
     Ok(obj)
 }
 
@@ -585,17 +750,24 @@ fn var_attrs(ds: &Dataset, v: VarId, opts: &WriteOptions) -> Result<Map<String, 
     let mut obj = Map::new();
     let mut types = Map::new();
     let nczarr = opts.dialect == Dialect::NcZarr;
-    put_attrs(&mut obj, &mut types, &var.attrs);
+    put_attrs(&mut obj, &mut types, &var.attrs, opts.layout);
     if opts.xarray {
         let names: Vec<&str> = if var.dims.is_empty() && nczarr {
-            // netcdf-c names the `[1]` shape of a scalar `_scalar_`.
-            vec!["_scalar_"]
+            // netcdf-c names the `[1]` shape of a scalar `_scalar_` (since 4.9.1).
+            match opts.layout {
+                NczarrLayout::UpperCaseKeys => vec![],
+                _ => vec!["_scalar_"],
+            }
         } else {
             var.dims.iter().map(|d| ds.dim(*d).name.as_str()).collect()
         };
         obj.insert("_ARRAY_DIMENSIONS".into(), json!(names));
     }
     if !nczarr {
+        return Ok(obj);
+    }
+    if keys_in_objects(opts) {
+        put_types(&mut obj, types, opts.layout);
         return Ok(obj);
     }
     let refs: Vec<String> = var.dims.iter().map(|d| ds.dim_fqn(*d)).collect();
@@ -607,8 +779,7 @@ fn var_attrs(ds: &Dataset, v: VarId, opts: &WriteOptions) -> Result<Map<String, 
     arr.insert("storage".into(), json!("chunked"));
     obj.insert("_nczarr_array".into(), Value::Object(arr));
     types.insert("_nczarr_array".into(), json!("|J0"));
-    types.insert("_nczarr_attr".into(), json!("|J0"));
-    obj.insert("_nczarr_attr".into(), json!({"types": types}));
+    put_types(&mut obj, types, opts.layout);
     Ok(obj)
 }
 

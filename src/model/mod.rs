@@ -235,6 +235,68 @@ pub struct Provenance {
     /// The NCZarr format's major version (netcdf-c's `_SuperblockVersion`): from the
     /// superblock, else from `_NCProperties`; 0 for pure Zarr.
     pub nczarr_major: u32,
+    /// Where the NCZarr metadata of a Zarr v2 store was found; `None` for pure Zarr and v3.
+    pub layout: Option<NczarrLayout>,
+}
+
+/// Where a Zarr v2 store keeps NCZarr's own metadata. netcdf-c moved it twice, and each
+/// version reads only its own layout (netcdf-c 4.9.0, 4.9.1 and 4.10.1 checked): a dataset is
+/// rewritten in the layout it was found in, so that the netcdf-c that wrote it still reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NczarrLayout {
+    /// NCZarr 1.0.0 (netcdf-c 4.8.0): `.nczarr`, `.nczgroup`, `.nczarray`, `.nczattrs`
+    /// objects beside the Zarr ones. Read only.
+    Objects1,
+    /// netcdf-c 4.8.1–4.9.0: `_NCZARR_SUPERBLOCK` and `_NCZARR_GROUP` in `.zgroup`,
+    /// `_NCZARR_ARRAY` in `.zarray`, `_NCZARR_ATTR` in `.zattrs`; char is `<U1`.
+    UpperCaseKeys,
+    /// netcdf-c 4.9.1–4.9.2: the same keys in lower case (`_nczarr_group`); char is `>S1`.
+    LowerCaseKeys,
+    /// netcdf-c 4.9.3 and later: every key an attribute in `.zattrs` (`_nczarr_group`
+    /// with `dimensions` and `arrays`, `_nczarr_array` with `dimension_references`).
+    #[default]
+    Attributes,
+}
+
+impl NczarrLayout {
+    /// The oldest netcdf-c release that writes this layout.
+    pub fn first_netcdf_c(self) -> &'static str {
+        match self {
+            NczarrLayout::Objects1 => "4.8.0",
+            NczarrLayout::UpperCaseKeys => "4.8.1",
+            NczarrLayout::LowerCaseKeys => "4.9.1",
+            NczarrLayout::Attributes => "4.9.3",
+        }
+    }
+
+    /// The layout netcdf-c `version` (`4.9.2`) writes and reads, or why there is none.
+    pub fn for_netcdf_c(version: &str) -> std::result::Result<NczarrLayout, String> {
+        let parts: Option<Vec<u32>> = version.split('.').map(|p| p.parse().ok()).collect();
+        let refused = || {
+            format!(
+                "netcdf-c version {version:?}: give a release such as 4.9.2 \
+                 (NCZarr is read by netcdf-c 4.8.1 and later)"
+            )
+        };
+        let Some([major, minor, patch]) =
+            parts.as_deref().and_then(|p| <[u32; 3]>::try_from(p).ok())
+        else {
+            return Err(refused());
+        };
+        Ok(match (major, minor, patch) {
+            (4, 8, 0) => {
+                return Err(
+                    "netcdf-c 4.8.0 reads only NCZarr 1.0.0, which is not written \
+                            (give 4.8.1 or later)"
+                        .into(),
+                )
+            }
+            (4, 8, 1..) | (4, 9, 0) => NczarrLayout::UpperCaseKeys,
+            (4, 9, 1 | 2) => NczarrLayout::LowerCaseKeys,
+            (4, 9, _) | (4, 10.., _) | (5.., _, _) => NczarrLayout::Attributes,
+            _ => return Err(refused()),
+        })
+    }
 }
 
 impl Provenance {
@@ -254,6 +316,7 @@ impl Provenance {
         Provenance {
             ncproperties,
             nczarr_major,
+            layout: None,
         }
     }
 }
