@@ -1822,6 +1822,54 @@ mod tests {
     }
 
     #[test]
+    fn a_rewrite_keeps_the_layout_and_the_properties_of_the_dataset() {
+        for (version, layout, group_key) in [
+            ("4.9.0", NczarrLayout::UpperCaseKeys, "_NCZARR_GROUP"),
+            ("4.9.2", NczarrLayout::LowerCaseKeys, "_nczarr_group"),
+        ] {
+            let tmp = tempfile::tempdir().unwrap();
+            let loc = Location::parse(tmp.path().join("d.file").to_str().unwrap()).unwrap();
+            let mut opts = CreateOptions::default();
+            write_for_netcdf_c(&mut opts, version).unwrap();
+            let mut w = DatasetWriter::create(&loc, opts).unwrap();
+            let x = w.add_dim(Dataset::ROOT, "x", 2, false).unwrap();
+            w.add_var(Dataset::ROOT, "v", NcType::Int, &[x], VarOptions::default())
+                .unwrap();
+            w.close().unwrap();
+            let made_by = nc_properties_for(version);
+
+            let mut w = DatasetWriter::open(&loc).unwrap();
+            assert_eq!(w.options().layout, layout, "{version}");
+            w.put_attr(
+                AttrTarget::Group(Dataset::ROOT),
+                "new",
+                AttrValue::Int(vec![1]),
+            )
+            .unwrap();
+            w.add_group(Dataset::ROOT, "g").unwrap();
+            w.close().unwrap();
+            let map = zmap::open(&loc, false).unwrap();
+            let zgroup: Value =
+                serde_json::from_slice(&map.get(".zgroup").unwrap().unwrap()).unwrap();
+            assert_eq!(
+                zgroup[group_key]["groups"],
+                json!(["g"]),
+                "{version}: {zgroup}"
+            );
+            let ds = meta::read_dataset(map.as_ref(), &loc.mode).unwrap();
+            assert_eq!(ds.provenance.layout, Some(layout));
+            assert_eq!(
+                ds.provenance.ncproperties.as_deref(),
+                Some(made_by.as_str())
+            );
+            assert_eq!(
+                ds.group(Dataset::ROOT).attrs[0].value,
+                AttrValue::Int(vec![1])
+            );
+        }
+    }
+
+    #[test]
     fn a_fill_value_attribute_leaves_a_variable_without_fill_so() {
         let tmp = tempfile::tempdir().unwrap();
         let (loc, mut w) = writer(tmp.path(), "nczarr");

@@ -580,3 +580,23 @@ fn not_zarr() {
     }
     assert!(checked >= 2);
 }
+
+/// A store of NCZarr 1.0.0 (netcdf 4.8.0), which no netcdf-c since reads, is not rewritten in
+/// another layout behind its writer's back: opening it for writing fails and changes nothing.
+#[test]
+fn writing_to_nczarr_1_0_0_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let zip = tmp.path().join("old.zip");
+    std::fs::copy(fixture("history/ref_oldformat_v1_nczarr1.0.0.zip"), &zip).unwrap();
+    let before = std::fs::read(&zip).unwrap();
+    let loc = nczarrfs::location::Location::parse(zip.to_str().unwrap()).unwrap();
+    let e = nczarrfs::create::DatasetWriter::open(&loc)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("NCZarr 1.0.0") && e.contains("copy it first"),
+        "{e}"
+    );
+    assert_eq!(std::fs::read(&zip).unwrap(), before);
+}

@@ -6,7 +6,7 @@ use std::sync::Mutex;
 
 use nczarrfs::meta::writer::{metadata_objects, write_metadata, Dialect, WriteOptions};
 use nczarrfs::model::{
-    AttrValue, Attribute, CodecSpec, Dataset, NcType, VarStorage, Variable, ZarrDtype,
+    AttrValue, Attribute, CodecSpec, Dataset, NcType, NczarrLayout, VarStorage, Variable, ZarrDtype,
 };
 use nczarrfs::zmap::ZMap;
 use nczarrfs::Result;
@@ -71,16 +71,27 @@ fn var(
 
 /// The dataset of make_ref.py.
 fn sample() -> Dataset {
+    sample_for(NczarrLayout::Attributes)
+}
+
+/// The dataset of make_ref.py as the netcdf-c releases writing `layout` hold it (its `--old`):
+/// before 4.9.3 without an unlimited dimension or compression, before 4.9.1 also without
+/// strings and scalars.
+fn sample_for(layout: NczarrLayout) -> Dataset {
+    let old = layout != NczarrLayout::Attributes;
+    let before_4_9_1 = layout == NczarrLayout::UpperCaseKeys;
     let mut ds = Dataset::new();
     let root = Dataset::ROOT;
     let x = ds.add_dim(root, "x", 3, false);
-    let t = ds.add_dim(root, "t", 2, true);
+    let t = ds.add_dim(root, "t", 2, !old);
     let mut v = var("v", root, NcType::Double, vec![t, x]);
     v.storage.chunks = vec![2, 3];
-    v.storage.codecs = CodecSpec::V2 {
-        filters: vec![json!({"id": "shuffle", "elementsize": 0})],
-        compressor: Some(json!({"id": "zlib", "level": 3})),
-    };
+    if !old {
+        v.storage.codecs = CodecSpec::V2 {
+            filters: vec![json!({"id": "shuffle", "elementsize": 0})],
+            compressor: Some(json!({"id": "zlib", "level": 3})),
+        };
+    }
     v.attrs = vec![
         attr("units", AttrValue::Char(b"m".to_vec())),
         attr("sf", AttrValue::Float(vec![1.5])),
@@ -94,32 +105,41 @@ fn sample() -> Dataset {
     b.attrs = vec![attr("_FillValue", AttrValue::Byte(vec![3]))];
     b.storage.fill_value = Some(vec![3]);
     ds.add_var(b);
-    let mut s = var("s", root, NcType::String, vec![x]);
-    s.string_width = 128;
-    ds.add_var(s);
-    ds.groups[0].attrs = vec![
-        attr("ss", AttrValue::Str(vec!["a".into(), "b".into()])),
+    if !before_4_9_1 {
+        let mut s = var("s", root, NcType::String, vec![x]);
+        s.string_width = 128;
+        ds.add_var(s);
+        let ss = attr("ss", AttrValue::Str(vec!["a".into(), "b".into()]));
+        ds.groups[0].attrs.push(ss);
+    }
+    ds.groups[0].attrs.extend([
         attr("title", AttrValue::Char(b"hi".to_vec())),
         attr("pi", AttrValue::Double(vec![std::f64::consts::PI])),
-    ];
+    ]);
     let g = ds.add_group(root, "g");
     let y = ds.add_dim(g, "y", 2, false);
     let w = var("w", g, NcType::UShort, vec![y, x]);
     ds.add_var(w);
-    let sc = var("sc", root, NcType::Int, vec![]);
-    ds.add_var(sc);
+    if !before_4_9_1 {
+        let sc = var("sc", root, NcType::Int, vec![]);
+        ds.add_var(sc);
+    }
     ds
 }
 
 const NCPROPS: &str = "version=2,netcdf=4.10.1,nczarr=2.0.0";
 
 fn reference() -> BTreeMap<String, Value> {
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/data/meta_write/ref_nczarr_4.10.1.json"
-    ))
-    .unwrap();
-    serde_json::from_str(&text).unwrap()
+    reference_of("4.10.1")
+}
+
+/// What netcdf-c `version` wrote for make_ref.py's dataset.
+fn reference_of(version: &str) -> BTreeMap<String, Value> {
+    let path = format!(
+        "{}/tests/data/meta_write/ref_nczarr_{version}.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
 #[test]
@@ -261,4 +281,94 @@ fn group_dimensions_and_array_shapes_are_stored_together() {
     );
     let sub = keys.iter().position(|k| *k == "g/.zattrs").unwrap();
     assert_eq!(keys[sub + 1], "g/w/.zarray", "{keys:?}");
+}
+
+/// The layouts of netcdf-c 4.9.1 (lower-case keys) and 4.9.0 (upper-case keys, char as
+/// `<U1`) against what those releases wrote for the same dataset (make_ref.py --old).
+#[test]
+fn older_layouts_match_the_netcdf_c_releases_that_read_them() {
+    for (version, layout) in [
+        ("4.9.1", NczarrLayout::LowerCaseKeys),
+        ("4.9.0", NczarrLayout::UpperCaseKeys),
+    ] {
+        let mut expected = reference_of(version);
+        // The deliberate differences of `nczarr_matches_netcdf_c_except_its_known_defects`.
+        expected.get_mut(".zattrs").unwrap()["pi"] = json!(std::f64::consts::PI);
+        let v = expected.get_mut("v/.zarray").unwrap();
+        v["fill_value"] = json!(9.969209968386869e36);
+        expected.get_mut("b/.zarray").unwrap()["dtype"] = json!("|i1");
+        expected.get_mut("v/.zattrs").unwrap()["js"] = json!("[1, 2]");
+        let props = format!("version=2,netcdf={version},nczarr=2.0.0");
+        let opts = WriteOptions {
+            nc_properties: Some(props),
+            layout,
+            ..WriteOptions::default()
+        };
+        let got: BTreeMap<String, Value> = metadata_objects(&sample_for(layout), &opts)
+            .unwrap()
+            .into_iter()
+            .collect();
+        for (k, e) in &expected {
+            assert_eq!(got.get(k), Some(e), "{version}: {k}");
+        }
+        // netcdf-c leaves out the `.zattrs` of a group or an array with no attribute; we write
+        // one everywhere, which also gives xarray the dimension names of `w`.
+        let key = |lower: &str| match layout {
+            NczarrLayout::UpperCaseKeys => lower.to_ascii_uppercase(),
+            _ => lower.to_string(),
+        };
+        let extra: Vec<&String> = got.keys().filter(|k| !expected.contains_key(*k)).collect();
+        assert_eq!(extra, ["g/.zattrs", "g/w/.zattrs"], "{version}");
+        assert_eq!(got["g/.zattrs"], json!({key("_nczarr_attr"): {}}));
+        assert_eq!(
+            got["g/w/.zattrs"],
+            json!({"_ARRAY_DIMENSIONS": ["y", "x"], key("_nczarr_attr"): {}})
+        );
+    }
+}
+
+/// What the releases before 4.9.3 cannot hold is refused with its name, not written for a
+/// reader that fails on it.
+#[test]
+fn older_layouts_refuse_what_their_readers_cannot_hold() {
+    let refusal = |ds: &Dataset, layout| {
+        let opts = WriteOptions {
+            layout,
+            ..WriteOptions::default()
+        };
+        metadata_objects(ds, &opts).unwrap_err().to_string()
+    };
+    let full = sample();
+    for layout in [NczarrLayout::LowerCaseKeys, NczarrLayout::UpperCaseKeys] {
+        assert!(
+            refusal(&full, layout).contains("dimension /t is unlimited"),
+            "{}",
+            refusal(&full, layout)
+        );
+    }
+    let mut for_4_9_1 = sample_for(NczarrLayout::LowerCaseKeys);
+    let e = refusal(&for_4_9_1, NczarrLayout::UpperCaseKeys);
+    assert!(
+        e.contains("attribute :ss is a string") && e.contains("before 4.9.1"),
+        "{e}"
+    );
+    for_4_9_1.groups[0].attrs.retain(|a| a.name != "ss");
+    let e = refusal(&for_4_9_1, NczarrLayout::UpperCaseKeys);
+    assert!(e.contains("variable /s is a string"), "{e}");
+    let mut scalar_only = sample_for(NczarrLayout::UpperCaseKeys);
+    scalar_only.add_var(var("sc", Dataset::ROOT, NcType::Int, vec![]));
+    let e = refusal(&scalar_only, NczarrLayout::UpperCaseKeys);
+    assert!(e.contains("variable /sc is a scalar"), "{e}");
+    let e = refusal(
+        &sample_for(NczarrLayout::UpperCaseKeys),
+        NczarrLayout::Objects1,
+    );
+    assert!(e.contains("NCZarr 1.0.0"), "{e}");
+    // Pure Zarr has no layout.
+    let opts = WriteOptions {
+        dialect: Dialect::Zarr,
+        layout: NczarrLayout::UpperCaseKeys,
+        ..WriteOptions::default()
+    };
+    assert!(metadata_objects(&full, &opts).is_ok());
 }

@@ -260,13 +260,10 @@ fn check_layout_holds(ds: &Dataset, layout: NczarrLayout) -> Result<()> {
     if layout != NczarrLayout::UpperCaseKeys {
         return Ok(());
     }
+    let is_string = |a: &&Attribute| a.value.nctype() == NcType::String;
     for g in ds.groups_preorder() {
         let group = ds.group(g);
-        for a in group
-            .attrs
-            .iter()
-            .filter(|a| a.value.nctype() == NcType::String)
-        {
+        if let Some(a) = group.attrs.iter().find(is_string) {
             let owner = match ds.group_path(g).join("/") {
                 root if root.is_empty() => String::new(),
                 path => format!("/{path}"),
@@ -276,23 +273,16 @@ fn check_layout_holds(ds: &Dataset, layout: NczarrLayout) -> Result<()> {
         }
         for v in &group.vars {
             let var = ds.var(*v);
+            let fqn = ds.var_fqn(*v);
             if var.nctype == NcType::String {
-                return refuse(
-                    format!("variable {} is a string", ds.var_fqn(*v)),
-                    "before 4.9.1",
-                );
+                return refuse(format!("variable {fqn} is a string"), "before 4.9.1");
             }
             if var.dims.is_empty() {
                 // 4.9.0 fails an assertion reading its own scalars back.
-                let what = format!("variable {} is a scalar", ds.var_fqn(*v));
-                return refuse(what, "before 4.9.1");
+                return refuse(format!("variable {fqn} is a scalar"), "before 4.9.1");
             }
-            for a in var
-                .attrs
-                .iter()
-                .filter(|a| a.value.nctype() == NcType::String)
-            {
-                let what = format!("attribute {}:{} is a string", ds.var_fqn(*v), a.name);
+            if let Some(a) = var.attrs.iter().find(is_string) {
+                let what = format!("attribute {fqn}:{} is a string", a.name);
                 return refuse(what, "before 4.9.1");
             }
         }
@@ -688,10 +678,16 @@ fn put_attrs(
 /// The attribute types of a `.zattrs` in `obj`: in the layouts before netcdf 4.9.3, the only
 /// NCZarr key there.
 fn put_types(obj: &mut Map<String, Value>, mut types: Map<String, Value>, layout: NczarrLayout) {
-    if layout == NczarrLayout::Attributes {
-        types.insert("_nczarr_attr".into(), json!("|J0"));
-    }
-    obj.insert(ncz_key(layout, "_nczarr_attr"), json!({ "types": types }));
+    let value = match layout {
+        NczarrLayout::Attributes => {
+            types.insert("_nczarr_attr".into(), json!("|J0"));
+            json!({ "types": types })
+        }
+        // As netcdf-c 4.9 writes it for no attribute.
+        _ if types.is_empty() => json!({}),
+        _ => json!({ "types": types }),
+    };
+    obj.insert(ncz_key(layout, "_nczarr_attr"), value);
 }
 
 fn group_attrs(ds: &Dataset, g: GroupId, opts: &WriteOptions) -> Result<Map<String, Value>> {

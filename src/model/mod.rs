@@ -693,6 +693,24 @@ mod tests {
     use super::*;
 
     #[test]
+    fn netcdf_c_releases_and_their_layouts() {
+        let layout = |v: &str| NczarrLayout::for_netcdf_c(v);
+        assert_eq!(layout("4.8.1"), Ok(NczarrLayout::UpperCaseKeys));
+        assert_eq!(layout("4.9.0"), Ok(NczarrLayout::UpperCaseKeys));
+        assert_eq!(layout("4.9.1"), Ok(NczarrLayout::LowerCaseKeys));
+        assert_eq!(layout("4.9.2"), Ok(NczarrLayout::LowerCaseKeys));
+        assert_eq!(layout("4.9.3"), Ok(NczarrLayout::Attributes));
+        assert_eq!(layout("4.10.1"), Ok(NczarrLayout::Attributes));
+        assert_eq!(layout("5.0.0"), Ok(NczarrLayout::Attributes));
+        for refused in ["4.8.0", "4.7.4", "4.9", "4.9.x", "", "4.9.2.1", "3.6.3"] {
+            assert!(layout(refused).is_err(), "{refused}");
+        }
+        for l in [NczarrLayout::UpperCaseKeys, NczarrLayout::LowerCaseKeys] {
+            assert_eq!(layout(l.first_netcdf_c()), Ok(l));
+        }
+    }
+
+    #[test]
     fn fqns_and_lookup() {
         let mut ds = Dataset::new();
         let g1 = ds.add_group(Dataset::ROOT, "g1");
