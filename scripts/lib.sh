@@ -58,3 +58,23 @@ need_venv() {
     "$VENV/bin/python" -m pip install -q -r "$req"
     echo "$sum" >"$stamp"
 }
+
+# Creates or refreshes the venvs of older netCDF4-python releases, whose netcdf-c reads only its
+# own NCZarr layout: one per interop/requirements-netcdf-c-VERSION.txt, at .venv-netcdf-c-VERSION.
+need_old_netcdf_venvs() {
+    local req version venv stamp sum
+    for req in "$REPO"/interop/requirements-netcdf-c-*.txt; do
+        version="$(basename "$req" .txt)"
+        version="${version#requirements-netcdf-c-}"
+        venv="$REPO/.venv-netcdf-c-$version"
+        stamp="$venv/.requirements.sha256"
+        sum="$(sha256sum "$req" | cut -d' ' -f1)"
+        if [ -x "$venv/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$sum" ]; then
+            continue
+        fi
+        log "python venv $venv"
+        [ -x "$venv/bin/python" ] || python3 -m venv "$venv" || return 1
+        "$venv/bin/python" -m pip install -q -r "$req" || return 1
+        echo "$sum" >"$stamp"
+    done
+}

@@ -812,10 +812,23 @@ impl DatasetWriter {
             v.string_width = NETCDF_MAXSTRLEN;
         }
         check_storable(v, &dims)?;
-        let big =
+        let mut big =
             v.storage.dtype.as_ref().is_some_and(|d| {
                 d.order == ByteOrder::Big && d.size > 1 && d.kind != DtypeKind::Bytes
             });
+        let old_layout = matches!(
+            self.opts.layout,
+            NczarrLayout::UpperCaseKeys | NczarrLayout::LowerCaseKeys
+        );
+        if big && old_layout && dialect == Dialect::NcZarr {
+            // netcdf-c 4.9.0 and 4.9.1 read every chunk as little-endian, whatever the dtype
+            // says (4.9.0 writes big-endian variables so), and would read these values swapped.
+            log::warn!(
+                "{key}: stored little-endian, as netcdf-c before 4.9.3 reads every chunk; the \
+                 values are the same"
+            );
+            big = false;
+        }
         let v3 = self.opts.zarr_version == 3;
         let mut dtype = if v3 {
             writer_v3::v3_dtype(v.nctype, v.string_width, big)

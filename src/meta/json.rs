@@ -175,17 +175,50 @@ pub fn raw_byte_of(c: char) -> Option<u8> {
     u8::try_from(b).ok().filter(|b| *b >= 0x80)
 }
 
-/// Serialized JSON with the stand-ins of [`carry_raw_bytes`] replaced by their bytes.
+/// The bare tokens that [`bare_non_finite`] stands in for, by the last byte of their stand-in
+/// character (U+10FF00 to U+10FF02, below the stand-ins of bytes).
+const BARE_TOKENS: [&[u8]; 3] = [b"NaN", b"Infinity", b"-Infinity"];
+
+/// `x` as a JSON number, or, when it is not finite, a string that [`restore_raw_bytes`] writes
+/// as the bare token `NaN`, `Infinity` or `-Infinity`. That is not JSON, but it is how netcdf-c
+/// 4.9.0 and before write such floats, and the only spelling they read.
+pub fn bare_non_finite(x: f64) -> serde_json::Value {
+    let token = if x.is_nan() {
+        0
+    } else if x == f64::INFINITY {
+        1
+    } else if x == f64::NEG_INFINITY {
+        2
+    } else {
+        return serde_json::json!(x);
+    };
+    serde_json::Value::String(char::from_u32(RAW_BYTE_BASE + token).into_iter().collect())
+}
+
+/// Serialized JSON with the stand-ins of [`carry_raw_bytes`] replaced by their bytes, and
+/// those of [`bare_non_finite`], quotes included, by their tokens.
 pub fn restore_raw_bytes(json: Vec<u8>) -> Vec<u8> {
     // U+10FF80..U+10FFFF (the stand-ins of bytes 0x80..0xFF) in UTF-8: F4 8F BE|BF xx.
     let marked = |w: &[u8]| w[0] == 0xF4 && w[1] == 0x8F && (w[2] == 0xBE || w[2] == 0xBF);
-    if !json.windows(3).any(marked) {
+    // `"` and U+10FF00..U+10FF02 (F4 8F BC 80..82) and `"`.
+    let bare = |w: &[u8]| {
+        w.len() >= 6
+            && w[0] == b'"'
+            && w[1..4] == [0xF4, 0x8F, 0xBC]
+            && w[4] >= 0x80
+            && usize::from(w[4] - 0x80) < BARE_TOKENS.len()
+            && w[5] == b'"'
+    };
+    if !json.windows(3).any(marked) && !json.windows(6).any(bare) {
         return json;
     }
     let mut out = Vec::with_capacity(json.len());
     let mut i = 0;
     while i < json.len() {
-        if i + 4 <= json.len() && marked(&json[i..i + 3]) {
+        if bare(&json[i..]) {
+            out.extend_from_slice(BARE_TOKENS[usize::from(json[i + 4] - 0x80)]);
+            i += 6;
+        } else if i + 4 <= json.len() && marked(&json[i..i + 3]) {
             let cp = std::str::from_utf8(&json[i..i + 4])
                 .ok()
                 .and_then(|c| c.chars().next())
@@ -469,6 +502,21 @@ impl Parser<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bare_non_finite_tokens_are_written_unquoted_and_read_back() {
+        let v = serde_json::json!({"a": [bare_non_finite(f64::NAN), bare_non_finite(1.5)],
+            "b": bare_non_finite(f64::INFINITY), "c": bare_non_finite(f64::NEG_INFINITY),
+            "d": "NaN"});
+        let text = restore_raw_bytes(serde_json::to_vec(&v).unwrap());
+        assert_eq!(
+            String::from_utf8(text.clone()).unwrap(),
+            r#"{"a":[NaN,1.5],"b":Infinity,"c":-Infinity,"d":"NaN"}"#
+        );
+        let back = Json::parse("k", &text).unwrap();
+        assert!(matches!(back.get("a"), Some(Json::Arr(a)) if a[0] == Json::Num("NaN".into())));
+        assert_eq!(back.get("c"), Some(&Json::Num("-Infinity".into())));
+    }
 
     #[test]
     fn a_repeated_key_replaces_its_value_in_place_in_objects_of_any_size() {

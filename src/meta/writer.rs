@@ -418,6 +418,18 @@ fn zarray(ds: &Dataset, v: VarId, opts: &WriteOptions) -> Result<Value> {
         Some(bytes) => fill_json(var.nctype, bytes, &dtype, opts.dialect, &key)?,
         None => Value::Null,
     };
+    let fill = match fill {
+        // netcdf-c 4.9.0 and before read only the bare tokens.
+        Value::String(text)
+            if keys_in_objects(opts)
+                && opts.layout == NczarrLayout::UpperCaseKeys
+                && matches!(var.nctype, NcType::Float | NcType::Double) =>
+        {
+            text.parse()
+                .map_or(Value::String(text), super::json::bare_non_finite)
+        }
+        other => other,
+    };
     let shuffle = crate::codec::netcdf_element_size(var.nctype, dtype.size);
     let filters: Vec<Value> = filters.iter().map(|f| fix_shuffle(f, shuffle)).collect();
     let mut z = Map::new();
@@ -670,8 +682,28 @@ fn put_attrs(
     layout: NczarrLayout,
 ) {
     for a in attrs {
-        obj.insert(a.name.clone(), attr_json(&a.value, true));
+        let json = match (&a.value, layout) {
+            (AttrValue::Float(v), NczarrLayout::UpperCaseKeys) => {
+                bare_floats(v.iter().map(|x| f32_as_f64(*x)))
+            }
+            (AttrValue::Double(v), NczarrLayout::UpperCaseKeys) => bare_floats(v.iter().copied()),
+            (value, _) => attr_json(value, true),
+        };
+        obj.insert(a.name.clone(), json);
         types.insert(a.name.clone(), json!(attr_type(&a.value, layout)));
+    }
+}
+
+/// Float attribute values with NaN and infinities as the bare tokens netcdf-c 4.9.0 reads.
+fn bare_floats(values: impl ExactSizeIterator<Item = f64>) -> Value {
+    let one = values.len() == 1;
+    let mut all: Vec<Value> = values.map(super::json::bare_non_finite).collect();
+    match all.pop() {
+        Some(v) if one => v,
+        last => {
+            all.extend(last);
+            Value::Array(all)
+        }
     }
 }
 
