@@ -920,6 +920,15 @@ impl DatasetWriter {
     /// (a variable without fill keeps none), which is only possible before values are written.
     pub fn put_attr(&mut self, target: AttrTarget, name: &str, value: AttrValue) -> Result<()> {
         check_attr_name(target, name)?;
+        let for_4_9_0 = self.opts.dialect == Dialect::NcZarr
+            && self.opts.zarr_version == 2
+            && self.opts.layout == NczarrLayout::UpperCaseKeys;
+        if for_4_9_0 && value.nctype() == NcType::String {
+            return Err(Error::NotPermitted(format!(
+                "{name}: a string attribute, which this dataset's layout (netcdf-c 4.8.1 to 4.9.0) \
+                 cannot hold"
+            )));
+        }
         if self
             .attrs_mut(target)?
             .iter()
@@ -1859,6 +1868,13 @@ mod tests {
                 AttrValue::Int(vec![1]),
             )
             .unwrap();
+            let strings = AttrValue::Str(vec!["a".into()]);
+            let refused = w.put_attr(AttrTarget::Group(Dataset::ROOT), "s", strings);
+            assert_eq!(
+                refused.is_err(),
+                layout == NczarrLayout::UpperCaseKeys,
+                "{version}"
+            );
             w.add_group(Dataset::ROOT, "g").unwrap();
             w.close().unwrap();
             let map = zmap::open(&loc, false).unwrap();
@@ -1875,10 +1891,9 @@ mod tests {
                 ds.provenance.ncproperties.as_deref(),
                 Some(made_by.as_str())
             );
-            assert_eq!(
-                ds.group(Dataset::ROOT).attrs[0].value,
-                AttrValue::Int(vec![1])
-            );
+            let attrs = &ds.group(Dataset::ROOT).attrs;
+            assert_eq!(attrs[0].value, AttrValue::Int(vec![1]));
+            assert_eq!(attrs.len(), if refused.is_err() { 1 } else { 2 });
         }
     }
 
