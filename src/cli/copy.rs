@@ -113,8 +113,8 @@ pub struct CopyArgs {
     /// Write for the netcdf-c release VERSION (such as 4.9.2), in the NCZarr layout it reads:
     /// releases before 4.9.3 read only their own (4.8.1 to 4.9.0 upper-case `_NCZARR_*` keys,
     /// 4.9.1 and 4.9.2 lower-case ones, in `.zgroup` and `.zarray`). They have no unlimited
-    /// dimensions, nor 4.9.0 and before strings or scalars: such a dataset is refused. Default: the
-    /// layout of 4.9.3 and later.
+    /// dimensions, nor 4.9.0 and before strings or scalars: such a dataset is refused.
+    /// Default: the layout of 4.9.3 and later.
     #[arg(long = "for-netcdf-c", value_name = "VERSION")]
     pub for_netcdf_c: Option<String>,
 }
