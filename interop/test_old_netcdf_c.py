@@ -12,8 +12,8 @@ every numpy.
   read, under that release, exactly as the twin reads under 4.10.1; for 4.9.0,
   Debian's `ncdump` (4.9.0 as well) of the copy must print what it prints of the HDF5 twin.
 * A store written by the old release itself, changed by `nczarrfs put` and through a `rw`
-  mount (an attribute, a group), must still open under that release, with the changes (string
-  variables left out: 4.9.1's writer fails an assertion on some).
+  mount (an attribute, a group, a renamed variable), must still open under that release, with
+  the changes (string variables left out: 4.9.1's writer fails an assertion on some).
 
 What those releases cannot hold is left out of the drawn contents: unlimited dimensions (all
 of them before 4.9.3) and compression (their wheels ship no filter plugins); for 4.9.0 also
@@ -164,8 +164,10 @@ def _first_numeric_variable(hdf5: Path):
     return None
 
 
-def _mount_rw_and_change(nczarrfs_binary: Path, store: Path, mnt: Path) -> None:
-    """Adds the root attribute `added` and the group `newgroup` through a `rw` mount."""
+def _mount_rw_and_change(nczarrfs_binary: Path, store: Path, mnt: Path,
+                         rename: str | None) -> None:
+    """Adds the root attribute `added` and the group `newgroup` through a `rw` mount, and
+    renames the root variable `rename` to `rename` + `_renamed`."""
     mnt.mkdir()
     daemon = subprocess.Popen([str(nczarrfs_binary), "mount", "-f", "-o", "rw", str(store),
                                str(mnt)], stderr=subprocess.PIPE)
@@ -177,6 +179,8 @@ def _mount_rw_and_change(nczarrfs_binary: Path, store: Path, mnt: Path) -> None:
     try:
         (mnt / "@attributes" / "added").write_text("changed by nczarrfs")
         (mnt / "newgroup").mkdir()
+        if rename is not None:
+            (mnt / rename).rename(mnt / f"{rename}_renamed")
     finally:
         subprocess.run(["fusermount3", "-u", str(mnt)], check=True)
     assert daemon.wait(timeout=60) == 0, daemon.stderr.read().decode()
@@ -213,7 +217,10 @@ def test_stores_of_an_older_release_stay_its_own_when_changed(nczarrfs, tmp_path
             for g in groups:
                 node = node["groups"][g]
             node["vars"][name]["values"] = json.loads(json.dumps(values.tolist()))
-        _mount_rw_and_change(nczarrfs_binary(), store, tmp_path / f"mnt{seed}")
+        rename = next(iter(want["vars"]), None)
+        _mount_rw_and_change(nczarrfs_binary(), store, tmp_path / f"mnt{seed}", rename)
+        if rename is not None:
+            want["vars"][f"{rename}_renamed"] = want["vars"].pop(rename)
         want["attrs"]["added"] = ["text", "changed by nczarrfs"]
         want["groups"]["newgroup"] = {"attrs": {}, "dims": {}, "groups": {}, "vars": {}}
         if _show(python, _nczarr(store)) != want:
