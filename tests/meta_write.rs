@@ -372,3 +372,32 @@ fn older_layouts_refuse_what_their_readers_cannot_hold() {
     };
     assert!(metadata_objects(&full, &opts).is_ok());
 }
+
+/// Pure Zarr has no `.zattrs` for a group or an array without attributes: a rewrite after the
+/// last one was deleted empties the stored object, or the attributes would come back.
+#[test]
+fn pure_zarr_attributes_deleted_to_the_last_stay_deleted() {
+    let mut ds = sample();
+    let opts = WriteOptions {
+        dialect: Dialect::Zarr,
+        xarray: false,
+        ..WriteOptions::default()
+    };
+    let map = TestMap::default();
+    write_metadata(&map, &ds, &opts).unwrap();
+    let stored = |key: &str| -> Option<Value> {
+        map.get(key)
+            .unwrap()
+            .map(|b| serde_json::from_slice(&b).unwrap())
+    };
+    assert_eq!(stored(".zattrs").unwrap()["title"], json!("hi"));
+    assert_eq!(stored("v/.zattrs").unwrap()["units"], json!("m"));
+    assert_eq!(stored("c/.zattrs"), None, "no attributes, no object");
+    ds.groups[0].attrs.clear();
+    let v = ds.find_var("v").unwrap();
+    ds.vars[v.0].attrs.clear();
+    write_metadata(&map, &ds, &opts).unwrap();
+    assert_eq!(stored(".zattrs"), Some(json!({})));
+    assert_eq!(stored("v/.zattrs"), Some(json!({})));
+    assert_eq!(stored("c/.zattrs"), None);
+}

@@ -41,7 +41,7 @@
 //! storage's chunk shape when it has the right rank (else one chunk), and `dtype` the
 //! storage's dtype when set (else [`default_dtype`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use serde_json::{json, Map, Value};
 
@@ -125,20 +125,47 @@ pub fn write_metadata(map: &dyn ZMap, ds: &Dataset, opts: &WriteOptions) -> Resu
 /// Pure Zarr attributes are untyped JSON that a netCDF value cannot always spell back (`true`
 /// reads as the ubyte 1, `null` and `[]` as text): when the metadata is rewritten, an
 /// attribute whose stored JSON still reads as the value about to be written keeps that JSON.
-fn keep_stored_attribute_json(map: &dyn ZMap, objects: &mut [(String, Value)]) -> Result<()> {
+///
+/// Pure Zarr writes no `.zattrs` for a group or an array without attributes; one stored
+/// before their last attribute was deleted is emptied (`{}`), or the deleted attributes would
+/// come back at the next open.
+fn keep_stored_attribute_json(map: &dyn ZMap, objects: &mut Vec<(String, Value)>) -> Result<()> {
     let is_zattrs = |k: &str| k == ".zattrs" || k.ends_with("/.zattrs");
-    let keys: Vec<String> = objects
+    let written: HashSet<String> = objects
         .iter()
         .map(|(k, _)| k.clone())
         .filter(|k| is_zattrs(k))
         .collect();
+    // Every group's and array's `.zattrs`, written now or not, in one batch of requests.
+    let keys: Vec<String> = objects
+        .iter()
+        .filter_map(|(k, _)| {
+            let prefix = k
+                .strip_suffix(".zgroup")
+                .or_else(|| k.strip_suffix(".zarray"))?;
+            Some(format!("{prefix}.zattrs"))
+        })
+        .collect();
     let mut stored = HashMap::new();
+    let mut emptied = Vec::new();
     for (key, found) in keys.iter().zip(map.get_many(&keys)) {
+        let Some(bytes) = found? else { continue };
+        if !written.contains(key) {
+            if bytes.iter().any(|b| !b" \t\r\n{}".contains(b)) {
+                emptied.push((key.clone(), json!({})));
+            }
+            continue;
+        }
         // An unreadable old object has nothing worth keeping: the new one replaces it.
-        if let Some(Ok(j @ Json::Obj(_))) = found?.map(|b| Json::parse(key, &b)) {
+        if let Ok(j @ Json::Obj(_)) = Json::parse(key, &bytes) {
             stored.insert(key.as_str(), j);
         }
     }
+    let summary_at = objects
+        .iter()
+        .position(|(k, _)| k == ".zmetadata")
+        .unwrap_or(objects.len());
+    objects.splice(summary_at..summary_at, emptied);
     // The JSON this writer would give the value the stored JSON reads as.
     let rewritten = |key: &str, name: &str, j: &Json| {
         attrs::infer(key, name, j)
