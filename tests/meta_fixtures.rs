@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use nczarrfs::location::{Format, Mode};
 use nczarrfs::meta::read_dataset;
-use nczarrfs::model::{AttrValue, ChunkOrder, CodecSpec, Dataset, NcType};
+use nczarrfs::model::{AttrValue, ChunkOrder, CodecSpec, Dataset, NcType, NczarrLayout};
 use nczarrfs::zmap::ZMap;
 use nczarrfs::{Error, Result};
 
@@ -210,6 +210,7 @@ fn nczarr_1_0_0() {
         "oldformat.file",
     );
     let ds = read(&map);
+    assert_eq!(ds.provenance.layout, Some(NczarrLayout::Objects1));
     assert_eq!(dims_of(&ds, "/"), vec![(s("lat"), 8)]);
     assert_eq!(dims_of(&ds, "/g1"), vec![(s("lon"), 10)]);
     assert_eq!(var_sig(&ds, "lat"), (NcType::Int, names(&["lat"])));
@@ -248,6 +249,7 @@ fn nczarr_1_0_0() {
 fn current_layout() {
     let map = from_zip(&fixture("nczarr_test/ref_oldformat.zip"), "ref_oldformat");
     let ds = read(&map);
+    assert_eq!(ds.provenance.layout, Some(NczarrLayout::Attributes));
     assert_eq!(
         dims_of(&ds, "/"),
         vec![(s("_Anonymous_Dim_8"), 8), (s("_Anonymous_Dim_10"), 10)]
@@ -288,6 +290,7 @@ fn current_layout_as_pure_zarr() {
         ..Mode::default()
     };
     let ds = read_dataset(&map, &mode).unwrap();
+    assert_eq!(ds.provenance.layout, None);
     assert_eq!(
         var_sig(&ds, "lat"),
         (NcType::Int, names(&["_Anonymous_Dim_8"]))
@@ -316,6 +319,7 @@ fn old_keys() {
         "ref_oldkeys.file",
     );
     let ds = read(&map);
+    assert_eq!(ds.provenance.layout, Some(NczarrLayout::LowerCaseKeys));
     assert_eq!(
         dims_of(&ds, "/"),
         vec![(s("d0"), 2), (s("d1"), 4), (s("d2"), 6)]

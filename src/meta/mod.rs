@@ -1405,6 +1405,7 @@ mod tests {
     #[test]
     fn upper_case_keys_of_4_9_0() {
         let ds = open(V490).unwrap();
+        assert_eq!(ds.provenance.layout, Some(NczarrLayout::UpperCaseKeys));
         let root = ds.group(Dataset::ROOT);
         let dims: Vec<_> = root
             .dims
