@@ -44,8 +44,10 @@ _PROPERTIES = re.compile(rb"\t\t:_NCProperties = .*\n")
 _CONTIGUOUS = re.compile(rb'.*:_Storage = "contiguous" ;\n')
 
 
-def _for_debian_nczarr(root: twins.Group) -> None:
-    """Changes, in place, a drawn content into one Debian's NCZarr can write and read."""
+def _for_debian_nczarr(root: twins.Group, strings_and_scalars: bool = False) -> None:
+    """Changes, in place, a drawn content into one Debian's NCZarr can write and read: fixed
+    dimensions, no compression, explicit chunks, and unless `strings_and_scalars` (which
+    netcdf-c 4.9.1 holds) no strings and no scalars."""
     extent: dict[str, int] = {}
 
     def reach(grp: twins.Group) -> None:
@@ -60,14 +62,18 @@ def _for_debian_nczarr(root: twins.Group) -> None:
         grp.dims = [(name, size if size is not None else max(extent.get(name, 0), 1))
                     for name, size in grp.dims]
         sizes = {**sizes, **dict(grp.dims)}
-        grp.attrs = [a for a in grp.attrs if a.kind != "string"]
-        grp.vars = [v for v in grp.vars if v.kind != "string" and v.dims]
+        if not strings_and_scalars:
+            grp.attrs = [a for a in grp.attrs if a.kind != "string"]
+            grp.vars = [v for v in grp.vars if v.kind != "string" and v.dims]
         for var in grp.vars:
-            var.attrs = [a for a in var.attrs if a.kind != "string"]
+            if not strings_and_scalars:
+                var.attrs = [a for a in var.attrs if a.kind != "string"]
             for key in ("zlib", "complevel", "shuffle"):
                 var.kwargs.pop(key, None)
-            chunks = var.kwargs.get("chunksizes") or [sizes[d] for d in var.dims]
-            var.kwargs["chunksizes"] = [max(1, min(c, sizes[d])) for c, d in zip(chunks, var.dims)]
+            if var.dims:
+                chunks = var.kwargs.get("chunksizes") or [sizes[d] for d in var.dims]
+                var.kwargs["chunksizes"] = [max(1, min(c, sizes[d]))
+                                            for c, d in zip(chunks, var.dims)]
         for sub in grp.groups:
             simplify(sub, sizes)
 

@@ -62,35 +62,7 @@ def _show(python: Path | str, location: str) -> dict:
 
 def _for_release(root: twins.Group, release: str) -> None:
     """Changes, in place, a drawn content into one that `release` can hold."""
-    if release == "4.9.0":
-        _for_debian_nczarr(root)
-        return
-    # An unlimited dim becomes fixed at the length the writes give it (at least 1).
-    extent: dict[str, int] = {}
-
-    def reach(grp: twins.Group) -> None:
-        for var in grp.vars:
-            for start, data in var.writes:
-                for dim, first, count in zip(var.dims, start, data.shape):
-                    extent[dim] = max(extent.get(dim, 0), first + count)
-        for sub in grp.groups:
-            reach(sub)
-
-    def simplify(grp: twins.Group, sizes: dict[str, int]) -> None:
-        grp.dims = [(name, size if size is not None else max(extent.get(name, 0), 1))
-                    for name, size in grp.dims]
-        sizes = {**sizes, **dict(grp.dims)}
-        for var in grp.vars:
-            for key in ("zlib", "complevel", "shuffle"):
-                var.kwargs.pop(key, None)
-            if "chunksizes" in var.kwargs:
-                var.kwargs["chunksizes"] = [min(c, sizes[d]) for c, d in
-                                            zip(var.kwargs["chunksizes"], var.dims)]
-        for sub in grp.groups:
-            simplify(sub, sizes)
-
-    reach(root)
-    simplify(root, {})
+    _for_debian_nczarr(root, strings_and_scalars=release != "4.9.0")
 
 
 def _without_string_variables(grp: twins.Group) -> None:
