@@ -21,8 +21,10 @@
 //! the keys of 4.9.1–4.9.2 (`_nczarr_superblock` and `_nczarr_group` with `dims`, `vars`,
 //! `groups` in `.zgroup`, `_nczarr_array` with `dimrefs` and `storage` in `.zarray`, only
 //! `_nczarr_attr` in `.zattrs`) or of 4.8.1–4.9.0 (the same in upper case, char as `<U1`).
-//! Those layouts cannot hold an unlimited dimension, nor 4.8.1–4.9.0 a string: such a
-//! dataset is refused, not written for a reader that would fail on it.
+//! Those layouts cannot hold an unlimited dimension, nor 4.8.1–4.9.0 a string or a scalar
+//! (4.9.0 fails reading its own back): such a dataset is refused, not written for a reader
+//! that would fail on it. For 4.8.1–4.9.0, NaN and infinities are the bare tokens `NaN`,
+//! `Infinity` and `-Infinity`, the only spelling those releases read.
 //!
 //! Char variables are `>S1` in NCZarr (netcdf-c reads `|S1` as a string of length 1, so the
 //! `>` is what tells it "char"; zarr-python 3 cannot open such an array) and `|S1` in pure
