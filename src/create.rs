@@ -561,7 +561,7 @@ impl DatasetWriter {
     /// there until a flush or until the cache needs room).
     pub fn open_with_cache(location: &Location, cache_bytes: usize) -> Result<DatasetWriter> {
         let map = zmap::open(location, true)?;
-        let model = meta::read_dataset(map.as_ref(), &location.mode)?;
+        let model = meta::read_stored_objects(map.as_ref(), &location.mode)?;
         // The model holds no metadata of a variable it cannot read (a complex or datetime
         // array), so rewriting the metadata would replace that variable's with a byte array's.
         if let Some(v) = (0..model.vars.len())
@@ -694,6 +694,17 @@ impl DatasetWriter {
     pub fn add_group_stored(&mut self, parent: GroupId, name: &str) -> Result<GroupId> {
         let before = self.model.clone();
         let g = self.add_group(parent, name)?;
+        // Objects already there (strays of another program) would be taken for the group's.
+        let prefix = self.model.group_path(g).join("/");
+        let stray = keys_under(self.map.as_ref(), &prefix).map(|keys| keys.into_iter().next());
+        if !matches!(stray, Ok(None)) {
+            self.model = before;
+            let stray = stray?.unwrap_or_default();
+            return Err(Error::NotPermitted(format!(
+                "cannot make group {prefix:?}: storage already holds objects there ({stray:?}) \
+                 that are not part of the dataset"
+            )));
+        }
         if let Err(e) = self.sync() {
             self.model = before;
             self.meta_dirty = true;
@@ -1844,6 +1855,64 @@ mod tests {
     }
 
     #[test]
+    fn a_writer_starts_from_the_objects_not_a_stale_consolidated_summary() {
+        for mode in [
+            "zarr,consolidated",
+            "nczarr,consolidated",
+            "zarr,v3,consolidated",
+        ] {
+            let tmp = tempfile::tempdir().unwrap();
+            let (loc, mut w) = writer(tmp.path(), mode);
+            let x = w.add_dim(Dataset::ROOT, "x", 3, false).unwrap();
+            let v = w
+                .add_var(Dataset::ROOT, "v", NcType::Int, &[x], VarOptions::default())
+                .unwrap();
+            w.put_attr(AttrTarget::Var(v), "a", AttrValue::Char(b"old".to_vec()))
+                .unwrap();
+            w.close().unwrap();
+            // Another writer changes an object and does not consolidate again.
+            let map = zmap::open(&loc, true).unwrap();
+            let (key, v3) = match mode.contains("v3") {
+                true => ("v/zarr.json", true),
+                false => ("v/.zattrs", false),
+            };
+            let mut changed: Value =
+                serde_json::from_slice(&map.get(key).unwrap().unwrap()).unwrap();
+            if v3 {
+                changed["attributes"]["a"] = json!("new");
+            } else {
+                changed["a"] = json!("new");
+            }
+            map.put(key, &serde_json::to_vec(&changed).unwrap())
+                .unwrap();
+            map.flush().unwrap();
+
+            let mut w = DatasetWriter::open(&loc).unwrap();
+            w.put_attr(
+                AttrTarget::Group(Dataset::ROOT),
+                "g",
+                AttrValue::Int(vec![1]),
+            )
+            .unwrap();
+            w.close().unwrap();
+            for summaries in [true, false] {
+                let map = zmap::open(&loc, false).unwrap();
+                let ds = if summaries {
+                    meta::read_dataset(map.as_ref(), &loc.mode).unwrap()
+                } else {
+                    meta::read_stored_objects(map.as_ref(), &loc.mode).unwrap()
+                };
+                let v = ds.var(ds.find_var("v").unwrap());
+                assert_eq!(
+                    v.attr("a").unwrap().value,
+                    AttrValue::Char(b"new".to_vec()),
+                    "{mode}, summaries {summaries}"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn a_rewrite_keeps_the_layout_and_the_properties_of_the_dataset() {
         for (version, layout, group_key) in [
             ("4.9.0", NczarrLayout::UpperCaseKeys, "_NCZARR_GROUP"),
@@ -1952,6 +2021,14 @@ mod tests {
         assert!(e.contains("already holds objects"), "{e}");
         assert_eq!(w.model().var(v).name, "v");
         assert_eq!(w.model().var(v).storage.key, "v");
+        // `mkdir` of a group there too.
+        let e = w
+            .add_group_stored(Dataset::ROOT, "baz")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("already holds objects"), "{e}");
+        assert!(w.model().group(Dataset::ROOT).groups.is_empty());
+        assert_eq!(w.map.get("baz/.zgroup").unwrap(), None);
     }
 
     #[test]

@@ -33,6 +33,9 @@ use crate::zmap::{join_key, ZMap};
 use crate::{Error, Result};
 use json::Json;
 
+/// Below this many objects to read, threads cost more than they save.
+const PARALLEL_OPEN_MIN: usize = 64;
+
 /// Reads the dataset's metadata from `map`, detecting the dialect unless `mode` fixes it.
 ///
 /// On an object store every request costs a round trip, so the root objects that can describe
@@ -40,13 +43,25 @@ use json::Json;
 /// metadata) and `.zmetadata` (consolidated Zarr v2). A consolidated dataset is then open
 /// after that one round trip (one GET when the mode names the Zarr version). When both exist,
 /// Zarr v3 wins, as in zarr-python 3.
-/// Below this many objects to read, threads cost more than they save.
-const PARALLEL_OPEN_MIN: usize = 64;
-
 pub fn read_dataset(map: &dyn ZMap, mode: &Mode) -> Result<Dataset> {
+    read(map, mode, true)
+}
+
+/// Reads the dataset's metadata from its objects, never from a consolidated summary
+/// (`.zmetadata`, a v3 root's `consolidated_metadata`): a writer that changed the objects
+/// without consolidating again leaves the summary stale, and a writer of the dataset, which
+/// rewrites its metadata from what it read, must start from the objects or it would undo
+/// those changes.
+pub fn read_stored_objects(map: &dyn ZMap, mode: &Mode) -> Result<Dataset> {
+    read(map, mode, false)
+}
+
+fn read(map: &dyn ZMap, mode: &Mode, summaries: bool) -> Result<Dataset> {
     let (zarr_json, zmetadata) = match mode.zarr_version {
         Some(3) => (map.get("zarr.json")?, None),
+        Some(_) if !summaries => (None, None),
         Some(_) => (None, map.get(".zmetadata")?),
+        None if !summaries => (map.get("zarr.json")?, None),
         None => {
             let mut both = map
                 .get_many(&["zarr.json".to_string(), ".zmetadata".to_string()])
@@ -57,7 +72,7 @@ pub fn read_dataset(map: &dyn ZMap, mode: &Mode) -> Result<Dataset> {
         }
     };
     if let Some(bytes) = zarr_json {
-        return v3::read_dataset(map, mode, Json::parse("zarr.json", &bytes)?);
+        return v3::read_dataset(map, mode, Json::parse("zarr.json", &bytes)?, summaries);
     }
     let consolidated = match zmetadata {
         Some(bytes) => parse_consolidated(map, &bytes),

@@ -23,8 +23,14 @@ use crate::{Error, Result};
 /// (`_nczarr_maxstrlen`): netcdf-c's default maximum string length.
 pub(super) const DEFAULT_VLEN_WIDTH: usize = 128;
 
-/// Reads a Zarr v3 dataset whose root `zarr.json` is `root`.
-pub(super) fn read_dataset(map: &dyn ZMap, mode: &Mode, root: Json) -> Result<Dataset> {
+/// Reads a Zarr v3 dataset whose root `zarr.json` is `root`, from its consolidated metadata
+/// when it has some and `summaries` allows.
+pub(super) fn read_dataset(
+    map: &dyn ZMap,
+    mode: &Mode,
+    root: Json,
+    summaries: bool,
+) -> Result<Dataset> {
     check_node(ROOT_KEY, &root)?;
     match root.get("node_type").and_then(Json::as_str) {
         Some("group") => {}
@@ -40,7 +46,7 @@ pub(super) fn read_dataset(map: &dyn ZMap, mode: &Mode, root: Json) -> Result<Da
             ))
         }
     }
-    let consolidated = consolidated(&root);
+    let consolidated = consolidated(&root).filter(|_| summaries);
     let root_attrs = root.get("attributes");
     let nczarr = mode.format != Some(Format::Zarr)
         && root_attrs.is_some_and(|a| {
