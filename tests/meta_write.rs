@@ -401,3 +401,35 @@ fn pure_zarr_attributes_deleted_to_the_last_stay_deleted() {
     assert_eq!(stored("v/.zattrs"), Some(json!({})));
     assert_eq!(stored("c/.zattrs"), None);
 }
+
+/// NaN and infinities in attributes: bare tokens in pure Zarr (as Python's `json` writes them
+/// for zarr-python and xarray, which read strings back as text) and for netcdf-c 4.9.0;
+/// strings in NCZarr otherwise, as netcdf-c 4.9.1 and later write them.
+#[test]
+fn non_finite_attributes_are_spelled_for_their_readers() {
+    let mut ds = Dataset::new();
+    ds.groups[0].attrs = vec![
+        attr("d", AttrValue::Double(vec![f64::NAN, 1.5, f64::INFINITY])),
+        attr("f", AttrValue::Float(vec![f32::NEG_INFINITY])),
+    ];
+    let root_zattrs = |opts: WriteOptions| {
+        let map = TestMap::default();
+        write_metadata(&map, &ds, &opts).unwrap();
+        // Written twice: a rewrite keeps the spelling.
+        write_metadata(&map, &ds, &opts).unwrap();
+        let text = String::from_utf8(map.get(".zattrs").unwrap().unwrap()).unwrap();
+        text[..text.find(",\"_").unwrap_or(text.len())].to_string()
+    };
+    let pure = WriteOptions {
+        dialect: Dialect::Zarr,
+        ..WriteOptions::default()
+    };
+    assert_eq!(root_zattrs(pure), r#"{"d":[NaN,1.5,Infinity],"f":-Infinity}"#);
+    let for_4_9_0 = WriteOptions {
+        layout: NczarrLayout::UpperCaseKeys,
+        ..WriteOptions::default()
+    };
+    assert_eq!(root_zattrs(for_4_9_0), r#"{"d":[NaN,1.5,Infinity],"f":-Infinity"#);
+    let nczarr = WriteOptions::default();
+    assert_eq!(root_zattrs(nczarr), r#"{"d":["NaN",1.5,"Infinity"],"f":"-Infinity""#);
+}

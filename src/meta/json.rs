@@ -121,6 +121,16 @@ impl Json {
     /// Converts to a serde_json value (codec descriptions are handed on in that form);
     /// non-finite numbers become the strings `"NaN"`, `"Infinity"`, `"-Infinity"`.
     pub fn to_serde(&self) -> serde_json::Value {
+        self.to_serde_with(false)
+    }
+
+    /// [`Json::to_serde`] that keeps the bare tokens `NaN`, `Infinity` and `-Infinity` as they
+    /// are (see [`bare_non_finite`]) for a writer that puts the value back where it was read.
+    pub fn to_serde_keeping_bare_tokens(&self) -> serde_json::Value {
+        self.to_serde_with(true)
+    }
+
+    fn to_serde_with(&self, bare: bool) -> serde_json::Value {
         use serde_json::Value;
         match self {
             Json::Null => Value::Null,
@@ -133,17 +143,18 @@ impl Json {
                 } else {
                     match n.parse::<f64>() {
                         Ok(f) if f.is_finite() => Value::from(f),
+                        Ok(f) if bare => bare_non_finite(f),
                         _ => Value::String(n.clone()),
                     }
                 }
             }
             Json::Str(s) => Value::String(s.clone()),
             Json::Bytes(b) => Value::String(carry_raw_bytes(b)),
-            Json::Arr(items) => Value::Array(items.iter().map(Json::to_serde).collect()),
+            Json::Arr(items) => Value::Array(items.iter().map(|j| j.to_serde_with(bare)).collect()),
             Json::Obj(members) => Value::Object(
                 members
                     .iter()
-                    .map(|(k, v)| (k.clone(), v.to_serde()))
+                    .map(|(k, v)| (k.clone(), v.to_serde_with(bare)))
                     .collect(),
             ),
         }

@@ -172,7 +172,7 @@ fn keep_stored_attribute_json(map: &dyn ZMap, objects: &mut Vec<(String, Value)>
     let rewritten = |key: &str, name: &str, j: &Json| {
         attrs::infer(key, name, j)
             .ok()
-            .map(|value| attr_json(&value, true))
+            .map(|value| attr_value_json(&value, true))
     };
     let mut kept = Vec::new();
     for (key, value) in objects.iter_mut() {
@@ -182,7 +182,7 @@ fn keep_stored_attribute_json(map: &dyn ZMap, objects: &mut Vec<(String, Value)>
         for (name, v) in new.iter_mut() {
             let Some(old_v) = old.get(name) else { continue };
             if rewritten(key, name, old_v).as_ref() == Some(v) {
-                *v = old_v.to_serde();
+                *v = old_v.to_serde_keeping_bare_tokens();
             }
         }
         kept.push((key.clone(), Value::Object(new.clone())));
@@ -709,18 +709,30 @@ fn put_attrs(
     types: &mut Map<String, Value>,
     attrs: &[Attribute],
     layout: NczarrLayout,
+    bare: bool,
 ) {
     for a in attrs {
-        let json = match (&a.value, layout) {
-            (AttrValue::Float(v), NczarrLayout::UpperCaseKeys) => {
-                bare_floats(v.iter().map(|x| f32_as_f64(*x)))
-            }
-            (AttrValue::Double(v), NczarrLayout::UpperCaseKeys) => bare_floats(v.iter().copied()),
-            (value, _) => attr_json(value, true),
-        };
-        obj.insert(a.name.clone(), json);
+        obj.insert(a.name.clone(), attr_value_json(&a.value, bare));
         types.insert(a.name.clone(), json!(attr_type(&a.value, layout)));
     }
+}
+
+/// [`attr_json`] (under the JSON convention), with NaN and infinities as bare tokens when
+/// `bare`: how Python's `json` (zarr-python, xarray) writes them, and the only spelling
+/// netcdf-c 4.9.0 reads; strings otherwise, as netcdf-c 4.9.1 and later write them.
+fn attr_value_json(value: &AttrValue, bare: bool) -> Value {
+    match value {
+        AttrValue::Float(v) if bare => bare_floats(v.iter().map(|x| f32_as_f64(*x))),
+        AttrValue::Double(v) if bare => bare_floats(v.iter().copied()),
+        value => attr_json(value, true),
+    }
+}
+
+/// Whether `opts` writes NaN and infinities in attributes as bare tokens: pure Zarr, and the
+/// NCZarr layout of netcdf-c 4.8.1–4.9.0.
+fn bare_tokens(opts: &WriteOptions) -> bool {
+    opts.dialect == Dialect::Zarr
+        || keys_in_objects(opts) && opts.layout == NczarrLayout::UpperCaseKeys
 }
 
 /// Float attribute values with NaN and infinities as the bare tokens netcdf-c 4.9.0 reads.
@@ -768,7 +780,13 @@ fn group_attrs(ds: &Dataset, g: GroupId, opts: &WriteOptions) -> Result<Map<Stri
             json!(attr_type(&value, opts.layout)),
         );
     }
-    put_attrs(&mut obj, &mut types, &group.attrs, opts.layout);
+    put_attrs(
+        &mut obj,
+        &mut types,
+        &group.attrs,
+        opts.layout,
+        bare_tokens(opts),
+    );
     if !nczarr {
         return Ok(obj);
     }
@@ -807,7 +825,13 @@ fn var_attrs(ds: &Dataset, v: VarId, opts: &WriteOptions) -> Result<Map<String, 
     let mut obj = Map::new();
     let mut types = Map::new();
     let nczarr = opts.dialect == Dialect::NcZarr;
-    put_attrs(&mut obj, &mut types, &var.attrs, opts.layout);
+    put_attrs(
+        &mut obj,
+        &mut types,
+        &var.attrs,
+        opts.layout,
+        bare_tokens(opts),
+    );
     if opts.xarray {
         let names: Vec<&str> = if var.dims.is_empty() && nczarr {
             // netcdf-c names the `[1]` shape of a scalar `_scalar_` (since 4.9.1).
