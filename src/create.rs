@@ -610,8 +610,8 @@ impl DatasetWriter {
             opts.layout = model.provenance.layout.unwrap_or_default();
             if opts.layout == NczarrLayout::Objects1 {
                 return Err(Error::Unsupported(format!(
-                    "{}: writing to an NCZarr 1.0.0 dataset (netcdf-c 4.8.0's layout, which \
-                     netcdf-c 4.8.1 and later no longer read): copy it first, and write to the copy",
+                    "{}: writing to an NCZarr 1.0.0 dataset (the layout of netcdf-c 4.8.0), \
+                     which nczarrfs does not write: copy it first, and write to the copy",
                     map.describe()
                 )));
             }
@@ -835,8 +835,8 @@ impl DatasetWriter {
             // netcdf-c 4.9.0 and 4.9.1 read every chunk as little-endian, whatever the dtype
             // says (4.9.0 writes big-endian variables so), and would read these values swapped.
             log::warn!(
-                "{key}: stored little-endian, as netcdf-c before 4.9.3 reads every chunk; the \
-                 values are the same"
+                "{key}: stored little-endian (the values are the same): netcdf-c before 4.9.3 \
+                 reads every chunk as little-endian, whatever its dtype says"
             );
             big = false;
         }

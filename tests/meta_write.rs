@@ -424,12 +424,21 @@ fn non_finite_attributes_are_spelled_for_their_readers() {
         dialect: Dialect::Zarr,
         ..WriteOptions::default()
     };
-    assert_eq!(root_zattrs(pure), r#"{"d":[NaN,1.5,Infinity],"f":-Infinity}"#);
+    assert_eq!(
+        root_zattrs(pure),
+        r#"{"d":[NaN,1.5,Infinity],"f":-Infinity}"#
+    );
     let for_4_9_0 = WriteOptions {
         layout: NczarrLayout::UpperCaseKeys,
         ..WriteOptions::default()
     };
-    assert_eq!(root_zattrs(for_4_9_0), r#"{"d":[NaN,1.5,Infinity],"f":-Infinity"#);
+    assert_eq!(
+        root_zattrs(for_4_9_0),
+        r#"{"d":[NaN,1.5,Infinity],"f":-Infinity"#
+    );
     let nczarr = WriteOptions::default();
-    assert_eq!(root_zattrs(nczarr), r#"{"d":["NaN",1.5,"Infinity"],"f":"-Infinity""#);
+    assert_eq!(
+        root_zattrs(nczarr),
+        r#"{"d":["NaN",1.5,"Infinity"],"f":"-Infinity""#
+    );
 }

@@ -265,14 +265,19 @@ pub fn run(args: CopyArgs) -> Result<i32> {
             d.unlimited = false;
         }
     }
-    if let (Some(version), Some(dim)) =
-        (&args.for_netcdf_c, model.dims.iter().find(|d| d.unlimited))
-    {
+    let unlimited = model.dims.iter().position(|d| d.unlimited).map(DimId);
+    if let (Some(version), Some(dim)) = (&args.for_netcdf_c, unlimited) {
         if opts.layout != NczarrLayout::Attributes {
+            let name = model.dim_fqn(dim);
+            let remedy = if args.fix_unlimited {
+                "it is empty, and stays unlimited under -u (netCDF has no fixed dimension of \
+                 length 0)"
+            } else {
+                "add -u to make every unlimited dimension fixed"
+            };
             return Err(Error::Unsupported(format!(
-                "dimension {} is unlimited, which netcdf-c {version} cannot store in NCZarr: \
-                 add -u to make every unlimited dimension fixed",
-                dim.name
+                "dimension {name} is unlimited, which netcdf-c {version} cannot store in \
+                 NCZarr: {remedy}"
             )));
         }
     }
