@@ -442,3 +442,39 @@ fn non_finite_attributes_are_spelled_for_their_readers() {
         r#"{"d":["NaN",1.5,"Infinity"],"f":"-Infinity""#
     );
 }
+
+/// Control characters in text: the bytes themselves in NCZarr, as netcdf-c writes them and
+/// the only way it reads them (it does not decode `\u00XX`); the escapes JSON asks for in pure
+/// Zarr, whose readers refuse the bytes. `\b`, `\f`, `\n`, `\r` and `\t` keep their escapes.
+#[test]
+fn control_characters_are_spelled_for_their_readers() {
+    let mut ds = Dataset::new();
+    let x = ds.add_dim(Dataset::ROOT, "x", 2, false);
+    let mut c = var("c", Dataset::ROOT, NcType::Char, vec![x]);
+    c.storage.fill_value = Some(vec![1]);
+    ds.add_var(c);
+    ds.groups[0].attrs = vec![
+        attr("t", AttrValue::Char(b"a\x01b\x1fc\td\x7f".to_vec())),
+        attr("s", AttrValue::Str(vec!["p\x02q".into()])),
+    ];
+    let stored = |dialect, key: &str| {
+        let map = TestMap::default();
+        let opts = WriteOptions {
+            dialect,
+            ..WriteOptions::default()
+        };
+        write_metadata(&map, &ds, &opts).unwrap();
+        map.get(key).unwrap().unwrap()
+    };
+    let nczarr = stored(Dialect::NcZarr, ".zattrs");
+    let has = |hay: &[u8], needle: &[u8]| hay.windows(needle.len()).any(|w| w == needle);
+    assert!(has(&nczarr, b"\"a\x01b\x1fc\\td\x7f\""), "{nczarr:?}");
+    assert!(has(&nczarr, b"\"p\x02q\""), "{nczarr:?}");
+    assert!(has(
+        &stored(Dialect::NcZarr, "c/.zarray"),
+        b"\"fill_value\":\"\x01\""
+    ));
+    let pure = stored(Dialect::Zarr, ".zattrs");
+    assert!(has(&pure, b"\"a\\u0001b\\u001fc\\td\x7f\""), "{pure:?}");
+    assert!(serde_json::from_slice::<Value>(&pure).is_ok());
+}

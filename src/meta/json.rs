@@ -161,9 +161,17 @@ impl Json {
     }
 }
 
-/// Where [`carry_raw_bytes`] puts a byte `b` that is not UTF-8: the character `RAW_BYTE_BASE +
-/// b`, in the last private-use plane, which no text of a dataset uses.
+/// Where [`carry_raw_bytes`] and [`carry_controls_raw`] put a byte `b` that the JSON must hold
+/// as it is: the character `RAW_BYTE_BASE + b`, in the last private-use plane, which no text
+/// of a dataset uses.
 const RAW_BYTE_BASE: u32 = 0x10_FF00;
+
+/// Where [`bare_non_finite`] puts its tokens: the character `BARE_TOKEN_BASE + i` for
+/// `BARE_TOKENS[i]`, between the stand-ins of control bytes and those of bytes 0x80 and up.
+const BARE_TOKEN_BASE: u32 = RAW_BYTE_BASE + 0x40;
+
+/// The bare tokens that [`bare_non_finite`] stands in for.
+const BARE_TOKENS: [&[u8]; 3] = [b"NaN", b"Infinity", b"-Infinity"];
 
 /// Text for `bytes` that a `serde_json` value can hold: valid UTF-8 as it is, every other byte
 /// as a stand-in character that [`restore_raw_bytes`] turns back into the byte once the value
@@ -180,19 +188,38 @@ pub fn carry_raw_bytes(bytes: &[u8]) -> String {
     out
 }
 
+/// `text` with its control characters other than `\b`, `\f`, `\n`, `\r` and `\t` as
+/// stand-ins that [`restore_raw_bytes`] writes as the bytes themselves, not as the `\u00XX`
+/// escapes JSON asks for. That is how netcdf-c writes them, and the only way it reads them
+/// back: it does not decode `\u` escapes (so `"a\u0001"` reads as `au0001`), while strict JSON
+/// readers such as Python's refuse the raw bytes. For NCZarr, which is for netcdf-c.
+pub fn carry_controls_raw(text: String) -> String {
+    if !text.bytes().any(is_raw_control) {
+        return text;
+    }
+    text.chars()
+        .map(|c| match u8::try_from(c) {
+            Ok(b) if is_raw_control(b) => char::from_u32(RAW_BYTE_BASE + u32::from(b)).unwrap_or(c),
+            _ => c,
+        })
+        .collect()
+}
+
+/// A control byte that JSON has no short escape for.
+fn is_raw_control(b: u8) -> bool {
+    b < 0x20 && !matches!(b, b'\x08' | b'\x0c' | b'\n' | b'\r' | b'\t')
+}
+
 /// The byte a stand-in character of [`carry_raw_bytes`] stands for.
 pub fn raw_byte_of(c: char) -> Option<u8> {
     let b = u32::from(c).checked_sub(RAW_BYTE_BASE)?;
     u8::try_from(b).ok().filter(|b| *b >= 0x80)
 }
 
-/// The bare tokens that [`bare_non_finite`] stands in for, by the last byte of their stand-in
-/// character (U+10FF00 to U+10FF02, below the stand-ins of bytes).
-const BARE_TOKENS: [&[u8]; 3] = [b"NaN", b"Infinity", b"-Infinity"];
-
 /// `x` as a JSON number, or, when it is not finite, a string that [`restore_raw_bytes`] writes
-/// as the bare token `NaN`, `Infinity` or `-Infinity`. That is not JSON, but it is how netcdf-c
-/// 4.9.0 and before write such floats, and the only spelling they read.
+/// as the bare token `NaN`, `Infinity` or `-Infinity`. That is not JSON, but it is how
+/// Python's `json` (zarr-python) and netcdf-c 4.9.0 write such floats, and the only spelling
+/// 4.9.0 reads.
 pub fn bare_non_finite(x: f64) -> serde_json::Value {
     let token = if x.is_nan() {
         0
@@ -203,42 +230,50 @@ pub fn bare_non_finite(x: f64) -> serde_json::Value {
     } else {
         return serde_json::json!(x);
     };
-    serde_json::Value::String(char::from_u32(RAW_BYTE_BASE + token).into_iter().collect())
+    serde_json::Value::String(
+        char::from_u32(BARE_TOKEN_BASE + token)
+            .into_iter()
+            .collect(),
+    )
 }
 
-/// Serialized JSON with the stand-ins of [`carry_raw_bytes`] replaced by their bytes, and
-/// those of [`bare_non_finite`], quotes included, by their tokens.
+/// Serialized JSON with the stand-ins of [`carry_raw_bytes`] and [`carry_controls_raw`]
+/// replaced by their bytes, and those of [`bare_non_finite`], quotes included, by their
+/// tokens.
 pub fn restore_raw_bytes(json: Vec<u8>) -> Vec<u8> {
-    // U+10FF80..U+10FFFF (the stand-ins of bytes 0x80..0xFF) in UTF-8: F4 8F BE|BF xx.
-    let marked = |w: &[u8]| w[0] == 0xF4 && w[1] == 0x8F && (w[2] == 0xBE || w[2] == 0xBF);
-    // `"` and U+10FF00..U+10FF02 (F4 8F BC 80..82) and `"`.
-    let bare = |w: &[u8]| {
-        w.len() >= 6
-            && w[0] == b'"'
-            && w[1..4] == [0xF4, 0x8F, 0xBC]
-            && w[4] >= 0x80
-            && usize::from(w[4] - 0x80) < BARE_TOKENS.len()
-            && w[5] == b'"'
-    };
-    if !json.windows(3).any(marked) && !json.windows(6).any(bare) {
+    // The stand-ins U+10FF00..U+10FFFF in UTF-8: F4 8F BC..BF xx.
+    let marked = |w: &[u8]| w[0] == 0xF4 && w[1] == 0x8F && (0xBC..=0xBF).contains(&w[2]);
+    if !json.windows(3).any(marked) {
         return json;
     }
     let mut out = Vec::with_capacity(json.len());
     let mut i = 0;
     while i < json.len() {
-        if bare(&json[i..]) {
-            out.extend_from_slice(BARE_TOKENS[usize::from(json[i + 4] - 0x80)]);
-            i += 6;
-        } else if i + 4 <= json.len() && marked(&json[i..i + 3]) {
-            let cp = std::str::from_utf8(&json[i..i + 4])
-                .ok()
-                .and_then(|c| c.chars().next())
-                .map_or(0, u32::from);
-            out.push((cp - RAW_BYTE_BASE) as u8);
-            i += 4;
-        } else {
-            out.push(json[i]);
-            i += 1;
+        let rest = &json[i..];
+        let code = (rest.len() >= 4 && marked(rest))
+            .then(|| std::str::from_utf8(&rest[..4]).ok()?.chars().next())
+            .flatten()
+            .map(u32::from);
+        let token = code
+            .and_then(|c| c.checked_sub(BARE_TOKEN_BASE))
+            .and_then(|t| BARE_TOKENS.get(t as usize));
+        match (code, token) {
+            // A token stands alone in its string: the quotes around it go too.
+            (Some(_), Some(token))
+                if i > 0 && json[i - 1] == b'"' && rest.get(4) == Some(&b'"') =>
+            {
+                out.pop();
+                out.extend_from_slice(token);
+                i += 5;
+            }
+            (Some(c), _) => {
+                out.push((c - RAW_BYTE_BASE) as u8);
+                i += 4;
+            }
+            (None, _) => {
+                out.push(json[i]);
+                i += 1;
+            }
         }
     }
     out

@@ -119,7 +119,7 @@ pub const NCZARR_VERSION: &str = "2.0.0";
 pub fn write_metadata(map: &dyn ZMap, ds: &Dataset, opts: &WriteOptions) -> Result<()> {
     let mut objects = metadata_objects(ds, opts)?;
     if opts.dialect == Dialect::Zarr {
-        keep_stored_attribute_json(map, &mut objects)?;
+        keep_stored_attribute_json(map, &mut objects, opts)?;
     }
     put_objects(map, objects)
 }
@@ -131,7 +131,11 @@ pub fn write_metadata(map: &dyn ZMap, ds: &Dataset, opts: &WriteOptions) -> Resu
 /// Pure Zarr writes no `.zattrs` for a group or an array without attributes; one stored
 /// before their last attribute was deleted is emptied (`{}`), or the deleted attributes would
 /// come back at the next open.
-fn keep_stored_attribute_json(map: &dyn ZMap, objects: &mut Vec<(String, Value)>) -> Result<()> {
+fn keep_stored_attribute_json(
+    map: &dyn ZMap,
+    objects: &mut Vec<(String, Value)>,
+    opts: &WriteOptions,
+) -> Result<()> {
     let is_zattrs = |k: &str| k == ".zattrs" || k.ends_with("/.zattrs");
     let written: HashSet<String> = objects
         .iter()
@@ -172,7 +176,7 @@ fn keep_stored_attribute_json(map: &dyn ZMap, objects: &mut Vec<(String, Value)>
     let rewritten = |key: &str, name: &str, j: &Json| {
         attrs::infer(key, name, j)
             .ok()
-            .map(|value| attr_value_json(&value, true))
+            .map(|value| attr_value_json(&value, opts))
     };
     let mut kept = Vec::new();
     for (key, value) in objects.iter_mut() {
@@ -448,6 +452,13 @@ fn zarray(ds: &Dataset, v: VarId, opts: &WriteOptions) -> Result<Value> {
         None => Value::Null,
     };
     let fill = match fill {
+        Value::String(text)
+            if opts.dialect == Dialect::NcZarr
+                && !object_strings
+                && matches!(var.nctype, NcType::Char | NcType::String) =>
+        {
+            Value::String(super::json::carry_controls_raw(text))
+        }
         // netcdf-c 4.9.0 and before read only the bare tokens.
         Value::String(text)
             if keys_in_objects(opts)
@@ -708,22 +719,38 @@ fn put_attrs(
     obj: &mut Map<String, Value>,
     types: &mut Map<String, Value>,
     attrs: &[Attribute],
-    layout: NczarrLayout,
-    bare: bool,
+    opts: &WriteOptions,
 ) {
     for a in attrs {
-        obj.insert(a.name.clone(), attr_value_json(&a.value, bare));
-        types.insert(a.name.clone(), json!(attr_type(&a.value, layout)));
+        obj.insert(a.name.clone(), attr_value_json(&a.value, opts));
+        types.insert(a.name.clone(), json!(attr_type(&a.value, opts.layout)));
     }
 }
 
-/// [`attr_json`] (under the JSON convention), with NaN and infinities as bare tokens when
-/// `bare`: how Python's `json` (zarr-python, xarray) writes them, and the only spelling
-/// netcdf-c 4.9.0 reads; strings otherwise, as netcdf-c 4.9.1 and later write them.
-fn attr_value_json(value: &AttrValue, bare: bool) -> Value {
+/// [`attr_json`] (under the JSON convention) as `opts`' readers read it: NaN and infinities
+/// as bare tokens where [`bare_tokens`] says, strings otherwise (as netcdf-c 4.9.1 and later
+/// write them); in NCZarr, control characters in text as the bytes themselves (see
+/// [`super::json::carry_controls_raw`]).
+fn attr_value_json(value: &AttrValue, opts: &WriteOptions) -> Value {
+    let raw_controls = |v: Value| match v {
+        Value::String(text) if opts.dialect == Dialect::NcZarr => {
+            Value::String(super::json::carry_controls_raw(text))
+        }
+        Value::Array(items) if opts.dialect == Dialect::NcZarr => Value::Array(
+            items
+                .into_iter()
+                .map(|item| match item {
+                    Value::String(text) => Value::String(super::json::carry_controls_raw(text)),
+                    other => other,
+                })
+                .collect(),
+        ),
+        other => other,
+    };
     match value {
-        AttrValue::Float(v) if bare => bare_floats(v.iter().map(|x| f32_as_f64(*x))),
-        AttrValue::Double(v) if bare => bare_floats(v.iter().copied()),
+        AttrValue::Float(v) if bare_tokens(opts) => bare_floats(v.iter().map(|x| f32_as_f64(*x))),
+        AttrValue::Double(v) if bare_tokens(opts) => bare_floats(v.iter().copied()),
+        AttrValue::Char(_) | AttrValue::Str(_) => raw_controls(attr_json(value, true)),
         value => attr_json(value, true),
     }
 }
@@ -780,13 +807,7 @@ fn group_attrs(ds: &Dataset, g: GroupId, opts: &WriteOptions) -> Result<Map<Stri
             json!(attr_type(&value, opts.layout)),
         );
     }
-    put_attrs(
-        &mut obj,
-        &mut types,
-        &group.attrs,
-        opts.layout,
-        bare_tokens(opts),
-    );
+    put_attrs(&mut obj, &mut types, &group.attrs, opts);
     if !nczarr {
         return Ok(obj);
     }
@@ -825,13 +846,7 @@ fn var_attrs(ds: &Dataset, v: VarId, opts: &WriteOptions) -> Result<Map<String, 
     let mut obj = Map::new();
     let mut types = Map::new();
     let nczarr = opts.dialect == Dialect::NcZarr;
-    put_attrs(
-        &mut obj,
-        &mut types,
-        &var.attrs,
-        opts.layout,
-        bare_tokens(opts),
-    );
+    put_attrs(&mut obj, &mut types, &var.attrs, opts);
     if opts.xarray {
         let names: Vec<&str> = if var.dims.is_empty() && nczarr {
             // netcdf-c names the `[1]` shape of a scalar `_scalar_` (since 4.9.1).
