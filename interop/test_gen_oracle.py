@@ -301,6 +301,22 @@ def test_gen_reads_a_byte_order_mark_and_latin1_text_as_ncgen_does(nczarrfs, tmp
         b"data:\n\n c = \"ab\xff\" ;\n}\n")
 
 
+def test_gen_normalizes_names_as_ncgen_does(nczarrfs, tmp_path):
+    """ncgen stores every name in Unicode NFC (`e` and U+0301 become `é`); netcdf-c fails on a
+    dataset whose names are not (a segfault for a dimension, "Invalid argument" for a
+    variable), so gen must normalize them too, and netcdf-c must open the result."""
+    e = "e\u0301"
+    text = (f"netcdf names {{\ndimensions:\n\td{e} = 2 ;\nvariables:\n\tint v{e}(d{e}) ;\n"
+            f"\t\tv{e}:a{e} = 1 ;\n\n// global attributes:\n\t\t:g{e} = \"x\" ;\n"
+            f"data:\n\n v{e} = 1, 2 ;\n\ngroup: h{e} {{\n  variables:\n  \tint w(d{e}) ;\n"
+            f"  }} // group h{e}\n}}\n")
+    _gen_dumps_as_ncgen(nczarrfs, tmp_path, "names", text.encode())
+    with netCDF4.Dataset(f"file://{tmp_path / 'names.file'}#mode=nczarr,file") as nc:
+        assert list(nc.dimensions) == ["d\u00e9"]
+        assert nc["v\u00e9"].getncattr("a\u00e9") == 1
+        assert list(nc.groups) == ["h\u00e9"]
+
+
 @pytest.mark.parametrize("declaration", [
     # More bytes than a file (or HDF5) can address.
     "dimensions:\n\td = 4000000000 ;\n\te = 4000000000 ;\nvariables:\n\tdouble v(d, e) ;\n",

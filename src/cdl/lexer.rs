@@ -273,7 +273,8 @@ impl Lexer<'_> {
         Ok(Token { tok, pos })
     }
 
-    /// A name: name characters and backslash-escaped characters (`\ `, `\:`, …).
+    /// A name: name characters and backslash-escaped characters (`\ `, `\:`, …), in Unicode
+    /// normalization form C, as ncgen (netcdf-c) stores every name: `e` and U+0301 are `é`.
     fn name(&mut self) -> Result<String> {
         let mut s = String::new();
         while let Some(c) = self.peek(0) {
@@ -297,7 +298,7 @@ impl Lexer<'_> {
                 break;
             }
         }
-        Ok(s)
+        Ok(unicode_normalization::UnicodeNormalization::nfc(s.as_str()).collect())
     }
 
     /// The body of a quoted string after the opening quote, with C escapes decoded.
@@ -520,6 +521,13 @@ mod tests {
             .into_iter()
             .map(|t| t.tok)
             .collect()
+    }
+
+    #[test]
+    fn names_are_normalized_to_nfc() {
+        let t = toks("v\u{65}\u{301} /g\u{65}\u{301}/x");
+        assert_eq!(t[0], Tok::Ident("v\u{e9}".into()));
+        assert_eq!(t[1], Tok::Path("/g\u{e9}/x".into()));
     }
 
     #[test]

@@ -43,6 +43,10 @@ pub fn check_name(name: &str) -> std::result::Result<(), &'static str> {
     if name.ends_with(' ') {
         return Err("names may not end with a space");
     }
+    if !unicode_normalization::is_nfc(name) {
+        // netcdf-c normalizes names to NFC and fails on a dataset whose names are not.
+        return Err("names must be in Unicode normalization form C (NFC), as netcdf-c keeps them");
+    }
     Ok(())
 }
 
@@ -691,6 +695,13 @@ impl Dataset {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_must_be_nfc() {
+        assert!(check_name("caf\u{e9}").is_ok());
+        let e = check_name("cafe\u{301}").unwrap_err();
+        assert!(e.contains("NFC"), "{e}");
+    }
 
     #[test]
     fn netcdf_c_releases_and_their_layouts() {
