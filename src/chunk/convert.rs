@@ -93,6 +93,17 @@ impl Conversion {
         }
     }
 
+    /// Whether some native elements do not survive being stored: a float16 out of its range
+    /// or between its values, a bool other than 0 or 1, text wider than its stored slot or
+    /// not UTF-8 in a UCS-4 one.
+    pub(crate) fn is_lossy(&self) -> bool {
+        match *self {
+            Conversion::Identity | Conversion::Swap(_) => false,
+            Conversion::Bool | Conversion::Half { .. } | Conversion::Ucs4 { .. } => true,
+            Conversion::Bytes { stored, native } => stored < native,
+        }
+    }
+
     /// Stored element size in bytes.
     pub(crate) fn stored_size(&self, native: usize) -> usize {
         match *self {

@@ -1370,6 +1370,15 @@ impl ChunkEngine {
                 self.map.describe()
             )));
         }
+        // Values the stored type cannot hold exactly become what it holds now, not only when
+        // their chunk is encoded: a cached chunk would show them as written until evicted.
+        let held;
+        let data = if plan.conv.is_lossy() {
+            held = plan.conv.to_native(plan.conv.to_stored(data.to_vec()));
+            &held[..]
+        } else {
+            data
+        };
         let (start, count, stride) = if v.dims.is_empty() && plan.grid.len() == 1 {
             (vec![0], vec![1], vec![1])
         } else {

@@ -610,6 +610,66 @@ fn writes_flush_and_read_back() {
     }
 }
 
+/// A value the stored type cannot hold reads back, from the cache as from storage, as what
+/// is stored: float16 out of range, a bool byte other than 0 or 1, `<U2` text too long.
+#[test]
+fn lossy_writes_read_back_as_stored() {
+    let cases: [(&str, NcType, Vec<u8>, Vec<u8>); 3] = [
+        (
+            "<f2",
+            NcType::Float,
+            [1e6f32, 0.5, -70000.0]
+                .iter()
+                .flat_map(|f| f.to_le_bytes())
+                .collect(),
+            [f32::INFINITY, 0.5, f32::NEG_INFINITY]
+                .iter()
+                .flat_map(|f| f.to_le_bytes())
+                .collect(),
+        ),
+        ("|b1", NcType::UByte, vec![2, 0, 255], vec![1, 0, 1]),
+        ("<U1", NcType::Char, b"abc".to_vec(), b"abc".to_vec()),
+    ];
+    for (dtype, nctype, written, want) in cases {
+        let map = Arc::new(TestMap::default());
+        let mut ds = Dataset::new();
+        let v = add_var(
+            &mut ds,
+            "v",
+            nctype,
+            &[("x", 3)],
+            storage("v", dtype, &[3], &[3]),
+        );
+        let e = engine(&map, 1 << 20);
+        let all = Hyperslab::whole(&[3]);
+        e.write(&ds, v, &all, &written).unwrap();
+        let mut cached = vec![0u8; written.len()];
+        e.read(&ds, v, &all, &mut cached).unwrap();
+        e.flush().unwrap();
+        let mut stored = vec![0u8; written.len()];
+        engine(&map, 0).read(&ds, v, &all, &mut stored).unwrap();
+        assert_eq!((&cached, &stored), (&want, &want), "{dtype}");
+    }
+    // Text wider than a `<U2` slot of a string variable 8 bytes wide.
+    let map = Arc::new(TestMap::default());
+    let mut ds = Dataset::new();
+    let v = add_var(
+        &mut ds,
+        "s",
+        NcType::String,
+        &[("y", 1)],
+        storage("s", "<U2", &[1], &[1]),
+    );
+    ds.vars[v.0].string_width = 8;
+    let e = engine(&map, 1 << 20);
+    e.write(&ds, v, &Hyperslab::whole(&[1]), b"abcdefgh")
+        .unwrap();
+    let mut cached = vec![0u8; 8];
+    e.read(&ds, v, &Hyperslab::whole(&[1]), &mut cached)
+        .unwrap();
+    assert_eq!(&cached, b"ab\0\0\0\0\0\0");
+}
+
 #[test]
 fn writes_to_missing_chunks_and_without_cache() {
     let map = Arc::new(TestMap::default());
