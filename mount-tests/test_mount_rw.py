@@ -278,6 +278,27 @@ def test_an_unchanged_fill_value_may_be_written_back(mounter, nczarr):
     assert fill.read_text() == text
 
 
+def test_an_attribute_netcdf_cannot_write_is_refused_at_open(mounter, tmp_path):
+    """A pure Zarr attribute whose name netCDF refuses (a trailing space, a `/`) can be read
+    but not written: the shell's `echo v > file`, which does not check the close, must fail
+    at the open with EPERM, and the stored value stay."""
+    import zarr
+
+    store = tmp_path / "names.zarr"
+    root = zarr.open_group(str(store), mode="w", zarr_format=2)
+    root.attrs["trail "] = "t"
+    root.attrs["a/b"] = "s"
+    mnt = mounter.mount(str(store), "rw")
+    for entry in ["trail ", "a%2Fb"]:
+        path = mnt / "@attributes" / entry
+        assert path.exists(), entry
+        r = subprocess.run(["sh", "-c", f'echo 12 > "{path}"'], capture_output=True, text=True)
+        assert r.returncode != 0, entry
+        assert "Operation not permitted" in r.stderr, r.stderr
+    umount_and_wait(mnt)
+    assert dict(zarr.open_group(str(store), mode="r").attrs) == {"trail ": "t", "a/b": "s"}
+
+
 def test_the_mv_command_renames(mounter, nczarr):
     """GNU mv renames with renameat2(RENAME_NOREPLACE)."""
     mnt = mounter.mount(nczarr, "rw")

@@ -23,7 +23,7 @@ use fuser::{
 };
 
 use crate::chunk::{ChunkEngine, Hyperslab};
-use crate::create::{AttrTarget, DatasetWriter};
+use crate::create::{check_attr_name, AttrTarget, DatasetWriter};
 use crate::dataset::OpenDataset;
 use crate::location::Mode;
 use crate::model::{Dataset, VarId};
@@ -481,6 +481,19 @@ impl Shared {
             });
         }
         result
+    }
+
+    /// Whether netCDF allows writing an attribute `name` on `owner` at all (see
+    /// [`check_attr_name`]), checked when its file is opened for writing so that
+    /// `echo v > file` fails at once rather than at a close the shell does not check. Its
+    /// value can still be refused at the close (a `_FillValue` once values are stored, unless
+    /// unchanged, as `cp -r` of a dataset onto itself writes it).
+    fn check_attr_writable(&self, owner: &Owner, name: &str) -> Result<()> {
+        let Some(writer) = &self.writer else {
+            return Err(Error::NotPermitted("read-only mount".into()));
+        };
+        let w = read_lock(writer);
+        check_attr_name(attr_target(w.model(), owner)?, name)
     }
 
     /// Logs a failed write-side operation and gives its errno.
@@ -1119,7 +1132,10 @@ impl Filesystem for NczarrFs {
                 };
                 (None, flags)
             }
-            Node::File(_, FileKind::Attr(_)) if writing => {
+            Node::File(owner, FileKind::Attr(name)) if writing => {
+                if let Err(e) = sh.check_attr_writable(owner, name) {
+                    return reply.error(sh.refused(&node, "open", &e));
+                }
                 let initial = if flags & libc::O_TRUNC != 0 {
                     Vec::new()
                 } else {
@@ -1421,6 +1437,9 @@ impl Filesystem for NczarrFs {
         let existed = layout::exists(&sh.snapshot().model, &node);
         if existed && flags & libc::O_EXCL != 0 {
             return reply.error(Errno::EEXIST);
+        }
+        if let Err(e) = sh.check_attr_writable(owner, &attr_name) {
+            return reply.error(sh.refused(&node, "create", &e));
         }
         if !existed {
             // An empty text attribute until the file is closed with its real value.
