@@ -284,28 +284,46 @@ fn writes_are_flushed_atomically() {
     assert_eq!(archive.by_index(0).unwrap().name(), "ref_oldformat/");
 }
 
+/// A new archive of pure Zarr has zarr-python's layout (keys at the root); one of NCZarr,
+/// which is for netcdf-c, has netcdf-c's (every key under a folder named after the archive,
+/// first), the only one netcdf-c's zip map opens.
 #[test]
-fn new_archive_uses_root_layout() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("new.zip");
-    let map = zmap::open(&loc(&path), true).unwrap();
-    assert!(!path.exists(), "opening creates nothing");
-    map.put(".zgroup", b"{\"zarr_format\": 2}").unwrap();
-    map.put("v/.zarray", b"{}").unwrap();
-    map.put("v/0", &[1, 2, 3]).unwrap();
-    map.flush().unwrap();
-    let mut archive = zip::ZipArchive::new(std::fs::File::open(&path).unwrap()).unwrap();
-    let mut names: Vec<_> = archive.file_names().map(str::to_string).collect();
-    names.sort();
-    assert_eq!(names, vec![".zgroup", "v/.zarray", "v/0"]);
-    let mut entry = archive.by_name("v/0").unwrap();
-    let mut bytes = Vec::new();
-    std::io::Read::read_to_end(&mut entry, &mut bytes).unwrap();
-    assert_eq!(bytes, [1, 2, 3]);
-    drop(entry);
-    let reread = ZipMap::open(&path, false).unwrap();
-    assert_eq!(reread.root_folder(), None);
-    assert_eq!(reread.search("v").unwrap(), vec![".zarray", "0"]);
+fn new_archives_take_the_layout_of_their_readers() {
+    for (url_mode, folder) in [("#mode=zarr,zip", None), ("", Some("new.ds"))] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("new.ds.zip");
+        let location = Location::parse(&format!("file://{}{url_mode}", path.display())).unwrap();
+        let map = zmap::open(&location, true).unwrap();
+        assert!(!path.exists(), "opening creates nothing");
+        map.put(".zgroup", b"{\"zarr_format\": 2}").unwrap();
+        map.put("v/.zarray", b"{}").unwrap();
+        map.put("v/0", &[1, 2, 3]).unwrap();
+        map.flush().unwrap();
+        let mut archive = zip::ZipArchive::new(std::fs::File::open(&path).unwrap()).unwrap();
+        let names: Vec<_> = archive.file_names().map(str::to_string).collect();
+        let prefix = folder.map(|f| format!("{f}/")).unwrap_or_default();
+        let mut want = vec![".zgroup", "v/.zarray", "v/0"]
+            .into_iter()
+            .map(|k| format!("{prefix}{k}"))
+            .collect::<Vec<_>>();
+        if let Some(f) = folder {
+            // netcdf-c takes the dataset's folder from the first entry.
+            assert_eq!(names[0], format!("{f}/"));
+            want.insert(0, format!("{f}/"));
+        }
+        let mut sorted = names.clone();
+        sorted.sort();
+        want.sort();
+        assert_eq!(sorted, want, "{url_mode}");
+        let mut entry = archive.by_name(&format!("{prefix}v/0")).unwrap();
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut entry, &mut bytes).unwrap();
+        assert_eq!(bytes, [1, 2, 3]);
+        drop(entry);
+        let reread = ZipMap::open(&path, false).unwrap();
+        assert_eq!(reread.root_folder(), folder);
+        assert_eq!(reread.search("v").unwrap(), vec![".zarray", "0"]);
+    }
 }
 
 fn loc(path: &Path) -> Location {

@@ -18,7 +18,7 @@ mod zip;
 use std::fmt::Debug;
 use std::sync::Arc;
 
-use crate::location::{Location, Storage};
+use crate::location::{Format, Location, Storage};
 use crate::{Error, Result};
 
 pub use self::file::FileMap;
@@ -249,10 +249,32 @@ pub fn join_key(parts: &[&str]) -> String {
 pub fn open(location: &Location, writable: bool) -> Result<Arc<dyn ZMap>> {
     match &location.storage {
         Storage::File(path) => Ok(Arc::new(FileMap::open(path, writable)?)),
-        Storage::Zip(path) => Ok(Arc::new(ZipMap::open(path, writable)?)),
+        Storage::Zip(path) => {
+            let map = ZipMap::open(path, writable)?;
+            // NCZarr is for netcdf-c, which opens only its own layout of an archive: the
+            // dataset under a folder named after the archive (the target's name, which a
+            // staged write's temporary path is not).
+            let for_netcdf_c =
+                location.mode.format != Some(Format::Zarr) && location.mode.zarr_version != Some(3);
+            Ok(Arc::new(
+                match (writable && for_netcdf_c, zip_folder_name(location)) {
+                    (true, Some(folder)) => map.in_folder_if_new(&folder),
+                    _ => map,
+                },
+            ))
+        }
         Storage::Memory => Ok(Arc::new(MemoryMap::new())),
         Storage::S3(s3) => Ok(Arc::new(S3Map::open(s3, writable)?)),
     }
+}
+
+/// The folder netcdf-c puts a new archive's dataset in: the archive's file name without its
+/// extension (`ds.file.zip` holds `ds.file/`), as its `nczm_basename` makes it.
+fn zip_folder_name(location: &Location) -> Option<String> {
+    let target = location.original.split('#').next()?;
+    let name = target.rsplit('/').next()?;
+    let base = name.rsplit_once('.').map_or(name, |(base, _)| base);
+    (!base.is_empty()).then(|| base.to_string())
 }
 
 /// Checks that `key` is a well-formed object key: non-empty `/`-separated segments, none of

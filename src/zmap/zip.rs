@@ -2,8 +2,9 @@
 //!
 //! Two layouts exist: zarr-python's `ZipStore` puts keys at the archive root, netcdf-c puts
 //! every key under one top-level folder (`ref_oldformat/.zgroup`) and takes the dataset folder
-//! from the archive's first entry. Both are read; a rewritten archive keeps its layout, and a
-//! new archive uses the root layout (the one zarr-python can open).
+//! from the archive's first entry. Both are read; a rewritten archive keeps its layout. A new
+//! archive has netcdf-c's layout when it holds NCZarr (see [`ZipMap::in_folder_if_new`]), and
+//! the root layout otherwise (the one zarr-python can open).
 //!
 //! The archive is indexed at open. Reads decompress on demand. Writes are kept in memory
 //! until [`ZMap::flush`], which writes a whole new archive beside the old one and renames it
@@ -122,6 +123,17 @@ impl ZipMap {
                 identity: file_identity(path),
             }),
         })
+    }
+
+    /// Puts the dataset under the top-level `folder` if the archive does not exist yet:
+    /// netcdf-c's layout, the only one its zip map opens (it takes the dataset's folder from
+    /// the archive's first entry; `libnczarr/zmap_zip.c`).
+    pub fn in_folder_if_new(mut self, folder: &str) -> Self {
+        let new = self.lock().archive.is_none() && !folder.is_empty();
+        if new {
+            self.folder = format!("{}/", folder.trim_end_matches('/'));
+        }
+        self
     }
 
     /// The top-level folder of the archive that holds the dataset (netcdf-c's layout), or
