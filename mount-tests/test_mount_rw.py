@@ -299,6 +299,33 @@ def test_an_attribute_netcdf_cannot_write_is_refused_at_open(mounter, tmp_path):
     assert dict(zarr.open_group(str(store), mode="r").attrs) == {"trail ": "t", "a/b": "s"}
 
 
+def test_an_open_attribute_file_follows_its_rename_and_its_removal(mounter, nczarr):
+    """Text written to an attribute file lands where the file is at its close, as with any
+    file: under its new name after a rename (replacing the attribute there), nowhere after an
+    unlink (the attribute does not come back)."""
+    mnt = mounter.mount(nczarr, "rw")
+    attrs = mnt / "temp" / "@attributes"
+    (attrs / "other").write_text("kept until replaced")
+    before = {p.name for p in attrs.iterdir()}
+    fd = os.open(attrs / "long_name", os.O_WRONLY | os.O_TRUNC)
+    os.write(fd, b"renamed while open")
+    os.rename(attrs / "long_name", attrs / "other")
+    os.close(fd)
+    fd = os.open(attrs / "gone", os.O_WRONLY | os.O_CREAT, 0o644)
+    os.write(fd, b"written, then removed")
+    os.unlink(attrs / "gone")
+    os.close(fd)
+    assert {p.name for p in attrs.iterdir()} == before - {"long_name"}
+    assert (attrs / "other").read_text() == "renamed while open"
+    umount_and_wait(mnt)
+    import netCDF4
+
+    with netCDF4.Dataset(nczarr) as ds:
+        temp = ds["temp"]
+        assert temp.getncattr("other") == "renamed while open"
+        assert "long_name" not in temp.ncattrs() and "gone" not in temp.ncattrs()
+
+
 def test_the_mv_command_renames(mounter, nczarr):
     """GNU mv renames with renameat2(RENAME_NOREPLACE)."""
     mnt = mounter.mount(nczarr, "rw")

@@ -117,6 +117,19 @@ struct Handle {
     text: Option<Mutex<Vec<u8>>>,
     /// The attribute was created by this handle (its placeholder has no type to keep).
     created: bool,
+    /// What became of an attribute file opened for writing while it was open: renamed
+    /// (`Some(new name)`) or removed (`None`), as a file that is open follows a rename and
+    /// writes into nothing once unlinked. Unset while it keeps its name.
+    moved: Mutex<Option<Option<String>>>,
+}
+
+/// The attribute that an attribute file opened for writing as `opened_as` stands for now,
+/// given what became of it (see `Handle::moved`); `None` once it was removed.
+fn current_attr_name<'a>(opened_as: &'a str, moved: &'a Option<Option<String>>) -> Option<&'a str> {
+    match moved {
+        None => Some(opened_as),
+        Some(to) => to.as_deref(),
+    }
 }
 
 /// State shared by the session threads and the prefetching threads.
@@ -458,9 +471,27 @@ impl Shared {
             wrote: AtomicBool::new(created),
             text,
             created,
+            moved: Mutex::new(None),
         };
         lock(&self.handles).insert(fh, Arc::new(handle));
         fh
+    }
+
+    /// Tells the attribute files of `owner` open for writing as `from` that their attribute is
+    /// now `to` (`None`: removed).
+    fn attr_moved(&self, owner: &Owner, from: &str, to: Option<&str>) {
+        for handle in lock(&self.handles).values() {
+            let Node::File(o, FileKind::Attr(opened_as)) = &handle.node else {
+                continue;
+            };
+            if o != owner || handle.text.is_none() {
+                continue;
+            }
+            let mut moved = lock(&handle.moved);
+            if current_attr_name(opened_as, &moved) == Some(from) {
+                *moved = Some(to.map(str::to_string));
+            }
+        }
     }
 
     /// Runs `f` on the writer with the lock held exclusively, then publishes the model if it
@@ -522,7 +553,12 @@ impl Shared {
             return Ok(());
         }
         let result = match (&handle.node, &handle.text) {
-            (Node::File(owner, FileKind::Attr(name)), Some(text)) if wrote => {
+            (Node::File(owner, FileKind::Attr(opened_as)), Some(text)) if wrote => {
+                let moved = lock(&handle.moved).clone();
+                let Some(name) = current_attr_name(opened_as, &moved) else {
+                    // Removed while open: the text goes nowhere.
+                    return Ok(());
+                };
                 let text = lock(text).clone();
                 self.change(|w| {
                     let target = attr_target(w.model(), owner)?;
@@ -530,7 +566,7 @@ impl Shared {
                         Some(_) if handle.created => None,
                         Some(r) => layout::attrs_of(w.model(), r)
                             .iter()
-                            .find(|a| &a.name == name)
+                            .find(|a| a.name == name)
                             .map(|a| a.value.clone()),
                         None => None,
                     };
@@ -1553,7 +1589,10 @@ impl Filesystem for NczarrFs {
             w.sync()
         });
         match done {
-            Ok(()) => reply.ok(),
+            Ok(()) => {
+                sh.attr_moved(owner, attr, None);
+                reply.ok()
+            }
             Err(e) => reply.error(sh.refused(&node, "rm", &e)),
         }
     }
@@ -1652,6 +1691,10 @@ impl Filesystem for NczarrFs {
                     }
                     w.rename_attr(target, from, &to)?;
                     w.sync()
+                })
+                .map(|()| {
+                    sh.attr_moved(owner, &to, None);
+                    sh.attr_moved(owner, from, Some(&to));
                 })
             }
             _ => return reply.error(refuse("layout files cannot be renamed")),
