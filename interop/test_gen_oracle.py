@@ -301,6 +301,14 @@ def test_gen_reads_a_byte_order_mark_and_latin1_text_as_ncgen_does(nczarrfs, tmp
         b"data:\n\n c = \"ab\xff\" ;\n}\n")
 
 
+def test_gen_takes_a_dimension_of_length_0_for_unlimited_as_ncgen_does(nczarrfs, tmp_path):
+    """netCDF's NC_UNLIMITED is 0, and ncgen defines `d = 0` as an unlimited dimension. (Given
+    a data section, Debian's ncgen then writes no record, where gen writes them: left out.)"""
+    _gen_dumps_as_ncgen(
+        nczarrfs, tmp_path, "zero",
+        b"netcdf zero {\ndimensions:\n\td = 0, e = 2 ;\nvariables:\n\tint v(d, e) ;\n}\n")
+
+
 def test_gen_normalizes_names_as_ncgen_does(nczarrfs, tmp_path):
     """ncgen stores every name in Unicode NFC (`e` and U+0301 become `é`); netcdf-c fails on a
     dataset whose names are not (a segfault for a dimension, "Invalid argument" for a

@@ -443,6 +443,8 @@ impl Parser<'_> {
             let lpos = self.pos();
             let (len, unlimited) = match self.next().tok {
                 Tok::Ident(s) if s.eq_ignore_ascii_case("unlimited") => (0, true),
+                // netCDF's NC_UNLIMITED is 0: ncgen defines `d = 0` as unlimited.
+                Tok::Num(Number::Int { value: 0, .. }) => (0, true),
                 Tok::Num(Number::Int { value, .. }) if value > 0 && value <= u64::MAX as i128 => {
                     (value as u64, false)
                 }
@@ -454,7 +456,7 @@ impl Parser<'_> {
                 _ => {
                     return Err(self.err(
                         lpos,
-                        "dimension length must be a positive integer or UNLIMITED",
+                        "dimension length must be a positive integer, or UNLIMITED (or 0)",
                     ))
                 }
             };
