@@ -342,3 +342,17 @@ where
     }
     names.into_iter().collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zip_folders_are_named_as_netcdf_c_names_them() {
+        let name = |original: &str| zip_folder_name(&Location::parse(original).unwrap());
+        assert_eq!(name("/data/ds.zip").as_deref(), Some("ds"));
+        assert_eq!(name("ds.file.zip").as_deref(), Some("ds.file"));
+        let url = "file:///data/ref.zip#mode=nczarr,zip";
+        assert_eq!(name(url).as_deref(), Some("ref"));
+    }
+}
