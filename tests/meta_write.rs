@@ -420,27 +420,29 @@ fn non_finite_attributes_are_spelled_for_their_readers() {
         let text = String::from_utf8(map.get(".zattrs").unwrap().unwrap()).unwrap();
         text[..text.find(",\"_").unwrap_or(text.len())].to_string()
     };
-    let pure = WriteOptions {
-        dialect: Dialect::Zarr,
-        ..WriteOptions::default()
-    };
-    assert_eq!(
-        root_zattrs(pure),
-        r#"{"d":[NaN,1.5,Infinity],"f":-Infinity}"#
-    );
-    let for_4_9_0 = WriteOptions {
-        layout: NczarrLayout::UpperCaseKeys,
-        ..WriteOptions::default()
-    };
-    assert_eq!(
-        root_zattrs(for_4_9_0),
-        r#"{"d":[NaN,1.5,Infinity],"f":-Infinity"#
-    );
-    let nczarr = WriteOptions::default();
-    assert_eq!(
-        root_zattrs(nczarr),
-        r#"{"d":["NaN",1.5,"Infinity"],"f":"-Infinity""#
-    );
+    let cases = [
+        (
+            WriteOptions {
+                dialect: Dialect::Zarr,
+                ..WriteOptions::default()
+            },
+            r#"{"d":[NaN,1.5,Infinity],"f":-Infinity}"#,
+        ),
+        (
+            WriteOptions {
+                layout: NczarrLayout::UpperCaseKeys,
+                ..WriteOptions::default()
+            },
+            r#"{"d":[NaN,1.5,Infinity],"f":-Infinity"#,
+        ),
+        (
+            WriteOptions::default(),
+            r#"{"d":["NaN",1.5,"Infinity"],"f":"-Infinity""#,
+        ),
+    ];
+    for (opts, want) in cases {
+        assert_eq!(root_zattrs(opts), want);
+    }
 }
 
 /// Control characters in text: the bytes themselves in NCZarr, as netcdf-c writes them and
