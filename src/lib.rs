@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! nczarrfs: the netCDF-4 data model stored as Zarr (NCZarr), read and written exactly,
 //! served as a FUSE filesystem and through a command line.
 //!
