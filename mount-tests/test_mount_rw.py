@@ -267,7 +267,7 @@ def test_refused_operations_are_eperm(mounter, nczarr, tmp_path, action):
 
 def test_an_unchanged_fill_value_may_be_written_back(mounter, nczarr):
     """`cp -r` of a mounted dataset onto itself writes every attribute file back as it was:
-    `_FillValue` unchanged is no change, a new one is EPERM once values are stored."""
+    `_FillValue` unchanged is no change, a new one is EPERM (the variable is already stored)."""
     mnt = mounter.mount(nczarr, "rw")
     fill = mnt / "temp" / "@attributes" / "_FillValue"
     text = fill.read_text()

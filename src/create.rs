@@ -502,7 +502,7 @@ pub struct DatasetWriter {
     model: Dataset,
     engine: ChunkEngine,
     opts: CreateOptions,
-    /// Variables that may hold stored values (their fill value and dtype are fixed).
+    /// Variables that are stored, or hold values (their fill value and dtype are fixed).
     has_data: HashSet<VarId>,
     meta_dirty: bool,
 }
@@ -1025,7 +1025,8 @@ impl DatasetWriter {
         let fqn = self.model.var_fqn(v);
         if self.has_data.contains(&v) {
             return Err(Error::NotPermitted(format!(
-                "{fqn}: the fill value cannot change once values are stored"
+                "{fqn}: the fill value of a variable already in storage cannot change (what \
+                 its chunks leave unwritten reads as the old one); copy the dataset to change it"
             )));
         }
         let var = &self.model.vars[v.0];

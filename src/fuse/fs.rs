@@ -31,6 +31,7 @@ use crate::zmap::{Space, ZMap};
 use crate::{meta, Error, Result};
 
 use super::content;
+use super::extents::{AppendTail, Truncation};
 use super::inodes::{parent, InodeTable};
 use super::layout::{self, FileKind, Node, Owner, Resolved};
 use super::options::MountOptions;
@@ -111,8 +112,13 @@ struct Handle {
     content: Option<Arc<Vec<u8>>>,
     /// Where a reader of `data` is heading (what to prefetch and release).
     stream: Mutex<ReadStream>,
-    /// Set once something was written through this handle (a flush then syncs the dataset).
+    /// Set once something was written through this handle (a flush then syncs the dataset),
+    /// or from the open when the handle owes a flush anyway (a file created, or truncated).
     wrote: AtomicBool,
+    /// A `data` file opened with `O_TRUNC`: what its writes covered.
+    truncation: Option<Mutex<Truncation>>,
+    /// Where this file's appends continue.
+    append_tail: Mutex<AppendTail>,
     /// An attribute file opened for writing: the text it will hold, applied on flush.
     text: Option<Mutex<Vec<u8>>>,
     /// The attribute was created by this handle (its placeholder has no type to keep).
@@ -121,6 +127,47 @@ struct Handle {
     /// (`Some(new name)`) or removed (`None`), as a file that is open follows a rename and
     /// writes into nothing once unlinked. Unset while it keeps its name.
     moved: Mutex<Option<Option<String>>>,
+}
+
+impl Handle {
+    fn new(node: Node, snap: Arc<Snapshot>) -> Self {
+        Handle {
+            node,
+            snap,
+            content: None,
+            stream: Mutex::new(ReadStream::default()),
+            wrote: AtomicBool::new(false),
+            truncation: None,
+            append_tail: Mutex::new(AppendTail::default()),
+            text: None,
+            created: false,
+            moved: Mutex::new(None),
+        }
+    }
+}
+
+/// Largest run of zeros written at once where a truncated `data` file was not rewritten.
+const ZERO_PIECE: usize = 16 << 20;
+
+/// Writes zeros over what a `data` handle opened with `O_TRUNC` has not written.
+fn zero_unwritten(w: &mut DatasetWriter, var: VarId, truncation: &Mutex<Truncation>) -> Result<()> {
+    let size = content::data_size(w.model(), var);
+    let gaps = lock(truncation).unwritten(size);
+    let mut zeros = Vec::new();
+    for gap in gaps {
+        let mut at = gap.start;
+        while at < gap.end {
+            let n = usize::try_from(gap.end - at).map_or(ZERO_PIECE, |n| n.min(ZERO_PIECE));
+            zeros.resize(n, 0);
+            let written = write_data(w, var, at, &zeros)? as u64;
+            if written == 0 {
+                break;
+            }
+            lock(truncation).wrote(at..at + written);
+            at += written;
+        }
+    }
+    Ok(())
 }
 
 /// The attribute that an attribute file opened for writing as `opened_as` stands for now,
@@ -453,26 +500,9 @@ impl Shared {
         lock(&self.inodes).node(ino).cloned()
     }
 
-    /// The generated content of a non-`data` file, cached per inode and model generation.
-    fn add_handle(
-        &self,
-        node: Node,
-        snap: Arc<Snapshot>,
-        content: Option<Arc<Vec<u8>>>,
-        text: Option<Mutex<Vec<u8>>>,
-        created: bool,
-    ) -> u64 {
+    /// Registers an open file; its number for the kernel.
+    fn add_handle(&self, handle: Handle) -> u64 {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        let handle = Handle {
-            node,
-            snap,
-            content,
-            stream: Mutex::new(ReadStream::default()),
-            wrote: AtomicBool::new(created),
-            text,
-            created,
-            moved: Mutex::new(None),
-        };
         lock(&self.handles).insert(fh, Arc::new(handle));
         fh
     }
@@ -517,7 +547,7 @@ impl Shared {
     /// Whether netCDF allows writing an attribute `name` on `owner` at all (see
     /// [`check_attr_name`]), checked when its file is opened for writing so that
     /// `echo v > file` fails at once rather than at a close the shell does not check. Its
-    /// value can still be refused at the close (a `_FillValue` once values are stored, unless
+    /// value can still be refused at the close (a new `_FillValue` of a stored variable, unless
     /// unchanged, as `cp -r` of a dataset onto itself writes it).
     fn check_attr_writable(&self, owner: &Owner, name: &str) -> Result<()> {
         let Some(writer) = &self.writer else {
@@ -574,9 +604,26 @@ impl Shared {
                     w.sync()
                 })
             }
+            (Node::File(owner, FileKind::Data), _) if handle.truncation.is_some() => {
+                self.change(|w| {
+                    let Some(Resolved::Var(var)) = owner.resolve(w.model()) else {
+                        return Err(Error::NotFound(owner.display()));
+                    };
+                    if let Some(truncation) = &handle.truncation {
+                        zero_unwritten(w, var, truncation)?;
+                    }
+                    w.sync()
+                })
+            }
             _ => self.change(DatasetWriter::sync),
         };
-        result.map_err(|e| self.refused(&handle.node, "flush", &e))
+        result.map_err(|e| {
+            if !matches!(e, Error::Invalid(_) | Error::NotPermitted(_)) {
+                // Not stored: the next flush, fsync or close must try again, and report.
+                handle.wrote.store(true, Ordering::SeqCst);
+            }
+            self.refused(&handle.node, "flush", &e)
+        })
     }
 
     /// `truncate` of a file to `size`: a data file may keep its size or grow (as a write
@@ -604,9 +651,22 @@ impl Shared {
                     }
                     // Growing writes the last byte's element back as it reads (fill).
                     let mut last = vec![0u8; 1];
-                    let end = read_data_writer(w, var, size - 1, &mut last);
-                    end.and_then(|()| write_data(w, var, size - 1, &last))
-                        .map(|n| n == 1)
+                    read_data_writer(w, var, size - 1, &mut last)?;
+                    if write_data(w, var, size - 1, &last)? != 1 {
+                        return Ok(false);
+                    }
+                    match handle {
+                        // Stored when the file is flushed or closed, as a write would be.
+                        Some(handle) => {
+                            handle.wrote.store(true, Ordering::SeqCst);
+                            if let Some(truncation) = &handle.truncation {
+                                lock(truncation).grew_to(size);
+                            }
+                        }
+                        // `truncate(2)` of a path: no close follows.
+                        None => w.sync()?,
+                    }
+                    Ok(true)
                 });
                 match result {
                     Ok(true) => Ok(()),
@@ -1154,13 +1214,20 @@ impl Filesystem for NczarrFs {
         if !layout::exists(&snap.model, &node) {
             return reply.error(Errno::ENOENT);
         }
+        let truncating = writing && flags & libc::O_TRUNC != 0;
         let mut text = None;
+        let mut truncation = None;
         let (content, open_flags) = match &node {
-            // O_TRUNC on `data` changes nothing (netCDF cannot shrink a variable): the writes
-            // that follow overwrite the values in place. A static dataset's values may stay in
-            // the page cache from one open to the next (uncompressed chunks are not kept in
-            // the chunk cache, so this is what keeps them from being re-read).
-            Node::File(_, FileKind::Data) => {
+            // A static dataset's values may stay in the page cache from one open to the next
+            // (uncompressed chunks are not kept in the chunk cache, so this is what keeps them
+            // from being re-read).
+            Node::File(owner, FileKind::Data) => {
+                if truncating {
+                    if let Some(Resolved::Var(var)) = owner.resolve(&snap.model) {
+                        let size = content::data_size(&snap.model, var);
+                        truncation = Some(Mutex::new(Truncation::new(size)));
+                    }
+                }
                 let flags = if self.direct_data {
                     FopenFlags::FOPEN_DIRECT_IO
                 } else {
@@ -1172,7 +1239,7 @@ impl Filesystem for NczarrFs {
                 if let Err(e) = sh.check_attr_writable(owner, name) {
                     return reply.error(sh.refused(&node, "open", &e));
                 }
-                let initial = if flags & libc::O_TRUNC != 0 {
+                let initial = if truncating {
                     Vec::new()
                 } else {
                     match sh.content(ino, &node, &snap) {
@@ -1205,7 +1272,14 @@ impl Filesystem for NczarrFs {
             },
             _ => return reply.error(Errno::EISDIR),
         };
-        let fh = sh.add_handle(node, snap, content, text, false);
+        let mut handle = Handle::new(node, snap);
+        handle.content = content;
+        handle.text = text;
+        handle.truncation = truncation;
+        // A truncated file owes its flush even if nothing is written: it is empty (an
+        // attribute) or zeros (`data`).
+        handle.wrote = AtomicBool::new(truncating);
+        let fh = sh.add_handle(handle);
         reply.opened(FileHandle(fh), open_flags);
     }
 
@@ -1300,7 +1374,7 @@ impl Filesystem for NczarrFs {
         offset: u64,
         data: &[u8],
         _write_flags: WriteFlags,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
@@ -1325,11 +1399,29 @@ impl Filesystem for NczarrFs {
         let Node::File(owner, FileKind::Data) = &handle.node else {
             return reply.error(Errno::EBADF);
         };
+        // With direct I/O the kernel puts an `O_APPEND` write at the size it last saw, which
+        // misses records another variable added to the dimension since: the daemon knows the
+        // end. (Through the page cache the kernel has already placed the bytes.)
+        let appending = self.direct_data && flags.0 & libc::O_APPEND != 0;
         let result = sh.change(|w| {
             let Some(Resolved::Var(var)) = owner.resolve(w.model()) else {
                 return Err(Error::NotFound(owner.display()));
             };
-            write_data(w, var, offset, data)
+            let mut tail = lock(&handle.append_tail);
+            let at = if appending {
+                tail.offset(content::data_size(w.model(), var))
+            } else {
+                offset
+            };
+            let n = write_data(w, var, at, data)?;
+            let written = at..at + n as u64;
+            if appending {
+                tail.appended(written.clone(), content::data_size(w.model(), var));
+            }
+            if let Some(truncation) = &handle.truncation {
+                lock(truncation).wrote(written);
+            }
+            Ok(n)
         });
         match result {
             Ok(0) if !data.is_empty() => {
@@ -1399,6 +1491,56 @@ impl Filesystem for NczarrFs {
         match handle.map(|h| self.shared.commit(&h, false)) {
             Some(Err(errno)) => reply.error(errno),
             _ => reply.ok(),
+        }
+    }
+
+    /// `posix_fallocate` grows the file as `ftruncate` would (glibc would otherwise emulate
+    /// it by writing a zero byte into every block, zeros that would land in values); space is
+    /// not reserved ahead in object storage, so keeping the size is a no-op. Punching or
+    /// zeroing ranges is not offered.
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let sh = &self.shared;
+        if mode & !libc::FALLOC_FL_KEEP_SIZE != 0 {
+            return reply.error(Errno::EOPNOTSUPP);
+        }
+        if sh.writer.is_none() {
+            return reply.error(Errno::EROFS);
+        }
+        let Some(node) = sh.node(ino.0) else {
+            return reply.error(Errno::ENOENT);
+        };
+        let Some(handle) = lock(&sh.handles).get(&fh.0).cloned() else {
+            return reply.error(Errno::EBADF);
+        };
+        let Some(end) = offset.checked_add(length) else {
+            return reply.error(Errno::EFBIG);
+        };
+        let size = match (&node, &handle.text) {
+            (_, Some(text)) => lock(text).len() as u64,
+            (Node::File(owner, FileKind::Data), None) => {
+                let snap = sh.snapshot();
+                match owner.resolve(&snap.model) {
+                    Some(Resolved::Var(var)) => content::data_size(&snap.model, var),
+                    _ => return reply.error(Errno::ENOENT),
+                }
+            }
+            _ => return reply.error(Errno::EOPNOTSUPP),
+        };
+        if mode & libc::FALLOC_FL_KEEP_SIZE != 0 || end <= size {
+            return reply.ok();
+        }
+        match sh.resize(&node, Some(&handle), end) {
+            Ok(()) => reply.ok(),
+            Err(errno) => reply.error(errno),
         }
     }
 
@@ -1503,8 +1645,12 @@ impl Filesystem for NczarrFs {
         let Some(attr) = sh.attr(ino, &node, &snap) else {
             return reply.error(Errno::ENOENT);
         };
-        // A new attribute is applied on close even when nothing is written to it.
-        let fh = sh.add_handle(node, snap, None, Some(Mutex::new(initial)), !existed);
+        // A new or truncated attribute is applied on close even when nothing is written to it.
+        let mut handle = Handle::new(node, snap);
+        handle.text = Some(Mutex::new(initial));
+        handle.created = !existed;
+        handle.wrote = AtomicBool::new(!existed || flags & libc::O_TRUNC != 0);
+        let fh = sh.add_handle(handle);
         reply.created(
             &sh.kernel_ttl(),
             &attr,

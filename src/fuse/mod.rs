@@ -18,6 +18,7 @@
 
 mod content;
 mod daemon;
+mod extents;
 mod fs;
 mod inodes;
 mod layout;

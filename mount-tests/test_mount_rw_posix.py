@@ -1,0 +1,202 @@
+"""What programs expect of files, on `rw` mounts: `O_TRUNC` empties what is not written again,
+`O_APPEND` writes at the end, `ftruncate` and `posix_fallocate` grow, a failed `fsync` is
+reported again. Expected values come from what a local file does (the same operations on a
+file in a temporary directory) or from first principles; after unmount netCDF4-python must
+read them."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from datasets import netcdf_values  # noqa: E402
+from test_mount_rw import umount_and_wait  # noqa: E402
+
+# netCDF's default fill of a float (netcdf.h).
+NC_FILL_FLOAT = np.float32(9.9692099683868690e36)
+RECORD = 35  # values per record of `rec` and `z`
+
+
+def records_dataset(path: Path) -> str:
+    """`field(256, 128)` doubles (256 KiB, several chunks), and two record variables `rec` and
+    `z` of 35 floats per record on one unlimited dimension, 5 records each."""
+    import netCDF4
+
+    url = f"file://{path}#mode=nczarr,file"
+    with netCDF4.Dataset(url, "w") as ds:
+        ds.title = "posix"
+        ds.createDimension("time", None)
+        ds.createDimension("k", RECORD)
+        ds.createDimension("y", 256)
+        ds.createDimension("x", 128)
+        f = ds.createVariable("field", "f8", ("y", "x"), chunksizes=(64, 128))
+        f[:] = np.arange(256 * 128, dtype="f8").reshape(256, 128) + 1
+        f.units = "m"
+        for name, base in (("rec", 0), ("z", 1000)):
+            v = ds.createVariable(name, "f4", ("time", "k"), chunksizes=(2, RECORD))
+            v[0:5] = np.arange(5 * RECORD, dtype="f4").reshape(5, RECORD) + base
+    return url
+
+
+@pytest.fixture
+def dataset(tmp_path):
+    return records_dataset(tmp_path / "ds.file")
+
+
+def test_truncating_an_attribute_file_empties_the_attribute(mounter, dataset):
+    mnt = mounter.mount(dataset, "rw")
+    subprocess.run(f": > {mnt / '@attributes' / 'title'}", shell=True, check=True)
+    subprocess.run(["cp", "/dev/null", str(mnt / "field" / "@attributes" / "units")], check=True)
+    assert (mnt / "@attributes" / "title").read_bytes() == b""
+    assert (mnt / "field" / "@attributes" / "units").read_bytes() == b""
+    umount_and_wait(mnt)
+    import netCDF4
+
+    with netCDF4.Dataset(dataset) as ds:
+        assert ds.title == ""
+        assert ds["field"].units == ""
+
+
+def test_cp_of_a_sparse_file_onto_data_stores_its_holes_as_zeros(mounter, dataset, tmp_path):
+    """`cp` truncates its target and skips the holes of a sparse source, expecting zeros
+    there: the values must be the source's, bytes for bytes."""
+    size = 256 * 128 * 8
+    source = tmp_path / "sparse.bin"
+    with open(source, "wb") as f:
+        f.truncate(size)
+        f.seek(100_000)
+        f.write(np.array([4.5, 5.5], dtype="=f8").tobytes())
+    mnt = mounter.mount(dataset, "rw")
+    for sparse in ("auto", "always"):
+        subprocess.run(["cp", f"--sparse={sparse}", str(source), str(mnt / "field" / "data")],
+                       check=True)
+        assert (mnt / "field" / "data").read_bytes() == source.read_bytes(), sparse
+    umount_and_wait(mnt)
+    expected = np.fromfile(source, dtype="=f8").reshape(256, 128)
+    assert np.array_equal(netcdf_values(dataset)["/field"], expected)
+
+
+def test_o_trunc_zeroes_what_is_not_written_again(mounter, dataset, tmp_path):
+    """A local file truncated and written again holds the new bytes, then ends; netCDF cannot
+    shrink a variable, so what follows reads zeros, as a hole of a local file does. Records of
+    `rec` past the rewritten ones become zeros, and its sibling `z` keeps its values."""
+    mnt = mounter.mount(dataset, "rw")
+    before_z = np.fromfile(mnt / "z" / "data", dtype="=f4")
+    rec_size = (mnt / "rec" / "data").stat().st_size
+    head = np.arange(50, dtype="=f4") - 7  # one record and a half
+    src = tmp_path / "head.bin"
+    head.tofile(src)
+    subprocess.run(f"cat {src} > {mnt / 'rec' / 'data'}", shell=True, check=True)
+    expected = head.tobytes().ljust(rec_size, b"\0")
+    assert (mnt / "rec" / "data").read_bytes() == expected
+    subprocess.run(f": > {mnt / 'field' / 'data'}", shell=True, check=True)
+    assert not any((mnt / "field" / "data").read_bytes())
+    # Opened without O_TRUNC, the rest stays: dd conv=notrunc.
+    subprocess.run(["dd", f"of={mnt / 'z' / 'data'}", "conv=notrunc", "status=none"],
+                   input=np.array([1.5], dtype="=f4").tobytes(), check=True)
+    umount_and_wait(mnt)
+    values = netcdf_values(dataset)
+    assert values["/rec"].tobytes() == expected
+    assert not values["/field"].any()
+    z = before_z.copy()
+    z[0] = 1.5
+    assert np.array_equal(values["/z"].reshape(-1), z)
+
+
+def test_o_append_writes_at_the_end_after_a_sibling_added_records(mounter, dataset):
+    """`z/data` open for appending while records are added through `rec`: POSIX appends at
+    the end of the file, which has grown (its new records read as fill)."""
+    mnt = mounter.mount(dataset, "rw")
+    z = mnt / "z" / "data"
+    record = RECORD * 4
+    with open(z, "ab", buffering=0) as appender:
+        subprocess.run(f"head -c {2 * record} /dev/zero >> {mnt / 'rec' / 'data'}", shell=True,
+                       check=True)
+        # No stat here: the kernel's size for `z` is still the one it had at the open.
+        appender.write(np.full(RECORD, 7.0, dtype="=f4").tobytes())
+    assert z.stat().st_size == 8 * record
+    umount_and_wait(mnt)
+    values = netcdf_values(dataset)
+    z = values["/z"]
+    assert z.shape == (8, RECORD)
+    assert np.all(z[5:7] == NC_FILL_FLOAT)
+    assert np.array_equal(z[7], np.full(RECORD, 7.0, dtype="f4"))
+
+
+def test_appended_pieces_that_end_inside_a_record_stay_contiguous(mounter, dataset):
+    """Appends of 100 bytes to 140-byte records: each piece continues where the last ended,
+    also when a `stat` between them tells the kernel the size rounded up to the record."""
+    mnt = mounter.mount(dataset, "rw")
+    rec = mnt / "rec" / "data"
+    pieces = np.arange(75, dtype="=f4") + 0.5  # three pieces of 25 values
+    with open(rec, "ab", buffering=0) as appender:
+        for i in range(3):
+            appender.write(pieces[25 * i:25 * (i + 1)].tobytes())
+            os.stat(rec)
+    umount_and_wait(mnt)
+    flat = netcdf_values(dataset)["/rec"].reshape(-1)
+    assert flat.size == 8 * RECORD  # 5 records and 75 values, rounded up to whole records
+    assert np.array_equal(flat[5 * RECORD:5 * RECORD + 75], pieces)
+
+
+def test_growth_by_ftruncate_and_posix_fallocate_is_stored(mounter, dataset):
+    """Growing `rec` by 2 records with `ftruncate`, then 1 more with `posix_fallocate`: stored
+    at the close (read from storage while still mounted), the new records are fill."""
+    mnt = mounter.mount(dataset, "rw")
+    rec = mnt / "rec" / "data"
+    record = RECORD * 4
+    fd = os.open(rec, os.O_WRONLY)
+    try:
+        os.ftruncate(fd, 7 * record)
+        os.posix_fallocate(fd, 0, 8 * record)
+        os.posix_fallocate(fd, 0, 4 * record)  # inside the file: nothing changes
+    finally:
+        os.close(fd)
+    assert rec.stat().st_size == 8 * record
+    stored = netcdf_values(dataset)["/rec"]
+    assert stored.shape == (8, RECORD)
+    assert np.all(stored[5:] == NC_FILL_FLOAT)
+    # `truncate` of a path has no close to wait for.
+    subprocess.run(["truncate", "-s", str(9 * record), str(rec)], check=True)
+    assert netcdf_values(dataset)["/rec"].shape == (9, RECORD)
+    umount_and_wait(mnt)
+
+
+def test_a_failed_fsync_is_reported_again_at_close(mounter, tmp_path):
+    """On a full disk `fsync` fails with ENOSPC; nothing was stored, so the `close` that
+    follows must fail too, and the value must be stored once there is room."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)], check=True)
+    try:
+        url = records_dataset(disk / "ds.file")
+        mnt = mounter.mount(url, "rw")
+        filler = disk / "filler"
+        subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=4k"], capture_output=True)
+        fd = os.open(mnt / "z" / "data", os.O_WRONLY)
+        closed = False
+        try:
+            os.pwrite(fd, np.full(RECORD, 42.0, dtype="=f4").tobytes(), 0)
+            with pytest.raises(OSError) as err:
+                os.fsync(fd)
+            assert err.value.errno == errno.ENOSPC
+            with pytest.raises(OSError) as err:
+                closed = True
+                os.close(fd)
+            assert err.value.errno == errno.ENOSPC
+        finally:
+            if not closed:
+                os.close(fd)
+        filler.unlink()
+        umount_and_wait(mnt)
+        assert np.all(netcdf_values(url)["/z"][0] == 42.0)
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
