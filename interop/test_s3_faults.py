@@ -32,13 +32,15 @@ VENV_BIN = Path(os.environ.get("NCZARRFS_VENV", REPO / ".venv")) / "bin"
 
 class FaultProxy:
     """Forwards HTTP requests to `upstream`, except that the next `fail` requests (or every
-    request whose method is in `fail_methods`) get a 503 SlowDown, and requests whose path
-    contains `stall_on` wait `stall` seconds first."""
+    request whose method is in `fail_methods`, or every request until the monotonic time
+    `fail_until`) get a 503 SlowDown, and requests whose path contains `stall_on` wait `stall`
+    seconds first."""
 
     def __init__(self, upstream: str):
         self.upstream = urlparse(upstream)
         self.fail = 0
         self.fail_methods: set[str] = set()
+        self.fail_until = 0.0
         self.stall_on: str | None = None
         self.stall = 0.0
         self.served = {"503": 0, "forwarded": 0}
@@ -57,7 +59,8 @@ class FaultProxy:
                 body = self.rfile.read(length) if length else None
                 with proxy.lock:
                     proxy.requests.append((self.command, self.path))
-                    failing = proxy.fail > 0 or self.command in proxy.fail_methods
+                    failing = (proxy.fail > 0 or self.command in proxy.fail_methods
+                               or time.monotonic() < proxy.fail_until)
                     if proxy.fail > 0:
                         proxy.fail -= 1
                     stall = proxy.stall if proxy.stall_on and proxy.stall_on in self.path else 0
@@ -192,6 +195,19 @@ def test_throttling_is_retried_with_backoff(moto, proxy, binary, env, tmp_path):
     # Backoff starts at 100 ms and doubles: three retries wait at least 0.1 + 0.2 + 0.4 s,
     # less the jitter object_store applies (it waits a random part of each step).
     assert time.monotonic() - started < 30
+
+
+def test_a_throttling_burst_is_outlasted(moto, proxy, binary, env, tmp_path):
+    """Every request is throttled for 2 s. object_store draws each delay at random up to a
+    multiple of the previous one; with delays that double on average, 12 retries last 2 s
+    but for about one run in 10,000 (with the multiple 2 they hardly grew: 12 retries were
+    over within 2 s in a third of the runs)."""
+    prefix, values = _uploaded(moto, tmp_path)
+    location = f"{proxy.endpoint}/{BUCKET}/{prefix}#mode=nczarr,s3"
+    proxy.fail_until = time.monotonic() + 2.0
+    got = _get(binary, dict(env, NCZARRFS_S3_RETRIES="12"), location, tmp_path)
+    assert np.array_equal(got, values)
+    assert proxy.served["503"] >= 1
 
 
 def test_throttling_without_retries_is_a_clear_error(moto, proxy, binary, env, tmp_path):

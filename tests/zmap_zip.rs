@@ -109,6 +109,38 @@ fn root_layout_when_an_array_was_written_before_the_root_group() {
 }
 
 #[test]
+fn netcdf_c_layout_beside_other_folders() {
+    // macOS's Archive Utility adds `__MACOSX/`; an archive may carry documentation. netcdf-c
+    // takes the dataset's folder from the first entry whatever lies beside it.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ds.zip");
+    make_zip(
+        &path,
+        &[
+            ("ds/", b"", false),
+            ("ds/.zgroup", b"{\"zarr_format\": 2}", false),
+            ("ds/v/.zarray", b"{}", false),
+            ("__MACOSX/ds/._.zgroup", b"\0\x05\x16\x07", false),
+            ("docs/README.txt", b"about ds", false),
+        ],
+    );
+    let map = ZipMap::open(&path, false).unwrap();
+    assert_eq!(map.root_folder(), Some("ds"));
+    assert_eq!(map.search("").unwrap(), vec![".zgroup", "v"]);
+    // Beside other folders, the first entry decides: here it is not in a folder.
+    let path = dir.path().join("loose.zip");
+    make_zip(
+        &path,
+        &[
+            ("notes.txt", b"x", false),
+            ("ds/.zgroup", b"{\"zarr_format\": 2}", false),
+            ("docs/README.txt", b"about ds", false),
+        ],
+    );
+    assert_eq!(ZipMap::open(&path, false).unwrap().root_folder(), None);
+}
+
+#[test]
 fn root_layout_kept_when_root_has_metadata() {
     let dir = tempfile::tempdir().unwrap();
     // zarr-python ZipStore: a root group whose only child is group g.

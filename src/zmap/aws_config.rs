@@ -157,15 +157,79 @@ pub fn resolve(
         .or_else(|| env("AWS_DEFAULT_REGION"))
         .or_else(|| section.get("region").cloned())
         .unwrap_or_else(|| DEFAULT_REGION.to_string());
-    let endpoint_url = env("AWS_ENDPOINT_URL_S3")
-        .or_else(|| env("AWS_ENDPOINT_URL"))
-        .or_else(|| section.get("endpoint_url").cloned());
+    let endpoint_url = match (
+        env("AWS_ENDPOINT_URL_S3"),
+        env("AWS_ENDPOINT_URL"),
+        section.get("endpoint_url"),
+    ) {
+        (Some(url), _, _) => Some(normalize_endpoint(&url, "AWS_ENDPOINT_URL_S3")?),
+        (None, Some(url), _) => Some(normalize_endpoint(&url, "AWS_ENDPOINT_URL")?),
+        (None, None, Some(url)) => Some(normalize_endpoint(
+            url,
+            &format!("endpoint_url of AWS profile {profile_name:?}"),
+        )?),
+        (None, None, None) => None,
+    };
     Ok(AwsSettings {
         credentials,
         region,
         endpoint_url,
         source,
     })
+}
+
+/// An endpoint URL as the HTTP client takes it, with its scheme in lower case: `http://` or
+/// `https://` (in any case), a host, an optional port and path, and nothing a URL cannot hold.
+/// `from` names where it came from, for the message.
+pub fn normalize_endpoint(url: &str, from: &str) -> Result<String> {
+    let invalid = |why: String| {
+        Error::Invalid(format!(
+            "invalid S3 endpoint URL {url:?} (from {from}): {why}"
+        ))
+    };
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Err(invalid(
+            "it has no scheme: write http://HOST:PORT or https://HOST".into(),
+        ));
+    };
+    let scheme = scheme.to_ascii_lowercase();
+    if scheme != "http" && scheme != "https" {
+        return Err(invalid(format!(
+            "the scheme is {scheme:?}, not http or https"
+        )));
+    }
+    if let Some(c) = url.chars().find(|c| c.is_whitespace() || c.is_control()) {
+        return Err(invalid(format!("it holds {c:?}")));
+    }
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let (host, port) = match host_port.rsplit_once(':') {
+        // An IPv6 address in brackets holds colons of its own.
+        Some((host, port)) if !port.contains(']') => (host, Some(port)),
+        _ => (host_port, None),
+    };
+    if host.is_empty() {
+        return Err(invalid("it names no host".into()));
+    }
+    if port.is_some_and(|p| p.parse::<u16>().is_err()) {
+        return Err(invalid("the port is not a number up to 65535".into()));
+    }
+    Ok(format!("{scheme}://{rest}"))
+}
+
+/// Refuses a credential that cannot go into an HTTP request (the key id and the token are
+/// sent in headers, which cannot hold control characters; the secret signs them): usually
+/// the carriage return a file with Windows line endings leaves. The value is not shown.
+fn check_credential_text(what: &str, field: &str, value: &str) -> Result<()> {
+    let Some(c) = value.chars().find(|c| c.is_control()) else {
+        return Ok(());
+    };
+    let which = match c {
+        '\r' => "a carriage return (a file with Windows line endings?)".to_string(),
+        '\n' => "a line feed".to_string(),
+        c => format!("the control character U+{:04X}", u32::from(c)),
+    };
+    Err(Error::Invalid(format!("{what}: the {field} holds {which}")))
 }
 
 /// Builds credentials from an id/secret/token triple; both halves or neither.
@@ -175,6 +239,15 @@ fn credentials_from(
     token: Option<String>,
     what: &str,
 ) -> Result<Option<Credentials>> {
+    for (field, value) in [
+        ("access key id", &id),
+        ("secret access key", &secret),
+        ("session token", &token),
+    ] {
+        if let Some(value) = value {
+            check_credential_text(what, field, value)?;
+        }
+    }
     match (id, secret) {
         (Some(access_key_id), Some(secret_access_key)) => Ok(Some(Credentials {
             access_key_id,
@@ -480,6 +553,63 @@ aws_secret_access_key = OVERRIDDEN
             resolve_in(&vars[1..], Some("minio"), None).unwrap().region,
             "sa-east-1"
         );
+    }
+
+    #[test]
+    fn control_characters_in_credentials_are_refused_without_showing_them() {
+        let vars = [
+            ("AWS_ACCESS_KEY_ID", "ENVID\r"),
+            ("AWS_SECRET_ACCESS_KEY", "ENVSECRET"),
+        ];
+        let err = resolve_in(&vars, None, None).unwrap_err().to_string();
+        assert!(
+            err.contains("access key id holds a carriage return"),
+            "{err}"
+        );
+        assert!(!err.contains("ENVID"), "{err}");
+        let vars = [
+            ("AWS_ACCESS_KEY_ID", "ENVID"),
+            ("AWS_SECRET_ACCESS_KEY", "ENVSECRET"),
+            ("AWS_SESSION_TOKEN", "TOK\u{1}EN"),
+        ];
+        let err = resolve_in(&vars, None, None).unwrap_err().to_string();
+        assert!(
+            err.contains("session token holds the control character U+0001"),
+            "{err}"
+        );
+        assert!(!err.contains("TOK"), "{err}");
+    }
+
+    #[test]
+    fn endpoints_are_checked_and_their_scheme_lowered() {
+        let ok = |url: &str| normalize_endpoint(url, "test").unwrap();
+        assert_eq!(ok("HTTP://127.0.0.1:5000"), "http://127.0.0.1:5000");
+        assert_eq!(
+            ok("https://s3.example.com/base"),
+            "https://s3.example.com/base"
+        );
+        assert_eq!(ok("http://[::1]:9000"), "http://[::1]:9000");
+        assert_eq!(ok("http://[::1]"), "http://[::1]");
+        for (url, why) in [
+            ("127.0.0.1:5000", "no scheme"),
+            ("ftp://host", "not http or https"),
+            ("http://exa mple:5000", "holds ' '"),
+            ("http://host:5000\r", "holds '\\r'"),
+            ("http://:5000", "no host"),
+            ("http://host:99999", "port"),
+            ("http://host:x", "port"),
+        ] {
+            let err = normalize_endpoint(url, "AWS_ENDPOINT_URL")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains(why) && err.contains("AWS_ENDPOINT_URL"),
+                "{url}: {err}"
+            );
+        }
+        let vars = [("AWS_ENDPOINT_URL", "localhost:5000")];
+        let err = resolve_in(&vars, None, None).unwrap_err().to_string();
+        assert!(err.contains("(from AWS_ENDPOINT_URL)"), "{err}");
     }
 
     #[test]

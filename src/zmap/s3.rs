@@ -15,9 +15,10 @@
 //! | `NCZARRFS_S3_RETRIES` | 5 | retries of a failed request (0 disables them) |
 //! | `NCZARRFS_S3_CONCURRENCY` | 32 | requests in flight when many objects are read or written at once |
 //!
-//! A failed request is retried after 100 ms, then twice as long each time (at most 15 s
-//! apart), until the retries or `NCZARRFS_S3_TIMEOUT` are used up: a server that went away
-//! fails a read after about that long. A server that refuses connections is asked again by
+//! A failed request is retried after 100 ms, then after delays drawn at random that double
+//! on average (at most 15 s apart; five retries take about 3 s), until the retries or
+//! `NCZARRFS_S3_TIMEOUT` are used up: a server that went away fails a read after about that
+//! long. A server that refuses connections is asked again by
 //! the next read; one that stalled a request until its time ran out is taken as down (see
 //! [`super::s3_health`]): requests fail at once, except one probe per `NCZARRFS_S3_TIMEOUT`,
 //! until a probe gets an answer.
@@ -42,6 +43,12 @@ use super::s3_health::{Health, Outcome};
 use super::{validate_key, validate_prefix, ZMap};
 use crate::location::S3Location;
 use crate::{Error, Result};
+
+/// object_store draws each retry's delay at random between the first delay and `base` times
+/// the previous one ("decorrelated jitter"). With a base of 2 the delays hardly grow (five
+/// retries were over in about 1 s, which a server throttling for a second or two outlasts);
+/// with 4 they double on average: 0.1, 0.2, 0.4, 0.8, 1.6 s.
+const BACKOFF_BASE: f64 = 4.0;
 
 /// Worker threads of the shared runtime: requests mostly wait on the network.
 const RUNTIME_WORKERS: usize = 2;
@@ -110,6 +117,8 @@ pub struct S3Map {
     description: String,
     /// Strings removed from every error message (the secret key and session token).
     secrets: Vec<String>,
+    /// Whether requests are signed (credentials were found), for messages about refusals.
+    signed: bool,
     read_only: bool,
     /// GETs in flight in [`ZMap::get_many`].
     concurrency: usize,
@@ -205,11 +214,12 @@ impl S3Map {
         let prefix = location.prefix.trim_matches('/').to_string();
         validate_prefix(&prefix)?;
         // An AWS host in the URL only says which region; object_store derives the endpoint.
-        let endpoint = location
-            .endpoint
-            .clone()
-            .filter(|e| !is_aws_endpoint(e))
-            .or_else(|| settings.endpoint_url.clone());
+        let endpoint = match location.endpoint.as_deref() {
+            Some(e) if !is_aws_endpoint(e) => {
+                Some(aws_config::normalize_endpoint(e, "the location")?)
+            }
+            _ => settings.endpoint_url.clone(),
+        };
         let description = match &location.endpoint {
             Some(endpoint) => format!(
                 "{}/{}",
@@ -226,7 +236,11 @@ impl S3Map {
             .with_bucket_name(&location.bucket)
             .with_region(&settings.region)
             .with_retry(RetryConfig {
-                backoff: BackoffConfig::default(),
+                backoff: BackoffConfig {
+                    init_backoff: Duration::from_millis(100),
+                    max_backoff: Duration::from_secs(15),
+                    base: BACKOFF_BASE,
+                },
                 max_retries: limits.max_retries,
                 retry_timeout: limits.timeout,
             });
@@ -270,6 +284,7 @@ impl S3Map {
             prefix,
             description,
             secrets,
+            signed: settings.credentials.is_some(),
             read_only: !writable,
             concurrency: limits.concurrency.max(1),
             health: Health::new(limits.timeout),
@@ -318,7 +333,7 @@ impl S3Map {
             reason: format!(
                 "{}: {}",
                 self.description,
-                redact(&describe_error(err), &self.secrets)
+                redact(&describe_error(err, self.signed), &self.secrets)
             ),
         }
     }
@@ -457,8 +472,9 @@ fn xml_field<'a>(text: &'a str, tag: &str) -> Option<&'a str> {
     Some(&text[start..start + len])
 }
 
-/// What an object_store error means, led by the S3 error code when the server sent one.
-fn describe_error(err: &object_store::Error) -> String {
+/// What an object_store error means, led by the S3 error code when the server sent one;
+/// `signed` says whether the request carried credentials.
+fn describe_error(err: &object_store::Error, signed: bool) -> String {
     let mut text = err.to_string();
     // Transport errors keep the useful part ("Connection refused") deep in the source chain.
     let mut source = std::error::Error::source(err);
@@ -488,7 +504,13 @@ fn describe_error(err: &object_store::Error) -> String {
         code,
         Some("SignatureDoesNotMatch" | "InvalidAccessKeyId" | "AccessDenied" | "InvalidToken")
     );
-    if refused {
+    if refused && !signed {
+        format!(
+            "the server refused an unsigned request: no credentials were found (set \
+             AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or name a profile with AWS_PROFILE or \
+             #aws.profile=): {detail}"
+        )
+    } else if refused {
         format!(
             "the server refused the request's credentials or signature (check the access key, \
              secret key and profile): {detail}"
@@ -828,9 +850,11 @@ mod tests {
             path: "x".into(),
             source: body.into(),
         };
-        let text = describe_error(&err);
+        let text = describe_error(&err, true);
         assert!(text.contains("refused"), "{text}");
         assert!(text.contains("SignatureDoesNotMatch"), "{text}");
+        let text = describe_error(&err, false);
+        assert!(text.contains("unsigned request: no credentials"), "{text}");
         let redacted = redact("a SECRETKEY b", &["SECRETKEY".to_string()]);
         assert_eq!(redacted, "a <redacted> b");
         let secrets = ["s".to_string(), "k/+1".to_string()];

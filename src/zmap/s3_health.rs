@@ -30,7 +30,8 @@ pub struct Health {
 
 #[derive(Debug)]
 struct Down {
-    /// When the first stalled request of this outage ended.
+    /// When the first stalled request of this outage was sent: the server has not answered
+    /// since.
     since: Instant,
     /// No probe before this time.
     next_probe: Instant,
@@ -43,6 +44,8 @@ struct Down {
 pub struct Admission<'a> {
     health: &'a Health,
     probe: bool,
+    /// When the request was let go.
+    sent: Instant,
 }
 
 impl Health {
@@ -70,6 +73,7 @@ impl Health {
             return Ok(Admission {
                 health: self,
                 probe: false,
+                sent: now,
             });
         };
         if d.probe_in_flight || now < d.next_probe {
@@ -79,6 +83,7 @@ impl Health {
         Ok(Admission {
             health: self,
             probe: true,
+            sent: now,
         })
     }
 
@@ -89,7 +94,7 @@ impl Health {
         match outcome {
             Outcome::Answered => *down = None,
             Outcome::Stalled => {
-                let since = down.as_ref().map_or(now, |d| d.since);
+                let since = down.as_ref().map_or(admission.sent, |d| d.since);
                 *down = Some(Down {
                     since,
                     next_probe: now + self.probe_interval,
@@ -132,8 +137,9 @@ mod tests {
         // A request already on its way when the first stalled ends as it ends.
         health.record(second, Outcome::Stalled, t0 + Duration::from_secs(31));
 
+        // Silent since the first stalled request was sent.
         let later = t0 + Duration::from_secs(35);
-        assert_eq!(health.admit(later).unwrap_err(), Duration::from_secs(5));
+        assert_eq!(health.admit(later).unwrap_err(), Duration::from_secs(35));
         // After the interval, one probe; the others still fail at once.
         let probe_time = t0 + Duration::from_secs(41);
         let probe = health.admit(probe_time).unwrap();

@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File};
-use std::io::{self, Read, Write};
+use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
@@ -178,7 +178,10 @@ impl ZipMap {
             },
         };
         let file = File::create(temp).map_err(|e| Error::io(temp, e))?;
-        let mut writer = ZipWriter::new(file);
+        let mut writer = ZipWriter::new(TempArchive {
+            file,
+            failed: false,
+        });
         let options = SimpleFileOptions::default().compression_method(CompressionMethod::Stored);
         if !self.folder.is_empty() {
             writer
@@ -209,8 +212,52 @@ impl ZipMap {
         for index in outside.iter() {
             copy_raw(archive, &mut writer, *index).map_err(|e| storage_err("", e))?;
         }
-        let file = writer.finish().map_err(|e| storage_err("", e))?;
-        file.sync_all().map_err(|e| Error::io(temp, e))
+        let archive = writer.finish().map_err(|e| storage_err("", e))?;
+        archive.file.sync_all().map_err(|e| Error::io(temp, e))
+    }
+}
+
+/// The file a new archive is written to. After its first failed operation it lets the rest
+/// pass without doing anything: the zip writer, dropped on the way out of a failed
+/// [`ZipMap::write_archive`], would otherwise try to finish the archive again and print that
+/// failure to stderr (into the mount's log, without a line end). The file is removed anyway.
+struct TempArchive {
+    file: File,
+    failed: bool,
+}
+
+impl TempArchive {
+    fn track<T>(&mut self, result: io::Result<T>) -> io::Result<T> {
+        self.failed |= result.is_err();
+        result
+    }
+}
+
+impl Write for TempArchive {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if self.failed {
+            return Ok(buf.len());
+        }
+        let result = self.file.write(buf);
+        self.track(result)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        if self.failed {
+            return Ok(());
+        }
+        let result = self.file.flush();
+        self.track(result)
+    }
+}
+
+impl Seek for TempArchive {
+    fn seek(&mut self, pos: SeekFrom) -> io::Result<u64> {
+        if self.failed {
+            return Ok(0);
+        }
+        let result = self.file.seek(pos);
+        self.track(result)
     }
 }
 
@@ -242,7 +289,7 @@ fn remove_orphans(dir: &Path, prefix: &str) {
 /// Copies entry `index` of `archive` into `writer` as it is stored (no recompression).
 fn copy_raw(
     archive: &mut Option<ZipArchive<File>>,
-    writer: &mut ZipWriter<File>,
+    writer: &mut ZipWriter<TempArchive>,
     index: usize,
 ) -> zip::result::ZipResult<()> {
     let archive = archive.as_mut().ok_or(ZipError::FileNotFound)?;
@@ -345,10 +392,12 @@ fn check_entry_name(name: &str) -> std::result::Result<(), &'static str> {
 /// Decides the layout: the folder (with trailing `/`) under which the dataset's keys live, or
 /// `""` for keys at the root.
 ///
-/// The dataset is in a top-level folder when that folder is the only one, holds Zarr metadata
-/// at its top, and either the root holds no metadata at all, or the root holds nothing but a
-/// `.zgroup` and the archive's first entry is the folder's directory entry (netcdf-c's rule;
-/// such archives exist with a `.zgroup` added at the root by hand).
+/// The dataset is in a top-level folder when that folder is the only one (or, beside others
+/// such as the `__MACOSX/` that macOS adds, the folder of the archive's first entry, which is
+/// the one netcdf-c takes), holds Zarr metadata at its top, and either the root holds no
+/// metadata at all, or the root holds nothing but a `.zgroup` and the archive's first entry is
+/// the folder's directory entry (netcdf-c's rule; such archives exist with a `.zgroup` added
+/// at the root by hand).
 fn dataset_folder(entries: &[Entry]) -> String {
     let mut root_files = BTreeSet::new();
     let mut folders = BTreeSet::new();
@@ -365,9 +414,14 @@ fn dataset_folder(entries: &[Entry]) -> String {
             }
         }
     }
-    let mut folders = folders.into_iter();
-    let (Some(folder), None) = (folders.next(), folders.next()) else {
-        return String::new();
+    let first_folder = entries.first().and_then(|e| match e.name.split_once('/') {
+        Some((top, _)) => Some(top),
+        None => e.is_dir.then_some(e.name.as_str()),
+    });
+    let folder = match (folders.len(), first_folder) {
+        (1, _) => folders.first().copied().unwrap_or_default(),
+        (_, Some(first)) => first,
+        _ => return String::new(),
     };
     let has_marker = |prefix: &str| {
         entries.iter().any(|e| {
