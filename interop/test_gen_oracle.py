@@ -365,3 +365,29 @@ def test_gen_maps_netcdf_c_blosc_filter_parameters(nczarrfs, tmp_path):
         == ("blosc", "zstd", 7, 2)
     with netCDF4.Dataset(f"file://{target}#mode=nczarr,file") as nc:
         assert np.array_equal(nc["v"][:], values)
+
+
+FLOAT_SUFFIX_CDL = """netcdf fsuffix {
+dimensions:
+	d = 2 ;
+variables:
+	double x(d) ;
+		double x:b = 0.1f ;
+		x:c = 0.1f, 1.5 ;
+		x:_FillValue = 0.3f ;
+	int i(d) ;
+		i:a = 16777217.f ;
+	float f(d) ;
+data:
+ x = 0.1f, _ ;
+ i = 16777217.f, 3.f ;
+ f = 0.1f, 1.1f ;
+}
+"""
+
+
+def test_gen_rounds_float_constants_to_float_as_ncgen_does(nczarrfs, tmp_path):
+    """A literal with an `f` suffix is a float constant: a double or int given one holds the
+    float's value (0.1f is 0.100000001490116, 16777217.f is 16777216), in data, typed and
+    untyped attributes and `_FillValue`."""
+    _gen_dumps_as_ncgen(nczarrfs, tmp_path, "fsuffix", FLOAT_SUFFIX_CDL.encode())

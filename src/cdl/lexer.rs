@@ -28,7 +28,7 @@ pub enum Number {
     },
     /// A floating-point literal; `single` for an `f` suffix (and `NaNf`, `Infinityf`).
     Float {
-        /// The value.
+        /// The value; for a `single` literal, a value of `f32` (the literal rounded to float).
         value: f64,
         /// Whether the literal is a `float` rather than a `double`.
         single: bool,
@@ -449,8 +449,14 @@ fn parse_number(text: &str) -> Option<Number> {
             Some(d) => (d, true),
             None => (lower.strip_suffix('d').unwrap_or(&lower), false),
         };
-        // A literal beyond the double range is an infinity, as strtod (and so ncgen) has it.
-        let mut v: f64 = digits.parse().ok()?;
+        // A literal beyond the range of its type is an infinity, as strtod (and so ncgen) has
+        // it. An `f` literal is a float constant (ncgen reads it with `%e` into a float): its
+        // value is the nearest float, whatever type it is then converted to.
+        let mut v: f64 = if single {
+            f64::from(digits.parse::<f32>().ok()?)
+        } else {
+            digits.parse().ok()?
+        };
         if neg {
             v = -v;
         }
@@ -559,7 +565,7 @@ mod tests {
                 fl(-1000.0, false),
                 fl(3.5, false),
                 fl(0.5, false),
-                fl(0.01, true),
+                fl(f64::from(0.01f32), true),
                 Tok::Eof
             ]
         );
@@ -580,6 +586,27 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn float_literals_are_rounded_to_float() {
+        // 0.1f is the float nearest 0.1, and 16777217.f the float 2^24 (2^24 + 1 is not a
+        // float), whatever type they are then converted to.
+        let fl = |value| {
+            Tok::Num(Number::Float {
+                value,
+                single: true,
+            })
+        };
+        assert_eq!(
+            toks("0.1f 16777217.f -1.1e0F"),
+            vec![
+                fl(f64::from(0.1f32)),
+                fl(16777216.0),
+                fl(f64::from(-1.1f32)),
+                Tok::Eof
+            ]
+        );
     }
 
     #[test]
