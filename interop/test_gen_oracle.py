@@ -391,3 +391,30 @@ def test_gen_rounds_float_constants_to_float_as_ncgen_does(nczarrfs, tmp_path):
     float's value (0.1f is 0.100000001490116, 16777217.f is 16777216), in data, typed and
     untyped attributes and `_FillValue`."""
     _gen_dumps_as_ncgen(nczarrfs, tmp_path, "fsuffix", FLOAT_SUFFIX_CDL.encode())
+
+
+UNSUFFIXED_INTEGERS_CDL = """netcdf unsuffixed {
+variables:
+	int v ;
+		v:int_max = 2147483647 ;
+		v:int_max_1 = 2147483648 ;
+		v:uint_max = 4294967295 ;
+		v:uint_max_1 = 4294967296 ;
+		v:int64_max = 9223372036854775807 ;
+		v:int_min = -2147483648 ;
+		v:int_min_1 = -2147483649 ;
+		v:int64_min = -9223372036854775808 ;
+		v:big_first = 5000000000, 1 ;
+		v:big_last = 1, 4294967296 ;
+		v:ll_big = 1LL, 4294967296 ;
+		v:big_ll = 4294967296, 1LL ;
+		v:big_u = 4294967296, 1U ;
+		v:neg_big = -2147483649, 1 ;
+}
+"""
+
+
+def test_gen_types_unsuffixed_integers_as_ncgen_does(nczarrfs, tmp_path):
+    """An unsuffixed integer is int, else uint, else int64 when negative and uint64 when
+    positive (4294967296 is uint64), at each boundary, alone and with other constants."""
+    _gen_dumps_as_ncgen(nczarrfs, tmp_path, "unsuffixed", UNSUFFIXED_INTEGERS_CDL.encode())

@@ -7,7 +7,8 @@
 //!   character constants) make one `char` attribute, concatenated; character constants alone
 //!   make `byte` values; numbers unify to `double` if any is a double, else `float` if any is a
 //!   float, else the narrowest integer type holding every constant's suffix type (an
-//!   unsuffixed integer is `int`, or `uint`, `int64`, `uint64` when it does not fit).
+//!   unsuffixed integer is `int`, or `uint` when it does not fit, or beyond that `int64` if
+//!   negative and `uint64` if positive).
 //! - `_FillValue` is an ordinary attribute converted to the variable's type.
 //! - Character data: each string (a run of character constants counts as one string) is
 //!   padded with the fill character to a multiple of the last dimension's length, unless the values run
@@ -1399,15 +1400,23 @@ fn ncgen_int_type(types: &[NcType]) -> NcType {
         .unwrap_or(NcType::Int)
 }
 
-/// The type ncgen gives an unsuffixed integer literal.
+/// The type ncgen gives an unsuffixed integer literal: `int` if it fits, else `uint` if it
+/// fits, else `int64` for a negative value and `uint64` for a positive one (4294967296 is
+/// uint64, as in ncgen).
 fn natural_int_type(v: i128) -> NcType {
-    [NcType::Int, NcType::UInt, NcType::Int64]
-        .into_iter()
-        .find(|t| {
-            let (lo, hi) = int_range(*t);
-            v >= lo && v <= hi
-        })
-        .unwrap_or(NcType::UInt64)
+    let fits = |t: NcType| {
+        let (lo, hi) = int_range(t);
+        (lo..=hi).contains(&v)
+    };
+    if fits(NcType::Int) {
+        NcType::Int
+    } else if fits(NcType::UInt) {
+        NcType::UInt
+    } else if v < 0 {
+        NcType::Int64
+    } else {
+        NcType::UInt64
+    }
 }
 
 /// The narrowest integer type holding values of all the given types (where ncgen's would
@@ -1746,6 +1755,24 @@ mod tests {
         assert_eq!(flag("\"0\"").unwrap(), Some(false));
         assert!(flag("\"abc\"").is_err());
         assert!(flag("1.5").is_err());
+    }
+
+    #[test]
+    fn unsuffixed_integers_take_ncgen_types() {
+        let types: Vec<NcType> = [
+            2147483647,
+            2147483648,
+            4294967295,
+            4294967296,
+            9223372036854775807,
+            -2147483648,
+            -2147483649,
+        ]
+        .into_iter()
+        .map(natural_int_type)
+        .collect();
+        use NcType::*;
+        assert_eq!(types, [Int, UInt, UInt, UInt64, UInt64, Int, Int64]);
     }
 
     #[test]
