@@ -418,3 +418,27 @@ def test_gen_types_unsuffixed_integers_as_ncgen_does(nczarrfs, tmp_path):
     """An unsuffixed integer is int, else uint, else int64 when negative and uint64 when
     positive (4294967296 is uint64), at each boundary, alone and with other constants."""
     _gen_dumps_as_ncgen(nczarrfs, tmp_path, "unsuffixed", UNSUFFIXED_INTEGERS_CDL.encode())
+
+
+@pytest.mark.parametrize("name, body", [
+    ("sibling", "group: a {\n dimensions:\n  e = 3, f = 2 ;\n}\n"
+                "group: b {\n variables:\n  int v(/a/e) ;\n  int w(/a/f) ;\n}\n"),
+    ("deep", "group: a {\n group: b {\n  group: c {\n   dimensions:\n    f = 2 ;\n  }\n }\n}\n"
+             "group: z {\n variables:\n  int q(/a/b/c/f) ;\n}\n"),
+    ("nested", "group: x {\n dimensions:\n  e = 3 ;\n}\n"
+               "group: a {\n dimensions:\n  e = 2 ;\n group: b {\n  variables:\n"
+               "   int q(/x/e, e) ;\n }\n}\n"),
+    ("root_dims", "dimensions:\n r = 1 ;\ngroup: a {\n dimensions:\n  e = 3 ;\n}\n"
+                  "group: z {\n variables:\n  int q(/a/e, r) ;\n}\n"),
+])
+def test_dump_names_dimensions_of_other_groups_as_ncdump_does(nczarrfs, tmp_path, name, body):
+    """A variable may use a dimension of a group that is not its ancestor: ncdump prints the
+    defining group's full name (`/a/e`), or just `/e` when the root group has dimensions.
+    Where the root has none, gen reads the dump back to the same dataset."""
+    _gen_dumps_as_ncgen(nczarrfs, tmp_path, name, f"netcdf {name} {{\n{body}}}\n".encode())
+    if name != "root_dims":
+        printed = tmp_path / f"{name}-dump.cdl"
+        printed.write_bytes(nczarrfs("dump", str(tmp_path / f"{name}.file")).stdout)
+        again = tmp_path / f"{name}-again.file"
+        _gen(nczarrfs, printed, again, "nczarr")
+        assert nczarrfs("dump", "-n", name, str(again)).stdout == printed.read_bytes()
