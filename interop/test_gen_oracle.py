@@ -442,3 +442,43 @@ def test_dump_names_dimensions_of_other_groups_as_ncdump_does(nczarrfs, tmp_path
         again = tmp_path / f"{name}-again.file"
         _gen(nczarrfs, printed, again, "nczarr")
         assert nczarrfs("dump", "-n", name, str(again)).stdout == printed.read_bytes()
+
+
+STORAGE_ORDER_CDL = """netcdf storage_order {
+dimensions:
+	n = 10 ;
+variables:
+	float b(n) ;
+		b:_ChunkSizes = 5 ;
+		b:_Storage = "contiguous" ;
+	float c(n) ;
+		c:_Storage = "contiguous" ;
+		c:_ChunkSizes = 5 ;
+	float d(n) ;
+		d:_ChunkSizes = 5 ;
+		d:_Storage = "chunked" ;
+}
+"""
+
+
+def _storage_lines(cdl: bytes) -> list[bytes]:
+    return [line.strip() for line in cdl.splitlines()
+            if b":_Storage" in line or b":_ChunkSizes" in line]
+
+
+def test_gen_applies_the_last_of_chunk_sizes_and_storage_as_ncgen_does(nczarrfs, tmp_path):
+    """`_ChunkSizes` then `_Storage = "contiguous"` is one chunk of the whole array in NCZarr,
+    as Debian's ncgen writes it; the other order keeps the chunk sizes."""
+    cdl = tmp_path / "storage_order.cdl"
+    cdl.write_text(STORAGE_ORDER_CDL)
+    ref = tmp_path / "ref.file"
+    subprocess.run(["ncgen", "-k", "nc4", "-o", f"file://{ref}#mode=nczarr,file", str(cdl)],
+                   check=True)
+    want = subprocess.run(["ncdump", "-s", f"file://{ref}#mode=nczarr,file"], check=True,
+                          capture_output=True).stdout
+    ours = tmp_path / "ours.file"
+    _gen(nczarrfs, cdl, ours, "nczarr")
+    got = nczarrfs("dump", "-s", str(ours))
+    assert got.returncode == 0, got.stderr.decode()
+    assert _storage_lines(got.stdout) == _storage_lines(want)
+    assert b'b:_ChunkSizes = 10 ;' in _storage_lines(want)

@@ -788,7 +788,12 @@ impl Parser<'_> {
                         Some("compact") => StorageLayout::Compact,
                         _ => return Err(bad("\"contiguous\", \"chunked\" or \"compact\"")),
                     },
-                )
+                );
+                // The last of `_ChunkSizes` and a layout without chunks wins, as in ncgen:
+                // `_ChunkSizes = 5` then `_Storage = "contiguous"` is one whole-array chunk.
+                if sp.storage != Some(StorageLayout::Chunked) {
+                    sp.chunk_sizes = None;
+                }
             }
             "_Filter" => sp.filter = Some(text.ok_or_else(|| bad("a string"))?),
             "_Codecs" => sp.codecs = Some(text.ok_or_else(|| bad("a string"))?),
