@@ -482,3 +482,11 @@ def test_gen_applies_the_last_of_chunk_sizes_and_storage_as_ncgen_does(nczarrfs,
     assert got.returncode == 0, got.stderr.decode()
     assert _storage_lines(got.stdout) == _storage_lines(want)
     assert b'b:_ChunkSizes = 10 ;' in _storage_lines(want)
+
+
+def test_gen_skips_block_comments_as_ncgen_does(nczarrfs, tmp_path):
+    """ncgen.l skips C comments (`/* ... */`, over several lines too) besides `//` ones."""
+    _gen_dumps_as_ncgen(
+        nczarrfs, tmp_path, "ccomment",
+        b"netcdf ccomment {\n/* a C-style\n   block comment */\ndimensions: d = 2 ;\n"
+        b"variables: int v(d) ; /**/ v:a = /* inline */ 1 ;\ndata: v = 1, /* inline */ 2 ;\n}\n")

@@ -1,6 +1,7 @@
 //! Tokens of CDL as ncgen reads them: names with backslash escapes, typed numeric literals
 //! (`1b`, `2us`, `3ll`, `1.5f`, `0x1F`, `NaNf`, `-Infinity`), quoted strings and characters
-//! with C escapes, `_` (the fill marker) and punctuation. `//` comments are skipped.
+//! with C escapes, `_` (the fill marker) and punctuation. `//` and `/* */` comments are
+//! skipped.
 
 use crate::model::NcType;
 use crate::{Error, Result};
@@ -180,7 +181,9 @@ impl Lexer<'_> {
         }
     }
 
-    fn skip_blanks(&mut self) {
+    /// Skips white space, `//` comments to the end of the line and `/* */` comments (ncgen.l
+    /// has both; an unterminated `/*` is an error).
+    fn skip_blanks(&mut self) -> Result<()> {
         while let Some(c) = self.peek(0) {
             if c.is_whitespace() {
                 self.bump();
@@ -191,14 +194,29 @@ impl Lexer<'_> {
                     }
                     self.bump();
                 }
+            } else if c == '/' && self.peek(1) == Some('*') {
+                let start = self.pos();
+                self.bump();
+                self.bump();
+                loop {
+                    match self.bump() {
+                        Some('*') if self.peek(0) == Some('/') => {
+                            self.bump();
+                            break;
+                        }
+                        Some(_) => {}
+                        None => return Err(self.err(start, "unterminated /* */ comment")),
+                    }
+                }
             } else {
                 break;
             }
         }
+        Ok(())
     }
 
     fn next_token(&mut self) -> Result<Token> {
-        self.skip_blanks();
+        self.skip_blanks()?;
         let pos = self.pos();
         let Some(c) = self.peek(0) else {
             return Ok(Token { tok: Tok::Eof, pos });
@@ -632,6 +650,21 @@ mod tests {
                 Tok::Eof
             ]
         );
+    }
+
+    #[test]
+    fn block_comments_are_skipped() {
+        assert_eq!(
+            toks("a /* b\n * c */ d/**/e /* / * */"),
+            vec![
+                Tok::Ident("a".into()),
+                Tok::Ident("d".into()),
+                Tok::Ident("e".into()),
+                Tok::Eof
+            ]
+        );
+        let e = tokenize("x\n /* never closed", "f.cdl").unwrap_err();
+        assert_eq!(e.to_string(), "f.cdl:2:2: unterminated /* */ comment");
     }
 
     #[test]
