@@ -490,3 +490,13 @@ def test_gen_skips_block_comments_as_ncgen_does(nczarrfs, tmp_path):
         nczarrfs, tmp_path, "ccomment",
         b"netcdf ccomment {\n/* a C-style\n   block comment */\ndimensions: d = 2 ;\n"
         b"variables: int v(d) ; /**/ v:a = /* inline */ 1 ;\ndata: v = 1, /* inline */ 2 ;\n}\n")
+
+
+def test_gen_reads_ncgen_spellings_of_infinities_and_doubles(nczarrfs, tmp_path):
+    """ncgen.l's `Inff`, `-Inff`, `FloatInf`, `DoubleInf`, and doubles ending in `L`."""
+    _gen_dumps_as_ncgen(
+        nczarrfs, tmp_path, "spellings",
+        b"netcdf spellings {\ndimensions: d = 4 ;\nvariables:\n float f(d) ;\n"
+        b"  f:a = Inff, -Inff, FloatInf ;\n double x(d) ;\n  x:a = DoubleInf, 1.5L ;\n"
+        b"  x:b = 1.5e3L, 2.5l ;\ndata:\n f = Inff, -Inff, FloatInf, 1.5L ;\n"
+        b" x = DoubleInf, -Inff, 1.5L, 1e3l ;\n}\n")

@@ -433,20 +433,23 @@ impl Lexer<'_> {
     }
 }
 
-/// `NaN`, `nan`, `NaNf`, `nanf`, `Infinity`, `Infinityf`, `-Infinity`, `-Infinityf`.
+/// ncgen.l's keywords for special values: `NaN`, `nan`, `NaNf`, `nanf`, `Infinity`,
+/// `Infinityf`, `Inff` (each infinity also with `-`), and `DoubleInf`, `FloatInf`.
 fn special_number(text: &str) -> Option<Number> {
     let (neg, body) = match text.strip_prefix('-') {
         Some(b) => (true, b),
         None => (false, text.strip_prefix('+').unwrap_or(text)),
     };
-    let (value, single) = match body {
-        "NaN" | "nan" => (f64::NAN, false),
-        "NaNf" | "nanf" => (f32::NAN as f64, true),
-        "Infinity" => (f64::INFINITY, false),
-        "Infinityf" => (f64::INFINITY, true),
+    let (value, single, signed) = match body {
+        "NaN" | "nan" => (f64::NAN, false, false),
+        "NaNf" | "nanf" => (f32::NAN as f64, true, false),
+        "Infinity" => (f64::INFINITY, false, true),
+        "Infinityf" | "Inff" => (f64::INFINITY, true, true),
+        "DoubleInf" => (f64::INFINITY, false, false),
+        "FloatInf" => (f64::INFINITY, true, false),
         _ => return None,
     };
-    if neg && value.is_nan() {
+    if neg && !signed {
         return None;
     }
     let value = if neg { -value } else { value };
@@ -463,9 +466,16 @@ fn parse_number(text: &str) -> Option<Number> {
     let is_hex = lower.starts_with("0x");
     let looks_float = !is_hex && (lower.contains('.') || lower.contains('e'));
     if looks_float || (!is_hex && lower.ends_with('f') && lower.len() > 1) {
+        // ncgen.l's double literals may end in `d` or `l` (`1.5L` is a double).
         let (digits, single) = match lower.strip_suffix('f') {
             Some(d) => (d, true),
-            None => (lower.strip_suffix('d').unwrap_or(&lower), false),
+            None => (
+                lower
+                    .strip_suffix('d')
+                    .or_else(|| lower.strip_suffix('l'))
+                    .unwrap_or(&lower),
+                false,
+            ),
         };
         // A literal beyond the range of its type is an infinity, as strtod (and so ncgen) has
         // it. An `f` literal is a float constant (ncgen reads it with `%e` into a float): its
@@ -584,6 +594,18 @@ mod tests {
                 fl(3.5, false),
                 fl(0.5, false),
                 fl(f64::from(0.01f32), true),
+                Tok::Eof
+            ]
+        );
+        assert_eq!(
+            toks("Inff -Inff FloatInf DoubleInf 1.5L 1.5e3l"),
+            vec![
+                fl(f64::INFINITY, true),
+                fl(f64::NEG_INFINITY, true),
+                fl(f64::INFINITY, true),
+                fl(f64::INFINITY, false),
+                fl(1.5, false),
+                fl(1500.0, false),
                 Tok::Eof
             ]
         );
