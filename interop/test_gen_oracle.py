@@ -500,3 +500,13 @@ def test_gen_reads_ncgen_spellings_of_infinities_and_doubles(nczarrfs, tmp_path)
         b"  f:a = Inff, -Inff, FloatInf ;\n double x(d) ;\n  x:a = DoubleInf, 1.5L ;\n"
         b"  x:b = 1.5e3L, 2.5l ;\ndata:\n f = Inff, -Inff, FloatInf, 1.5L ;\n"
         b" x = DoubleInf, -Inff, 1.5L, 1e3l ;\n}\n")
+
+
+def test_gen_keeps_the_last_of_repeated_attributes_and_data_as_ncgen_does(nczarrfs, tmp_path):
+    """An attribute given twice keeps its first place and takes the last value (and type);
+    data given twice for a variable is the last data, whole."""
+    _gen_dumps_as_ncgen(
+        nczarrfs, tmp_path, "repeated",
+        b'netcdf repeated {\ndimensions: d = 2 ;\nvariables:\n int v(d) ;\n'
+        b'  v:units = "m" ; v:b = 1 ; v:units = 2.5 ;\n :g = 1 ; :h = 2 ; :g = "x" ;\n'
+        b'data:\n v = 1, 2 ;\n v = 3 ;\n}\n')

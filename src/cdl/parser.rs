@@ -653,10 +653,12 @@ impl Parser<'_> {
             Some(v) => &mut self.ds.vars[v.0].attrs,
             None => &mut self.ds.groups[g.0].attrs,
         };
-        if attrs.iter().any(|a| a.name == name) {
-            return Err(self.err(npos, format!("attribute {name:?} is defined twice")));
+        // An attribute given again takes the new value in its first place, as ncgen (writing
+        // each in turn) leaves it.
+        match attrs.iter_mut().find(|a| a.name == name) {
+            Some(earlier) => earlier.value = value,
+            None => attrs.push(Attribute { name, value }),
         }
-        attrs.push(Attribute { name, value });
         Ok(())
     }
 
@@ -964,12 +966,8 @@ impl Parser<'_> {
         let var = var.map_err(|n| self.err(pos, format!("data for undefined variable {n:?}")))?;
         self.expect(&Tok::Eq)?;
         let items = self.data_list(true)?;
-        if self.data.iter().any(|(v, _, _)| *v == var) {
-            return Err(self.err(
-                pos,
-                format!("data for variable {:?} given twice", self.ds.var(var).name),
-            ));
-        }
+        // Data given again replaces the earlier values whole, as in ncgen.
+        self.data.retain(|(v, _, _)| *v != var);
         self.data.push((var, items, pos));
         Ok(())
     }
