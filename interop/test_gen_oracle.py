@@ -365,3 +365,148 @@ def test_gen_maps_netcdf_c_blosc_filter_parameters(nczarrfs, tmp_path):
         == ("blosc", "zstd", 7, 2)
     with netCDF4.Dataset(f"file://{target}#mode=nczarr,file") as nc:
         assert np.array_equal(nc["v"][:], values)
+
+
+FLOAT_SUFFIX_CDL = """netcdf fsuffix {
+dimensions:
+	d = 2 ;
+variables:
+	double x(d) ;
+		double x:b = 0.1f ;
+		x:c = 0.1f, 1.5 ;
+		x:_FillValue = 0.3f ;
+	int i(d) ;
+		i:a = 16777217.f ;
+	float f(d) ;
+data:
+ x = 0.1f, _ ;
+ i = 16777217.f, 3.f ;
+ f = 0.1f, 1.1f ;
+}
+"""
+
+
+def test_gen_rounds_float_constants_to_float_as_ncgen_does(nczarrfs, tmp_path):
+    """A literal with an `f` suffix is a float constant: a double or int given one holds the
+    float's value (0.1f is 0.100000001490116, 16777217.f is 16777216), in data, typed and
+    untyped attributes and `_FillValue`."""
+    _gen_dumps_as_ncgen(nczarrfs, tmp_path, "fsuffix", FLOAT_SUFFIX_CDL.encode())
+
+
+UNSUFFIXED_INTEGERS_CDL = """netcdf unsuffixed {
+variables:
+	int v ;
+		v:int_max = 2147483647 ;
+		v:int_max_1 = 2147483648 ;
+		v:uint_max = 4294967295 ;
+		v:uint_max_1 = 4294967296 ;
+		v:int64_max = 9223372036854775807 ;
+		v:int_min = -2147483648 ;
+		v:int_min_1 = -2147483649 ;
+		v:int64_min = -9223372036854775808 ;
+		v:big_first = 5000000000, 1 ;
+		v:big_last = 1, 4294967296 ;
+		v:ll_big = 1LL, 4294967296 ;
+		v:big_ll = 4294967296, 1LL ;
+		v:big_u = 4294967296, 1U ;
+		v:neg_big = -2147483649, 1 ;
+}
+"""
+
+
+def test_gen_types_unsuffixed_integers_as_ncgen_does(nczarrfs, tmp_path):
+    """An unsuffixed integer is int, else uint, else int64 when negative and uint64 when
+    positive (4294967296 is uint64), at each boundary, alone and with other constants."""
+    _gen_dumps_as_ncgen(nczarrfs, tmp_path, "unsuffixed", UNSUFFIXED_INTEGERS_CDL.encode())
+
+
+@pytest.mark.parametrize("name, body", [
+    ("sibling", "group: a {\n dimensions:\n  e = 3, f = 2 ;\n}\n"
+                "group: b {\n variables:\n  int v(/a/e) ;\n  int w(/a/f) ;\n}\n"),
+    ("deep", "group: a {\n group: b {\n  group: c {\n   dimensions:\n    f = 2 ;\n  }\n }\n}\n"
+             "group: z {\n variables:\n  int q(/a/b/c/f) ;\n}\n"),
+    ("nested", "group: x {\n dimensions:\n  e = 3 ;\n}\n"
+               "group: a {\n dimensions:\n  e = 2 ;\n group: b {\n  variables:\n"
+               "   int q(/x/e, e) ;\n }\n}\n"),
+    ("root_dims", "dimensions:\n r = 1 ;\ngroup: a {\n dimensions:\n  e = 3 ;\n}\n"
+                  "group: z {\n variables:\n  int q(/a/e, r) ;\n}\n"),
+])
+def test_dump_names_dimensions_of_other_groups_as_ncdump_does(nczarrfs, tmp_path, name, body):
+    """A variable may use a dimension of a group that is not its ancestor: ncdump prints the
+    defining group's full name (`/a/e`), or just `/e` when the root group has dimensions.
+    Where the root has none, gen reads the dump back to the same dataset."""
+    _gen_dumps_as_ncgen(nczarrfs, tmp_path, name, f"netcdf {name} {{\n{body}}}\n".encode())
+    if name != "root_dims":
+        printed = tmp_path / f"{name}-dump.cdl"
+        printed.write_bytes(nczarrfs("dump", str(tmp_path / f"{name}.file")).stdout)
+        again = tmp_path / f"{name}-again.file"
+        _gen(nczarrfs, printed, again, "nczarr")
+        assert nczarrfs("dump", "-n", name, str(again)).stdout == printed.read_bytes()
+
+
+STORAGE_ORDER_CDL = """netcdf storage_order {
+dimensions:
+	n = 10 ;
+variables:
+	float b(n) ;
+		b:_ChunkSizes = 5 ;
+		b:_Storage = "contiguous" ;
+	float c(n) ;
+		c:_Storage = "contiguous" ;
+		c:_ChunkSizes = 5 ;
+	float d(n) ;
+		d:_ChunkSizes = 5 ;
+		d:_Storage = "chunked" ;
+}
+"""
+
+
+def _storage_lines(cdl: bytes) -> list[bytes]:
+    return [line.strip() for line in cdl.splitlines()
+            if b":_Storage" in line or b":_ChunkSizes" in line]
+
+
+def test_gen_applies_the_last_of_chunk_sizes_and_storage_as_ncgen_does(nczarrfs, tmp_path):
+    """`_ChunkSizes` then `_Storage = "contiguous"` is one chunk of the whole array in NCZarr,
+    as Debian's ncgen writes it; the other order keeps the chunk sizes."""
+    cdl = tmp_path / "storage_order.cdl"
+    cdl.write_text(STORAGE_ORDER_CDL)
+    ref = tmp_path / "ref.file"
+    subprocess.run(["ncgen", "-k", "nc4", "-o", f"file://{ref}#mode=nczarr,file", str(cdl)],
+                   check=True)
+    want = subprocess.run(["ncdump", "-s", f"file://{ref}#mode=nczarr,file"], check=True,
+                          capture_output=True).stdout
+    ours = tmp_path / "ours.file"
+    _gen(nczarrfs, cdl, ours, "nczarr")
+    got = nczarrfs("dump", "-s", str(ours))
+    assert got.returncode == 0, got.stderr.decode()
+    assert _storage_lines(got.stdout) == _storage_lines(want)
+    assert b'b:_ChunkSizes = 10 ;' in _storage_lines(want)
+
+
+def test_gen_skips_block_comments_as_ncgen_does(nczarrfs, tmp_path):
+    """ncgen.l skips C comments (`/* ... */`, over several lines too) besides `//` ones."""
+    _gen_dumps_as_ncgen(
+        nczarrfs, tmp_path, "ccomment",
+        b"netcdf ccomment {\n/* a C-style\n   block comment */\ndimensions: d = 2 ;\n"
+        b"variables: int v(d) ; /**/ v:a = /* inline */ 1 ;\ndata: v = 1, /* inline */ 2 ;\n}\n")
+
+
+def test_gen_reads_ncgen_spellings_of_infinities_and_doubles(nczarrfs, tmp_path):
+    """ncgen.l's `Inff`, `-Inff`, `FloatInf`, `DoubleInf`, and doubles ending in `L`."""
+    _gen_dumps_as_ncgen(
+        nczarrfs, tmp_path, "spellings",
+        b"netcdf spellings {\ndimensions: d = 4 ;\nvariables:\n float f(d) ;\n"
+        b"  f:a = Inff, -Inff, FloatInf ;\n double x(d) ;\n  x:a = DoubleInf, 1.5L ;\n"
+        b"  x:b = 1.5e3L, 2.5l ;\ndata:\n f = Inff, -Inff, FloatInf, 1.5L ;\n"
+        b" x = DoubleInf, -Inff, 1.5L, 1e3l ;\n}\n")
+
+
+def test_gen_keeps_the_last_of_repeated_attributes_and_data_as_ncgen_does(nczarrfs, tmp_path):
+    """An attribute given twice keeps its first place and takes the last value (and type);
+    data given twice for a variable is the last data, whole."""
+    _gen_dumps_as_ncgen(
+        nczarrfs, tmp_path, "repeated",
+        b'netcdf repeated {\ndimensions: d = 2 ;\nvariables:\n int v(d) ;\n'
+        b'  v:units = "m" ; v:b = 1 ; v:units = 2.5 ;\n :g = 1 ; :h = 2 ; :g = "x" ;\n'
+        b'data:\n v = 1, 2 ;\n v = 3 ;\n}\n')

@@ -196,10 +196,6 @@ fn err(text: &str) -> String {
 #[test]
 fn errors_name_line_and_column() {
     assert_eq!(
-        err("netcdf x {\nvariables:\n  int v ;\n    v:a = 1 ;\n    v:a = 2 ;\n}"),
-        "x.cdl:5:7: attribute \"a\" is defined twice"
-    );
-    assert_eq!(
         err("netcdf x {\ndimensions:\n d = 2 ;\n d = 3 ;\n}"),
         "x.cdl:4:2: dimension \"d\" is defined twice"
     );

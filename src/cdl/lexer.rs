@@ -1,6 +1,7 @@
 //! Tokens of CDL as ncgen reads them: names with backslash escapes, typed numeric literals
 //! (`1b`, `2us`, `3ll`, `1.5f`, `0x1F`, `NaNf`, `-Infinity`), quoted strings and characters
-//! with C escapes, `_` (the fill marker) and punctuation. `//` comments are skipped.
+//! with C escapes, `_` (the fill marker) and punctuation. `//` and `/* */` comments are
+//! skipped.
 
 use crate::model::NcType;
 use crate::{Error, Result};
@@ -28,7 +29,7 @@ pub enum Number {
     },
     /// A floating-point literal; `single` for an `f` suffix (and `NaNf`, `Infinityf`).
     Float {
-        /// The value.
+        /// The value; for a `single` literal, a value of `f32` (the literal rounded to float).
         value: f64,
         /// Whether the literal is a `float` rather than a `double`.
         single: bool,
@@ -180,7 +181,9 @@ impl Lexer<'_> {
         }
     }
 
-    fn skip_blanks(&mut self) {
+    /// Skips white space, `//` comments to the end of the line and `/* */` comments (ncgen.l
+    /// has both; an unterminated `/*` is an error).
+    fn skip_blanks(&mut self) -> Result<()> {
         while let Some(c) = self.peek(0) {
             if c.is_whitespace() {
                 self.bump();
@@ -191,14 +194,29 @@ impl Lexer<'_> {
                     }
                     self.bump();
                 }
+            } else if c == '/' && self.peek(1) == Some('*') {
+                let start = self.pos();
+                self.bump();
+                self.bump();
+                loop {
+                    match self.bump() {
+                        Some('*') if self.peek(0) == Some('/') => {
+                            self.bump();
+                            break;
+                        }
+                        Some(_) => {}
+                        None => return Err(self.err(start, "unterminated /* */ comment")),
+                    }
+                }
             } else {
                 break;
             }
         }
+        Ok(())
     }
 
     fn next_token(&mut self) -> Result<Token> {
-        self.skip_blanks();
+        self.skip_blanks()?;
         let pos = self.pos();
         let Some(c) = self.peek(0) else {
             return Ok(Token { tok: Tok::Eof, pos });
@@ -415,20 +433,23 @@ impl Lexer<'_> {
     }
 }
 
-/// `NaN`, `nan`, `NaNf`, `nanf`, `Infinity`, `Infinityf`, `-Infinity`, `-Infinityf`.
+/// ncgen.l's keywords for special values: `NaN`, `nan`, `NaNf`, `nanf`, `Infinity`,
+/// `Infinityf`, `Inff` (each infinity also with `-`), and `DoubleInf`, `FloatInf`.
 fn special_number(text: &str) -> Option<Number> {
     let (neg, body) = match text.strip_prefix('-') {
         Some(b) => (true, b),
         None => (false, text.strip_prefix('+').unwrap_or(text)),
     };
-    let (value, single) = match body {
-        "NaN" | "nan" => (f64::NAN, false),
-        "NaNf" | "nanf" => (f32::NAN as f64, true),
-        "Infinity" => (f64::INFINITY, false),
-        "Infinityf" => (f64::INFINITY, true),
+    let (value, single, signed) = match body {
+        "NaN" | "nan" => (f64::NAN, false, false),
+        "NaNf" | "nanf" => (f32::NAN as f64, true, false),
+        "Infinity" => (f64::INFINITY, false, true),
+        "Infinityf" | "Inff" => (f64::INFINITY, true, true),
+        "DoubleInf" => (f64::INFINITY, false, false),
+        "FloatInf" => (f64::INFINITY, true, false),
         _ => return None,
     };
-    if neg && value.is_nan() {
+    if neg && !signed {
         return None;
     }
     let value = if neg { -value } else { value };
@@ -445,12 +466,25 @@ fn parse_number(text: &str) -> Option<Number> {
     let is_hex = lower.starts_with("0x");
     let looks_float = !is_hex && (lower.contains('.') || lower.contains('e'));
     if looks_float || (!is_hex && lower.ends_with('f') && lower.len() > 1) {
+        // ncgen.l's double literals may end in `d` or `l` (`1.5L` is a double).
         let (digits, single) = match lower.strip_suffix('f') {
             Some(d) => (d, true),
-            None => (lower.strip_suffix('d').unwrap_or(&lower), false),
+            None => (
+                lower
+                    .strip_suffix('d')
+                    .or_else(|| lower.strip_suffix('l'))
+                    .unwrap_or(&lower),
+                false,
+            ),
         };
-        // A literal beyond the double range is an infinity, as strtod (and so ncgen) has it.
-        let mut v: f64 = digits.parse().ok()?;
+        // A literal beyond the range of its type is an infinity, as strtod (and so ncgen) has
+        // it. An `f` literal is a float constant (ncgen reads it with `%e` into a float): its
+        // value is the nearest float, whatever type it is then converted to.
+        let mut v: f64 = if single {
+            f64::from(digits.parse::<f32>().ok()?)
+        } else {
+            digits.parse().ok()?
+        };
         if neg {
             v = -v;
         }
@@ -559,7 +593,19 @@ mod tests {
                 fl(-1000.0, false),
                 fl(3.5, false),
                 fl(0.5, false),
-                fl(0.01, true),
+                fl(f64::from(0.01f32), true),
+                Tok::Eof
+            ]
+        );
+        assert_eq!(
+            toks("Inff -Inff FloatInf DoubleInf 1.5L 1.5e3l"),
+            vec![
+                fl(f64::INFINITY, true),
+                fl(f64::NEG_INFINITY, true),
+                fl(f64::INFINITY, true),
+                fl(f64::INFINITY, false),
+                fl(1.5, false),
+                fl(1500.0, false),
                 Tok::Eof
             ]
         );
@@ -580,6 +626,27 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn float_literals_are_rounded_to_float() {
+        // 0.1f is the float nearest 0.1, and 16777217.f the float 2^24 (2^24 + 1 is not a
+        // float), whatever type they are then converted to.
+        let fl = |value| {
+            Tok::Num(Number::Float {
+                value,
+                single: true,
+            })
+        };
+        assert_eq!(
+            toks("0.1f 16777217.f -1.1e0F"),
+            vec![
+                fl(f64::from(0.1f32)),
+                fl(16777216.0),
+                fl(f64::from(-1.1f32)),
+                Tok::Eof
+            ]
+        );
     }
 
     #[test]
@@ -605,6 +672,21 @@ mod tests {
                 Tok::Eof
             ]
         );
+    }
+
+    #[test]
+    fn block_comments_are_skipped() {
+        assert_eq!(
+            toks("a /* b\n * c */ d/**/e /* / * */"),
+            vec![
+                Tok::Ident("a".into()),
+                Tok::Ident("d".into()),
+                Tok::Ident("e".into()),
+                Tok::Eof
+            ]
+        );
+        let e = tokenize("x\n /* never closed", "f.cdl").unwrap_err();
+        assert_eq!(e.to_string(), "f.cdl:2:2: unterminated /* */ comment");
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //!   character constants) make one `char` attribute, concatenated; character constants alone
 //!   make `byte` values; numbers unify to `double` if any is a double, else `float` if any is a
 //!   float, else the narrowest integer type holding every constant's suffix type (an
-//!   unsuffixed integer is `int`, or `uint`, `int64`, `uint64` when it does not fit).
+//!   unsuffixed integer is `int`, or `uint` when it does not fit, or beyond that `int64` if
+//!   negative and `uint64` if positive).
 //! - `_FillValue` is an ordinary attribute converted to the variable's type.
 //! - Character data: each string (a run of character constants counts as one string) is
 //!   padded with the fill character to a multiple of the last dimension's length, unless the values run
@@ -652,10 +653,12 @@ impl Parser<'_> {
             Some(v) => &mut self.ds.vars[v.0].attrs,
             None => &mut self.ds.groups[g.0].attrs,
         };
-        if attrs.iter().any(|a| a.name == name) {
-            return Err(self.err(npos, format!("attribute {name:?} is defined twice")));
+        // An attribute given again takes the new value in its first place, as ncgen (writing
+        // each in turn) leaves it.
+        match attrs.iter_mut().find(|a| a.name == name) {
+            Some(earlier) => earlier.value = value,
+            None => attrs.push(Attribute { name, value }),
         }
-        attrs.push(Attribute { name, value });
         Ok(())
     }
 
@@ -787,7 +790,12 @@ impl Parser<'_> {
                         Some("compact") => StorageLayout::Compact,
                         _ => return Err(bad("\"contiguous\", \"chunked\" or \"compact\"")),
                     },
-                )
+                );
+                // The last of `_ChunkSizes` and a layout without chunks wins, as in ncgen:
+                // `_ChunkSizes = 5` then `_Storage = "contiguous"` is one whole-array chunk.
+                if sp.storage != Some(StorageLayout::Chunked) {
+                    sp.chunk_sizes = None;
+                }
             }
             "_Filter" => sp.filter = Some(text.ok_or_else(|| bad("a string"))?),
             "_Codecs" => sp.codecs = Some(text.ok_or_else(|| bad("a string"))?),
@@ -958,12 +966,8 @@ impl Parser<'_> {
         let var = var.map_err(|n| self.err(pos, format!("data for undefined variable {n:?}")))?;
         self.expect(&Tok::Eq)?;
         let items = self.data_list(true)?;
-        if self.data.iter().any(|(v, _, _)| *v == var) {
-            return Err(self.err(
-                pos,
-                format!("data for variable {:?} given twice", self.ds.var(var).name),
-            ));
-        }
+        // Data given again replaces the earlier values whole, as in ncgen.
+        self.data.retain(|(v, _, _)| *v != var);
         self.data.push((var, items, pos));
         Ok(())
     }
@@ -1399,15 +1403,23 @@ fn ncgen_int_type(types: &[NcType]) -> NcType {
         .unwrap_or(NcType::Int)
 }
 
-/// The type ncgen gives an unsuffixed integer literal.
+/// The type ncgen gives an unsuffixed integer literal: `int` if it fits, else `uint` if it
+/// fits, else `int64` for a negative value and `uint64` for a positive one (4294967296 is
+/// uint64, as in ncgen).
 fn natural_int_type(v: i128) -> NcType {
-    [NcType::Int, NcType::UInt, NcType::Int64]
-        .into_iter()
-        .find(|t| {
-            let (lo, hi) = int_range(*t);
-            v >= lo && v <= hi
-        })
-        .unwrap_or(NcType::UInt64)
+    let fits = |t: NcType| {
+        let (lo, hi) = int_range(t);
+        (lo..=hi).contains(&v)
+    };
+    if fits(NcType::Int) {
+        NcType::Int
+    } else if fits(NcType::UInt) {
+        NcType::UInt
+    } else if v < 0 {
+        NcType::Int64
+    } else {
+        NcType::UInt64
+    }
 }
 
 /// The narrowest integer type holding values of all the given types (where ncgen's would
@@ -1746,6 +1758,24 @@ mod tests {
         assert_eq!(flag("\"0\"").unwrap(), Some(false));
         assert!(flag("\"abc\"").is_err());
         assert!(flag("1.5").is_err());
+    }
+
+    #[test]
+    fn unsuffixed_integers_take_ncgen_types() {
+        let types: Vec<NcType> = [
+            2147483647,
+            2147483648,
+            4294967295,
+            4294967296,
+            9223372036854775807,
+            -2147483648,
+            -2147483649,
+        ]
+        .into_iter()
+        .map(natural_int_type)
+        .collect();
+        use NcType::*;
+        assert_eq!(types, [Int, UInt, UInt, UInt64, UInt64, Int, Int64]);
     }
 
     #[test]

@@ -1051,23 +1051,28 @@ fn is_coord_var(ds: &Dataset, v: VarId) -> bool {
 /// How a variable's dimension is named in its declaration: the plain name when the name
 /// resolves to that dimension from the variable's group, else prefixed with the full name of
 /// the nearest ancestor group from which it does (ncdump's rule).
+///
+/// A dimension of a group that is no ancestor of the variable's (`/a/e` for a variable of
+/// `/b`) resolves from none of them. ncdump 4.9.0's walk up the groups then ends at the root
+/// group when that has dimensions of its own, and prints `/e`; otherwise it prints the
+/// defining group's full name in the plain cases, which is what is printed then (valid CDL).
 fn dim_ref(ds: &Dataset, group: GroupId, d: crate::model::DimId) -> String {
-    let name = &ds.dim(d).name;
-    let mut loc = group;
-    loop {
-        if ds.find_dim_visible(loc, name) == Some(d) {
+    let dim = ds.dim(d);
+    let name = &dim.name;
+    let mut resolving = Some(group);
+    while let Some(g) = resolving {
+        if ds.find_dim_visible(g, name) == Some(d) {
             break;
         }
-        match ds.group(loc).parent {
-            Some(p) => loc = p,
-            None => break,
-        }
+        resolving = ds.group(g).parent;
     }
-    if loc == group {
-        escape_name(name)
-    } else {
-        let fqn = ds.group_fqn(loc);
-        let sep = if fqn == "/" { "" } else { "/" };
-        format!("{}{sep}{}", escape_name(&fqn), escape_name(name))
-    }
+    let prefix_group = match resolving {
+        Some(g) if g == group => return escape_name(name),
+        Some(g) => g,
+        None if ds.dims.iter().any(|x| x.group == Dataset::ROOT) => Dataset::ROOT,
+        None => dim.group,
+    };
+    let fqn = ds.group_fqn(prefix_group);
+    let sep = if fqn == "/" { "" } else { "/" };
+    format!("{}{sep}{}", escape_name(&fqn), escape_name(name))
 }
