@@ -1196,8 +1196,16 @@ impl DatasetWriter {
         Ok(())
     }
 
+    /// Refuses `data`, values for `slab` of `var`, when the variable's stored type cannot
+    /// hold one of them ([`Error::Unrepresentable`]), so that a caller writing several slabs
+    /// can check them all before writing any.
+    pub fn check_storable(&self, var: VarId, slab: &Hyperslab, data: &[u8]) -> Result<()> {
+        self.engine.check_storable(&self.model, var, slab, data)
+    }
+
     /// Writes `data` (native representation, C order) into `slab` of `var`, growing
-    /// unlimited dimensions as needed; writing past a fixed dimension is an error.
+    /// unlimited dimensions as needed; writing past a fixed dimension is an error, and so is
+    /// a value the stored type cannot hold (nothing is written then, and no dimension grows).
     pub fn write(&mut self, var: VarId, slab: &Hyperslab, data: &[u8]) -> Result<()> {
         let v = self
             .model
@@ -1215,6 +1223,7 @@ impl DatasetWriter {
                 self.model.var_fqn(var)
             )));
         }
+        let mut grows = Vec::new();
         for (i, d) in dims.iter().enumerate() {
             if slab.count[i] == 0 {
                 continue;
@@ -1234,8 +1243,12 @@ impl DatasetWriter {
                         self.model.dim(*d).len
                     )));
                 }
-                self.grow_dim(*d, end)?;
+                grows.push((*d, end));
             }
+        }
+        self.check_storable(var, slab, data)?;
+        for (d, end) in grows {
+            self.grow_dim(d, end)?;
         }
         self.engine.write(&self.model, var, slab, data)?;
         self.has_data.insert(var);

@@ -250,6 +250,15 @@ impl V3Chain {
         self.grid.clone()
     }
 
+    /// The conversion of fixed-size elements to their stored form (`Identity` for
+    /// variable-length strings, which are stored as they are).
+    pub(crate) fn element_conversion(&self) -> Conversion {
+        match self.chunk.elements {
+            Elements::Fixed(conv) => conv,
+            Elements::Vlen { .. } => Conversion::Identity,
+        }
+    }
+
     /// Whether the array is sharded.
     pub(crate) fn is_sharded(&self) -> bool {
         self.shard.is_some()

@@ -610,8 +610,8 @@ fn writes_flush_and_read_back() {
     }
 }
 
-/// A value the stored type cannot hold reads back, from the cache as from storage, as what
-/// is stored: float16 out of range, a bool byte other than 0 or 1, `<U2` text too long.
+/// A value the stored type cannot hold exactly reads back, from the cache as from storage, as
+/// what is stored: float16 out of range, a bool byte other than 0 or 1.
 #[test]
 fn lossy_writes_read_back_as_stored() {
     let cases: [(&str, NcType, Vec<u8>, Vec<u8>); 3] = [
@@ -650,24 +650,40 @@ fn lossy_writes_read_back_as_stored() {
         engine(&map, 0).read(&ds, v, &all, &mut stored).unwrap();
         assert_eq!((&cached, &stored), (&want, &want), "{dtype}");
     }
-    // Text wider than a `<U2` slot of a string variable 8 bytes wide.
+}
+
+/// Text wider than its fixed-width stored slot is refused, naming the variable and the value's
+/// index, and nothing of the write is stored or cached.
+#[test]
+fn text_too_wide_for_its_stored_slot_is_refused() {
     let map = Arc::new(TestMap::default());
     let mut ds = Dataset::new();
+    // A `<U2` string variable 8 bytes wide: its slots hold 2 characters of UTF-8.
     let v = add_var(
         &mut ds,
         "s",
         NcType::String,
-        &[("y", 1)],
-        storage("s", "<U2", &[1], &[1]),
+        &[("y", 3)],
+        storage("s", "<U2", &[3], &[3]),
     );
     ds.vars[v.0].string_width = 8;
     let e = engine(&map, 1 << 20);
-    e.write(&ds, v, &Hyperslab::whole(&[1]), b"abcdefgh")
+    let written = b"ab\0\0\0\0\0\0abc\0\0\0\0\0".to_vec();
+    let err = e
+        .write(&ds, v, &slab(&[0], &[2], &[2]), &written)
+        .unwrap_err();
+    assert!(matches!(err, Error::Unrepresentable(_)), "{err}");
+    let message = err.to_string();
+    assert!(
+        message.contains("/s[2]") && message.contains("3 characters"),
+        "{message}"
+    );
+    let mut cached = vec![1u8; 24];
+    e.read(&ds, v, &Hyperslab::whole(&[3]), &mut cached)
         .unwrap();
-    let mut cached = vec![0u8; 8];
-    e.read(&ds, v, &Hyperslab::whole(&[1]), &mut cached)
-        .unwrap();
-    assert_eq!(&cached, b"ab\0\0\0\0\0\0");
+    assert_eq!(cached, vec![0u8; 24]);
+    e.flush().unwrap();
+    assert!(map.object("s/0").is_none());
 }
 
 #[test]
