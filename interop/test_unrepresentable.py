@@ -2,10 +2,13 @@
 zarr-python 3.
 
 zarr-python makes v2 and v3 arrays whose stored type is narrower than what their `data` slots
-(and `get`/`put`) carry: `<U5` text, held as 20 bytes of UTF-8. A value that does not fit
-must fail `put` with a message naming the variable, the value's index and the width, and a
-write through a `rw` mount with `ERANGE` (netCDF's `NC_ERANGE`) and a log line; zarr-python
-must then read exactly the values it wrote, and the mount must not show the refused value.
+(and `get`/`put`) carry: `<U5` text, held as 20 bytes of UTF-8; `float16`, held as `float`;
+`bool`, held as `ubyte`. A value that does not fit (six characters; a finite float that
+float16 would store as infinity; a byte other than 0 or 1) must fail `put` with a message
+naming the variable, the value's index and the width, and a write through a `rw` mount with
+`ERANGE` (netCDF's `NC_ERANGE`) and a log line; zarr-python must then read exactly the values
+it wrote, and the mount must not show the refused value. Values float16 holds only
+approximately are rounded as numpy rounds them.
 """
 
 from __future__ import annotations
@@ -119,3 +122,55 @@ def test_rw_mount_refuses_text_longer_than_a_fixed_width(nczarrfs, tmp_path, zar
     assert _stored(store) == values
     text = log.read_text()
     assert "/v[1]" in text and "10 characters" in text, text
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_float16_and_bool_refuse_what_they_cannot_hold(nczarrfs, tmp_path, zarr_format):
+    halves = np.array([0.5, -2.0, 1.0, 3.0], dtype="<f2")
+    bools = np.array([True, False, True, False])
+    store = tmp_path / f"s{zarr_format}.zarr"
+    group = zarr.open_group(str(store), mode="w", zarr_format=zarr_format)
+    group.create_array("h", shape=(4,), chunks=(2,), dtype="<f2")[...] = halves
+    group.create_array("b", shape=(4,), chunks=(2,), dtype="bool")[...] = bools
+
+    def stored(name):
+        return zarr.open_array(str(store), path=name, mode="r")[...]
+
+    npy = tmp_path / "in.npy"
+    for bad, index in [([0.1, 1e10], "/h[2]"), ([65520.0, 1.0], "/h[1]")]:
+        np.save(npy, np.array(bad, dtype="<f4"))
+        res = nczarrfs("put", str(store), "h", "--npy", "--start", "1", "-i", str(npy))
+        assert res.returncode != 0, bad
+        message = res.stderr.decode()
+        assert index in message and "float16" in message, message
+        np.testing.assert_array_equal(stored("h"), halves)
+    # Infinities and NaN are float16 values.
+    special = np.array([-np.inf, np.nan], dtype="<f4")
+    np.save(npy, special)
+    _ok(nczarrfs("put", str(store), "h", "--npy", "--start", "1", "-i", str(npy)), "put")
+    halves[1:3] = special.astype("<f2")
+    np.testing.assert_array_equal(stored("h"), halves)
+    # In range: rounded to the nearest float16, as numpy rounds.
+    rounded = np.array([0.1, 65519.0, np.nan, 1e-8], dtype="<f4")
+    np.save(npy, rounded)
+    _ok(nczarrfs("put", str(store), "h", "--npy", "-i", str(npy)), "put")
+    halves[:] = rounded.astype("<f2")
+    np.testing.assert_array_equal(stored("h"), halves)
+
+    np.save(npy, np.array([1, 2], dtype="u1"))
+    res = nczarrfs("put", str(store), "b", "--npy", "--start", "2", "-i", str(npy))
+    assert res.returncode != 0 and "/b[3]" in res.stderr.decode(), res.stderr.decode()
+    np.testing.assert_array_equal(stored("b"), bools)
+
+    log = tmp_path / "mount.log"
+    with Mounted(nczarrfs, store, tmp_path / "mnt", log) as mnt:
+        h, b = mnt / "h" / "data", mnt / "b" / "data"
+        assert _pwrite_errno(h, 4, np.array([1e6], "<f4").tobytes()) == errno.ERANGE
+        assert _pwrite_errno(b, 0, bytes([1, 255])) == errno.ERANGE
+        np.testing.assert_array_equal(np.frombuffer(h.read_bytes(), "<f4"),
+                                      halves.astype("<f4"))
+        assert np.frombuffer(b.read_bytes(), "u1").tolist() == bools.astype("u1").tolist()
+    np.testing.assert_array_equal(stored("h"), halves)
+    np.testing.assert_array_equal(stored("b"), bools)
+    text = log.read_text()
+    assert "/h[1]" in text and "/b[1]" in text, text

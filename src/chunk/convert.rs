@@ -93,17 +93,19 @@ impl Conversion {
         }
     }
 
-    /// Whether storing changes some values: a float between two float16 values is rounded
-    /// to the nearer one, and one beyond its range becomes infinity; a bool other than 0 or
-    /// 1 becomes 1.
-    pub(crate) fn changes_values(&self) -> bool {
-        matches!(self, Conversion::Half { .. } | Conversion::Bool)
+    /// Whether storing changes values the stored type can hold: a float between two float16
+    /// values is rounded to the nearer one. (Values it cannot hold at all are refused first,
+    /// see [`Conversion::first_unstorable`].)
+    pub(crate) fn rounds(&self) -> bool {
+        matches!(self, Conversion::Half { .. })
     }
 
     /// The first of the native elements (`native` bytes each) in `data` that the stored type
     /// cannot hold, with the reason: text longer than a fixed-width slot, or not UTF-8 where
-    /// UCS-4 characters are stored. Storing such a value would silently change it, so writers
-    /// refuse it, as netCDF refuses a value its type cannot represent (`NC_ERANGE`).
+    /// UCS-4 characters are stored; a finite float beyond float16's range (it would be stored
+    /// as infinity; NaN and infinities are stored as they are); a bool other than 0 or 1.
+    /// Storing such a value would silently change it, so writers refuse it, as netCDF refuses
+    /// a value its type cannot represent (`NC_ERANGE`).
     pub(crate) fn first_unstorable(&self, data: &[u8], native: usize) -> Option<(usize, String)> {
         let slots = || data.chunks_exact(native.max(1)).enumerate();
         match *self {
@@ -133,7 +135,20 @@ impl Conversion {
                     )
                 })
             }),
-            Conversion::Bool | Conversion::Half { .. } => None,
+            Conversion::Bool => data
+                .iter()
+                .position(|&b| b > 1)
+                .map(|i| (i, format!("{} is neither 0 nor 1 (false or true)", data[i]))),
+            Conversion::Half { .. } => data.chunks_exact(4).enumerate().find_map(|(i, f)| {
+                let x = f32::from_le_bytes([f[0], f[1], f[2], f[3]]);
+                let overflows = x.is_finite() && half_to_f32(f32_to_half(x)).is_infinite();
+                overflows.then(|| {
+                    (
+                        i,
+                        format!("{x} is beyond 65504, the largest finite float16"),
+                    )
+                })
+            }),
         }
     }
 

@@ -1397,7 +1397,7 @@ impl ChunkEngine {
         // is encoded: a cached chunk would show them as written until evicted.
         let conv = plan.element_conversion();
         let held;
-        let data = if conv.changes_values() {
+        let data = if conv.rounds() {
             held = conv.to_native(conv.to_stored(data.to_vec()));
             &held[..]
         } else {
