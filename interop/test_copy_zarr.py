@@ -166,8 +166,8 @@ def _xarray_store(path: str, zarr_format: int) -> None:
     ds.to_zarr(path, zarr_format=zarr_format, mode="w", consolidated=False)
 
 
-@pytest.mark.parametrize("mode", ["zarr", "nczarr"])
-@pytest.mark.parametrize("zarr_format", [3])
+@pytest.mark.parametrize("mode", ["zarr", "zarr,v3", "nczarr"])
+@pytest.mark.parametrize("zarr_format", [2, 3])
 def test_xarray_reads_a_copy_as_it_reads_its_source(nczarrfs, tmp_path, zarr_format, mode):
     """xarray takes the missing-value marker from a Zarr v2 `fill_value` but from a Zarr v3
     `_FillValue` attribute: a copy between the versions must keep what xarray masks (and

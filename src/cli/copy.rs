@@ -565,7 +565,8 @@ fn target_model(
 /// `_FillValue` attribute alone, whose `fill_value`, which Zarr v3 requires (zarr-python's
 /// default is 0), is only what unwritten chunks hold. So from pure Zarr v3 to Zarr v2 or
 /// NCZarr the `fill_value` becomes the `_FillValue` (none without one, so that no value is
-/// taken for missing). The values stored stay the same: every chunk is written, and one whose
+/// taken for missing), and from pure Zarr v2 to pure Zarr v3 the `fill_value` becomes a
+/// `_FillValue` too. The values stored stay the same: every chunk is written, and one whose
 /// values are the new fill may be left out only because it reads as them. An NCZarr source
 /// keeps netCDF's reading, in which `fill_value` and `_FillValue` agree.
 fn carry_missing_values(src: &Dataset, model: &mut Dataset, to_v3: bool, to_pure: bool) {
@@ -582,6 +583,14 @@ fn carry_missing_values(src: &Dataset, model: &mut Dataset, to_v3: bool, to_pure
                 });
                 if to_pure {
                     target.attrs.retain(|a| a.name != "_FillValue");
+                }
+            }
+            (false, true, true) => {
+                if let (None, Some(fill)) = (fill_attr, &v.storage.fill_value) {
+                    target.attrs.push(crate::model::Attribute {
+                        name: "_FillValue".into(),
+                        value: crate::model::AttrValue::from_native(v.nctype, fill),
+                    });
                 }
             }
             _ => {}
