@@ -144,6 +144,33 @@ def test_copy_to_nczarr_uses_codecs_netcdf_has(nczarrfs, tmp_path, codec, zarr_f
         assert np.array_equal(nc["v"][...], values)
 
 
+@pytest.mark.parametrize("codec", ["BZ2", "Zlib", "Zstd", "LZ4", "Blosc"])
+def test_copy_to_nczarr_writes_default_codec_parameters(nczarrfs, tmp_path, codec):
+    """zarr-python 3 writes a numcodecs codec built with its defaults with an empty
+    configuration; the NCZarr copy must name the parameters (netcdf-c 4.10.1 crashes on
+    `{"id": "bz2"}`), so netCDF4-python, in a process of its own, reads the values."""
+    import subprocess
+    import sys
+
+    import numcodecs.zarr3
+
+    src = tmp_path / "src.zarr"
+    values = np.arange(60, dtype="<i4").reshape(6, 10)
+    root = zarr.open_group(str(src), mode="w", zarr_format=3)
+    root.create_array("v", shape=values.shape, chunks=(3, 5), dtype="<i4",
+                      compressors=[getattr(numcodecs.zarr3, codec)()],
+                      dimension_names=["y", "x"])[...] = values
+    target = tmp_path / "copy.file"
+    res = nczarrfs("copy", str(src), f"file://{target}#mode=nczarr,file")
+    assert res.returncode == 0, res.stderr.decode()
+    read = (f"import netCDF4\nwith netCDF4.Dataset('file://{target}#mode=nczarr,file') as nc:"
+            "\n    print(nc['v'][...].ravel().tolist())")
+    out = subprocess.run([sys.executable, "-c", read], capture_output=True, text=True,
+                         env={**os.environ, "HDF5_PLUGIN_PATH": PLUGINS})
+    assert out.returncode == 0, out.stderr[-500:]
+    assert out.stdout.strip() == str(values.ravel().tolist())
+
+
 def _xarray_store(path: str, zarr_format: int) -> None:
     """An xarray store holding an int without a `_FillValue` whose values include 0, an int
     with a `_FillValue` and a masked value, a float with NaN, a packed int16 with a

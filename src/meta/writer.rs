@@ -471,7 +471,10 @@ fn zarray(ds: &Dataset, v: VarId, opts: &WriteOptions) -> Result<Value> {
         other => other,
     };
     let shuffle = crate::codec::netcdf_element_size(var.nctype, dtype.size);
-    let filters: Vec<Value> = filters.iter().map(|f| fix_shuffle(f, shuffle)).collect();
+    let filters: Vec<Value> = filters
+        .iter()
+        .map(|f| fix_shuffle(&crate::codec::with_numcodecs_defaults(f), shuffle))
+        .collect();
     let mut z = Map::new();
     z.insert("zarr_format".into(), json!(2));
     z.insert("shape".into(), json!(shape));
@@ -496,7 +499,9 @@ fn zarray(ds: &Dataset, v: VarId, opts: &WriteOptions) -> Result<Value> {
     z.insert("order".into(), json!(order));
     z.insert(
         "compressor".into(),
-        compressor.clone().unwrap_or(Value::Null),
+        compressor
+            .as_ref()
+            .map_or(Value::Null, crate::codec::with_numcodecs_defaults),
     );
     z.insert(
         "filters".into(),

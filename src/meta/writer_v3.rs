@@ -227,8 +227,11 @@ fn codec_to_v3(c: &Value, esize: usize) -> Result<Value> {
         .get("id")
         .and_then(Value::as_str)
         .ok_or_else(|| bad("codec configuration without a string \"id\""))?;
-    let mut params: Map<String, Value> = obj
-        .iter()
+    let complete = crate::codec::with_numcodecs_defaults(c);
+    let mut params: Map<String, Value> = complete
+        .as_object()
+        .into_iter()
+        .flatten()
         .filter(|(k, _)| k.as_str() != "id")
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
