@@ -617,7 +617,12 @@ impl DatasetWriter {
             }
         }
         opts.nc_properties = model.provenance.ncproperties.clone();
-        opts.consolidated = opts.consolidated || map.exists(".zmetadata")?;
+        // A consolidated summary stays, kept up to date with every change of the metadata.
+        opts.consolidated = opts.consolidated
+            || match v3 {
+                true => v3_root_is_consolidated(map.as_ref())?,
+                false => map.exists(".zmetadata")?,
+            };
         let has_data = (0..model.vars.len()).map(VarId).collect();
         // A writer killed while a flush replaced a group's dimension sizes and its arrays'
         // shapes one after the other leaves them disagreeing, which netcdf-c refuses: the next
@@ -1327,6 +1332,19 @@ pub fn attr_to_native(value: &AttrValue) -> Vec<u8> {
         AttrValue::Char(v) => v.first().map(|c| vec![*c]).unwrap_or_default(),
         AttrValue::Str(v) => v.first().map(|s| s.as_bytes().to_vec()).unwrap_or_default(),
     }
+}
+
+/// Whether a Zarr v3 root `zarr.json` holds consolidated metadata (zarr-python 3's inline
+/// `consolidated_metadata`, which `null` declares absent).
+fn v3_root_is_consolidated(map: &dyn ZMap) -> Result<bool> {
+    let Some(bytes) = map.get("zarr.json")? else {
+        return Ok(false);
+    };
+    let root: serde_json::Value =
+        serde_json::from_slice(&bytes).map_err(|e| Error::json("zarr.json", &e))?;
+    Ok(root
+        .get("consolidated_metadata")
+        .is_some_and(|c| !c.is_null()))
 }
 
 /// Applies `mode=` words (`nczarr`, `zarr`, `xarray`, `noxarray`, `consolidated`, `file`,
