@@ -767,8 +767,9 @@ fn bare_tokens(opts: &WriteOptions) -> bool {
         || keys_in_objects(opts) && opts.layout == NczarrLayout::UpperCaseKeys
 }
 
-/// Float attribute values with NaN and infinities as the bare tokens netcdf-c 4.9.0 reads.
-fn bare_floats(values: impl ExactSizeIterator<Item = f64>) -> Value {
+/// Float attribute values with NaN and infinities as bare tokens, as Python's `json` and
+/// netcdf-c 4.9.0 write them.
+pub(crate) fn bare_floats(values: impl ExactSizeIterator<Item = f64>) -> Value {
     let one = values.len() == 1;
     let mut all: Vec<Value> = values.map(super::json::bare_non_finite).collect();
     match all.pop() {

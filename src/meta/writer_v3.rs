@@ -23,7 +23,9 @@
 use serde_json::{json, Map, Value};
 
 use super::writer::WriteOptions;
-use super::writer::{attr_json, base64, default_dtype, f32_as_f64, float_json, Dialect};
+use super::writer::{
+    attr_json, bare_floats, base64, default_dtype, f32_as_f64, float_json, Dialect,
+};
 use crate::model::{
     AttrValue, Attribute, ByteOrder, ChunkKeyEncoding, CodecSpec, Dataset, DtypeKind, GroupId,
     NcType, VarId, ZarrDtype,
@@ -430,10 +432,25 @@ fn attr_type(value: &AttrValue) -> &'static str {
 }
 
 /// User attributes into `obj`, their types into `types`. Char text is always a JSON string
-/// (no JSON convention: the text reads back byte for byte whatever its spelling).
-fn put_attrs(obj: &mut Map<String, Value>, types: &mut Map<String, Value>, attrs: &[Attribute]) {
+/// (no JSON convention: the text reads back byte for byte whatever its spelling). Float NaN
+/// and infinities are the bare tokens `NaN`, `Infinity` and `-Infinity` in pure Zarr, as
+/// Python's `json` (zarr-python) writes and reads them, and strings in NCZarr, whose
+/// attribute types say they are numbers, as netcdf-c writes them.
+fn put_attrs(
+    obj: &mut Map<String, Value>,
+    types: &mut Map<String, Value>,
+    attrs: &[Attribute],
+    dialect: Dialect,
+) {
     for a in attrs {
-        obj.insert(a.name.clone(), attr_json(&a.value, false));
+        let value = match &a.value {
+            AttrValue::Float(v) if dialect == Dialect::Zarr => {
+                bare_floats(v.iter().map(|x| f32_as_f64(*x)))
+            }
+            AttrValue::Double(v) if dialect == Dialect::Zarr => bare_floats(v.iter().copied()),
+            other => attr_json(other, false),
+        };
+        obj.insert(a.name.clone(), value);
         types.insert(a.name.clone(), json!(attr_type(&a.value)));
     }
 }
@@ -456,7 +473,7 @@ fn group_attributes(ds: &Dataset, g: GroupId, opts: &WriteOptions) -> Map<String
     let mut obj = Map::new();
     let mut types = Map::new();
     if opts.dialect != Dialect::NcZarr {
-        put_attrs(&mut obj, &mut types, &group.attrs);
+        put_attrs(&mut obj, &mut types, &group.attrs, opts.dialect);
         return obj;
     }
     if g == Dataset::ROOT {
@@ -465,7 +482,7 @@ fn group_attributes(ds: &Dataset, g: GroupId, opts: &WriteOptions) -> Map<String
             types.insert("_NCProperties".into(), json!("char"));
         }
     }
-    put_attrs(&mut obj, &mut types, &group.attrs);
+    put_attrs(&mut obj, &mut types, &group.attrs, opts.dialect);
     let mut dims = Map::new();
     for d in &group.dims {
         let dim = ds.dim(*d);
@@ -574,7 +591,7 @@ fn array_node(ds: &Dataset, v: VarId, opts: &WriteOptions) -> Result<Value> {
     if let Some(fill) = xarray_fill {
         attrs.insert("_FillValue".into(), fill);
     }
-    put_attrs(&mut attrs, &mut types, &user);
+    put_attrs(&mut attrs, &mut types, &user, opts.dialect);
     if nczarr {
         let refs: Vec<String> = var.dims.iter().map(|d| ds.dim_fqn(*d)).collect();
         let mut arr = Map::new();
