@@ -336,3 +336,23 @@ def test_non_finite_float_attributes_stay_numbers(nczarrfs, tmp_path, mode):
         for got in (dict(copied.attrs), dict(copied["v"].attrs)):
             assert np.isnan(got["nan"]) and got["inf"] == np.inf
             assert got["vals"] == [1.5, -np.inf]
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_bytes_that_are_not_utf8_refuse_a_copy_to_v3_strings(nczarrfs, tmp_path, zarr_format):
+    """Zarr v3 strings (`vlen-utf8`) are UTF-8: a copy of zarr-python byte strings that are
+    not must fail naming the variable, the value and the reason, and leave nothing."""
+    src, dst = tmp_path / "src.zarr", tmp_path / "dst.zarr"
+    root = zarr.open_group(str(src), mode="w", zarr_format=zarr_format)
+    if zarr_format == 3:
+        from zarr.core.dtype import VariableLengthBytes
+        array = root.create_array("v", shape=(2,), dtype=VariableLengthBytes())
+        array[...] = np.array([b"ok", b"\xff\x00"], dtype=object)
+    else:
+        root.create_array("v", shape=(2,), dtype="S7")[...] = [b"ok", b"\xff\x00"]
+    res = nczarrfs("copy", str(src), str(dst), "-k", "zarr,v3")
+    assert res.returncode != 0
+    message = res.stderr.decode()
+    last = message.strip().splitlines()[-1]
+    assert "/v[1]" in last and "UTF-8" in last and "v3" in last, message
+    assert not dst.exists()

@@ -1775,7 +1775,11 @@ fn check_storable(
     slab: &Hyperslab,
     data: &[u8],
 ) -> Result<()> {
-    let Some((element, why)) = plan.element_conversion().first_unstorable(data, plan.esize) else {
+    let refused = match &plan.v3 {
+        Some(chain) => chain.first_unstorable(data, plan.esize),
+        None => plan.conv.first_unstorable(data, plan.esize),
+    };
+    let Some((element, why)) = refused else {
         return Ok(());
     };
     // The element's index in the variable, from its place in the C-order slab.
@@ -1797,11 +1801,13 @@ fn check_storable(
                 .join(",")
         ),
     };
+    // A fixed-size stored type explains a refusal; variable-length strings have none.
     let stored = ds
         .var(var)
         .storage
         .dtype
         .as_ref()
+        .filter(|_| plan.element_conversion() != Conversion::Identity)
         .map_or_else(String::new, |t| format!(" (stored as {})", t.to_numpy()));
     Err(Error::Unrepresentable(format!(
         "{}{index}: {why}{stored}; nothing was written",
