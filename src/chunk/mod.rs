@@ -63,6 +63,13 @@ impl Hyperslab {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// Checks the slab against an array of `shape` (ranks, zero strides, the last index of
+    /// each dimension) and returns the number of elements it selects. A reader that splits a
+    /// request checks the whole of it first, so that an error reports the numbers given.
+    pub fn validate(&self, shape: &[u64]) -> Result<u64> {
+        slab::validate(shape, self)
+    }
 }
 
 /// Parses a byte size such as `0`, `4096`, `64K`, `256M`, `2G`, `1T` (binary multiples; an
