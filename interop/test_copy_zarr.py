@@ -142,3 +142,74 @@ def test_copy_to_nczarr_uses_codecs_netcdf_has(nczarrfs, tmp_path, codec, zarr_f
     assert res.returncode == 0, res.stderr.decode()
     with netCDF4.Dataset(f"file://{target}#mode=nczarr,file") as nc:
         assert np.array_equal(nc["v"][...], values)
+
+
+@pytest.mark.parametrize("codec", ["BZ2", "Zlib", "Zstd", "LZ4", "Blosc"])
+def test_copy_to_nczarr_writes_default_codec_parameters(nczarrfs, tmp_path, codec):
+    """zarr-python 3 writes a numcodecs codec built with its defaults with an empty
+    configuration; the NCZarr copy must name the parameters (netcdf-c 4.10.1 crashes on
+    `{"id": "bz2"}`), so netCDF4-python, in a process of its own, reads the values."""
+    import subprocess
+    import sys
+
+    import numcodecs.zarr3
+
+    src = tmp_path / "src.zarr"
+    values = np.arange(60, dtype="<i4").reshape(6, 10)
+    root = zarr.open_group(str(src), mode="w", zarr_format=3)
+    root.create_array("v", shape=values.shape, chunks=(3, 5), dtype="<i4",
+                      compressors=[getattr(numcodecs.zarr3, codec)()],
+                      dimension_names=["y", "x"])[...] = values
+    target = tmp_path / "copy.file"
+    res = nczarrfs("copy", str(src), f"file://{target}#mode=nczarr,file")
+    assert res.returncode == 0, res.stderr.decode()
+    read = (f"import netCDF4\nwith netCDF4.Dataset('file://{target}#mode=nczarr,file') as nc:"
+            "\n    print(nc['v'][...].ravel().tolist())")
+    out = subprocess.run([sys.executable, "-c", read], capture_output=True, text=True,
+                         env={**os.environ, "HDF5_PLUGIN_PATH": PLUGINS})
+    assert out.returncode == 0, out.stderr[-500:]
+    assert out.stdout.strip() == str(values.ravel().tolist())
+
+
+def _xarray_store(path: str, zarr_format: int) -> None:
+    """An xarray store holding an int without a `_FillValue` whose values include 0, an int
+    with a `_FillValue` and a masked value, a float with NaN, a packed int16 with a
+    `_FillValue` and a masked value, and a time coordinate starting at its epoch (0)."""
+    import pandas as pd
+    import xarray as xr
+
+    ds = xr.Dataset(
+        {
+            "count": (("x",), np.array([0, 1, 2, 3], dtype="i4")),
+            "masked": (("x",), np.array([0, -999, 2, 3], dtype="i2")),
+            "real": (("x",), np.array([0.0, np.nan, 2.5, 0.0])),
+            "packed": (("x",), np.array([np.nan, 0.5, 0.25, 1.0], dtype="f4")),
+        },
+        coords={"x": [0, 1, 2, 3], "time": ("x", pd.date_range("2000-01-01", periods=4))},
+    )
+    ds["masked"].attrs["_FillValue"] = -999
+    ds["packed"].encoding = {"dtype": "i2", "scale_factor": 0.01, "add_offset": 1.0,
+                             "_FillValue": -999}
+    ds.to_zarr(path, zarr_format=zarr_format, mode="w", consolidated=False)
+
+
+@pytest.mark.parametrize("mode", ["zarr", "zarr,v3", "nczarr"])
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_xarray_reads_a_copy_as_it_reads_its_source(nczarrfs, tmp_path, zarr_format, mode):
+    """xarray takes the missing-value marker from a Zarr v2 `fill_value` but from a Zarr v3
+    `_FillValue` attribute: a copy between the versions must keep what xarray masks (and
+    nothing else), and zarr-python must read the same stored values."""
+    import xarray as xr
+
+    src, dst = str(tmp_path / "src.zarr"), str(tmp_path / "dst.zarr")
+    _xarray_store(src, zarr_format)
+    res = nczarrfs("copy", f"file://{src}#mode=zarr,file", dst, "-k", mode)
+    assert res.returncode == 0, res.stderr.decode()
+    want = xr.open_zarr(src, consolidated=False).load()
+    got = xr.open_zarr(dst, consolidated=False).load()
+    for name in want.variables:
+        assert got[name].dtype == want[name].dtype, name
+        np.testing.assert_array_equal(got[name].values, want[name].values, err_msg=name)
+    stored = dict(zarr.open_group(src, mode="r").arrays())
+    for name, array in zarr.open_group(dst, mode="r").arrays():
+        np.testing.assert_array_equal(array[...], stored[name][...], err_msg=name)

@@ -168,3 +168,39 @@ def test_copy_v2_to_v3_edit_and_back(nczarrfs, tmp_path):
     want = want.replace("int t(time, x) ;\n", 'int t(time, x) ;\n\t\tt:note = "edited" ;\n', 1)
     want = want.replace("4, 5, 6", "4, -50, 6", 1)
     assert dump == want
+
+
+@pytest.mark.parametrize("made_by", ["zarr-python", "copy"])
+def test_consolidated_metadata_is_kept_up_to_date(nczarrfs, tmp_path, made_by):
+    """A consolidated Zarr v3 store (zarr-python's `consolidate_metadata`, or `copy -k
+    zarr,v3,consolidated`) keeps its root's `consolidated_metadata` through `put` and a rw
+    mount, and zarr-python opening it with `use_consolidated=True` sees every change."""
+    store = tmp_path / "s.zarr"
+    source = tmp_path / "src.zarr" if made_by == "copy" else store
+    root = zarr.open_group(str(source), mode="w", zarr_format=3)
+    root.create_array("a", shape=(4,), chunks=(2,), dtype="i4",
+                      dimension_names=["x"])[...] = [1, 2, 3, 4]
+    root.create_group("g").create_array("b", shape=(2,), chunks=(2,), dtype="f8",
+                                         dimension_names=["y"])[...] = [0.5, 1.5]
+    if made_by == "copy":
+        _ok(nczarrfs("copy", str(source), str(store), "-k", "zarr,v3,consolidated"), "copy")
+    else:
+        zarr.consolidate_metadata(str(store))
+
+    npy = tmp_path / "in.npy"
+    np.save(npy, np.array([7, 8], dtype="<i4"))
+    _ok(nczarrfs("put", str(store), "a", "--npy", "--start", "2", "-i", str(npy)), "put")
+    with Mounted(nczarrfs, store, tmp_path / "mnt") as mnt:
+        (mnt / "@attributes" / "title").write_text("edited")
+        (mnt / "g" / "b" / "@attributes" / "units").write_text("m")
+        (mnt / "h").mkdir()
+        (mnt / "a").rename(mnt / "c")
+
+    opened = zarr.open_group(str(store), mode="r", use_consolidated=True)
+    assert opened.metadata.consolidated_metadata is not None
+    assert opened.attrs["title"] == "edited"
+    assert sorted(opened.metadata.consolidated_metadata.flattened_metadata) == [
+        "c", "g", "g/b", "h"]
+    assert opened["c"][...].tolist() == [1, 2, 7, 8]
+    assert opened["g/b"].attrs["units"] == "m"
+    assert opened["g/b"][...].tolist() == [0.5, 1.5]

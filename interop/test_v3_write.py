@@ -317,3 +317,42 @@ def test_sharded_variable_without_fill_keeps_chunks_of_zeros(nczarrfs, tmp_path)
     assert np.array_equal(zarr.open_group(str(dst), mode="r")["v"][...], values)
     got = nczarrfs("get", str(dst), "v").stdout
     assert np.array_equal(np.frombuffer(got, dtype="=u2").reshape(4, 6), values)
+
+
+@pytest.mark.parametrize("mode", ["zarr,v3", "nczarr,v3"])
+def test_non_finite_float_attributes_stay_numbers(nczarrfs, tmp_path, mode):
+    """zarr-python writes NaN and infinities in attributes as Python's `json` does (bare
+    `NaN`, `Infinity`, `-Infinity`); a copy to pure Zarr v3 must give zarr-python the same
+    floats back, and NCZarr on v3 (typed attributes) must dump them as doubles."""
+    src, dst = tmp_path / "src.zarr", tmp_path / "dst.zarr"
+    attrs = {"nan": float("nan"), "inf": float("inf"), "vals": [1.5, float("-inf")]}
+    root = zarr.open_group(str(src), mode="w", zarr_format=3)
+    root.attrs.update(attrs)
+    root.create_array("v", shape=(2,), dtype="f8", dimension_names=["x"]).attrs.update(attrs)
+    _ok(nczarrfs("copy", str(src), str(dst), "-k", mode), "copy")
+    assert _dump(nczarrfs, dst, "-h").count(":vals = 1.5, -Infinity ;") == 2
+    if mode == "zarr,v3":
+        copied = zarr.open_group(str(dst), mode="r")
+        for got in (dict(copied.attrs), dict(copied["v"].attrs)):
+            assert np.isnan(got["nan"]) and got["inf"] == np.inf
+            assert got["vals"] == [1.5, -np.inf]
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_bytes_that_are_not_utf8_refuse_a_copy_to_v3_strings(nczarrfs, tmp_path, zarr_format):
+    """Zarr v3 strings (`vlen-utf8`) are UTF-8: a copy of zarr-python byte strings that are
+    not must fail naming the variable, the value and the reason, and leave nothing."""
+    src, dst = tmp_path / "src.zarr", tmp_path / "dst.zarr"
+    root = zarr.open_group(str(src), mode="w", zarr_format=zarr_format)
+    if zarr_format == 3:
+        from zarr.core.dtype import VariableLengthBytes
+        array = root.create_array("v", shape=(2,), dtype=VariableLengthBytes())
+        array[...] = np.array([b"ok", b"\xff\x00"], dtype=object)
+    else:
+        root.create_array("v", shape=(2,), dtype="S7")[...] = [b"ok", b"\xff\x00"]
+    res = nczarrfs("copy", str(src), str(dst), "-k", "zarr,v3")
+    assert res.returncode != 0
+    message = res.stderr.decode()
+    last = message.strip().splitlines()[-1]
+    assert "/v[1]" in last and "UTF-8" in last and "v3" in last, message
+    assert not dst.exists()

@@ -756,9 +756,9 @@ def test_a_daemon_ending_after_a_lazy_unmount_leaves_the_next_mount_alone(mounte
 
 
 def test_text_that_is_not_utf8_is_refused_and_does_not_block_the_chunk(mounter, tmp_path):
-    """An object array of `vlen-utf8` strings cannot store bytes that are not UTF-8: the close
-    that would store them is EIO (with a log line), the chunk reads as stored again, and later
-    valid writes to it are stored."""
+    """An object array of `vlen-utf8` strings cannot store bytes that are not UTF-8: the write
+    of them fails with ERANGE (with a log line naming the value), the chunk reads as stored,
+    and later valid writes to it are stored."""
     import zarr
 
     path = tmp_path / "s.zarr"
@@ -770,11 +770,11 @@ def test_text_that_is_not_utf8_is_refused_and_does_not_block_the_chunk(mounter, 
     mnt = mounter.mount(str(path), "rw", log=log)
     data = mnt / "s" / "data"
     fd = os.open(data, os.O_WRONLY)
-    os.pwrite(fd, b"\xff\xfe", 8)
     with pytest.raises(OSError) as err:
-        os.close(fd)
-    assert err.value.errno == errno.EIO
-    assert "not valid UTF-8" in log.read_text()
+        os.pwrite(fd, b"\xff\xfe", 8)
+    os.close(fd)
+    assert err.value.errno == errno.ERANGE
+    assert "/s[2]: a value is not UTF-8" in log.read_text()
     assert data.read_bytes() == b"aaaabbbbccccdddd"
     fd = os.open(data, os.O_WRONLY)
     os.pwrite(fd, "ключ".encode()[:4], 0)

@@ -617,7 +617,12 @@ impl DatasetWriter {
             }
         }
         opts.nc_properties = model.provenance.ncproperties.clone();
-        opts.consolidated = opts.consolidated || map.exists(".zmetadata")?;
+        // A consolidated summary stays, kept up to date with every change of the metadata.
+        opts.consolidated = opts.consolidated
+            || match v3 {
+                true => v3_root_is_consolidated(map.as_ref())?,
+                false => map.exists(".zmetadata")?,
+            };
         let has_data = (0..model.vars.len()).map(VarId).collect();
         // A writer killed while a flush replaced a group's dimension sizes and its arrays'
         // shapes one after the other leaves them disagreeing, which netcdf-c refuses: the next
@@ -1197,8 +1202,16 @@ impl DatasetWriter {
         Ok(())
     }
 
+    /// Refuses `data`, values for `slab` of `var`, when the variable's stored type cannot
+    /// hold one of them ([`Error::Unrepresentable`]), so that a caller writing several slabs
+    /// can check them all before writing any.
+    pub fn check_storable(&self, var: VarId, slab: &Hyperslab, data: &[u8]) -> Result<()> {
+        self.engine.check_storable(&self.model, var, slab, data)
+    }
+
     /// Writes `data` (native representation, C order) into `slab` of `var`, growing
-    /// unlimited dimensions as needed; writing past a fixed dimension is an error.
+    /// unlimited dimensions as needed; writing past a fixed dimension is an error, and so is
+    /// a value the stored type cannot hold (nothing is written then, and no dimension grows).
     pub fn write(&mut self, var: VarId, slab: &Hyperslab, data: &[u8]) -> Result<()> {
         let v = self
             .model
@@ -1216,6 +1229,7 @@ impl DatasetWriter {
                 self.model.var_fqn(var)
             )));
         }
+        let mut grows = Vec::new();
         for (i, d) in dims.iter().enumerate() {
             if slab.count[i] == 0 {
                 continue;
@@ -1235,8 +1249,12 @@ impl DatasetWriter {
                         self.model.dim(*d).len
                     )));
                 }
-                self.grow_dim(*d, end)?;
+                grows.push((*d, end));
             }
+        }
+        self.check_storable(var, slab, data)?;
+        for (d, end) in grows {
+            self.grow_dim(d, end)?;
         }
         self.engine.write(&self.model, var, slab, data)?;
         self.has_data.insert(var);
@@ -1315,6 +1333,19 @@ pub fn attr_to_native(value: &AttrValue) -> Vec<u8> {
         AttrValue::Char(v) => v.first().map(|c| vec![*c]).unwrap_or_default(),
         AttrValue::Str(v) => v.first().map(|s| s.as_bytes().to_vec()).unwrap_or_default(),
     }
+}
+
+/// Whether a Zarr v3 root `zarr.json` holds consolidated metadata (zarr-python 3's inline
+/// `consolidated_metadata`, which `null` declares absent).
+fn v3_root_is_consolidated(map: &dyn ZMap) -> Result<bool> {
+    let Some(bytes) = map.get("zarr.json")? else {
+        return Ok(false);
+    };
+    let root: serde_json::Value =
+        serde_json::from_slice(&bytes).map_err(|e| Error::json("zarr.json", &e))?;
+    Ok(root
+        .get("consolidated_metadata")
+        .is_some_and(|c| !c.is_null()))
 }
 
 /// Applies `mode=` words (`nczarr`, `zarr`, `xarray`, `noxarray`, `consolidated`, `file`,

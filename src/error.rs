@@ -116,6 +116,10 @@ pub enum Error {
     /// A change that would make a variable larger than a file offset can address.
     #[error("too large: {0}")]
     TooLarge(String),
+    /// A value that the variable's stored type cannot hold (netCDF's `NC_ERANGE`); the
+    /// message names the variable, the value's index and why.
+    #[error("value not representable: {0}")]
+    Unrepresentable(String),
     /// A request that is malformed (bad option, bad value).
     #[error("{0}")]
     Invalid(String),
@@ -170,6 +174,7 @@ impl Error {
             Error::NotFound(_) | Error::MissingObject { .. } => libc::ENOENT,
             Error::NotPermitted(_) => libc::EPERM,
             Error::TooLarge(_) => libc::EFBIG,
+            Error::Unrepresentable(_) => libc::ERANGE,
             Error::InvalidHyperslab(_) | Error::Invalid(_) => libc::EINVAL,
             Error::Unsupported(_) => libc::ENOTSUP,
             Error::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),

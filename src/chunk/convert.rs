@@ -93,14 +93,62 @@ impl Conversion {
         }
     }
 
-    /// Whether some native elements do not survive being stored: a float16 out of its range
-    /// or between its values, a bool other than 0 or 1, text wider than its stored slot or
-    /// not UTF-8 in a UCS-4 one.
-    pub(crate) fn is_lossy(&self) -> bool {
+    /// Whether storing changes values the stored type can hold: a float between two float16
+    /// values is rounded to the nearer one. (Values it cannot hold at all are refused first,
+    /// see [`Conversion::first_unstorable`].)
+    pub(crate) fn rounds(&self) -> bool {
+        matches!(self, Conversion::Half { .. })
+    }
+
+    /// The first of the native elements (`native` bytes each) in `data` that the stored type
+    /// cannot hold, with the reason: text longer than a fixed-width slot, or not UTF-8 where
+    /// UCS-4 characters are stored; a finite float beyond float16's range (it would be stored
+    /// as infinity; NaN and infinities are stored as they are); a bool other than 0 or 1.
+    /// Storing such a value would silently change it, so writers refuse it, as netCDF refuses
+    /// a value its type cannot represent (`NC_ERANGE`).
+    pub(crate) fn first_unstorable(&self, data: &[u8], native: usize) -> Option<(usize, String)> {
+        let slots = || data.chunks_exact(native.max(1)).enumerate();
         match *self {
-            Conversion::Identity | Conversion::Swap(_) => false,
-            Conversion::Bool | Conversion::Half { .. } | Conversion::Ucs4 { .. } => true,
-            Conversion::Bytes { stored, native } => stored < native,
+            Conversion::Identity | Conversion::Swap(_) => None,
+            Conversion::Bytes { stored, .. } => slots().find_map(|(i, slot)| {
+                let len = text_len(slot);
+                (len > stored).then(|| {
+                    (
+                        i,
+                        format!("a value of {len} bytes does not fit in {stored}"),
+                    )
+                })
+            }),
+            Conversion::Ucs4 { chars, .. } => slots().find_map(|(i, slot)| {
+                let Ok(text) = std::str::from_utf8(&slot[..text_len(slot)]) else {
+                    return Some((
+                        i,
+                        "a value is not UTF-8 text, as stored unicode characters must be"
+                            .to_string(),
+                    ));
+                };
+                let n = text.chars().count();
+                (n > chars).then(|| {
+                    (
+                        i,
+                        format!("a value of {n} characters does not fit in {chars}"),
+                    )
+                })
+            }),
+            Conversion::Bool => data
+                .iter()
+                .position(|&b| b > 1)
+                .map(|i| (i, format!("{} is neither 0 nor 1 (false or true)", data[i]))),
+            Conversion::Half { .. } => data.chunks_exact(4).enumerate().find_map(|(i, f)| {
+                let x = f32::from_le_bytes([f[0], f[1], f[2], f[3]]);
+                let overflows = x.is_finite() && half_to_f32(f32_to_half(x)).is_infinite();
+                overflows.then(|| {
+                    (
+                        i,
+                        format!("{x} is beyond 65504, the largest finite float16"),
+                    )
+                })
+            }),
         }
     }
 
@@ -284,10 +332,15 @@ fn ucs4_to_utf8(src: &[u8], big: bool, dst: &mut [u8]) {
     }
 }
 
-/// Encodes one NUL-padded UTF-8 slot as NUL-padded UCS-4, truncating to the stored width.
+/// The length of a NUL-padded slot's value: trailing NULs are padding, embedded ones content.
+fn text_len(slot: &[u8]) -> usize {
+    slot.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1)
+}
+
+/// Encodes one NUL-padded UTF-8 slot as NUL-padded UCS-4. Writers have refused values that
+/// are not UTF-8 or do not fit (see [`Conversion::first_unstorable`]).
 fn utf8_to_ucs4(src: &[u8], big: bool, dst: &mut [u8]) {
-    let end = src.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
-    let text = String::from_utf8_lossy(&src[..end]);
+    let text = String::from_utf8_lossy(&src[..text_len(src)]);
     for (ch, slot) in text.chars().zip(dst.chunks_exact_mut(4)) {
         let v = ch as u32;
         slot.copy_from_slice(&if big {
@@ -492,6 +545,26 @@ mod tests {
         assert_eq!(c.to_stored(b"ab\0\0cd\0\0".to_vec()), b"abcd");
         let c = Conversion::new(&dt("|S1"), NcType::Char, 1).unwrap();
         assert_eq!(c, Conversion::Identity);
+    }
+
+    #[test]
+    fn text_wider_than_its_stored_slot_is_unstorable() {
+        // `|S2` held in 4-byte slots: "ab" fits, "abc" does not.
+        let c = Conversion::new(&dt("|S2"), NcType::String, 4).unwrap();
+        assert_eq!(c.first_unstorable(b"ab\0\0a\0\0\0", 4), None);
+        let (i, why) = c.first_unstorable(b"ab\0\0abc\0", 4).unwrap();
+        assert_eq!(i, 1);
+        assert!(why.contains("3 bytes") && why.contains('2'), "{why}");
+        // `<U2` in 8-byte slots counts characters: "éé" (4 bytes) fits, "abc" does not,
+        // and bytes that are not UTF-8 have no characters to store.
+        let c = Conversion::new(&dt("<U2"), NcType::String, 8).unwrap();
+        assert_eq!(c.first_unstorable("éé\0\0\0\0".as_bytes(), 8), None);
+        assert_eq!(c.first_unstorable(b"abc\0\0\0\0\0", 8).unwrap().0, 0);
+        let (i, why) = c
+            .first_unstorable(b"a\0\0\0\0\0\0\0\xff\0\0\0\0\0\0\0", 8)
+            .unwrap();
+        assert_eq!(i, 1);
+        assert!(why.contains("UTF-8"), "{why}");
     }
 
     #[test]

@@ -63,6 +63,13 @@ impl Hyperslab {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// Checks the slab against an array of `shape` (ranks, zero strides, the last index of
+    /// each dimension) and returns the number of elements it selects. A reader that splits a
+    /// request checks the whole of it first, so that an error reports the numbers given.
+    pub fn validate(&self, shape: &[u64]) -> Result<u64> {
+        slab::validate(shape, self)
+    }
 }
 
 /// Parses a byte size such as `0`, `4096`, `64K`, `256M`, `2G`, `1T` (binary multiples; an
@@ -246,6 +253,14 @@ impl VarPlan {
             fill,
             v3,
         })
+    }
+
+    /// How native elements become stored ones: the v3 chain's array-to-bytes conversion, or
+    /// the v2 one.
+    fn element_conversion(&self) -> Conversion {
+        self.v3
+            .as_ref()
+            .map_or(self.conv, shard::V3Chain::element_conversion)
     }
 
     /// Whether the plan still describes variable `v`.
@@ -1334,9 +1349,23 @@ impl ChunkEngine {
         Ok(())
     }
 
+    /// Refuses `data`, the values of a write of `slab` to `var`, when the variable's stored
+    /// type cannot hold one of them (see [`ChunkEngine::write`]); checks nothing else.
+    pub fn check_storable(
+        &self,
+        ds: &Dataset,
+        var: VarId,
+        slab: &Hyperslab,
+        data: &[u8],
+    ) -> Result<()> {
+        check_storable(ds, var, &*self.plan(ds, var)?, slab, data)
+    }
+
     /// Writes `data` (native representation, C order, `product(count) * element_size` bytes)
     /// into `slab` of variable `var`. Chunks are modified in the cache and reach storage on
     /// [`ChunkEngine::flush`] (or eviction); with no room in the cache they are stored at once.
+    /// Values the stored type cannot hold are refused before anything is written
+    /// ([`Error::Unrepresentable`]); those it rounds (float16) are rounded.
     /// A streaming write, whose wholly covered chunks would fill more than a quarter of the
     /// cache, stores those chunks at once instead, encoding them in parallel without reading
     /// them.
@@ -1370,11 +1399,13 @@ impl ChunkEngine {
                 self.map.describe()
             )));
         }
-        // Values the stored type cannot hold exactly become what it holds now, not only when
-        // their chunk is encoded: a cached chunk would show them as written until evicted.
+        check_storable(ds, var, &plan, slab, data)?;
+        // Values the stored type rounds become what it holds now, not only when their chunk
+        // is encoded: a cached chunk would show them as written until evicted.
+        let conv = plan.element_conversion();
         let held;
-        let data = if plan.conv.is_lossy() {
-            held = plan.conv.to_native(plan.conv.to_stored(data.to_vec()));
+        let data = if conv.rounds() {
+            held = conv.to_native(conv.to_stored(data.to_vec()));
             &held[..]
         } else {
             data
@@ -1740,6 +1771,55 @@ fn whole_chunk<'a>(
     };
     mapping.gather(spans, data, &mut chunk);
     std::borrow::Cow::Owned(chunk)
+}
+
+/// Refuses a write whose values include one the stored type of `var` cannot hold, with an
+/// [`Error::Unrepresentable`] naming the variable, the value's index in it and why.
+fn check_storable(
+    ds: &Dataset,
+    var: VarId,
+    plan: &VarPlan,
+    slab: &Hyperslab,
+    data: &[u8],
+) -> Result<()> {
+    let refused = match &plan.v3 {
+        Some(chain) => chain.first_unstorable(data, plan.esize),
+        None => plan.conv.first_unstorable(data, plan.esize),
+    };
+    let Some((element, why)) = refused else {
+        return Ok(());
+    };
+    // The element's index in the variable, from its place in the C-order slab.
+    let mut rest = element as u64;
+    let mut index = vec![0u64; slab.count.len()];
+    for d in (0..index.len()).rev() {
+        let n = slab.count[d].max(1);
+        index[d] = slab.start[d] + (rest % n) * slab.stride[d];
+        rest /= n;
+    }
+    let index = match index.is_empty() {
+        true => String::new(),
+        false => format!(
+            "[{}]",
+            index
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        ),
+    };
+    // A fixed-size stored type explains a refusal; variable-length strings have none.
+    let stored = ds
+        .var(var)
+        .storage
+        .dtype
+        .as_ref()
+        .filter(|_| plan.element_conversion() != Conversion::Identity)
+        .map_or_else(String::new, |t| format!(" (stored as {})", t.to_numpy()));
+    Err(Error::Unrepresentable(format!(
+        "{}{index}: {why}{stored}; nothing was written",
+        plan.fqn
+    )))
 }
 
 #[cfg(test)]

@@ -250,6 +250,39 @@ impl V3Chain {
         self.grid.clone()
     }
 
+    /// The conversion of fixed-size elements to their stored form (`Identity` for
+    /// variable-length strings, which are stored as they are).
+    pub(crate) fn element_conversion(&self) -> Conversion {
+        match self.chunk.elements {
+            Elements::Fixed(conv) => conv,
+            Elements::Vlen { .. } => Conversion::Identity,
+        }
+    }
+
+    /// The first of the native elements (`esize` bytes each) in `data` that the chain cannot
+    /// store, with the reason: text that is not UTF-8 for `vlen-utf8`, which holds UTF-8
+    /// only (Zarr v3's `string`), or what [`Conversion::first_unstorable`] refuses.
+    pub(crate) fn first_unstorable(&self, data: &[u8], esize: usize) -> Option<(usize, String)> {
+        match self.chunk.elements {
+            Elements::Fixed(conv) => conv.first_unstorable(data, esize),
+            Elements::Vlen { utf8: false, .. } => None,
+            Elements::Vlen { utf8: true, .. } => {
+                data.chunks_exact(esize.max(1)).position(|slot| {
+                    let len = slot.iter().rposition(|&b| b != 0).map_or(0, |p| p + 1);
+                    std::str::from_utf8(&slot[..len]).is_err()
+                })
+            }
+            .map(|i| {
+                (
+                    i,
+                    "a value is not UTF-8 text, which strings stored with vlen-utf8 (Zarr \
+                     v3's string) must be"
+                        .to_string(),
+                )
+            }),
+        }
+    }
+
     /// Whether the array is sharded.
     pub(crate) fn is_sharded(&self) -> bool {
         self.shard.is_some()

@@ -610,27 +610,47 @@ fn writes_flush_and_read_back() {
     }
 }
 
-/// A value the stored type cannot hold reads back, from the cache as from storage, as what
-/// is stored: float16 out of range, a bool byte other than 0 or 1, `<U2` text too long.
+/// A float16 value between two float16 values reads back, from the cache as from storage, as
+/// the nearer one that is stored (1e-8 is below the smallest subnormal, 65519 rounds down to
+/// the largest finite float16); infinities and NaN are stored as they are.
 #[test]
-fn lossy_writes_read_back_as_stored() {
-    let cases: [(&str, NcType, Vec<u8>, Vec<u8>); 3] = [
-        (
-            "<f2",
-            NcType::Float,
-            [1e6f32, 0.5, -70000.0]
-                .iter()
-                .flat_map(|f| f.to_le_bytes())
-                .collect(),
-            [f32::INFINITY, 0.5, f32::NEG_INFINITY]
-                .iter()
-                .flat_map(|f| f.to_le_bytes())
-                .collect(),
-        ),
-        ("|b1", NcType::UByte, vec![2, 0, 255], vec![1, 0, 1]),
-        ("<U1", NcType::Char, b"abc".to_vec(), b"abc".to_vec()),
+fn float16_writes_read_back_rounded_as_stored() {
+    let f32s = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|f| f.to_le_bytes()).collect() };
+    let written = f32s(&[0.1, 1e-8, 65519.0, f32::NEG_INFINITY, f32::NAN]);
+    // numpy: np.float16([0.1, 1e-8, 65519, -np.inf, np.nan]).astype(np.float32)
+    let want = f32s(&[0.099975586, 0.0, 65504.0, f32::NEG_INFINITY, f32::NAN]);
+    let map = Arc::new(TestMap::default());
+    let mut ds = Dataset::new();
+    let v = add_var(
+        &mut ds,
+        "v",
+        NcType::Float,
+        &[("x", 5)],
+        storage("v", "<f2", &[5], &[5]),
+    );
+    let e = engine(&map, 1 << 20);
+    let all = Hyperslab::whole(&[5]);
+    e.write(&ds, v, &all, &written).unwrap();
+    let mut cached = vec![0u8; written.len()];
+    e.read(&ds, v, &all, &mut cached).unwrap();
+    e.flush().unwrap();
+    let mut stored = vec![0u8; written.len()];
+    engine(&map, 0).read(&ds, v, &all, &mut stored).unwrap();
+    assert_eq!((&cached, &stored), (&want, &want));
+}
+
+/// A finite float beyond float16's range (it would be stored as infinity) and a bool byte
+/// other than 0 or 1 are refused with the variable and the value's index; nothing is stored.
+#[test]
+fn values_beyond_float16_or_bool_are_refused() {
+    let f32s = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|f| f.to_le_bytes()).collect() };
+    let cases: [(&str, NcType, Vec<u8>, &str); 4] = [
+        ("<f2", NcType::Float, f32s(&[0.5, 1e10, 1.0]), "/v[1]"),
+        ("<f2", NcType::Float, f32s(&[0.5, 1.0, -65520.0]), "/v[2]"),
+        (">f2", NcType::Float, f32s(&[70000.0, 1.0, 1.0]), "/v[0]"),
+        ("|b1", NcType::UByte, vec![0, 1, 2], "/v[2]"),
     ];
-    for (dtype, nctype, written, want) in cases {
+    for (dtype, nctype, written, index) in cases {
         let map = Arc::new(TestMap::default());
         let mut ds = Dataset::new();
         let v = add_var(
@@ -641,33 +661,48 @@ fn lossy_writes_read_back_as_stored() {
             storage("v", dtype, &[3], &[3]),
         );
         let e = engine(&map, 1 << 20);
-        let all = Hyperslab::whole(&[3]);
-        e.write(&ds, v, &all, &written).unwrap();
-        let mut cached = vec![0u8; written.len()];
-        e.read(&ds, v, &all, &mut cached).unwrap();
+        let err = e
+            .write(&ds, v, &Hyperslab::whole(&[3]), &written)
+            .unwrap_err();
+        assert!(matches!(err, Error::Unrepresentable(_)), "{dtype}: {err}");
+        assert!(err.to_string().contains(index), "{dtype}: {err}");
         e.flush().unwrap();
-        let mut stored = vec![0u8; written.len()];
-        engine(&map, 0).read(&ds, v, &all, &mut stored).unwrap();
-        assert_eq!((&cached, &stored), (&want, &want), "{dtype}");
+        assert!(map.object("v/0").is_none(), "{dtype}");
     }
-    // Text wider than a `<U2` slot of a string variable 8 bytes wide.
+}
+
+/// Text wider than its fixed-width stored slot is refused, naming the variable and the value's
+/// index, and nothing of the write is stored or cached.
+#[test]
+fn text_too_wide_for_its_stored_slot_is_refused() {
     let map = Arc::new(TestMap::default());
     let mut ds = Dataset::new();
+    // A `<U2` string variable 8 bytes wide: its slots hold 2 characters of UTF-8.
     let v = add_var(
         &mut ds,
         "s",
         NcType::String,
-        &[("y", 1)],
-        storage("s", "<U2", &[1], &[1]),
+        &[("y", 3)],
+        storage("s", "<U2", &[3], &[3]),
     );
     ds.vars[v.0].string_width = 8;
     let e = engine(&map, 1 << 20);
-    e.write(&ds, v, &Hyperslab::whole(&[1]), b"abcdefgh")
+    let written = b"ab\0\0\0\0\0\0abc\0\0\0\0\0".to_vec();
+    let err = e
+        .write(&ds, v, &slab(&[0], &[2], &[2]), &written)
+        .unwrap_err();
+    assert!(matches!(err, Error::Unrepresentable(_)), "{err}");
+    let message = err.to_string();
+    assert!(
+        message.contains("/s[2]") && message.contains("3 characters"),
+        "{message}"
+    );
+    let mut cached = vec![1u8; 24];
+    e.read(&ds, v, &Hyperslab::whole(&[3]), &mut cached)
         .unwrap();
-    let mut cached = vec![0u8; 8];
-    e.read(&ds, v, &Hyperslab::whole(&[1]), &mut cached)
-        .unwrap();
-    assert_eq!(&cached, b"ab\0\0\0\0\0\0");
+    assert_eq!(cached, vec![0u8; 24]);
+    e.flush().unwrap();
+    assert!(map.object("s/0").is_none());
 }
 
 #[test]

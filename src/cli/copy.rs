@@ -225,6 +225,12 @@ pub fn run(args: CopyArgs) -> Result<i32> {
         &args.chunks,
         opts.zarr_version == 3,
     )?;
+    carry_missing_values(
+        &src.model,
+        &mut model,
+        opts.zarr_version == 3,
+        opts.dialect != meta::writer::Dialect::NcZarr,
+    );
     if opts.dialect == meta::writer::Dialect::NcZarr {
         check_netcdf_names(&model)?;
         if codecs.is_none() {
@@ -551,6 +557,45 @@ fn target_model(
         }
     }
     Ok(ds)
+}
+
+/// Carries each variable of a pure Zarr source's missing-value marker into the target, where
+/// readers look for it: xarray takes it from a Zarr v2 array's `fill_value` (netcdf-c and
+/// NCZarr from `fill_value` and `_FillValue` together), but from a Zarr v3 array's
+/// `_FillValue` attribute alone, whose `fill_value`, which Zarr v3 requires (zarr-python's
+/// default is 0), is only what unwritten chunks hold. So from pure Zarr v3 to Zarr v2 or
+/// NCZarr the `fill_value` becomes the `_FillValue` (none without one, so that no value is
+/// taken for missing), and from pure Zarr v2 to pure Zarr v3 the `fill_value` becomes a
+/// `_FillValue` too. The values stored stay the same: every chunk is written, and one whose
+/// values are the new fill may be left out only because it reads as them. An NCZarr source
+/// keeps netCDF's reading, in which `fill_value` and `_FillValue` agree.
+fn carry_missing_values(src: &Dataset, model: &mut Dataset, to_v3: bool, to_pure: bool) {
+    if src.provenance.nczarr_major != 0 {
+        return;
+    }
+    for (v, target) in src.vars.iter().zip(model.vars.iter_mut()) {
+        let from_v3 = matches!(v.storage.codecs, CodecSpec::V3(_));
+        let fill_attr = v.attrs.iter().position(|a| a.name == "_FillValue");
+        match (from_v3, to_v3, to_pure) {
+            (true, false, _) | (true, true, false) => {
+                target.storage.fill_value = fill_attr.and_then(|i| {
+                    meta::fill_from_attr(&v.attrs[i].value, v.nctype, v.string_width)
+                });
+                if to_pure {
+                    target.attrs.retain(|a| a.name != "_FillValue");
+                }
+            }
+            (false, true, true) => {
+                if let (None, Some(fill)) = (fill_attr, &v.storage.fill_value) {
+                    target.attrs.push(crate::model::Attribute {
+                        name: "_FillValue".into(),
+                        value: crate::model::AttrValue::from_native(v.nctype, fill),
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 /// One `--chunks` item.

@@ -193,7 +193,8 @@ impl OutputFile {
 }
 
 /// Builds the hyperslab from the options: missing `start` is 0, `stride` 1, and `count`
-/// reaches the end of each dimension.
+/// reaches the end of each dimension. It is checked whole here: the reads that follow take
+/// it in blocks, whose numbers are not the ones given.
 fn hyperslab(shape: &[u64], args: &GetArgs) -> Result<Hyperslab> {
     let rank = shape.len();
     let start = parse_indices(&args.start, "start", shape)?.unwrap_or_else(|| vec![0; rank]);
@@ -204,11 +205,13 @@ fn hyperslab(shape: &[u64], args: &GetArgs) -> Result<Hyperslab> {
             .map(|d| to_end(shape[d], start[d], stride[d]))
             .collect(),
     };
-    Ok(Hyperslab {
+    let slab = Hyperslab {
         start,
         count,
         stride,
-    })
+    };
+    slab.validate(shape)?;
+    Ok(slab)
 }
 
 /// Parses one `--start`/`--count`/`--stride` option: a comma-separated list of one
@@ -425,6 +428,30 @@ mod tests {
             output: None,
             cache_size: None,
         }
+    }
+
+    #[test]
+    fn errors_report_the_hyperslab_as_given() {
+        let err = |start, count, stride| {
+            hyperslab(&[37, 41], &args(start, count, stride))
+                .unwrap_err()
+                .to_string()
+        };
+        let e = err(None, Some("9000000,1"), None);
+        assert!(
+            e.contains("start 0 + (count 9000000 - 1) * stride 1"),
+            "{e}"
+        );
+        let e = err(None, Some("2,1"), Some("18446744073709551615,1"));
+        assert!(
+            e.contains("start 0 + (count 2 - 1) * stride 18446744073709551615"),
+            "{e}"
+        );
+        let e = err(Some("5,0"), Some("3,1"), Some("4611686018427387904,1"));
+        assert!(
+            e.contains("start 5 + (count 3 - 1) * stride 4611686018427387904"),
+            "{e}"
+        );
     }
 
     #[test]

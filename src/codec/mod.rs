@@ -334,6 +334,39 @@ impl Pipeline {
     }
 }
 
+/// A numcodecs configuration (`{"id": ..}` and parameters) with every parameter it leaves
+/// out given numcodecs' default (numcodecs 0.16: `Zlib(level=1)`, `GZip(level=1)`,
+/// `BZ2(level=1)`, `Zstd(level=0)`, `LZ4(acceleration=1)`,
+/// `Blosc(cname='lz4', clevel=5, shuffle=SHUFFLE, blocksize=AUTOBLOCKS)`). zarr-python 3
+/// writes a codec built with its defaults as `{}`, and netcdf-c reads the parameters it
+/// needs without checking that they are there (4.10.1 crashes on `{"id": "bz2"}`), so every
+/// configuration is written whole. Zstd's `checksum` (default false) stays out, as netcdf-c
+/// writes zstd, so that a chain read from its stores is written back as it was. A shuffle's
+/// element size comes from the data type instead.
+pub fn with_numcodecs_defaults(codec: &Value) -> Value {
+    let defaults: &[(&str, Value)] = match codec.get("id").and_then(Value::as_str) {
+        Some("zlib" | "gzip" | "bz2") => &[("level", Value::from(1))],
+        Some("zstd") => &[("level", Value::from(0))],
+        Some("lz4") => &[("acceleration", Value::from(1))],
+        Some("blosc") => &[
+            ("cname", Value::from("lz4")),
+            ("clevel", Value::from(5)),
+            ("shuffle", Value::from(1)),
+            ("blocksize", Value::from(0)),
+        ],
+        _ => &[],
+    };
+    let mut codec = codec.clone();
+    if let Some(obj) = codec.as_object_mut() {
+        for (key, value) in defaults {
+            if obj.get(*key).is_none_or(Value::is_null) {
+                obj.insert((*key).to_string(), value.clone());
+            }
+        }
+    }
+    codec
+}
+
 /// Whether a Zarr v2 `filters` list starts with one of numcodecs' object codecs for strings
 /// (`vlen-utf8`, `vlen-bytes`): the codec of an object (`|O`) array, which zarr-python and
 /// xarray write for Python strings.

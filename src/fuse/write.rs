@@ -43,6 +43,17 @@ pub fn write_data(w: &mut DatasetWriter, var: VarId, offset: u64, data: &[u8]) -
         match grow_dim {
             Some(dim) if record_elems > 0 => {
                 let records = end.div_ceil(esz).div_ceil(record_elems);
+                // The whole elements written are checked before the variable grows, so that
+                // a refused value adds no records.
+                let mut grown = shape.clone();
+                grown[0] = records;
+                let (first, last) = (offset.div_ceil(esz), end / esz);
+                let mut pos = (first * esz - offset) as usize;
+                for slab in element_range_slabs(&grown, first, last) {
+                    let n = (slab_len(&slab) * esz) as usize;
+                    w.check_storable(var, &slab, &data[pos..pos + n])?;
+                    pos += n;
+                }
                 w.grow_dim(dim, records)?;
             }
             _ if offset >= size => return Ok(0),
@@ -62,11 +73,20 @@ pub fn write_data(w: &mut DatasetWriter, var: VarId, offset: u64, data: &[u8]) -
         read_element(w, var, &shape, e1 - 1, &mut buf[last..])?;
     }
     buf[head..head + data.len()].copy_from_slice(data);
-    let mut pos = 0usize;
-    for slab in element_range_slabs(&shape, e0, e1) {
-        let n = (slab_len(&slab) * esz) as usize;
-        w.write(var, &slab, &buf[pos..pos + n])?;
-        pos += n;
+    let slabs: Vec<(Hyperslab, std::ops::Range<usize>)> = element_range_slabs(&shape, e0, e1)
+        .into_iter()
+        .scan(0usize, |pos, slab| {
+            let n = (slab_len(&slab) * esz) as usize;
+            *pos += n;
+            Some((slab, *pos - n..*pos))
+        })
+        .collect();
+    // A value the stored type cannot hold refuses the whole write, not only what follows it.
+    for (slab, range) in &slabs {
+        w.check_storable(var, slab, &buf[range.clone()])?;
+    }
+    for (slab, range) in slabs {
+        w.write(var, &slab, &buf[range])?;
     }
     Ok(data.len())
 }

@@ -471,7 +471,10 @@ fn zarray(ds: &Dataset, v: VarId, opts: &WriteOptions) -> Result<Value> {
         other => other,
     };
     let shuffle = crate::codec::netcdf_element_size(var.nctype, dtype.size);
-    let filters: Vec<Value> = filters.iter().map(|f| fix_shuffle(f, shuffle)).collect();
+    let filters: Vec<Value> = filters
+        .iter()
+        .map(|f| fix_shuffle(&crate::codec::with_numcodecs_defaults(f), shuffle))
+        .collect();
     let mut z = Map::new();
     z.insert("zarr_format".into(), json!(2));
     z.insert("shape".into(), json!(shape));
@@ -496,7 +499,9 @@ fn zarray(ds: &Dataset, v: VarId, opts: &WriteOptions) -> Result<Value> {
     z.insert("order".into(), json!(order));
     z.insert(
         "compressor".into(),
-        compressor.clone().unwrap_or(Value::Null),
+        compressor
+            .as_ref()
+            .map_or(Value::Null, crate::codec::with_numcodecs_defaults),
     );
     z.insert(
         "filters".into(),
@@ -762,8 +767,9 @@ fn bare_tokens(opts: &WriteOptions) -> bool {
         || keys_in_objects(opts) && opts.layout == NczarrLayout::UpperCaseKeys
 }
 
-/// Float attribute values with NaN and infinities as the bare tokens netcdf-c 4.9.0 reads.
-fn bare_floats(values: impl ExactSizeIterator<Item = f64>) -> Value {
+/// Float attribute values with NaN and infinities as bare tokens, as Python's `json` and
+/// netcdf-c 4.9.0 write them.
+pub(crate) fn bare_floats(values: impl ExactSizeIterator<Item = f64>) -> Value {
     let one = values.len() == 1;
     let mut all: Vec<Value> = values.map(super::json::bare_non_finite).collect();
     match all.pop() {

@@ -23,7 +23,9 @@
 use serde_json::{json, Map, Value};
 
 use super::writer::WriteOptions;
-use super::writer::{attr_json, base64, default_dtype, f32_as_f64, float_json, Dialect};
+use super::writer::{
+    attr_json, bare_floats, base64, default_dtype, f32_as_f64, float_json, Dialect,
+};
 use crate::model::{
     AttrValue, Attribute, ByteOrder, ChunkKeyEncoding, CodecSpec, Dataset, DtypeKind, GroupId,
     NcType, VarId, ZarrDtype,
@@ -227,8 +229,11 @@ fn codec_to_v3(c: &Value, esize: usize) -> Result<Value> {
         .get("id")
         .and_then(Value::as_str)
         .ok_or_else(|| bad("codec configuration without a string \"id\""))?;
-    let mut params: Map<String, Value> = obj
-        .iter()
+    let complete = crate::codec::with_numcodecs_defaults(c);
+    let mut params: Map<String, Value> = complete
+        .as_object()
+        .into_iter()
+        .flatten()
         .filter(|(k, _)| k.as_str() != "id")
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
@@ -427,10 +432,25 @@ fn attr_type(value: &AttrValue) -> &'static str {
 }
 
 /// User attributes into `obj`, their types into `types`. Char text is always a JSON string
-/// (no JSON convention: the text reads back byte for byte whatever its spelling).
-fn put_attrs(obj: &mut Map<String, Value>, types: &mut Map<String, Value>, attrs: &[Attribute]) {
+/// (no JSON convention: the text reads back byte for byte whatever its spelling). Float NaN
+/// and infinities are the bare tokens `NaN`, `Infinity` and `-Infinity` in pure Zarr, as
+/// Python's `json` (zarr-python) writes and reads them, and strings in NCZarr, whose
+/// attribute types say they are numbers, as netcdf-c writes them.
+fn put_attrs(
+    obj: &mut Map<String, Value>,
+    types: &mut Map<String, Value>,
+    attrs: &[Attribute],
+    dialect: Dialect,
+) {
     for a in attrs {
-        obj.insert(a.name.clone(), attr_json(&a.value, false));
+        let value = match &a.value {
+            AttrValue::Float(v) if dialect == Dialect::Zarr => {
+                bare_floats(v.iter().map(|x| f32_as_f64(*x)))
+            }
+            AttrValue::Double(v) if dialect == Dialect::Zarr => bare_floats(v.iter().copied()),
+            other => attr_json(other, false),
+        };
+        obj.insert(a.name.clone(), value);
         types.insert(a.name.clone(), json!(attr_type(&a.value)));
     }
 }
@@ -453,7 +473,7 @@ fn group_attributes(ds: &Dataset, g: GroupId, opts: &WriteOptions) -> Map<String
     let mut obj = Map::new();
     let mut types = Map::new();
     if opts.dialect != Dialect::NcZarr {
-        put_attrs(&mut obj, &mut types, &group.attrs);
+        put_attrs(&mut obj, &mut types, &group.attrs, opts.dialect);
         return obj;
     }
     if g == Dataset::ROOT {
@@ -462,7 +482,7 @@ fn group_attributes(ds: &Dataset, g: GroupId, opts: &WriteOptions) -> Map<String
             types.insert("_NCProperties".into(), json!("char"));
         }
     }
-    put_attrs(&mut obj, &mut types, &group.attrs);
+    put_attrs(&mut obj, &mut types, &group.attrs, opts.dialect);
     let mut dims = Map::new();
     for d in &group.dims {
         let dim = ds.dim(*d);
@@ -546,20 +566,32 @@ fn array_node(ds: &Dataset, v: VarId, opts: &WriteOptions) -> Result<Value> {
     };
     let mut attrs = Map::new();
     let mut types = Map::new();
-    // `_FillValue` is the array's `fill_value`: xarray decodes an attribute of that name on
-    // Zarr v3 as base64 bytes and fails on a number, so NCZarr records only its position.
+    // NCZarr keeps `_FillValue` in the array's `fill_value` and records only its position:
+    // xarray decodes an attribute of that name on Zarr v3 in its own encoding (a float as
+    // base64), which a netCDF-typed attribute does not follow. Pure Zarr v3 is for xarray,
+    // which takes its missing-value marker from that attribute alone (`fill_value` is only
+    // what unwritten chunks hold), so there it is written in xarray's encoding.
     let fill_attr = var
         .attrs
         .iter()
         .position(|a| a.name == "_FillValue")
         .filter(|_| var.storage.fill_value.is_some());
+    let xarray_fill = match nczarr {
+        true => None,
+        false => var
+            .attr("_FillValue")
+            .and_then(|a| xarray_fill_attr(&a.value, &data_type)),
+    };
     let user: Vec<Attribute> = var
         .attrs
         .iter()
-        .filter(|a| fill_attr.is_none() || a.name != "_FillValue")
+        .filter(|a| a.name != "_FillValue" || (fill_attr.is_none() && xarray_fill.is_none()))
         .cloned()
         .collect();
-    put_attrs(&mut attrs, &mut types, &user);
+    if let Some(fill) = xarray_fill {
+        attrs.insert("_FillValue".into(), fill);
+    }
+    put_attrs(&mut attrs, &mut types, &user, opts.dialect);
     if nczarr {
         let refs: Vec<String> = var.dims.iter().map(|d| ds.dim_fqn(*d)).collect();
         let mut arr = Map::new();
@@ -594,6 +626,22 @@ fn array_node(ds: &Dataset, v: VarId, opts: &WriteOptions) -> Result<Value> {
         "attributes": Value::Object(attrs),
         "dimension_names": names,
     }))
+}
+
+/// A `_FillValue` attribute as xarray's `FillValueCoder` writes it for a Zarr v3 array of
+/// `data_type`: a float as base64 of the little-endian double, an integer as a number, text
+/// (zarr-python's `string`) as itself. `None` for what xarray cannot decode (fixed-width
+/// bytes, char) and for more than one value.
+fn xarray_fill_attr(value: &AttrValue, data_type: &Value) -> Option<Value> {
+    let float = |x: f64| Some(json!(base64(&x.to_le_bytes())));
+    match value {
+        AttrValue::Float(v) if v.len() == 1 => float(f64::from(v[0])),
+        AttrValue::Double(v) if v.len() == 1 => float(v[0]),
+        AttrValue::Str(v) if v.len() == 1 && *data_type == json!("string") => Some(json!(v[0])),
+        AttrValue::Char(_) | AttrValue::Str(_) | AttrValue::Float(_) | AttrValue::Double(_) => None,
+        // One integer is written as a number, several as a list.
+        integers => Some(attr_json(integers, false)).filter(Value::is_number),
+    }
 }
 
 /// A float fill value: a number, `"NaN"`/`"Infinity"`/`"-Infinity"`, or the hex bits of a
@@ -764,6 +812,29 @@ mod tests {
             )
             .unwrap(),
             json!(-5)
+        );
+    }
+
+    #[test]
+    fn pure_fill_value_attributes_in_xarrays_encoding() {
+        // Python: base64.b64encode(struct.pack('<d', -999.5)).
+        let float = AttrValue::Float(vec![-999.5]);
+        assert_eq!(
+            xarray_fill_attr(&float, &json!("float32")),
+            Some(json!("AAAAAAA8j8A="))
+        );
+        let int = AttrValue::Short(vec![-999]);
+        assert_eq!(xarray_fill_attr(&int, &json!("int16")), Some(json!(-999)));
+        let text = AttrValue::Str(vec!["none".into()]);
+        assert_eq!(
+            xarray_fill_attr(&text, &json!("string")),
+            Some(json!("none"))
+        );
+        let char = AttrValue::Char(b"x".to_vec());
+        assert_eq!(xarray_fill_attr(&char, &json!("uint8")), None);
+        assert_eq!(
+            xarray_fill_attr(&AttrValue::Int(vec![1, 2]), &json!("int32")),
+            None
         );
     }
 
