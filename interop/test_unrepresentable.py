@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import errno
 import os
-import subprocess
-import time
 import warnings
 from pathlib import Path
 
@@ -24,35 +22,13 @@ import numpy as np
 import pytest
 import zarr
 
+from test_v3_rw import Mounted, _ok
+
 
 @pytest.fixture(autouse=True)
 def _quiet():
     warnings.filterwarnings("ignore", module="zarr")
     warnings.filterwarnings("ignore", module="numcodecs")
-
-
-def _ok(res, what: str) -> bytes:
-    assert res.returncode == 0, f"{what}: {res.stderr.decode(errors='replace')}"
-    return res.stdout
-
-
-class Mounted:
-    """A read-write kernel mount of `store` on `mnt` logging to `log`, unmounted on exit."""
-
-    def __init__(self, nczarrfs, store: Path, mnt: Path, log: Path):
-        self.nczarrfs, self.store, self.mnt, self.log = nczarrfs, store, mnt, log
-
-    def __enter__(self) -> Path:
-        self.mnt.mkdir(exist_ok=True)
-        _ok(self.nczarrfs("mount", "-o", "rw", "--log-file", str(self.log), str(self.store),
-                          str(self.mnt)), "mount")
-        return self.mnt
-
-    def __exit__(self, *exc):
-        res = subprocess.run(["fusermount3", "-u", str(self.mnt)], capture_output=True)
-        if res.returncode != 0:
-            subprocess.run(["umount", "-l", str(self.mnt)], capture_output=True)
-        time.sleep(0.2)
 
 
 def _pwrite_errno(path: Path, offset: int, data: bytes) -> int:

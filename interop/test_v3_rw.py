@@ -34,14 +34,17 @@ def _ok(res, what: str) -> bytes:
 
 
 class Mounted:
-    """A read-write kernel mount of `store` on `mnt`, unmounted on exit even on failure."""
+    """A read-write kernel mount of `store` on `mnt` (logging to `log` if given), unmounted
+    on exit even on failure."""
 
-    def __init__(self, nczarrfs, store: Path, mnt: Path):
-        self.nczarrfs, self.store, self.mnt = nczarrfs, store, mnt
+    def __init__(self, nczarrfs, store: Path, mnt: Path, log: Path | None = None):
+        self.nczarrfs, self.store, self.mnt, self.log = nczarrfs, store, mnt, log
 
     def __enter__(self) -> Path:
         self.mnt.mkdir(exist_ok=True)
-        _ok(self.nczarrfs("mount", "-o", "rw", str(self.store), str(self.mnt)), "mount")
+        logging = ["--log-file", str(self.log)] if self.log else []
+        _ok(self.nczarrfs("mount", "-o", "rw", *logging, str(self.store), str(self.mnt)),
+            "mount")
         return self.mnt
 
     def __exit__(self, *exc):
