@@ -510,3 +510,28 @@ def test_gen_keeps_the_last_of_repeated_attributes_and_data_as_ncgen_does(nczarr
         b'netcdf repeated {\ndimensions: d = 2 ;\nvariables:\n int v(d) ;\n'
         b'  v:units = "m" ; v:b = 1 ; v:units = 2.5 ;\n :g = 1 ; :h = 2 ; :g = "x" ;\n'
         b'data:\n v = 1, 2 ;\n v = 3 ;\n}\n')
+
+
+@pytest.mark.parametrize("body, line, reason", [
+    # Braces enclose the records of an unlimited dimension after the first, nothing else.
+    ("dimensions: n = 3 ; t = UNLIMITED ;\nvariables: int e(t, n) ;\ndata:\n e = {1, 2}, {3} ;\n",
+     5, 'found "{"'),
+    ("dimensions: n = 3 ;\nvariables: int m(n, n) ;\ndata:\n m = 1, {2} ;\n", 5, 'found "{"'),
+    ("dimensions: t = UNLIMITED ;\nvariables: int e(t, t) ;\ndata:\n e = {{1}} ;\n",
+     5, 'found "{"'),
+    ("variables: int s ;\ndata:\n s = {1} ;\n", 4, 'found "{"'),
+])
+def test_gen_refuses_malformed_cdl_as_ncgen_does(nczarrfs, tmp_path, body, line, reason):
+    """CDL that ncgen refuses, gen refuses too, naming the line (of the file, whose first
+    line is the header) and writing nothing."""
+    cdl = tmp_path / "bad.cdl"
+    cdl.write_text(f"netcdf bad {{\n{body}}}\n")
+    oracle = subprocess.run(["ncgen", "-k", "nc4", "-o", str(tmp_path / "bad.nc"), str(cdl)],
+                            capture_output=True, check=False)
+    assert oracle.returncode != 0, "ncgen accepted it"
+    target = tmp_path / "bad.file"
+    res = nczarrfs("gen", "-o", str(target), str(cdl))
+    err = res.stderr.decode()
+    assert res.returncode == 1, err
+    assert f"bad.cdl:{line}:" in err and reason in err, err
+    assert not target.exists()

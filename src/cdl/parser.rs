@@ -1020,6 +1020,7 @@ impl Parser<'_> {
             let dims = var.dims.clone();
             let is_char = var.nctype == NcType::Char;
             if dims.is_empty() {
+                self.refuse_braces(items)?;
                 let n = if is_char {
                     char_count(items, 1)
                 } else {
@@ -1070,6 +1071,20 @@ impl Parser<'_> {
         Ok(())
     }
 
+    /// Refuses braces among values that run along fixed dimensions (or the first, unlimited
+    /// one), as ncgen does ("Expected primitive found {..}"): braces stand for the records of
+    /// an unlimited dimension after the first, and nowhere else.
+    fn refuse_braces(&self, items: &[Item]) -> Result<()> {
+        match items.iter().find(|it| matches!(it, Item::Brace(..))) {
+            Some(brace) => Err(self.err(
+                brace.pos(),
+                "expected a value, found \"{\": braces enclose the values of an unlimited \
+                 dimension other than the first, and nothing else",
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// Index of the first unlimited dimension after `i`, or `dims.len()`.
     fn next_unlimited(&self, dims: &[DimId], i: usize) -> usize {
         (i + 1..dims.len())
@@ -1094,6 +1109,7 @@ impl Parser<'_> {
         let k = self.next_unlimited(dims, i);
         let p = self.fixed_product(&dims[i + 1..k]).max(1);
         let m = if k == dims.len() {
+            self.refuse_braces(items)?;
             if is_char {
                 char_count(items, self.char_row(dims, i))
             } else {
