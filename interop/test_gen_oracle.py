@@ -520,6 +520,9 @@ def test_gen_keeps_the_last_of_repeated_attributes_and_data_as_ncgen_does(nczarr
     ("dimensions: t = UNLIMITED ;\nvariables: int e(t, t) ;\ndata:\n e = {{1}} ;\n",
      5, 'found "{"'),
     ("variables: int s ;\ndata:\n s = {1} ;\n", 4, 'found "{"'),
+    # netcdf-c refuses chunks longer than their fixed dimension ("Bad chunk sizes").
+    ("dimensions: n = 10 ; t = UNLIMITED ;\nvariables:\n float a(t, n) ;\n"
+     "  a:_ChunkSizes = 1, 20 ;\n", 5, 'dimension "n" has length 10'),
 ])
 def test_gen_refuses_malformed_cdl_as_ncgen_does(nczarrfs, tmp_path, body, line, reason):
     """CDL that ncgen refuses, gen refuses too, naming the line (of the file, whose first

@@ -745,6 +745,17 @@ impl Parser<'_> {
             other => Error::Invalid(other.to_string()),
         };
         let ndims = self.ds.var(v).dims.len();
+        // Length and name of each dimension of the variable, `None` for an unlimited one.
+        let fixed_dims: Vec<Option<(u64, String)>> = self
+            .ds
+            .var(v)
+            .dims
+            .iter()
+            .map(|d| {
+                let d = self.ds.dim(*d);
+                (!d.unlimited).then(|| (d.len, d.name.clone()))
+            })
+            .collect();
         let sp = &mut self.extras[v.0].special;
         match name {
             "_ChunkSizes" => {
@@ -755,6 +766,17 @@ impl Parser<'_> {
                 };
                 if ints.len() != ndims {
                     return Err(bad(&format!("{ndims} chunk sizes (the variable's rank)")));
+                }
+                // netcdf-c refuses a chunk longer than its fixed dimension ("Bad chunk sizes").
+                if let Some((len, name)) = ints
+                    .iter()
+                    .zip(&fixed_dims)
+                    .find_map(|(c, d)| d.as_ref().filter(|(len, _)| *c > i128::from(*len)))
+                {
+                    return Err(bad(&format!(
+                        "chunk sizes no longer than their dimensions (dimension {name:?} \
+                         has length {len})"
+                    )));
                 }
                 sp.chunk_sizes = Some(ints.iter().map(|x| *x as u64).collect());
             }
