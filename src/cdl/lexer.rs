@@ -373,16 +373,24 @@ impl Lexer<'_> {
                     v as u8
                 }
                 '0'..='7' => {
+                    // In strings, exactly three digits ("Bad octal constant" in ncgen). A
+                    // character constant takes one to three, as in C: netcdf-c's own tests
+                    // write `'\0'` for NUL (ref_nulls.cdl, whose baseline holds 0b).
                     let mut v: u32 = e.to_digit(8).unwrap_or(0);
-                    let mut n = 1;
-                    while n < 3 {
+                    for _ in 0..2 {
                         match self.peek(0).and_then(|d| d.to_digit(8)) {
                             Some(d) => {
                                 v = v * 8 + d;
                                 self.bump();
-                                n += 1;
                             }
-                            None => break,
+                            None if quote == '\'' => break,
+                            None => {
+                                return Err(self.err(
+                                    epos,
+                                    "an octal escape in a string takes three digits \
+                                     (\\000 to \\377), as in ncgen",
+                                ))
+                            }
                         }
                     }
                     if v > 255 {
@@ -672,6 +680,29 @@ mod tests {
                 Tok::Eof
             ]
         );
+    }
+
+    #[test]
+    fn octal_escapes_in_strings_take_three_digits() {
+        // ncgen.l: `\ooo` in strings, fewer digits are "Bad octal constant"; a character
+        // constant may have fewer, as in C.
+        assert_eq!(
+            toks(r#""\0123\101" '\377' '\0' '\12'"#),
+            vec![
+                Tok::Str(b"\n3A".to_vec()),
+                Tok::Char(255),
+                Tok::Char(0),
+                Tok::Char(10),
+                Tok::Eof
+            ]
+        );
+        for bad in [r#""a\0b""#, r#""\12""#, r#""\1""#] {
+            let e = tokenize(bad, "f.cdl").unwrap_err().to_string();
+            assert!(
+                e.contains("f.cdl:1:") && e.contains("three digits"),
+                "{bad}: {e}"
+            );
+        }
     }
 
     #[test]
