@@ -525,6 +525,9 @@ def test_gen_keeps_the_last_of_repeated_attributes_and_data_as_ncgen_does(nczarr
      "  a:_ChunkSizes = 1, 20 ;\n", 5, 'dimension "n" has length 10'),
     # Octal escapes take three digits (ncgen: "Bad octal constant").
     ('variables: int v ;\n  v:a = "x" ;\n  v:b = "a\\0b" ;\n', 4, "three digits"),
+    # ncgen.l's names escape only a leading digit and punctuation.
+    ("variables: int v ;\n  v:\\_x = 1 ;\n", 3, "not an escape"),
+    ("variables: int v ;\n  v:a\\x41 = 1 ;\n", 3, "not an escape"),
 ])
 def test_gen_refuses_malformed_cdl_as_ncgen_does(nczarrfs, tmp_path, body, line, reason):
     """CDL that ncgen refuses, gen refuses too, naming the line (of the file, whose first

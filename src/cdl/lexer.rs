@@ -146,6 +146,16 @@ fn is_name_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '@' | '+' | '-') || !c.is_ascii()
 }
 
+/// The characters a name may hold escaped with a backslash (ncgen.l's `idescaped`); letters,
+/// digits and `_ . @ + -` stand unescaped.
+const NAME_ESCAPES: &str = " !\"#$%&'()*,:;<=>?[\\]^`{|}~";
+
+/// Whether `\c` is an escape ncgen.l reads in a name: one of [`NAME_ESCAPES`], or a digit
+/// at the start (`\1abc`, as a name may not begin with a digit).
+fn is_name_escape(c: char, at_start: bool) -> bool {
+    NAME_ESCAPES.contains(c) || (at_start && c.is_ascii_digit())
+}
+
 const SECTIONS: [&str; 5] = ["dimensions", "variables", "data", "types", "group"];
 
 impl Lexer<'_> {
@@ -303,9 +313,19 @@ impl Lexer<'_> {
                 ));
             }
             if c == '\\' {
+                let epos = self.pos();
                 self.bump();
                 match self.bump() {
-                    Some(e) => s.push(e),
+                    Some(e) if is_name_escape(e, s.is_empty()) => s.push(e),
+                    Some(e) => {
+                        return Err(self.err(
+                            epos,
+                            format!(
+                                "\"\\{e}\" is not an escape ncgen takes in a name: a name may \
+                                 escape a leading digit and the characters {NAME_ESCAPES}"
+                            ),
+                        ))
+                    }
                     None => return Err(self.err(self.pos(), "backslash at end of input")),
                 }
             } else if is_name_char(c) {
@@ -700,6 +720,26 @@ mod tests {
             let e = tokenize(bad, "f.cdl").unwrap_err().to_string();
             assert!(
                 e.contains("f.cdl:1:") && e.contains("three digits"),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn names_take_the_escapes_ncgen_takes() {
+        assert_eq!(
+            toks(r"\1abc a\ b\:c\\d\#e\{f\~"),
+            vec![
+                Tok::Ident("1abc".into()),
+                Tok::Ident("a b:c\\d#e{f~".into()),
+                Tok::Eof
+            ]
+        );
+        // ncgen.l's ID has no escaped letters, `_ . @ + -`, nor digits after the start.
+        for bad in [r"\_x", r"a\x41", r"a\.b", r"a\1", r"\a"] {
+            let e = tokenize(bad, "f.cdl").unwrap_err().to_string();
+            assert!(
+                e.contains("f.cdl:1:") && e.contains("not an escape"),
                 "{bad}: {e}"
             );
         }
