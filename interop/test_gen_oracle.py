@@ -528,6 +528,11 @@ def test_gen_keeps_the_last_of_repeated_attributes_and_data_as_ncgen_does(nczarr
     # ncgen.l's names escape only a leading digit and punctuation.
     ("variables: int v ;\n  v:\\_x = 1 ;\n", 3, "not an escape"),
     ("variables: int v ;\n  v:a\\x41 = 1 ;\n", 3, "not an escape"),
+    # A float suffix needs a point or an exponent; dimension lengths are decimal integers.
+    ("variables: int v ;\n  v:a = 1f ;\n", 3, 'malformed number "1f"'),
+    ("dimensions:\n  d = 2.0 ;\n", 3, "positive decimal integer"),
+    ("dimensions:\n  d = 0x10 ;\n", 3, "positive decimal integer"),
+    ("dimensions:\n  d = 2s ;\n", 3, "positive decimal integer"),
 ])
 def test_gen_refuses_malformed_cdl_as_ncgen_does(nczarrfs, tmp_path, body, line, reason):
     """CDL that ncgen refuses, gen refuses too, naming the line (of the file, whose first

@@ -26,6 +26,9 @@ pub enum Number {
         value: i128,
         /// The type named by the suffix.
         suffix: Option<NcType>,
+        /// Written in hexadecimal (`0x10`): ncgen reads such a constant in data and typed
+        /// attributes, but not as a dimension length.
+        hex: bool,
     },
     /// A floating-point literal; `single` for an `f` suffix (and `NaNf`, `Infinityf`).
     Float {
@@ -493,7 +496,9 @@ fn parse_number(text: &str) -> Option<Number> {
     let lower = body.to_ascii_lowercase();
     let is_hex = lower.starts_with("0x");
     let looks_float = !is_hex && (lower.contains('.') || lower.contains('e'));
-    if looks_float || (!is_hex && lower.ends_with('f') && lower.len() > 1) {
+    // An `f` suffix needs a `.` or an exponent before it (ncgen.l's FLTNUMBER): `1f` is
+    // malformed, not a float.
+    if looks_float {
         // ncgen.l's double literals may end in `d` or `l` (`1.5L` is a double).
         let (digits, single) = match lower.strip_suffix('f') {
             Some(d) => (d, true),
@@ -570,6 +575,7 @@ fn parse_number(text: &str) -> Option<Number> {
     Some(Number::Int {
         value: if neg { -magnitude } else { magnitude },
         suffix,
+        hex: is_hex,
     })
 }
 
@@ -594,7 +600,20 @@ mod tests {
 
     #[test]
     fn numbers_and_suffixes() {
-        let int = |value, suffix| Tok::Num(Number::Int { value, suffix });
+        let int = |value, suffix| {
+            Tok::Num(Number::Int {
+                value,
+                suffix,
+                hex: false,
+            })
+        };
+        let hex = |value, suffix| {
+            Tok::Num(Number::Int {
+                value,
+                suffix,
+                hex: true,
+            })
+        };
         assert_eq!(
             toks("1b 2UB -3s 4us 5 6u 7ll 8ULL 0x1F 017 0x10s"),
             vec![
@@ -606,9 +625,9 @@ mod tests {
                 int(6, Some(NcType::UInt)),
                 int(7, Some(NcType::Int64)),
                 int(8, Some(NcType::UInt64)),
-                int(31, None),
+                hex(31, None),
                 int(15, None),
-                int(16, Some(NcType::Short)),
+                hex(16, Some(NcType::Short)),
                 Tok::Eof
             ]
         );
@@ -654,6 +673,21 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_float_suffix_needs_a_point_or_an_exponent() {
+        // ncgen.l's FLTNUMBER: `1.f` and `1e0f` are floats, `1f` is not a number.
+        let e = tokenize("x = 1f ;", "f.cdl").unwrap_err().to_string();
+        assert_eq!(e, "f.cdl:1:5: malformed number \"1f\"");
+        assert!(matches!(
+            toks("1.f 1e0f")[..],
+            [
+                Tok::Num(Number::Float { single: true, .. }),
+                Tok::Num(Number::Float { single: true, .. }),
+                Tok::Eof
+            ]
+        ));
     }
 
     #[test]

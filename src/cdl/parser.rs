@@ -444,20 +444,19 @@ impl Parser<'_> {
             let lpos = self.pos();
             let (len, unlimited) = match self.next().tok {
                 Tok::Ident(s) if s.eq_ignore_ascii_case("unlimited") => (0, true),
-                // netCDF's NC_UNLIMITED is 0: ncgen defines `d = 0` as unlimited.
-                Tok::Num(Number::Int { value: 0, .. }) => (0, true),
-                Tok::Num(Number::Int { value, .. }) if value > 0 && value <= u64::MAX as i128 => {
-                    (value as u64, false)
-                }
-                Tok::Num(Number::Float { value, .. })
-                    if value > 0.0 && value.fract() == 0.0 && value < 1.8e19 =>
-                {
-                    (value as u64, false)
-                }
+                // ncgen's grammar takes decimal (or octal) integers here, unsuffixed or with
+                // `L`, `LL` or `U`: not `2.0`, `0x10` or `2s`. netCDF's NC_UNLIMITED is 0:
+                // ncgen defines `d = 0` as unlimited.
+                Tok::Num(Number::Int {
+                    value,
+                    suffix: None | Some(NcType::Int | NcType::Int64 | NcType::UInt),
+                    hex: false,
+                }) if (0..=u64::MAX as i128).contains(&value) => (value as u64, value == 0),
                 _ => {
                     return Err(self.err(
                         lpos,
-                        "dimension length must be a positive integer, or UNLIMITED (or 0)",
+                        "dimension length must be a positive decimal integer, or UNLIMITED \
+                         (or 0)",
                     ))
                 }
             };
@@ -883,7 +882,7 @@ impl Parser<'_> {
                 Const::Num(Number::Float { single, .. }) => {
                     float = Some(float.unwrap_or(true) && *single);
                 }
-                Const::Num(Number::Int { value, suffix }) => {
+                Const::Num(Number::Int { value, suffix, .. }) => {
                     ints.push(suffix.unwrap_or_else(|| natural_int_type(*value)));
                 }
                 Const::Char(_) => ints.push(NcType::Byte),
@@ -1700,7 +1699,14 @@ mod tests {
                     0 => Item::Val(Const::Char(b'a'), pos),
                     1 => Item::Val(Const::Str(vec![b'b'; len]), pos),
                     2 => Item::Fill(pos),
-                    3 => Item::Val(Const::Num(Number::Int { value: len as i128, suffix: None }), pos),
+                    3 => Item::Val(
+                        Const::Num(Number::Int {
+                            value: len as i128,
+                            suffix: None,
+                            hex: false,
+                        }),
+                        pos,
+                    ),
                     _ => Item::Brace(vec![Item::Val(Const::Str(vec![b'c'; len]), pos)], pos),
                 })
                 .collect();
