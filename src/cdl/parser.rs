@@ -332,6 +332,7 @@ impl Parser<'_> {
             Groups,
         }
         let mut mode = Mode::Start;
+        let mut data_seen = false;
         loop {
             let pos = self.pos();
             match self.peek().clone() {
@@ -356,6 +357,11 @@ impl Parser<'_> {
                     if mode == Mode::Groups && new != Mode::Groups {
                         return Err(self.err(pos, "syntax error: declarations after a subgroup"));
                     }
+                    // ncgen's grammar has one data section per group.
+                    if new == Mode::Data && data_seen {
+                        return Err(self.err(pos, "syntax error: a second \"data:\" section"));
+                    }
+                    data_seen |= new == Mode::Data;
                     mode = new;
                 }
                 Tok::Colon => self.attribute(g, None)?,
