@@ -535,6 +535,9 @@ def test_gen_keeps_the_last_of_repeated_attributes_and_data_as_ncgen_does(nczarr
     ("dimensions:\n  d = 2s ;\n", 3, "positive decimal integer"),
     # One data section per group.
     ("variables: int v ; int w ;\ndata: v = 1 ;\ndata: w = 2 ;\n", 4, 'second "data:"'),
+    # Special attributes with values ncgen calls illegal.
+    ('variables: int v ;\n  v:_Endianness = "native" ;\n', 3, '"little" or "big"'),
+    (':_Format = "bogus" ;\n', 2, "not a format name"),
 ])
 def test_gen_refuses_malformed_cdl_as_ncgen_does(nczarrfs, tmp_path, body, line, reason):
     """CDL that ncgen refuses, gen refuses too, naming the line (of the file, whose first

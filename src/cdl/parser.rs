@@ -43,8 +43,6 @@ pub enum Endianness {
     Little,
     /// `"big"`
     Big,
-    /// `"native"`
-    Native,
 }
 
 /// The storage layout asked for by `_Storage`.
@@ -697,6 +695,15 @@ impl Parser<'_> {
                     return Err(self.err(pos, format!("type mismatch: {name} must be a string")));
                 };
                 if name == "_Format" {
+                    if !FORMAT_NAMES.contains(&t.as_str()) {
+                        return Err(self.err(
+                            pos,
+                            format!(
+                                "_Format: {t:?} is not a format name ncgen knows (one of {})",
+                                FORMAT_NAMES.join(", ")
+                            ),
+                        ));
+                    }
                     self.globals.format = Some(t);
                 } else {
                     self.globals.nc_properties = Some(t);
@@ -804,8 +811,8 @@ impl Parser<'_> {
                     match text.as_deref().map(str::to_ascii_lowercase).as_deref() {
                         Some("little") => Endianness::Little,
                         Some("big") => Endianness::Big,
-                        Some("native") => Endianness::Native,
-                        _ => return Err(bad("\"little\", \"big\" or \"native\"")),
+                        // ncgen refuses "native" ("illegal value").
+                        _ => return Err(bad("\"little\" or \"big\"")),
                     },
                 )
             }
@@ -1383,6 +1390,38 @@ impl Parser<'_> {
         })
     }
 }
+
+/// The values ncgen takes for `_Format` (its `-k` names, case as written), among them the
+/// names ncdump prints: `classic`, `64-bit offset`, `64-bit data`, `netCDF-4`,
+/// `netCDF-4 classic model`.
+const FORMAT_NAMES: [&str; 26] = [
+    "classic",
+    "nc3",
+    "1",
+    "64-bit offset",
+    "64-bit-offset",
+    "nc6",
+    "2",
+    "netCDF-4",
+    "netCDF4",
+    "netcdf-4",
+    "netcdf4",
+    "hdf5",
+    "enhanced",
+    "nc4",
+    "3",
+    "netCDF-4 classic model",
+    "netCDF-4_classic",
+    "enhanced-nc3",
+    "nc7",
+    "4",
+    "64-bit data",
+    "64-bit-data",
+    "cdf5",
+    "cdf-5",
+    "nc5",
+    "5",
+];
 
 /// The text of string/character constants, `None` if a number is among them.
 fn join_text(values: &[(Const, Pos)]) -> Option<String> {
