@@ -512,6 +512,19 @@ def test_gen_keeps_the_last_of_repeated_attributes_and_data_as_ncgen_does(nczarr
         b'data:\n v = 1, 2 ;\n v = 3 ;\n}\n')
 
 
+def test_gen_wraps_signed_suffixed_constants_as_ncgen_does(nczarrfs, tmp_path):
+    """ncgen.l: "values that fit as unsigned are acceptable for the signed tag": `65535s` is
+    the short -1, in attributes of any type and in data (but `255b` keeps 255 in an int)."""
+    _gen_dumps_as_ncgen(
+        nczarrfs, tmp_path, "signed_tags",
+        b"netcdf signed_tags {\nvariables:\n int i ;\n  i:s = 65535s, 32768s ;\n"
+        b"  i:l = 4294967295L, 2147483648L ;\n  i:ll = 18446744073709551615LL ;\n"
+        b"  int i:typed = 65535s ;\n  double i:d = 65535s ;\n  ushort i:us = 65535s ;\n"
+        b"  i:mix = 65535s, 1 ;\n  int i:b = 255b ;\n  i:mixb = 255b, 1 ;\n"
+        b" short s ;\n int64 l ;\ndata:\n i = 65535s ;\n s = 65535s ;\n"
+        b" l = 18446744073709551615LL ;\n}\n")
+
+
 @pytest.mark.parametrize("body, line, reason", [
     # Braces enclose the records of an unlimited dimension after the first, nothing else.
     ("dimensions: n = 3 ; t = UNLIMITED ;\nvariables: int e(t, n) ;\ndata:\n e = {1, 2}, {3} ;\n",

@@ -914,7 +914,9 @@ impl Parser<'_> {
                 // wrap them (`3000000000, 1` as int), so the narrowest type that holds them.
                 let t = ncgen_int_type(&ints);
                 let fits = values.iter().all(|(c, _)| match c {
-                    Const::Num(Number::Int { value, .. }) => in_range(*value, t),
+                    Const::Num(Number::Int { value, suffix, .. }) => {
+                        suffixed_int(*value, *suffix, t).is_some_and(|v| in_range(v, t))
+                    }
                     _ => true,
                 });
                 if fits {
@@ -944,9 +946,20 @@ impl Parser<'_> {
                 format!("type mismatch: {what} for type {}", t.cdl_name()),
             )
         };
+        let int_constant = |value: i128, suffix: Option<NcType>| {
+            suffixed_int(value, suffix, t).ok_or_else(|| {
+                let named = suffix.map_or(t, |s| s);
+                self.err(
+                    pos,
+                    format!("value {value} out of range for type {}", named.cdl_name()),
+                )
+            })
+        };
         if matches!(t, NcType::Float | NcType::Double) {
             let v = match c {
-                Const::Num(Number::Int { value, .. }) => *value as f64,
+                Const::Num(Number::Int { value, suffix, .. }) => {
+                    int_constant(*value, *suffix)? as f64
+                }
                 Const::Num(Number::Float { value, .. }) => *value,
                 Const::Char(_) => return Err(mismatch("a character constant")),
                 Const::Str(_) => return Err(mismatch("a string")),
@@ -968,7 +981,7 @@ impl Parser<'_> {
             return Ok(());
         }
         let v: i128 = match c {
-            Const::Num(Number::Int { value, .. }) => *value,
+            Const::Num(Number::Int { value, suffix, .. }) => int_constant(*value, *suffix)?,
             Const::Num(Number::Float { value, .. }) => {
                 if !value.is_finite() || value.fract() != 0.0 {
                     return Err(mismatch(&format!("non-integral value {value}")));
@@ -1457,6 +1470,39 @@ fn in_range(v: i128, t: NcType) -> bool {
         t => int_range(t),
     };
     (lo..=hi).contains(&v)
+}
+
+/// The value of an integer constant with type suffix `suffix`, converted to type `t`;
+/// `None` when it is out of the range of its suffix. As ncgen.l documents it, "values that
+/// fit as unsigned are acceptable for the signed tag": `65535s` is the short -1, and
+/// `18446744073709551615LL` the int64 -1 (converted to the unsigned type of the same size,
+/// the value stays 65535, as in ncgen). Byte constants of 128 to 255 are the exception, as
+/// in ncgen: they keep their value (`int x:a = 255b` is 255), and [`in_range`] makes them
+/// bytes of that bit pattern.
+fn suffixed_int(value: i128, suffix: Option<NcType>, t: NcType) -> Option<i128> {
+    let Some(tag) = suffix else {
+        return Some(value);
+    };
+    if tag == NcType::Byte {
+        return in_range(value, tag).then_some(value);
+    }
+    let unsigned = match tag {
+        NcType::Byte => NcType::UByte,
+        NcType::Short => NcType::UShort,
+        NcType::Int => NcType::UInt,
+        NcType::Int64 => NcType::UInt64,
+        other => other,
+    };
+    let (lo, signed_hi) = int_range(tag);
+    let (_, hi) = int_range(unsigned);
+    if !(lo..=hi).contains(&value) {
+        return None;
+    }
+    if value > signed_hi && t != unsigned {
+        Some(value - (1i128 << (8 * tag.size())))
+    } else {
+        Some(value)
+    }
 }
 
 /// The type ncgen infers for an attribute of integer constants of these types: going
