@@ -525,6 +525,15 @@ def test_gen_wraps_signed_suffixed_constants_as_ncgen_does(nczarrfs, tmp_path):
         b" l = 18446744073709551615LL ;\n}\n")
 
 
+def test_gen_reads_byte_constants_in_char_data_as_ncgen_does(nczarrfs, tmp_path):
+    """ncgen takes byte constants in char data as characters: `65b, 66b` is "AB"."""
+    _gen_dumps_as_ncgen(
+        nczarrfs, tmp_path, "char_bytes",
+        b"netcdf char_bytes {\ndimensions: d = 3 ; e = 2 ;\nvariables:\n char x(d) ;\n"
+        b" char y(e, d) ;\n char s ;\ndata:\n x = 65b, 66b ;\n y = 65b, 66b, 67b, 68b ;\n"
+        b" s = 69b ;\n}\n")
+
+
 @pytest.mark.parametrize("body, line, reason", [
     # Braces enclose the records of an unlimited dimension after the first, nothing else.
     ("dimensions: n = 3 ; t = UNLIMITED ;\nvariables: int e(t, n) ;\ndata:\n e = {1, 2}, {3} ;\n",

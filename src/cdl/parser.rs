@@ -1680,8 +1680,8 @@ fn char_runs<'b>(flat: &[Elem<'b>], row: u64) -> Vec<(Elem<'b>, u64)> {
     };
     let mut chars: Vec<u8> = Vec::new();
     for e in flat {
-        if let Elem::Val(Const::Char(b), _) = e {
-            chars.push(*b);
+        if let Some(b) = char_constant(e) {
+            chars.push(b);
             continue;
         }
         if !chars.is_empty() {
@@ -1700,6 +1700,23 @@ fn char_runs<'b>(flat: &[Elem<'b>], row: u64) -> Vec<(Elem<'b>, u64)> {
         string(&mut out, &chars);
     }
     out
+}
+
+/// The byte a data element stands for in char data: a character constant, or a byte
+/// constant (`65b` is `A`), which ncgen takes there as a character too.
+fn char_constant(e: &Elem) -> Option<u8> {
+    match e {
+        Elem::Val(Const::Char(b), _) => Some(*b),
+        Elem::Val(
+            Const::Num(Number::Int {
+                value,
+                suffix: Some(NcType::Byte),
+                ..
+            }),
+            _,
+        ) if in_range(*value, NcType::Byte) => Some(*value as u8),
+        _ => None,
+    }
 }
 
 /// Number of characters a char variable's items expand to (see [`char_runs`]).
@@ -1848,6 +1865,17 @@ mod tests {
         let pos = Pos::default();
         let items = [Item::Val(Const::Str(b"abc".to_vec()), pos)];
         assert_eq!(char_count(&items, 1 << 32), 1 << 32);
+    }
+
+    #[test]
+    fn byte_constants_are_characters_in_char_data() {
+        // ncgen's genchar takes byte constants as characters: 65b is 'A', -1b is 0xFF.
+        let p = parse(
+            "netcdf t {\ndimensions: d = 3 ;\nvariables: char c(d) ; char s ;\n\
+             data: c = 65b, 66b, -1b ; s = 67b ;\n}",
+        );
+        assert_eq!(data(&p, "c"), b"AB\xff");
+        assert_eq!(data(&p, "s"), b"C");
     }
 
     #[test]
