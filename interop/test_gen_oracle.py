@@ -534,6 +534,16 @@ def test_gen_reads_byte_constants_in_char_data_as_ncgen_does(nczarrfs, tmp_path)
         b" s = 69b ;\n}\n")
 
 
+def test_gen_truncates_non_integral_values_into_integers_as_ncgen_does(nczarrfs, tmp_path):
+    """A floating-point constant given to an integer type is truncated toward zero, as ncgen
+    converts it."""
+    _gen_dumps_as_ncgen(
+        nczarrfs, tmp_path, "truncated",
+        b"netcdf truncated {\ndimensions: d = 4 ;\nvariables:\n int x(d) ;\n"
+        b"  short x:a = 1.7, -1.7 ;\n  x:_FillValue = 9.9 ;\n ubyte u ;\ndata:\n"
+        b" x = 1.5, -2.5, 1e3, 0.5f ;\n u = 254.9 ;\n}\n")
+
+
 @pytest.mark.parametrize("body, line, reason", [
     # Braces enclose the records of an unlimited dimension after the first, nothing else.
     ("dimensions: n = 3 ; t = UNLIMITED ;\nvariables: int e(t, n) ;\ndata:\n e = {1, 2}, {3} ;\n",

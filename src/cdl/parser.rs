@@ -982,11 +982,12 @@ impl Parser<'_> {
         }
         let v: i128 = match c {
             Const::Num(Number::Int { value, suffix, .. }) => int_constant(*value, *suffix)?,
+            // Truncated toward zero, as ncgen converts (a C cast): `1.7` is 1, `-2.5` is -2.
             Const::Num(Number::Float { value, .. }) => {
-                if !value.is_finite() || value.fract() != 0.0 {
-                    return Err(mismatch(&format!("non-integral value {value}")));
+                if !value.is_finite() {
+                    return Err(mismatch(&format!("the value {value}")));
                 }
-                *value as i128
+                value.trunc() as i128
             }
             Const::Char(b) => *b as i128,
             Const::Str(_) => return Err(mismatch("a string")),
