@@ -14,7 +14,8 @@
 //!   padded with the fill character to a multiple of the last dimension's length, unless the values run
 //!   along that dimension alone (a 1-D variable, or the innermost braces of an unlimited last
 //!   dimension), in which case strings are just concatenated (`c(2) = "a", "b"` is `ab`).
-//!   An empty string stands for one row of fill (one character when strings are concatenated).
+//!   An empty string, and `_`, stand for one row of fill (one character when strings are
+//!   concatenated).
 //!   Characters beyond the variable's size are dropped, as ncgen does with a warning.
 //! - Unlimited dimensions after the first are given with `{ }`: each braced list holds the
 //!   values of one index of the enclosing dimensions, and an unlimited dimension's length is
@@ -1694,6 +1695,11 @@ fn char_runs<'b>(flat: &[Elem<'b>], row: u64) -> Vec<(Elem<'b>, u64)> {
             // as `""`, and ncgen reads it back as such.
             Elem::Val(Const::Str(s), _) if s.is_empty() => out.push((Elem::Fill, row)),
             Elem::Val(Const::Str(s), _) => string(&mut out, s),
+            // `_` is a row of fill as `""` is, which keeps the strings after it at the start
+            // of rows. (ncgen's own count of `_` here varies with what surrounds it: `_, "ab"`
+            // starts "ab" at the last character of the first row, `"ab", _, "cd"` at the
+            // last of the second.)
+            Elem::Fill => out.push((Elem::Fill, row)),
             other => out.push((other.clone(), 1)),
         }
     }
@@ -1779,6 +1785,7 @@ mod tests {
                 Elem::Val(Const::Str(s), _) if s.is_empty() => {
                     out.extend(std::iter::repeat_n(Elem::Fill, row))
                 }
+                Elem::Fill => out.extend(std::iter::repeat_n(Elem::Fill, row)),
                 Elem::Val(Const::Str(s), _) => {
                     let start = out.len();
                     out.extend(s.iter().map(|b| Elem::Byte(*b)));
@@ -1877,6 +1884,19 @@ mod tests {
         );
         assert_eq!(data(&p, "c"), b"AB\xff");
         assert_eq!(data(&p, "s"), b"C");
+    }
+
+    #[test]
+    fn a_fill_marker_in_char_data_is_a_row_of_fill() {
+        let p = parse(
+            "netcdf t {\ndimensions: a = 3 ; s = 4 ;\nvariables: char d(a, s) ; char e(a, s) ;\n\
+             char c(s) ;\n d:_FillValue = \"x\" ; e:_FillValue = \"x\" ; c:_FillValue = \"x\" ;\n\
+             data: d = _, \"ab\" ; e = 'a', _, 'b' ; c = \"a\", _, \"b\" ;\n}",
+        );
+        assert_eq!(data(&p, "d"), b"xxxxabxxxxxx");
+        assert_eq!(data(&p, "e"), b"axxxxxxxbxxx");
+        // Along the last dimension alone, strings are concatenated and `_` is one character.
+        assert_eq!(data(&p, "c"), b"axbx");
     }
 
     #[test]
