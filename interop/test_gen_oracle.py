@@ -510,3 +510,78 @@ def test_gen_keeps_the_last_of_repeated_attributes_and_data_as_ncgen_does(nczarr
         b'netcdf repeated {\ndimensions: d = 2 ;\nvariables:\n int v(d) ;\n'
         b'  v:units = "m" ; v:b = 1 ; v:units = 2.5 ;\n :g = 1 ; :h = 2 ; :g = "x" ;\n'
         b'data:\n v = 1, 2 ;\n v = 3 ;\n}\n')
+
+
+def test_gen_wraps_signed_suffixed_constants_as_ncgen_does(nczarrfs, tmp_path):
+    """ncgen.l: "values that fit as unsigned are acceptable for the signed tag": `65535s` is
+    the short -1, in attributes of any type and in data (but `255b` keeps 255 in an int)."""
+    _gen_dumps_as_ncgen(
+        nczarrfs, tmp_path, "signed_tags",
+        b"netcdf signed_tags {\nvariables:\n int i ;\n  i:s = 65535s, 32768s ;\n"
+        b"  i:l = 4294967295L, 2147483648L ;\n  i:ll = 18446744073709551615LL ;\n"
+        b"  int i:typed = 65535s ;\n  double i:d = 65535s ;\n  ushort i:us = 65535s ;\n"
+        b"  i:mix = 65535s, 1 ;\n  int i:b = 255b ;\n  i:mixb = 255b, 1 ;\n"
+        b" short s ;\n int64 l ;\ndata:\n i = 65535s ;\n s = 65535s ;\n"
+        b" l = 18446744073709551615LL ;\n}\n")
+
+
+def test_gen_reads_byte_constants_in_char_data_as_ncgen_does(nczarrfs, tmp_path):
+    """ncgen takes byte constants in char data as characters: `65b, 66b` is "AB"."""
+    _gen_dumps_as_ncgen(
+        nczarrfs, tmp_path, "char_bytes",
+        b"netcdf char_bytes {\ndimensions: d = 3 ; e = 2 ;\nvariables:\n char x(d) ;\n"
+        b" char y(e, d) ;\n char s ;\ndata:\n x = 65b, 66b ;\n y = 65b, 66b, 67b, 68b ;\n"
+        b" s = 69b ;\n}\n")
+
+
+def test_gen_truncates_non_integral_values_into_integers_as_ncgen_does(nczarrfs, tmp_path):
+    """A floating-point constant given to an integer type is truncated toward zero, as ncgen
+    converts it."""
+    _gen_dumps_as_ncgen(
+        nczarrfs, tmp_path, "truncated",
+        b"netcdf truncated {\ndimensions: d = 4 ;\nvariables:\n int x(d) ;\n"
+        b"  short x:a = 1.7, -1.7 ;\n  x:_FillValue = 9.9 ;\n ubyte u ;\ndata:\n"
+        b" x = 1.5, -2.5, 1e3, 0.5f ;\n u = 254.9 ;\n}\n")
+
+
+@pytest.mark.parametrize("body, line, reason", [
+    # Braces enclose the records of an unlimited dimension after the first, nothing else.
+    ("dimensions: n = 3 ; t = UNLIMITED ;\nvariables: int e(t, n) ;\ndata:\n e = {1, 2}, {3} ;\n",
+     5, 'found "{"'),
+    ("dimensions: n = 3 ;\nvariables: int m(n, n) ;\ndata:\n m = 1, {2} ;\n", 5, 'found "{"'),
+    ("dimensions: t = UNLIMITED ;\nvariables: int e(t, t) ;\ndata:\n e = {{1}} ;\n",
+     5, 'found "{"'),
+    ("variables: int s ;\ndata:\n s = {1} ;\n", 4, 'found "{"'),
+    # netcdf-c refuses chunks longer than their fixed dimension ("Bad chunk sizes").
+    ("dimensions: n = 10 ; t = UNLIMITED ;\nvariables:\n float a(t, n) ;\n"
+     "  a:_ChunkSizes = 1, 20 ;\n", 5, 'dimension "n" has length 10'),
+    # Octal escapes take three digits (ncgen: "Bad octal constant").
+    ('variables: int v ;\n  v:a = "x" ;\n  v:b = "a\\0b" ;\n', 4, "three digits"),
+    # ncgen.l's names escape only a leading digit and punctuation.
+    ("variables: int v ;\n  v:\\_x = 1 ;\n", 3, "not an escape"),
+    ("variables: int v ;\n  v:a\\x41 = 1 ;\n", 3, "not an escape"),
+    # A float suffix needs a point or an exponent; dimension lengths are decimal integers.
+    ("variables: int v ;\n  v:a = 1f ;\n", 3, 'malformed number "1f"'),
+    ("dimensions:\n  d = 2.0 ;\n", 3, "positive decimal integer"),
+    ("dimensions:\n  d = 0x10 ;\n", 3, "positive decimal integer"),
+    ("dimensions:\n  d = 2s ;\n", 3, "positive decimal integer"),
+    # One data section per group.
+    ("variables: int v ; int w ;\ndata: v = 1 ;\ndata: w = 2 ;\n", 4, 'second "data:"'),
+    # Special attributes with values ncgen calls illegal.
+    ('variables: int v ;\n  v:_Endianness = "native" ;\n', 3, '"little" or "big"'),
+    (':_Format = "bogus" ;\n', 2, "not a format name"),
+])
+def test_gen_refuses_malformed_cdl_as_ncgen_does(nczarrfs, tmp_path, body, line, reason):
+    """CDL that ncgen refuses, gen refuses too, naming the line (of the file, whose first
+    line is the header) and writing nothing."""
+    cdl = tmp_path / "bad.cdl"
+    cdl.write_text(f"netcdf bad {{\n{body}}}\n")
+    oracle = subprocess.run(["ncgen", "-k", "nc4", "-o", str(tmp_path / "bad.nc"), str(cdl)],
+                            capture_output=True, check=False)
+    assert oracle.returncode != 0, "ncgen accepted it"
+    target = tmp_path / "bad.file"
+    res = nczarrfs("gen", "-o", str(target), str(cdl))
+    err = res.stderr.decode()
+    assert res.returncode == 1, err
+    assert f"bad.cdl:{line}:" in err and reason in err, err
+    assert not target.exists()

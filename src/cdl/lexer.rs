@@ -26,6 +26,9 @@ pub enum Number {
         value: i128,
         /// The type named by the suffix.
         suffix: Option<NcType>,
+        /// Written in hexadecimal (`0x10`): ncgen reads such a constant in data and typed
+        /// attributes, but not as a dimension length.
+        hex: bool,
     },
     /// A floating-point literal; `single` for an `f` suffix (and `NaNf`, `Infinityf`).
     Float {
@@ -144,6 +147,16 @@ fn is_name_start(c: char) -> bool {
 
 fn is_name_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '@' | '+' | '-') || !c.is_ascii()
+}
+
+/// The characters a name may hold escaped with a backslash (ncgen.l's `idescaped`); letters,
+/// digits and `_ . @ + -` stand unescaped.
+const NAME_ESCAPES: &str = " !\"#$%&'()*,:;<=>?[\\]^`{|}~";
+
+/// Whether `\c` is an escape ncgen.l reads in a name: one of [`NAME_ESCAPES`], or a digit
+/// at the start (`\1abc`, as a name may not begin with a digit).
+fn is_name_escape(c: char, at_start: bool) -> bool {
+    NAME_ESCAPES.contains(c) || (at_start && c.is_ascii_digit())
 }
 
 const SECTIONS: [&str; 5] = ["dimensions", "variables", "data", "types", "group"];
@@ -303,9 +316,19 @@ impl Lexer<'_> {
                 ));
             }
             if c == '\\' {
+                let epos = self.pos();
                 self.bump();
                 match self.bump() {
-                    Some(e) => s.push(e),
+                    Some(e) if is_name_escape(e, s.is_empty()) => s.push(e),
+                    Some(e) => {
+                        return Err(self.err(
+                            epos,
+                            format!(
+                                "\"\\{e}\" is not an escape ncgen takes in a name: a name may \
+                                 escape a leading digit and the characters {NAME_ESCAPES}"
+                            ),
+                        ))
+                    }
                     None => return Err(self.err(self.pos(), "backslash at end of input")),
                 }
             } else if is_name_char(c) {
@@ -373,16 +396,24 @@ impl Lexer<'_> {
                     v as u8
                 }
                 '0'..='7' => {
+                    // In strings, exactly three digits ("Bad octal constant" in ncgen). A
+                    // character constant takes one to three, as in C: netcdf-c's own tests
+                    // write `'\0'` for NUL (ref_nulls.cdl, whose baseline holds 0b).
                     let mut v: u32 = e.to_digit(8).unwrap_or(0);
-                    let mut n = 1;
-                    while n < 3 {
+                    for _ in 0..2 {
                         match self.peek(0).and_then(|d| d.to_digit(8)) {
                             Some(d) => {
                                 v = v * 8 + d;
                                 self.bump();
-                                n += 1;
                             }
-                            None => break,
+                            None if quote == '\'' => break,
+                            None => {
+                                return Err(self.err(
+                                    epos,
+                                    "an octal escape in a string takes three digits \
+                                     (\\000 to \\377), as in ncgen",
+                                ))
+                            }
                         }
                     }
                     if v > 255 {
@@ -465,7 +496,9 @@ fn parse_number(text: &str) -> Option<Number> {
     let lower = body.to_ascii_lowercase();
     let is_hex = lower.starts_with("0x");
     let looks_float = !is_hex && (lower.contains('.') || lower.contains('e'));
-    if looks_float || (!is_hex && lower.ends_with('f') && lower.len() > 1) {
+    // An `f` suffix needs a `.` or an exponent before it (ncgen.l's FLTNUMBER): `1f` is
+    // malformed, not a float.
+    if looks_float {
         // ncgen.l's double literals may end in `d` or `l` (`1.5L` is a double).
         let (digits, single) = match lower.strip_suffix('f') {
             Some(d) => (d, true),
@@ -542,6 +575,7 @@ fn parse_number(text: &str) -> Option<Number> {
     Some(Number::Int {
         value: if neg { -magnitude } else { magnitude },
         suffix,
+        hex: is_hex,
     })
 }
 
@@ -566,7 +600,20 @@ mod tests {
 
     #[test]
     fn numbers_and_suffixes() {
-        let int = |value, suffix| Tok::Num(Number::Int { value, suffix });
+        let int = |value, suffix| {
+            Tok::Num(Number::Int {
+                value,
+                suffix,
+                hex: false,
+            })
+        };
+        let hex = |value, suffix| {
+            Tok::Num(Number::Int {
+                value,
+                suffix,
+                hex: true,
+            })
+        };
         assert_eq!(
             toks("1b 2UB -3s 4us 5 6u 7ll 8ULL 0x1F 017 0x10s"),
             vec![
@@ -578,9 +625,9 @@ mod tests {
                 int(6, Some(NcType::UInt)),
                 int(7, Some(NcType::Int64)),
                 int(8, Some(NcType::UInt64)),
-                int(31, None),
+                hex(31, None),
                 int(15, None),
-                int(16, Some(NcType::Short)),
+                hex(16, Some(NcType::Short)),
                 Tok::Eof
             ]
         );
@@ -629,6 +676,21 @@ mod tests {
     }
 
     #[test]
+    fn a_float_suffix_needs_a_point_or_an_exponent() {
+        // ncgen.l's FLTNUMBER: `1.f` and `1e0f` are floats, `1f` is not a number.
+        let e = tokenize("x = 1f ;", "f.cdl").unwrap_err().to_string();
+        assert_eq!(e, "f.cdl:1:5: malformed number \"1f\"");
+        assert!(matches!(
+            toks("1.f 1e0f")[..],
+            [
+                Tok::Num(Number::Float { single: true, .. }),
+                Tok::Num(Number::Float { single: true, .. }),
+                Tok::Eof
+            ]
+        ));
+    }
+
+    #[test]
     fn float_literals_are_rounded_to_float() {
         // 0.1f is the float nearest 0.1, and 16777217.f the float 2^24 (2^24 + 1 is not a
         // float), whatever type they are then converted to.
@@ -672,6 +734,49 @@ mod tests {
                 Tok::Eof
             ]
         );
+    }
+
+    #[test]
+    fn octal_escapes_in_strings_take_three_digits() {
+        // ncgen.l: `\ooo` in strings, fewer digits are "Bad octal constant"; a character
+        // constant may have fewer, as in C.
+        assert_eq!(
+            toks(r#""\0123\101" '\377' '\0' '\12'"#),
+            vec![
+                Tok::Str(b"\n3A".to_vec()),
+                Tok::Char(255),
+                Tok::Char(0),
+                Tok::Char(10),
+                Tok::Eof
+            ]
+        );
+        for bad in [r#""a\0b""#, r#""\12""#, r#""\1""#] {
+            let e = tokenize(bad, "f.cdl").unwrap_err().to_string();
+            assert!(
+                e.contains("f.cdl:1:") && e.contains("three digits"),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn names_take_the_escapes_ncgen_takes() {
+        assert_eq!(
+            toks(r"\1abc a\ b\:c\\d\#e\{f\~"),
+            vec![
+                Tok::Ident("1abc".into()),
+                Tok::Ident("a b:c\\d#e{f~".into()),
+                Tok::Eof
+            ]
+        );
+        // ncgen.l's ID has no escaped letters, `_ . @ + -`, nor digits after the start.
+        for bad in [r"\_x", r"a\x41", r"a\.b", r"a\1", r"\a"] {
+            let e = tokenize(bad, "f.cdl").unwrap_err().to_string();
+            assert!(
+                e.contains("f.cdl:1:") && e.contains("not an escape"),
+                "{bad}: {e}"
+            );
+        }
     }
 
     #[test]

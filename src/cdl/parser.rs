@@ -14,7 +14,8 @@
 //!   padded with the fill character to a multiple of the last dimension's length, unless the values run
 //!   along that dimension alone (a 1-D variable, or the innermost braces of an unlimited last
 //!   dimension), in which case strings are just concatenated (`c(2) = "a", "b"` is `ab`).
-//!   An empty string stands for one row of fill (one character when strings are concatenated).
+//!   An empty string, and `_`, stand for one row of fill (one character when strings are
+//!   concatenated).
 //!   Characters beyond the variable's size are dropped, as ncgen does with a warning.
 //! - Unlimited dimensions after the first are given with `{ }`: each braced list holds the
 //!   values of one index of the enclosing dimensions, and an unlimited dimension's length is
@@ -43,8 +44,6 @@ pub enum Endianness {
     Little,
     /// `"big"`
     Big,
-    /// `"native"`
-    Native,
 }
 
 /// The storage layout asked for by `_Storage`.
@@ -332,6 +331,7 @@ impl Parser<'_> {
             Groups,
         }
         let mut mode = Mode::Start;
+        let mut data_seen = false;
         loop {
             let pos = self.pos();
             match self.peek().clone() {
@@ -356,6 +356,11 @@ impl Parser<'_> {
                     if mode == Mode::Groups && new != Mode::Groups {
                         return Err(self.err(pos, "syntax error: declarations after a subgroup"));
                     }
+                    // ncgen's grammar has one data section per group.
+                    if new == Mode::Data && data_seen {
+                        return Err(self.err(pos, "syntax error: a second \"data:\" section"));
+                    }
+                    data_seen |= new == Mode::Data;
                     mode = new;
                 }
                 Tok::Colon => self.attribute(g, None)?,
@@ -444,20 +449,19 @@ impl Parser<'_> {
             let lpos = self.pos();
             let (len, unlimited) = match self.next().tok {
                 Tok::Ident(s) if s.eq_ignore_ascii_case("unlimited") => (0, true),
-                // netCDF's NC_UNLIMITED is 0: ncgen defines `d = 0` as unlimited.
-                Tok::Num(Number::Int { value: 0, .. }) => (0, true),
-                Tok::Num(Number::Int { value, .. }) if value > 0 && value <= u64::MAX as i128 => {
-                    (value as u64, false)
-                }
-                Tok::Num(Number::Float { value, .. })
-                    if value > 0.0 && value.fract() == 0.0 && value < 1.8e19 =>
-                {
-                    (value as u64, false)
-                }
+                // ncgen's grammar takes decimal (or octal) integers here, unsuffixed or with
+                // `L`, `LL` or `U`: not `2.0`, `0x10` or `2s`. netCDF's NC_UNLIMITED is 0:
+                // ncgen defines `d = 0` as unlimited.
+                Tok::Num(Number::Int {
+                    value,
+                    suffix: None | Some(NcType::Int | NcType::Int64 | NcType::UInt),
+                    hex: false,
+                }) if (0..=u64::MAX as i128).contains(&value) => (value as u64, value == 0),
                 _ => {
                     return Err(self.err(
                         lpos,
-                        "dimension length must be a positive integer, or UNLIMITED (or 0)",
+                        "dimension length must be a positive decimal integer, or UNLIMITED \
+                         (or 0)",
                     ))
                 }
             };
@@ -692,6 +696,15 @@ impl Parser<'_> {
                     return Err(self.err(pos, format!("type mismatch: {name} must be a string")));
                 };
                 if name == "_Format" {
+                    if !FORMAT_NAMES.contains(&t.as_str()) {
+                        return Err(self.err(
+                            pos,
+                            format!(
+                                "_Format: {t:?} is not a format name ncgen knows (one of {})",
+                                FORMAT_NAMES.join(", ")
+                            ),
+                        ));
+                    }
                     self.globals.format = Some(t);
                 } else {
                     self.globals.nc_properties = Some(t);
@@ -745,6 +758,17 @@ impl Parser<'_> {
             other => Error::Invalid(other.to_string()),
         };
         let ndims = self.ds.var(v).dims.len();
+        // Length and name of each dimension of the variable, `None` for an unlimited one.
+        let fixed_dims: Vec<Option<(u64, String)>> = self
+            .ds
+            .var(v)
+            .dims
+            .iter()
+            .map(|d| {
+                let d = self.ds.dim(*d);
+                (!d.unlimited).then(|| (d.len, d.name.clone()))
+            })
+            .collect();
         let sp = &mut self.extras[v.0].special;
         match name {
             "_ChunkSizes" => {
@@ -755,6 +779,17 @@ impl Parser<'_> {
                 };
                 if ints.len() != ndims {
                     return Err(bad(&format!("{ndims} chunk sizes (the variable's rank)")));
+                }
+                // netcdf-c refuses a chunk longer than its fixed dimension ("Bad chunk sizes").
+                if let Some((len, name)) = ints
+                    .iter()
+                    .zip(&fixed_dims)
+                    .find_map(|(c, d)| d.as_ref().filter(|(len, _)| *c > i128::from(*len)))
+                {
+                    return Err(bad(&format!(
+                        "chunk sizes no longer than their dimensions (dimension {name:?} \
+                         has length {len})"
+                    )));
                 }
                 sp.chunk_sizes = Some(ints.iter().map(|x| *x as u64).collect());
             }
@@ -777,8 +812,8 @@ impl Parser<'_> {
                     match text.as_deref().map(str::to_ascii_lowercase).as_deref() {
                         Some("little") => Endianness::Little,
                         Some("big") => Endianness::Big,
-                        Some("native") => Endianness::Native,
-                        _ => return Err(bad("\"little\", \"big\" or \"native\"")),
+                        // ncgen refuses "native" ("illegal value").
+                        _ => return Err(bad("\"little\" or \"big\"")),
                     },
                 )
             }
@@ -861,7 +896,7 @@ impl Parser<'_> {
                 Const::Num(Number::Float { single, .. }) => {
                     float = Some(float.unwrap_or(true) && *single);
                 }
-                Const::Num(Number::Int { value, suffix }) => {
+                Const::Num(Number::Int { value, suffix, .. }) => {
                     ints.push(suffix.unwrap_or_else(|| natural_int_type(*value)));
                 }
                 Const::Char(_) => ints.push(NcType::Byte),
@@ -880,7 +915,9 @@ impl Parser<'_> {
                 // wrap them (`3000000000, 1` as int), so the narrowest type that holds them.
                 let t = ncgen_int_type(&ints);
                 let fits = values.iter().all(|(c, _)| match c {
-                    Const::Num(Number::Int { value, .. }) => in_range(*value, t),
+                    Const::Num(Number::Int { value, suffix, .. }) => {
+                        suffixed_int(*value, *suffix, t).is_some_and(|v| in_range(v, t))
+                    }
                     _ => true,
                 });
                 if fits {
@@ -910,9 +947,20 @@ impl Parser<'_> {
                 format!("type mismatch: {what} for type {}", t.cdl_name()),
             )
         };
+        let int_constant = |value: i128, suffix: Option<NcType>| {
+            suffixed_int(value, suffix, t).ok_or_else(|| {
+                let named = suffix.map_or(t, |s| s);
+                self.err(
+                    pos,
+                    format!("value {value} out of range for type {}", named.cdl_name()),
+                )
+            })
+        };
         if matches!(t, NcType::Float | NcType::Double) {
             let v = match c {
-                Const::Num(Number::Int { value, .. }) => *value as f64,
+                Const::Num(Number::Int { value, suffix, .. }) => {
+                    int_constant(*value, *suffix)? as f64
+                }
                 Const::Num(Number::Float { value, .. }) => *value,
                 Const::Char(_) => return Err(mismatch("a character constant")),
                 Const::Str(_) => return Err(mismatch("a string")),
@@ -934,12 +982,13 @@ impl Parser<'_> {
             return Ok(());
         }
         let v: i128 = match c {
-            Const::Num(Number::Int { value, .. }) => *value,
+            Const::Num(Number::Int { value, suffix, .. }) => int_constant(*value, *suffix)?,
+            // Truncated toward zero, as ncgen converts (a C cast): `1.7` is 1, `-2.5` is -2.
             Const::Num(Number::Float { value, .. }) => {
-                if !value.is_finite() || value.fract() != 0.0 {
-                    return Err(mismatch(&format!("non-integral value {value}")));
+                if !value.is_finite() {
+                    return Err(mismatch(&format!("the value {value}")));
                 }
-                *value as i128
+                value.trunc() as i128
             }
             Const::Char(b) => *b as i128,
             Const::Str(_) => return Err(mismatch("a string")),
@@ -1020,6 +1069,7 @@ impl Parser<'_> {
             let dims = var.dims.clone();
             let is_char = var.nctype == NcType::Char;
             if dims.is_empty() {
+                self.refuse_braces(items)?;
                 let n = if is_char {
                     char_count(items, 1)
                 } else {
@@ -1070,6 +1120,20 @@ impl Parser<'_> {
         Ok(())
     }
 
+    /// Refuses braces among values that run along fixed dimensions (or the first, unlimited
+    /// one), as ncgen does ("Expected primitive found {..}"): braces stand for the records of
+    /// an unlimited dimension after the first, and nowhere else.
+    fn refuse_braces(&self, items: &[Item]) -> Result<()> {
+        match items.iter().find(|it| matches!(it, Item::Brace(..))) {
+            Some(brace) => Err(self.err(
+                brace.pos(),
+                "expected a value, found \"{\": braces enclose the values of an unlimited \
+                 dimension other than the first, and nothing else",
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// Index of the first unlimited dimension after `i`, or `dims.len()`.
     fn next_unlimited(&self, dims: &[DimId], i: usize) -> usize {
         (i + 1..dims.len())
@@ -1094,6 +1158,7 @@ impl Parser<'_> {
         let k = self.next_unlimited(dims, i);
         let p = self.fixed_product(&dims[i + 1..k]).max(1);
         let m = if k == dims.len() {
+            self.refuse_braces(items)?;
             if is_char {
                 char_count(items, self.char_row(dims, i))
             } else {
@@ -1341,6 +1406,38 @@ impl Parser<'_> {
     }
 }
 
+/// The values ncgen takes for `_Format` (its `-k` names, case as written), among them the
+/// names ncdump prints: `classic`, `64-bit offset`, `64-bit data`, `netCDF-4`,
+/// `netCDF-4 classic model`.
+const FORMAT_NAMES: [&str; 26] = [
+    "classic",
+    "nc3",
+    "1",
+    "64-bit offset",
+    "64-bit-offset",
+    "nc6",
+    "2",
+    "netCDF-4",
+    "netCDF4",
+    "netcdf-4",
+    "netcdf4",
+    "hdf5",
+    "enhanced",
+    "nc4",
+    "3",
+    "netCDF-4 classic model",
+    "netCDF-4_classic",
+    "enhanced-nc3",
+    "nc7",
+    "4",
+    "64-bit data",
+    "64-bit-data",
+    "cdf5",
+    "cdf-5",
+    "nc5",
+    "5",
+];
+
 /// The text of string/character constants, `None` if a number is among them.
 fn join_text(values: &[(Const, Pos)]) -> Option<String> {
     let mut s = Vec::new();
@@ -1375,6 +1472,39 @@ fn in_range(v: i128, t: NcType) -> bool {
         t => int_range(t),
     };
     (lo..=hi).contains(&v)
+}
+
+/// The value of an integer constant with type suffix `suffix`, converted to type `t`;
+/// `None` when it is out of the range of its suffix. As ncgen.l documents it, "values that
+/// fit as unsigned are acceptable for the signed tag": `65535s` is the short -1, and
+/// `18446744073709551615LL` the int64 -1 (converted to the unsigned type of the same size,
+/// the value stays 65535, as in ncgen). Byte constants of 128 to 255 are the exception, as
+/// in ncgen: they keep their value (`int x:a = 255b` is 255), and [`in_range`] makes them
+/// bytes of that bit pattern.
+fn suffixed_int(value: i128, suffix: Option<NcType>, t: NcType) -> Option<i128> {
+    let Some(tag) = suffix else {
+        return Some(value);
+    };
+    if tag == NcType::Byte {
+        return in_range(value, tag).then_some(value);
+    }
+    let unsigned = match tag {
+        NcType::Byte => NcType::UByte,
+        NcType::Short => NcType::UShort,
+        NcType::Int => NcType::UInt,
+        NcType::Int64 => NcType::UInt64,
+        other => other,
+    };
+    let (lo, signed_hi) = int_range(tag);
+    let (_, hi) = int_range(unsigned);
+    if !(lo..=hi).contains(&value) {
+        return None;
+    }
+    if value > signed_hi && t != unsigned {
+        Some(value - (1i128 << (8 * tag.size())))
+    } else {
+        Some(value)
+    }
 }
 
 /// The type ncgen infers for an attribute of integer constants of these types: going
@@ -1552,8 +1682,8 @@ fn char_runs<'b>(flat: &[Elem<'b>], row: u64) -> Vec<(Elem<'b>, u64)> {
     };
     let mut chars: Vec<u8> = Vec::new();
     for e in flat {
-        if let Elem::Val(Const::Char(b), _) = e {
-            chars.push(*b);
+        if let Some(b) = char_constant(e) {
+            chars.push(b);
             continue;
         }
         if !chars.is_empty() {
@@ -1565,6 +1695,11 @@ fn char_runs<'b>(flat: &[Elem<'b>], row: u64) -> Vec<(Elem<'b>, u64)> {
             // as `""`, and ncgen reads it back as such.
             Elem::Val(Const::Str(s), _) if s.is_empty() => out.push((Elem::Fill, row)),
             Elem::Val(Const::Str(s), _) => string(&mut out, s),
+            // `_` is a row of fill as `""` is, which keeps the strings after it at the start
+            // of rows. (ncgen's own count of `_` here varies with what surrounds it: `_, "ab"`
+            // starts "ab" at the last character of the first row, `"ab", _, "cd"` at the
+            // last of the second.)
+            Elem::Fill => out.push((Elem::Fill, row)),
             other => out.push((other.clone(), 1)),
         }
     }
@@ -1572,6 +1707,23 @@ fn char_runs<'b>(flat: &[Elem<'b>], row: u64) -> Vec<(Elem<'b>, u64)> {
         string(&mut out, &chars);
     }
     out
+}
+
+/// The byte a data element stands for in char data: a character constant, or a byte
+/// constant (`65b` is `A`), which ncgen takes there as a character too.
+fn char_constant(e: &Elem) -> Option<u8> {
+    match e {
+        Elem::Val(Const::Char(b), _) => Some(*b),
+        Elem::Val(
+            Const::Num(Number::Int {
+                value,
+                suffix: Some(NcType::Byte),
+                ..
+            }),
+            _,
+        ) if in_range(*value, NcType::Byte) => Some(*value as u8),
+        _ => None,
+    }
 }
 
 /// Number of characters a char variable's items expand to (see [`char_runs`]).
@@ -1633,6 +1785,7 @@ mod tests {
                 Elem::Val(Const::Str(s), _) if s.is_empty() => {
                     out.extend(std::iter::repeat_n(Elem::Fill, row))
                 }
+                Elem::Fill => out.extend(std::iter::repeat_n(Elem::Fill, row)),
                 Elem::Val(Const::Str(s), _) => {
                     let start = out.len();
                     out.extend(s.iter().map(|b| Elem::Byte(*b)));
@@ -1662,7 +1815,14 @@ mod tests {
                     0 => Item::Val(Const::Char(b'a'), pos),
                     1 => Item::Val(Const::Str(vec![b'b'; len]), pos),
                     2 => Item::Fill(pos),
-                    3 => Item::Val(Const::Num(Number::Int { value: len as i128, suffix: None }), pos),
+                    3 => Item::Val(
+                        Const::Num(Number::Int {
+                            value: len as i128,
+                            suffix: None,
+                            hex: false,
+                        }),
+                        pos,
+                    ),
                     _ => Item::Brace(vec![Item::Val(Const::Str(vec![b'c'; len]), pos)], pos),
                 })
                 .collect();
@@ -1713,6 +1873,30 @@ mod tests {
         let pos = Pos::default();
         let items = [Item::Val(Const::Str(b"abc".to_vec()), pos)];
         assert_eq!(char_count(&items, 1 << 32), 1 << 32);
+    }
+
+    #[test]
+    fn byte_constants_are_characters_in_char_data() {
+        // ncgen's genchar takes byte constants as characters: 65b is 'A', -1b is 0xFF.
+        let p = parse(
+            "netcdf t {\ndimensions: d = 3 ;\nvariables: char c(d) ; char s ;\n\
+             data: c = 65b, 66b, -1b ; s = 67b ;\n}",
+        );
+        assert_eq!(data(&p, "c"), b"AB\xff");
+        assert_eq!(data(&p, "s"), b"C");
+    }
+
+    #[test]
+    fn a_fill_marker_in_char_data_is_a_row_of_fill() {
+        let p = parse(
+            "netcdf t {\ndimensions: a = 3 ; s = 4 ;\nvariables: char d(a, s) ; char e(a, s) ;\n\
+             char c(s) ;\n d:_FillValue = \"x\" ; e:_FillValue = \"x\" ; c:_FillValue = \"x\" ;\n\
+             data: d = _, \"ab\" ; e = 'a', _, 'b' ; c = \"a\", _, \"b\" ;\n}",
+        );
+        assert_eq!(data(&p, "d"), b"xxxxabxxxxxx");
+        assert_eq!(data(&p, "e"), b"axxxxxxxbxxx");
+        // Along the last dimension alone, strings are concatenated and `_` is one character.
+        assert_eq!(data(&p, "c"), b"axbx");
     }
 
     #[test]

@@ -42,8 +42,14 @@ pub struct DumpArgs {
     #[arg(short = 'p', long = "precision", value_name = "F[,D]", value_parser = parse_precision)]
     pub precision: Option<(usize, Option<usize>)>,
     /// Maximum line length of the data section (at least 10; default 80; `ncdump -l`).
-    #[arg(short = 'l', long = "line-length", value_name = "LEN", value_parser = parse_line_len)]
-    pub line_len: Option<usize>,
+    // Checked in `run`, so that a bad length gets ncdump's message rather than clap's.
+    #[arg(
+        short = 'l',
+        long = "line-length",
+        value_name = "LEN",
+        allow_hyphen_values = true
+    )]
+    pub line_len: Option<String>,
     /// Brief comments in the data: the indices of each row, `c` (C: from 0, slowest first) or
     /// `f` (Fortran: from 1, fastest first) (`ncdump -b`).
     #[arg(short = 'b', long = "brief", value_name = "LANG", value_parser = parse_lang)]
@@ -68,6 +74,7 @@ pub struct DumpArgs {
 
 /// Runs `dump`.
 pub fn run(args: DumpArgs) -> Result<i32> {
+    let line_len = args.line_len.as_deref().map(parse_line_len).transpose()?;
     let open = OpenDataset::open(&args.location, DEFAULT_CACHE_BYTES)?;
     if args.kind {
         println!("netCDF-4");
@@ -97,7 +104,7 @@ pub fn run(args: DumpArgs) -> Result<i32> {
         all_filters: args.all_filters,
         float_digits: args.precision.map(|p| p.0),
         double_digits: args.precision.and_then(|p| p.1),
-        line_len: args.line_len,
+        line_len,
         annotate,
         times: if args.iso_times {
             Some('T')
@@ -160,13 +167,20 @@ fn parse_lang(text: &str) -> std::result::Result<Lang, String> {
     }
 }
 
-/// `-l LEN`.
-fn parse_line_len(text: &str) -> std::result::Result<usize, String> {
-    match text.trim().parse::<usize>() {
+/// `-l LEN`, read as ncdump reads it (`strtol`: the leading integer, 0 when there is none)
+/// and refused in its words below the shortest length.
+fn parse_line_len(text: &str) -> Result<usize> {
+    let text = text.trim_start();
+    let sign_len = usize::from(text.starts_with(['-', '+']));
+    let digits_end = text[sign_len..]
+        .find(|c: char| !c.is_ascii_digit())
+        .map_or(text.len(), |i| i + sign_len);
+    let n: i64 = text[..digits_end].parse().unwrap_or(0);
+    match usize::try_from(n) {
         Ok(n) if n >= MIN_LINE_LEN => Ok(n),
-        _ => Err(format!(
-            "{text:?}: the line length must be a number of at least {MIN_LINE_LEN}"
-        )),
+        _ => Err(Error::Invalid(format!(
+            "unreasonably small line length specified: {n}"
+        ))),
     }
 }
 
@@ -181,9 +195,14 @@ mod tests {
         for bad in ["0", "21", "3,0", "3,", "a", ""] {
             assert!(parse_precision(bad).is_err(), "{bad}");
         }
-        assert_eq!(parse_line_len("10"), Ok(10));
-        for bad in ["9", "0", "x"] {
-            assert!(parse_line_len(bad).is_err(), "{bad}");
+        assert_eq!(parse_line_len("10").ok(), Some(10));
+        assert_eq!(parse_line_len("12x").ok(), Some(12));
+        // ncdump's words, with the number strtol reads.
+        for (bad, n) in [("9", "9"), ("0", "0"), ("x", "0"), ("-5", "-5"), ("1", "1")] {
+            assert_eq!(
+                parse_line_len(bad).unwrap_err().to_string(),
+                format!("unreasonably small line length specified: {n}")
+            );
         }
     }
 }

@@ -199,7 +199,7 @@ fn ncgen_value(toks: &[Tok]) -> Option<AttrValue> {
 fn constant(t: &Tok) -> Option<String> {
     use crate::cdl::lexer::Number;
     Some(match t {
-        Tok::Num(Number::Int { value, suffix }) => {
+        Tok::Num(Number::Int { value, suffix, .. }) => {
             let sfx = match suffix {
                 None => "",
                 Some(NcType::Byte) => "b",
