@@ -1,6 +1,6 @@
-"""What programs expect of files, on `rw` mounts: `O_TRUNC` empties what is not written again,
-`O_APPEND` writes at the end, `ftruncate` and `posix_fallocate` grow, a failed `fsync` is
-reported again. Expected values come from what a local file does (the same operations on a
+"""What programs expect of files, on `rw` mounts: `O_TRUNC` empties what is not written again
+(`cp`, `cat >`, numpy.memmap "w+"), `O_APPEND` writes at the end, `ftruncate` and
+`posix_fallocate` grow, a failed `fsync` is reported again. Expected values come from what a local file does (the same operations on a
 file in a temporary directory) or from first principles; after unmount netCDF4-python must
 read them."""
 
@@ -109,6 +109,27 @@ def test_o_trunc_zeroes_what_is_not_written_again(mounter, dataset, tmp_path):
     z = before_z.copy()
     z[0] = 1.5
     assert np.array_equal(values["/z"].reshape(-1), z)
+
+
+def test_numpy_memmap_w_plus_starts_from_zeros_and_r_plus_keeps_the_rest(mounter, dataset):
+    """numpy.memmap mode "w+" opens with O_TRUNC (a local file would read zeros, then the
+    values written through the mapping); mode "r+" changes only what it writes."""
+    mnt = mounter.mount(dataset, "rw")
+    path = mnt / "field" / "data"
+    new = np.memmap(path, dtype="=f8", mode="w+", shape=(256, 128))
+    assert not new.any()
+    new[10, :] = 7.0
+    new.flush()
+    del new
+    old = np.memmap(path, dtype="=f8", mode="r+", shape=(256, 128))
+    old[20, 0] = 9.0
+    old.flush()
+    del old
+    umount_and_wait(mnt)
+    expected = np.zeros((256, 128))
+    expected[10, :] = 7.0
+    expected[20, 0] = 9.0
+    assert np.array_equal(netcdf_values(dataset)["/field"], expected)
 
 
 def test_o_append_writes_at_the_end_after_a_sibling_added_records(mounter, dataset):
