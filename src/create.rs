@@ -1261,6 +1261,11 @@ impl DatasetWriter {
         Ok(())
     }
 
+    /// One element of `var` as its unwritten places read (see [`ChunkEngine::fill_element`]).
+    pub fn fill_element(&self, var: VarId) -> Result<Vec<u8>> {
+        self.engine.fill_element(&self.model, var)
+    }
+
     /// Reads `slab` of `var` (seeing unflushed writes).
     pub fn read(&self, var: VarId, slab: &Hyperslab, out: &mut [u8]) -> Result<()> {
         self.engine.read(&self.model, var, slab, out)

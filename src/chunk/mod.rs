@@ -1361,6 +1361,12 @@ impl ChunkEngine {
         check_storable(ds, var, &*self.plan(ds, var)?, slab, data)
     }
 
+    /// One element of `var` as its unwritten places read: the fill value in native bytes
+    /// (zeros for a Zarr v2 variable without fill).
+    pub fn fill_element(&self, ds: &Dataset, var: VarId) -> Result<Vec<u8>> {
+        Ok(self.plan(ds, var)?.fill.clone())
+    }
+
     /// Writes `data` (native representation, C order, `product(count) * element_size` bytes)
     /// into `slab` of variable `var`. Chunks are modified in the cache and reach storage on
     /// [`ChunkEngine::flush`] (or eviction); with no room in the cache they are stored at once.

@@ -39,22 +39,20 @@ pub fn write_data(w: &mut DatasetWriter, var: VarId, offset: u64, data: &[u8]) -
     let mut end = offset
         .checked_add(data.len() as u64)
         .ok_or_else(|| Error::InvalidHyperslab("write past 2^64 bytes".into()))?;
+    let mut merged = None;
     if end > size {
         match grow_dim {
             Some(dim) if record_elems > 0 => {
                 let records = end.div_ceil(esz).div_ceil(record_elems);
-                // The whole elements written are checked before the variable grows, so that
-                // a refused value adds no records.
+                // Every element the write touches, the ones it covers only in part merged
+                // with what they read now, is checked before the variable grows, so that a
+                // refused value adds no records.
                 let mut grown = shape.clone();
                 grown[0] = records;
-                let (first, last) = (offset.div_ceil(esz), end / esz);
-                let mut pos = (first * esz - offset) as usize;
-                for slab in element_range_slabs(&grown, first, last) {
-                    let n = (slab_len(&slab) * esz) as usize;
-                    w.check_storable(var, &slab, &data[pos..pos + n])?;
-                    pos += n;
-                }
+                let buf = merge_partial_elements(w, var, &shape, offset, data)?;
+                check_storable(w, var, &grown, offset / esz, &buf)?;
                 w.grow_dim(dim, records)?;
+                merged = Some(buf);
             }
             _ if offset >= size => return Ok(0),
             _ => end = size,
@@ -62,47 +60,82 @@ pub fn write_data(w: &mut DatasetWriter, var: VarId, offset: u64, data: &[u8]) -
     }
     let data = &data[..(end - offset) as usize];
     let shape = w.model().var_shape(var);
-    let (e0, e1) = (offset / esz, end.div_ceil(esz));
-    let mut buf = vec![0u8; ((e1 - e0) * esz) as usize];
-    let head = (offset - e0 * esz) as usize;
-    if head != 0 {
-        read_element(w, var, &shape, e0, &mut buf[..esz as usize])?;
-    }
-    if end % esz != 0 && (e1 - 1 != e0 || head == 0) {
-        let last = buf.len() - esz as usize;
-        read_element(w, var, &shape, e1 - 1, &mut buf[last..])?;
-    }
-    buf[head..head + data.len()].copy_from_slice(data);
-    let slabs: Vec<(Hyperslab, std::ops::Range<usize>)> = element_range_slabs(&shape, e0, e1)
-        .into_iter()
-        .scan(0usize, |pos, slab| {
-            let n = (slab_len(&slab) * esz) as usize;
-            *pos += n;
-            Some((slab, *pos - n..*pos))
-        })
-        .collect();
-    // A value the stored type cannot hold refuses the whole write, not only what follows it.
-    for (slab, range) in &slabs {
-        w.check_storable(var, slab, &buf[range.clone()])?;
-    }
-    for (slab, range) in slabs {
-        w.write(var, &slab, &buf[range])?;
+    let buf = match merged {
+        Some(buf) => buf,
+        None => {
+            let buf = merge_partial_elements(w, var, &shape, offset, data)?;
+            // A value the stored type cannot hold refuses the whole write, not only what
+            // follows it.
+            check_storable(w, var, &shape, offset / esz, &buf)?;
+            buf
+        }
+    };
+    let mut pos = 0;
+    for slab in element_range_slabs(&shape, offset / esz, end.div_ceil(esz)) {
+        let n = (slab_len(&slab) * esz) as usize;
+        w.write(var, &slab, &buf[pos..pos + n])?;
+        pos += n;
     }
     Ok(data.len())
 }
 
-/// Reads element `index` (C order) of `var` into `out`.
-fn read_element(
+/// The whole elements that `data`, written at byte `offset` of `var`'s `data` file, touches
+/// (C order, from element `offset / element_size`): `data` itself, with the bytes of an element
+/// it covers only in part taken from what the element reads now, or from the fill value when
+/// it lies past `shape` (in records the write is about to add).
+fn merge_partial_elements(
     w: &DatasetWriter,
     var: VarId,
     shape: &[u64],
-    index: u64,
-    out: &mut [u8],
+    offset: u64,
+    data: &[u8],
+) -> Result<Vec<u8>> {
+    let esz = w.model().var(var).element_size() as u64;
+    let end = offset + data.len() as u64;
+    let (e0, e1) = (offset / esz, end.div_ceil(esz));
+    let elements: u64 = shape.iter().product();
+    let current = |index: u64, out: &mut [u8]| -> Result<()> {
+        if index < elements {
+            let slab = element_range_slabs(shape, index, index + 1)
+                .pop()
+                .unwrap_or_else(|| Hyperslab::whole(&[]));
+            w.read(var, &slab, out)
+        } else {
+            out.copy_from_slice(&w.fill_element(var)?);
+            Ok(())
+        }
+    };
+    let mut buf = vec![0u8; ((e1 - e0) * esz) as usize];
+    let head = (offset - e0 * esz) as usize;
+    if head != 0 {
+        current(e0, &mut buf[..esz as usize])?;
+    }
+    if end % esz != 0 && (e1 - 1 != e0 || head == 0) {
+        let last = buf.len() - esz as usize;
+        current(e1 - 1, &mut buf[last..])?;
+    }
+    buf[head..head + data.len()].copy_from_slice(data);
+    Ok(buf)
+}
+
+/// Refuses `buf`, whole elements of `var` from element `first` on (C order in `shape`), when
+/// the stored type cannot hold one of them.
+fn check_storable(
+    w: &DatasetWriter,
+    var: VarId,
+    shape: &[u64],
+    first: u64,
+    buf: &[u8],
 ) -> Result<()> {
-    let slab = element_range_slabs(shape, index, index + 1)
-        .pop()
-        .unwrap_or_else(|| Hyperslab::whole(&[]));
-    w.read(var, &slab, out)
+    let esz = w.model().var(var).element_size() as u64;
+    let last = first + buf.len() as u64 / esz;
+    let mut pos = 0;
+    for slab in element_range_slabs(shape, first, last) {
+        let n = (slab_len(&slab) * esz) as usize;
+        w.check_storable(var, &slab, &buf[pos..pos + n])?;
+        pos += n;
+    }
+    Ok(())
 }
 
 /// A number as written in a value list.
@@ -415,6 +448,40 @@ mod tests {
         write_data(&mut w, v, 3 * 12 + 4, &9i32.to_ne_bytes()).unwrap();
         assert_eq!(w.model().var_shape(v), vec![4, 3]);
         assert_eq!(ints(&w, v)[6..], [FILL, FILL, FILL, FILL, 9, FILL]);
+    }
+
+    #[test]
+    fn a_refused_element_written_in_part_past_the_end_adds_no_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let loc = Location::parse(&format!(
+            "file://{}#mode=nczarr,file",
+            dir.path().join("ds").display()
+        ))
+        .unwrap();
+        let opts = CreateOptions {
+            zarr_version: 3,
+            ..CreateOptions::default()
+        };
+        let mut w = DatasetWriter::create(&loc, opts).unwrap();
+        let t = w.add_dim(Dataset::ROOT, "t", 0, true).unwrap();
+        let var_opts = VarOptions {
+            string_width: 4,
+            ..VarOptions::default()
+        };
+        let s = w
+            .add_var(Dataset::ROOT, "s", NcType::String, &[t], var_opts)
+            .unwrap();
+        assert_eq!(write_data(&mut w, s, 0, b"abcd").unwrap(), 4);
+        // Half of a new element, whose text (with the fill after it) is not UTF-8.
+        let refused = write_data(&mut w, s, 4, b"a\xff");
+        assert!(
+            matches!(refused, Err(Error::Unrepresentable(_))),
+            "{refused:?}"
+        );
+        assert_eq!(w.model().var_shape(s), vec![1]);
+        // Half of a new element that is text grows the variable by that element.
+        assert_eq!(write_data(&mut w, s, 4, b"ef").unwrap(), 2);
+        assert_eq!(w.model().var_shape(s), vec![2]);
     }
 
     #[test]
