@@ -73,20 +73,29 @@ impl Codec for Zlib {
     }
 
     fn encode_into(&self, input: &[u8], out: &mut Vec<u8>) -> Result<()> {
-        // One call deflates the whole chunk into room for its worst case: no intermediate
-        // buffer, no growing copies.
+        // Deflated straight into room for the worst case: no intermediate buffer, no growing
+        // copies. zlib-rs's fastest level may still stop short of the end of the stream (it
+        // emits a block at a time), so the call is repeated until the stream ends.
         out.clear();
         out.reserve(compressed_bound(input.len()));
         let mut z = flate2::Compress::new(self.level, true);
-        let status = z
-            .compress_vec(input, out, flate2::FlushCompress::Finish)
-            .map_err(|e| io_error("zlib", e.into()))?;
-        match status {
-            flate2::Status::StreamEnd => Ok(()),
-            _ => Err(Error::Codec {
-                codec: "zlib".to_string(),
-                reason: "deflate output exceeds its bound".to_string(),
-            }),
+        loop {
+            let consumed = usize::try_from(z.total_in()).unwrap_or(input.len());
+            let before = (z.total_in(), z.total_out());
+            let status = z
+                .compress_vec(&input[consumed..], out, flate2::FlushCompress::Finish)
+                .map_err(|e| io_error("zlib", e.into()))?;
+            if status == flate2::Status::StreamEnd {
+                return Ok(());
+            }
+            if out.len() == out.capacity() {
+                out.reserve(out.capacity() / 8 + 64);
+            } else if before == (z.total_in(), z.total_out()) {
+                return Err(Error::Codec {
+                    codec: "zlib".to_string(),
+                    reason: "deflate made no progress".to_string(),
+                });
+            }
         }
     }
 
@@ -161,6 +170,28 @@ mod tests {
             z.decode(enc[..enc.len() - 1].to_vec()).is_err(),
             "truncated"
         );
+    }
+
+    #[test]
+    fn incompressible_chunks_encode_at_every_level() {
+        // Bytes of a xorshift generator: deflate cannot shrink them, and level 1 then ends
+        // its stream only after several calls.
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let data: Vec<u8> = (0..100_000)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        for level in [-1, 0, 1, 2, 6, 9] {
+            let z = Zlib::from_config(&cfg(&json!({"id": "zlib", "level": level}))).unwrap();
+            let mut enc = Vec::new();
+            z.encode_into(&data, &mut enc)
+                .unwrap_or_else(|e| panic!("level {level}: {e}"));
+            assert_eq!(z.decode(enc).unwrap(), data, "level {level}");
+        }
     }
 
     #[test]
