@@ -326,6 +326,49 @@ def test_an_open_attribute_file_follows_its_rename_and_its_removal(mounter, ncza
         assert "long_name" not in temp.ncattrs() and "gone" not in temp.ncattrs()
 
 
+def test_files_open_on_a_renamed_variable_never_reach_the_one_that_takes_its_name(
+    mounter, tmp_path
+):
+    """`mv a old; mv b a` is the usual way to replace a variable. Files opened on `a` before
+    it stop working, as documented (a write fails, a close that owes a flush reports it); the
+    variable that now has the name keeps its values and attributes."""
+    import netCDF4
+
+    url = f"file://{tmp_path / 'ds.file'}#mode=nczarr,file"
+    with netCDF4.Dataset(url, "w") as ds:
+        ds.createDimension("x", 4)
+        for name, value in (("a", 1), ("b", 2)):
+            v = ds.createVariable(name, "i4", ("x",))
+            v[:] = [value] * 4
+            v.units = f"units of {name}"
+    mnt = mounter.mount(url, "rw")
+    data = os.open(mnt / "a" / "data", os.O_RDWR)
+    truncating = os.open(mnt / "a" / "data", os.O_WRONLY | os.O_TRUNC)
+    os.pwrite(truncating, np.array([7], "=i4").tobytes(), 0)
+    attr = os.open(mnt / "a" / "@attributes" / "units", os.O_WRONLY | os.O_TRUNC)
+    os.write(attr, b"meant for a")
+    os.rename(mnt / "a", mnt / "old")
+    os.rename(mnt / "b", mnt / "a")
+    with pytest.raises(OSError) as write:
+        os.pwrite(data, np.array([99, 99], "=i4").tobytes(), 0)
+    assert write.value.errno == errno.ENOENT
+    with pytest.raises(OSError) as read:
+        os.pread(data, 16, 0)
+    assert read.value.errno == errno.ENOENT
+    os.close(data)
+    for fd in (truncating, attr):
+        with pytest.raises(OSError) as close:
+            os.close(fd)
+        assert close.value.errno == errno.ENOENT
+    umount_and_wait(mnt)
+    with netCDF4.Dataset(url) as ds:
+        assert ds["a"][:].tolist() == [2, 2, 2, 2]
+        assert ds["a"].units == "units of b"
+        # What reached the old variable before the renames is kept; nothing after them.
+        assert ds["old"][:].tolist() == [7, 1, 1, 1]
+        assert ds["old"].units == "units of a"
+
+
 def test_the_mv_command_renames(mounter, nczarr):
     """GNU mv renames with renameat2(RENAME_NOREPLACE)."""
     mnt = mounter.mount(nczarr, "rw")

@@ -127,11 +127,22 @@ struct Handle {
     /// (`Some(new name)`) or removed (`None`), as a file that is open follows a rename and
     /// writes into nothing once unlinked. Unset while it keeps its name.
     moved: Mutex<Option<Option<String>>>,
+    /// On a `rw` mount, the group or variable the file was opened on. Handles find their
+    /// object by name, and a rename may give that name to another object
+    /// (`mv a old; mv b a`): this keeps the file from following the name there.
+    opened: Option<Resolved>,
 }
 
 impl Handle {
-    fn new(node: Node, snap: Arc<Snapshot>) -> Self {
+    fn new(node: Node, snap: Arc<Snapshot>, writable_mount: bool) -> Self {
+        let opened = match &node {
+            Node::Dir(o) | Node::AttrDir(o) | Node::File(o, _) if writable_mount => {
+                o.resolve(&snap.model)
+            }
+            _ => None,
+        };
         Handle {
+            opened,
             node,
             snap,
             content: None,
@@ -142,6 +153,21 @@ impl Handle {
             text: None,
             created: false,
             moved: Mutex::new(None),
+        }
+    }
+
+    /// The object `owner` (this handle's) names in `ds`, unless a rename has since given that
+    /// name to another object than the one the file was opened on: then the file, like one
+    /// whose name was removed, reaches nothing.
+    fn owner_in(&self, owner: &Owner, ds: &Dataset) -> Result<Resolved> {
+        match (owner.resolve(ds), self.opened) {
+            (Some(now), Some(opened)) if now != opened => Err(Error::NotFound(format!(
+                "{} (another object took this name after a rename; the file was opened on \
+                 the object that had it then)",
+                owner.display()
+            ))),
+            (Some(now), _) => Ok(now),
+            (None, _) => Err(Error::NotFound(owner.display())),
         }
     }
 }
@@ -591,14 +617,17 @@ impl Shared {
                 };
                 let text = lock(text).clone();
                 self.change(|w| {
-                    let target = attr_target(w.model(), owner)?;
-                    let existing = match owner.resolve(w.model()) {
-                        Some(_) if handle.created => None,
-                        Some(r) => layout::attrs_of(w.model(), r)
+                    let r = handle.owner_in(owner, w.model())?;
+                    let target = match r {
+                        Resolved::Group(g) => AttrTarget::Group(g),
+                        Resolved::Var(v) => AttrTarget::Var(v),
+                    };
+                    let existing = match handle.created {
+                        true => None,
+                        false => layout::attrs_of(w.model(), r)
                             .iter()
                             .find(|a| a.name == name)
                             .map(|a| a.value.clone()),
-                        None => None,
                     };
                     w.put_attr(target, name, parse_attr_text(&text, existing.as_ref()))?;
                     w.sync()
@@ -606,7 +635,7 @@ impl Shared {
             }
             (Node::File(owner, FileKind::Data), _) if handle.truncation.is_some() => {
                 self.change(|w| {
-                    let Some(Resolved::Var(var)) = owner.resolve(w.model()) else {
+                    let Resolved::Var(var) = handle.owner_in(owner, w.model())? else {
                         return Err(Error::NotFound(owner.display()));
                     };
                     if let Some(truncation) = &handle.truncation {
@@ -637,7 +666,13 @@ impl Shared {
         match node {
             Node::File(owner, FileKind::Data) => {
                 let result = self.change(|w| {
-                    let Some(Resolved::Var(var)) = owner.resolve(w.model()) else {
+                    let resolved = match handle {
+                        Some(handle) => handle.owner_in(owner, w.model())?,
+                        None => owner
+                            .resolve(w.model())
+                            .ok_or_else(|| Error::NotFound(owner.display()))?,
+                    };
+                    let Resolved::Var(var) = resolved else {
                         return Err(Error::NotFound(owner.display()));
                     };
                     let current = content::data_size(w.model(), var);
@@ -1272,7 +1307,7 @@ impl Filesystem for NczarrFs {
             },
             _ => return reply.error(Errno::EISDIR),
         };
-        let mut handle = Handle::new(node, snap);
+        let mut handle = Handle::new(node, snap, sh.writer.is_some());
         handle.content = content;
         handle.text = text;
         handle.truncation = truncation;
@@ -1315,7 +1350,7 @@ impl Filesystem for NczarrFs {
             return reply.error(Errno::EBADF);
         };
         let snap = sh.read_snapshot(&handle, owner);
-        let Some(Resolved::Var(var)) = owner.resolve(&snap.model) else {
+        let Ok(Resolved::Var(var)) = handle.owner_in(owner, &snap.model) else {
             return reply.error(Errno::ENOENT);
         };
         let failed = |e: Error| {
@@ -1404,7 +1439,7 @@ impl Filesystem for NczarrFs {
         // end. (Through the page cache the kernel has already placed the bytes.)
         let appending = self.direct_data && flags.0 & libc::O_APPEND != 0;
         let result = sh.change(|w| {
-            let Some(Resolved::Var(var)) = owner.resolve(w.model()) else {
+            let Resolved::Var(var) = handle.owner_in(owner, w.model())? else {
                 return Err(Error::NotFound(owner.display()));
             };
             let mut tail = lock(&handle.append_tail);
@@ -1646,7 +1681,7 @@ impl Filesystem for NczarrFs {
             return reply.error(Errno::ENOENT);
         };
         // A new or truncated attribute is applied on close even when nothing is written to it.
-        let mut handle = Handle::new(node, snap);
+        let mut handle = Handle::new(node, snap, sh.writer.is_some());
         handle.text = Some(Mutex::new(initial));
         handle.created = !existed;
         handle.wrote = AtomicBool::new(!existed || flags & libc::O_TRUNC != 0);
