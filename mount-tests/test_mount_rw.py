@@ -369,6 +369,36 @@ def test_files_open_on_a_renamed_variable_never_reach_the_one_that_takes_its_nam
         assert ds["old"].units == "units of a"
 
 
+def test_a_dataset_has_one_writer_at_a_time(mounter, nczarr):
+    """Two writers would each store the metadata as they see it, losing the other's records:
+    while a rw mount is up, even one detached by `umount -l` that still serves an open file, a
+    second rw mount and a put are refused. A read-only mount is not a writer."""
+    mnt = mounter.mount(nczarr, "rw")
+    fd = os.open(mnt / "temp" / "data", os.O_RDWR)
+    subprocess.run(["umount", "-l", str(mnt)], check=True)
+    second = mounter.run("mount", "-o", "rw", nczarr, str(mounter.mountpoint()))
+    assert second.returncode == 1
+    assert "another process is writing this dataset" in second.stderr, second.stderr
+
+    def put() -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [str(mounter.binary), "put", nczarr, "temp", "--count", "1,1,1"],
+            input=np.float32(42).tobytes(), capture_output=True, timeout=60, check=False)
+
+    refused = put()
+    assert refused.returncode == 1, refused
+    assert b"another process is writing" in refused.stderr, refused.stderr
+    mounter.mount(nczarr, "ro")
+    os.pwrite(fd, np.float32(7).tobytes(), 4)
+    os.close(fd)
+    # The detached daemon exits once its last file is closed, and gives up its claim.
+    assert wait_until(lambda: put().returncode == 0)
+    import netCDF4
+
+    with netCDF4.Dataset(nczarr) as ds:
+        assert ds["temp"][0, 0, :2].tolist() == [42, 7]
+
+
 def test_the_mv_command_renames(mounter, nczarr):
     """GNU mv renames with renameat2(RENAME_NOREPLACE)."""
     mnt = mounter.mount(nczarr, "rw")

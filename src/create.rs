@@ -561,6 +561,7 @@ impl DatasetWriter {
     /// there until a flush or until the cache needs room).
     pub fn open_with_cache(location: &Location, cache_bytes: usize) -> Result<DatasetWriter> {
         let map = zmap::open(location, true)?;
+        map.claim_writer()?;
         let model = meta::read_stored_objects(map.as_ref(), &location.mode)?;
         // The model holds no metadata of a variable it cannot read (a complex or datetime
         // array), so rewriting the metadata would replace that variable's with a byte array's.
@@ -2066,6 +2067,40 @@ mod tests {
         assert!(e.contains("already holds objects"), "{e}");
         assert!(w.model().group(Dataset::ROOT).groups.is_empty());
         assert_eq!(w.map.get("baz/.zgroup").unwrap(), None);
+    }
+
+    #[test]
+    fn a_dataset_has_one_writer_at_a_time() {
+        let tmp = tempfile::tempdir().unwrap();
+        for mode in ["nczarr", "nczarr,zip"] {
+            let dir = tmp.path().join(mode);
+            std::fs::create_dir(&dir).unwrap();
+            let (loc, mut w) = writer(&dir, mode);
+            w.add_dim(Dataset::ROOT, "x", 2, false).unwrap();
+            w.sync().unwrap();
+            drop(w);
+            let first = DatasetWriter::open(&loc).unwrap();
+            let Err(e) = DatasetWriter::open(&loc) else {
+                panic!("{mode}: a second writer was let in");
+            };
+            assert!(matches!(e, Error::Busy(_)), "{mode}: {e}");
+            assert!(e.to_string().contains("another process is writing"), "{e}");
+            drop(first);
+            let mut again = DatasetWriter::open(&loc).unwrap();
+            // A zip writer's claim moves to each archive it writes in place of the last.
+            again
+                .put_attr(
+                    AttrTarget::Group(Dataset::ROOT),
+                    "a",
+                    AttrValue::Int(vec![1]),
+                )
+                .unwrap();
+            again.sync().unwrap();
+            assert!(
+                matches!(DatasetWriter::open(&loc), Err(Error::Busy(_))),
+                "{mode}: the claim lapsed at a flush"
+            );
+        }
     }
 
     #[test]

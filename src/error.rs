@@ -123,6 +123,9 @@ pub enum Error {
     /// A request that is malformed (bad option, bad value).
     #[error("{0}")]
     Invalid(String),
+    /// A dataset that another process is writing (see [`crate::zmap::ZMap::claim_writer`]).
+    #[error("{0}")]
+    Busy(String),
     /// A feature that is not implemented yet.
     #[error("not supported: {0}")]
     Unsupported(String),
@@ -177,6 +180,7 @@ impl Error {
             Error::Unrepresentable(_) => libc::ERANGE,
             Error::InvalidHyperslab(_) | Error::Invalid(_) => libc::EINVAL,
             Error::Unsupported(_) => libc::ENOTSUP,
+            Error::Busy(_) => libc::EBUSY,
             Error::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
             _ => libc::EIO,
         }

@@ -77,6 +77,8 @@ static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 pub struct FileMap {
     root: PathBuf,
     read_only: bool,
+    /// The root directory, locked while a writer holds its claim.
+    writer_claim: std::sync::Mutex<Option<fs::File>>,
 }
 
 impl FileMap {
@@ -99,6 +101,7 @@ impl FileMap {
         Ok(FileMap {
             root: root.to_path_buf(),
             read_only: !writable,
+            writer_claim: std::sync::Mutex::new(None),
         })
     }
 
@@ -512,6 +515,14 @@ impl ZMap for FileMap {
 
     fn describe(&self) -> String {
         self.root.display().to_string()
+    }
+
+    fn claim_writer(&self) -> Result<()> {
+        let mut claim = self.writer_claim.lock().unwrap_or_else(|e| e.into_inner());
+        if claim.is_none() {
+            *claim = Some(super::lock_exclusively(&self.root)?);
+        }
+        Ok(())
     }
 
     fn local_space(&self) -> Option<super::Space> {

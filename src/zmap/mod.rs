@@ -229,6 +229,37 @@ pub trait ZMap: Send + Sync + Debug {
 
     /// A short description for messages and logs (a path or URL, never credentials).
     fn describe(&self) -> String;
+
+    /// Claims the dataset for this process's writer until the map is dropped, refusing
+    /// ([`Error::Busy`]) while another process holds the claim: two writers would each store
+    /// the metadata from their own view and lose the other's records. The claim is an
+    /// advisory lock that nczarrfs takes (netcdf-c and zarr-python take none); maps with
+    /// nothing to lock (object stores, memory) claim nothing.
+    fn claim_writer(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// An exclusive advisory lock (`flock`) on the file or directory at `path`, held while the
+/// returned file stays open (a fork keeps it; an `exec` does not, the file being close-on-exec).
+fn lock_exclusively(path: &std::path::Path) -> Result<std::fs::File> {
+    use std::os::fd::AsRawFd;
+
+    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    // SAFETY: flock only reads the descriptor, which `file` owns and keeps open.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(file);
+    }
+    let e = std::io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        return Err(Error::Busy(format!(
+            "{}: another process is writing this dataset (a rw mount, also one detached by \
+             `umount -l` that still serves an open file, or a put); two writers would each \
+             store the metadata as they see it and lose the other's records",
+            path.display()
+        )));
+    }
+    Err(Error::io(path, e))
 }
 
 /// Joins key segments with `/`, skipping empty ones.

@@ -41,6 +41,9 @@ pub struct ZipMap {
     /// The top-level folder holding the dataset including its trailing `/`, or `""`.
     folder: String,
     state: Mutex<State>,
+    /// The archive, locked while a writer holds its claim. A flush locks the new archive
+    /// before renaming it into place, so the claim never lapses.
+    writer_claim: Mutex<Option<File>>,
 }
 
 #[derive(Debug)]
@@ -122,6 +125,7 @@ impl ZipMap {
                 dirty: false,
                 identity: file_identity(path),
             }),
+            writer_claim: Mutex::new(None),
         })
     }
 
@@ -589,9 +593,18 @@ impl ZMap for ZipMap {
         let temp_prefix = format!(".{file_name}.nczarrfs-tmp.");
         remove_orphans(&dir, &temp_prefix);
         let temp = dir.join(format!("{temp_prefix}{}", std::process::id()));
-        let written = self
-            .write_archive(&mut state, &temp)
-            .and_then(|()| fs::rename(&temp, &self.path).map_err(|e| Error::io(&self.path, e)));
+        let mut claim = self.writer_claim.lock().unwrap_or_else(|e| e.into_inner());
+        let written = self.write_archive(&mut state, &temp).and_then(|()| {
+            let new_claim = match *claim {
+                Some(_) => Some(super::lock_exclusively(&temp)?),
+                None => None,
+            };
+            fs::rename(&temp, &self.path).map_err(|e| Error::io(&self.path, e))?;
+            if new_claim.is_some() {
+                *claim = new_claim;
+            }
+            Ok(())
+        });
         if let Err(e) = written {
             // Best effort: the archive on disk is untouched, only the partial copy is left.
             let _ = fs::remove_file(&temp);
@@ -618,6 +631,14 @@ impl ZMap for ZipMap {
 
     fn describe(&self) -> String {
         self.path.display().to_string()
+    }
+
+    fn claim_writer(&self) -> Result<()> {
+        let mut claim = self.writer_claim.lock().unwrap_or_else(|e| e.into_inner());
+        if claim.is_none() && self.path.exists() {
+            *claim = Some(super::lock_exclusively(&self.path)?);
+        }
+        Ok(())
     }
 
     fn local_space(&self) -> Option<super::Space> {
