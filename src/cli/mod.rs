@@ -62,9 +62,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Mount(args) => mount::run(args),
         Command::Gen(args) => gen::run(args),
         Command::Copy(args) => copy::run(args),
-        Command::RenameHelper => crate::zmap::serve_renames()
-            .map(|()| 0)
-            .map_err(|e| crate::Error::io("standard input", e)),
+        Command::RenameHelper => crate::zmap::serve_renames().map(|()| 0),
     };
     crate::zmap::stop_rename_helper();
     code

@@ -45,13 +45,16 @@ pub fn to_syslog() {
 ///   on SIGTERM) has done it; the kernel then answers `EINVAL` (not a mount point);
 /// - it logs every request for an operation the filesystem does not offer (`getxattr`,
 ///   `listxattr`, …; a program's every `open` can bring one), answered `ENOSYS` as it should
-///   be: at the default level they would flood the log.
+///   be: at the default level they would flood the log;
+/// - a reply the kernel refuses with `ENOENT`: the request was interrupted (its caller was
+///   killed, or gave up on a signal) and the kernel dropped it while it was being served.
 fn is_expected_fuser_warning(record: &Record) -> bool {
     if record.level() > Level::Warn || !record.target().starts_with("fuser") {
         return false;
     }
     let text = record.args().to_string();
     text.starts_with("[Not Implemented]")
+        || text.starts_with("Failed to send FUSE reply: No such file or directory")
         || ["Unmount failed: ", "Failed to umount filesystem: "]
             .iter()
             .any(|p| {
@@ -145,6 +148,10 @@ mod tests {
                 "fuser",
                 "[Not Implemented] getxattr(ino: 0x2, name: \"security.selinux\")",
             ),
+            (
+                "fuser::reply",
+                "Failed to send FUSE reply: No such file or directory (os error 2)",
+            ),
         ];
         for (target, text) in expected {
             for level in [Level::Warn, Level::Error] {
@@ -154,6 +161,13 @@ mod tests {
                 );
             }
         }
+        let full = "Failed to send FUSE reply: No space left on device (os error 28)";
+        assert!(!with_record(
+            Level::Error,
+            "fuser::reply",
+            full,
+            is_expected_fuser_warning
+        ));
         let busy = "Unmount failed: Device or resource busy (os error 16)";
         assert!(!with_record(
             Level::Warn,

@@ -49,20 +49,26 @@ pub fn stop_rename_helper() {
 /// Serves as the helper: renames each set read from stdin and answers on stdout, until
 /// stdin ends. A set cut short by the end of stdin (its writer died while sending it) is
 /// not applied.
-pub fn serve_renames() -> io::Result<()> {
+pub fn serve_renames() -> crate::Result<()> {
     for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
         // SAFETY: ignoring a signal installs no handler code.
         unsafe { libc::signal(signal, libc::SIG_IGN) };
     }
     let mut input = BufReader::new(io::stdin().lock());
     let mut output = io::stdout().lock();
-    while let Some(pairs) = read_set(&mut input)? {
+    let reading = |e| crate::Error::io("rename helper: standard input", e);
+    while let Some(pairs) = read_set(&mut input).map_err(reading)? {
         let (renamed, error) = rename_in_this_process(&pairs);
         let errno = error.and_then(|e| e.raw_os_error()).unwrap_or(0);
         let mut answer = (renamed as u32).to_le_bytes().to_vec();
         answer.extend_from_slice(&errno.to_le_bytes());
-        output.write_all(&answer)?;
-        output.flush()?;
+        match output.write_all(&answer).and_then(|()| output.flush()) {
+            Ok(()) => {}
+            // The daemon died (killed) while this set was renamed: the set is complete, and
+            // nobody is left to tell.
+            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(()),
+            Err(e) => return Err(crate::Error::io("rename helper: standard output", e)),
+        }
     }
     Ok(())
 }
