@@ -58,6 +58,33 @@ struct State {
     dirty: bool,
     /// The archive file indexed (see [`file_identity`]), to notice its replacement.
     identity: Option<FileIdentity>,
+    /// Bytes of [`Source::Local`] objects.
+    held: usize,
+    spill: Option<Spill>,
+}
+
+/// The bytes of a changed object (`None` for one in the archive).
+fn changed_bytes(spill: &Option<Spill>, source: &Source) -> io::Result<Option<Vec<u8>>> {
+    Ok(match source {
+        Source::Archived(_) => None,
+        Source::Local(bytes) => Some(bytes.clone()),
+        Source::Spilled { offset, len } => {
+            let mut bytes = vec![0u8; *len];
+            spill
+                .as_ref()
+                .ok_or_else(|| io::Error::other("spill file missing"))?
+                .read(*offset, &mut bytes)?;
+            Some(bytes)
+        }
+    })
+}
+
+impl State {
+    /// Forgets the objects held since the last flush (now in the archive, or given up).
+    fn drop_changes(&mut self) {
+        self.held = 0;
+        self.spill = None;
+    }
 }
 
 /// Device, inode, size and modification time of a file: a new archive written beside it
@@ -76,6 +103,28 @@ enum Source {
     Archived(usize),
     /// Written since the last flush.
     Local(Vec<u8>),
+    /// Written since the last flush, to the spill file at this offset.
+    Spilled { offset: u64, len: usize },
+}
+
+/// How many bytes of changed objects a map holds in memory; the rest wait in a spill file
+/// beside the archive until the flush writes the new archive. The chunk cache bounds what a
+/// writer holds back, and a zip map would otherwise keep everything the cache hands it
+/// between two flushes.
+const HELD_IN_MEMORY: usize = 32 << 20;
+
+/// An unlinked file beside the archive holding changed objects until the next flush.
+#[derive(Debug)]
+struct Spill {
+    file: File,
+    len: u64,
+}
+
+impl Spill {
+    fn read(&self, offset: u64, out: &mut [u8]) -> io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        self.file.read_exact_at(out, offset)
+    }
 }
 
 impl ZipMap {
@@ -124,6 +173,8 @@ impl ZipMap {
                 outside,
                 dirty: false,
                 identity: file_identity(path),
+                held: 0,
+                spill: None,
             }),
             writer_claim: Mutex::new(None),
         })
@@ -169,6 +220,53 @@ impl ZipMap {
         Ok(())
     }
 
+    /// The directory that holds the archive, and the name prefix of the temporary files a
+    /// writer puts there (left by a writer that died, they are removed at the next flush).
+    fn temp_place(&self) -> (PathBuf, String) {
+        let dir = match self.path.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let file_name = self
+            .path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        (dir, format!(".{file_name}.nczarrfs-tmp."))
+    }
+
+    /// Appends `value` to the spill file (made, and unlinked at once, on first use).
+    fn spill(&self, state: &mut State, value: &[u8]) -> Result<Source> {
+        use std::os::unix::fs::FileExt;
+        if state.spill.is_none() {
+            let (dir, temp_prefix) = self.temp_place();
+            let path = dir.join(format!("{temp_prefix}spill.{}", std::process::id()));
+            let file = fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&path)
+                .map_err(|e| Error::io(&path, e))?;
+            // Nothing to clean up afterwards: the space is freed when the file is closed.
+            fs::remove_file(&path).map_err(|e| Error::io(&path, e))?;
+            state.spill = Some(Spill { file, len: 0 });
+        }
+        let Some(spill) = state.spill.as_mut() else {
+            unreachable!("made above");
+        };
+        spill
+            .file
+            .write_all_at(value, spill.len)
+            .map_err(|e| Error::io(self.path.as_path(), e))?;
+        let source = Source::Spilled {
+            offset: spill.len,
+            len: value.len(),
+        };
+        spill.len += value.len() as u64;
+        Ok(source)
+    }
+
     /// Writes the whole archive to `temp`: the dataset folder's entry first (netcdf-c names the
     /// dataset after the first entry), then every object in key order, then the entries beside
     /// the folder as they were.
@@ -196,6 +294,7 @@ impl ZipMap {
             archive,
             objects,
             outside,
+            spill,
             ..
         } = state;
         for (key, source) in objects.iter() {
@@ -210,6 +309,28 @@ impl ZipMap {
                         .start_file(name, options.large_file(large))
                         .map_err(|e| storage_err(key, e))?;
                     writer.write_all(bytes).map_err(|e| Error::io(temp, e))?;
+                }
+                Source::Spilled { offset, len } => {
+                    let spill = spill.as_ref().ok_or_else(|| Error::Storage {
+                        key: key.clone(),
+                        reason: "its spill file is gone".into(),
+                    })?;
+                    let large = u32::try_from(*len).is_err();
+                    writer
+                        .start_file(name, options.large_file(large))
+                        .map_err(|e| storage_err(key, e))?;
+                    let mut piece = vec![0u8; (*len).min(1 << 20)];
+                    let mut done = 0;
+                    while done < *len {
+                        let n = piece.len().min(len - done);
+                        spill
+                            .read(offset + done as u64, &mut piece[..n])
+                            .map_err(|e| Error::io(self.path.as_path(), e))?;
+                        writer
+                            .write_all(&piece[..n])
+                            .map_err(|e| Error::io(temp, e))?;
+                        done += n;
+                    }
                 }
             }
         }
@@ -483,12 +604,17 @@ impl ZMap for ZipMap {
         validate_key(key)?;
         let mut state = self.lock();
         let State {
-            archive, objects, ..
+            archive,
+            objects,
+            spill,
+            ..
         } = &mut *state;
         let index = match objects.get(key) {
             None => return Ok(None),
-            Some(Source::Local(bytes)) => return Ok(Some(bytes.clone())),
             Some(Source::Archived(index)) => *index,
+            Some(changed) => {
+                return changed_bytes(spill, changed).map_err(|e| self.read_error(key, &e))
+            }
         };
         let storage_err = |e: &dyn std::fmt::Display| self.read_error(key, e);
         let (mut entry, declared) = open_entry(archive, index).map_err(|e| storage_err(&e))?;
@@ -511,7 +637,10 @@ impl ZMap for ZipMap {
         validate_key(key)?;
         let mut state = self.lock();
         let State {
-            archive, objects, ..
+            archive,
+            objects,
+            spill,
+            ..
         } = &mut *state;
         let index = match objects.get(key) {
             None => return Ok(None),
@@ -520,6 +649,16 @@ impl ZMap for ZipMap {
                     out.copy_from_slice(bytes);
                 }
                 return Ok(Some(bytes.len() as u64));
+            }
+            Some(Source::Spilled { offset, len }) => {
+                if *len == out.len() {
+                    if let Some(spill) = spill {
+                        spill
+                            .read(*offset, out)
+                            .map_err(|e| self.read_error(key, &e))?;
+                    }
+                }
+                return Ok(Some(*len as u64));
             }
             Some(Source::Archived(index)) => *index,
         };
@@ -545,9 +684,17 @@ impl ZMap for ZipMap {
         self.check_writable(key)?;
         validate_key(key)?;
         let mut state = self.lock();
-        state
-            .objects
-            .insert(key.to_string(), Source::Local(value.to_vec()));
+        if let Some(Source::Local(old)) = state.objects.get(key) {
+            state.held -= old.len();
+        }
+        let source = match state.held + value.len() > HELD_IN_MEMORY {
+            true => self.spill(&mut state, value)?,
+            false => {
+                state.held += value.len();
+                Source::Local(value.to_vec())
+            }
+        };
+        state.objects.insert(key.to_string(), source);
         state.dirty = true;
         Ok(())
     }
@@ -558,9 +705,15 @@ impl ZMap for ZipMap {
         let below = format!("{key}/");
         let mut state = self.lock();
         let before = state.objects.len();
-        state
-            .objects
-            .retain(|k, _| k != key && !k.starts_with(below.as_str()));
+        let mut freed = 0;
+        state.objects.retain(|k, source| {
+            let keep = k != key && !k.starts_with(below.as_str());
+            if let (false, Source::Local(bytes)) = (keep, &source) {
+                freed += bytes.len();
+            }
+            keep
+        });
+        state.held -= freed;
         if state.objects.len() != before {
             state.dirty = true;
         }
@@ -581,16 +734,7 @@ impl ZMap for ZipMap {
         if !state.dirty {
             return Ok(());
         }
-        let dir = match self.path.parent() {
-            Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        let file_name = self
-            .path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let temp_prefix = format!(".{file_name}.nczarrfs-tmp.");
+        let (dir, temp_prefix) = self.temp_place();
         remove_orphans(&dir, &temp_prefix);
         let temp = dir.join(format!("{temp_prefix}{}", std::process::id()));
         let mut claim = self.writer_claim.lock().unwrap_or_else(|e| e.into_inner());
@@ -621,6 +765,7 @@ impl ZMap for ZipMap {
         state.outside = outside_entries(&entries, &self.folder);
         state.archive = Some(archive);
         state.identity = file_identity(&self.path);
+        state.drop_changes();
         state.dirty = false;
         Ok(())
     }
@@ -663,6 +808,7 @@ impl ZMap for ZipMap {
         state.outside = outside_entries(&entries, &self.folder);
         state.archive = Some(archive);
         state.identity = now;
+        state.drop_changes();
         Ok(())
     }
 }
@@ -675,5 +821,51 @@ impl Drop for ZipMap {
                 self.path.display()
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object(seed: u8, len: usize) -> Vec<u8> {
+        (0..len)
+            .map(|i| (i as u8).wrapping_mul(31) ^ seed)
+            .collect()
+    }
+
+    #[test]
+    fn changes_beyond_the_memory_bound_wait_in_a_spill_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ds.zip");
+        let map = ZipMap::open(&path, true).unwrap();
+        let len = 10 << 20;
+        for seed in 0..6u8 {
+            map.put(&format!("v/{seed}"), &object(seed, len)).unwrap();
+            assert!(map.lock().held <= HELD_IN_MEMORY);
+        }
+        assert!(map.lock().spill.is_some());
+        map.put("v/5", b"small now").unwrap();
+        map.delete("v/0").unwrap();
+        assert_eq!(map.get("v/4").unwrap(), Some(object(4, len)));
+        let mut out = vec![0u8; len];
+        assert_eq!(map.get_exact("v/3", &mut out).unwrap(), Some(len as u64));
+        assert_eq!(out, object(3, len));
+        map.flush().unwrap();
+        assert!(map.lock().spill.is_none() && map.lock().held == 0);
+        let names: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["ds.zip"], "the spill file leaves nothing behind");
+        let reread = ZipMap::open(&path, false).unwrap();
+        assert_eq!(reread.get("v/0").unwrap(), None);
+        for seed in 1..5u8 {
+            assert_eq!(
+                reread.get(&format!("v/{seed}")).unwrap(),
+                Some(object(seed, len))
+            );
+        }
+        assert_eq!(reread.get("v/5").unwrap(), Some(b"small now".to_vec()));
     }
 }
