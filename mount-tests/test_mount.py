@@ -403,3 +403,37 @@ def test_systemd_units_verify(binary, tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "nczarrfs" not in r.stderr, r.stderr
+
+
+def test_a_variable_with_an_unknown_codec_is_named_unreadable(mounter, tmp_path):
+    """zarr-python writes numcodecs' Delta, which nczarrfs has no codec for: the variable's
+    metadata says why its reads fail, and a rw mount still serves and writes the others."""
+    import numcodecs
+    import zarr
+
+    loc = tmp_path / "delta.zarr"
+    root = zarr.open_group(str(loc), mode="w", zarr_format=2)
+    a = root.create_array("a", shape=(4,), chunks=(2,), dtype="<f8", compressors=None,
+                          filters=[numcodecs.Delta("<f8")], attributes={"_ARRAY_DIMENSIONS": ["x"]})
+    a[:] = [1, 2, 3, 4]
+    b = root.create_array("b", shape=(4,), chunks=(2,), dtype="<i4",
+                          attributes={"_ARRAY_DIMENSIONS": ["x"]})
+    b[:] = [5, 6, 7, 8]
+    mnt = mounter.mount(str(loc))
+    meta = json.loads((mnt / "a" / "@metadata.json").read_text())
+    assert meta["unreadable"] == 'unknown codec "delta"'
+    assert json.loads((mnt / "b" / "@metadata.json").read_text())["unreadable"] is None
+    with pytest.raises(OSError) as err:
+        (mnt / "a" / "data").read_bytes()
+    assert err.value.errno == errno.EIO
+    rw = mounter.mount(str(loc), "rw")
+    with pytest.raises(OSError):
+        with open(rw / "a" / "data", "r+b") as f:
+            f.write(np.float64(9).tobytes())
+    with open(rw / "b" / "data", "r+b") as f:
+        f.write(np.int32(-1).tobytes())
+    unmount(rw)
+    unmount(mnt)
+    root = zarr.open_group(str(loc), mode="r")
+    assert root["b"][:].tolist() == [-1, 6, 7, 8]
+    assert root["a"][:].tolist() == [1, 2, 3, 4]

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 
 use crate::chunk::{ChunkEngine, Hyperslab};
-use crate::codec::NETCDF_STRING_ELEMENT;
+use crate::codec::{netcdf_element_size, NETCDF_STRING_ELEMENT, NUMCODECS_ELEMENTSIZE};
 use crate::location::{Format, Location, Mode, Storage};
 use crate::meta::writer::{default_dtype, write_metadata, Dialect, WriteOptions};
 use crate::meta::writer_v3;
@@ -218,8 +218,12 @@ impl Codecs {
                 "lz4" => json!({"id": "lz4", "acceleration": 1}),
                 "blosc" => {
                     let cname = args.first().copied().unwrap_or("lz4");
-                    if !["lz4", "lz4hc", "blosclz", "zstd", "zlib", "snappy"].contains(&cname) {
-                        return Err(bad());
+                    if !BLOSC_CNAMES.contains(&cname) {
+                        return Err(Error::Invalid(format!(
+                            "invalid codec {word:?}: blosc compressors are {} (numcodecs' \
+                             blosc, which zarr-python uses, has no {cname:?})",
+                            BLOSC_CNAMES.join(", ")
+                        )));
                     }
                     json!({"id": "blosc", "cname": cname, "clevel": num(1, 5, 0, 9)?,
                            "shuffle": num(2, 1, 0, 2)?, "blocksize": 0})
@@ -234,7 +238,11 @@ impl Codecs {
         Ok(Codecs::from_chain(chain))
     }
 
-    /// A `_Codecs` text: a JSON list of numcodecs objects.
+    /// A `_Codecs` text: a JSON list of numcodecs objects (`{"id": "zlib", "level": 1}`) or
+    /// of Zarr v3 codecs (`{"name": "numcodecs.zlib", "configuration": {"level": 1}}`, as
+    /// `dump -s` shows a Zarr v3 variable's chain), or of both. Zarr v3's `bytes`,
+    /// `transpose` and string codecs say how values become bytes, which the target's type
+    /// decides, so they are left out.
     pub fn from_json(text: &str) -> Result<Codecs> {
         let v: Value = serde_json::from_str(text)
             .map_err(|e| Error::Invalid(format!("_Codecs is not JSON ({e}): {text}")))?;
@@ -243,13 +251,21 @@ impl Codecs {
                 "_Codecs is not a JSON list: {text}"
             )));
         };
-        if let Some(bad) = list
-            .iter()
-            .find(|c| c.get("id").and_then(Value::as_str).is_none())
-        {
-            return Err(Error::Invalid(format!("codec without an \"id\": {bad}")));
+        let mut chain = Vec::with_capacity(list.len());
+        for c in list {
+            if c.get("id").and_then(Value::as_str).is_some() {
+                chain.push(c);
+            } else if c.get("name").and_then(Value::as_str).is_some() {
+                let v2 = writer_v3::codecs_v2(std::slice::from_ref(&c))
+                    .map_err(|e| Error::Invalid(format!("codec {c}: {e}")))?;
+                chain.extend(v2);
+            } else {
+                return Err(Error::Invalid(format!(
+                    "codec without an \"id\" (numcodecs) or a \"name\" (Zarr v3): {c}"
+                )));
+            }
         }
-        Ok(Codecs::from_chain(list))
+        Ok(Codecs::from_chain(chain))
     }
 
     /// An HDF5 `_Filter` text (`id,param,...|id,...`) for the filters netcdf-c maps to
@@ -366,6 +382,168 @@ fn string_shuffle(codecs: CodecSpec, chunk_bytes: u64) -> CodecSpec {
         filters,
         compressor,
     }
+}
+
+/// The chain without its shuffle filters.
+fn without_shuffle(codecs: CodecSpec) -> CodecSpec {
+    let CodecSpec::V2 {
+        filters,
+        compressor,
+    } = codecs
+    else {
+        return codecs;
+    };
+    CodecSpec::V2 {
+        filters: filters
+            .into_iter()
+            .filter(|f| codec_id(f) != "shuffle")
+            .collect(),
+        compressor,
+    }
+}
+
+/// A codec object's `id` (`""` without one).
+fn codec_id(codec: &Value) -> &str {
+    codec.get("id").and_then(Value::as_str).unwrap_or("")
+}
+
+/// The codecs netcdf-c's NCZarr has filters for (its own plugins and those it bundles).
+pub const NETCDF_CODECS: [&str; 7] = [
+    "zlib",
+    "shuffle",
+    "fletcher32",
+    "szip",
+    "bz2",
+    "zstd",
+    "blosc",
+];
+
+/// The compressors of numcodecs' blosc (c-blosc also has `snappy`, which numcodecs is built
+/// without, and netcdf-c refuses a dataset using it).
+pub const BLOSC_CNAMES: [&str; 5] = ["blosclz", "lz4", "lz4hc", "zlib", "zstd"];
+
+/// A chain of an NCZarr variable as netcdf-c reads it, the values unchanged: a shuffle by
+/// another element size than the type's becomes netcdf-c's `elementsize: 0` (netcdf-c
+/// shuffles by the type size whatever the metadata says, so it would decode other values),
+/// a negative zstd level becomes 1 (netcdf-c refuses to open a dataset holding one). Other
+/// codecs netcdf-c lacks are kept, with a warning naming the variable it will not read.
+/// `element_size` is what netcdf-c shuffles the variable by ([`netcdf_element_size`]).
+fn for_netcdf_c(fqn: &str, codecs: CodecSpec, element_size: usize) -> CodecSpec {
+    let CodecSpec::V2 {
+        filters,
+        compressor,
+    } = codecs
+    else {
+        return codecs;
+    };
+    let readable = |c: Value| -> Value {
+        let int = |key: &str| c.get(key).and_then(Value::as_i64);
+        match codec_id(&c) {
+            "shuffle" => {
+                let n = c
+                    .get("elementsize")
+                    .map_or(Some(NUMCODECS_ELEMENTSIZE as i64), |n| n.as_i64());
+                if n.is_some_and(|n| n != 0 && n != element_size as i64) {
+                    log::warn!(
+                        "{fqn}: shuffled by its type size {element_size}, not {} (netcdf-c \
+                         shuffles by the type size, whatever the metadata says); the values \
+                         are the same",
+                        n.unwrap_or_default()
+                    );
+                    return json!({"id": "shuffle", "elementsize": 0});
+                }
+                c
+            }
+            "zstd" if int("level").is_some_and(|l| l < 0) => {
+                log::warn!(
+                    "{fqn}: zstd level {} stored as 1 (netcdf-c cannot open a dataset holding \
+                     a negative zstd level); the values are the same",
+                    int("level").unwrap_or_default()
+                );
+                let mut c = c.clone();
+                c["level"] = json!(1);
+                c
+            }
+            id if !NETCDF_CODECS.contains(&id) => {
+                log::warn!("{fqn}: netcdf-c has no codec {id}, so it will not read this variable");
+                c
+            }
+            _ => c,
+        }
+    };
+    CodecSpec::V2 {
+        filters: filters.into_iter().map(readable).collect(),
+        compressor: compressor.map(readable),
+    }
+}
+
+/// Refuses a chain whose chunks of `chunk_bytes` bytes (elements of `dtype_size` bytes)
+/// numcodecs, and so zarr-python, could not decode: a blosc compressor it lacks (`snappy`),
+/// and a shuffle over a stream that is not a whole number of its elements (numcodecs refuses
+/// to unshuffle one): after a compressor, whose output has any length, or with an element
+/// size that does not divide the chunk's bytes.
+fn check_numcodecs_chain(
+    fqn: &str,
+    codecs: &CodecSpec,
+    chunk_bytes: u64,
+    dtype_size: usize,
+) -> Result<()> {
+    let CodecSpec::V2 {
+        filters,
+        compressor,
+    } = codecs
+    else {
+        return Ok(());
+    };
+    let refuse = |why: String| Err(Error::Invalid(format!("variable {fqn}: {why}")));
+    // The length of the stream the next codec encodes, while it is known; the compressor
+    // that made it unknown.
+    let mut stream = Ok(chunk_bytes);
+    for c in filters.iter().chain(compressor) {
+        match codec_id(c) {
+            "blosc" => {
+                let cname = c.get("cname").and_then(Value::as_str).unwrap_or("lz4");
+                if !BLOSC_CNAMES.contains(&cname) {
+                    return refuse(format!(
+                        "blosc compressor {cname:?}, which numcodecs' blosc (zarr-python's) \
+                         does not have and netcdf-c refuses; choose one of {}",
+                        BLOSC_CNAMES.join(", ")
+                    ));
+                }
+                stream = Err("blosc");
+            }
+            "shuffle" => {
+                let es = match c.get("elementsize").map(Value::as_u64) {
+                    None => NUMCODECS_ELEMENTSIZE as u64,
+                    Some(Some(0)) | Some(None) => dtype_size as u64,
+                    Some(Some(n)) => n,
+                };
+                match stream {
+                    _ if es <= 1 => {}
+                    Err(compressor) => {
+                        return refuse(format!(
+                            "a shuffle after the compressor {compressor}, whose output numcodecs \
+                             (zarr-python) cannot unshuffle unless it happens to be a multiple \
+                             of {es} bytes; put the shuffle before the compressor"
+                        ))
+                    }
+                    Ok(n) if n % es != 0 => {
+                        return refuse(format!(
+                            "a shuffle of {es}-byte elements over chunks of {n} bytes, which \
+                             numcodecs (zarr-python) cannot unshuffle (not a whole number of \
+                             elements); choose an element size that divides {n}"
+                        ))
+                    }
+                    Ok(_) => {}
+                }
+            }
+            // numcodecs' checksums add 4 bytes.
+            "fletcher32" | "crc32" | "crc32c" | "adler32" => stream = stream.map(|n| n + 4),
+            id @ ("zlib" | "gzip" | "zstd" | "bz2" | "lz4") => stream = Err(id),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// netcdf-c's default chunk lengths for a variable of element size `esize` with dimensions
@@ -565,9 +743,14 @@ impl DatasetWriter {
         let model = meta::read_stored_objects(map.as_ref(), &location.mode)?;
         // The model holds no metadata of a variable it cannot read (a complex or datetime
         // array), so rewriting the metadata would replace that variable's with a byte array's.
+        // One unreadable only for an unknown codec keeps its chain as stored.
+        let lost = |v: &Variable| {
+            v.storage.unreadable.is_some()
+                && crate::codec::unknown_codec(&v.storage.codecs).is_none()
+        };
         if let Some(v) = (0..model.vars.len())
             .map(VarId)
-            .find(|v| model.var(*v).storage.unreadable.is_some())
+            .find(|v| lost(model.var(*v)))
         {
             return Err(Error::Unsupported(format!(
                 "{} cannot be opened for writing: variable {} is not supported ({}), and \
@@ -824,6 +1007,7 @@ impl DatasetWriter {
             let v = self.model.var(id);
             join_key(&[&self.model.group_path(v.group).join("/"), &v.name])
         };
+        let fqn = self.model.var_fqn(id);
         let v = &mut self.model.vars[id.0];
         if v.nctype == NcType::String && v.string_width == 0 {
             v.string_width = NETCDF_MAXSTRLEN;
@@ -870,23 +1054,38 @@ impl DatasetWriter {
         // The engine encodes with the Zarr v2 spelling of a chain (the same bytes); the v3
         // metadata writer spells it the v3 way. A sharded chain stays sharded on Zarr v3,
         // around the inner chain spelled again for this variable's stored type.
-        if let CodecSpec::V3(list) = &v.storage.codecs {
-            let flat = Codecs::from_chain(writer_v3::codecs_v2(list)?).spec();
-            v.storage.codecs = match writer_v3::shard_chunk_shape(list).filter(|_| v3) {
-                Some(inner) => writer_v3::sharded(&flat, &dtype, &inner)?,
-                None => flat,
-            };
-        }
-        if v.dims.is_empty() && v.storage.codecs != CodecSpec::default() {
+        let (mut flat, mut inner) = match &v.storage.codecs {
+            CodecSpec::V3(list) => (
+                Codecs::from_chain(writer_v3::codecs_v2(list)?).spec(),
+                writer_v3::shard_chunk_shape(list).filter(|_| v3),
+            ),
+            spec => (spec.clone(), None),
+        };
+        if v.dims.is_empty() && flat != CodecSpec::default() {
             // As netcdf-c, which stores scalars uncompressed (and cannot open some
             // compressed ones, blosc's).
             log::info!("{key}: a scalar is stored without codecs");
-            v.storage.codecs = CodecSpec::default();
+            (flat, inner) = (CodecSpec::default(), None);
         }
+        let chunk_elems = inner.as_ref().unwrap_or(&chunks).iter().product::<u64>();
         if v.nctype == NcType::String && !v3 {
-            let chunk_bytes = chunks.iter().product::<u64>() * dtype.size as u64;
-            v.storage.codecs = string_shuffle(std::mem::take(&mut v.storage.codecs), chunk_bytes);
+            flat = string_shuffle(flat, chunk_elems * dtype.size as u64);
         }
+        if v.nctype == NcType::String && v3 {
+            // The variable-length values make a stream of any length, which numcodecs
+            // refuses to shuffle unless it is a multiple of the element size.
+            flat = without_shuffle(flat);
+        }
+        if dialect == Dialect::NcZarr {
+            flat = for_netcdf_c(&fqn, flat, netcdf_element_size(v.nctype, dtype.size));
+        }
+        if !(v.nctype == NcType::String && v3) {
+            check_numcodecs_chain(&fqn, &flat, chunk_elems * dtype.size as u64, dtype.size)?;
+        }
+        v.storage.codecs = match inner {
+            Some(inner) => writer_v3::sharded(&flat, &dtype, &inner)?,
+            None => flat,
+        };
         if v.nctype == NcType::String && v3 {
             // zarr-python's variable-length `string` (`vlen-utf8`): each value stored as its
             // own UTF-8 bytes, where `fixed_length_utf32` took four bytes per character of
@@ -2179,6 +2378,114 @@ mod tests {
         assert!(w.add_dim(Dataset::ROOT, "a", 2, false).is_err());
         w.close().unwrap();
         assert!(DatasetWriter::create(&loc, CreateOptions::default()).is_err());
+    }
+
+    /// The chain a new variable of `nctype` over a dimension of 6 (one chunk) is stored
+    /// with in a dataset of `mode`, or the error refusing it.
+    fn stored_chain(mode: &str, nctype: NcType, codecs: &str) -> Result<CodecSpec> {
+        let tmp = tempfile::tempdir().unwrap();
+        let (_loc, mut w) = writer(tmp.path(), mode);
+        let x = w.add_dim(Dataset::ROOT, "x", 6, false).unwrap();
+        let opts = VarOptions {
+            codecs: Codecs::parse(codecs).unwrap(),
+            ..Default::default()
+        };
+        let v = w.add_var(Dataset::ROOT, "v", nctype, &[x], opts)?;
+        Ok(w.model().var(v).storage.codecs.clone())
+    }
+
+    #[test]
+    fn nczarr_shuffles_by_the_type_size_as_netcdf_c_does() {
+        let chain = r#"[{"id": "shuffle", "elementsize": 2}, {"id": "zlib", "level": 1}]"#;
+        let CodecSpec::V2 { filters, .. } = stored_chain("nczarr", NcType::Double, chain).unwrap()
+        else {
+            panic!("not a v2 chain")
+        };
+        assert_eq!(filters, [json!({"id": "shuffle", "elementsize": 0})]);
+        // Pure Zarr keeps it: numcodecs reads it as written.
+        let CodecSpec::V2 { filters, .. } = stored_chain("zarr", NcType::Double, chain).unwrap()
+        else {
+            panic!("not a v2 chain")
+        };
+        assert_eq!(filters, [json!({"id": "shuffle", "elementsize": 2})]);
+    }
+
+    #[test]
+    fn nczarr_stores_a_negative_zstd_level_as_1() {
+        let compressor = |mode| match stored_chain(mode, NcType::Int, "zstd:-5").unwrap() {
+            CodecSpec::V2 { compressor, .. } => compressor,
+            CodecSpec::V3(_) => panic!("not a v2 chain"),
+        };
+        assert_eq!(
+            compressor("nczarr"),
+            Some(json!({"id": "zstd", "level": 1}))
+        );
+        assert_eq!(compressor("zarr"), Some(json!({"id": "zstd", "level": -5})));
+    }
+
+    #[test]
+    fn chains_numcodecs_cannot_unshuffle_are_refused() {
+        let e = stored_chain("zarr", NcType::Int, "zlib,shuffle").unwrap_err();
+        assert!(e.to_string().contains("after the compressor zlib"), "{e}");
+        // 6 bytes are not a whole number of 4-byte elements.
+        let e = stored_chain(
+            "zarr",
+            NcType::Byte,
+            r#"[{"id": "shuffle", "elementsize": 4}]"#,
+        );
+        let e = e.unwrap_err().to_string();
+        assert!(e.contains("4-byte elements over chunks of 6 bytes"), "{e}");
+        // A checksum's 4 bytes count: 24 + 4 is not a multiple of 8.
+        let e = stored_chain(
+            "zarr",
+            NcType::Int,
+            r#"[{"id": "fletcher32"}, {"id": "shuffle", "elementsize": 8}]"#,
+        );
+        assert!(e.unwrap_err().to_string().contains("chunks of 28 bytes"));
+        for ok in ["shuffle,zlib", "fletcher32,shuffle", "zlib"] {
+            stored_chain("zarr", NcType::Int, ok).unwrap();
+        }
+        let e = stored_chain(
+            "zarr",
+            NcType::Int,
+            r#"[{"id": "blosc", "cname": "snappy", "clevel": 5, "shuffle": 1}]"#,
+        );
+        assert!(e
+            .unwrap_err()
+            .to_string()
+            .contains("blosclz, lz4, lz4hc, zlib, zstd"));
+    }
+
+    #[test]
+    fn v3_strings_are_not_shuffled() {
+        let CodecSpec::V3(list) =
+            stored_chain("zarr,v3", NcType::String, "shuffle,zlib:1").unwrap()
+        else {
+            panic!("not a v3 chain")
+        };
+        let names: Vec<&str> = list.iter().filter_map(|c| c["name"].as_str()).collect();
+        assert_eq!(names, ["vlen-utf8", "numcodecs.zlib"]);
+    }
+
+    #[test]
+    fn codec_lists_in_zarr_v3_form_are_read() {
+        // What `dump -s` shows of a Zarr v3 variable.
+        let c = Codecs::from_json(
+            r#"[{"name": "numcodecs.shuffle", "configuration": {"elementsize": 4}},
+                {"name": "bytes", "configuration": {"endian": "little"}},
+                {"name": "zstd", "configuration": {"level": 3, "checksum": false}}]"#,
+        )
+        .unwrap();
+        assert_eq!(c.filters, [json!({"id": "shuffle", "elementsize": 4})]);
+        assert_eq!(c.compressor, Some(json!({"id": "zstd", "level": 3})));
+        let e = Codecs::from_json(r#"[{"level": 3}]"#).unwrap_err();
+        assert!(e.to_string().contains("\"name\""), "{e}");
+    }
+
+    #[test]
+    fn blosc_snappy_is_refused_naming_the_compressors() {
+        let e = Codecs::parse("blosc:snappy").unwrap_err().to_string();
+        assert!(e.contains("blosclz, lz4, lz4hc, zlib, zstd"), "{e}");
     }
 
     #[test]

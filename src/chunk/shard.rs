@@ -506,16 +506,14 @@ impl ChunkCodecs {
             let s = b.get(pos..pos.checked_add(4)?)?;
             usize::try_from(u32::from_le_bytes([s[0], s[1], s[2], s[3]])).ok()
         };
-        let count = u32_at(0).ok_or_else(|| bad("truncated header"))?;
+        let count = u32_at(0).ok_or_else(|| bad(&vlen_truncated(None, b.len())))?;
         let mut pos = 4usize;
         let mut longest = 0;
-        for _ in 0..count {
-            let len = u32_at(pos).ok_or_else(|| bad("truncated value length"))?;
-            pos = pos
-                .checked_add(4 + len)
-                .filter(|&end| end <= b.len())
-                .ok_or_else(|| bad("truncated value"))?;
-            longest = longest.max(len);
+        for i in 0..count {
+            let (value, next) =
+                vlen_value(&b, pos).ok_or_else(|| bad(&vlen_truncated(Some(i), b.len())))?;
+            pos = next;
+            longest = longest.max(value.len());
         }
         Ok(longest)
     }
@@ -602,23 +600,27 @@ fn vlen_to_slots(b: &[u8], n: usize, width: usize, utf8: bool) -> Result<Vec<u8>
         let s = b.get(pos..pos.checked_add(4)?)?;
         usize::try_from(u32::from_le_bytes([s[0], s[1], s[2], s[3]])).ok()
     };
-    let count = u32_at(0).ok_or_else(|| bad("truncated header"))?;
+    let count = u32_at(0).ok_or_else(|| bad(&vlen_truncated(None, b.len())))?;
     if count != n {
         return Err(bad(&format!("{count} values in a chunk of {n} elements")));
     }
     let mut out = vec![0u8; n * width];
     let mut pos = 4;
-    for slot in out.chunks_exact_mut(width.max(1)).take(n) {
-        let len = u32_at(pos).ok_or_else(|| bad("truncated value length"))?;
-        let start = pos + 4;
-        let value = start
-            .checked_add(len)
-            .and_then(|end| b.get(start..end))
-            .ok_or_else(|| bad("truncated value"))?;
-        pos = start + len;
+    for (i, slot) in out.chunks_exact_mut(width.max(1)).take(n).enumerate() {
+        let (value, next) =
+            vlen_value(b, pos).ok_or_else(|| bad(&vlen_truncated(Some(i), b.len())))?;
+        pos = next;
         // The reader sizes slots to the longest stored value; a longer one (written since)
         // must not come back cut short.
         if value.len() > width {
+            // A truncated chunk could not be measured when the slots were sized: say that,
+            // not that the value has grown.
+            let mut rest = pos;
+            for j in i + 1..n {
+                rest = vlen_value(b, rest)
+                    .ok_or_else(|| bad(&vlen_truncated(Some(j), b.len())))?
+                    .1;
+            }
             return Err(bad(&format!(
                 "a value of {} bytes does not fit the variable's {width}-byte strings (the \
                  dataset changed since it was opened?)",
@@ -628,6 +630,28 @@ fn vlen_to_slots(b: &[u8], n: usize, width: usize, utf8: bool) -> Result<Vec<u8>
         slot[..value.len()].copy_from_slice(value);
     }
     Ok(out)
+}
+
+/// The value at `pos` of a numcodecs VLen chunk `b` (a `u32` length, then the bytes) and the
+/// position after it; `None` when the chunk ends before it does.
+fn vlen_value(b: &[u8], pos: usize) -> Option<(&[u8], usize)> {
+    let s = b.get(pos..pos.checked_add(4)?)?;
+    let len = usize::try_from(u32::from_le_bytes([s[0], s[1], s[2], s[3]])).ok()?;
+    let start = pos + 4;
+    let end = start.checked_add(len)?;
+    Some((b.get(start..end)?, end))
+}
+
+/// The error text of a VLen chunk of `len` bytes that ends before its value count (`None`)
+/// or its value `index` (from 0) does.
+fn vlen_truncated(index: Option<usize>, len: usize) -> String {
+    match index {
+        None => format!("the chunk is truncated or corrupt: {len} bytes hold no value count"),
+        Some(i) => format!(
+            "the chunk is truncated or corrupt: its {len} bytes end inside value {}",
+            i + 1
+        ),
+    }
 }
 
 /// Reorders a chunk stored transposed by `perm` (stored dimension `k` is array dimension
@@ -1294,6 +1318,28 @@ mod tests {
         assert_eq!(&slots[8..], "héllo\0\0".as_bytes());
         assert!(vlen_to_slots(&b, 3, 8, true).is_err());
         assert!(vlen_to_slots(&b[..b.len() - 1], 2, 8, true).is_err());
+    }
+
+    #[test]
+    fn a_truncated_vlen_chunk_is_called_so() {
+        // numcodecs.VLenUTF8().encode(["x", "", "hello world", "ab"]) cut 3 bytes short, which
+        // zarr-python refuses ("corrupt buffer, data seem truncated"); its measuring failed,
+        // so the slots may be as narrow as the values before the cut.
+        let b = vlen(&["x", "", "hello world", "ab"]);
+        let cut = &b[..b.len() - 3];
+        for width in [1, 11] {
+            let e = vlen_to_slots(cut, 4, width, true).unwrap_err().to_string();
+            assert!(e.contains("truncated or corrupt"), "{e}");
+            assert!(e.contains("inside value 4"), "{e}");
+        }
+        let e = vlen_to_slots(&b[..2], 4, 11, true).unwrap_err().to_string();
+        assert!(
+            e.contains("truncated or corrupt: 2 bytes hold no value count"),
+            "{e}"
+        );
+        // Whole, a value longer than the slots has been written since they were sized.
+        let e = vlen_to_slots(&b, 4, 1, true).unwrap_err().to_string();
+        assert!(e.contains("since it was opened"), "{e}");
     }
 
     /// The stored type of a v3 `data_type` as the reader makes it.

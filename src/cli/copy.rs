@@ -55,7 +55,8 @@ pub struct CopyArgs {
     #[arg(short = 's', long = "shuffle")]
     pub shuffle: bool,
     /// Codec chain for every variable, in encoding order: e.g. `shuffle,zstd:5`, `bz2:9`,
-    /// `blosc:lz4:5:1`, `fletcher32`, `none`, or a JSON list of numcodecs objects.
+    /// `blosc:lz4:5:1` (compressors blosclz, lz4, lz4hc, zlib, zstd), `fletcher32`, `none`, or
+    /// a JSON list of numcodecs objects or Zarr v3 codecs (as `dump -s` prints `_Codecs`).
     #[arg(long = "codec", value_name = "CHAIN")]
     pub codec: Option<String>,
     /// Chunk key separator of the target: `.` (default) or `/`.
@@ -234,10 +235,8 @@ pub fn run(args: CopyArgs) -> Result<i32> {
     if opts.dialect == meta::writer::Dialect::NcZarr {
         check_netcdf_names(&model)?;
         if codecs.is_none() {
-            for i in 0..model.vars.len() {
-                let fqn = model.var_fqn(VarId(i));
-                let st = &mut model.vars[i].storage;
-                st.codecs = netcdf_readable(&fqn, std::mem::take(&mut st.codecs));
+            for v in &mut model.vars {
+                v.storage.codecs = netcdf_readable(std::mem::take(&mut v.storage.codecs));
             }
         }
     }
@@ -381,21 +380,10 @@ fn shard_model(ds: &mut Dataset, specs: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// The codecs netcdf-c's NCZarr has filters for (its own plugins and those it bundles).
-const NETCDF_CODECS: [&str; 7] = [
-    "zlib",
-    "shuffle",
-    "fletcher32",
-    "szip",
-    "bz2",
-    "zstd",
-    "blosc",
-];
-
 /// A copied chain as netcdf-c can read it: gzip becomes zlib (the same deflate stream in
-/// another wrapper, at the same level) and lz4 moves inside blosc, as `nccopy` would need;
-/// for other codecs netcdf-c lacks, a warning names the variable it will not read.
-fn netcdf_readable(fqn: &str, spec: CodecSpec) -> CodecSpec {
+/// another wrapper, at the same level) and lz4 moves inside blosc, as `nccopy` would need.
+/// The writer warns of other codecs netcdf-c lacks.
+fn netcdf_readable(spec: CodecSpec) -> CodecSpec {
     let CodecSpec::V2 {
         filters,
         compressor,
@@ -412,10 +400,6 @@ fn netcdf_readable(fqn: &str, spec: CodecSpec) -> CodecSpec {
             Some("lz4") => serde_json::json!(
                 {"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": 0, "blocksize": 0}
             ),
-            Some(id) if !NETCDF_CODECS.contains(&id) => {
-                log::warn!("{fqn}: netcdf-c has no codec {id}, so it will not read this variable");
-                c
-            }
             _ => c,
         }
     };

@@ -26,7 +26,7 @@ pub use bz2::Bz2;
 pub use checksum::{Checksum, ChecksumKind};
 pub use deflate::{Gzip, Zlib};
 pub use lz4::Lz4;
-pub use shuffle::{netcdf_element_size, Shuffle, NETCDF_STRING_ELEMENT};
+pub use shuffle::{netcdf_element_size, Shuffle, NETCDF_STRING_ELEMENT, NUMCODECS_ELEMENTSIZE};
 pub use zstd_codec::Zstd;
 
 /// One bytes-to-bytes transformation of a chunk.
@@ -87,8 +87,8 @@ pub struct Pipeline {
 
 impl Pipeline {
     /// Builds the chain of a Zarr v2 array. `element_size` is the element size netcdf-c would
-    /// shuffle with ([`netcdf_element_size`]), used by a shuffle whose `elementsize` is 0 or
-    /// missing, and as blosc's typesize.
+    /// shuffle with ([`netcdf_element_size`]), used by a shuffle whose `elementsize` is 0 (a
+    /// missing one is numcodecs' default), and as blosc's typesize.
     ///
     /// An id that is not implemented fails with [`Error::UnknownCodec`]; a known id with an
     /// invalid parameter fails with [`Error::Codec`].
@@ -110,7 +110,8 @@ impl Pipeline {
     /// skipped: its `endian` is the stored byte order, which the dtype conversion applies; a
     /// `transpose` other than the identity and `sharding_indexed` are [`Error::Unsupported`].
     /// Names may carry zarr-python's `numcodecs.` prefix (`numcodecs.zlib`), whose
-    /// configuration is the numcodecs one.
+    /// configuration is the numcodecs one; a `numcodecs.shuffle` without `elementsize`
+    /// shuffles by `element_size`, as zarr-python's wrapper fills it in from the data type.
     pub fn from_v3(codecs: &[Value], element_size: usize) -> Result<Pipeline> {
         let mut out: Vec<Box<dyn Codec>> = Vec::with_capacity(codecs.len());
         for entry in codecs {
@@ -181,6 +182,9 @@ impl Pipeline {
                         };
                         params.insert("shuffle".to_string(), Value::from(code));
                     }
+                }
+                "shuffle" if params.get("elementsize").is_none_or(Value::is_null) => {
+                    params.insert("elementsize".to_string(), Value::from(element_size));
                 }
                 _ => {}
             }
@@ -341,13 +345,14 @@ impl Pipeline {
 /// writes a codec built with its defaults as `{}`, and netcdf-c reads the parameters it
 /// needs without checking that they are there (4.10.1 crashes on `{"id": "bz2"}`), so every
 /// configuration is written whole. Zstd's `checksum` (default false) stays out, as netcdf-c
-/// writes zstd, so that a chain read from its stores is written back as it was. A shuffle's
-/// element size comes from the data type instead.
+/// writes zstd, so that a chain read from its stores is written back as it was. A shuffle
+/// without an element size gets numcodecs' 4 (netcdf-c's explicit 0 stays).
 pub fn with_numcodecs_defaults(codec: &Value) -> Value {
     let defaults: &[(&str, Value)] = match codec.get("id").and_then(Value::as_str) {
         Some("zlib" | "gzip" | "bz2") => &[("level", Value::from(1))],
         Some("zstd") => &[("level", Value::from(0))],
         Some("lz4") => &[("acceleration", Value::from(1))],
+        Some("shuffle") => &[("elementsize", Value::from(NUMCODECS_ELEMENTSIZE))],
         Some("blosc") => &[
             ("cname", Value::from("lz4")),
             ("clevel", Value::from(5)),
@@ -415,6 +420,50 @@ pub fn object_string_chain(
     chain.extend(filters[1..].iter().map(numcodec));
     chain.extend(compressor.filter(|c| !c.is_null()).map(numcodec));
     Some(chain)
+}
+
+/// The first codec of `spec` that is not implemented here (numcodecs' `delta`, HDF5's
+/// `szip`), whose variable can therefore not be read or written at all; `None` when every
+/// codec is known (a known codec may still have a bad parameter, which a read reports).
+pub fn unknown_codec(spec: &CodecSpec) -> Option<String> {
+    match spec {
+        CodecSpec::V2 {
+            filters,
+            compressor,
+        } => {
+            // An object array's string codec is decoded by the chunk engine, not a Codec.
+            let filters = match is_object_string_filter(filters) {
+                true => &filters[1..],
+                false => &filters[..],
+            };
+            match Pipeline::from_v2(filters, compressor.as_ref(), 1) {
+                Err(Error::UnknownCodec { name }) => Some(name),
+                _ => None,
+            }
+        }
+        CodecSpec::V3(list) => list.iter().find_map(unknown_v3_codec),
+    }
+}
+
+/// [`unknown_codec`] of one Zarr v3 codec entry, looking inside `sharding_indexed`.
+fn unknown_v3_codec(entry: &Value) -> Option<String> {
+    let name = match entry {
+        Value::String(name) => name.as_str(),
+        _ => entry.get("name").and_then(Value::as_str)?,
+    };
+    match name {
+        "sharding_indexed" => ["codecs", "index_codecs"]
+            .iter()
+            .filter_map(|k| entry.get("configuration")?.get(*k)?.as_array())
+            .flatten()
+            .find_map(unknown_v3_codec),
+        // The array-to-array and array-to-bytes codecs the chunk engine applies itself.
+        "bytes" | "transpose" | "vlen-utf8" | "vlen-bytes" => None,
+        _ => match Pipeline::from_v3(std::slice::from_ref(entry), 1) {
+            Err(Error::UnknownCodec { name }) => Some(name),
+            _ => None,
+        },
+    }
 }
 
 /// Builds one codec from a numcodecs configuration object.
@@ -688,6 +737,60 @@ mod tests {
         ));
         let b = [json!({"name": "blosc", "configuration": {"shuffle": "twice"}})];
         assert!(matches!(Pipeline::from_v3(&b, 4), Err(Error::Codec { .. })));
+    }
+
+    #[test]
+    fn shuffle_without_elementsize_is_numcodecs_default_on_v2_and_the_type_size_on_v3() {
+        // [1.5, -2.25, 3.0, 1e10] as <f8, and numcodecs.get_codec({"id": "shuffle"}) (element
+        // size 4) applied to it by numcodecs 0.16.6.
+        let values: Vec<u8> = [1.5f64, -2.25, 3.0, 1e10]
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect();
+        let numcodecs_default = [
+            0, 0, 0, 0, 0, 0, 0, 95, 0, 0, 0, 0, 0, 0, 0, 160, 0, 248, 0, 2, 0, 8, 0, 2, 0, 63, 0,
+            192, 0, 64, 32, 66,
+        ];
+        let v2 = Pipeline::from_v2(&[json!({"id": "shuffle"})], None, 8).unwrap();
+        assert_eq!(v2.decode(numcodecs_default.to_vec()).unwrap(), values);
+        // netcdf-c's explicit 0 is the type size.
+        let zero = Pipeline::from_v2(&[json!({"id": "shuffle", "elementsize": 0})], None, 8);
+        let by_type = Shuffle::new(8).encode(values.clone()).unwrap();
+        assert_eq!(zero.unwrap().decode(by_type.clone()).unwrap(), values);
+        let v3 = Pipeline::from_v3(&[json!({"name": "numcodecs.shuffle"})], 8).unwrap();
+        assert_eq!(v3.decode(by_type).unwrap(), values);
+    }
+
+    #[test]
+    fn unknown_codecs_are_named() {
+        let delta = json!({"id": "delta", "dtype": "<f8"});
+        let v2 = CodecSpec::V2 {
+            filters: vec![delta.clone()],
+            compressor: Some(json!({"id": "zlib", "level": 1})),
+        };
+        assert_eq!(unknown_codec(&v2).as_deref(), Some("delta"));
+        let strings = CodecSpec::V2 {
+            filters: vec![json!({"id": "vlen-utf8"})],
+            compressor: Some(json!({"id": "zlib", "level": 1})),
+        };
+        assert_eq!(unknown_codec(&strings), None);
+        let bad_level = CodecSpec::V2 {
+            filters: vec![],
+            compressor: Some(json!({"id": "zlib", "level": 99})),
+        };
+        assert_eq!(unknown_codec(&bad_level), None);
+        let sharded = CodecSpec::V3(vec![json!({"name": "sharding_indexed", "configuration": {
+            "chunk_shape": [2],
+            "codecs": [{"name": "bytes"}, {"name": "numcodecs.delta",
+                        "configuration": {"dtype": "<f8"}}],
+            "index_codecs": [{"name": "bytes"}, {"name": "crc32c"}]}})]);
+        assert_eq!(unknown_codec(&sharded).as_deref(), Some("delta"));
+        let known = CodecSpec::V3(vec![
+            json!({"name": "transpose", "configuration": {"order": [1, 0]}}),
+            json!({"name": "vlen-utf8"}),
+            json!({"name": "zstd", "configuration": {"level": 0}}),
+        ]);
+        assert_eq!(unknown_codec(&known), None);
     }
 
     #[test]

@@ -11,6 +11,10 @@ use crate::Result;
 /// records: the size of its in-memory string, a pointer.
 pub const NETCDF_STRING_ELEMENT: usize = 8;
 
+/// numcodecs' `Shuffle` element size when its configuration has none (zarr-python reads a
+/// Zarr v2 `{"id": "shuffle"}` so, whatever the array's type).
+pub const NUMCODECS_ELEMENTSIZE: usize = 4;
+
 /// The element size that a shuffle recorded with element size 0 (netcdf-c's spelling) stands
 /// for, in a variable of `nctype` stored in elements of `stored_size` bytes.
 pub fn netcdf_element_size(nctype: NcType, stored_size: usize) -> usize {
@@ -37,10 +41,14 @@ impl Shuffle {
     }
 
     /// From `{"id": "shuffle", "elementsize": N}`. netcdf-c writes `"elementsize": 0`
-    /// meaning the variable's type size, and sometimes quotes the number; a missing
-    /// `elementsize` also takes the array's `element_size`.
+    /// meaning the variable's type size (`element_size`), and sometimes quotes the number; a
+    /// missing `elementsize` is numcodecs' default, [`NUMCODECS_ELEMENTSIZE`].
     pub fn from_config(cfg: &Config<'_>, element_size: usize) -> Result<Self> {
-        let n = cfg.int_in("elementsize", 0, 0..=i64::from(u32::MAX))?;
+        let n = cfg.int_in(
+            "elementsize",
+            NUMCODECS_ELEMENTSIZE as i64,
+            0..=i64::from(u32::MAX),
+        )?;
         let n = usize::try_from(n).map_err(|_| cfg.error("elementsize too large"))?;
         Ok(Shuffle::new(if n == 0 { element_size } else { n }))
     }

@@ -50,9 +50,11 @@ pub struct Zstd {
 }
 
 impl Zstd {
-    /// From `{"id": "zstd", "level": N, "checksum": false}`.
+    /// From `{"id": "zstd", "level": N, "checksum": false}`. numcodecs takes any level and
+    /// libzstd clamps it to its range when compressing (decompressing ignores it), so a
+    /// level beyond the range is accepted here too, and clamped in [`Codec::encode`].
     pub fn from_config(cfg: &Config<'_>) -> Result<Self> {
-        let level = cfg.int_in("level", 0, -131072..=22)?;
+        let level = cfg.int_in("level", 0, i64::from(i32::MIN)..=i64::from(i32::MAX))?;
         let checksum = cfg.int_in("checksum", 0, 0..=1)? == 1;
         Ok(Zstd {
             level: i32::try_from(level).map_err(|_| cfg.error("level out of range"))?,
@@ -91,7 +93,11 @@ impl Codec for Zstd {
     }
 
     fn encode(&self, input: Vec<u8>) -> Result<Vec<u8>> {
-        let mut c = zstd::bulk::Compressor::new(self.level).map_err(codec_error)?;
+        let level = self.level.clamp(
+            zstd::zstd_safe::min_c_level(),
+            zstd::zstd_safe::max_c_level(),
+        );
+        let mut c = zstd::bulk::Compressor::new(level).map_err(codec_error)?;
         if self.checksum {
             c.set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(true))
                 .map_err(codec_error)?;
@@ -147,6 +153,25 @@ mod tests {
             Err(Error::Codec { reason, .. }) => assert!(reason.contains("10"), "{reason}"),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn levels_beyond_the_range_are_read_and_clamped_when_writing() {
+        // numcodecs.Zstd(level=23).encode(bytes(range(5))), written by numcodecs 0.16.6.
+        let numcodecs_23 = [
+            0x28, 0xb5, 0x2f, 0xfd, 0x20, 0x05, 0x29, 0x00, 0x00, 0x00, 0x01, 0x02, 0x03, 0x04,
+        ];
+        let z = zstd(json!({"id": "zstd", "level": 23}));
+        assert_eq!(z.decode(numcodecs_23.to_vec()).unwrap(), [0, 1, 2, 3, 4]);
+        let data: Vec<u8> = (0..4000u32).map(|i| (i % 13) as u8).collect();
+        let at_max = zstd(json!({"id": "zstd", "level": 22}));
+        assert_eq!(
+            z.encode(data.clone()).unwrap(),
+            at_max.encode(data.clone()).unwrap()
+        );
+        let below = zstd(json!({"id": "zstd", "level": -200000}));
+        let enc = below.encode(data.clone()).unwrap();
+        assert_eq!(below.decode(enc).unwrap(), data);
     }
 
     #[test]

@@ -57,6 +57,24 @@ pub fn read_stored_objects(map: &dyn ZMap, mode: &Mode) -> Result<Dataset> {
 }
 
 fn read(map: &dyn ZMap, mode: &Mode, summaries: bool) -> Result<Dataset> {
+    let mut ds = read_model(map, mode, summaries)?;
+    mark_unknown_codecs(&mut ds);
+    Ok(ds)
+}
+
+/// Marks every variable with a codec nczarrfs does not implement as unreadable, naming the
+/// codec: none of its chunks can be read or written, and a mount says so in its metadata.
+fn mark_unknown_codecs(ds: &mut Dataset) {
+    for v in &mut ds.vars {
+        let st = &mut v.storage;
+        if st.unreadable.is_none() {
+            st.unreadable = crate::codec::unknown_codec(&st.codecs)
+                .map(|name| Error::UnknownCodec { name }.to_string());
+        }
+    }
+}
+
+fn read_model(map: &dyn ZMap, mode: &Mode, summaries: bool) -> Result<Dataset> {
     let (zarr_json, zmetadata) = match mode.zarr_version {
         Some(3) => (map.get("zarr.json")?, None),
         Some(_) if !summaries => (None, None),

@@ -538,8 +538,9 @@ fn zarray(ds: &Dataset, v: VarId, opts: &WriteOptions) -> Result<Value> {
     Ok(Value::Object(z))
 }
 
-/// A shuffle filter with element size 0 or none gets the dtype's size (numcodecs treats 0 as
-/// a no-op, so netcdf-c's 0 makes other readers decode garbage).
+/// A shuffle filter with element size 0 gets the dtype's size (numcodecs treats 0 as a no-op,
+/// so netcdf-c's 0 makes other readers decode garbage); a missing one is numcodecs' default,
+/// which [`crate::codec::with_numcodecs_defaults`] has filled in.
 fn fix_shuffle(f: &Value, size: usize) -> Value {
     let mut f = f.clone();
     if let Some(obj) = f.as_object_mut() {

@@ -1,0 +1,221 @@
+"""Codec chains that other tools write or that `--codec` asks for, checked by the readers
+that must decode what nczarrfs then writes: netCDF4-python (netcdf-c 4.10.1) for NCZarr,
+zarr-python / numcodecs for Zarr.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import warnings
+
+import netCDF4
+import numcodecs
+import numpy as np
+import pytest
+import zarr
+
+PLUGINS = os.path.join(os.path.dirname(netCDF4.__file__), "plugins")
+
+
+@pytest.fixture(autouse=True)
+def _quiet(monkeypatch):
+    monkeypatch.setenv("HDF5_PLUGIN_PATH", PLUGINS)
+    warnings.filterwarnings("ignore", module="zarr")
+    warnings.filterwarnings("ignore", module="numcodecs")
+
+
+def _netcdf_values(path, var: str):
+    """netCDF4-python's read of an NCZarr dataset, in a process of its own (netcdf-c keeps
+    state between opens)."""
+    read = (f"import netCDF4\nwith netCDF4.Dataset('file://{path}#mode=nczarr,file') as nc:"
+            f"\n    print(nc[{var!r}][...].ravel().tolist())")
+    out = subprocess.run([sys.executable, "-c", read], capture_output=True, text=True,
+                         env={**os.environ, "HDF5_PLUGIN_PATH": PLUGINS}, timeout=60)
+    assert out.returncode == 0, out.stderr[-500:]
+    return json.loads(out.stdout)
+
+
+def _v2_array(path, values, **kw):
+    root = zarr.open_group(str(path), mode="w", zarr_format=2)
+    a = root.create_array("v", shape=values.shape, dtype=values.dtype,
+                          attributes={"_ARRAY_DIMENSIONS": ["x"]}, **kw)
+    a[:] = values
+    return a
+
+
+def _int_source(nczarrfs, tmp_path, values=(1, 2, 3, 4, 5, 6)):
+    cdl = tmp_path / "s.cdl"
+    cdl.write_text("netcdf s {\ndimensions: x = %d;\nvariables: int i(x); string s(x);\n"
+                   "data: i = %s; s = %s;\n}\n"
+                   % (len(values), ", ".join(map(str, values)),
+                      ", ".join(f'"{"ab" * v}"' for v in values)))
+    src = tmp_path / "src.file"
+    res = nczarrfs("gen", "-o", str(src), str(cdl))
+    assert res.returncode == 0, res.stderr.decode()
+    return src
+
+
+@pytest.mark.parametrize("elementsize,dtype", [(2, "<f8"), (3, "<i4"), (8, "<i4")])
+def test_copy_to_nczarr_shuffles_as_netcdf_c_does(nczarrfs, tmp_path, elementsize, dtype):
+    """numcodecs shuffles by any element size, netcdf-c by the type size whatever the
+    metadata says: the NCZarr copy stores a shuffle netcdf-c decodes to the same values."""
+    values = (np.arange(24) * 1.5).astype(dtype)
+    src = tmp_path / "src.zarr"
+    _v2_array(src, values, chunks=(24,), filters=[numcodecs.Shuffle(elementsize=elementsize)],
+              compressors=numcodecs.Zlib(level=1))
+    target = tmp_path / "copy.file"
+    res = nczarrfs("copy", str(src), str(target))
+    assert res.returncode == 0, res.stderr.decode()
+    assert _netcdf_values(target, "v") == values.tolist()
+    # The same for a chain asked for.
+    chosen = tmp_path / "chosen.file"
+    chain = json.dumps([{"id": "shuffle", "elementsize": 5}, {"id": "zlib", "level": 1}])
+    res = nczarrfs("copy", "--codec", chain, str(src), str(chosen))
+    assert res.returncode == 0, res.stderr.decode()
+    assert _netcdf_values(chosen, "v") == values.tolist()
+
+
+@pytest.mark.parametrize("level", [-1, -5])
+def test_copy_to_nczarr_of_a_negative_zstd_level_opens_in_netcdf_c(nczarrfs, tmp_path, level):
+    values = np.arange(6, dtype="<i4")
+    src = tmp_path / "src.zarr"
+    _v2_array(src, values, chunks=(6,), compressors=numcodecs.Zstd(level=level))
+    for args in ([], ["--codec", f"zstd:{level}"]):
+        target = tmp_path / f"copy{len(args)}.file"
+        res = nczarrfs("copy", *args, str(src), str(target))
+        assert res.returncode == 0, res.stderr.decode()
+        assert b"zstd level" in res.stderr
+        assert _netcdf_values(target, "v") == values.tolist()
+
+
+@pytest.mark.parametrize("mode", ["zarr,v3", "nczarr,v3"])
+def test_shuffled_strings_on_zarr_v3_read_in_zarr_python(nczarrfs, tmp_path, mode):
+    """`-s` on a string variable: its variable-length values make a stream numcodecs will not
+    unshuffle, so the v3 copy leaves the shuffle out, as the v2 writer does when it must."""
+    src = _int_source(nczarrfs, tmp_path)
+    target = tmp_path / "v3.zarr"
+    res = nczarrfs("copy", "-s", "-d", "1", "-k", mode, str(src), str(target))
+    assert res.returncode == 0, res.stderr.decode()
+    root = zarr.open_group(str(target), mode="r")
+    assert root["s"][:].tolist() == ["ab" * v for v in range(1, 7)]
+    assert root["i"][:].tolist() == list(range(1, 7))
+
+
+REFUSED = [
+    ("zlib,shuffle", "after the compressor zlib"),
+    ("blosc:snappy", "blosclz, lz4, lz4hc, zlib, zstd"),
+    ('[{"id": "blosc", "cname": "snappy", "clevel": 5, "shuffle": 1}]',
+     "blosclz, lz4, lz4hc, zlib, zstd"),
+]
+
+
+@pytest.mark.parametrize("mode,chain,why", [
+    *[("zarr", c, w) for c, w in REFUSED],
+    *[("nczarr", c, w) for c, w in REFUSED],
+    # NCZarr stores any shuffle by the type size, as netcdf-c reads it.
+    ("zarr", '[{"id": "shuffle", "elementsize": 16}]', "16-byte elements over chunks of 24"),
+])
+def test_chains_numcodecs_cannot_decode_are_refused(nczarrfs, tmp_path, chain, why, mode):
+    """What numcodecs (so zarr-python) could not decode is refused with the reason, and no
+    target is left. The chains it decodes are written and read back in zarr-python."""
+    src = _int_source(nczarrfs, tmp_path)
+    target = tmp_path / "t.zarr"
+    res = nczarrfs("copy", "-V", "i", "--codec", chain, "-k", mode, str(src), str(target))
+    assert res.returncode != 0
+    assert why in res.stderr.decode()
+    assert not target.exists()
+    res = nczarrfs("copy", "-V", "i", "--codec", "shuffle,blosc:zstd", "-k", mode, str(src),
+                   str(target))
+    assert res.returncode == 0, res.stderr.decode()
+    assert zarr.open_array(str(target / "i"), mode="r")[:].tolist() == list(range(1, 7))
+
+
+def test_zstd_level_23_is_read(nczarrfs, tmp_path):
+    """numcodecs takes levels above 22 (libzstd clamps them when compressing)."""
+    values = np.arange(5, dtype="<i4")
+    src = tmp_path / "src.zarr"
+    _v2_array(src, values, chunks=(5,), compressors=numcodecs.Zstd(level=23))
+    res = nczarrfs("get", str(src), "v")
+    assert res.returncode == 0, res.stderr.decode()
+    assert np.frombuffer(res.stdout, "<i4").tolist() == [0, 1, 2, 3, 4]
+
+
+def test_shuffle_without_elementsize_is_numcodecs_default(nczarrfs, tmp_path):
+    """A Zarr v2 `{"id": "shuffle"}` is numcodecs' Shuffle(), of 4-byte elements."""
+    values = np.array([1.5, -2.25, 3.0, 1e10], dtype="<f8")
+    src = tmp_path / "src.zarr"
+    _v2_array(src, values, chunks=(4,), filters=[numcodecs.Shuffle(elementsize=4)],
+              compressors=None)
+    zarray = src / "v" / ".zarray"
+    meta = json.loads(zarray.read_text())
+    meta["filters"] = [{"id": "shuffle"}]
+    zarray.write_text(json.dumps(meta))
+    want = zarr.open_array(str(src / "v"), mode="r")[:]
+    assert want.tolist() == values.tolist()
+    res = nczarrfs("get", "--npy", str(src), "v")
+    assert res.returncode == 0, res.stderr.decode()
+    got = np.load(io.BytesIO(res.stdout))
+    assert got.tolist() == want.tolist()
+    # Copied on, the values stay.
+    target = tmp_path / "copy.file"
+    assert nczarrfs("copy", str(src), str(target)).returncode == 0
+    assert _netcdf_values(target, "v") == values.tolist()
+
+
+def test_dump_s_of_zarr_v3_is_gen_input(nczarrfs, tmp_path):
+    """`_Codecs` of a Zarr v3 variable is a v3 codec list, which gen takes back."""
+    from zarr.codecs import ZstdCodec
+    from zarr.codecs.numcodecs import Shuffle
+
+    values = np.arange(24, dtype="<i4")
+    src = tmp_path / "src.zarr"
+    root = zarr.open_group(str(src), mode="w", zarr_format=3)
+    root.create_array("v", shape=(24,), chunks=(8,), dtype="<i4", dimension_names=["x"],
+                      compressors=[Shuffle(elementsize=4), ZstdCodec(level=3)])[:] = values
+    dump = nczarrfs("dump", "-s", str(src))
+    assert dump.returncode == 0, dump.stderr.decode()
+    assert b'"name\\": \\"numcodecs.shuffle' in dump.stdout
+    cdl = tmp_path / "d.cdl"
+    cdl.write_bytes(dump.stdout)
+    for mode in ["nczarr", "zarr,v3"]:
+        target = tmp_path / f"{mode.replace(',', '')}.file"
+        res = nczarrfs("gen", "-k", mode, "-o", str(target), str(cdl))
+        assert res.returncode == 0, res.stderr.decode()
+        out = zarr.open_array(str(target / "v"), mode="r")
+        assert out[:].tolist() == values.tolist()
+        assert out.chunks == (8,)
+    assert _netcdf_values(tmp_path / "nczarr.file", "v") == values.tolist()
+
+
+@pytest.mark.parametrize("codec", ["crc32", "lz4"])
+def test_codec_netcdf_c_lacks_warns_when_asked_for(nczarrfs, tmp_path, codec):
+    src = _int_source(nczarrfs, tmp_path)
+    target = tmp_path / "t.file"
+    chain = json.dumps([{"id": codec}])
+    res = nczarrfs("copy", "-V", "i", "--codec", chain, str(src), str(target))
+    assert res.returncode == 0, res.stderr.decode()
+    assert f"netcdf-c has no codec {codec}" in res.stderr.decode()
+    with pytest.raises(RuntimeError, match="[Ff]ilter"):
+        with netCDF4.Dataset(f"file://{target}#mode=nczarr,file") as nc:
+            nc["i"][:]
+
+
+def test_a_truncated_string_chunk_is_called_truncated(nczarrfs, tmp_path):
+    src = tmp_path / "s.zarr"
+    root = zarr.open_group(str(src), mode="w", zarr_format=2)
+    a = root.create_array("v", shape=(4,), chunks=(4,), dtype=str, compressors=None,
+                          attributes={"_ARRAY_DIMENSIONS": ["x"]})
+    a[:] = ["x", "", "hello world", "ab"]
+    chunk = src / "v" / "0"
+    chunk.write_bytes(chunk.read_bytes()[:-3])
+    with pytest.raises(ValueError, match="truncated"):
+        zarr.open_array(str(src / "v"), mode="r")[:]
+    res = nczarrfs("get", str(src), "v")
+    assert res.returncode != 0
+    err = res.stderr.decode().splitlines()[-1]
+    assert "truncated or corrupt" in err, err
+    assert "since it was opened" not in err
