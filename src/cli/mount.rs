@@ -39,3 +39,21 @@ pub fn run(args: MountArgs) -> Result<i32> {
         log_file: args.log_file,
     })
 }
+
+/// Arguments of `detach-dead`.
+#[derive(Debug, clap::Args)]
+pub struct DetachDeadArgs {
+    /// The mount point to check.
+    pub mountpoint: PathBuf,
+}
+
+/// Runs `detach-dead`: says on stderr when it detached a mount, and nothing otherwise.
+pub fn detach_dead(args: DetachDeadArgs) -> Result<i32> {
+    if fuse::detach_dead(&args.mountpoint)? {
+        eprintln!(
+            "nczarrfs: detached the dead mount at {}",
+            args.mountpoint.display()
+        );
+    }
+    Ok(0)
+}

@@ -260,6 +260,56 @@ fn checked_mountpoint(path: &Path) -> Result<PathBuf> {
     Ok(mountpoint)
 }
 
+/// Detaches the mount at `path` if it is the dead mount of an nczarrfs daemon (the kernel
+/// answers every access to it with `ENOTCONN`) and leaves every other mount alone: a live
+/// mount, whether of nczarrfs or of another filesystem, and whatever lies under the dead one.
+/// This is the cleanup a service manager runs after a daemon stopped, which must not undo a
+/// mount the daemon did not make. Returns whether a mount was detached.
+pub fn detach_dead(path: &Path) -> Result<bool> {
+    use std::os::unix::ffi::OsStrExt;
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| Error::Invalid(format!("{}: NUL in the path", path.display())))?;
+    // statfs, not stat: the kernel answers stat from the attributes it caches for the TTL
+    // even after the daemon died, while every statfs is a request to the daemon.
+    // SAFETY: statvfs with a valid C string and a zeroed struct to fill.
+    let alive = unsafe {
+        let mut st: libc::statvfs = std::mem::zeroed();
+        libc::statvfs(c_path.as_ptr(), &mut st) == 0
+    };
+    if alive || std::io::Error::last_os_error().raw_os_error() != Some(libc::ENOTCONN) {
+        return Ok(false);
+    }
+    // The dead mount point itself cannot be resolved (every lookup in it fails), its parent
+    // can.
+    let name = path.file_name().ok_or_else(|| {
+        Error::Invalid(format!(
+            "{}: name the mount point by a path that ends in its name",
+            path.display()
+        ))
+    })?;
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let mountpoint = parent
+        .canonicalize()
+        .map_err(|e| Error::io(parent, e))?
+        .join(name);
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo")
+        .map_err(|e| Error::io("/proc/self/mountinfo", e))?;
+    match topmost_mount_at(&mounts, &mountpoint) {
+        Some((_, fstype)) if fstype == "fuse.nczarrfs" => {}
+        _ => return Ok(false),
+    }
+    let c = std::ffi::CString::new(mountpoint.as_os_str().as_bytes())
+        .map_err(|_| Error::Invalid(format!("{}: NUL in the path", mountpoint.display())))?;
+    // SAFETY: umount2 with a valid C string.
+    if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } != 0 {
+        return Err(Error::io(&mountpoint, std::io::Error::last_os_error()));
+    }
+    Ok(true)
+}
+
 /// The source and type of the last mount (the one on top) at `mountpoint` in the text of
 /// /proc/self/mountinfo, whose fields escape space, tab, newline and backslash in octal.
 fn topmost_mount_at(mountinfo: &str, mountpoint: &Path) -> Option<(String, String)> {
