@@ -352,6 +352,34 @@ def test_a_user_other_than_root_mounts_through_fusermount3(binary):
         shutil.rmtree(home)
 
 
+def test_a_user_who_cannot_open_dev_fuse_is_told_so(binary):
+    """fuser's own open of /dev/fuse failed as if the mount point were "Permission denied".
+    In a mount namespace of its own, /dev/fuse is covered by a file only root may open (as a
+    0600 /dev/fuse is), leaving the real one alone for everything else running."""
+    home = Path(tempfile.mkdtemp(prefix="nczarrfs-devfuse-", dir="/tmp"))
+    try:
+        shutil.copytree(REPO / "samples" / "weather.file", home / "weather.file")
+        shutil.copy2(binary, home / "nczarrfs")
+        (home / "mnt").mkdir()
+        for p in [home, *home.rglob("*")]:
+            os.chown(p, 65534, 65534)
+        home.chmod(0o755)
+        (home / "fuse").write_bytes(b"")
+        os.chown(home / "fuse", 0, 0)
+        (home / "fuse").chmod(0o600)
+        script = ('mount --bind "$1/fuse" /dev/fuse && exec setpriv --reuid=65534 '
+                  '--regid=65534 --clear-groups "$1/nczarrfs" mount "$1/weather.file" "$1/mnt"')
+        r = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                            script, "sh", str(home)], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 1
+        assert r.stderr.startswith(
+            f"nczarrfs: cannot open /dev/fuse: {os.strerror(errno.EACCES)}"), r.stderr
+        assert "mount point" not in r.stderr and str(home / "mnt") not in r.stderr
+    finally:
+        unmount(home / "mnt")
+        shutil.rmtree(home)
+
+
 def test_mount_helper_as_mount8_calls_it(binary, tmp_path, nczarr):
     mnt = tmp_path / "mnt"
     mnt.mkdir()

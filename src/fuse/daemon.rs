@@ -43,35 +43,31 @@ pub fn mount(req: MountRequest) -> Result<i32> {
                 .into(),
         ));
     }
+    // Opened here, before a daemon is forked, so that a log file that cannot be opened is
+    // reported to the caller as it is in the foreground.
+    let log = req.log_file.as_deref().map(open_log_file).transpose()?;
     if req.foreground {
-        serve(req, None)
+        serve(req, log, &mut None)
     } else {
-        daemonize(req)
+        daemonize(req, log)
     }
 }
 
-/// Mounts and serves until unmounted, in this process; `ready` is the pipe on which a daemon
-/// tells its parent that the mount is up ("OK") or why it failed.
-fn serve(req: MountRequest, ready: Option<File>) -> Result<i32> {
-    match &req.log_file {
-        Some(path) => redirect_stderr(path)?,
+/// Mounts and serves until unmounted, in this process, logging to `log` if given; `ready` is
+/// the pipe on which a daemon tells its parent that the mount is up ("OK"). It is taken when
+/// used: a daemon whose `ready` is still there when this fails writes the error to it.
+fn serve(req: MountRequest, log: Option<File>, ready: &mut Option<File>) -> Result<i32> {
+    match &log {
+        Some(file) => redirect_stderr(file)?,
         // A daemon's stderr is /dev/null.
-        None if ready.is_some() => super::logging::to_syslog(),
-        None => {}
+        _ if ready.is_some() => super::logging::to_syslog(),
+        _ => {}
     }
     // Before any thread exists, so that every thread inherits the mask and only the signal
     // thread ever sees these signals.
     let signals = block_signals();
-    let (session, mountpoint, handle) = match setup(&req) {
-        Ok(s) => s,
-        Err(e) => {
-            if let Some(mut pipe) = ready {
-                let _ = write!(pipe, "{e}");
-            }
-            return Err(e);
-        }
-    };
-    if let Some(mut pipe) = ready {
+    let (session, mountpoint, handle) = setup(&req)?;
+    if let Some(mut pipe) = ready.take() {
         let _ = pipe.write_all(b"OK");
     }
     sd_notify("READY=1");
@@ -196,7 +192,8 @@ fn setup(req: &MountRequest) -> Result<(Session<NczarrFs>, PathBuf, MountHandle)
         }
     }
     let config = fuser_config(&req.location, &options, remote, splices);
-    let session = Session::new(fs, &mountpoint, &config).map_err(|e| Error::io(&mountpoint, e))?;
+    let session =
+        Session::new(fs, &mountpoint, &config).map_err(|e| mount_failed(&mountpoint, e))?;
     if splices {
         match session.as_fd().try_clone_to_owned() {
             Ok(device) => handle.splice_replies_to(device),
@@ -209,6 +206,36 @@ fn setup(req: &MountRequest) -> Result<(Session<NczarrFs>, PathBuf, MountHandle)
         write_readahead(&path, options.max_read.map_or(1024, |n| (n / 1024).max(4)));
     }
     Ok((session, mountpoint, handle))
+}
+
+/// The FUSE device, which the mounting process opens (unless fusermount3 mounts for it).
+const DEV_FUSE: &str = "/dev/fuse";
+
+/// The error of a mount that failed with `e`. fuser opens /dev/fuse itself and returns the
+/// error of that open as is, which would read as the mount point's ("Permission denied");
+/// so when /dev/fuse cannot be opened, that is what the error names.
+fn mount_failed(mountpoint: &Path, e: std::io::Error) -> Error {
+    if e.raw_os_error().is_some() {
+        let device = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(DEV_FUSE);
+        if let Err(dev) = device {
+            let hint = match dev.kind() {
+                std::io::ErrorKind::NotFound => {
+                    " (FUSE is missing: load the fuse module, `modprobe fuse`)"
+                }
+                std::io::ErrorKind::PermissionDenied => {
+                    " (mounting needs read and write access to it: see its mode and group, \
+                     `ls -l /dev/fuse`; on many systems it is the group `fuse`, or the mode \
+                     should be 0666)"
+                }
+                _ => "",
+            };
+            return Error::Invalid(format!("cannot open {DEV_FUSE}: {dev}{hint}"));
+        }
+    }
+    Error::io(mountpoint, e)
 }
 
 /// The size of the request buffer fuser allocates, zeroed, for its handshake and then for each
@@ -431,7 +458,7 @@ fn fuser_options(location: &str, o: &MountOptions) -> Vec<MountOption> {
 /// does, saves starting the binary a second time (`nczarrfs --version` takes 3.6 ms here;
 /// mounting a dataset of 1000 variables got 1.5 to 2 ms faster); it is safe only while this
 /// process has one thread, which is checked.
-fn daemonize(mut req: MountRequest) -> Result<i32> {
+fn daemonize(mut req: MountRequest, log: Option<File>) -> Result<i32> {
     // The command line starts no thread before this point; the check guards against one that
     // would, so a /proc that cannot be read is no reason to refuse.
     let threads = std::fs::read_dir("/proc/self/task").map_or(1, |d| d.count());
@@ -444,7 +471,6 @@ fn daemonize(mut req: MountRequest) -> Result<i32> {
     let cwd = std::env::current_dir().map_err(|e| Error::io(".", e))?;
     req.location = absolute_location(&req.location, &cwd);
     req.mountpoint = cwd.join(&req.mountpoint);
-    req.log_file = req.log_file.map(|path| cwd.join(path));
     let mut fds = [0; 2];
     // SAFETY: pipe2 writes two fds into the array.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -458,8 +484,13 @@ fn daemonize(mut req: MountRequest) -> Result<i32> {
         -1 => Err(Error::io("fork", std::io::Error::last_os_error())),
         0 => {
             drop(reader);
-            let served = detach().and_then(|()| serve(req, Some(writer)));
+            let mut ready = Some(writer);
+            let served = detach().and_then(|()| serve(req, log, &mut ready));
             let code = served.unwrap_or_else(|e| {
+                // Before the mount was ready, the parent is waiting to say why it failed.
+                if let Some(mut pipe) = ready.take() {
+                    let _ = write!(pipe, "{e}");
+                }
                 log::error!("{e}");
                 1
             });
@@ -478,11 +509,23 @@ fn daemonize(mut req: MountRequest) -> Result<i32> {
             unsafe { libc::waitpid(child, &mut status, 0) };
             if msg.is_empty() {
                 msg = format!(
-                    "the mount daemon ended (wait status {status}) before the mount was ready"
+                    "the mount daemon {} before the mount was ready",
+                    wait_status_text(status)
                 );
             }
             Err(Error::Invalid(msg))
         }
+    }
+}
+
+/// What a `waitpid` status says about how the process ended.
+fn wait_status_text(status: i32) -> String {
+    if libc::WIFEXITED(status) {
+        format!("exited with status {}", libc::WEXITSTATUS(status))
+    } else if libc::WIFSIGNALED(status) {
+        format!("was killed by signal {}", libc::WTERMSIG(status))
+    } else {
+        format!("ended (wait status {status})")
     }
 }
 
@@ -525,15 +568,20 @@ fn absolute_location(location: &str, cwd: &Path) -> String {
     }
 }
 
-fn redirect_stderr(path: &Path) -> Result<()> {
-    let file = std::fs::OpenOptions::new()
+/// The log file `path`, opened for appending (created if missing).
+fn open_log_file(path: &Path) -> Result<File> {
+    std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(path)
-        .map_err(|e| Error::io(path, e))?;
+        .map_err(|e| Error::io(path, e))
+}
+
+/// Makes stderr, where log lines go, the log file `file`.
+fn redirect_stderr(file: &File) -> Result<()> {
     // SAFETY: dup2 of a valid fd onto stderr; env_logger writes to fd 2.
     if unsafe { libc::dup2(file.as_raw_fd(), 2) } < 0 {
-        return Err(Error::io(path, std::io::Error::last_os_error()));
+        return Err(Error::io("the log file", std::io::Error::last_os_error()));
     }
     Ok(())
 }
@@ -641,6 +689,23 @@ mod tests {
         );
         assert_eq!(absolute_location("/abs/y", cwd), "/abs/y");
         assert_eq!(absolute_location("s3://b/k", cwd), "s3://b/k");
+    }
+
+    #[test]
+    fn wait_statuses_are_told_in_words() {
+        use std::os::unix::process::ExitStatusExt;
+        let status = |script: &str| {
+            Command::new("sh")
+                .args(["-c", script])
+                .status()
+                .unwrap()
+                .into_raw()
+        };
+        assert_eq!(wait_status_text(status("exit 1")), "exited with status 1");
+        assert_eq!(
+            wait_status_text(status("kill -KILL $$")),
+            "was killed by signal 9"
+        );
     }
 
     #[test]
