@@ -9,6 +9,7 @@ import random
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -350,6 +351,45 @@ def test_a_user_other_than_root_mounts_through_fusermount3(binary):
         os.chmod("/dev/fuse", mode)
         unmount(home / "mnt")
         shutil.rmtree(home)
+
+
+def access_errno(path: Path, mode: int) -> int:
+    """access(2)'s errno for `path` and `mode`, 0 when granted."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    return 0 if libc.access(os.fsencode(path), mode) == 0 else ctypes.get_errno()
+
+
+@pytest.mark.parametrize("mode", ["ro", "rw"])
+def test_access_follows_the_modes_stat_reports(mounter, nczarr, mode):
+    """The kernel grants every access(2) of a filesystem that does not answer it, so `test -x`
+    found every 0444 file executable. As on a local filesystem, for root (the owner): X_OK
+    where a mode has an execute bit, W_OK where it has the owner's write bit on a rw
+    filesystem, EROFS on a read-only one (access(2))."""
+    mnt = mounter.mount(nczarr, mode)
+    paths = [mnt, *mnt.rglob("*")]
+    assert len(paths) > 40
+    kinds = set()
+    for p in paths:
+        st_mode = p.stat().st_mode
+        executable = bool(st_mode & stat.S_IXUSR)
+        assert access_errno(p, os.X_OK) == (0 if executable else errno.EACCES), p
+        assert (subprocess.run(["test", "-x", str(p)]).returncode == 0) == executable, p
+        assert access_errno(p, os.R_OK) == 0, p
+        writable = mode == "rw" and bool(st_mode & stat.S_IWUSR)
+        want_w = 0 if writable else errno.EROFS if mode == "ro" else errno.EACCES
+        assert access_errno(p, os.W_OK) == want_w, p
+        assert (subprocess.run(["test", "-w", str(p)]).returncode == 0) == writable, p
+        kinds.add((stat.S_ISDIR(st_mode), executable, writable))
+    # Files and directories, and on a rw mount both writable and read-only ones of each.
+    want = {(True, True, False), (False, False, False)}
+    if mode == "rw":
+        want |= {(True, True, True), (False, False, True)}
+    assert kinds == want
+    found = subprocess.run(["find", str(mnt), "-type", "f", "-executable"],
+                           capture_output=True, text=True, check=True).stdout
+    assert found == ""
 
 
 def test_a_user_who_cannot_open_dev_fuse_is_told_so(binary):
