@@ -456,6 +456,29 @@ def test_mount_helper_options_are_not_file_name_patterns(binary, tmp_path, nczar
         unmount(mnt)
 
 
+def test_mount_helper_takes_every_o_and_refuses_t_without_a_type(binary, tmp_path, nczarr):
+    """Each -o adds options (the last one used to replace the others); `-t` without its
+    argument gets the usage line, not a shell error."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    helper = str(REPO / "scripts" / "mount.nczarrfs")
+    env = dict(os.environ, NCZARRFS=str(binary))
+    r = subprocess.run([helper, nczarr, str(mnt), "-t"], env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert (r.returncode, r.stderr) == (
+        1, "usage: mount.nczarrfs LOCATION MOUNTPOINT [-sfnv] [-o OPTIONS]\n")
+    try:
+        r = subprocess.run([helper, nczarr, str(mnt), "-o", "ro", "-ofsname=first", "-o",
+                            "noexec"], env=env, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        with open("/proc/self/mounts") as f:
+            fields = [ln.split() for ln in f if ln.split()[1] == str(mnt)]
+        assert len(fields) == 1 and fields[0][0] == "first", fields
+        assert {"ro", "noexec"} <= set(fields[0][3].split(",")), fields
+    finally:
+        unmount(mnt)
+
+
 def test_systemd_units_verify(binary, tmp_path):
     if shutil.which("systemd-analyze") is None:
         pytest.fail("systemd-analyze is missing: install the Debian package systemd")
