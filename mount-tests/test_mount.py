@@ -9,6 +9,7 @@ import random
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -352,6 +353,73 @@ def test_a_user_other_than_root_mounts_through_fusermount3(binary):
         shutil.rmtree(home)
 
 
+def access_errno(path: Path, mode: int) -> int:
+    """access(2)'s errno for `path` and `mode`, 0 when granted."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    return 0 if libc.access(os.fsencode(path), mode) == 0 else ctypes.get_errno()
+
+
+@pytest.mark.parametrize("mode", ["ro", "rw"])
+def test_access_follows_the_modes_stat_reports(mounter, nczarr, mode):
+    """The kernel grants every access(2) of a filesystem that does not answer it, so `test -x`
+    found every 0444 file executable. As on a local filesystem, for root (the owner): X_OK
+    where a mode has an execute bit, W_OK where it has the owner's write bit on a rw
+    filesystem, EROFS on a read-only one (access(2))."""
+    mnt = mounter.mount(nczarr, mode)
+    paths = [mnt, *mnt.rglob("*")]
+    assert len(paths) > 40
+    kinds = set()
+    for p in paths:
+        st_mode = p.stat().st_mode
+        executable = bool(st_mode & stat.S_IXUSR)
+        assert access_errno(p, os.X_OK) == (0 if executable else errno.EACCES), p
+        assert (subprocess.run(["test", "-x", str(p)]).returncode == 0) == executable, p
+        assert access_errno(p, os.R_OK) == 0, p
+        writable = mode == "rw" and bool(st_mode & stat.S_IWUSR)
+        want_w = 0 if writable else errno.EROFS if mode == "ro" else errno.EACCES
+        assert access_errno(p, os.W_OK) == want_w, p
+        assert (subprocess.run(["test", "-w", str(p)]).returncode == 0) == writable, p
+        kinds.add((stat.S_ISDIR(st_mode), executable, writable))
+    # Files and directories, and on a rw mount both writable and read-only ones of each.
+    want = {(True, True, False), (False, False, False)}
+    if mode == "rw":
+        want |= {(True, True, True), (False, False, True)}
+    assert kinds == want
+    found = subprocess.run(["find", str(mnt), "-type", "f", "-executable"],
+                           capture_output=True, text=True, check=True).stdout
+    assert found == ""
+
+
+def test_a_user_who_cannot_open_dev_fuse_is_told_so(binary):
+    """fuser's own open of /dev/fuse failed as if the mount point were "Permission denied".
+    In a mount namespace of its own, /dev/fuse is covered by a file only root may open (as a
+    0600 /dev/fuse is), leaving the real one alone for everything else running."""
+    home = Path(tempfile.mkdtemp(prefix="nczarrfs-devfuse-", dir="/tmp"))
+    try:
+        shutil.copytree(REPO / "samples" / "weather.file", home / "weather.file")
+        shutil.copy2(binary, home / "nczarrfs")
+        (home / "mnt").mkdir()
+        for p in [home, *home.rglob("*")]:
+            os.chown(p, 65534, 65534)
+        home.chmod(0o755)
+        (home / "fuse").write_bytes(b"")
+        os.chown(home / "fuse", 0, 0)
+        (home / "fuse").chmod(0o600)
+        script = ('mount --bind "$1/fuse" /dev/fuse && exec setpriv --reuid=65534 '
+                  '--regid=65534 --clear-groups "$1/nczarrfs" mount "$1/weather.file" "$1/mnt"')
+        r = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                            script, "sh", str(home)], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 1
+        assert r.stderr.startswith(
+            f"nczarrfs: cannot open /dev/fuse: {os.strerror(errno.EACCES)}"), r.stderr
+        assert "mount point" not in r.stderr and str(home / "mnt") not in r.stderr
+    finally:
+        unmount(home / "mnt")
+        shutil.rmtree(home)
+
+
 def test_mount_helper_as_mount8_calls_it(binary, tmp_path, nczarr):
     mnt = tmp_path / "mnt"
     mnt.mkdir()
@@ -384,6 +452,29 @@ def test_mount_helper_options_are_not_file_name_patterns(binary, tmp_path, nczar
         with open("/proc/self/mounts") as f:
             sources = [ln.split()[0] for ln in f if ln.split()[1] == str(mnt)]
         assert sources == ["*"], sources
+    finally:
+        unmount(mnt)
+
+
+def test_mount_helper_takes_every_o_and_refuses_t_without_a_type(binary, tmp_path, nczarr):
+    """Each -o adds options (the last one used to replace the others); `-t` without its
+    argument gets the usage line, not a shell error."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    helper = str(REPO / "scripts" / "mount.nczarrfs")
+    env = dict(os.environ, NCZARRFS=str(binary))
+    r = subprocess.run([helper, nczarr, str(mnt), "-t"], env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert (r.returncode, r.stderr) == (
+        1, "usage: mount.nczarrfs LOCATION MOUNTPOINT [-sfnv] [-o OPTIONS]\n")
+    try:
+        r = subprocess.run([helper, nczarr, str(mnt), "-o", "ro", "-ofsname=first", "-o",
+                            "noexec"], env=env, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        with open("/proc/self/mounts") as f:
+            fields = [ln.split() for ln in f if ln.split()[1] == str(mnt)]
+        assert len(fields) == 1 and fields[0][0] == "first", fields
+        assert {"ro", "noexec"} <= set(fields[0][3].split(",")), fields
     finally:
         unmount(mnt)
 

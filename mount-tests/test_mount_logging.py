@@ -139,3 +139,26 @@ def test_external_umount_logs_no_error(mounter, tmp_path):
     assert wait_until(lambda: not any(Path(f"/proc/{p}").exists() for p in pids), 20)
     text = log.read_text()
     assert "Unmount failed" not in text and "ERROR" not in text, text
+
+
+@pytest.mark.parametrize("foreground", [False, True])
+def test_a_log_file_that_cannot_be_opened_is_named_with_its_error(binary, tmp_path, foreground):
+    """The daemon's stderr is /dev/null: the log file is opened before it is forked, so its
+    error reaches the caller as it does with -f (and through the helper's `log_file=`)."""
+    location = nczarr_dataset(tmp_path / "ds.file")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    (tmp_path / "adir").mkdir()
+    cases = [(tmp_path / "missing" / "x.log", os.strerror(errno.ENOENT)),
+             (tmp_path / "adir", os.strerror(errno.EISDIR))]
+    try:
+        for log, reason in cases:
+            args = [str(binary), "mount", *(["-f"] if foreground else []), "--log-file",
+                    str(log), location, str(mnt)]
+            r = subprocess.run(args, capture_output=True, text=True, timeout=60)
+            assert r.returncode == 1
+            assert r.stderr.startswith(f"nczarrfs: {log}: {reason}"), r.stderr
+            assert not is_mounted(mnt)
+            assert not daemon_pids(mnt)
+    finally:
+        unmount(mnt)

@@ -33,6 +33,10 @@ pub enum Command {
     Put(put::PutArgs),
     /// Serve a dataset as a FUSE filesystem.
     Mount(mount::MountArgs),
+    /// Detach MOUNTPOINT if it is the dead mount of an nczarrfs daemon that died without
+    /// unmounting ("Transport endpoint is not connected"); leave any other mount alone. For
+    /// a service manager's cleanup after the daemon stopped.
+    DetachDead(mount::DetachDeadArgs),
     /// Create a dataset from a CDL file, like ncgen.
     Gen(gen::GenArgs),
     /// Copy a dataset to any storage and dialect, re-chunking and re-compressing, like nccopy.
@@ -60,6 +64,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Get(args) => get::run(args),
         Command::Put(args) => put::run(args),
         Command::Mount(args) => mount::run(args),
+        Command::DetachDead(args) => mount::detach_dead(args),
         Command::Gen(args) => gen::run(args),
         Command::Copy(args) => copy::run(args),
         Command::RenameHelper => crate::zmap::serve_renames().map(|()| 0),

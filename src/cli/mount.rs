@@ -15,8 +15,10 @@ pub struct MountArgs {
     /// Mount options, comma-separated: ro (default), rw, allow_other, allow_root,
     /// default_permissions, cache_size=BYTES[K|M|G], uid=N, gid=N, umask=OCTAL, ttl=SECONDS
     /// (0: never re-read), threads=N, readahead=BYTES, max_read=BYTES, direct_io, nosplice,
-    /// fsname=NAME, auto_unmount, noatime/nodev/nosuid/noexec; mount(8)'s generic options are
-    /// ignored.
+    /// fsname=NAME, auto_unmount, noatime/nodev/nosuid/noexec/sync/async/dirsync (kernel
+    /// flags). mount(8)'s other filesystem-independent options (defaults, nofail, nodiratime,
+    /// user, comment=, x-*, ...) are accepted and ignored, except remount, which is refused.
+    /// A flag takes no value: allow_other=0 is an error, not "off".
     #[arg(short = 'o', value_name = "OPTIONS")]
     pub options: Vec<String>,
     /// Stay in the foreground (default: become a daemon once the mount is ready).
@@ -38,4 +40,22 @@ pub fn run(args: MountArgs) -> Result<i32> {
         foreground: args.foreground,
         log_file: args.log_file,
     })
+}
+
+/// Arguments of `detach-dead`.
+#[derive(Debug, clap::Args)]
+pub struct DetachDeadArgs {
+    /// The mount point to check.
+    pub mountpoint: PathBuf,
+}
+
+/// Runs `detach-dead`: says on stderr when it detached a mount, and nothing otherwise.
+pub fn detach_dead(args: DetachDeadArgs) -> Result<i32> {
+    if fuse::detach_dead(&args.mountpoint)? {
+        eprintln!(
+            "nczarrfs: detached the dead mount at {}",
+            args.mountpoint.display()
+        );
+    }
+    Ok(0)
 }

@@ -43,35 +43,31 @@ pub fn mount(req: MountRequest) -> Result<i32> {
                 .into(),
         ));
     }
+    // Opened here, before a daemon is forked, so that a log file that cannot be opened is
+    // reported to the caller as it is in the foreground.
+    let log = req.log_file.as_deref().map(open_log_file).transpose()?;
     if req.foreground {
-        serve(req, None)
+        serve(req, log, &mut None)
     } else {
-        daemonize(req)
+        daemonize(req, log)
     }
 }
 
-/// Mounts and serves until unmounted, in this process; `ready` is the pipe on which a daemon
-/// tells its parent that the mount is up ("OK") or why it failed.
-fn serve(req: MountRequest, ready: Option<File>) -> Result<i32> {
-    match &req.log_file {
-        Some(path) => redirect_stderr(path)?,
+/// Mounts and serves until unmounted, in this process, logging to `log` if given; `ready` is
+/// the pipe on which a daemon tells its parent that the mount is up ("OK"). It is taken when
+/// used: a daemon whose `ready` is still there when this fails writes the error to it.
+fn serve(req: MountRequest, log: Option<File>, ready: &mut Option<File>) -> Result<i32> {
+    match &log {
+        Some(file) => redirect_stderr(file)?,
         // A daemon's stderr is /dev/null.
-        None if ready.is_some() => super::logging::to_syslog(),
-        None => {}
+        _ if ready.is_some() => super::logging::to_syslog(),
+        _ => {}
     }
     // Before any thread exists, so that every thread inherits the mask and only the signal
     // thread ever sees these signals.
     let signals = block_signals();
-    let (session, mountpoint, handle) = match setup(&req) {
-        Ok(s) => s,
-        Err(e) => {
-            if let Some(mut pipe) = ready {
-                let _ = write!(pipe, "{e}");
-            }
-            return Err(e);
-        }
-    };
-    if let Some(mut pipe) = ready {
+    let (session, mountpoint, handle) = setup(&req)?;
+    if let Some(mut pipe) = ready.take() {
         let _ = pipe.write_all(b"OK");
     }
     sd_notify("READY=1");
@@ -196,7 +192,8 @@ fn setup(req: &MountRequest) -> Result<(Session<NczarrFs>, PathBuf, MountHandle)
         }
     }
     let config = fuser_config(&req.location, &options, remote, splices);
-    let session = Session::new(fs, &mountpoint, &config).map_err(|e| Error::io(&mountpoint, e))?;
+    let session =
+        Session::new(fs, &mountpoint, &config).map_err(|e| mount_failed(&mountpoint, e))?;
     if splices {
         match session.as_fd().try_clone_to_owned() {
             Ok(device) => handle.splice_replies_to(device),
@@ -209,6 +206,36 @@ fn setup(req: &MountRequest) -> Result<(Session<NczarrFs>, PathBuf, MountHandle)
         write_readahead(&path, options.max_read.map_or(1024, |n| (n / 1024).max(4)));
     }
     Ok((session, mountpoint, handle))
+}
+
+/// The FUSE device, which the mounting process opens (unless fusermount3 mounts for it).
+const DEV_FUSE: &str = "/dev/fuse";
+
+/// The error of a mount that failed with `e`. fuser opens /dev/fuse itself and returns the
+/// error of that open as is, which would read as the mount point's ("Permission denied");
+/// so when /dev/fuse cannot be opened, that is what the error names.
+fn mount_failed(mountpoint: &Path, e: std::io::Error) -> Error {
+    if e.raw_os_error().is_some() {
+        let device = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(DEV_FUSE);
+        if let Err(dev) = device {
+            let hint = match dev.kind() {
+                std::io::ErrorKind::NotFound => {
+                    " (FUSE is missing: load the fuse module, `modprobe fuse`)"
+                }
+                std::io::ErrorKind::PermissionDenied => {
+                    " (mounting needs read and write access to it: see its mode and group, \
+                     `ls -l /dev/fuse`; on many systems it is the group `fuse`, or the mode \
+                     should be 0666)"
+                }
+                _ => "",
+            };
+            return Error::Invalid(format!("cannot open {DEV_FUSE}: {dev}{hint}"));
+        }
+    }
+    Error::io(mountpoint, e)
 }
 
 /// The size of the request buffer fuser allocates, zeroed, for its handshake and then for each
@@ -258,6 +285,56 @@ fn checked_mountpoint(path: &Path) -> Result<PathBuf> {
         }
     }
     Ok(mountpoint)
+}
+
+/// Detaches the mount at `path` if it is the dead mount of an nczarrfs daemon (the kernel
+/// answers every access to it with `ENOTCONN`) and leaves every other mount alone: a live
+/// mount, whether of nczarrfs or of another filesystem, and whatever lies under the dead one.
+/// This is the cleanup a service manager runs after a daemon stopped, which must not undo a
+/// mount the daemon did not make. Returns whether a mount was detached.
+pub fn detach_dead(path: &Path) -> Result<bool> {
+    use std::os::unix::ffi::OsStrExt;
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| Error::Invalid(format!("{}: NUL in the path", path.display())))?;
+    // statfs, not stat: the kernel answers stat from the attributes it caches for the TTL
+    // even after the daemon died, while every statfs is a request to the daemon.
+    // SAFETY: statvfs with a valid C string and a zeroed struct to fill.
+    let alive = unsafe {
+        let mut st: libc::statvfs = std::mem::zeroed();
+        libc::statvfs(c_path.as_ptr(), &mut st) == 0
+    };
+    if alive || std::io::Error::last_os_error().raw_os_error() != Some(libc::ENOTCONN) {
+        return Ok(false);
+    }
+    // The dead mount point itself cannot be resolved (every lookup in it fails), its parent
+    // can.
+    let name = path.file_name().ok_or_else(|| {
+        Error::Invalid(format!(
+            "{}: name the mount point by a path that ends in its name",
+            path.display()
+        ))
+    })?;
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let mountpoint = parent
+        .canonicalize()
+        .map_err(|e| Error::io(parent, e))?
+        .join(name);
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo")
+        .map_err(|e| Error::io("/proc/self/mountinfo", e))?;
+    match topmost_mount_at(&mounts, &mountpoint) {
+        Some((_, fstype)) if fstype == "fuse.nczarrfs" => {}
+        _ => return Ok(false),
+    }
+    let c = std::ffi::CString::new(mountpoint.as_os_str().as_bytes())
+        .map_err(|_| Error::Invalid(format!("{}: NUL in the path", mountpoint.display())))?;
+    // SAFETY: umount2 with a valid C string.
+    if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } != 0 {
+        return Err(Error::io(&mountpoint, std::io::Error::last_os_error()));
+    }
+    Ok(true)
 }
 
 /// The source and type of the last mount (the one on top) at `mountpoint` in the text of
@@ -381,7 +458,7 @@ fn fuser_options(location: &str, o: &MountOptions) -> Vec<MountOption> {
 /// does, saves starting the binary a second time (`nczarrfs --version` takes 3.6 ms here;
 /// mounting a dataset of 1000 variables got 1.5 to 2 ms faster); it is safe only while this
 /// process has one thread, which is checked.
-fn daemonize(mut req: MountRequest) -> Result<i32> {
+fn daemonize(mut req: MountRequest, log: Option<File>) -> Result<i32> {
     // The command line starts no thread before this point; the check guards against one that
     // would, so a /proc that cannot be read is no reason to refuse.
     let threads = std::fs::read_dir("/proc/self/task").map_or(1, |d| d.count());
@@ -394,7 +471,6 @@ fn daemonize(mut req: MountRequest) -> Result<i32> {
     let cwd = std::env::current_dir().map_err(|e| Error::io(".", e))?;
     req.location = absolute_location(&req.location, &cwd);
     req.mountpoint = cwd.join(&req.mountpoint);
-    req.log_file = req.log_file.map(|path| cwd.join(path));
     let mut fds = [0; 2];
     // SAFETY: pipe2 writes two fds into the array.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -408,8 +484,13 @@ fn daemonize(mut req: MountRequest) -> Result<i32> {
         -1 => Err(Error::io("fork", std::io::Error::last_os_error())),
         0 => {
             drop(reader);
-            let served = detach().and_then(|()| serve(req, Some(writer)));
+            let mut ready = Some(writer);
+            let served = detach().and_then(|()| serve(req, log, &mut ready));
             let code = served.unwrap_or_else(|e| {
+                // Before the mount was ready, the parent is waiting to say why it failed.
+                if let Some(mut pipe) = ready.take() {
+                    let _ = write!(pipe, "{e}");
+                }
                 log::error!("{e}");
                 1
             });
@@ -428,11 +509,23 @@ fn daemonize(mut req: MountRequest) -> Result<i32> {
             unsafe { libc::waitpid(child, &mut status, 0) };
             if msg.is_empty() {
                 msg = format!(
-                    "the mount daemon ended (wait status {status}) before the mount was ready"
+                    "the mount daemon {} before the mount was ready",
+                    wait_status_text(status)
                 );
             }
             Err(Error::Invalid(msg))
         }
+    }
+}
+
+/// What a `waitpid` status says about how the process ended.
+fn wait_status_text(status: i32) -> String {
+    if libc::WIFEXITED(status) {
+        format!("exited with status {}", libc::WEXITSTATUS(status))
+    } else if libc::WIFSIGNALED(status) {
+        format!("was killed by signal {}", libc::WTERMSIG(status))
+    } else {
+        format!("ended (wait status {status})")
     }
 }
 
@@ -475,15 +568,20 @@ fn absolute_location(location: &str, cwd: &Path) -> String {
     }
 }
 
-fn redirect_stderr(path: &Path) -> Result<()> {
-    let file = std::fs::OpenOptions::new()
+/// The log file `path`, opened for appending (created if missing).
+fn open_log_file(path: &Path) -> Result<File> {
+    std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(path)
-        .map_err(|e| Error::io(path, e))?;
+        .map_err(|e| Error::io(path, e))
+}
+
+/// Makes stderr, where log lines go, the log file `file`.
+fn redirect_stderr(file: &File) -> Result<()> {
     // SAFETY: dup2 of a valid fd onto stderr; env_logger writes to fd 2.
     if unsafe { libc::dup2(file.as_raw_fd(), 2) } < 0 {
-        return Err(Error::io(path, std::io::Error::last_os_error()));
+        return Err(Error::io("the log file", std::io::Error::last_os_error()));
     }
     Ok(())
 }
@@ -591,6 +689,23 @@ mod tests {
         );
         assert_eq!(absolute_location("/abs/y", cwd), "/abs/y");
         assert_eq!(absolute_location("s3://b/k", cwd), "s3://b/k");
+    }
+
+    #[test]
+    fn wait_statuses_are_told_in_words() {
+        use std::os::unix::process::ExitStatusExt;
+        let status = |script: &str| {
+            Command::new("sh")
+                .args(["-c", script])
+                .status()
+                .unwrap()
+                .into_raw()
+        };
+        assert_eq!(wait_status_text(status("exit 1")), "exited with status 1");
+        assert_eq!(
+            wait_status_text(status("kill -KILL $$")),
+            "was killed by signal 9"
+        );
     }
 
     #[test]

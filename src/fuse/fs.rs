@@ -16,10 +16,10 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard}
 use std::time::{Duration, Instant, SystemTime};
 
 use fuser::{
-    BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
-    INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr,
-    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl,
-    ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
+    AccessFlags, BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
+    Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags,
+    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
+    ReplyIoctl, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
 };
 
 use crate::chunk::{ChunkEngine, Hyperslab};
@@ -828,15 +828,24 @@ impl Shared {
         size.min(max)
     }
 
+    /// Whether `node` takes writes, which it shows by its owner's write bit: only on a `rw`
+    /// mount, and there only where a write means something: data, attribute files, and
+    /// directories that take new entries (groups: subgroups; @attributes: attributes).
+    fn writable(&self, node: &Node) -> bool {
+        self.writer.is_some()
+            && match node {
+                Node::Dir(Owner::Var(..)) => false,
+                Node::Dir(_) | Node::AttrDir(_) => true,
+                Node::File(_, kind) => matches!(kind, FileKind::Data | FileKind::Attr(_)),
+            }
+    }
+
     fn attr(&self, ino: u64, node: &Node, snap: &Snapshot) -> Option<FileAttr> {
         if !layout::exists(&snap.model, node) {
             return None;
         }
-        // Write bits only where a write means something: data, attribute files, and
-        // directories that take new entries (groups: subgroups; @attributes: attributes).
-        let w = if self.writer.is_some() { 0o200 } else { 0 };
+        let w = if self.writable(node) { 0o200 } else { 0 };
         let (kind, size, perm) = match node {
-            Node::Dir(Owner::Var(..)) => (FileType::Directory, 0, 0o555),
             Node::Dir(_) | Node::AttrDir(_) => (FileType::Directory, 0, 0o555 | w),
             Node::File(owner, FileKind::Data) => match owner.resolve(&snap.model) {
                 Some(Resolved::Var(v)) => (
@@ -856,11 +865,7 @@ impl Shared {
                     }
                 };
                 self.report_size(ino, size);
-                let perm = match node {
-                    Node::File(_, FileKind::Attr(_)) => 0o444 | w,
-                    _ => 0o444,
-                };
-                (FileType::RegularFile, size, perm)
+                (FileType::RegularFile, size, 0o444 | w)
             }
         };
         Some(FileAttr {
@@ -1233,6 +1238,35 @@ impl Filesystem for NczarrFs {
             sh.report_size(ino, attr.size);
         }
         reply.attr(&sh.kernel_ttl(), &attr)
+    }
+
+    /// access(2), as the operations themselves answer, whoever asks (without
+    /// `default_permissions` no owner or mode is checked, and with it the kernel answers
+    /// itself): everything can be read and every directory searched, no file executed (none
+    /// has an execute bit), and only what a `rw` mount lets be written written (a read-only
+    /// mount answers `EROFS`, as the kernel does for any read-only filesystem). Without this
+    /// answer the kernel would grant every access(2), `X_OK` on `0444` files included.
+    fn access(&self, _req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        let sh = &self.shared;
+        let Some(node) = sh.node(ino.0) else {
+            return reply.error(Errno::ENOENT);
+        };
+        if !layout::exists(&sh.snapshot().model, &node) {
+            return reply.error(Errno::ENOENT);
+        }
+        let dir = matches!(node, Node::Dir(_) | Node::AttrDir(_));
+        if mask.contains(AccessFlags::X_OK) && !dir {
+            return reply.error(Errno::EACCES);
+        }
+        if mask.contains(AccessFlags::W_OK) {
+            if sh.writer.is_none() {
+                return reply.error(Errno::EROFS);
+            }
+            if !sh.writable(&node) {
+                return reply.error(Errno::EACCES);
+            }
+        }
+        reply.ok()
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {

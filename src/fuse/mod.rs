@@ -31,6 +31,6 @@ mod stream;
 mod workers;
 mod write;
 
-pub use daemon::{mount, MountRequest};
+pub use daemon::{detach_dead, mount, MountRequest};
 pub use fs::{read_data, MountHandle, NczarrFs, Snapshot, Source};
 pub use options::{MountOptions, DEFAULT_TTL};

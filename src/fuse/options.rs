@@ -123,30 +123,68 @@ impl MountOptions {
         let need = |v: Option<&'a str>| -> Result<&'a str> {
             v.ok_or_else(|| Error::Invalid(format!("mount option {key} needs a value ({key}=...)")))
         };
+        // `allow_other=0` must not allow others, nor `rw=0` write: a flag takes no value.
+        let flag = || -> Result<()> {
+            match value {
+                None => Ok(()),
+                Some(_) => Err(Error::Invalid(format!(
+                    "mount option {key} takes no value (given {item:?})"
+                ))),
+            }
+        };
         let bad = |v: &str| Error::Invalid(format!("bad value for mount option {key}: {v:?}"));
         match key {
-            "ro" => self.read_write = false,
-            "rw" => self.read_write = true,
-            "allow_other" => self.allow_other = true,
-            "allow_root" => self.allow_root = true,
-            "default_permissions" => self.default_permissions = true,
+            "ro" => {
+                flag()?;
+                self.read_write = false
+            }
+            "rw" => {
+                flag()?;
+                self.read_write = true
+            }
+            "allow_other" => {
+                flag()?;
+                self.allow_other = true
+            }
+            "allow_root" => {
+                flag()?;
+                self.allow_root = true
+            }
+            "default_permissions" => {
+                flag()?;
+                self.default_permissions = true
+            }
             "cache_size" => {
                 let v = need(value)?;
                 self.cache_bytes = parse_size(v)
                     .and_then(|n| usize::try_from(n).ok())
                     .ok_or_else(|| bad(v))?;
             }
+            // (uid_t)-1 is no owner: chown(2) reads it as "leave unchanged".
             "uid" => {
                 let v = need(value)?;
-                self.uid = Some(v.parse().map_err(|_| bad(v))?);
+                self.uid = Some(
+                    v.parse()
+                        .ok()
+                        .filter(|&n| n != u32::MAX)
+                        .ok_or_else(|| bad(v))?,
+                );
             }
             "gid" => {
                 let v = need(value)?;
-                self.gid = Some(v.parse().map_err(|_| bad(v))?);
+                self.gid = Some(
+                    v.parse()
+                        .ok()
+                        .filter(|&n| n != u32::MAX)
+                        .ok_or_else(|| bad(v))?,
+                );
             }
             "umask" => {
                 let v = need(value)?;
-                self.umask = u32::from_str_radix(v, 8).map_err(|_| bad(v))? & 0o777;
+                self.umask = u32::from_str_radix(v, 8)
+                    .ok()
+                    .filter(|&m| m <= 0o777)
+                    .ok_or_else(|| bad(v))?;
             }
             "ttl" => {
                 let v = need(value)?;
@@ -182,19 +220,52 @@ impl MountOptions {
                 let v = need(value)?;
                 self.readahead = parse_size(v).ok_or_else(|| bad(v))?;
             }
-            "direct_io" => self.direct_io = true,
-            "splice" => self.splice = true,
-            "nosplice" => self.splice = false,
-            "fsname" => self.fsname = Some(need(value)?.to_string()),
-            "auto_unmount" => self.auto_unmount = true,
+            "direct_io" => {
+                flag()?;
+                self.direct_io = true
+            }
+            "splice" => {
+                flag()?;
+                self.splice = true
+            }
+            "nosplice" => {
+                flag()?;
+                self.splice = false
+            }
+            // The kernel refuses an empty source name with a bare EINVAL.
+            "fsname" => match need(value)? {
+                "" => return Err(bad("")),
+                v => self.fsname = Some(v.to_string()),
+            },
+            "auto_unmount" => {
+                flag()?;
+                self.auto_unmount = true
+            }
             "noatime" | "atime" | "nodev" | "nosuid" | "noexec" | "sync" | "async" | "dirsync" => {
+                flag()?;
                 self.kernel_flags.push(key.to_string())
             }
-            // What mount(8) and fstab pass to every helper; they mean nothing here.
-            "dev" | "suid" | "exec" | "auto" | "noauto" | "nofail" | "_netdev" | "user"
-            | "nouser" | "users" | "defaults" | "relatime" | "norelatime" | "strictatime"
-            | "lazytime" | "nolazytime" | "loud" | "silent" => {}
-            k if k.starts_with("x-") || k.starts_with("comment=") => {}
+            "remount" => {
+                return Err(Error::Invalid(
+                    "mount option remount: a mount of nczarrfs cannot be changed; unmount it \
+                     and mount again"
+                        .into(),
+                ))
+            }
+            // The rest of mount(8)'s filesystem-independent options, which it may pass to a
+            // helper. None means anything here: atime is never updated (times are those of
+            // the dataset's last change), the layout has no symbolic links, the kernel no
+            // longer has mandatory locks, and nothing reads i_version of a FUSE file.
+            "dev" | "suid" | "exec" | "auto" | "noauto" | "nofail" | "_netdev" | "nouser"
+            | "users" | "owner" | "group" | "defaults" | "relatime" | "norelatime"
+            | "strictatime" | "nostrictatime" | "lazytime" | "nolazytime" | "diratime"
+            | "nodiratime" | "iversion" | "noiversion" | "mand" | "nomand" | "symfollow"
+            | "nosymfollow" | "loud" | "silent" => flag()?,
+            // mount(8) passes `user=NAME` for an fstab line with `user` mounted by NAME.
+            "user" => {}
+            // Comments and SELinux labels (which FUSE mounts do not take).
+            "comment" | "context" | "fscontext" | "defcontext" | "rootcontext" => {}
+            k if k.starts_with("x-") || k.starts_with("X-") => {}
             _ => {
                 return Err(Error::Invalid(format!("unknown mount option {item:?}")));
             }
@@ -263,6 +334,89 @@ mod tests {
         assert_eq!(o, MountOptions::default());
         let o = MountOptions::parse(&["noatime,nodev"]).unwrap();
         assert_eq!(o.kernel_flags, vec!["noatime", "nodev"]);
+    }
+
+    #[test]
+    fn every_filesystem_independent_option_of_mount8_is_accepted() {
+        // The list of mount(8)'s FILESYSTEM-INDEPENDENT MOUNT OPTIONS (util-linux 2.38),
+        // less remount, with the X-mount.* options and `user=` as mount(8) passes them.
+        let mount8 = "async,atime,noatime,auto,noauto,context=system_u:object_r:tmp_t:s0,\
+            fscontext=a,defcontext=b,rootcontext=c,defaults,dev,nodev,diratime,nodiratime,\
+            dirsync,exec,noexec,group,iversion,noiversion,mand,nomand,_netdev,nofail,relatime,\
+            norelatime,strictatime,nostrictatime,lazytime,nolazytime,suid,nosuid,silent,loud,\
+            owner,ro,rw,sync,user,user=alice,nouser,users,X-mount.mkdir=0755,\
+            X-mount.subdir=d,x-systemd.automount,nosymfollow,symfollow,comment=backup";
+        for option in mount8.split(',') {
+            assert!(
+                MountOptions::parse(&[option]).is_ok(),
+                "{option}: {:?}",
+                MountOptions::parse(&[option])
+            );
+        }
+        assert_eq!(
+            MountOptions::parse(&["ro,comment=backup,nodiratime,nosymfollow,mand,iversion"])
+                .unwrap(),
+            MountOptions::default()
+        );
+        let e = MountOptions::parse(&["remount,ro"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("remount") && e.contains("unmount it"), "{e}");
+    }
+
+    #[test]
+    fn a_flag_given_a_value_is_an_error() {
+        for flag in [
+            "allow_other=0",
+            "allow_other=no",
+            "allow_other=false",
+            "allow_other=",
+            "allow_root=0",
+            "default_permissions=false",
+            "rw=0",
+            "ro=1",
+            "direct_io=no",
+            "splice=0",
+            "nosplice=0",
+            "auto_unmount=0",
+            "noatime=0",
+            "nodev=no",
+            "nosuid=0",
+            "noexec=0",
+            "sync=0",
+            "defaults=1",
+            "nofail=0",
+            "nodiratime=0",
+        ] {
+            let key = flag.split('=').next().unwrap();
+            let e = MountOptions::parse(&[flag]).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("mount option {key} takes no value")),
+                "{flag}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn out_of_range_umask_uid_gid_and_empty_fsname_are_errors() {
+        assert_eq!(MountOptions::parse(&["umask=0777"]).unwrap().umask, 0o777);
+        assert_eq!(
+            MountOptions::parse(&["uid=4294967294"]).unwrap().uid,
+            Some(4294967294)
+        );
+        for (bad, shown) in [
+            ("umask=1000", "umask: \"1000\""),
+            ("umask=0777777", "umask: \"0777777\""),
+            ("uid=4294967295", "uid: \"4294967295\""),
+            ("gid=4294967295", "gid: \"4294967295\""),
+            ("fsname=", "fsname: \"\""),
+        ] {
+            let e = MountOptions::parse(&[bad]).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("bad value for mount option {shown}")),
+                "{bad}: {e}"
+            );
+        }
     }
 
     #[test]
