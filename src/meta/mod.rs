@@ -27,7 +27,7 @@ use std::collections::HashMap;
 use crate::location::{Format, Mode};
 use crate::model::{
     element_count, Attribute, ByteOrder, ChunkKeyEncoding, ChunkOrder, CodecSpec, Dataset, DimId,
-    DtypeKind, GroupId, NcType, NczarrLayout, Provenance, VarStorage, Variable, ZarrDtype,
+    DtypeKind, GroupId, NcType, NczarrLayout, Provenance, VarId, VarStorage, Variable, ZarrDtype,
 };
 use crate::zmap::{join_key, ZMap};
 use crate::{Error, Result};
@@ -146,6 +146,7 @@ fn read_model(map: &dyn ZMap, mode: &Mode, summaries: bool) -> Result<Dataset> {
     for (p, parts) in pending.into_iter().zip(parts) {
         r.add_var(p, parts?)?;
     }
+    bound_unlimited_dims(map, &mut r.ds)?;
     r.ds.provenance = provenance(dialect, [zattrs.as_ref(), Some(&zgroup)]);
     r.ds.provenance.layout = match dialect {
         Dialect::Pure => None,
@@ -162,6 +163,77 @@ fn read_model(map: &dyn ZMap, mode: &Mode, summaries: bool) -> Result<Dataset> {
         Dialect::InAttrs => Some(NczarrLayout::Attributes),
     };
     Ok(r.ds)
+}
+
+/// Bounds each unlimited dimension whose recorded length runs past every array on it by what
+/// is stored there. A writer stopped between storing a group's dimension lengths and its arrays'
+/// shapes leaves the dimension longer than its arrays, with the chunks of the new records
+/// already stored, and those records are read. Beyond the last stored chunk there is nothing
+/// to read but fill: a damaged length (netcdf-c refuses any disagreement) would otherwise make
+/// billions of records of it, which `dump` prints and `copy` writes out.
+fn bound_unlimited_dims(map: &dyn ZMap, ds: &mut Dataset) -> Result<()> {
+    for d in 0..ds.dims.len() {
+        let dim = &ds.dims[d];
+        if !dim.unlimited {
+            continue;
+        }
+        let on_it: Vec<(VarId, usize)> = (0..ds.vars.len())
+            .filter_map(|v| {
+                let pos = ds.vars[v].dims.iter().position(|x| x.0 == d)?;
+                Some((VarId(v), pos))
+            })
+            .collect();
+        let Some(arrays_reach) = on_it
+            .iter()
+            .filter_map(|&(v, pos)| ds.var(v).storage.shape.get(pos).copied())
+            .max()
+        else {
+            continue;
+        };
+        let recorded = dim.len;
+        if recorded <= arrays_reach {
+            continue;
+        }
+        let mut reach = arrays_reach;
+        for &(v, pos) in &on_it {
+            reach = reach.max(stored_reach(map, ds, v, pos)?.unwrap_or(recorded));
+            if reach >= recorded {
+                break;
+            }
+        }
+        if reach < recorded {
+            log::warn!(
+                "{}: dimension {} records {recorded} but its arrays and their chunks reach only \
+                 {reach}: reading {reach}",
+                map.describe(),
+                ds.dim_fqn(DimId(d))
+            );
+            ds.dims[d].len = reach;
+        }
+    }
+    Ok(())
+}
+
+/// How far along its dimension `pos` the stored chunks of `v` (a Zarr v2 array) reach: the end
+/// of the last chunk, or `None` when the chunk keys cannot be listed by that index alone (a
+/// nested key encoding with the dimension past the first).
+fn stored_reach(map: &dyn ZMap, ds: &Dataset, v: VarId, pos: usize) -> Result<Option<u64>> {
+    let st = &ds.var(v).storage;
+    let Some(&chunk) = st.chunks.get(pos) else {
+        return Ok(None);
+    };
+    let ChunkKeyEncoding::V2 { separator } = st.key_encoding else {
+        return Ok(None);
+    };
+    if separator == '/' && pos > 0 {
+        return Ok(None);
+    }
+    let last = map
+        .search(&st.key)?
+        .iter()
+        .filter_map(|name| name.split(separator).nth(pos)?.parse::<u64>().ok())
+        .max();
+    Ok(Some(last.map_or(0, |i| (i + 1).saturating_mul(chunk))))
 }
 
 /// The root's `_NCProperties` and NCZarr superblock version, looked for in each object
