@@ -837,7 +837,10 @@ fn slab_bytes(slab: &Hyperslab, esize: usize) -> Result<usize> {
 }
 
 /// The slabs covering an array of `shape`, each at most [`SLAB_BYTES`] when the chunking
-/// allows, aligned to `chunks`, in C order.
+/// allows, aligned to `chunks`, in C order. A slab spans whole chunks along the dimensions
+/// it does not cover entirely, so each chunk is written by as few slabs as its size allows:
+/// a chunk written row by row would be decoded and encoded again for every row (minutes for
+/// one chunk of 72 MB).
 pub fn slabs(shape: &[u64], chunks: &[u64], esize: usize) -> Vec<Hyperslab> {
     if shape.contains(&0) {
         return Vec::new();
@@ -858,14 +861,21 @@ pub fn slabs(shape: &[u64], chunks: &[u64], esize: usize) -> Vec<Hyperslab> {
     for d in (0..n - 1).rev() {
         inner[d] = inner[d + 1].saturating_mul(shape[d + 1]);
     }
-    // The outermost dimension along which a chunk-aligned step fits the budget.
-    let split = (0..n)
-        .find(|&d| inner[d].saturating_mul(chunk(d)) <= SLAB_BYTES)
-        .unwrap_or(n - 1);
-    let step = {
-        let per = (SLAB_BYTES / inner[split].max(1)) / chunk(split) * chunk(split);
-        per.max(chunk(split).min(SLAB_BYTES / inner[split].max(1)).max(1))
-    };
+    // The outermost dimension `split` along which a block of one chunk in every dimension
+    // before it and one chunk step along it fits the budget (the innermost when not even one
+    // chunk does: a slab is then one chunk). `lead`: the elements of such a block's
+    // dimensions before `split`.
+    let mut lead = 1u64;
+    let mut split = n - 1;
+    for d in 0..n {
+        if lead.saturating_mul(chunk(d)).saturating_mul(inner[d]) <= SLAB_BYTES || d == n - 1 {
+            split = d;
+            break;
+        }
+        lead = lead.saturating_mul(chunk(d));
+    }
+    let block = lead.saturating_mul(inner[split]).max(1);
+    let step = (SLAB_BYTES / block / chunk(split) * chunk(split)).max(chunk(split));
     let mut out = Vec::new();
     let mut idx = vec![0u64; split];
     loop {
@@ -875,7 +885,9 @@ pub fn slabs(shape: &[u64], chunks: &[u64], esize: usize) -> Vec<Hyperslab> {
             let mut start = idx.clone();
             start.push(s);
             start.extend(std::iter::repeat_n(0, n - split - 1));
-            let mut count = vec![1; split];
+            let mut count: Vec<u64> = (0..split)
+                .map(|d| chunk(d).min(shape[d] - idx[d]))
+                .collect();
             count.push(c);
             count.extend_from_slice(&shape[split + 1..]);
             out.push(Hyperslab {
@@ -885,14 +897,14 @@ pub fn slabs(shape: &[u64], chunks: &[u64], esize: usize) -> Vec<Hyperslab> {
             });
             s += c;
         }
-        // Odometer over the dimensions before `split`.
+        // Odometer over the dimensions before `split`, a chunk at a time.
         let mut d = split;
         loop {
             if d == 0 {
                 return out;
             }
             d -= 1;
-            idx[d] += 1;
+            idx[d] += chunk(d);
             if idx[d] < shape[d] {
                 break;
             }
@@ -976,6 +988,18 @@ mod tests {
         );
         assert_eq!(slabs(&[], &[], 4).len(), 1);
         assert!(slabs(&[0, 5], &[1, 5], 4).is_empty());
+        // Chunks of 100 rows, each larger than the budget together: whole chunks at a time
+        // along the rows, split along the columns in chunk steps, never a row at a time.
+        assert_eq!(covered(&[1000, 100_000], &[100, 1000], 8), 1000 * 100_000);
+        assert!(slabs(&[1000, 100_000], &[100, 1000], 8)
+            .iter()
+            .all(|s| s.count[0] == 100 && s.count[1] % 1000 == 0));
+        // One chunk larger than the budget is one slab.
+        let one = slabs(&[3000, 3000], &[3000, 3000], 8);
+        assert_eq!(one.len(), 1, "{one:?}");
+        assert_eq!(covered(&[3000, 3000], &[3000, 3000], 8), 9_000_000);
+        // Uneven edges: every element once.
+        assert_eq!(covered(&[7, 2049, 5], &[3, 1000, 2], 8), 7 * 2049 * 5);
     }
 
     /// A zlib+shuffle int variable (5, 3) in chunks (2, 2), values 0..15, with chunk (1, 0)
