@@ -867,8 +867,8 @@ pub fn slabs(shape: &[u64], chunks: &[u64], esize: usize) -> Vec<Hyperslab> {
     // dimensions before `split`.
     let mut lead = 1u64;
     let mut split = n - 1;
-    for d in 0..n {
-        if lead.saturating_mul(chunk(d)).saturating_mul(inner[d]) <= SLAB_BYTES || d == n - 1 {
+    for (d, &step_bytes) in inner.iter().enumerate() {
+        if lead.saturating_mul(chunk(d)).saturating_mul(step_bytes) <= SLAB_BYTES || d == n - 1 {
             split = d;
             break;
         }
