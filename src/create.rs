@@ -1605,6 +1605,7 @@ fn check_replaceable(target: &Location) -> Result<()> {
             path.display()
         )));
     }
+    check_outside_datasets(path)?;
     let Ok(meta) = std::fs::symlink_metadata(path) else {
         return Ok(());
     };
@@ -1626,16 +1627,83 @@ fn check_replaceable(target: &Location) -> Result<()> {
             }
         }
         (false, false) => refuse("exists and is not a directory"),
-        (false, true) => {
-            const MARKERS: [&str; 5] = [".zgroup", ".zarray", ".zmetadata", "zarr.json", ".nczarr"];
-            let mut entries = std::fs::read_dir(path).map_err(|e| Error::io(path, e))?;
-            let empty = entries.next().is_none();
-            match empty || MARKERS.iter().any(|m| path.join(m).exists()) {
-                true => Ok(()),
-                false => refuse("exists and is not a Zarr dataset"),
+        (false, true) => match zarr_node(path) {
+            Some(ZarrNode::Group) => Ok(()),
+            // `dump` does not open an array as a dataset, and it is a variable of one.
+            Some(ZarrNode::Array) => {
+                refuse("is a Zarr array (a variable's directory), not a dataset")
             }
+            None => {
+                let mut entries = std::fs::read_dir(path).map_err(|e| Error::io(path, e))?;
+                match entries.next().is_none() {
+                    true => Ok(()),
+                    false => refuse("exists and is not a Zarr dataset"),
+                }
+            }
+        },
+    }
+}
+
+/// What a directory holds as a Zarr node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ZarrNode {
+    /// A group, the root of a dataset or one of its groups.
+    Group,
+    /// An array: a variable of a dataset.
+    Array,
+}
+
+/// The Zarr node whose metadata `dir` holds, if any (`.zarray` wins over `.zgroup`, as an
+/// array's directory is never a dataset to replace).
+fn zarr_node(dir: &Path) -> Option<ZarrNode> {
+    if dir.join(".zarray").exists() {
+        return Some(ZarrNode::Array);
+    }
+    if let Ok(text) = std::fs::read(dir.join("zarr.json")) {
+        let node_type = serde_json::from_slice::<Value>(&text).ok().and_then(|v| {
+            v.get("node_type")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        });
+        return Some(match node_type.as_deref() {
+            Some("array") => ZarrNode::Array,
+            _ => ZarrNode::Group,
+        });
+    }
+    [".zgroup", ".zmetadata", ".nczarr"]
+        .iter()
+        .any(|m| dir.join(m).exists())
+        .then_some(ZarrNode::Group)
+}
+
+/// Refuses a local destination inside a Zarr dataset (one of its directories holds Zarr
+/// metadata): the new dataset would become a group of that one, or, replacing one of its
+/// arrays or groups, destroy part of it. This covers a destination inside a copy's own
+/// source.
+fn check_outside_datasets(path: &Path) -> Result<()> {
+    let parent = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    // A missing parent is reported where the destination is created.
+    let Ok(parent) = std::fs::canonicalize(parent) else {
+        return Ok(());
+    };
+    for dir in parent.ancestors() {
+        if let Some(node) = zarr_node(dir) {
+            let what = match node {
+                ZarrNode::Group => "dataset (or group)",
+                ZarrNode::Array => "array",
+            };
+            return Err(Error::Invalid(format!(
+                "{} is inside the Zarr {what} {}, which writing there would change; nothing \
+                 is written (choose a destination outside it)",
+                path.display(),
+                dir.display()
+            )));
         }
     }
+    Ok(())
 }
 
 /// Removes a local dataset's directory or archive, if present.
@@ -1778,6 +1846,57 @@ mod tests {
             .filter(|n| n.starts_with('.'))
             .collect();
         assert!(left.is_empty(), "{left:?}");
+    }
+
+    /// A variable's or group's directory of a dataset is no dataset to replace, and a new
+    /// dataset inside one would become part of it: both are refused and nothing is touched.
+    #[test]
+    fn arrays_and_places_inside_datasets_are_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let at = |name: &str| tmp.path().join(name);
+        let loc = |p: &Path| Location::parse(p.to_str().unwrap()).unwrap();
+        let refused = |p: &Path, why: &str| match Staging::new(&loc(p)) {
+            Err(Error::Invalid(m)) => assert!(m.contains(why), "{m}"),
+            other => panic!("{}: {other:?}", p.display()),
+        };
+        for dir in ["ds.file/lat", "ds.file/g/h", "arr2", "arr3", "ds3/v"] {
+            std::fs::create_dir_all(at(dir)).unwrap();
+        }
+        std::fs::write(at("ds.file/.zgroup"), "{}").unwrap();
+        std::fs::write(at("ds.file/lat/.zarray"), "{}").unwrap();
+        std::fs::write(at("ds.file/g/.zgroup"), "{}").unwrap();
+        std::fs::write(at("ds.file/g/h/.zgroup"), "{}").unwrap();
+        std::fs::write(at("arr2/.zarray"), "{}").unwrap();
+        let array3 = r#"{"zarr_format": 3, "node_type": "array"}"#;
+        std::fs::write(at("arr3/zarr.json"), array3).unwrap();
+        std::fs::write(
+            at("ds3/zarr.json"),
+            r#"{"zarr_format": 3, "node_type": "group"}"#,
+        )
+        .unwrap();
+        std::fs::write(at("ds3/v/zarr.json"), array3).unwrap();
+
+        refused(&at("arr2"), "is a Zarr array");
+        refused(&at("arr3"), "is a Zarr array");
+        refused(&at("ds.file/lat"), "inside the Zarr dataset");
+        refused(&at("ds.file/g"), "inside the Zarr dataset");
+        refused(&at("ds.file/g/h"), "inside the Zarr dataset");
+        refused(&at("ds.file/new.file"), "inside the Zarr dataset");
+        refused(&at("ds.file/new.zip"), "inside the Zarr dataset");
+        refused(&at("ds.file/g/../new.file"), "inside the Zarr dataset");
+        refused(&at("ds3/v"), "inside the Zarr dataset");
+        refused(&at("ds3/w.file"), "inside the Zarr dataset");
+        let kept = |dir: &str, object: &str| assert!(at(dir).join(object).exists(), "{dir}");
+        kept("ds.file/lat", ".zarray");
+        kept("ds.file/g/h", ".zgroup");
+        kept("arr2", ".zarray");
+        kept("ds3/v", "zarr.json");
+        let mut left: Vec<String> = std::fs::read_dir(at("ds.file"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(left, [".zgroup", "g", "lat"]);
     }
 
     /// A map whose puts under `refused` fail, as a server that goes away mid-rename.

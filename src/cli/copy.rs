@@ -38,7 +38,8 @@ pub struct CopyArgs {
     /// Source dataset (path or URL).
     pub src: String,
     /// Target dataset (path or URL). A local dataset there is replaced; anything else local is
-    /// refused, and so is an S3 prefix that holds any object.
+    /// refused (a Zarr array too, and any place inside a Zarr dataset, the source's own
+    /// included), and so is an S3 prefix that holds any object.
     pub dst: String,
     /// Mode words for the target, comma-separated: `nczarr` (default) or `zarr`, `v2`
     /// (default) or `v3`, `noxarray`, `consolidated`, `zip`, `file`.
