@@ -21,6 +21,7 @@ use serde_json::{json, Value};
 
 use crate::chunk::{ChunkEngine, Hyperslab};
 use crate::codec::NETCDF_STRING_ELEMENT;
+use crate::interrupt;
 use crate::location::{Format, Location, Mode, Storage};
 use crate::meta::writer::{default_dtype, write_metadata, Dialect, WriteOptions};
 use crate::meta::writer_v3;
@@ -1406,6 +1407,8 @@ pub struct Staging {
     /// An object-store prefix that was empty: everything under it is this dataset's, and a
     /// failure deletes it.
     fresh_prefix: bool,
+    /// A local staging path, removed if a signal ends the process before it is published.
+    _on_signal: Option<interrupt::Registered>,
 }
 
 impl Staging {
@@ -1449,18 +1452,24 @@ impl Staging {
         };
         if temp != *target {
             remove_storage(&temp)?;
+            remove_stale_staging(target);
         }
+        let on_signal = match &temp.storage {
+            Storage::File(p) | Storage::Zip(p) if temp != *target => Some(interrupt::register(p)),
+            _ => None,
+        };
         Ok(Staging {
             temp,
             target: target.clone(),
             fresh_prefix,
+            _on_signal: on_signal,
         })
     }
 
     /// Moves the finished dataset into place, replacing what was there. If that fails, the
     /// old dataset stays and the new one is removed.
     pub fn publish(self) -> Result<()> {
-        let result = self.move_into_place();
+        let result = interrupt::while_publishing(|| self.move_into_place());
         if result.is_err() {
             self.abandon();
         }
@@ -1512,6 +1521,48 @@ impl Staging {
         };
         if let Err(e) = removed {
             log::warn!("could not remove {}: {e}", describe(&self.temp));
+        }
+    }
+}
+
+/// Removes the staging siblings of `target` (`.NAME.nczarrfs-PID`) left by processes that no
+/// longer run (killed by SIGKILL, or by a crash), which nothing else would remove. A sibling
+/// `….old` is kept: it may be the only copy of a dataset whose replacement was cut short.
+fn remove_stale_staging(target: &Location) {
+    let (Storage::File(path) | Storage::Zip(path)) = &target.storage else {
+        return;
+    };
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return;
+    };
+    let prefix = format!(".{}.nczarrfs-", name.to_string_lossy());
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let file_name = entry.file_name();
+        let Some(pid) = file_name
+            .to_str()
+            .and_then(|n| n.strip_prefix(&prefix))
+            .and_then(|pid| pid.parse::<libc::pid_t>().ok())
+            .filter(|pid| *pid > 0)
+        else {
+            continue;
+        };
+        // SAFETY: signal 0 only asks whether the process exists.
+        let gone = unsafe { libc::kill(pid, 0) } != 0
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if !gone {
+            continue;
+        }
+        let stale = entry.path();
+        log::info!("removing {}, left by process {pid}", stale.display());
+        let removed = match entry.file_type().is_ok_and(|t| t.is_dir()) {
+            true => std::fs::remove_dir_all(&stale),
+            false => std::fs::remove_file(&stale),
+        };
+        if let Err(e) = removed {
+            log::warn!("could not remove {}: {e}", stale.display());
         }
     }
 }
