@@ -52,7 +52,8 @@ pub struct CopyArgs {
     /// zlib level 0-9 for every variable (0 removes compression).
     #[arg(short = 'd', long = "deflate", value_name = "N")]
     pub deflate: Option<u32>,
-    /// Add the shuffle filter.
+    /// Add the shuffle filter where a variable is deflated: with `-d N` (N > 0) to every
+    /// variable, else to each that is compressed with zlib or gzip, keeping its level.
     #[arg(short = 's', long = "shuffle")]
     pub shuffle: bool,
     /// Codec chain for every variable, in encoding order: e.g. `shuffle,zstd:5`, `bz2:9`,
@@ -211,9 +212,9 @@ pub fn run(args: CopyArgs) -> Result<i32> {
             chain.extend(Codecs::netcdf(args.deflate.filter(|d| *d > 0), false, false).chain());
             Some(Codecs::from_chain(chain))
         }
-        (None, Some(d), s) => Some(Codecs::netcdf((d > 0).then_some(d), s, false)),
-        (None, None, true) => Some(Codecs::netcdf(Some(6), true, false)),
-        (None, None, false) => None,
+        // As nccopy: shuffle goes with deflate, so `-d 0` leaves nothing to shuffle for.
+        (None, Some(d), s) => Some(Codecs::netcdf((d > 0).then_some(d), s && d > 0, false)),
+        (None, None, _) => None,
     };
     if let Some(d) = args.deflate.filter(|d| *d > 9) {
         return Err(Error::Invalid(format!(
@@ -226,6 +227,9 @@ pub fn run(args: CopyArgs) -> Result<i32> {
         &args.chunks,
         opts.zarr_version == 3,
     )?;
+    if args.shuffle && codecs.is_none() {
+        shuffle_where_deflated(&mut model);
+    }
     carry_missing_values(
         &src.model,
         &mut model,
@@ -290,6 +294,30 @@ pub fn run(args: CopyArgs) -> Result<i32> {
     }
     copy_dataset(&src, model, &dst, opts, data_vars.as_deref())?;
     Ok(0)
+}
+
+/// `-s` alone: shuffle is added before the deflate of each variable compressed with zlib or
+/// gzip, whose chain is otherwise kept (Debian's nccopy 4.9.0 ignores `-s` without `-d`).
+/// A variable that stays sharded keeps its chain as it is.
+fn shuffle_where_deflated(ds: &mut Dataset) {
+    let id = |c: &serde_json::Value| {
+        c.get("id")
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_owned)
+    };
+    for v in &mut ds.vars {
+        let CodecSpec::V2 {
+            filters,
+            compressor: Some(compressor),
+        } = &mut v.storage.codecs
+        else {
+            continue;
+        };
+        let deflated = matches!(id(compressor).as_deref(), Some("zlib" | "gzip"));
+        if deflated && !filters.iter().any(|f| id(f).as_deref() == Some("shuffle")) {
+            filters.insert(0, Codecs::netcdf(None, true, false).chain().remove(0));
+        }
+    }
 }
 
 /// The variables that `names` select in `ds`, a dataset narrowed down after the names were
