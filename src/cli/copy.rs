@@ -190,6 +190,7 @@ pub fn run(args: CopyArgs) -> Result<i32> {
             )
         }
     };
+    super::refuse_standard_output(&args.dst)?;
     let mut dst = Location::parse(&args.dst)?;
     if let Some(w) = &args.mode {
         apply_mode_words(&mut dst, w)?;

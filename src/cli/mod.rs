@@ -49,6 +49,19 @@ pub enum Command {
     },
 }
 
+/// Refuses `-` as the place of a new dataset: a dataset is a directory or an archive written
+/// in several steps, not a stream for standard output.
+fn refuse_standard_output(location: &str) -> Result<()> {
+    match location {
+        "-" => Err(crate::Error::Invalid(
+            "a dataset cannot be written to standard output (`-`): give a path (`./-` for \
+             one named `-`)"
+                .to_string(),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// Runs the parsed command line; returns the process exit code.
 pub fn run(cli: Cli) -> Result<i32> {
     if matches!(cli.command, Command::Gen(_) | Command::Copy(_)) {
