@@ -148,6 +148,14 @@ fn is_compressor(c: &Value) -> bool {
     )
 }
 
+/// The codec words of [`Codecs::parse`], for its messages.
+const CODEC_FORMS: &str = "none, shuffle, fletcher32, zlib[:0..9], gzip[:0..9], \
+     zstd[:-131072..22], bz2[:1..9], lz4, blosc[:CNAME[:0..9[:SHUFFLE 0..2]]], or a JSON list \
+     of numcodecs objects";
+
+/// The compressors inside blosc.
+const BLOSC_COMPRESSORS: [&str; 6] = ["lz4", "lz4hc", "blosclz", "zstd", "zlib", "snappy"];
+
 impl Codecs {
     /// A chain from codec objects in encoding order: a trailing compressor becomes the
     /// `compressor`, everything before it a filter.
@@ -197,38 +205,46 @@ impl Codecs {
             let mut parts = word.split(':');
             let name = parts.next().unwrap_or("").to_ascii_lowercase();
             let args: Vec<&str> = parts.collect();
-            let bad = || Error::Invalid(format!("invalid codec {word:?}"));
-            let num = |i: usize, default: i64, lo: i64, hi: i64| -> Result<i64> {
+            let bad = |why: &str| {
+                Error::Invalid(format!(
+                    "invalid codec {word:?}: {why} (forms: {CODEC_FORMS})"
+                ))
+            };
+            let num = |i: usize, what: &str, default: i64, lo: i64, hi: i64| -> Result<i64> {
                 match args.get(i) {
                     None => Ok(default),
                     Some(a) => a
                         .parse::<i64>()
                         .ok()
                         .filter(|n| (lo..=hi).contains(n))
-                        .ok_or_else(bad),
+                        .ok_or_else(|| bad(&format!("{what} {a:?} is not from {lo} to {hi}"))),
                 }
             };
             let codec = match name.as_str() {
                 "none" => continue,
                 "shuffle" => json!({"id": "shuffle", "elementsize": 0}),
                 "fletcher32" => json!({"id": "fletcher32"}),
-                "zlib" | "deflate" => json!({"id": "zlib", "level": num(0, 6, 0, 9)?}),
-                "gzip" => json!({"id": "gzip", "level": num(0, 6, 0, 9)?}),
-                "zstd" => json!({"id": "zstd", "level": num(0, 3, -131072, 22)?}),
-                "bz2" | "bzip2" => json!({"id": "bz2", "level": num(0, 9, 1, 9)?}),
+                "zlib" | "deflate" => json!({"id": "zlib", "level": num(0, "level", 6, 0, 9)?}),
+                "gzip" => json!({"id": "gzip", "level": num(0, "level", 6, 0, 9)?}),
+                "zstd" => json!({"id": "zstd", "level": num(0, "level", 3, -131072, 22)?}),
+                "bz2" | "bzip2" => json!({"id": "bz2", "level": num(0, "level", 9, 1, 9)?}),
                 "lz4" => json!({"id": "lz4", "acceleration": 1}),
                 "blosc" => {
                     let cname = args.first().copied().unwrap_or("lz4");
-                    if !["lz4", "lz4hc", "blosclz", "zstd", "zlib", "snappy"].contains(&cname) {
-                        return Err(bad());
+                    if !BLOSC_COMPRESSORS.contains(&cname) {
+                        return Err(bad(&format!(
+                            "blosc has no compressor {cname:?} (it has {})",
+                            BLOSC_COMPRESSORS.join(", ")
+                        )));
                     }
-                    json!({"id": "blosc", "cname": cname, "clevel": num(1, 5, 0, 9)?,
-                           "shuffle": num(2, 1, 0, 2)?, "blocksize": 0})
+                    json!({"id": "blosc", "cname": cname, "clevel": num(1, "level", 5, 0, 9)?,
+                           "shuffle": num(2, "shuffle", 1, 0, 2)?, "blocksize": 0})
                 }
-                _ => return Err(bad()),
+                _ => return Err(bad("no such codec")),
             };
-            if args.len() > if name == "blosc" { 3 } else { 1 } {
-                return Err(bad());
+            let most = if name == "blosc" { 3 } else { 1 };
+            if args.len() > most {
+                return Err(bad(&format!("{name} takes at most {most} `:` argument(s)")));
             }
             chain.push(codec);
         }
@@ -561,6 +577,11 @@ impl DatasetWriter {
     /// Like [`DatasetWriter::open`], with a chunk cache of `cache_bytes` (changed chunks wait
     /// there until a flush or until the cache needs room).
     pub fn open_with_cache(location: &Location, cache_bytes: usize) -> Result<DatasetWriter> {
+        // A missing dataset is told as `get` and `dump` tell it, not as an empty store (a
+        // writable map may be missing until its first object).
+        if let Storage::File(p) | Storage::Zip(p) = &location.storage {
+            std::fs::metadata(p).map_err(|e| Error::io(p, e))?;
+        }
         let map = zmap::open(location, true)?;
         let model = meta::read_stored_objects(map.as_ref(), &location.mode)?;
         // The model holds no metadata of a variable it cannot read (a complex or datetime
@@ -1664,6 +1685,12 @@ fn check_replaceable(target: &Location) -> Result<()> {
         true => std::fs::metadata(path).map_err(|e| Error::io(path, e))?,
         false => meta,
     };
+    if meta.is_dir() && is_mount_point(path, &meta) {
+        return refuse(
+            "is a mount point, which a new dataset cannot replace (it is moved into place by \
+             a rename); write it inside",
+        );
+    }
     match (zip, meta.is_dir()) {
         (true, true) => refuse("is a directory, not a zip archive"),
         (true, false) => {
@@ -1692,6 +1719,17 @@ fn check_replaceable(target: &Location) -> Result<()> {
                 }
             }
         },
+    }
+}
+
+/// Whether the directory `path` (with metadata `meta`) is where a filesystem is mounted: on
+/// another device than its parent, or the root. A bind mount of the same filesystem is not
+/// seen; its rename fails with "Device or resource busy", after the copy is made.
+fn is_mount_point(path: &Path, meta: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match std::fs::metadata(path.join("..")) {
+        Ok(parent) => parent.dev() != meta.dev() || parent.ino() == meta.ino(),
+        Err(_) => false,
     }
 }
 
@@ -1831,6 +1869,53 @@ mod tests {
             let message = e.to_string();
             assert!(message.starts_with(target.to_str().unwrap()), "{message}");
             assert!(!message.contains("nczarrfs-"), "{message}");
+        }
+    }
+
+    /// Like `get` and `dump`, a writer of an existing dataset says that a missing one does
+    /// not exist, not that it is an empty store.
+    #[test]
+    fn a_missing_dataset_opened_for_writing_is_not_found() {
+        let tmp = tempfile::tempdir().unwrap();
+        for name in ["nosuch.file", "nosuch.zip"] {
+            let path = tmp.path().join(name);
+            let location = Location::parse(path.to_str().unwrap()).unwrap();
+            let e = DatasetWriter::open(&location).unwrap_err();
+            assert_eq!(e.errno(), libc::ENOENT, "{e}");
+            assert!(!path.exists());
+        }
+    }
+
+    /// A mount point is refused before any work is done (its rename would fail at the end).
+    #[test]
+    fn a_mount_point_is_not_replaced() {
+        let proc = Location::parse("/proc").unwrap();
+        match Staging::new(&proc) {
+            Err(Error::Invalid(m)) => assert!(m.contains("is a mount point"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// A bad codec word says what is wrong with it and lists the forms.
+    #[test]
+    fn bad_codec_words_say_why() {
+        for (spec, why) in [
+            ("zstd:99", "level \"99\" is not from -131072 to 22"),
+            ("bz2:0", "level \"0\" is not from 1 to 9"),
+            ("zlib:x", "level \"x\" is not from 0 to 9"),
+            ("blosc:lz4:10:3", "level \"10\" is not from 0 to 9"),
+            ("blosc:lz4:5:3", "shuffle \"3\" is not from 0 to 2"),
+            ("blosc:lzma", "blosc has no compressor \"lzma\""),
+            ("zlib:1:2", "zlib takes at most 1"),
+            ("nope", "no such codec"),
+        ] {
+            match Codecs::parse(spec) {
+                Err(Error::Invalid(m)) => {
+                    assert!(m.contains(why), "{spec}: {m}");
+                    assert!(m.contains("forms: none, shuffle"), "{spec}: {m}");
+                }
+                other => panic!("{spec}: {other:?}"),
+            }
         }
     }
 
