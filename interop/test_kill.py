@@ -126,3 +126,54 @@ def test_sigkill_leaves_readable_datasets(source, tmp_path):
             outcomes["staging checked"] += 1
     print(f"seed {SEED}: {outcomes}")
     assert outcomes["staging checked"] > 0, "no kill landed during a copy"
+
+
+def _staging(dst: Path) -> list[Path]:
+    return sorted(dst.parent.glob(f".{dst.name}.nczarrfs-*"))
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP],
+                         ids=["SIGINT", "SIGTERM", "SIGHUP"])
+def test_a_signal_removes_the_staging_copy(source, tmp_path, sig):
+    """Ctrl-C, SIGTERM or a hang-up in the middle of a copy: the process ends by that signal
+    (a shell's `$?` is 128 + its number) and its staging copy goes, so nothing is left."""
+    binary = str(nczarrfs_binary())
+    rng = random.Random(SEED + int(sig))
+    for i in range(3):
+        dst = tmp_path / f"s{i}.file"
+        p = subprocess.Popen(
+            [binary, "copy", "--codec", "zlib:1", "--chunks", "t/1,y/32,x/32", str(source), str(dst)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 30
+        while not _staging(dst) and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert _staging(dst), f"round {i}: no staging copy appeared"
+        time.sleep(rng.uniform(0, 0.3))
+        p.send_signal(sig)
+        p.wait()
+        assert p.returncode == -sig, (p.returncode, p.stderr.read().decode())
+        # The cleaner removes it once the copy's process has gone.
+        deadline = time.monotonic() + 30
+        while _staging(dst) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not _staging(dst), f"round {i}: {_staging(dst)} left"
+        assert not dst.exists()
+
+
+def test_staging_left_by_a_dead_process_is_removed_by_the_next_copy(source, tmp_path):
+    """A SIGKILL leaves the staging copy; the next copy to the same place removes it, but
+    not one of a live process, nor a `.old` dataset that a cut replacement left aside."""
+    binary = str(nczarrfs_binary())
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    dst = tmp_path / "d.file"
+    left = [tmp_path / f".d.file.nczarrfs-{pid}" for pid in (dead.pid, os.getpid())]
+    left.append(tmp_path / f".d.file.nczarrfs-{dead.pid}.old")
+    for d in left:
+        (d / "a").mkdir(parents=True)
+        (d / "a" / "0.0.0").write_bytes(b"x")
+    subprocess.run([binary, "copy", "-V", "a", "-v", "a", str(source), str(dst)], check=True,
+                   capture_output=True)
+    assert not left[0].exists()
+    assert left[1].exists() and left[2].exists()
+    assert np.array_equal(_values(dst)["a"], _values(source)["a"])

@@ -21,6 +21,7 @@ use serde_json::{json, Value};
 
 use crate::chunk::{ChunkEngine, Hyperslab};
 use crate::codec::{netcdf_element_size, NETCDF_STRING_ELEMENT, NUMCODECS_ELEMENTSIZE};
+use crate::interrupt;
 use crate::location::{Format, Location, Mode, Storage};
 use crate::meta::writer::{default_dtype, write_metadata, Dialect, WriteOptions};
 use crate::meta::writer_v3;
@@ -147,6 +148,11 @@ fn is_compressor(c: &Value) -> bool {
     )
 }
 
+/// The codec words of [`Codecs::parse`], for its messages.
+const CODEC_FORMS: &str = "none, shuffle, fletcher32, zlib[:0..9], gzip[:0..9], \
+     zstd[:-131072..22], bz2[:1..9], lz4, blosc[:CNAME[:0..9[:SHUFFLE 0..2]]], or a JSON list \
+     of numcodecs objects";
+
 impl Codecs {
     /// A chain from codec objects in encoding order: a trailing compressor becomes the
     /// `compressor`, everything before it a filter.
@@ -196,42 +202,47 @@ impl Codecs {
             let mut parts = word.split(':');
             let name = parts.next().unwrap_or("").to_ascii_lowercase();
             let args: Vec<&str> = parts.collect();
-            let bad = || Error::Invalid(format!("invalid codec {word:?}"));
-            let num = |i: usize, default: i64, lo: i64, hi: i64| -> Result<i64> {
+            let bad = |why: &str| {
+                Error::Invalid(format!(
+                    "invalid codec {word:?}: {why} (forms: {CODEC_FORMS})"
+                ))
+            };
+            let num = |i: usize, what: &str, default: i64, lo: i64, hi: i64| -> Result<i64> {
                 match args.get(i) {
                     None => Ok(default),
                     Some(a) => a
                         .parse::<i64>()
                         .ok()
                         .filter(|n| (lo..=hi).contains(n))
-                        .ok_or_else(bad),
+                        .ok_or_else(|| bad(&format!("{what} {a:?} is not from {lo} to {hi}"))),
                 }
             };
             let codec = match name.as_str() {
                 "none" => continue,
                 "shuffle" => json!({"id": "shuffle", "elementsize": 0}),
                 "fletcher32" => json!({"id": "fletcher32"}),
-                "zlib" | "deflate" => json!({"id": "zlib", "level": num(0, 6, 0, 9)?}),
-                "gzip" => json!({"id": "gzip", "level": num(0, 6, 0, 9)?}),
-                "zstd" => json!({"id": "zstd", "level": num(0, 3, -131072, 22)?}),
-                "bz2" | "bzip2" => json!({"id": "bz2", "level": num(0, 9, 1, 9)?}),
+                "zlib" | "deflate" => json!({"id": "zlib", "level": num(0, "level", 6, 0, 9)?}),
+                "gzip" => json!({"id": "gzip", "level": num(0, "level", 6, 0, 9)?}),
+                "zstd" => json!({"id": "zstd", "level": num(0, "level", 3, -131072, 22)?}),
+                "bz2" | "bzip2" => json!({"id": "bz2", "level": num(0, "level", 9, 1, 9)?}),
                 "lz4" => json!({"id": "lz4", "acceleration": 1}),
                 "blosc" => {
                     let cname = args.first().copied().unwrap_or("lz4");
                     if !BLOSC_CNAMES.contains(&cname) {
-                        return Err(Error::Invalid(format!(
-                            "invalid codec {word:?}: blosc compressors are {} (numcodecs' \
-                             blosc, which zarr-python uses, has no {cname:?})",
+                        return Err(bad(&format!(
+                            "blosc has no compressor {cname:?} in numcodecs, which zarr-python \
+                             uses (it has {})",
                             BLOSC_CNAMES.join(", ")
                         )));
                     }
-                    json!({"id": "blosc", "cname": cname, "clevel": num(1, 5, 0, 9)?,
-                           "shuffle": num(2, 1, 0, 2)?, "blocksize": 0})
+                    json!({"id": "blosc", "cname": cname, "clevel": num(1, "level", 5, 0, 9)?,
+                           "shuffle": num(2, "shuffle", 1, 0, 2)?, "blocksize": 0})
                 }
-                _ => return Err(bad()),
+                _ => return Err(bad("no such codec")),
             };
-            if args.len() > if name == "blosc" { 3 } else { 1 } {
-                return Err(bad());
+            let most = if name == "blosc" { 3 } else { 1 };
+            if args.len() > most {
+                return Err(bad(&format!("{name} takes at most {most} `:` argument(s)")));
             }
             chain.push(codec);
         }
@@ -738,6 +749,11 @@ impl DatasetWriter {
     /// Like [`DatasetWriter::open`], with a chunk cache of `cache_bytes` (changed chunks wait
     /// there until a flush or until the cache needs room).
     pub fn open_with_cache(location: &Location, cache_bytes: usize) -> Result<DatasetWriter> {
+        // A missing dataset is told as `get` and `dump` tell it, not as an empty store (a
+        // writable map may be missing until its first object).
+        if let Storage::File(p) | Storage::Zip(p) = &location.storage {
+            std::fs::metadata(p).map_err(|e| Error::io(p, e))?;
+        }
         let map = zmap::open(location, true)?;
         map.claim_writer()?;
         let model = meta::read_stored_objects(map.as_ref(), &location.mode)?;
@@ -1606,6 +1622,8 @@ pub struct Staging {
     /// An object-store prefix that was empty: everything under it is this dataset's, and a
     /// failure deletes it.
     fresh_prefix: bool,
+    /// A local staging path, removed if a signal ends the process before it is published.
+    _on_signal: Option<interrupt::Registered>,
 }
 
 impl Staging {
@@ -1649,18 +1667,24 @@ impl Staging {
         };
         if temp != *target {
             remove_storage(&temp)?;
+            remove_stale_staging(target);
         }
+        let on_signal = match &temp.storage {
+            Storage::File(p) | Storage::Zip(p) if temp != *target => Some(interrupt::register(p)),
+            _ => None,
+        };
         Ok(Staging {
             temp,
             target: target.clone(),
             fresh_prefix,
+            _on_signal: on_signal,
         })
     }
 
     /// Moves the finished dataset into place, replacing what was there. If that fails, the
     /// old dataset stays and the new one is removed.
     pub fn publish(self) -> Result<()> {
-        let result = self.move_into_place();
+        let result = interrupt::while_publishing(|| self.move_into_place());
         if result.is_err() {
             self.abandon();
         }
@@ -1712,6 +1736,48 @@ impl Staging {
         };
         if let Err(e) = removed {
             log::warn!("could not remove {}: {e}", describe(&self.temp));
+        }
+    }
+}
+
+/// Removes the staging siblings of `target` (`.NAME.nczarrfs-PID`) left by processes that no
+/// longer run (killed by SIGKILL, or by a crash), which nothing else would remove. A sibling
+/// `….old` is kept: it may be the only copy of a dataset whose replacement was cut short.
+fn remove_stale_staging(target: &Location) {
+    let (Storage::File(path) | Storage::Zip(path)) = &target.storage else {
+        return;
+    };
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return;
+    };
+    let prefix = format!(".{}.nczarrfs-", name.to_string_lossy());
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let file_name = entry.file_name();
+        let Some(pid) = file_name
+            .to_str()
+            .and_then(|n| n.strip_prefix(&prefix))
+            .and_then(|pid| pid.parse::<libc::pid_t>().ok())
+            .filter(|pid| *pid > 0)
+        else {
+            continue;
+        };
+        // SAFETY: signal 0 only asks whether the process exists.
+        let gone = unsafe { libc::kill(pid, 0) } != 0
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if !gone {
+            continue;
+        }
+        let stale = entry.path();
+        log::info!("removing {}, left by process {pid}", stale.display());
+        let removed = match entry.file_type().is_ok_and(|t| t.is_dir()) {
+            true => std::fs::remove_dir_all(&stale),
+            false => std::fs::remove_file(&stale),
+        };
+        if let Err(e) = removed {
+            log::warn!("could not remove {}: {e}", stale.display());
         }
     }
 }
@@ -1805,6 +1871,7 @@ fn check_replaceable(target: &Location) -> Result<()> {
             path.display()
         )));
     }
+    check_outside_datasets(path)?;
     let Ok(meta) = std::fs::symlink_metadata(path) else {
         return Ok(());
     };
@@ -1812,6 +1879,12 @@ fn check_replaceable(target: &Location) -> Result<()> {
         true => std::fs::metadata(path).map_err(|e| Error::io(path, e))?,
         false => meta,
     };
+    if meta.is_dir() && is_mount_point(path, &meta) {
+        return refuse(
+            "is a mount point, which a new dataset cannot replace (it is moved into place by \
+             a rename); write it inside",
+        );
+    }
     match (zip, meta.is_dir()) {
         (true, true) => refuse("is a directory, not a zip archive"),
         (true, false) => {
@@ -1826,16 +1899,94 @@ fn check_replaceable(target: &Location) -> Result<()> {
             }
         }
         (false, false) => refuse("exists and is not a directory"),
-        (false, true) => {
-            const MARKERS: [&str; 5] = [".zgroup", ".zarray", ".zmetadata", "zarr.json", ".nczarr"];
-            let mut entries = std::fs::read_dir(path).map_err(|e| Error::io(path, e))?;
-            let empty = entries.next().is_none();
-            match empty || MARKERS.iter().any(|m| path.join(m).exists()) {
-                true => Ok(()),
-                false => refuse("exists and is not a Zarr dataset"),
+        (false, true) => match zarr_node(path) {
+            Some(ZarrNode::Group) => Ok(()),
+            // `dump` does not open an array as a dataset, and it is a variable of one.
+            Some(ZarrNode::Array) => {
+                refuse("is a Zarr array (a variable's directory), not a dataset")
             }
+            None => {
+                let mut entries = std::fs::read_dir(path).map_err(|e| Error::io(path, e))?;
+                match entries.next().is_none() {
+                    true => Ok(()),
+                    false => refuse("exists and is not a Zarr dataset"),
+                }
+            }
+        },
+    }
+}
+
+/// Whether the directory `path` (with metadata `meta`) is where a filesystem is mounted: on
+/// another device than its parent, or the root. A bind mount of the same filesystem is not
+/// seen; its rename fails with "Device or resource busy", after the copy is made.
+fn is_mount_point(path: &Path, meta: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match std::fs::metadata(path.join("..")) {
+        Ok(parent) => parent.dev() != meta.dev() || parent.ino() == meta.ino(),
+        Err(_) => false,
+    }
+}
+
+/// What a directory holds as a Zarr node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ZarrNode {
+    /// A group, the root of a dataset or one of its groups.
+    Group,
+    /// An array: a variable of a dataset.
+    Array,
+}
+
+/// The Zarr node whose metadata `dir` holds, if any (`.zarray` wins over `.zgroup`, as an
+/// array's directory is never a dataset to replace).
+fn zarr_node(dir: &Path) -> Option<ZarrNode> {
+    if dir.join(".zarray").exists() {
+        return Some(ZarrNode::Array);
+    }
+    if let Ok(text) = std::fs::read(dir.join("zarr.json")) {
+        let node_type = serde_json::from_slice::<Value>(&text).ok().and_then(|v| {
+            v.get("node_type")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        });
+        return Some(match node_type.as_deref() {
+            Some("array") => ZarrNode::Array,
+            _ => ZarrNode::Group,
+        });
+    }
+    [".zgroup", ".zmetadata", ".nczarr"]
+        .iter()
+        .any(|m| dir.join(m).exists())
+        .then_some(ZarrNode::Group)
+}
+
+/// Refuses a local destination inside a Zarr dataset (one of its directories holds Zarr
+/// metadata): the new dataset would become a group of that one, or, replacing one of its
+/// arrays or groups, destroy part of it. This covers a destination inside a copy's own
+/// source.
+fn check_outside_datasets(path: &Path) -> Result<()> {
+    let parent = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    // A missing parent is reported where the destination is created.
+    let Ok(parent) = std::fs::canonicalize(parent) else {
+        return Ok(());
+    };
+    for dir in parent.ancestors() {
+        if let Some(node) = zarr_node(dir) {
+            let what = match node {
+                ZarrNode::Group => "dataset (or group)",
+                ZarrNode::Array => "array",
+            };
+            return Err(Error::Invalid(format!(
+                "{} is inside the Zarr {what} {}, which writing there would change; nothing \
+                 is written (choose a destination outside it)",
+                path.display(),
+                dir.display()
+            )));
         }
     }
+    Ok(())
 }
 
 /// Removes a local dataset's directory or archive, if present.
@@ -1915,6 +2066,53 @@ mod tests {
         }
     }
 
+    /// Like `get` and `dump`, a writer of an existing dataset says that a missing one does
+    /// not exist, not that it is an empty store.
+    #[test]
+    fn a_missing_dataset_opened_for_writing_is_not_found() {
+        let tmp = tempfile::tempdir().unwrap();
+        for name in ["nosuch.file", "nosuch.zip"] {
+            let path = tmp.path().join(name);
+            let location = Location::parse(path.to_str().unwrap()).unwrap();
+            let e = DatasetWriter::open(&location).unwrap_err();
+            assert_eq!(e.errno(), libc::ENOENT, "{e}");
+            assert!(!path.exists());
+        }
+    }
+
+    /// A mount point is refused before any work is done (its rename would fail at the end).
+    #[test]
+    fn a_mount_point_is_not_replaced() {
+        let proc = Location::parse("/proc").unwrap();
+        match Staging::new(&proc) {
+            Err(Error::Invalid(m)) => assert!(m.contains("is a mount point"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// A bad codec word says what is wrong with it and lists the forms.
+    #[test]
+    fn bad_codec_words_say_why() {
+        for (spec, why) in [
+            ("zstd:99", "level \"99\" is not from -131072 to 22"),
+            ("bz2:0", "level \"0\" is not from 1 to 9"),
+            ("zlib:x", "level \"x\" is not from 0 to 9"),
+            ("blosc:lz4:10:3", "level \"10\" is not from 0 to 9"),
+            ("blosc:lz4:5:3", "shuffle \"3\" is not from 0 to 2"),
+            ("blosc:lzma", "blosc has no compressor \"lzma\""),
+            ("zlib:1:2", "zlib takes at most 1"),
+            ("nope", "no such codec"),
+        ] {
+            match Codecs::parse(spec) {
+                Err(Error::Invalid(m)) => {
+                    assert!(m.contains(why), "{spec}: {m}");
+                    assert!(m.contains("forms: none, shuffle"), "{spec}: {m}");
+                }
+                other => panic!("{spec}: {other:?}"),
+            }
+        }
+    }
+
     #[test]
     fn only_datasets_are_replaced() {
         let tmp = tempfile::tempdir().unwrap();
@@ -1978,6 +2176,57 @@ mod tests {
             .filter(|n| n.starts_with('.'))
             .collect();
         assert!(left.is_empty(), "{left:?}");
+    }
+
+    /// A variable's or group's directory of a dataset is no dataset to replace, and a new
+    /// dataset inside one would become part of it: both are refused and nothing is touched.
+    #[test]
+    fn arrays_and_places_inside_datasets_are_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let at = |name: &str| tmp.path().join(name);
+        let loc = |p: &Path| Location::parse(p.to_str().unwrap()).unwrap();
+        let refused = |p: &Path, why: &str| match Staging::new(&loc(p)) {
+            Err(Error::Invalid(m)) => assert!(m.contains(why), "{m}"),
+            other => panic!("{}: {other:?}", p.display()),
+        };
+        for dir in ["ds.file/lat", "ds.file/g/h", "arr2", "arr3", "ds3/v"] {
+            std::fs::create_dir_all(at(dir)).unwrap();
+        }
+        std::fs::write(at("ds.file/.zgroup"), "{}").unwrap();
+        std::fs::write(at("ds.file/lat/.zarray"), "{}").unwrap();
+        std::fs::write(at("ds.file/g/.zgroup"), "{}").unwrap();
+        std::fs::write(at("ds.file/g/h/.zgroup"), "{}").unwrap();
+        std::fs::write(at("arr2/.zarray"), "{}").unwrap();
+        let array3 = r#"{"zarr_format": 3, "node_type": "array"}"#;
+        std::fs::write(at("arr3/zarr.json"), array3).unwrap();
+        std::fs::write(
+            at("ds3/zarr.json"),
+            r#"{"zarr_format": 3, "node_type": "group"}"#,
+        )
+        .unwrap();
+        std::fs::write(at("ds3/v/zarr.json"), array3).unwrap();
+
+        refused(&at("arr2"), "is a Zarr array");
+        refused(&at("arr3"), "is a Zarr array");
+        refused(&at("ds.file/lat"), "inside the Zarr dataset");
+        refused(&at("ds.file/g"), "inside the Zarr dataset");
+        refused(&at("ds.file/g/h"), "inside the Zarr dataset");
+        refused(&at("ds.file/new.file"), "inside the Zarr dataset");
+        refused(&at("ds.file/new.zip"), "inside the Zarr dataset");
+        refused(&at("ds.file/g/../new.file"), "inside the Zarr dataset");
+        refused(&at("ds3/v"), "inside the Zarr dataset");
+        refused(&at("ds3/w.file"), "inside the Zarr dataset");
+        let kept = |dir: &str, object: &str| assert!(at(dir).join(object).exists(), "{dir}");
+        kept("ds.file/lat", ".zarray");
+        kept("ds.file/g/h", ".zgroup");
+        kept("arr2", ".zarray");
+        kept("ds3/v", "zarr.json");
+        let mut left: Vec<String> = std::fs::read_dir(at("ds.file"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(left, [".zgroup", "g", "lat"]);
     }
 
     /// A map whose puts under `refused` fail, as a server that goes away mid-rename.

@@ -20,6 +20,7 @@ pub mod create;
 pub mod dataset;
 pub mod error;
 pub mod fuse;
+pub mod interrupt;
 pub mod location;
 pub mod meta;
 pub mod model;

@@ -35,9 +35,14 @@ pub(crate) fn validate(shape: &[u64], slab: &Hyperslab) -> Result<u64> {
                 .checked_mul(stride)
                 .and_then(|x| x.checked_add(start));
             if !matches!(last, Some(l) if l < len) {
+                let reach = match (last, len) {
+                    (_, 0) => "but it is empty".to_string(),
+                    (Some(l), _) => format!("reaches index {l}, past the last, {}", len - 1),
+                    (None, _) => "reaches beyond any index".to_string(),
+                };
                 return Err(Error::InvalidHyperslab(format!(
-                    "start {start} + (count {count} - 1) * stride {stride} exceeds length {len} \
-                     in dimension {d}"
+                    "start {start}, count {count}, stride {stride} in dimension {d} (length \
+                     {len}) {reach}"
                 )));
             }
         }
@@ -270,6 +275,20 @@ mod tests {
         assert!(validate(&[4], &slab(&[5], &[0], &[1])).is_err());
         assert!(validate(&[4], &slab(&[1], &[2], &[u64::MAX])).is_err());
         assert_eq!(validate(&[], &slab(&[], &[], &[])).unwrap(), 1);
+    }
+
+    /// The message names the index the hyperslab reaches and the last one there is, not a
+    /// sum that "exceeds" a length it equals.
+    #[test]
+    fn a_hyperslab_past_the_end_names_the_index_it_reaches() {
+        let message = |shape: &[u64], s: Hyperslab| validate(shape, &s).unwrap_err().to_string();
+        let m = message(&[3], slab(&[0], &[4], &[1]));
+        assert!(m.contains("reaches index 3, past the last, 2"), "{m}");
+        assert!(!m.contains("exceeds"), "{m}");
+        let m = message(&[0], slab(&[0], &[1], &[1]));
+        assert!(m.contains("(length 0) but it is empty"), "{m}");
+        let m = message(&[4], slab(&[1], &[2], &[u64::MAX]));
+        assert!(m.contains("beyond any index"), "{m}");
     }
 
     #[test]

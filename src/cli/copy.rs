@@ -38,7 +38,8 @@ pub struct CopyArgs {
     /// Source dataset (path or URL).
     pub src: String,
     /// Target dataset (path or URL). A local dataset there is replaced; anything else local is
-    /// refused, and so is an S3 prefix that holds any object.
+    /// refused (a Zarr array too, and any place inside a Zarr dataset, the source's own
+    /// included), and so is an S3 prefix that holds any object.
     pub dst: String,
     /// Mode words for the target, comma-separated: `nczarr` (default) or `zarr`, `v2`
     /// (default) or `v3`, `noxarray`, `consolidated`, `zip`, `file`.
@@ -51,7 +52,8 @@ pub struct CopyArgs {
     /// zlib level 0-9 for every variable (0 removes compression).
     #[arg(short = 'd', long = "deflate", value_name = "N")]
     pub deflate: Option<u32>,
-    /// Add the shuffle filter.
+    /// Add the shuffle filter where a variable is deflated: with `-d N` (N > 0) to every
+    /// variable, else to each that is compressed with zlib or gzip, keeping its level.
     #[arg(short = 's', long = "shuffle")]
     pub shuffle: bool,
     /// Codec chain for every variable, in encoding order: e.g. `shuffle,zstd:5`, `bz2:9`,
@@ -189,6 +191,7 @@ pub fn run(args: CopyArgs) -> Result<i32> {
             )
         }
     };
+    super::refuse_standard_output(&args.dst)?;
     let mut dst = Location::parse(&args.dst)?;
     if let Some(w) = &args.mode {
         apply_mode_words(&mut dst, w)?;
@@ -211,9 +214,9 @@ pub fn run(args: CopyArgs) -> Result<i32> {
             chain.extend(Codecs::netcdf(args.deflate.filter(|d| *d > 0), false, false).chain());
             Some(Codecs::from_chain(chain))
         }
-        (None, Some(d), s) => Some(Codecs::netcdf((d > 0).then_some(d), s, false)),
-        (None, None, true) => Some(Codecs::netcdf(Some(6), true, false)),
-        (None, None, false) => None,
+        // As nccopy: shuffle goes with deflate, so `-d 0` leaves nothing to shuffle for.
+        (None, Some(d), s) => Some(Codecs::netcdf((d > 0).then_some(d), s && d > 0, false)),
+        (None, None, _) => None,
     };
     if let Some(d) = args.deflate.filter(|d| *d > 9) {
         return Err(Error::Invalid(format!(
@@ -226,6 +229,9 @@ pub fn run(args: CopyArgs) -> Result<i32> {
         &args.chunks,
         opts.zarr_version == 3,
     )?;
+    if args.shuffle && codecs.is_none() {
+        shuffle_where_deflated(&mut model);
+    }
     carry_missing_values(
         &src.model,
         &mut model,
@@ -288,6 +294,30 @@ pub fn run(args: CopyArgs) -> Result<i32> {
     }
     copy_dataset(&src, model, &dst, opts, data_vars.as_deref())?;
     Ok(0)
+}
+
+/// `-s` alone: shuffle is added before the deflate of each variable compressed with zlib or
+/// gzip, whose chain is otherwise kept (Debian's nccopy 4.9.0 ignores `-s` without `-d`).
+/// A variable that stays sharded keeps its chain as it is.
+fn shuffle_where_deflated(ds: &mut Dataset) {
+    let id = |c: &serde_json::Value| {
+        c.get("id")
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_owned)
+    };
+    for v in &mut ds.vars {
+        let CodecSpec::V2 {
+            filters,
+            compressor: Some(compressor),
+        } = &mut v.storage.codecs
+        else {
+            continue;
+        };
+        let deflated = matches!(id(compressor).as_deref(), Some("zlib" | "gzip"));
+        if deflated && !filters.iter().any(|f| id(f).as_deref() == Some("shuffle")) {
+            filters.insert(0, Codecs::netcdf(None, true, false).chain().remove(0));
+        }
+    }
 }
 
 /// The variables that `names` select in `ds`, a dataset narrowed down after the names were
@@ -481,6 +511,9 @@ fn target_model(
                                 v.dims.len()
                             )));
                         }
+                        for (k, d) in v.dims.iter().enumerate() {
+                            check_chunk_fits(src, *d, c[k], &format!("{name}:{}", join(c)))?;
+                        }
                         chunks = c.clone();
                     }
                 }
@@ -488,12 +521,8 @@ fn target_model(
                     for (k, d) in v.dims.iter().enumerate() {
                         let dim = src.dim(*d);
                         if dim.name == *name || src.dim_fqn(*d) == *name {
-                            // As nccopy: a length beyond a fixed dimension means the dimension.
-                            chunks[k] = if dim.unlimited {
-                                *n
-                            } else {
-                                (*n).min(dim.len.max(1))
-                            };
+                            check_chunk_fits(src, *d, *n, &format!("{name}/{n}"))?;
+                            chunks[k] = *n;
                         }
                     }
                 }
@@ -582,6 +611,27 @@ fn carry_missing_values(src: &Dataset, model: &mut Dataset, to_v3: bool, to_pure
     }
 }
 
+/// Refuses a chunk of `n` along the fixed dimension `dim` that is longer than the dimension,
+/// as nccopy refuses it ("Bad chunk sizes") and netcdf-c refuses to create it. A fixed
+/// dimension of length 0 (pure Zarr only) takes chunks of 1.
+fn check_chunk_fits(ds: &Dataset, dim: DimId, n: u64, item: &str) -> Result<()> {
+    let d = ds.dim(dim);
+    let most = d.len.max(1);
+    if d.unlimited || n <= most {
+        return Ok(());
+    }
+    Err(Error::Invalid(format!(
+        "--chunks {item}: a chunk of {n} along {} is longer than that fixed dimension ({}); \
+         give at most {most}, as nccopy and netcdf-c refuse it",
+        ds.dim_fqn(dim),
+        d.len
+    )))
+}
+
+fn join(v: &[u64]) -> String {
+    v.iter().map(u64::to_string).collect::<Vec<_>>().join(",")
+}
+
 /// One `--chunks` item.
 #[derive(Debug, Clone, PartialEq)]
 enum ChunkSpec {
@@ -651,6 +701,22 @@ fn parse_chunk_specs(option: &str, specs: &[String]) -> Result<Vec<ChunkSpec>> {
                 .filter(|n| *n > 0)
                 .ok_or_else(bad)?;
             out.push(ChunkSpec::Dim(dim.trim().to_string(), n));
+        }
+    }
+    // Which of two lengths for one name would count is a guess (nccopy takes the first).
+    for (i, spec) in out.iter().enumerate() {
+        let (name, what) = match spec {
+            ChunkSpec::Var(name, _) => (name, "variable"),
+            ChunkSpec::Dim(name, _) => (name, "dimension"),
+        };
+        let again = out[i + 1..].iter().any(|other| {
+            matches!((spec, other), (ChunkSpec::Var(..), ChunkSpec::Var(n, _))
+                | (ChunkSpec::Dim(..), ChunkSpec::Dim(n, _)) if n == name)
+        });
+        if again {
+            return Err(Error::Invalid(format!(
+                "{option}: {what} {name} is given more than once; give it once"
+            )));
         }
     }
     Ok(out)
@@ -1111,6 +1177,63 @@ mod tests {
                 ChunkSpec::Var("a:b".into(), vec![4, 5]),
             ]
         );
+    }
+
+    /// A name given twice is refused rather than one of its lengths guessed (nccopy takes
+    /// the first).
+    #[test]
+    fn chunk_specs_name_each_thing_once() {
+        for specs in [
+            vec!["x/1,x/3"],
+            vec!["x/1", "x/3"],
+            vec!["v:1", "v:2"],
+            vec!["x/1,y/2", "y/2"],
+        ] {
+            let specs: Vec<String> = specs.into_iter().map(String::from).collect();
+            match parse_chunk_specs("--chunks", &specs) {
+                Err(Error::Invalid(m)) => assert!(m.contains("more than once"), "{m}"),
+                other => panic!("{specs:?}: {other:?}"),
+            }
+        }
+        let specs = ["x/1".to_string(), "x:2".to_string()];
+        assert_eq!(parse_chunk_specs("--chunks", &specs).unwrap().len(), 2);
+    }
+
+    /// A chunk longer than a fixed dimension is refused in both forms, as Debian's nccopy
+    /// refuses `-c x/1000` and `-c a:1000,1000` for `a(y = 200, x = 100)` ("Bad chunk
+    /// sizes"); along an unlimited dimension any length goes.
+    #[test]
+    fn chunks_longer_than_a_fixed_dimension_are_refused() {
+        let mut ds = Dataset::new();
+        let t = ds.add_dim(Dataset::ROOT, "t", 3, true);
+        let y = ds.add_dim(Dataset::ROOT, "y", 200, false);
+        let x = ds.add_dim(Dataset::ROOT, "x", 100, false);
+        for (name, dims) in [("a", vec![y, x]), ("r", vec![t, x])] {
+            ds.add_var(Variable {
+                name: name.into(),
+                group: Dataset::ROOT,
+                nctype: NcType::Int,
+                dims,
+                string_width: 0,
+                attrs: Vec::new(),
+                storage: Default::default(),
+            });
+        }
+        for bad in ["x/1000", "x/101", "a:1000,1000", "a:201,100", "r:5,101"] {
+            match target_model(&ds, None, &[bad.to_string()], false) {
+                Err(Error::Invalid(m)) => assert!(m.contains("at most"), "{bad}: {m}"),
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+        for (ok, var, chunks) in [
+            ("x/100", 0, vec![200, 100]),
+            ("a:200,100", 0, vec![200, 100]),
+            ("t/5", 1, vec![5, 100]),
+            ("r:50,100", 1, vec![50, 100]),
+        ] {
+            let m = target_model(&ds, None, &[ok.to_string()], false).unwrap();
+            assert_eq!(m.vars[var].storage.chunks, chunks, "{ok}");
+        }
     }
 
     #[test]

@@ -73,6 +73,7 @@ pub fn run(args: GenArgs) -> Result<i32> {
         Some(o) => o.clone(),
         None => default_output(&args.cdl, &parsed.name, zarr, zip),
     };
+    super::refuse_standard_output(&output)?;
     let mut location = Location::parse(&output)?;
     if let Some(w) = &words {
         apply_mode_words(&mut location, w)?;

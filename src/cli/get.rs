@@ -29,7 +29,7 @@ pub struct GetArgs {
     /// Write a NumPy `.npy` (v1.0) file instead of raw bytes.
     #[arg(long)]
     pub npy: bool,
-    /// Output file (default: standard output).
+    /// Output file (default, and `-`: standard output; `./-` names a file `-`).
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// Size of the decoded-chunk cache, with an optional K/M/G suffix (default 0: `get` reads
@@ -64,8 +64,8 @@ pub fn run(args: GetArgs) -> Result<i32> {
     let shape = ds.var_shape(var);
     let slab = hyperslab(&shape, &args)?;
     let output = match &args.output {
-        Some(path) => Some(OutputFile::create(path)?),
-        None => None,
+        Some(path) if path.as_os_str() != "-" => Some(OutputFile::create(path)?),
+        _ => None,
     };
     let mut out: Box<dyn Write + Send> = match &output {
         Some(f) => Box::new(BufWriter::new(f.file.try_clone().map_err(|e| f.error(e))?)),
@@ -94,6 +94,9 @@ pub fn run(args: GetArgs) -> Result<i32> {
             f.discard();
             return Err(e);
         }
+        // A closed pipe (`get ... | head -c 10`) ends the output quietly, as in `dump`.
+        (None, Err(Error::Io { source, .. }))
+            if source.kind() == std::io::ErrorKind::BrokenPipe => {}
         (None, result) => result?,
     }
     Ok(0)
@@ -439,17 +442,19 @@ mod tests {
         };
         let e = err(None, Some("9000000,1"), None);
         assert!(
-            e.contains("start 0 + (count 9000000 - 1) * stride 1"),
+            e.contains(
+                "start 0, count 9000000, stride 1 in dimension 0 (length 37) reaches index 8999999"
+            ),
             "{e}"
         );
         let e = err(None, Some("2,1"), Some("18446744073709551615,1"));
         assert!(
-            e.contains("start 0 + (count 2 - 1) * stride 18446744073709551615"),
+            e.contains("start 0, count 2, stride 18446744073709551615"),
             "{e}"
         );
         let e = err(Some("5,0"), Some("3,1"), Some("4611686018427387904,1"));
         assert!(
-            e.contains("start 5 + (count 3 - 1) * stride 4611686018427387904"),
+            e.contains("start 5, count 3, stride 4611686018427387904"),
             "{e}"
         );
     }

@@ -44,10 +44,34 @@ pub enum Command {
     /// Internal: renames sets of metadata objects for the commands that write (see `zmap`).
     #[command(name = crate::zmap::RENAME_HELPER_COMMAND, hide = true)]
     RenameHelper,
+    /// Internal: removes the staging paths of an interrupted `gen` or `copy` once it has
+    /// exited (see `interrupt`).
+    #[command(name = crate::interrupt::REMOVE_STAGING_COMMAND, hide = true)]
+    RemoveStaging {
+        /// The staging directories or archives.
+        paths: Vec<std::path::PathBuf>,
+    },
+}
+
+/// Refuses `-` as the place of a new dataset: a dataset is a directory or an archive written
+/// in several steps, not a stream for standard output.
+fn refuse_standard_output(location: &str) -> Result<()> {
+    match location {
+        "-" => Err(crate::Error::Invalid(
+            "a dataset cannot be written to standard output (`-`): give a path (`./-` for \
+             one named `-`)"
+                .to_string(),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// Runs the parsed command line; returns the process exit code.
 pub fn run(cli: Cli) -> Result<i32> {
+    if matches!(cli.command, Command::Gen(_) | Command::Copy(_)) {
+        // Before any thread starts, so that all of them leave the signals to one.
+        crate::interrupt::remove_staging_on_signals();
+    }
     if matches!(
         cli.command,
         Command::Put(_) | Command::Mount(_) | Command::Gen(_) | Command::Copy(_)
@@ -68,6 +92,9 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Gen(args) => gen::run(args),
         Command::Copy(args) => copy::run(args),
         Command::RenameHelper => crate::zmap::serve_renames().map(|()| 0),
+        Command::RemoveStaging { paths } => crate::interrupt::serve_remove_staging(&paths)
+            .map(|()| 0)
+            .map_err(|e| crate::Error::io("standard input", e)),
     };
     crate::zmap::stop_rename_helper();
     code

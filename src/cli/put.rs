@@ -152,6 +152,19 @@ fn hyperslab(
             let mut count: Vec<u64> = (0..rank)
                 .map(|d| to_end(shape[d], start[d], stride[d]))
                 .collect();
+            if input_bytes > 0 {
+                // Else the message would be that the input is more than the 0 bytes wanted.
+                if let Some(d) = (0..rank).find(|&d| !unlimited[d] && start[d] >= shape[d]) {
+                    return Err(Error::InvalidHyperslab(format!(
+                        "--start {} is at the end of dimension {} of {}, which has the fixed \
+                         length {}: there is nothing to write there; nothing was written",
+                        join(&start),
+                        ds.dim_fqn(v.dims[d]),
+                        ds.var_fqn(var),
+                        shape[d]
+                    )));
+                }
+            }
             if unlimited.first() == Some(&true) {
                 let esize = v.element_size() as u64;
                 let record: u64 = count[1..].iter().product::<u64>().saturating_mul(esize);
@@ -164,7 +177,15 @@ fn hyperslab(
                             ds.var_fqn(var)
                         )))
                     }
-                    (r, n) => n.div_ceil(r),
+                    (r, n) if n % r != 0 => {
+                        return Err(Error::Invalid(format!(
+                            "the input holds {n} bytes, not a whole number of records of {} \
+                             ({r} bytes each, along {}); nothing was written",
+                            ds.var_fqn(var),
+                            ds.dim_fqn(v.dims[0])
+                        )))
+                    }
+                    (r, n) => n / r,
                 };
             }
             count
@@ -418,6 +439,33 @@ mod tests {
         assert_eq!(npy.count, vec![4, 3]);
         assert!(hyperslab(&ds, v, &args(None, None), 0, Some(vec![12])).is_err());
         assert!(hyperslab(&ds, v, &args(None, Some("2,3")), 0, Some(vec![2, 2])).is_err());
+    }
+
+    /// Input that is no whole number of records, or a start at the end of a fixed
+    /// dimension, is refused saying so, not with a count computed from it.
+    #[test]
+    fn a_partial_record_or_a_start_at_a_fixed_end_is_named() {
+        let (ds, v) = dataset();
+        // Records of 3 shorts: 6 bytes.
+        let err = hyperslab(&ds, v, &args(None, None), 13, None).unwrap_err();
+        let m = err.to_string();
+        assert!(
+            m.contains("13 bytes, not a whole number of records of /v (6 bytes each"),
+            "{m}"
+        );
+        let err = hyperslab(&ds, v, &args(Some("0,3"), None), 6, None).unwrap_err();
+        let m = err.to_string();
+        assert!(
+            m.contains("--start 0,3 is at the end of dimension /x"),
+            "{m}"
+        );
+        assert!(m.contains("fixed length 3"), "{m}");
+        assert_eq!(
+            hyperslab(&ds, v, &args(None, None), 12, None)
+                .unwrap()
+                .count,
+            vec![2, 3]
+        );
     }
 
     #[test]

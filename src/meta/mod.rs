@@ -92,6 +92,13 @@ fn read_model(map: &dyn ZMap, mode: &Mode, summaries: bool) -> Result<Dataset> {
     if let Some(bytes) = zarr_json {
         return v3::read_dataset(map, mode, Json::parse("zarr.json", &bytes)?, summaries);
     }
+    if mode.zarr_version == Some(3) && map.exists(".zgroup")? {
+        return Err(Error::Invalid(format!(
+            "{}: the location asks for Zarr v3 (`v3` in #mode=), but this is a Zarr v2 \
+             dataset (.zgroup, no zarr.json): leave `v3` out to read it",
+            map.describe()
+        )));
+    }
     let consolidated = match zmetadata {
         Some(bytes) => parse_consolidated(map, &bytes),
         None => None,
@@ -107,7 +114,7 @@ fn read_model(map: &dyn ZMap, mode: &Mode, summaries: bool) -> Result<Dataset> {
     };
     let zgroup = r.load(".zgroup")?;
     let Some(zgroup) = zgroup else {
-        return Err(not_a_dataset(map, &r)?);
+        return Err(not_a_dataset(map, mode, &r)?);
     };
     match zgroup.get("zarr_format") {
         None => {}
@@ -256,13 +263,16 @@ fn provenance(dialect: Dialect, objects: [Option<&Json>; 2]) -> Provenance {
     Provenance::new(props, version, dialect != Dialect::Pure)
 }
 
-/// The error for a root without a Zarr group: refused as not a dataset, or as Zarr v3 / a
-/// bare root array that this reader does not handle.
-fn not_a_dataset(map: &dyn ZMap, r: &Reader) -> Result<Error> {
-    if map.exists("zarr.json")? {
-        return Ok(Error::Unsupported(
-            "Zarr v3 dataset (zarr.json at the root); only Zarr v2 is read".into(),
-        ));
+/// The error for a root without a Zarr v2 group: refused as not a dataset, as a Zarr v3
+/// dataset that the location said was v2, or as a bare root array.
+fn not_a_dataset(map: &dyn ZMap, mode: &Mode, r: &Reader) -> Result<Error> {
+    // Only a location that asks for Zarr v2 gets here with a zarr.json at the root.
+    if mode.zarr_version == Some(2) && map.exists("zarr.json")? {
+        return Ok(Error::Invalid(format!(
+            "{}: the location asks for Zarr v2 (`v2` in #mode=), but this is a Zarr v3 \
+             dataset (zarr.json at the root, no .zgroup): leave `v2` out to read it",
+            map.describe()
+        )));
     }
     if r.load(".zarray")?.is_some() {
         return Ok(Error::Unsupported(
@@ -1952,6 +1962,31 @@ mod tests {
         )])
         .unwrap_err();
         assert!(matches!(e, Error::Unsupported(_)));
+    }
+
+    /// A Zarr version in the location that the store does not have is refused, naming both
+    /// (netcdf-c 4.10.1 reads no Zarr v3 at all, and zarr-python refuses a store of the other
+    /// format); without it, either is read.
+    #[test]
+    fn a_zarr_version_the_store_does_not_have_is_refused() {
+        let v2 = [(".zgroup", r#"{"zarr_format": 2}"#)];
+        let v3 = [("zarr.json", r#"{"zarr_format": 3, "node_type": "group"}"#)];
+        let with = |version: u8| Mode {
+            zarr_version: Some(version),
+            ..Mode::default()
+        };
+        for (objs, asked, is) in [(&v2, 3, "Zarr v2"), (&v3, 2, "Zarr v3")] {
+            let e = read_dataset(&table(objs), &with(asked))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(&format!("asks for Zarr v{asked}")), "{e}");
+            assert!(e.contains(&format!("this is a {is} dataset")), "{e}");
+            assert!(!e.contains("only Zarr v2 is read"), "{e}");
+        }
+        for (objs, version) in [(&v2, 2), (&v3, 3)] {
+            read_dataset(&table(objs), &with(version)).unwrap();
+            open(objs).unwrap();
+        }
     }
 
     #[test]

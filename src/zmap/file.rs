@@ -148,7 +148,8 @@ impl FileMap {
         match written {
             Ok(()) => Ok(staged),
             Err(e) => {
-                let err = Error::io(&staged.temp, e);
+                // The object, not its hidden temporary, which the user never named.
+                let err = Error::io(&staged.path, e);
                 staged.discard();
                 Err(err)
             }
@@ -715,6 +716,19 @@ mod tests {
             .collect();
         assert_eq!(names.len(), 20);
         assert!(names.iter().all(|n| !n.starts_with('.')), "{names:?}");
+    }
+
+    /// A failed write names the object, not the temporary file it goes through (here too
+    /// long a name once the temporary's prefix is added).
+    #[test]
+    fn a_failed_put_names_the_object() {
+        let (_dir, map) = writable();
+        let key = format!("v/{}", "x".repeat(250));
+        let err = map.put(&key, b"1").unwrap_err().to_string();
+        let object = map.root().join(&key);
+        assert!(err.starts_with(&object.display().to_string()), "{err}");
+        assert!(!err.contains(TEMP_PREFIX), "{err}");
+        assert!(fs::read_dir(map.root().join("v")).unwrap().next().is_none());
     }
 
     #[test]

@@ -1,0 +1,173 @@
+//! What an interrupted `gen` or `copy` leaves behind: nothing.
+//!
+//! A new dataset is built in a hidden staging sibling of its destination
+//! ([`crate::create::Staging`]). A Ctrl-C (SIGINT), a SIGTERM or a hang-up (SIGHUP) would end
+//! the process with that directory left in place, so a command that stages calls
+//! [`remove_staging_on_signals`] first: the signals are then taken by one thread, which waits
+//! for any publication in progress ([`while_publishing`]), hands the registered staging paths
+//! to a cleaner process and ends this process by the same signal, so that a shell sees what
+//! it expects (`$?` is 130 for SIGINT, 143 for SIGTERM).
+//!
+//! The cleaner (`nczarrfs remove-staging PATH...`, this binary) removes the paths once this
+//! process has gone: it waits for the end of a pipe that only this process holds, as the
+//! threads still writing into the staging directory would otherwise re-create it behind a
+//! removal. A SIGKILL cannot be caught; its staging directory is removed by the next
+//! [`crate::create::Staging`] of the same destination, once its process is gone.
+
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Mutex, MutexGuard};
+
+/// The command line argument that makes the binary serve as the cleaner.
+pub const REMOVE_STAGING_COMMAND: &str = "remove-staging";
+
+/// The signals that remove the staging directories before they end the process.
+const SIGNALS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+
+/// The staging paths of this process that are not published or abandoned yet. The lock is
+/// also held while a staging directory moves into place, so that a signal never removes a
+/// dataset halfway through its replacement.
+static PENDING: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+fn pending() -> MutexGuard<'static, Vec<PathBuf>> {
+    PENDING.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Makes SIGINT, SIGTERM and SIGHUP remove the staging paths registered with
+/// [`register`] before they end the process. Call it before any other thread is started:
+/// the signals are blocked in the calling thread, and every thread started after inherits
+/// that. A signal that this process inherited as ignored stays ignored.
+pub fn remove_staging_on_signals() {
+    // SAFETY: sigset_t is plain data, initialised by sigemptyset before any other use.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid sigset_t owned by this frame.
+    unsafe { libc::sigemptyset(&mut set) };
+    for signal in SIGNALS {
+        if inherited_as_ignored(signal) {
+            continue;
+        }
+        // SAFETY: `set` is a valid, initialised sigset_t.
+        unsafe { libc::sigaddset(&mut set, signal) };
+    }
+    // SAFETY: `set` is initialised; the old mask is not asked for.
+    if unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) } != 0 {
+        log::warn!("signals not handled: a Ctrl-C will leave the staging directory behind");
+        return;
+    }
+    let spawned = std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            let mut signal: libc::c_int = 0;
+            // SAFETY: `set` and `signal` are valid for the call.
+            while unsafe { libc::sigwait(&set, &mut signal) } != 0 {}
+            end_by(signal);
+        });
+    if spawned.is_err() {
+        // Without the thread the blocked signals would never end the process.
+        // SAFETY: `set` is initialised.
+        unsafe { libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut()) };
+    }
+}
+
+fn inherited_as_ignored(signal: libc::c_int) -> bool {
+    // SAFETY: sigaction with a null new action only reads the current one into `old`.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(signal, std::ptr::null(), &mut old) == 0
+            && old.sa_sigaction == libc::SIG_IGN
+    }
+}
+
+/// Removes the pending staging paths (through the cleaner) and ends the process by `signal`.
+fn end_by(signal: libc::c_int) -> ! {
+    // Held until the process ends: no publication starts after this point.
+    let paths = pending();
+    // The cleaner's stdin stays open as long as this process lives.
+    let _cleaner = match paths.is_empty() {
+        true => None,
+        false => {
+            // This very binary even after an upgrade has replaced its file.
+            let spawned = Command::new("/proc/self/exe")
+                .arg0("nczarrfs")
+                .arg(REMOVE_STAGING_COMMAND)
+                .args(paths.iter())
+                .stdin(Stdio::piped())
+                .spawn();
+            match spawned {
+                Ok(child) => Some(child),
+                Err(e) => {
+                    log::warn!("no cleaner process ({e}): removing the staging here");
+                    paths.iter().for_each(|p| remove(p));
+                    None
+                }
+            }
+        }
+    };
+    // SAFETY: restoring the default action and raising the signal in this thread, where it
+    // is unblocked, ends the process as the signal would have.
+    unsafe {
+        libc::signal(signal, libc::SIG_DFL);
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, signal);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        libc::raise(signal);
+    }
+    std::process::exit(128 + signal)
+}
+
+/// A staging path to remove if a signal ends the process; dropping it forgets the path.
+#[derive(Debug)]
+pub struct Registered(PathBuf);
+
+/// Registers `path` (a staging directory or archive) for removal by a signal.
+pub fn register(path: &Path) -> Registered {
+    pending().push(path.to_path_buf());
+    Registered(path.to_path_buf())
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        let mut paths = pending();
+        if let Some(i) = paths.iter().position(|p| *p == self.0) {
+            paths.swap_remove(i);
+        }
+    }
+}
+
+/// Runs `publish` (the moves of a staging directory into place) with no signal handled
+/// meanwhile: a signal that comes then ends the process after it.
+pub fn while_publishing<T>(publish: impl FnOnce() -> T) -> T {
+    let _held = pending();
+    publish()
+}
+
+/// Serves as the cleaner: waits for the end of standard input (its parent has exited), then
+/// removes every path given. It ignores the terminal's signals, which reach it with its
+/// parent's.
+pub fn serve_remove_staging(paths: &[PathBuf]) -> std::io::Result<()> {
+    for signal in SIGNALS {
+        // SAFETY: ignoring a signal installs no handler code.
+        unsafe { libc::signal(signal, libc::SIG_IGN) };
+    }
+    let mut rest = Vec::new();
+    std::io::stdin().lock().read_to_end(&mut rest)?;
+    paths.iter().for_each(|p| remove(p));
+    Ok(())
+}
+
+/// Removes a staging directory or archive, telling why it could not.
+fn remove(path: &Path) {
+    let removed = match path.is_dir() {
+        true => std::fs::remove_dir_all(path),
+        false => std::fs::remove_file(path),
+    };
+    match removed {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            log::warn!("could not remove {}: {e}", path.display())
+        }
+        _ => {}
+    }
+}
