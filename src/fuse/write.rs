@@ -39,20 +39,20 @@ pub fn write_data(w: &mut DatasetWriter, var: VarId, offset: u64, data: &[u8]) -
     let mut end = offset
         .checked_add(data.len() as u64)
         .ok_or_else(|| Error::InvalidHyperslab("write past 2^64 bytes".into()))?;
-    let mut merged = None;
     if end > size {
         match grow_dim {
             Some(dim) if record_elems > 0 => {
                 let records = end.div_ceil(esz).div_ceil(record_elems);
                 // Every element the write touches, the ones it covers only in part merged
-                // with what they read now, is checked before the variable grows, so that a
-                // refused value adds no records.
+                // with what they read now (the fill value past the end), is checked before
+                // the variable grows, so that a refused value adds no records. The merge is
+                // made again once grown: a chunk may hold another spelling of the fill there
+                // (netcdf-c stores its default fill exactly and declares it rounded).
                 let mut grown = shape.clone();
                 grown[0] = records;
                 let buf = merge_partial_elements(w, var, &shape, offset, data)?;
                 check_storable(w, var, &grown, offset / esz, &buf)?;
                 w.grow_dim(dim, records)?;
-                merged = Some(buf);
             }
             _ if offset >= size => return Ok(0),
             _ => end = size,
@@ -60,16 +60,9 @@ pub fn write_data(w: &mut DatasetWriter, var: VarId, offset: u64, data: &[u8]) -
     }
     let data = &data[..(end - offset) as usize];
     let shape = w.model().var_shape(var);
-    let buf = match merged {
-        Some(buf) => buf,
-        None => {
-            let buf = merge_partial_elements(w, var, &shape, offset, data)?;
-            // A value the stored type cannot hold refuses the whole write, not only what
-            // follows it.
-            check_storable(w, var, &shape, offset / esz, &buf)?;
-            buf
-        }
-    };
+    let buf = merge_partial_elements(w, var, &shape, offset, data)?;
+    // A value the stored type cannot hold refuses the whole write, not only what follows it.
+    check_storable(w, var, &shape, offset / esz, &buf)?;
     let mut pos = 0;
     for slab in element_range_slabs(&shape, offset / esz, end.div_ceil(esz)) {
         let n = (slab_len(&slab) * esz) as usize;
