@@ -226,6 +226,21 @@ fn not_zarr_archives_and_files() {
     // A plain text file is neither a directory nor a zip.
     let err = zmap::open(&loc(&dir.path().join("empty.txt")), false).unwrap_err();
     assert!(matches!(err, Error::NotZarr { .. }), "{err}");
+    // netCDF files are named as such, by their signatures (HDF5's, and classic's `CDF` and
+    // version byte, as the netCDF format specification gives them).
+    for (name, head, kind) in [
+        ("h5.nc", &b"\x89HDF\r\n\x1a\n\0\0"[..], "netCDF-4 (HDF5)"),
+        ("classic.nc", &b"CDF\x01\0\0\0\0"[..], "classic netCDF"),
+        ("cdf5.nc", &b"CDF\x05\0\0\0\0"[..], "classic netCDF"),
+    ] {
+        let path = dir.path().join(name);
+        std::fs::write(&path, head).unwrap();
+        let err = zmap::open(&loc(&path), false).unwrap_err().to_string();
+        assert!(
+            err.contains(kind) && err.contains("nccopy"),
+            "{name}: {err}"
+        );
+    }
     // A missing path.
     let err = zmap::open(&loc(&dir.path().join("missing.zip")), false).unwrap_err();
     assert!(

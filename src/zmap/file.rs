@@ -81,6 +81,24 @@ pub struct FileMap {
     writer_claim: std::sync::Mutex<Option<fs::File>>,
 }
 
+/// Why a plain file is not a dataset: a netCDF file (HDF5 or classic) is named as such, since
+/// netCDF users will try one, with the way to read or convert it.
+fn not_a_store_reason(path: &Path) -> String {
+    let mut head = [0u8; 8];
+    let n = fs::File::open(path)
+        .and_then(|mut f| io::Read::read(&mut f, &mut head))
+        .unwrap_or(0);
+    let kind = match &head[..n] {
+        [0x89, b'H', b'D', b'F', b'\r', b'\n', 0x1a, b'\n'] => "a netCDF-4 (HDF5) file",
+        [b'C', b'D', b'F', 1 | 2 | 5, ..] => "a classic netCDF file",
+        _ => return "neither a directory nor a zip archive".into(),
+    };
+    format!(
+        "{kind}, not a Zarr store: read it with ncdump, or convert it with \
+         nccopy FILE 'file://DIR#mode=nczarr,file'"
+    )
+}
+
 impl FileMap {
     /// Opens the directory `root`.
     ///
@@ -92,7 +110,7 @@ impl FileMap {
             Ok(_) => {
                 return Err(Error::NotZarr {
                     location: root.display().to_string(),
-                    reason: "neither a directory nor a zip archive".into(),
+                    reason: not_a_store_reason(root),
                 })
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound && writable => {}
