@@ -2211,13 +2211,17 @@ mod tests {
     fn records_a_failed_writer_stored_past_the_length_read_as_fill_when_it_grows() {
         const NC_FILL_INT: i32 = -2147483647;
         let tmp = tempfile::tempdir().unwrap();
-        for (mode, separator) in [
-            ("nczarr", '.'),
-            ("nczarr", '/'),
-            ("nczarr,v3", '/'),
-            ("nczarr,zip", '.'),
+        // The last: `a` in shards of 12 records, inner chunks of 4.
+        for (mode, separator, sharded) in [
+            ("nczarr", '.', false),
+            ("nczarr", '/', false),
+            ("nczarr,v3", '/', false),
+            ("nczarr,zip", '.', false),
+            ("nczarr,v3", '/', true),
         ] {
-            let dir = tmp.path().join(format!("{mode}{}", separator == '/'));
+            let dir = tmp
+                .path()
+                .join(format!("{mode}{}{sharded}", separator == '/'));
             std::fs::create_dir(&dir).unwrap();
             let loc = Location::parse(&format!(
                 "file://{}#mode={mode}",
@@ -2252,6 +2256,12 @@ mod tests {
                     chunked(vec![4], Fill::Default),
                 )
                 .unwrap();
+            if sharded {
+                let st = &mut w.model.vars[a.0].storage;
+                let dtype = st.dtype.clone().unwrap();
+                st.codecs = writer_v3::sharded(&CodecSpec::default(), &dtype, &[4, 2]).unwrap();
+                st.chunks = vec![12, 2];
+            }
             w.write(a, &rows(0, 6, 2), &bytes(&[1; 12])).unwrap();
             w.write(b, &rows(0, 6, 1), &bytes(&[1; 6])).unwrap();
             w.close().unwrap();

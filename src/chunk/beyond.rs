@@ -9,7 +9,7 @@ use std::sync::Arc;
 use rayon::prelude::*;
 
 use super::{io_parallel, ChunkEngine, VarPlan};
-use crate::model::{ChunkKeyEncoding, Dataset, VarId};
+use crate::model::{ChunkKeyEncoding, Dataset, NcType, VarId};
 use crate::zmap::join_key;
 use crate::Result;
 
@@ -134,8 +134,16 @@ fn list_level(
 }
 
 /// Sets the elements of the native C-order `chunk` (shape `shape`, `fill.len()`-byte
-/// elements) whose index along `axis` is `from` or more to `fill`; whether any changed.
-fn fill_from(chunk: &mut [u8], shape: &[usize], axis: usize, from: usize, fill: &[u8]) -> bool {
+/// elements) whose index along `axis` is `from` or more to `fill`, unless they hold `fill` or
+/// `also_fill` already; whether any changed.
+fn fill_from(
+    chunk: &mut [u8],
+    shape: &[usize],
+    axis: usize,
+    from: usize,
+    fill: &[u8],
+    also_fill: Option<&[u8]>,
+) -> bool {
     let along = shape[axis];
     let row = shape[axis + 1..].iter().product::<usize>() * fill.len();
     if from >= along || row == 0 {
@@ -144,13 +152,27 @@ fn fill_from(chunk: &mut [u8], shape: &[usize], axis: usize, from: usize, fill: 
     let mut changed = false;
     for block in chunk.chunks_exact_mut(along * row) {
         for slot in block[from * row..].chunks_exact_mut(fill.len()) {
-            if slot != fill {
+            if slot != fill && Some(&*slot) != also_fill {
                 slot.copy_from_slice(fill);
                 changed = true;
             }
         }
     }
     changed
+}
+
+/// netCDF's default fill of a float variable whose declared fill is that value rounded:
+/// netcdf-c stores its default as `9.96921e+36` in the metadata (which unstored chunks read
+/// as) but fills the rest of the chunks it writes with the exact value. Both are fill.
+fn netcdf_c_fill(plan: &VarPlan) -> Option<Vec<u8>> {
+    let default = plan.nctype.default_fill();
+    let value = |bytes: &[u8]| match plan.nctype {
+        NcType::Float => Some(f64::from(f32::from_le_bytes(bytes.try_into().ok()?))),
+        NcType::Double => Some(f64::from_le_bytes(bytes.try_into().ok()?)),
+        _ => None,
+    };
+    let (declared, exact) = (value(&plan.fill)?, value(&default)?);
+    (declared != exact && (declared - exact).abs() <= exact.abs() * 1e-6).then_some(default)
 }
 
 impl ChunkEngine {
@@ -240,7 +262,16 @@ impl ChunkEngine {
         let first = coords[axis] * plan.chunk_shape[axis];
         let from = usize::try_from(kept.saturating_sub(first)).unwrap_or(usize::MAX);
         let mut chunk = Arc::unwrap_or_clone(chunk);
-        if !fill_from(&mut chunk, &plan.chunk_shape_usize, axis, from, &plan.fill) {
+        let also_fill = netcdf_c_fill(plan);
+        let shape = &plan.chunk_shape_usize;
+        if !fill_from(
+            &mut chunk,
+            shape,
+            axis,
+            from,
+            &plan.fill,
+            also_fill.as_deref(),
+        ) {
             return Ok(());
         }
         self.cache.insert(
@@ -345,11 +376,15 @@ mod tests {
     fn fill_from_an_index_along_an_axis() {
         // A 2x3 chunk of bytes, from index 1 along the second axis.
         let mut chunk = vec![1, 2, 3, 4, 5, 6];
-        assert!(fill_from(&mut chunk, &[2, 3], 1, 1, &[0]));
+        assert!(fill_from(&mut chunk, &[2, 3], 1, 1, &[0], None));
         assert_eq!(chunk, [1, 0, 0, 4, 0, 0]);
-        assert!(!fill_from(&mut chunk, &[2, 3], 1, 1, &[0]));
-        assert!(fill_from(&mut chunk, &[2, 3], 0, 1, &[9]));
+        assert!(!fill_from(&mut chunk, &[2, 3], 1, 1, &[0], None));
+        assert!(fill_from(&mut chunk, &[2, 3], 0, 1, &[9], None));
         assert_eq!(chunk, [1, 0, 0, 9, 9, 9]);
-        assert!(!fill_from(&mut chunk, &[2, 3], 0, 2, &[9]));
+        assert!(!fill_from(&mut chunk, &[2, 3], 0, 2, &[9], None));
+        // Another spelling of the fill stays.
+        let mut chunk = vec![1, 7, 3, 4, 5, 6];
+        assert!(fill_from(&mut chunk, &[6], 0, 1, &[9], Some(&[7])));
+        assert_eq!(chunk, [1, 7, 9, 9, 9, 9]);
     }
 }
