@@ -854,3 +854,53 @@ def test_text_that_is_not_utf8_is_refused_and_does_not_block_the_chunk(mounter, 
     os.close(fd)
     umount_and_wait(mnt)
     assert zarr.open_array(str(path / "s"), mode="r")[...].tolist() == ["кл", "bbbb", "cccc", "dddd"]
+
+
+def test_records_a_killed_daemon_stored_past_the_length_stay_fill_when_it_grows(mounter, nczarr):
+    """Chunks reach storage before the metadata that records their records: a daemon killed
+    in between leaves values past the recorded length. A later mount that grows the dimension
+    over them, leaving a gap, shows fill there, as netCDF4-python does after it."""
+    import netCDF4
+
+    # A cache of 64 bytes stores each chunk as soon as it is written.
+    mnt = mounter.mount(nczarr, "rw", "cache_size=64")
+    temp_fd = os.open(mnt / "temp" / "data", os.O_RDWR)
+    time_fd = os.open(mnt / "time" / "data", os.O_RDWR)
+    os.pwrite(temp_fd, np.full((4, 5, 7), 99, "=f4").tobytes(), 4 * 35 * 4)
+    os.pwrite(time_fd, np.full(4, 77, "=f8").tobytes(), 4 * 8)
+    for pid in daemon_pids(mnt):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(OSError):
+        os.close(temp_fd)
+    with contextlib.suppress(OSError):
+        os.close(time_fd)
+    unmount(mnt)
+    with netCDF4.Dataset(nczarr) as ds:
+        assert len(ds.dimensions["time"]) == 4
+
+    mnt = mounter.mount(nczarr, "rw")
+    with open(mnt / "temp" / "data", "r+b") as f:
+        f.seek(7 * 35 * 4)
+        f.write(np.full(35, 7, "=f4").tobytes())
+    first = (np.arange(140, dtype="f4").reshape(4, 5, 7) - 60) / 3
+    temp = read_var(mnt, "temp")
+    assert np.array_equal(temp[:4], first)
+    assert (temp[4:7] == TEMP_FILL).all(), temp[4:7, 0, 0]
+    assert (temp[7] == 7).all()
+    time_values = read_var(mnt, "time")
+    assert np.array_equal(time_values[:4], np.arange(4) * 0.5)
+    # netcdf-c declares its default fill as 9.96921e+36 in `.zarray`.
+    assert np.allclose(time_values[4:], NC_FILL_DOUBLE, rtol=1e-6, atol=0), time_values
+    umount_and_wait(mnt)
+    with netCDF4.Dataset(nczarr) as ds:
+        assert len(ds.dimensions["time"]) == 8
+        for v in ds.variables.values():
+            v.set_auto_maskandscale(False)
+        temp = ds["temp"][:]
+        assert np.array_equal(temp[:4], first)
+        assert (temp[4:7] == TEMP_FILL).all(), temp[4:7, 0, 0]
+        assert (temp[7] == 7).all()
+        time_values = ds["time"][:]
+        assert np.array_equal(time_values[:4], np.arange(4) * 0.5)
+        assert np.allclose(time_values[4:], NC_FILL_DOUBLE, rtol=1e-6, atol=0), time_values

@@ -13,7 +13,7 @@
 //! (4096 bytes' worth for a 1-D unlimited variable), then trimmed so the last chunk along
 //! each dimension does not overhang much.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -694,6 +694,12 @@ pub struct DatasetWriter {
     /// Variables that are stored, or hold values (their fill value and dtype are fixed).
     has_data: HashSet<VarId>,
     meta_dirty: bool,
+    /// The unlimited dimensions as the writer found them stored, with their lengths, until it
+    /// first grows them: the variables then on them may hold values past that length that
+    /// another writer stored but never recorded (see [`DatasetWriter::grow_dim`]).
+    stored_lengths: HashMap<DimId, u64>,
+    /// How many variables the writer found stored (the first ones of the model).
+    stored_vars: usize,
 }
 
 impl DatasetWriter {
@@ -732,6 +738,8 @@ impl DatasetWriter {
             opts,
             has_data: HashSet::new(),
             meta_dirty: true,
+            stored_lengths: HashMap::new(),
+            stored_vars: 0,
         };
         for i in 0..w.model.vars.len() {
             w.complete_storage(VarId(i))?;
@@ -832,14 +840,21 @@ impl DatasetWriter {
                 let stored = &model.var(v).storage.shape;
                 !model.var(v).dims.is_empty() && *stored != model.var_shape(v)
             });
+        let stored_lengths = (0..model.dims.len())
+            .map(DimId)
+            .filter(|d| model.dim(*d).unlimited)
+            .map(|d| (d, model.dim(d).len))
+            .collect();
         Ok(DatasetWriter {
             location: location.clone(),
             engine: ChunkEngine::new(Arc::clone(&map), cache_bytes),
             map,
+            stored_vars: model.vars.len(),
             model,
             opts,
             has_data,
             meta_dirty,
+            stored_lengths,
         })
     }
 
@@ -1369,6 +1384,12 @@ impl DatasetWriter {
 
     /// Sets the length of an unlimited dimension (growing only), updating the stored shape
     /// of every variable that uses it.
+    ///
+    /// The first growth of a dimension the writer found stored makes the variables on it hold
+    /// fill past the length it found (deleting their chunks there, setting that part of a
+    /// chunk that straddles it to fill): chunks are stored before the metadata, so a writer
+    /// killed or failing in between leaves values past the recorded length, which the new
+    /// records would otherwise show where they read as fill.
     pub fn grow_dim(&mut self, dim: DimId, len: u64) -> Result<()> {
         let d = self
             .model
@@ -1407,6 +1428,15 @@ impl DatasetWriter {
                 self.model.dim_fqn(dim),
                 self.model.fqn_in(v.group, &v.name)
             )));
+        }
+        if let Some(&stored) = self.stored_lengths.get(&dim) {
+            for var in (0..self.stored_vars).map(VarId) {
+                let axes = self.model.var(var).dims.iter().enumerate();
+                for axis in axes.filter(|(_, d)| **d == dim).map(|(axis, _)| axis) {
+                    self.engine.fill_beyond(&self.model, var, axis, stored)?;
+                }
+            }
+            self.stored_lengths.remove(&dim);
         }
         self.model.dims[dim.0].len = len;
         for i in 0..self.model.vars.len() {
@@ -2616,6 +2646,114 @@ mod tests {
         let mut want = vec![-1; 18];
         want[15..18].copy_from_slice(&[7, 8, 9]);
         assert_eq!(ints(&out), want);
+    }
+
+    /// Rows `start..start + count` of a variable on (t) or (t, x).
+    fn rows(start: u64, count: u64, rank: usize) -> Hyperslab {
+        let mut slab = Hyperslab::whole(&vec![2; rank]);
+        (slab.start[0], slab.count[0]) = (start, count);
+        slab
+    }
+
+    #[test]
+    fn records_a_failed_writer_stored_past_the_length_read_as_fill_when_it_grows() {
+        const NC_FILL_INT: i32 = -2147483647;
+        let tmp = tempfile::tempdir().unwrap();
+        // The last: `a` in shards of 12 records, inner chunks of 4.
+        for (mode, separator, sharded) in [
+            ("nczarr", '.', false),
+            ("nczarr", '/', false),
+            ("nczarr,v3", '/', false),
+            ("nczarr,zip", '.', false),
+            ("nczarr,v3", '/', true),
+        ] {
+            let dir = tmp
+                .path()
+                .join(format!("{mode}{}{sharded}", separator == '/'));
+            std::fs::create_dir(&dir).unwrap();
+            let loc = Location::parse(&format!(
+                "file://{}#mode={mode}",
+                dir.join("d.file").display()
+            ))
+            .unwrap();
+            let mut opts = CreateOptions::from_mode(&loc.mode);
+            opts.separator = separator;
+            let mut w = DatasetWriter::create(&loc, opts).unwrap();
+            let t = w.add_dim(Dataset::ROOT, "t", 0, true).unwrap();
+            let x = w.add_dim(Dataset::ROOT, "x", 2, false).unwrap();
+            let chunked = |chunks: Vec<u64>, fill: Fill| VarOptions {
+                chunks: Some(chunks),
+                fill,
+                ..Default::default()
+            };
+            let a = w
+                .add_var(
+                    Dataset::ROOT,
+                    "a",
+                    NcType::Int,
+                    &[t, x],
+                    chunked(vec![4, 2], Fill::Value(bytes(&[-1]))),
+                )
+                .unwrap();
+            let b = w
+                .add_var(
+                    Dataset::ROOT,
+                    "b",
+                    NcType::Int,
+                    &[t],
+                    chunked(vec![4], Fill::Default),
+                )
+                .unwrap();
+            if sharded {
+                let st = &mut w.model.vars[a.0].storage;
+                let dtype = st.dtype.clone().unwrap();
+                st.codecs = writer_v3::sharded(&CodecSpec::default(), &dtype, &[4, 2]).unwrap();
+                st.chunks = vec![12, 2];
+            }
+            w.write(a, &rows(0, 6, 2), &bytes(&[1; 12])).unwrap();
+            w.write(b, &rows(0, 6, 1), &bytes(&[1; 6])).unwrap();
+            w.close().unwrap();
+
+            // A writer without a cache stores each chunk as it writes it, and fails before
+            // its metadata: records 6..16 are stored, the dataset still has 6.
+            let mut failed = DatasetWriter::open_with_cache(&loc, 0).unwrap();
+            failed.write(a, &rows(6, 10, 2), &bytes(&[99; 20])).unwrap();
+            failed.write(b, &rows(6, 10, 1), &bytes(&[99; 10])).unwrap();
+            failed.map().flush().unwrap();
+            drop(failed);
+            let map = zmap::open(&loc, false).unwrap();
+            let ds = meta::read_dataset(map.as_ref(), &loc.mode).unwrap();
+            assert_eq!(ds.dim(t).len, 6, "{mode}");
+
+            let mut w = DatasetWriter::open(&loc).unwrap();
+            // Read first: the chunk of records 4..8 is cached as stored.
+            let mut out = vec![0u8; 6 * 2 * 4];
+            w.read(a, &rows(0, 6, 2), &mut out).unwrap();
+            assert_eq!(ints(&out), [1; 12], "{mode}");
+            // Record 12 leaves a gap of 6..12.
+            w.write(a, &rows(12, 1, 2), &bytes(&[7, 7])).unwrap();
+            let mut want_a = vec![1; 12];
+            want_a.extend([-1; 12]);
+            want_a.extend([7, 7]);
+            let mut want_b = vec![1; 6];
+            want_b.extend([NC_FILL_INT; 7]);
+            let check = |what: &str, read: &dyn Fn(VarId, &Hyperslab, &mut [u8])| {
+                let mut out = vec![0u8; 13 * 2 * 4];
+                read(a, &rows(0, 13, 2), &mut out);
+                assert_eq!(ints(&out), want_a, "{mode}, {what}: a");
+                let mut out = vec![0u8; 13 * 4];
+                read(b, &rows(0, 13, 1), &mut out);
+                assert_eq!(ints(&out), want_b, "{mode}, {what}: b");
+            };
+            check("writer", &|v, slab, out| w.read(v, slab, out).unwrap());
+            w.close().unwrap();
+            let map = zmap::open(&loc, false).unwrap();
+            let ds = meta::read_dataset(map.as_ref(), &loc.mode).unwrap();
+            let engine = ChunkEngine::new(map, 1 << 20);
+            check("stored", &|v, slab, out| {
+                engine.read(&ds, v, slab, out).unwrap()
+            });
+        }
     }
 
     #[test]

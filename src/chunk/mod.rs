@@ -9,6 +9,7 @@
 //! cache. A large write stores the chunks it covers whole at once, in parallel, bypassing the
 //! cache.
 
+mod beyond;
 mod cache;
 mod convert;
 mod shard;
