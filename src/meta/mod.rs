@@ -24,6 +24,7 @@ pub mod writer_v3;
 use std::cell::RefCell;
 use std::collections::HashMap;
 
+use crate::error::quoted;
 use crate::location::{Format, Mode};
 use crate::model::{
     element_count, Attribute, ByteOrder, ChunkKeyEncoding, ChunkOrder, CodecSpec, Dataset, DimId,
@@ -532,7 +533,7 @@ impl Reader<'_> {
                 if !seen.insert(name) {
                     return Err(Error::meta(
                         &key,
-                        format!("{field}: {name:?} is listed twice"),
+                        format!("{field}: {} is listed twice", quoted(name)),
                     ));
                 }
                 out.push(name.to_string());
@@ -778,7 +779,7 @@ impl Reader<'_> {
                 let d = self.ds.find_dim(r).ok_or_else(|| {
                     Error::meta(
                         &zkey,
-                        format!("variable {fqn}: dimension {r:?} does not exist"),
+                        format!("variable {fqn}: dimension {} does not exist", quoted(r)),
                     )
                 })?;
                 let dim = &mut self.ds.dims[d.0];
@@ -972,7 +973,12 @@ fn var_parts(
     let order = match z.get("order").and_then(Json::as_str) {
         None | Some("C") => ChunkOrder::C,
         Some("F") => ChunkOrder::F,
-        Some(o) => return Err(Error::meta(&zkey, format!("order {o:?} is not C or F"))),
+        Some(o) => {
+            return Err(Error::meta(
+                &zkey,
+                format!("order {} is not C or F", quoted(o)),
+            ))
+        }
     };
     let separator = match z.get("dimension_separator") {
         None | Some(Json::Null) => '.',
@@ -1107,7 +1113,10 @@ fn var_parts(
 /// empty (the group itself, without end), `.`, `..`, nor holds a `/` or a NUL.
 fn check_listed_name(key: &str, field: &str, name: &str) -> Result<()> {
     if name.is_empty() || name == "." || name == ".." || name.contains(['/', '\0']) {
-        return Err(Error::meta(key, format!("{field}: {name:?} is not a name")));
+        return Err(Error::meta(
+            key,
+            format!("{field}: {} is not a name", quoted(name)),
+        ));
     }
     Ok(())
 }
@@ -1129,7 +1138,7 @@ fn var_type(
         (NcType::UByte, None, 0, Some(why))
     };
     let Some(d) = ZarrDtype::parse(&text) else {
-        return unreadable(format!("unsupported dtype {text:?}"));
+        return unreadable(format!("unsupported dtype {}", quoted(&text)));
     };
     let nczarr = dialect != Dialect::Pure;
     let t = match (d.kind, d.size) {
@@ -1145,7 +1154,7 @@ fn var_type(
         // Half floats are widened to float by the chunk engine.
         (DtypeKind::Float, 2 | 4) => NcType::Float,
         (DtypeKind::Float, 8) => NcType::Double,
-        (DtypeKind::Float, _) => return unreadable(format!("unsupported dtype {text:?}")),
+        (DtypeKind::Float, _) => return unreadable(format!("unsupported dtype {}", quoted(&text))),
         // NCZarr marks char as `>S1` (`<U1` before 4.9.1); `|S1` is a one-byte string.
         (DtypeKind::Bytes, 1) if nczarr && d.order != ByteOrder::NotApplicable => NcType::Char,
         (DtypeKind::Unicode, 4) if nczarr => NcType::Char,
@@ -1154,7 +1163,8 @@ fn var_type(
     let width = if t == NcType::String { d.size } else { 0 };
     if width > crate::model::MAX_STRING_WIDTH {
         return unreadable(format!(
-            "string width {width} of dtype {text:?} is more than the {} bytes nczarrfs handles",
+            "string width {width} of dtype {} is more than the {} bytes nczarrfs handles",
+            quoted(&text),
             crate::model::MAX_STRING_WIDTH
         ));
     }
