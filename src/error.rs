@@ -73,6 +73,22 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// An entry of a consolidated summary (`.zmetadata`, a Zarr v3 root's
+    /// `consolidated_metadata`) is valid JSON but does not describe a valid object. The object
+    /// itself, which may well be intact, is not read while the summary has an entry for it.
+    #[error(
+        "invalid metadata in {summary} (its entry for {}): {reason}",
+        quoted(entry)
+    )]
+    InvalidSummaryEntry {
+        /// The summary as messages name it (`".zmetadata"`, `the consolidated_metadata of
+        /// "zarr.json"`).
+        summary: String,
+        /// The key of the object (v2) or the node path (v3) the entry stands for.
+        entry: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// A dtype this implementation cannot represent as a netCDF type.
     #[error("unsupported dtype {}", quoted(dtype))]
     UnsupportedDtype {

@@ -22,7 +22,7 @@ pub mod writer;
 pub mod writer_v3;
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::error::quoted;
 use crate::location::{Format, Mode};
@@ -105,10 +105,53 @@ fn read_model(map: &dyn ZMap, mode: &Mode, summaries: bool) -> Result<Dataset> {
         pending: Vec::new(),
         fetched: RefCell::new(HashMap::new()),
         parsed: RefCell::new(HashMap::new()),
+        from_summary: RefCell::new(HashSet::new()),
     };
+    let result = read_v2(map, mode, &mut r);
+    let from_summary = r.from_summary.borrow();
+    result.map_err(|e| {
+        blame_summary(e, &quoted(".zmetadata"), |key| {
+            from_summary.contains(key).then(|| key.to_string())
+        })
+    })
+}
+
+/// `e` about an object whose metadata came from a consolidated summary (`summary` as messages
+/// name it; `entry_of` gives the summary's entry for such a key) as an error about that entry: the object itself was not
+/// read, and a user who opens it would find nothing wrong.
+pub(crate) fn blame_summary(
+    e: Error,
+    summary: &str,
+    entry_of: impl Fn(&str) -> Option<String>,
+) -> Error {
+    match e {
+        Error::InvalidMetadata { key, reason } => match entry_of(&key) {
+            Some(entry) => Error::InvalidSummaryEntry {
+                summary: summary.to_string(),
+                entry,
+                reason,
+            },
+            None => Error::InvalidMetadata { key, reason },
+        },
+        e => e,
+    }
+}
+
+/// How a message names the object at `key`: by its key, or as the consolidated summary's
+/// entry for it when its metadata came from there.
+fn described(key: &str, from_summary: &HashSet<String>) -> String {
+    if from_summary.contains(key) {
+        format!(".zmetadata (its entry for {})", quoted(key))
+    } else {
+        key.to_string()
+    }
+}
+
+/// [`read_model`] of a Zarr v2 or NCZarr dataset, with `r` set up.
+fn read_v2(map: &dyn ZMap, mode: &Mode, r: &mut Reader<'_>) -> Result<Dataset> {
     let zgroup = r.load(".zgroup")?;
     let Some(zgroup) = zgroup else {
-        return Err(not_a_dataset(map, &r)?);
+        return Err(not_a_dataset(map, r)?);
     };
     match zgroup.get("zarr_format") {
         None => {}
@@ -135,7 +178,9 @@ fn read_model(map: &dyn ZMap, mode: &Mode, summaries: bool) -> Result<Dataset> {
         std::mem::take(&mut r.pending).into_iter().unzip();
     let dialect = r.dialect;
     let xarray = mode.xarray != Some(false);
-    let parts_of = |(p, o): (&PendingVar, VarObjects)| var_parts(map, dialect, xarray, p, o);
+    let from_summary = r.from_summary.borrow().clone();
+    let parts_of =
+        |(p, o): (&PendingVar, VarObjects)| var_parts(map, dialect, xarray, p, o, &from_summary);
     // Each variable's objects are consumed (and freed) where they are decoded.
     let parts: Vec<Result<VarParts>> = if pending.len() >= PARALLEL_OPEN_MIN {
         use rayon::prelude::*;
@@ -162,7 +207,7 @@ fn read_model(map: &dyn ZMap, mode: &Mode, summaries: bool) -> Result<Dataset> {
         Dialect::InObjects => Some(NczarrLayout::UpperCaseKeys),
         Dialect::InAttrs => Some(NczarrLayout::Attributes),
     };
-    Ok(r.ds)
+    Ok(std::mem::replace(&mut r.ds, Dataset::new()))
 }
 
 /// The root's `_NCProperties` and NCZarr superblock version, looked for in each object
@@ -348,6 +393,8 @@ struct Reader<'a> {
     /// Objects a local prefetch read and parsed on several threads, each taken by the one
     /// [`Reader::load`] that wants it.
     parsed: RefCell<HashMap<String, Option<Json>>>,
+    /// The keys whose metadata came from `.zmetadata`, so that messages blame its entry.
+    from_summary: RefCell<HashSet<String>>,
 }
 
 impl Reader<'_> {
@@ -355,6 +402,7 @@ impl Reader<'_> {
     fn load(&self, key: &str) -> Result<Option<Json>> {
         if let Some(c) = &self.consolidated {
             if let Some(j) = c.get(key) {
+                self.from_summary.borrow_mut().insert(key.to_string());
                 return Ok(Some(j.clone()));
             }
             // Consolidation records every .zattrs that exists, so a missing one beside a
@@ -943,6 +991,7 @@ fn var_parts(
     xarray: bool,
     p: &PendingVar,
     objects: VarObjects,
+    from_summary: &HashSet<String>,
 ) -> Result<VarParts> {
     let zkey = join_key(&[&p.key, ".zarray"]);
     let z = &objects.zarray;
@@ -1026,7 +1075,7 @@ fn var_parts(
             let fill_len = object_fill.as_ref().map_or(0, Vec::len);
             object_string_type(map, &zkey, &p.key, chain, &chunks, fill_len)
         }
-        None => var_type(dialect, &zkey, z),
+        None => var_type(dialect, &described(&zkey, from_summary), z),
     };
     if let Some(d) = &dtype {
         let chunk_elems = element_count(&chunks);
@@ -1125,7 +1174,7 @@ fn check_listed_name(key: &str, field: &str, name: &str) -> Result<()> {
 /// An unsupported dtype leaves the variable visible as `ubyte` with no dtype.
 fn var_type(
     dialect: Dialect,
-    zkey: &str,
+    source: &str,
     z: &Json,
 ) -> (NcType, Option<ZarrDtype>, usize, Option<String>) {
     let text = match z.get("dtype") {
@@ -1134,7 +1183,7 @@ fn var_type(
         None => String::new(),
     };
     let unreadable = |why: String| {
-        log::warn!("{zkey}: {why}");
+        log::warn!("{source}: {why}");
         (NcType::UByte, None, 0, Some(why))
     };
     let Some(d) = ZarrDtype::parse(&text) else {
@@ -1918,6 +1967,38 @@ mod tests {
         assert_eq!(dim_names(&ds, "a"), ["/d"]);
         assert_eq!(dim_names(&ds, "b"), ["/d"]);
         assert_eq!(ds.var(ds.find_var("b").unwrap()).nctype, NcType::Short);
+    }
+
+    #[test]
+    fn damage_in_zmetadata_is_blamed_on_its_entry_not_the_intact_object() {
+        let zarray = |shape: &str| {
+            format!(
+                r#"{{"zarr_format": 2, "shape": {shape}, "dtype": "<f4", "chunks": [3, 4], "fill_value": 0}}"#
+            )
+        };
+        let zmetadata = format!(
+            r#"{{"zarr_consolidated_format": 1, "metadata": {{
+            ".zgroup": {{"zarr_format": 2}}, "t/.zarray": {}}}}}"#,
+            zarray("[3]")
+        );
+        let objs = [
+            (".zmetadata", zmetadata.as_str()),
+            (".zgroup", r#"{"zarr_format": 2}"#),
+            ("t/.zarray", &zarray("[3, 4]")),
+        ];
+        assert_eq!(
+            open(&objs).unwrap_err().to_string(),
+            r#"invalid metadata in ".zmetadata" (its entry for "t/.zarray"): chunks [3, 4] and shape [3] differ in rank"#
+        );
+        // The same damage in the object itself is blamed on the object.
+        let objs = [
+            (".zgroup", r#"{"zarr_format": 2}"#),
+            ("t/.zarray", &zarray("[3]")),
+        ];
+        assert_eq!(
+            open(&objs).unwrap_err().to_string(),
+            r#"invalid metadata in "t/.zarray": chunks [3, 4] and shape [3] differ in rank"#
+        );
     }
 
     #[test]

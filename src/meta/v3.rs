@@ -6,7 +6,7 @@
 //! The codec list is handed to the chunk engine unchanged ([`CodecSpec::V3`]); the stored
 //! dtype's byte order is the `bytes` codec's `endian` (found inside `sharding_indexed` too).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use super::json::{self, Json};
 use super::{attrs, either, ncz_key};
@@ -48,6 +48,29 @@ pub(super) fn read_dataset(
         }
     }
     let consolidated = consolidated(&root).filter(|_| summaries);
+    let summarized: HashSet<String> = consolidated
+        .iter()
+        .flat_map(|c| c.keys().cloned())
+        .collect();
+    read_nodes(map, mode, root, consolidated).map_err(|e| {
+        super::blame_summary(e, SUMMARY, |key| {
+            key.strip_suffix(&format!("/{ROOT_KEY}"))
+                .filter(|path| summarized.contains(*path))
+                .map(str::to_string)
+        })
+    })
+}
+
+/// How messages name the consolidated metadata of a Zarr v3 root.
+const SUMMARY: &str = r#"the consolidated_metadata of "zarr.json""#;
+
+/// [`read_dataset`] once `consolidated` holds the root's consolidated metadata, if used.
+fn read_nodes(
+    map: &dyn ZMap,
+    mode: &Mode,
+    root: Json,
+    consolidated: Option<HashMap<String, Json>>,
+) -> Result<Dataset> {
     let root_attrs = root.get("attributes");
     let nczarr = mode.format != Some(Format::Zarr)
         && root_attrs.is_some_and(|a| {
@@ -445,7 +468,14 @@ impl Reader<'_> {
             vt.unreadable = unknown_field(z).map(must_understand);
         }
         if let Some(why) = &vt.unreadable {
-            log::warn!("{zkey}: {why}");
+            match self
+                .consolidated
+                .as_ref()
+                .filter(|c| c.contains_key(&p.key))
+            {
+                Some(_) => log::warn!("{SUMMARY} (its entry for {}): {why}", quoted(&p.key)),
+                None => log::warn!("{zkey}: {why}"),
+            }
         }
 
         let mut attrs = self.attributes(&zkey, Some(z))?;
@@ -1393,6 +1423,31 @@ mod tests {
         assert_eq!(v.nctype, NcType::Int64);
         assert_eq!(ds.dim_fqn(v.dims[0]), "/g/x");
         assert_eq!(v.storage.key, "g/a");
+    }
+
+    #[test]
+    fn damage_in_consolidated_metadata_is_blamed_on_its_entry() {
+        let damaged = array("\"int64\"", "[2]", "0", r#", "zarr_format": 2"#).replacen(
+            r#""zarr_format": 3, "#,
+            "",
+            1,
+        );
+        let root = format!(
+            r#"{{"zarr_format": 3, "node_type": "group",
+            "consolidated_metadata": {{"kind": "inline", "must_understand": false,
+            "metadata": {{"t": {damaged}}}}}}}"#
+        );
+        let intact = array("\"int64\"", "[2]", "0", "");
+        let objs = [("zarr.json", root.as_str()), ("t/zarr.json", &intact)];
+        assert_eq!(
+            open(&objs, &Mode::default()).unwrap_err().to_string(),
+            r#"invalid metadata in the consolidated_metadata of "zarr.json" (its entry for "t"): zarr_format 2 is not 3"#
+        );
+        let objs = [("zarr.json", GROUP), ("t/zarr.json", &damaged)];
+        assert_eq!(
+            open(&objs, &Mode::default()).unwrap_err().to_string(),
+            r#"invalid metadata in "t/zarr.json": zarr_format 2 is not 3"#
+        );
     }
 
     #[test]
