@@ -207,7 +207,7 @@ fn read_v2(map: &dyn ZMap, mode: &Mode, r: &mut Reader<'_>) -> Result<Dataset> {
         Dialect::InObjects => Some(NczarrLayout::UpperCaseKeys),
         Dialect::InAttrs => Some(NczarrLayout::Attributes),
     };
-    Ok(std::mem::replace(&mut r.ds, Dataset::new()))
+    Ok(std::mem::take(&mut r.ds))
 }
 
 /// The root's `_NCProperties` and NCZarr superblock version, looked for in each object
