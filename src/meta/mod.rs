@@ -116,6 +116,29 @@ fn read_model(map: &dyn ZMap, mode: &Mode, summaries: bool) -> Result<Dataset> {
     })
 }
 
+/// The metadata objects of Zarr v2 and NCZarr, which a listing of a group shows beside its
+/// children.
+const METADATA_OBJECTS: [&str; 8] = [
+    ".zgroup",
+    ".zarray",
+    ".zattrs",
+    ".zmetadata",
+    ".nczarr",
+    ".nczgroup",
+    ".nczattrs",
+    ".nczarray",
+];
+
+/// Says that the array or group at `key` is left out: its name begins with `.`, which
+/// netcdf-c takes for a hidden object and skips, while zarr-python lists it. Without the
+/// message a `copy` would drop it unnoticed.
+pub(crate) fn warn_hidden(what: &str, key: &str) {
+    log::warn!(
+        "ignoring {what} {}: names beginning with \".\" are skipped, as netcdf-c skips them",
+        quoted(key)
+    );
+}
+
 /// `e` about an object whose metadata came from a consolidated summary (`summary` as messages
 /// name it; `entry_of` gives the summary's entry for such a key) as an error about that entry: the object itself was not
 /// read, and a user who opens it would find nothing wrong.
@@ -717,11 +740,24 @@ impl Reader<'_> {
     fn discover(&self, prefix: &str) -> Result<(Vec<String>, Vec<String>)> {
         let mut vars = Vec::new();
         let mut groups = Vec::new();
-        let children: Vec<String> = self
+        let (hidden, children): (Vec<String>, Vec<String>) = self
             .children(prefix)?
             .into_iter()
-            .filter(|name| !name.starts_with('.'))
-            .collect();
+            .partition(|name| name.starts_with('.'));
+        for name in hidden
+            .iter()
+            .filter(|n| !METADATA_OBJECTS.contains(&n.as_str()))
+        {
+            let key = join_key(&[prefix, name]);
+            let what = if self.exists(&join_key(&[&key, ".zarray"]))? {
+                "array"
+            } else if self.exists(&join_key(&[&key, ".zgroup"]))? {
+                "group"
+            } else {
+                continue;
+            };
+            warn_hidden(what, &key);
+        }
         // Most children are arrays: their .zarray and .zattrs are read next anyway.
         self.prefetch(
             children

@@ -235,10 +235,22 @@ impl Reader<'_> {
         };
         let mut out = Vec::new();
         for name in names {
-            if name == ROOT_KEY || name.starts_with('.') {
+            if name == ROOT_KEY {
                 continue;
             }
             let path = join_key(&[prefix, &name]);
+            if name.starts_with('.') {
+                // Unreadable metadata of an object that is skipped anyway fails nothing.
+                let node_type = self.node(&path).ok().flatten().and_then(|n| {
+                    n.get("node_type")
+                        .and_then(Json::as_str)
+                        .map(str::to_string)
+                });
+                if let Some(what @ ("array" | "group")) = node_type.as_deref() {
+                    super::warn_hidden(what, &path);
+                }
+                continue;
+            }
             let key = join_key(&[&path, ROOT_KEY]);
             match self.node(&path)? {
                 Some(node) => {
