@@ -385,3 +385,30 @@ def test_a_damaged_object_chunk_fails_alone(nczarrfs, tmp_path):
     assert _text(got) == ["x" * 300, "yz"]
     res = nczarrfs("get", url, "v", "-o", str(tmp_path / "all"))
     assert res.returncode == 1 and '"v/0"' in res.stderr.decode(), res.stderr.decode()
+
+
+@pytest.mark.parametrize("fmt", ["v2", "v2-consolidated", "v3"])
+def test_hidden_names_are_skipped_with_a_warning(nczarrfs, tmp_path, fmt):
+    """zarr-python lists arrays and groups whose names begin with `.`; netcdf-c skips them,
+    and so does nczarrfs, but it says so (once per name) rather than letting `copy` drop them
+    unnoticed."""
+    path = tmp_path / "store.zarr"
+    root = zarr.open_group(str(path), mode="w", zarr_format=3 if fmt == "v3" else 2)
+    _array(root, ".hidden", _data("<i2", (3,)))
+    _array(root, "visible", _data("<i2", (3,)))
+    _array(root.create_group(".hgroup"), "inner", _data("<i2", (3,)))
+    if fmt == "v2-consolidated":
+        zarr.consolidate_metadata(str(path))
+    listed = zarr.open_group(str(path), mode="r")
+    assert sorted(listed.array_keys()) == [".hidden", "visible"]
+    assert sorted(listed.group_keys()) == [".hgroup"]
+    location = f"file://{path}#mode=zarr,{'v3' if fmt == 'v3' else 'v2'},file"
+    for args in (("dump", "-h", location), ("copy", "-k", "zarr", location, str(tmp_path / "c.zarr"))):
+        res = nczarrfs(*args)
+        assert res.returncode == 0, res.stderr.decode(errors="replace")
+        stderr = res.stderr.decode()
+        for what, name in (("array", ".hidden"), ("group", ".hgroup")):
+            line = f'ignoring {what} "{name}": names beginning with "." are skipped'
+            assert stderr.count(line) == 1, f"{args[0]}: {stderr}"
+    copied = zarr.open_group(str(tmp_path / "c.zarr"), mode="r")
+    assert sorted(copied.array_keys()) == ["visible"]

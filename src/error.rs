@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+use crate::meta::json::quote_into;
+
 /// Result with the crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -10,7 +12,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The location string cannot be understood.
-    #[error("invalid location {location:?}: {reason}")]
+    #[error("invalid location {}: {reason}", quoted(location))]
     InvalidLocation {
         /// The location as given by the user.
         location: String,
@@ -35,7 +37,7 @@ pub enum Error {
         source: std::io::Error,
     },
     /// A storage-level failure (zip archive, object store) on one key.
-    #[error("storage error on key {key:?}: {reason}")]
+    #[error("storage error on key {}: {reason}", quoted(key))]
     Storage {
         /// The zmap key concerned.
         key: String,
@@ -43,13 +45,16 @@ pub enum Error {
         reason: String,
     },
     /// A key that must exist does not.
-    #[error("missing object {key:?}")]
+    #[error("missing object {}", quoted(key))]
     MissingObject {
         /// The zmap key concerned.
         key: String,
     },
     /// A metadata object is not valid JSON.
-    #[error("corrupt JSON in {key:?} at line {line}, column {column}: {reason}")]
+    #[error(
+        "corrupt JSON in {} at line {line}, column {column}: {reason}",
+        quoted(key)
+    )]
     CorruptJson {
         /// The zmap key of the object.
         key: String,
@@ -61,21 +66,37 @@ pub enum Error {
         reason: String,
     },
     /// Metadata is valid JSON but does not describe a valid dataset.
-    #[error("invalid metadata in {key:?}: {reason}")]
+    #[error("invalid metadata in {}: {reason}", quoted(key))]
     InvalidMetadata {
         /// The zmap key of the object.
         key: String,
         /// What is wrong.
         reason: String,
     },
+    /// An entry of a consolidated summary (`.zmetadata`, a Zarr v3 root's
+    /// `consolidated_metadata`) is valid JSON but does not describe a valid object. The object
+    /// itself, which may well be intact, is not read while the summary has an entry for it.
+    #[error(
+        "invalid metadata in {summary} (its entry for {}): {reason}",
+        quoted(entry)
+    )]
+    InvalidSummaryEntry {
+        /// The summary as messages name it (`".zmetadata"`, `the consolidated_metadata of
+        /// "zarr.json"`).
+        summary: String,
+        /// The key of the object (v2) or the node path (v3) the entry stands for.
+        entry: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// A dtype this implementation cannot represent as a netCDF type.
-    #[error("unsupported dtype {dtype:?}")]
+    #[error("unsupported dtype {}", quoted(dtype))]
     UnsupportedDtype {
         /// The dtype string as stored.
         dtype: String,
     },
     /// A codec that is not implemented.
-    #[error("unknown codec {name:?}")]
+    #[error("unknown codec {}", quoted(name))]
     UnknownCodec {
         /// The codec id (v2) or name (v3).
         name: String,
@@ -89,7 +110,7 @@ pub enum Error {
         reason: String,
     },
     /// A chunk decoded to the wrong number of bytes, or failed to decode.
-    #[error("chunk {key:?}: {reason}")]
+    #[error("chunk {}: {reason}", quoted(key))]
     BadChunk {
         /// The zmap key of the chunk.
         key: String,
@@ -184,5 +205,97 @@ impl Error {
             Error::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
             _ => libc::EIO,
         }
+    }
+}
+
+/// How many characters of a name or value taken from stored data a message repeats: a
+/// damaged or hostile object can hold a string of megabytes, which would flood a terminal or
+/// the mount's log.
+pub const QUOTE_LIMIT: usize = 100;
+
+/// Characters kept from the start of a text cut to [`QUOTE_LIMIT`]; the rest come from its
+/// end, which is where a long key names its object (`g/g/…/g/v/.zarray`).
+const QUOTE_HEAD: usize = 40;
+
+/// `text` (a key, name or value from stored data) as a message shows it: in double quotes
+/// with JSON's escapes for quotes, backslashes and control characters, and cut to
+/// [`QUOTE_LIMIT`] characters with an ellipsis in the middle.
+pub fn quoted(text: &str) -> String {
+    let mut out = String::new();
+    match cut(text) {
+        Some((head, tail)) => {
+            quote_into(head, &mut out);
+            out.pop();
+            let mut rest = String::new();
+            quote_into(tail, &mut rest);
+            out.push('…');
+            out.push_str(&rest[1..]);
+        }
+        None => quote_into(text, &mut out),
+    }
+    out
+}
+
+/// `text` (an already formatted value from stored data, such as a JSON value) cut to
+/// [`QUOTE_LIMIT`] characters with an ellipsis in the middle.
+pub fn capped(text: &str) -> String {
+    match cut(text) {
+        Some((head, tail)) => format!("{head}…{tail}"),
+        None => text.to_string(),
+    }
+}
+
+/// The head and tail that [`quoted`] and [`capped`] keep of a text longer than
+/// [`QUOTE_LIMIT`] characters.
+fn cut(text: &str) -> Option<(&str, &str)> {
+    let chars = text.chars().count();
+    if chars <= QUOTE_LIMIT {
+        return None;
+    }
+    let at = |n: usize| text.char_indices().nth(n).map_or(text.len(), |(i, _)| i);
+    Some((
+        &text[..at(QUOTE_HEAD)],
+        &text[at(chars - (QUOTE_LIMIT - QUOTE_HEAD))..],
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoted_escapes_like_json_and_caps_the_length() {
+        assert_eq!(quoted("t/.zarray"), r#""t/.zarray""#);
+        assert_eq!(quoted("a\"b\u{5}\0"), r#""a\"b\u0005\u0000""#);
+        let long = format!("{}{}.zarray", "a".repeat(100_000), "\n");
+        assert_eq!(
+            quoted(&long),
+            format!("\"{}…{}\\n.zarray\"", "a".repeat(40), "a".repeat(52))
+        );
+        assert_eq!(
+            quoted(&"é".repeat(QUOTE_LIMIT)),
+            format!("\"{}\"", "é".repeat(QUOTE_LIMIT))
+        );
+    }
+
+    #[test]
+    fn capped_cuts_long_text_only() {
+        assert_eq!(capped("[1,2]"), "[1,2]");
+        assert_eq!(
+            capped(&"7".repeat(500)),
+            format!("{}…{}", "7".repeat(40), "7".repeat(60))
+        );
+    }
+
+    #[test]
+    fn messages_quote_keys_without_rust_escapes() {
+        let e = Error::Storage {
+            key: "ds/vPK\u{5}\u{6}\0".into(),
+            reason: "x".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            r#"storage error on key "ds/vPK\u0005\u0006\u0000": x"#
+        );
     }
 }

@@ -166,6 +166,39 @@ fn root_layout_kept_when_root_has_metadata() {
 }
 
 #[test]
+fn a_truncated_central_directory_is_a_damaged_archive_not_a_bad_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.zip");
+    make_zip(
+        &good,
+        &[
+            ("ds/", b"", false),
+            ("ds/.zgroup", b"{}", false),
+            ("ds/v/0", b"123", false),
+            ("ds/v/.zarray", b"{}", false),
+        ],
+    );
+    // Drop 8 bytes just before the end-of-central-directory record (22 bytes, no comment);
+    // `unzip` and Python's zipfile refuse the result.
+    let bytes = std::fs::read(&good).unwrap();
+    let eocd = bytes.len() - 22;
+    assert_eq!(&bytes[eocd..eocd + 4], b"PK\x05\x06");
+    let bad = dir.path().join("bad.zip");
+    std::fs::write(&bad, [&bytes[..eocd - 8], &bytes[eocd..]].concat()).unwrap();
+    match ZipMap::open(&bad, false) {
+        Err(e @ Error::NotZarr { .. }) => {
+            let text = e.to_string();
+            assert!(
+                text.contains("central directory is cut short or damaged")
+                    && text.contains("bad.zip"),
+                "{text}"
+            );
+        }
+        other => panic!("expected a damaged archive, got {other:?}"),
+    }
+}
+
+#[test]
 fn hostile_entries_fail_the_open() {
     let dir = tempfile::tempdir().unwrap();
     for bad in ["../evil", "/abs/.zgroup", "a/../../evil", "C:/x", "a//b"] {

@@ -27,6 +27,7 @@ pub(crate) use shard::vlen_max_len;
 pub use view::{ChunkView, StoredRun, MAX_STORED_RUNS};
 
 use crate::codec::{netcdf_element_size, Pipeline};
+use crate::error::quoted;
 use crate::model::{ChunkKeyEncoding, ChunkOrder, CodecSpec, Dataset, NcType, VarId, VarStorage};
 use crate::zmap::ZMap;
 use crate::{Error, Result};
@@ -78,7 +79,8 @@ impl Hyperslab {
 pub fn parse_size(text: &str) -> Result<usize> {
     let bad = || {
         Error::Invalid(format!(
-            "invalid size {text:?} (examples: 0, 4096, 64K, 256M, 2G)"
+            "invalid size {} (examples: 0, 4096, 64K, 256M, 2G)",
+            quoted(text)
         ))
     };
     let t = text.trim();

@@ -15,6 +15,7 @@ use serde_json::Value;
 use super::convert::Conversion;
 use super::{ChunkEngine, VarPlan};
 use crate::codec::Pipeline;
+use crate::error::quoted;
 use crate::model::{ByteOrder, DtypeKind, NcType, ZarrDtype};
 use crate::zmap::ZMap;
 use crate::{Error, Result};
@@ -192,7 +193,9 @@ impl V3Chain {
         let index_at_end = match config.get("index_location").and_then(Value::as_str) {
             None | Some("end") => true,
             Some("start") => false,
-            Some(other) => return Err(codec_err(name, format!("index_location {other:?}"))),
+            Some(other) => {
+                return Err(codec_err(name, format!("index_location {}", quoted(other))))
+            }
         };
         let default_index = [
             serde_json::json!({"name": "bytes", "configuration": {"endian": "little"}}),
@@ -214,7 +217,8 @@ impl V3Chain {
                 // A compressed index has no fixed size, so it cannot be located.
                 other => {
                     return Err(Error::Unsupported(format!(
-                        "sharding index codec {other:?}"
+                        "sharding index codec {}",
+                        quoted(other)
                     )))
                 }
             }

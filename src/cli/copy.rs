@@ -21,6 +21,7 @@ use crate::create::{
     Staging,
 };
 use crate::dataset::{OpenDataset, DEFAULT_CACHE_BYTES};
+use crate::error::quoted;
 use crate::location::Location;
 use crate::model::{
     ByteOrder, CodecSpec, Dataset, DimId, GroupId, NcType, NczarrLayout, VarId, Variable,
@@ -198,8 +199,8 @@ pub fn run(args: CopyArgs) -> Result<i32> {
     }
     if !matches!(args.dimension_separator, '.' | '/') {
         return Err(Error::Invalid(format!(
-            "dimension separator must be '.' or '/', not {:?}",
-            args.dimension_separator
+            "dimension separator must be '.' or '/', not {}",
+            quoted(&args.dimension_separator.to_string())
         )));
     }
     let mut opts = CreateOptions::from_mode(&dst.mode);
@@ -453,8 +454,9 @@ fn check_netcdf_names(ds: &Dataset) -> Result<()> {
     for (name, what, fqn) in groups.chain(dims).chain(vars) {
         if let Err(why) = crate::model::check_name(name) {
             return Err(Error::Invalid(format!(
-                "{what} {fqn:?}: {why}, and netcdf-c refuses to open an NCZarr dataset holding \
-                 such a name (a copy to pure Zarr, mode=zarr, keeps it)"
+                "{what} {}: {why}, and netcdf-c refuses to open an NCZarr dataset holding \
+                 such a name (a copy to pure Zarr, mode=zarr, keeps it)",
+                quoted(&fqn)
             )));
         }
     }
@@ -675,7 +677,8 @@ fn parse_chunk_specs(option: &str, specs: &[String]) -> Result<Vec<ChunkSpec>> {
     for spec in specs {
         let bad = || {
             Error::Invalid(format!(
-                "invalid {option} {spec:?} (forms: dim/n,dim2/m or var:n,m)"
+                "invalid {option} {} (forms: dim/n,dim2/m or var:n,m)",
+                quoted(spec)
             ))
         };
         let var_form = spec

@@ -4,6 +4,7 @@ use std::io::Write;
 
 use crate::cdl::writer::{dump, Annotate, DumpOptions};
 use crate::dataset::{OpenDataset, DEFAULT_CACHE_BYTES};
+use crate::error::quoted;
 use crate::{Error, Result};
 
 /// Arguments of `dump`.
@@ -140,7 +141,8 @@ fn parse_precision(text: &str) -> std::result::Result<(usize, Option<usize>), St
     let digits = |part: &str, what: &str| match part.trim().parse::<usize>() {
         Ok(n) if (1..=MAX_DIGITS).contains(&n) => Ok(n),
         _ => Err(format!(
-            "{part:?}: {what} significant digits must be 1 to {MAX_DIGITS}"
+            "{}: {what} significant digits must be 1 to {MAX_DIGITS}",
+            quoted(part)
         )),
     };
     match text.split_once(',') {
@@ -163,7 +165,7 @@ fn parse_lang(text: &str) -> std::result::Result<Lang, String> {
     match text.chars().next().map(|c| c.to_ascii_lowercase()) {
         Some('c') => Ok(Lang::C),
         Some('f') => Ok(Lang::Fortran),
-        _ => Err(format!("{text:?}: the language must be c or f")),
+        _ => Err(format!("{}: the language must be c or f", quoted(text))),
     }
 }
 

@@ -16,6 +16,7 @@ use crate::create::{
     apply_mode_words, write_for_netcdf_c, Codecs, CreateOptions, DatasetWriter, Staging,
     NETCDF_MAXSTRLEN,
 };
+use crate::error::quoted;
 use crate::location::Location;
 use crate::meta::writer::default_dtype;
 use crate::model::{AttrValue, ByteOrder, Dataset, NcType, VarId};
@@ -80,8 +81,8 @@ pub fn run(args: GenArgs) -> Result<i32> {
     }
     if !matches!(args.dimension_separator, '.' | '/') {
         return Err(Error::Invalid(format!(
-            "dimension separator must be '.' or '/', not {:?}",
-            args.dimension_separator
+            "dimension separator must be '.' or '/', not {}",
+            quoted(&args.dimension_separator.to_string())
         )));
     }
     let mut opts = CreateOptions::from_mode(&location.mode);

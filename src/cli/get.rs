@@ -7,6 +7,7 @@ use std::sync::mpsc;
 
 use crate::chunk::{parse_size, Hyperslab};
 use crate::dataset::OpenDataset;
+use crate::error::quoted;
 use crate::model::{Dataset, NcType, VarId};
 use crate::{Error, Result};
 
@@ -55,8 +56,8 @@ pub fn run(args: GetArgs) -> Result<i32> {
     let ds = &open.model;
     let var = ds.find_var(&args.var).ok_or_else(|| {
         Error::NotFound(format!(
-            "no variable {:?} in {} ({} variables; `nczarrfs dump -h` lists them)",
-            args.var,
+            "no variable {} in {} ({} variables; `nczarrfs dump -h` lists them)",
+            quoted(&args.var),
             args.location,
             ds.vars.len()
         ))
@@ -234,7 +235,10 @@ pub(super) fn parse_indices(
         text.split(',')
             .map(|p| {
                 p.trim().parse::<u64>().map_err(|_| {
-                    Error::Invalid(format!("--{what}: {p:?} is not a non-negative integer"))
+                    Error::Invalid(format!(
+                        "--{what}: {} is not a non-negative integer",
+                        quoted(p)
+                    ))
                 })
             })
             .collect::<Result<Vec<u64>>>()?

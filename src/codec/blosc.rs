@@ -5,6 +5,7 @@ use std::ffi::CString;
 use std::os::raw::{c_int, c_void};
 
 use super::{too_large, Codec, Config};
+use crate::error::quoted;
 use crate::{Error, Result};
 
 /// The compressors c-blosc 1.x may be built with (all are enabled in this build).
@@ -86,12 +87,15 @@ impl Blosc {
     pub fn from_config(cfg: &Config<'_>, element_size: usize) -> Result<Self> {
         let cname = cfg.string("cname", "lz4")?;
         if !CNAMES.contains(&cname) {
-            return Err(cfg.error(format!("unknown blosc compressor {cname:?}")));
+            return Err(cfg.error(format!("unknown blosc compressor {}", quoted(cname))));
         }
         let cname = CString::new(cname).map_err(|_| cfg.error("NUL in cname"))?;
         // SAFETY: cname is a NUL-terminated string; the function only compares it.
         if unsafe { blosc_src::blosc_compname_to_compcode(cname.as_ptr()) } < 0 {
-            return Err(cfg.error(format!("blosc compressor {cname:?} not built in")));
+            return Err(cfg.error(format!(
+                "blosc compressor {} not built in",
+                quoted(&cname.to_string_lossy())
+            )));
         }
         let clevel = cfg.int_in("clevel", 5, 0..=9)?;
         let typesize = match cfg.opt_int("typesize")? {

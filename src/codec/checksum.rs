@@ -8,6 +8,7 @@
 //! | `adler32`    | zlib's Adler-32                         | start            |
 
 use super::{Codec, Config};
+use crate::error::quoted;
 use crate::{Error, Result};
 
 /// Which checksum a [`Checksum`] codec computes.
@@ -81,7 +82,7 @@ impl Checksum {
         let at_start = match cfg.string("location", default)? {
             "start" if kind != ChecksumKind::Fletcher32 => true,
             "end" => false,
-            other => return Err(cfg.error(format!("invalid checksum location {other:?}"))),
+            other => return Err(cfg.error(format!("invalid checksum location {}", quoted(other)))),
         };
         Ok(Checksum::new(kind, at_start))
     }

@@ -10,6 +10,7 @@ use std::fmt::Debug;
 
 use serde_json::{Map, Value};
 
+use crate::error::{capped, quoted};
 use crate::model::CodecSpec;
 use crate::{Error, Result};
 
@@ -176,7 +177,7 @@ impl Pipeline {
                             other => {
                                 return Err(Error::Codec {
                                     codec: "blosc".to_string(),
-                                    reason: format!("unknown shuffle {other:?}"),
+                                    reason: format!("unknown shuffle {}", quoted(other)),
                                 })
                             }
                         };
@@ -533,8 +534,13 @@ impl Config<'_> {
             Value::Bool(b) => Some(i64::from(*b)),
             _ => None,
         };
-        n.map(Some)
-            .ok_or_else(|| self.error(format!("parameter {key:?} is not an integer: {v}")))
+        n.map(Some).ok_or_else(|| {
+            self.error(format!(
+                "parameter {} is not an integer: {}",
+                quoted(key),
+                capped(&v.to_string())
+            ))
+        })
     }
 
     /// An integer parameter within `range`, `default` when absent.
@@ -547,7 +553,8 @@ impl Config<'_> {
         let n = self.opt_int(key)?.unwrap_or(default);
         if !range.contains(&n) {
             return Err(self.error(format!(
-                "parameter {key:?} = {n} is outside {}..={}",
+                "parameter {} = {n} is outside {}..={}",
+                quoted(key),
                 range.start(),
                 range.end()
             )));
@@ -560,7 +567,11 @@ impl Config<'_> {
         match self.params.get(key) {
             None | Some(Value::Null) => Ok(default),
             Some(Value::String(s)) => Ok(s),
-            Some(v) => Err(self.error(format!("parameter {key:?} is not a string: {v}"))),
+            Some(v) => Err(self.error(format!(
+                "parameter {} is not a string: {}",
+                quoted(key),
+                capped(&v.to_string())
+            ))),
         }
     }
 }

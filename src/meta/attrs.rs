@@ -7,6 +7,7 @@
 //! else (objects, arrays of strings, mixed arrays, null) becomes the char text of the JSON.
 
 use super::json::Json;
+use crate::error::quoted;
 use crate::model::{AttrValue, NcType};
 use crate::{Error, Result};
 
@@ -60,7 +61,10 @@ pub fn convert(key: &str, name: &str, value: &Json, dtype: Option<&str>) -> Resu
                 Some(t) => to_type(key, name, value, t),
                 None if d == "|J0" => Ok(char_text(value)),
                 None => {
-                    log::warn!("{key}: attribute {name}: unknown dtype {d:?}, inferring a type");
+                    log::warn!(
+                        "{key}: attribute {name}: unknown dtype {}, inferring a type",
+                        quoted(d)
+                    );
                     infer(key, name, value)
                 }
             }

@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 
+use crate::error::capped;
 use crate::{Error, Result};
 
 /// A parsed JSON value; numbers keep their source text.
@@ -279,7 +280,18 @@ pub fn restore_raw_bytes(json: Vec<u8>) -> Vec<u8> {
     out
 }
 
-fn quote_into(s: &str, out: &mut String) {
+/// The complaint about a metadata field that does not hold the one value allowed:
+/// `zarr_format "3" is not 3`, showing the value as written (cut by [`capped`]), or
+/// `zarr_format is missing (it must be 3)`.
+pub fn not_expected(field: &str, value: Option<&Json>, expected: &str) -> String {
+    match value {
+        Some(v) => format!("{field} {} is not {expected}", capped(&v.unparse())),
+        None => format!("{field} is missing (it must be {expected})"),
+    }
+}
+
+/// Appends `s` as a JSON string literal (quotes, backslashes and control characters escaped).
+pub fn quote_into(s: &str, out: &mut String) {
     out.push('"');
     for c in s.chars() {
         match c {

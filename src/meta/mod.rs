@@ -22,8 +22,9 @@ pub mod writer;
 pub mod writer_v3;
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
+use crate::error::quoted;
 use crate::location::{Format, Mode};
 use crate::model::{
     element_count, Attribute, ByteOrder, ChunkKeyEncoding, ChunkOrder, CodecSpec, Dataset, DimId,
@@ -111,10 +112,76 @@ fn read_model(map: &dyn ZMap, mode: &Mode, summaries: bool) -> Result<Dataset> {
         pending: Vec::new(),
         fetched: RefCell::new(HashMap::new()),
         parsed: RefCell::new(HashMap::new()),
+        from_summary: RefCell::new(HashSet::new()),
     };
+    let result = read_v2(map, mode, &mut r);
+    let from_summary = r.from_summary.borrow();
+    result.map_err(|e| {
+        blame_summary(e, &quoted(".zmetadata"), |key| {
+            from_summary.contains(key).then(|| key.to_string())
+        })
+    })
+}
+
+/// The metadata objects of Zarr v2 and NCZarr, which a listing of a group shows beside its
+/// children.
+const METADATA_OBJECTS: [&str; 8] = [
+    ".zgroup",
+    ".zarray",
+    ".zattrs",
+    ".zmetadata",
+    ".nczarr",
+    ".nczgroup",
+    ".nczattrs",
+    ".nczarray",
+];
+
+/// Says that the array or group at `key` is left out: its name begins with `.`, which
+/// netcdf-c takes for a hidden object and skips, while zarr-python lists it. Without the
+/// message a `copy` would drop it unnoticed.
+pub(crate) fn warn_hidden(what: &str, key: &str) {
+    log::warn!(
+        "ignoring {what} {}: names beginning with \".\" are skipped, as netcdf-c skips them",
+        quoted(key)
+    );
+}
+
+/// `e` about an object whose metadata came from a consolidated summary (`summary` as messages
+/// name it; `entry_of` gives the summary's entry for such a key) as an error about that entry: the object itself was not
+/// read, and a user who opens it would find nothing wrong.
+pub(crate) fn blame_summary(
+    e: Error,
+    summary: &str,
+    entry_of: impl Fn(&str) -> Option<String>,
+) -> Error {
+    match e {
+        Error::InvalidMetadata { key, reason } => match entry_of(&key) {
+            Some(entry) => Error::InvalidSummaryEntry {
+                summary: summary.to_string(),
+                entry,
+                reason,
+            },
+            None => Error::InvalidMetadata { key, reason },
+        },
+        e => e,
+    }
+}
+
+/// How a message names the object at `key`: by its key, or as the consolidated summary's
+/// entry for it when its metadata came from there.
+fn described(key: &str, from_summary: &HashSet<String>) -> String {
+    if from_summary.contains(key) {
+        format!(".zmetadata (its entry for {})", quoted(key))
+    } else {
+        key.to_string()
+    }
+}
+
+/// [`read_model`] of a Zarr v2 or NCZarr dataset, with `r` set up.
+fn read_v2(map: &dyn ZMap, mode: &Mode, r: &mut Reader<'_>) -> Result<Dataset> {
     let zgroup = r.load(".zgroup")?;
     let Some(zgroup) = zgroup else {
-        return Err(not_a_dataset(map, mode, &r)?);
+        return Err(not_a_dataset(map, mode, r)?);
     };
     match zgroup.get("zarr_format") {
         None => {}
@@ -141,7 +208,9 @@ fn read_model(map: &dyn ZMap, mode: &Mode, summaries: bool) -> Result<Dataset> {
         std::mem::take(&mut r.pending).into_iter().unzip();
     let dialect = r.dialect;
     let xarray = mode.xarray != Some(false);
-    let parts_of = |(p, o): (&PendingVar, VarObjects)| var_parts(map, dialect, xarray, p, o);
+    let from_summary = r.from_summary.borrow().clone();
+    let parts_of =
+        |(p, o): (&PendingVar, VarObjects)| var_parts(map, dialect, xarray, p, o, &from_summary);
     // Each variable's objects are consumed (and freed) where they are decoded.
     let parts: Vec<Result<VarParts>> = if pending.len() >= PARALLEL_OPEN_MIN {
         use rayon::prelude::*;
@@ -169,7 +238,7 @@ fn read_model(map: &dyn ZMap, mode: &Mode, summaries: bool) -> Result<Dataset> {
         Dialect::InObjects => Some(NczarrLayout::UpperCaseKeys),
         Dialect::InAttrs => Some(NczarrLayout::Attributes),
     };
-    Ok(r.ds)
+    Ok(std::mem::take(&mut r.ds))
 }
 
 /// Bounds each unlimited dimension whose recorded length runs past every array on it by what
@@ -429,6 +498,8 @@ struct Reader<'a> {
     /// Objects a local prefetch read and parsed on several threads, each taken by the one
     /// [`Reader::load`] that wants it.
     parsed: RefCell<HashMap<String, Option<Json>>>,
+    /// The keys whose metadata came from `.zmetadata`, so that messages blame its entry.
+    from_summary: RefCell<HashSet<String>>,
 }
 
 impl Reader<'_> {
@@ -436,6 +507,7 @@ impl Reader<'_> {
     fn load(&self, key: &str) -> Result<Option<Json>> {
         if let Some(c) = &self.consolidated {
             if let Some(j) = c.get(key) {
+                self.from_summary.borrow_mut().insert(key.to_string());
                 return Ok(Some(j.clone()));
             }
             // Consolidation records every .zattrs that exists, so a missing one beside a
@@ -614,7 +686,7 @@ impl Reader<'_> {
                 if !seen.insert(name) {
                     return Err(Error::meta(
                         &key,
-                        format!("{field}: {name:?} is listed twice"),
+                        format!("{field}: {} is listed twice", quoted(name)),
                     ));
                 }
                 out.push(name.to_string());
@@ -750,11 +822,24 @@ impl Reader<'_> {
     fn discover(&self, prefix: &str) -> Result<(Vec<String>, Vec<String>)> {
         let mut vars = Vec::new();
         let mut groups = Vec::new();
-        let children: Vec<String> = self
+        let (hidden, children): (Vec<String>, Vec<String>) = self
             .children(prefix)?
             .into_iter()
-            .filter(|name| !name.starts_with('.'))
-            .collect();
+            .partition(|name| name.starts_with('.'));
+        for name in hidden
+            .iter()
+            .filter(|n| !METADATA_OBJECTS.contains(&n.as_str()))
+        {
+            let key = join_key(&[prefix, name]);
+            let what = if self.exists(&join_key(&[&key, ".zarray"]))? {
+                "array"
+            } else if self.exists(&join_key(&[&key, ".zgroup"]))? {
+                "group"
+            } else {
+                continue;
+            };
+            warn_hidden(what, &key);
+        }
         // Most children are arrays: their .zarray and .zattrs are read next anyway.
         self.prefetch(
             children
@@ -860,7 +945,7 @@ impl Reader<'_> {
                 let d = self.ds.find_dim(r).ok_or_else(|| {
                     Error::meta(
                         &zkey,
-                        format!("variable {fqn}: dimension {r:?} does not exist"),
+                        format!("variable {fqn}: dimension {} does not exist", quoted(r)),
                     )
                 })?;
                 let dim = &mut self.ds.dims[d.0];
@@ -1024,6 +1109,7 @@ fn var_parts(
     xarray: bool,
     p: &PendingVar,
     objects: VarObjects,
+    from_summary: &HashSet<String>,
 ) -> Result<VarParts> {
     let zkey = join_key(&[&p.key, ".zarray"]);
     let z = &objects.zarray;
@@ -1054,7 +1140,12 @@ fn var_parts(
     let order = match z.get("order").and_then(Json::as_str) {
         None | Some("C") => ChunkOrder::C,
         Some("F") => ChunkOrder::F,
-        Some(o) => return Err(Error::meta(&zkey, format!("order {o:?} is not C or F"))),
+        Some(o) => {
+            return Err(Error::meta(
+                &zkey,
+                format!("order {} is not C or F", quoted(o)),
+            ))
+        }
     };
     let separator = match z.get("dimension_separator") {
         None | Some(Json::Null) => '.',
@@ -1102,7 +1193,7 @@ fn var_parts(
             let fill_len = object_fill.as_ref().map_or(0, Vec::len);
             object_string_type(map, &zkey, &p.key, chain, &chunks, fill_len)
         }
-        None => var_type(dialect, &zkey, z),
+        None => var_type(dialect, &described(&zkey, from_summary), z),
     };
     if let Some(d) = &dtype {
         let chunk_elems = element_count(&chunks);
@@ -1189,7 +1280,10 @@ fn var_parts(
 /// empty (the group itself, without end), `.`, `..`, nor holds a `/` or a NUL.
 fn check_listed_name(key: &str, field: &str, name: &str) -> Result<()> {
     if name.is_empty() || name == "." || name == ".." || name.contains(['/', '\0']) {
-        return Err(Error::meta(key, format!("{field}: {name:?} is not a name")));
+        return Err(Error::meta(
+            key,
+            format!("{field}: {} is not a name", quoted(name)),
+        ));
     }
     Ok(())
 }
@@ -1198,7 +1292,7 @@ fn check_listed_name(key: &str, field: &str, name: &str) -> Result<()> {
 /// An unsupported dtype leaves the variable visible as `ubyte` with no dtype.
 fn var_type(
     dialect: Dialect,
-    zkey: &str,
+    source: &str,
     z: &Json,
 ) -> (NcType, Option<ZarrDtype>, usize, Option<String>) {
     let text = match z.get("dtype") {
@@ -1207,11 +1301,11 @@ fn var_type(
         None => String::new(),
     };
     let unreadable = |why: String| {
-        log::warn!("{zkey}: {why}");
+        log::warn!("{source}: {why}");
         (NcType::UByte, None, 0, Some(why))
     };
     let Some(d) = ZarrDtype::parse(&text) else {
-        return unreadable(format!("unsupported dtype {text:?}"));
+        return unreadable(format!("unsupported dtype {}", quoted(&text)));
     };
     let nczarr = dialect != Dialect::Pure;
     let t = match (d.kind, d.size) {
@@ -1227,7 +1321,7 @@ fn var_type(
         // Half floats are widened to float by the chunk engine.
         (DtypeKind::Float, 2 | 4) => NcType::Float,
         (DtypeKind::Float, 8) => NcType::Double,
-        (DtypeKind::Float, _) => return unreadable(format!("unsupported dtype {text:?}")),
+        (DtypeKind::Float, _) => return unreadable(format!("unsupported dtype {}", quoted(&text))),
         // NCZarr marks char as `>S1` (`<U1` before 4.9.1); `|S1` is a one-byte string.
         (DtypeKind::Bytes, 1) if nczarr && d.order != ByteOrder::NotApplicable => NcType::Char,
         (DtypeKind::Unicode, 4) if nczarr => NcType::Char,
@@ -1236,7 +1330,8 @@ fn var_type(
     let width = if t == NcType::String { d.size } else { 0 };
     if width > crate::model::MAX_STRING_WIDTH {
         return unreadable(format!(
-            "string width {width} of dtype {text:?} is more than the {} bytes nczarrfs handles",
+            "string width {width} of dtype {} is more than the {} bytes nczarrfs handles",
+            quoted(&text),
             crate::model::MAX_STRING_WIDTH
         ));
     }
@@ -2015,6 +2110,38 @@ mod tests {
         assert_eq!(dim_names(&ds, "a"), ["/d"]);
         assert_eq!(dim_names(&ds, "b"), ["/d"]);
         assert_eq!(ds.var(ds.find_var("b").unwrap()).nctype, NcType::Short);
+    }
+
+    #[test]
+    fn damage_in_zmetadata_is_blamed_on_its_entry_not_the_intact_object() {
+        let zarray = |shape: &str| {
+            format!(
+                r#"{{"zarr_format": 2, "shape": {shape}, "dtype": "<f4", "chunks": [3, 4], "fill_value": 0}}"#
+            )
+        };
+        let zmetadata = format!(
+            r#"{{"zarr_consolidated_format": 1, "metadata": {{
+            ".zgroup": {{"zarr_format": 2}}, "t/.zarray": {}}}}}"#,
+            zarray("[3]")
+        );
+        let objs = [
+            (".zmetadata", zmetadata.as_str()),
+            (".zgroup", r#"{"zarr_format": 2}"#),
+            ("t/.zarray", &zarray("[3, 4]")),
+        ];
+        assert_eq!(
+            open(&objs).unwrap_err().to_string(),
+            r#"invalid metadata in ".zmetadata" (its entry for "t/.zarray"): chunks [3, 4] and shape [3] differ in rank"#
+        );
+        // The same damage in the object itself is blamed on the object.
+        let objs = [
+            (".zgroup", r#"{"zarr_format": 2}"#),
+            ("t/.zarray", &zarray("[3]")),
+        ];
+        assert_eq!(
+            open(&objs).unwrap_err().to_string(),
+            r#"invalid metadata in "t/.zarray": chunks [3, 4] and shape [3] differ in rank"#
+        );
     }
 
     #[test]

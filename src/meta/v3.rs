@@ -6,10 +6,11 @@
 //! The codec list is handed to the chunk engine unchanged ([`CodecSpec::V3`]); the stored
 //! dtype's byte order is the `bytes` codec's `endian` (found inside `sharding_indexed` too).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
-use super::json::Json;
+use super::json::{self, Json};
 use super::{attrs, either, ncz_key};
+use crate::error::quoted;
 use crate::location::{Format, Mode};
 use crate::model::Provenance;
 use crate::model::{
@@ -39,14 +40,37 @@ pub(super) fn read_dataset(
                 "a Zarr v3 array at the dataset root (not a group)".into(),
             ))
         }
-        other => {
+        _ => {
             return Err(Error::meta(
                 ROOT_KEY,
-                format!("node_type {other:?} is not \"group\" or \"array\""),
+                json::not_expected("node_type", root.get("node_type"), r#""group" or "array""#),
             ))
         }
     }
     let consolidated = consolidated(&root).filter(|_| summaries);
+    let summarized: HashSet<String> = consolidated
+        .iter()
+        .flat_map(|c| c.keys().cloned())
+        .collect();
+    read_nodes(map, mode, root, consolidated).map_err(|e| {
+        super::blame_summary(e, SUMMARY, |key| {
+            key.strip_suffix(&format!("/{ROOT_KEY}"))
+                .filter(|path| summarized.contains(*path))
+                .map(str::to_string)
+        })
+    })
+}
+
+/// How messages name the consolidated metadata of a Zarr v3 root.
+const SUMMARY: &str = r#"the consolidated_metadata of "zarr.json""#;
+
+/// [`read_dataset`] once `consolidated` holds the root's consolidated metadata, if used.
+fn read_nodes(
+    map: &dyn ZMap,
+    mode: &Mode,
+    root: Json,
+    consolidated: Option<HashMap<String, Json>>,
+) -> Result<Dataset> {
     let root_attrs = root.get("attributes");
     let nczarr = mode.format != Some(Format::Zarr)
         && root_attrs.is_some_and(|a| {
@@ -81,9 +105,12 @@ const ROOT_KEY: &str = "zarr.json";
 
 /// Checks `zarr_format: 3`.
 fn check_node(key: &str, node: &Json) -> Result<()> {
-    match node.get("zarr_format").and_then(Json::as_u64) {
-        Some(3) => {}
-        other => return Err(Error::meta(key, format!("zarr_format {other:?} is not 3"))),
+    let format = node.get("zarr_format");
+    if format.and_then(Json::as_u64) != Some(3) {
+        return Err(Error::meta(
+            key,
+            json::not_expected("zarr_format", format, "3"),
+        ));
     }
     match unknown_field(node) {
         Some(field) if node.get("node_type").and_then(Json::as_str) == Some("group") => Err(
@@ -125,7 +152,8 @@ fn unknown_field(node: &Json) -> Option<&str> {
 
 fn must_understand(field: &str) -> String {
     format!(
-        "unknown metadata field {field:?} that must be understood (no \"must_understand\": false)"
+        "unknown metadata field {} that must be understood (no \"must_understand\": false)",
+        quoted(field)
     )
 }
 
@@ -207,10 +235,22 @@ impl Reader<'_> {
         };
         let mut out = Vec::new();
         for name in names {
-            if name == ROOT_KEY || name.starts_with('.') {
+            if name == ROOT_KEY {
                 continue;
             }
             let path = join_key(&[prefix, &name]);
+            if name.starts_with('.') {
+                // Unreadable metadata of an object that is skipped anyway fails nothing.
+                let node_type = self.node(&path).ok().flatten().and_then(|n| {
+                    n.get("node_type")
+                        .and_then(Json::as_str)
+                        .map(str::to_string)
+                });
+                if let Some(what @ ("array" | "group")) = node_type.as_deref() {
+                    super::warn_hidden(what, &path);
+                }
+                continue;
+            }
             let key = join_key(&[&path, ROOT_KEY]);
             match self.node(&path)? {
                 Some(node) => {
@@ -218,9 +258,14 @@ impl Reader<'_> {
                     match node.get("node_type").and_then(Json::as_str) {
                         Some("array") => out.push((name, Child::Array(node))),
                         Some("group") => out.push((name, Child::Group(Some(node)))),
-                        other => {
-                            log::warn!("{key}: node_type {other:?}; ignored");
-                        }
+                        _ => log::warn!(
+                            "{key}: {}; ignored",
+                            json::not_expected(
+                                "node_type",
+                                node.get("node_type"),
+                                r#""group" or "array""#
+                            )
+                        ),
                     }
                 }
                 None if self.has_node(&path)? => out.push((name, Child::Group(None))),
@@ -435,7 +480,14 @@ impl Reader<'_> {
             vt.unreadable = unknown_field(z).map(must_understand);
         }
         if let Some(why) = &vt.unreadable {
-            log::warn!("{zkey}: {why}");
+            match self
+                .consolidated
+                .as_ref()
+                .filter(|c| c.contains_key(&p.key))
+            {
+                Some(_) => log::warn!("{SUMMARY} (its entry for {}): {why}", quoted(&p.key)),
+                None => log::warn!("{zkey}: {why}"),
+            }
         }
 
         let mut attrs = self.attributes(&zkey, Some(z))?;
@@ -547,7 +599,7 @@ impl Reader<'_> {
                     let d = self.ds.find_dim(r).ok_or_else(|| {
                         Error::meta(
                             &zkey,
-                            format!("variable {fqn}: dimension {r:?} does not exist"),
+                            format!("variable {fqn}: dimension {} does not exist", quoted(r)),
                         )
                     })?;
                     let dim = &mut self.ds.dims[d.0];
@@ -751,7 +803,8 @@ fn key_encoding(key: &str, j: Option<&Json>) -> Result<ChunkKeyEncoding> {
             separator: separator('.')?,
         }),
         other => Err(Error::Unsupported(format!(
-            "{key}: chunk_key_encoding {other:?}"
+            "{key}: chunk_key_encoding {}",
+            quoted(other)
         ))),
     }
 }
@@ -927,8 +980,9 @@ fn var_type(
     if width > crate::model::MAX_STRING_WIDTH {
         return VarType {
             unreadable: Some(format!(
-                "string width {width} of data_type {name:?} is more than the {} bytes \
+                "string width {width} of data_type {} is more than the {} bytes \
                  nczarrfs handles",
+                quoted(&name),
                 crate::model::MAX_STRING_WIDTH
             )),
             ..unreadable(name, alias)
@@ -946,8 +1000,12 @@ fn var_type(
 /// An unsupported `data_type`: the variable stays visible as `ubyte` without data.
 fn unreadable(name: String, alias: Option<&str>) -> VarType {
     let why = match alias {
-        Some(a) => format!("unsupported data_type {name:?} (type_alias {a:?})"),
-        None => format!("unsupported data_type {name:?}"),
+        Some(a) => format!(
+            "unsupported data_type {} (type_alias {})",
+            quoted(&name),
+            quoted(a)
+        ),
+        None => format!("unsupported data_type {}", quoted(&name)),
     };
     VarType {
         nctype: NcType::UByte,
@@ -1086,6 +1144,56 @@ mod tests {
     }
 
     const GROUP: &str = r#"{"zarr_format": 3, "node_type": "group", "attributes": {}}"#;
+
+    /// The message about a root `zarr.json` holding `root`.
+    fn root_error(root: &str) -> String {
+        open(&[("zarr.json", root)], &Mode::default())
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn format_and_node_type_errors_show_the_value_as_written() {
+        for (root, why) in [
+            (
+                r#"{"zarr_format": 2, "node_type": "group"}"#,
+                "zarr_format 2 is not 3",
+            ),
+            (
+                r#"{"zarr_format": "3", "node_type": "group"}"#,
+                r#"zarr_format "3" is not 3"#,
+            ),
+            (
+                r#"{"node_type": "group"}"#,
+                "zarr_format is missing (it must be 3)",
+            ),
+            (
+                r#"{"zarr_format": 3, "node_type": "grup"}"#,
+                r#"node_type "grup" is not "group" or "array""#,
+            ),
+            (
+                r#"{"zarr_format": 3, "node_type": 7}"#,
+                r#"node_type 7 is not "group" or "array""#,
+            ),
+        ] {
+            assert_eq!(
+                root_error(root),
+                format!(r#"invalid metadata in "zarr.json": {why}"#),
+                "{root}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_huge_hostile_value_is_cut_in_the_message() {
+        let root = format!(
+            r#"{{"zarr_format": 3, "node_type": "{}"}}"#,
+            "a".repeat(100_000)
+        );
+        let e = root_error(&root);
+        assert!(e.len() < 300, "{} characters", e.len());
+        assert!(e.contains(r#"node_type "aaaa"#) && e.contains("a…a"), "{e}");
+    }
 
     #[test]
     fn implicit_groups_dimension_names_and_anonymous_dims() {
@@ -1327,6 +1435,31 @@ mod tests {
         assert_eq!(v.nctype, NcType::Int64);
         assert_eq!(ds.dim_fqn(v.dims[0]), "/g/x");
         assert_eq!(v.storage.key, "g/a");
+    }
+
+    #[test]
+    fn damage_in_consolidated_metadata_is_blamed_on_its_entry() {
+        let damaged = array("\"int64\"", "[2]", "0", r#", "zarr_format": 2"#).replacen(
+            r#""zarr_format": 3, "#,
+            "",
+            1,
+        );
+        let root = format!(
+            r#"{{"zarr_format": 3, "node_type": "group",
+            "consolidated_metadata": {{"kind": "inline", "must_understand": false,
+            "metadata": {{"t": {damaged}}}}}}}"#
+        );
+        let intact = array("\"int64\"", "[2]", "0", "");
+        let objs = [("zarr.json", root.as_str()), ("t/zarr.json", &intact)];
+        assert_eq!(
+            open(&objs, &Mode::default()).unwrap_err().to_string(),
+            r#"invalid metadata in the consolidated_metadata of "zarr.json" (its entry for "t"): zarr_format 2 is not 3"#
+        );
+        let objs = [("zarr.json", GROUP), ("t/zarr.json", &damaged)];
+        assert_eq!(
+            open(&objs, &Mode::default()).unwrap_err().to_string(),
+            r#"invalid metadata in "t/zarr.json": zarr_format 2 is not 3"#
+        );
     }
 
     #[test]

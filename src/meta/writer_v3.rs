@@ -26,6 +26,7 @@ use super::writer::WriteOptions;
 use super::writer::{
     attr_json, bare_floats, base64, default_dtype, f32_as_f64, float_json, Dialect,
 };
+use crate::error::{capped, quoted};
 use crate::model::{
     AttrValue, Attribute, ByteOrder, ChunkKeyEncoding, CodecSpec, Dataset, DtypeKind, GroupId,
     NcType, VarId, ZarrDtype,
@@ -243,7 +244,13 @@ fn codec_to_v3(c: &Value, esize: usize) -> Result<Value> {
             Some(v) => v
                 .as_i64()
                 .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
-                .ok_or_else(|| bad(&format!("parameter {k:?} is not an integer: {v}"))),
+                .ok_or_else(|| {
+                    bad(&format!(
+                        "parameter {} is not an integer: {}",
+                        quoted(k),
+                        capped(&v.to_string())
+                    ))
+                }),
         }
     };
     Ok(match id {
@@ -402,7 +409,8 @@ pub fn codecs_v2(list: &[Value]) -> Result<Vec<Value>> {
                 Some(id) => id,
                 None => {
                     return Err(Error::Unsupported(format!(
-                        "Zarr v3 codec {n:?} has no Zarr v2 equivalent"
+                        "Zarr v3 codec {} has no Zarr v2 equivalent",
+                        quoted(n)
                     )))
                 }
             },

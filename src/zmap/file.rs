@@ -146,8 +146,6 @@ impl FileMap {
                 reason: "no file name".into(),
             });
         };
-        self.check_no_symlinked_dirs(key)?;
-        fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
         // Same directory as the target so that the rename cannot cross filesystems.
         let temp = dir.join(format!(
             "{TEMP_PREFIX}{}.{}.{}",
@@ -155,6 +153,9 @@ impl FileMap {
             std::process::id(),
             TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
         ));
+        check_path_length(key, &temp)?;
+        self.check_no_symlinked_dirs(key)?;
+        fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
         let staged = Staged { temp, path };
         let written = fs::File::create(&staged.temp).and_then(|mut f| {
             f.write_all(value)?;
@@ -177,25 +178,59 @@ impl FileMap {
     /// Refuses a write or delete under a directory of the dataset that is a symbolic link:
     /// it would land outside the dataset, wherever the link points (whoever could plant the
     /// link chooses where). Links to objects are replaced by the rename, not written through.
+    ///
+    /// The directories are opened one from the other (`openat`), so that each step looks up
+    /// one name: a check by whole paths costs time in the square of the nesting depth per
+    /// object, which made writing deeply nested groups take minutes.
     fn check_no_symlinked_dirs(&self, key: &str) -> Result<()> {
-        let mut dir = self.root.clone();
+        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+        use std::os::unix::ffi::OsStrExt;
         let segments: Vec<&str> = key.split('/').collect();
+        let root = std::ffi::CString::new(self.root.as_os_str().as_bytes())
+            .map_err(|_| Error::io(&self.root, io::ErrorKind::InvalidInput.into()))?;
+        let flags = libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC;
+        // SAFETY: a NUL-terminated path; the descriptor is owned below.
+        let fd = unsafe { libc::open(root.as_ptr(), flags) };
+        if fd < 0 {
+            let e = io::Error::last_os_error();
+            // A dataset not written yet has no directories to check.
+            return match is_absent(&e) {
+                true => Ok(()),
+                false => Err(Error::io(&self.root, e)),
+            };
+        }
+        // SAFETY: `fd` was just opened and nothing else owns it.
+        let mut dir = unsafe { OwnedFd::from_raw_fd(fd) };
+        let mut path = self.root.clone();
         for segment in &segments[..segments.len() - 1] {
-            dir.push(segment);
-            match fs::symlink_metadata(&dir) {
-                Ok(meta) if meta.file_type().is_symlink() => {
-                    return Err(Error::Storage {
-                        key: key.to_string(),
-                        reason: format!(
-                            "{} is a symbolic link: writing through it would leave the dataset",
-                            dir.display()
-                        ),
-                    });
-                }
-                Ok(_) => {}
-                Err(e) if is_absent(&e) => return Ok(()),
-                Err(e) => return Err(Error::io(&dir, e)),
+            path.push(segment);
+            let name = std::ffi::CString::new(*segment)
+                .map_err(|_| Error::io(&path, io::ErrorKind::InvalidInput.into()))?;
+            // SAFETY: `dir` is an open descriptor and `name` is NUL-terminated.
+            let fd =
+                unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags | libc::O_NOFOLLOW) };
+            if fd >= 0 {
+                // SAFETY: as above.
+                dir = unsafe { OwnedFd::from_raw_fd(fd) };
+                continue;
             }
+            let e = io::Error::last_os_error();
+            // O_DIRECTORY refuses a symbolic link (not followed) like any other non-directory.
+            let is_link = e.raw_os_error() == Some(libc::ENOTDIR)
+                && fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink());
+            if is_link {
+                return Err(Error::Storage {
+                    key: key.to_string(),
+                    reason: format!(
+                        "{} is a symbolic link: writing through it would leave the dataset",
+                        path.display()
+                    ),
+                });
+            }
+            if is_absent(&e) {
+                return Ok(());
+            }
+            return Err(Error::io(&path, e));
         }
         Ok(())
     }
@@ -264,6 +299,46 @@ fn start_writeback_of(file: &fs::File) {
         libc::sync_file_range(file.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE);
     }
 }
+
+/// Refuses an object whose file (`temp`, the longest path its write uses) the operating
+/// system cannot name: a path of `PATH_MAX` bytes or more, or a segment longer than
+/// `NAME_MAX`. The message names the key (deeply nested groups, as a rule) rather than
+/// failing with a path of kilobytes.
+fn check_path_length(key: &str, temp: &Path) -> Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let path_max = libc::PATH_MAX as usize;
+    let bytes = temp.as_os_str().as_bytes().len();
+    let reason = if bytes >= path_max {
+        format!(
+            "its file's path would be {bytes} bytes long, and this system takes paths shorter \
+             than {path_max} bytes: the key has {} levels, nest its groups less deeply",
+            key.split('/').count()
+        )
+    } else if let Some(long) = key.split('/').find(|s| s.len() > NAME_MAX) {
+        format!(
+            "the name {} is {} bytes long, more than the {NAME_MAX} a file name may have",
+            crate::error::quoted(long),
+            long.len()
+        )
+    } else if temp.file_name().map_or(0, |n| n.len()) > NAME_MAX {
+        format!(
+            "the object's name is too long for its temporary file beside it (at most {} \
+             bytes fit)",
+            NAME_MAX
+                - (temp.file_name().map_or(0, |n| n.len())
+                    - key.rsplit('/').next().map_or(0, str::len))
+        )
+    } else {
+        return Ok(());
+    };
+    Err(Error::Storage {
+        key: key.to_string(),
+        reason,
+    })
+}
+
+/// The longest file name Linux file systems take, in bytes.
+const NAME_MAX: usize = 255;
 
 /// Whether an I/O error means "no object here": missing, or a path component is a file.
 fn is_absent(e: &io::Error) -> bool {
@@ -576,6 +651,42 @@ mod tests {
         assert_eq!(fs::read_dir(&outside).unwrap().count(), 1);
         // Reads may follow it (a store assembled from links is common).
         assert_eq!(map.get("v/1/keep").unwrap().as_deref(), Some(&b"x"[..]));
+    }
+
+    #[test]
+    fn a_key_too_long_for_the_file_system_is_refused_by_its_key() {
+        let (_dir, map) = writable();
+        let key = format!("{}.zgroup", "g/".repeat(2100));
+        let e = map.put(&key, b"{}").unwrap_err().to_string();
+        assert!(
+            e.contains("this system takes paths shorter than 4096 bytes: the key has 2101 levels"),
+            "{e}"
+        );
+        assert!(e.len() < 400, "{} bytes: {e}", e.len());
+        assert!(!map.root().exists(), "nothing is written");
+        let e = map
+            .put(&format!("{}/.zarray", "v".repeat(300)), b"{}")
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("is 300 bytes long, more than the 255"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_symlinked_directory_deep_down_is_found() {
+        let (dir, map) = writable();
+        let key = format!("{}v/.zarray", "g/".repeat(50));
+        map.put(&key, b"{}").unwrap();
+        let parent = map.root().join("g/".repeat(50));
+        fs::rename(parent.join("v"), dir.path().join("moved")).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("moved"), parent.join("v")).unwrap();
+        let e = map
+            .put(&format!("{}v/0", "g/".repeat(50)), b"x")
+            .unwrap_err();
+        assert!(e.to_string().contains("is a symbolic link"), "{e}");
+        assert_eq!(fs::read_dir(dir.path().join("moved")).unwrap().count(), 1);
     }
 
     #[test]

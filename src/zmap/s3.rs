@@ -41,6 +41,7 @@ use object_store::{
 use super::aws_config::{self, AwsSettings, EnvLookup};
 use super::s3_health::{Health, Outcome};
 use super::{validate_key, validate_prefix, ZMap};
+use crate::error::quoted;
 use crate::location::S3Location;
 use crate::{Error, Result};
 
@@ -85,9 +86,9 @@ impl S3Limits {
         let number = |name: &str| -> Result<Option<u64>> {
             env(name)
                 .map(|v| {
-                    v.trim()
-                        .parse::<u64>()
-                        .map_err(|_| Error::Invalid(format!("{name}={v:?} is not a whole number")))
+                    v.trim().parse::<u64>().map_err(|_| {
+                        Error::Invalid(format!("{name}={} is not a whole number", quoted(&v)))
+                    })
                 })
                 .transpose()
         };

@@ -152,7 +152,7 @@ impl ZipMap {
                     location: path.display().to_string(),
                     reason: format!("not a readable zip archive: {e}"),
                 })?;
-                let entries = list_entries(&archive)?;
+                let entries = list_entries(&archive, path)?;
                 let folder = dataset_folder(&entries);
                 let objects = index_objects(&entries, &folder);
                 let outside = outside_entries(&entries, &folder);
@@ -465,14 +465,36 @@ struct Entry {
     is_dir: bool,
 }
 
+/// The signatures of the records that follow the central directory's entries (end of
+/// central directory, its Zip64 form and locator) and begin each entry.
+const RECORD_SIGNATURES: [&str; 4] = [
+    "PK\u{5}\u{6}",
+    "PK\u{6}\u{6}",
+    "PK\u{6}\u{7}",
+    "PK\u{1}\u{2}",
+];
+
 /// Lists and checks the archive's entries: a name that could escape a directory it is
-/// extracted to is an error naming it.
-fn list_entries(archive: &ZipArchive<File>) -> Result<Vec<Entry>> {
+/// extracted to is an error naming it, and a name holding a record signature is an archive
+/// whose central directory was cut short (`path` is the archive).
+fn list_entries(archive: &ZipArchive<File>, path: &Path) -> Result<Vec<Entry>> {
     let mut entries = Vec::with_capacity(archive.len());
     for index in 0..archive.len() {
         let Some(raw) = archive.name_for_index(index) else {
             continue;
         };
+        // The zip crate takes the entries' sizes on trust, so an entry that lost bytes
+        // reads on into the next record; unzip and Python's zipfile refuse such an archive.
+        if RECORD_SIGNATURES.iter().any(|sig| raw.contains(sig)) {
+            return Err(Error::NotZarr {
+                location: path.display().to_string(),
+                reason: format!(
+                    "not a readable zip archive: its central directory is cut short or damaged \
+                     (the name of entry {} runs into the next zip record)",
+                    index + 1
+                ),
+            });
+        }
         let (name, is_dir) = match raw.strip_suffix('/') {
             Some(dir) => (dir, true),
             None => (raw, false),
@@ -760,7 +782,7 @@ impl ZMap for ZipMap {
             key: String::new(),
             reason: format!("reopening {}: {e}", self.path.display()),
         })?;
-        let entries = list_entries(&archive)?;
+        let entries = list_entries(&archive, &self.path)?;
         state.objects = index_objects(&entries, &self.folder);
         state.outside = outside_entries(&entries, &self.folder);
         state.archive = Some(archive);
@@ -803,7 +825,7 @@ impl ZMap for ZipMap {
             key: String::new(),
             reason: format!("reopening {}: {e}", self.path.display()),
         })?;
-        let entries = list_entries(&archive)?;
+        let entries = list_entries(&archive, &self.path)?;
         state.objects = index_objects(&entries, &self.folder);
         state.outside = outside_entries(&entries, &self.folder);
         state.archive = Some(archive);
