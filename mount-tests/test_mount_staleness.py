@@ -4,6 +4,7 @@ file descriptor held open across the change (no chunk cache, no kernel page cach
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import sys
@@ -240,3 +241,27 @@ def test_generated_files_read_whole_while_the_metadata_changes(mounter, tmp_path
     assert opens[0] > 100
     wrong = [(f, len(c)) for f, c in seen if c not in versions[f]]
     assert not wrong, f"{len(wrong)} of {len(seen)} reads were neither version: {wrong[:5]}"
+
+
+def test_a_dataset_deleted_underneath_fails_reads_instead_of_reading_fill(mounter, tmp_path):
+    """A chunk deleted underneath reads as fill, as in Zarr; a whole dataset gone is not a
+    dataset of fill values: after the TTL its values fail with EIO (one log line), its listing
+    stays, and it reads again once it is back."""
+    store = tmp_path / "ds.file"
+    _url, values = _dataset(store)
+    log = tmp_path / "mount.log"
+    mnt = mounter.mount(str(store), "ttl=1", log=log)
+    data = mnt / "v" / "data"
+    assert data.read_bytes() == values.tobytes()
+    away = tmp_path / "moved.file"
+    store.rename(away)
+    time.sleep(2.0)
+    with pytest.raises(OSError) as gone:
+        data.read_bytes()
+    assert gone.value.errno == errno.EIO
+    assert "the dataset is gone" in log.read_text()
+    assert sorted(p.name for p in (mnt / "v").iterdir()) == [
+        "@attributes", "@header.cdl", "@metadata.json", "data"]
+    away.rename(store)
+    time.sleep(2.0)
+    assert data.read_bytes() == values.tobytes()

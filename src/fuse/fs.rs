@@ -219,6 +219,9 @@ struct Shared {
     snap: RwLock<Arc<Snapshot>>,
     last_check: Mutex<Instant>,
     refresh_requested: AtomicBool,
+    /// Set while a reload finds no dataset at the location any more (deleted underneath a
+    /// read-only mount): its chunks are gone too, and values would read as fill.
+    dataset_gone: AtomicBool,
     /// Set when the flush at unmount failed.
     final_flush_failed: AtomicBool,
     /// See [`MountHandle::end_process_when_destroyed`].
@@ -388,6 +391,7 @@ impl NczarrFs {
             opts,
             last_check: Mutex::new(Instant::now()),
             refresh_requested: AtomicBool::new(false),
+            dataset_gone: AtomicBool::new(false),
             final_flush_failed: AtomicBool::new(false),
             exit_when_destroyed: Mutex::new(None),
             inodes: Mutex::new(InodeTable::new()),
@@ -489,7 +493,10 @@ impl Shared {
             self.log_once(format!("cannot re-open the storage, keeping the old: {e}"));
         }
         let current = Arc::clone(&self.snap.read().unwrap_or_else(|e| e.into_inner()));
-        match meta::read_dataset(self.map.as_ref(), &self.mode) {
+        let read = meta::read_dataset(self.map.as_ref(), &self.mode);
+        self.dataset_gone
+            .store(matches!(read, Err(Error::NotZarr { .. })), Ordering::SeqCst);
+        match read {
             Ok(model) if model == current.model => {
                 // Same metadata: chunks may still have been rewritten underneath.
                 if let Err(e) = current.with_engine(ChunkEngine::clear) {
@@ -511,6 +518,9 @@ impl Shared {
                 };
                 *self.snap.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(snap);
             }
+            Err(e @ Error::NotZarr { .. }) => self.log_once(format!(
+                "the dataset is gone ({e}): reads of values fail with EIO until it is back"
+            )),
             Err(e) => self.log_once(format!("cannot re-read metadata, keeping the old: {e}")),
         }
     }
@@ -1387,6 +1397,14 @@ impl Filesystem for NczarrFs {
         let Ok(Resolved::Var(var)) = handle.owner_in(owner, &snap.model) else {
             return reply.error(Errno::ENOENT);
         };
+        if sh.dataset_gone.load(Ordering::SeqCst) {
+            // Not the fill values a missing chunk stands for: nothing is there at all.
+            sh.log_once(format!(
+                "{}: read while the dataset is gone (EIO)",
+                node_display(&handle.node)
+            ));
+            return reply.error(Errno::EIO);
+        }
         let failed = |e: Error| {
             sh.log_once(format!(
                 "{}: read of {size} bytes at {offset}: {e}",
