@@ -59,3 +59,39 @@ def test_a_dataset_is_not_written_to_standard_output(dataset, tmp_path, command)
     assert b"standard output" in r.stderr, r.stderr.decode()
     assert r.stdout == b""
     assert not (tmp_path / "-").exists()
+
+
+@pytest.mark.parametrize("command", ["gen", "copy"])
+def test_a_symbolic_link_is_written_through(nczarrfs, tmp_path, command):
+    """Debian's ncgen writes `-o LINK` through the link, the link staying; so do gen and copy:
+    the dataset the link points to (relative to the link's directory) is replaced."""
+    oracle_cdl = tmp_path / "one.cdl"
+    oracle_cdl.write_text("netcdf x { dimensions: d = 1 ; variables: int v(d) ; data: v = 7 ; }")
+    (tmp_path / "t.nc").write_bytes(b"")
+    subprocess.run(["ncgen", "-4", "-o", str(tmp_path / "t.nc"), str(oracle_cdl)], check=True)
+    (tmp_path / "l.nc").symlink_to("t.nc")
+    oracle_cdl.write_text("netcdf x { dimensions: d = 1 ; variables: int v(d) ; data: v = 8 ; }")
+    subprocess.run(["ncgen", "-4", "-o", str(tmp_path / "l.nc"), str(oracle_cdl)], check=True)
+    assert (tmp_path / "l.nc").is_symlink()
+    assert "v = 8" in subprocess.run(["ncdump", str(tmp_path / "t.nc")], capture_output=True,
+                                     text=True, check=True).stdout
+
+    store = tmp_path / "store"
+    store.mkdir()
+    old = tmp_path / "old.cdl"
+    old.write_text("netcdf old { dimensions: d = 1 ; variables: int old(d) ; data: old = 1 ; }")
+    assert nczarrfs("gen", "-o", str(store / "ds.file"), str(old)).returncode == 0
+    link = tmp_path / "link.file"
+    link.symlink_to(Path("store") / "ds.file")
+    new = tmp_path / "new.cdl"
+    new.write_text("netcdf new { dimensions: d = 1 ; variables: int v(d) ; data: v = 8 ; }")
+    if command == "gen":
+        r = nczarrfs("gen", "-o", str(link), str(new))
+    else:
+        src = tmp_path / "src.file"
+        assert nczarrfs("gen", "-o", str(src), str(new)).returncode == 0
+        r = nczarrfs("copy", str(src), str(link))
+    assert r.returncode == 0, r.stderr.decode()
+    assert link.is_symlink()
+    dumped = nczarrfs("dump", str(store / "ds.file")).stdout.decode()
+    assert "int v(d)" in dumped and "v = 8" in dumped, dumped

@@ -1661,16 +1661,17 @@ impl Staging {
     /// An existing temporary of the same name is removed. A local target that exists must be
     /// a dataset (or an empty directory, or a zip archive): nothing else is ever replaced.
     pub fn new(target: &Location) -> Result<Staging> {
-        check_replaceable(target)?;
         // `ds.file/../ds.file` names the dataset through itself: moving it aside would take
-        // the way to its own place along.
+        // the way to its own place along. A symbolic link is written through, as ncgen writes
+        // through one: the new dataset replaces what it points to, and the link stays.
         let mut target = target.clone();
         target.storage = match target.storage {
-            Storage::File(p) => Storage::File(through_real_parent(&p)),
-            Storage::Zip(p) => Storage::Zip(through_real_parent(&p)),
+            Storage::File(p) => Storage::File(through_real_parent(&through_links(&p)?)),
+            Storage::Zip(p) => Storage::Zip(through_real_parent(&through_links(&p)?)),
             other => other,
         };
         let target = &target;
+        check_replaceable(target)?;
         if let Storage::File(p) | Storage::Zip(p) = &target.storage {
             check_can_create(p)?;
         }
@@ -1865,6 +1866,29 @@ fn check_can_create(path: &Path) -> Result<()> {
         return Err(Error::io(path, std::io::Error::last_os_error()));
     }
     Ok(())
+}
+
+/// Where `path` leads when it is a symbolic link (followed as far as links go, relative ones
+/// from their own directory), or `path` itself.
+fn through_links(path: &Path) -> Result<PathBuf> {
+    let mut path = path.to_path_buf();
+    // Linux's own limit on the links one path resolution follows.
+    for _ in 0..40 {
+        match std::fs::symlink_metadata(&path) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                let to = std::fs::read_link(&path).map_err(|e| Error::io(&path, e))?;
+                path = match path.parent() {
+                    Some(dir) if to.is_relative() => dir.join(to),
+                    _ => to,
+                };
+            }
+            _ => return Ok(path),
+        }
+    }
+    Err(Error::io(
+        &path,
+        std::io::Error::from_raw_os_error(libc::ELOOP),
+    ))
 }
 
 /// `path` with its parent directory resolved (no `..`, no symbolic link on the way), if it
