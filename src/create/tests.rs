@@ -1,0 +1,858 @@
+use super::*;
+use std::path::Path;
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+
+use crate::chunk::{ChunkEngine, Hyperslab};
+use crate::location::{Location, Storage};
+use crate::meta::writer_v3;
+use crate::model::{AttrValue, CodecSpec, Dataset, NcType, NczarrLayout, VarId};
+use crate::zmap::ZMap;
+use crate::{meta, zmap, Error};
+
+#[test]
+fn default_chunks_match_netcdf_c() {
+    // netCDF4-python 1.7.5 (netcdf-c 4.10.1) `Variable.chunking()` of NCZarr variables
+    // over t, u unlimited, y = 1000, x = 3000, s = 7.
+    assert_eq!(
+        default_chunks(&[(0, true), (1000, false), (3000, false)], 4),
+        [1, 1000, 3000]
+    );
+    assert_eq!(
+        default_chunks(&[(1000, false), (3000, false)], 8),
+        [500, 1500]
+    );
+    assert_eq!(default_chunks(&[(0, true)], 4), [1024]);
+    assert_eq!(default_chunks(&[(0, true), (0, true)], 2), [2896, 2896]);
+    assert_eq!(default_chunks(&[(7, false)], 1), [7]);
+    assert_eq!(default_chunks(&[(0, true), (7, false)], 8), [1, 7]);
+}
+
+fn writer(dir: &Path, mode: &str) -> (Location, DatasetWriter) {
+    let loc = Location::parse(&format!(
+        "file://{}#mode={mode}",
+        dir.join("d.file").display()
+    ))
+    .unwrap();
+    let w = DatasetWriter::create(&loc, CreateOptions::from_mode(&loc.mode)).unwrap();
+    (loc, w)
+}
+
+fn ints(b: &[u8]) -> Vec<i32> {
+    b.chunks(4)
+        .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+fn bytes(v: &[i32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// A destination whose directory cannot be written to is refused before anything is
+/// done, named as given (not as its hidden staging sibling), for zip storage too, whose
+/// archive is otherwise only written at the end.
+#[test]
+fn a_destination_in_a_missing_directory_is_refused_at_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    for name in ["x.file", "x.zip"] {
+        let target = tmp.path().join("missing").join(name);
+        let location = Location::parse(target.to_str().unwrap()).unwrap();
+        let e = Staging::new(&location).unwrap_err();
+        assert_eq!(e.errno(), libc::ENOENT, "{e}");
+        let message = e.to_string();
+        assert!(message.starts_with(target.to_str().unwrap()), "{message}");
+        assert!(!message.contains("nczarrfs-"), "{message}");
+    }
+}
+
+/// Like `get` and `dump`, a writer of an existing dataset says that a missing one does
+/// not exist, not that it is an empty store.
+#[test]
+fn a_missing_dataset_opened_for_writing_is_not_found() {
+    let tmp = tempfile::tempdir().unwrap();
+    for name in ["nosuch.file", "nosuch.zip"] {
+        let path = tmp.path().join(name);
+        let location = Location::parse(path.to_str().unwrap()).unwrap();
+        let e = DatasetWriter::open(&location).unwrap_err();
+        assert_eq!(e.errno(), libc::ENOENT, "{e}");
+        assert!(!path.exists());
+    }
+}
+
+/// A mount point is refused before any work is done (its rename would fail at the end).
+#[test]
+fn a_mount_point_is_not_replaced() {
+    let proc = Location::parse("/proc").unwrap();
+    match Staging::new(&proc) {
+        Err(Error::Invalid(m)) => assert!(m.contains("is a mount point"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A bad codec word says what is wrong with it and lists the forms.
+#[test]
+fn bad_codec_words_say_why() {
+    for (spec, why) in [
+        ("zstd:99", "level \"99\" is not from -131072 to 22"),
+        ("bz2:0", "level \"0\" is not from 1 to 9"),
+        ("zlib:x", "level \"x\" is not from 0 to 9"),
+        ("blosc:lz4:10:3", "level \"10\" is not from 0 to 9"),
+        ("blosc:lz4:5:3", "shuffle \"3\" is not from 0 to 2"),
+        ("blosc:lzma", "blosc has no compressor \"lzma\""),
+        ("zlib:1:2", "zlib takes at most 1"),
+        ("nope", "no such codec"),
+    ] {
+        match Codecs::parse(spec) {
+            Err(Error::Invalid(m)) => {
+                assert!(m.contains(why), "{spec}: {m}");
+                assert!(m.contains("forms: none, shuffle"), "{spec}: {m}");
+            }
+            other => panic!("{spec}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn only_datasets_are_replaced() {
+    let tmp = tempfile::tempdir().unwrap();
+    let at = |name: &str| tmp.path().join(name);
+    let loc = |p: &Path| Location::parse(p.to_str().unwrap()).unwrap();
+    let refused = |p: &Path| match Staging::new(&loc(p)) {
+        Err(Error::Invalid(m)) => assert!(m.contains("not replaced"), "{m}"),
+        other => panic!("{}: {other:?}", p.display()),
+    };
+
+    std::fs::create_dir(at("docs")).unwrap();
+    std::fs::write(at("docs/notes.txt"), "kept").unwrap();
+    refused(&at("docs"));
+    std::fs::write(at("plain.file"), "kept").unwrap();
+    refused(&at("plain.file"));
+    std::fs::write(at("text.zip"), "kept").unwrap();
+    refused(&at("text.zip"));
+    assert_eq!(
+        std::fs::read_to_string(at("docs/notes.txt")).unwrap(),
+        "kept"
+    );
+    assert_eq!(std::fs::read_to_string(at("plain.file")).unwrap(), "kept");
+    assert!(matches!(
+        Staging::new(&loc(Path::new("."))),
+        Err(Error::Invalid(_))
+    ));
+
+    // A dataset (and an empty directory) is replaced by the staged one.
+    for name in ["old.file", "empty.file"] {
+        std::fs::create_dir(at(name)).unwrap();
+        if name == "old.file" {
+            std::fs::write(at("old.file/.zgroup"), "old").unwrap();
+        }
+        let staging = Staging::new(&loc(&at(name))).unwrap();
+        let Storage::File(temp) = &staging.temp.storage else {
+            panic!("{:?}", staging.temp)
+        };
+        std::fs::create_dir(temp).unwrap();
+        std::fs::write(temp.join(".zgroup"), "new").unwrap();
+        staging.publish().unwrap();
+        assert_eq!(
+            std::fs::read_to_string(at(name).join(".zgroup")).unwrap(),
+            "new"
+        );
+    }
+    // Named through itself: the dataset is still replaced, not lost on the way.
+    let staging = Staging::new(&loc(&at("old.file/../old.file"))).unwrap();
+    let Storage::File(temp) = &staging.temp.storage else {
+        panic!("{:?}", staging.temp)
+    };
+    std::fs::create_dir(temp).unwrap();
+    std::fs::write(temp.join(".zgroup"), "newer").unwrap();
+    staging.publish().unwrap();
+    assert_eq!(
+        std::fs::read_to_string(at("old.file/.zgroup")).unwrap(),
+        "newer"
+    );
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+/// A variable's or group's directory of a dataset is no dataset to replace, and a new
+/// dataset inside one would become part of it: both are refused and nothing is touched.
+#[test]
+fn arrays_and_places_inside_datasets_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let at = |name: &str| tmp.path().join(name);
+    let loc = |p: &Path| Location::parse(p.to_str().unwrap()).unwrap();
+    let refused = |p: &Path, why: &str| match Staging::new(&loc(p)) {
+        Err(Error::Invalid(m)) => assert!(m.contains(why), "{m}"),
+        other => panic!("{}: {other:?}", p.display()),
+    };
+    for dir in ["ds.file/lat", "ds.file/g/h", "arr2", "arr3", "ds3/v"] {
+        std::fs::create_dir_all(at(dir)).unwrap();
+    }
+    std::fs::write(at("ds.file/.zgroup"), "{}").unwrap();
+    std::fs::write(at("ds.file/lat/.zarray"), "{}").unwrap();
+    std::fs::write(at("ds.file/g/.zgroup"), "{}").unwrap();
+    std::fs::write(at("ds.file/g/h/.zgroup"), "{}").unwrap();
+    std::fs::write(at("arr2/.zarray"), "{}").unwrap();
+    let array3 = r#"{"zarr_format": 3, "node_type": "array"}"#;
+    std::fs::write(at("arr3/zarr.json"), array3).unwrap();
+    std::fs::write(
+        at("ds3/zarr.json"),
+        r#"{"zarr_format": 3, "node_type": "group"}"#,
+    )
+    .unwrap();
+    std::fs::write(at("ds3/v/zarr.json"), array3).unwrap();
+
+    refused(&at("arr2"), "is a Zarr array");
+    refused(&at("arr3"), "is a Zarr array");
+    refused(&at("ds.file/lat"), "inside the Zarr dataset");
+    refused(&at("ds.file/g"), "inside the Zarr dataset");
+    refused(&at("ds.file/g/h"), "inside the Zarr dataset");
+    refused(&at("ds.file/new.file"), "inside the Zarr dataset");
+    refused(&at("ds.file/new.zip"), "inside the Zarr dataset");
+    refused(&at("ds.file/g/../new.file"), "inside the Zarr dataset");
+    refused(&at("ds3/v"), "inside the Zarr dataset");
+    refused(&at("ds3/w.file"), "inside the Zarr dataset");
+    let kept = |dir: &str, object: &str| assert!(at(dir).join(object).exists(), "{dir}");
+    kept("ds.file/lat", ".zarray");
+    kept("ds.file/g/h", ".zgroup");
+    kept("arr2", ".zarray");
+    kept("ds3/v", "zarr.json");
+    let mut left: Vec<String> = std::fs::read_dir(at("ds.file"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    left.sort();
+    assert_eq!(left, [".zgroup", "g", "lat"]);
+}
+
+/// A map whose puts under `refused` fail, as a server that goes away mid-rename.
+#[derive(Debug)]
+struct FailingPuts {
+    inner: Arc<dyn ZMap>,
+    refused: &'static str,
+}
+
+impl ZMap for FailingPuts {
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        self.inner.get(key)
+    }
+    fn put(&self, key: &str, value: &[u8]) -> Result<()> {
+        if key.starts_with(self.refused) {
+            return Err(Error::Storage {
+                key: key.into(),
+                reason: "refused by the test".into(),
+            });
+        }
+        self.inner.put(key, value)
+    }
+    fn delete(&self, key: &str) -> Result<()> {
+        self.inner.delete(key)
+    }
+    fn search(&self, prefix: &str) -> Result<Vec<String>> {
+        self.inner.search(prefix)
+    }
+    fn read_only(&self) -> bool {
+        false
+    }
+    fn describe(&self) -> String {
+        "failing puts".into()
+    }
+}
+
+#[test]
+fn a_failed_rename_changes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (loc, mut w) = writer(tmp.path(), "nczarr");
+    let g = w.add_group(Dataset::ROOT, "g").unwrap();
+    let x = w.add_dim(g, "x", 3, false).unwrap();
+    let v = w
+        .add_var(g, "v", NcType::Int, &[x], VarOptions::default())
+        .unwrap();
+    w.write(v, &Hyperslab::whole(&[3]), &bytes(&[1, 2, 3]))
+        .unwrap();
+    w.close().unwrap();
+
+    let mut w = DatasetWriter::open(&loc).unwrap();
+    let map: Arc<dyn ZMap> = Arc::new(FailingPuts {
+        inner: Arc::clone(&w.map),
+        refused: "h/",
+    });
+    w.engine = ChunkEngine::new(Arc::clone(&map), WRITER_CACHE_BYTES);
+    w.map = map;
+    let before = w.model().clone();
+    let g = w.model().find_group("g").unwrap();
+    assert!(w.rename_group(g, "h").is_err());
+    let v = w.model().find_var("g/v").unwrap();
+    assert!(w.rename_var(v, "w").is_ok(), "other renames still work");
+    assert!(w.rename_var(v, "v").is_ok());
+    assert_eq!(*w.model(), before);
+    w.close().unwrap();
+
+    let ds = meta::read_dataset(zmap::open(&loc, false).unwrap().as_ref(), &loc.mode).unwrap();
+    let v = ds.find_var("/g/v").expect("g/v is still there");
+    assert!(ds.find_group("h").is_none());
+    let mut out = vec![0u8; 12];
+    ChunkEngine::new(zmap::open(&loc, false).unwrap(), 0)
+        .read(&ds, v, &Hyperslab::whole(&[3]), &mut out)
+        .unwrap();
+    assert_eq!(ints(&out), [1, 2, 3]);
+}
+
+#[test]
+fn datasets_with_unsupported_variables_are_not_opened_for_writing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("ds.zarr");
+    let map = zmap::FileMap::open(&root, true).unwrap();
+    map.put(".zgroup", br#"{"zarr_format": 2}"#).unwrap();
+    for (name, dtype) in [("c", "<c8"), ("i", "<i4")] {
+        let zarray = format!(
+            r#"{{"zarr_format": 2, "shape": [2], "chunks": [2], "dtype": "{dtype}", "fill_value": null, "order": "C", "compressor": null, "filters": null}}"#
+        );
+        map.put(&format!("{name}/.zarray"), zarray.as_bytes())
+            .unwrap();
+    }
+    let loc = Location::parse(&format!("file://{}#mode=zarr,file", root.display())).unwrap();
+    let e = DatasetWriter::open(&loc).unwrap_err().to_string();
+    assert!(e.contains("variable /c is not supported"), "{e}");
+    assert!(map
+        .get("c/.zarray")
+        .unwrap()
+        .unwrap()
+        .windows(3)
+        .any(|w| w == b"<c8"));
+}
+
+#[test]
+fn a_group_that_cannot_be_stored_is_taken_out_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (_loc, mut w) = writer(tmp.path(), "nczarr");
+    w.write_meta().unwrap();
+    // A stray file where the group's directory would go.
+    std::fs::write(tmp.path().join("d.file").join("g"), b"x").unwrap();
+    assert!(w.add_group_stored(Dataset::ROOT, "g").is_err());
+    assert!(w.model().find_group_in(Dataset::ROOT, "g").is_none());
+    // Later changes are stored.
+    w.add_group_stored(Dataset::ROOT, "h").unwrap();
+    w.sync().unwrap();
+}
+
+#[test]
+fn a_writer_starts_from_the_objects_not_a_stale_consolidated_summary() {
+    for mode in [
+        "zarr,consolidated",
+        "nczarr,consolidated",
+        "zarr,v3,consolidated",
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let (loc, mut w) = writer(tmp.path(), mode);
+        let x = w.add_dim(Dataset::ROOT, "x", 3, false).unwrap();
+        let v = w
+            .add_var(Dataset::ROOT, "v", NcType::Int, &[x], VarOptions::default())
+            .unwrap();
+        w.put_attr(AttrTarget::Var(v), "a", AttrValue::Char(b"old".to_vec()))
+            .unwrap();
+        w.close().unwrap();
+        // Another writer changes an object and does not consolidate again.
+        let map = zmap::open(&loc, true).unwrap();
+        let (key, v3) = match mode.contains("v3") {
+            true => ("v/zarr.json", true),
+            false => ("v/.zattrs", false),
+        };
+        let mut changed: Value = serde_json::from_slice(&map.get(key).unwrap().unwrap()).unwrap();
+        if v3 {
+            changed["attributes"]["a"] = json!("new");
+        } else {
+            changed["a"] = json!("new");
+        }
+        map.put(key, &serde_json::to_vec(&changed).unwrap())
+            .unwrap();
+        map.flush().unwrap();
+
+        let mut w = DatasetWriter::open(&loc).unwrap();
+        w.put_attr(
+            AttrTarget::Group(Dataset::ROOT),
+            "g",
+            AttrValue::Int(vec![1]),
+        )
+        .unwrap();
+        w.close().unwrap();
+        for summaries in [true, false] {
+            let map = zmap::open(&loc, false).unwrap();
+            let ds = if summaries {
+                meta::read_dataset(map.as_ref(), &loc.mode).unwrap()
+            } else {
+                meta::read_stored_objects(map.as_ref(), &loc.mode).unwrap()
+            };
+            let v = ds.var(ds.find_var("v").unwrap());
+            assert_eq!(
+                v.attr("a").unwrap().value,
+                AttrValue::Char(b"new".to_vec()),
+                "{mode}, summaries {summaries}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_rewrite_keeps_the_layout_and_the_properties_of_the_dataset() {
+    for (version, layout, group_key) in [
+        ("4.9.0", NczarrLayout::UpperCaseKeys, "_NCZARR_GROUP"),
+        ("4.9.2", NczarrLayout::LowerCaseKeys, "_nczarr_group"),
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let loc = Location::parse(tmp.path().join("d.file").to_str().unwrap()).unwrap();
+        let mut opts = CreateOptions::default();
+        write_for_netcdf_c(&mut opts, version).unwrap();
+        let mut w = DatasetWriter::create(&loc, opts).unwrap();
+        let x = w.add_dim(Dataset::ROOT, "x", 2, false).unwrap();
+        w.add_var(Dataset::ROOT, "v", NcType::Int, &[x], VarOptions::default())
+            .unwrap();
+        w.close().unwrap();
+        let made_by = nc_properties_for(version);
+
+        let mut w = DatasetWriter::open(&loc).unwrap();
+        assert_eq!(w.options().layout, layout, "{version}");
+        w.put_attr(
+            AttrTarget::Group(Dataset::ROOT),
+            "new",
+            AttrValue::Int(vec![1]),
+        )
+        .unwrap();
+        let strings = AttrValue::Str(vec!["a".into()]);
+        let refused = w.put_attr(AttrTarget::Group(Dataset::ROOT), "s", strings);
+        assert_eq!(
+            refused.is_err(),
+            layout == NczarrLayout::UpperCaseKeys,
+            "{version}"
+        );
+        w.add_group(Dataset::ROOT, "g").unwrap();
+        w.close().unwrap();
+        let map = zmap::open(&loc, false).unwrap();
+        let zgroup: Value = serde_json::from_slice(&map.get(".zgroup").unwrap().unwrap()).unwrap();
+        assert_eq!(
+            zgroup[group_key]["groups"],
+            json!(["g"]),
+            "{version}: {zgroup}"
+        );
+        let ds = meta::read_dataset(map.as_ref(), &loc.mode).unwrap();
+        assert_eq!(ds.provenance.layout, Some(layout));
+        assert_eq!(
+            ds.provenance.ncproperties.as_deref(),
+            Some(made_by.as_str())
+        );
+        let attrs = &ds.group(Dataset::ROOT).attrs;
+        assert_eq!(attrs[0].value, AttrValue::Int(vec![1]));
+        assert_eq!(attrs.len(), if refused.is_err() { 1 } else { 2 });
+    }
+}
+
+#[test]
+fn a_fill_value_attribute_leaves_a_variable_without_fill_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (loc, mut w) = writer(tmp.path(), "nczarr");
+    let x = w.add_dim(Dataset::ROOT, "x", 2, false).unwrap();
+    let no_fill = VarOptions {
+        fill: Fill::NoFill,
+        ..Default::default()
+    };
+    let v = w
+        .add_var(Dataset::ROOT, "v", NcType::Int, &[x], no_fill)
+        .unwrap();
+    let u = w
+        .add_var(Dataset::ROOT, "u", NcType::Int, &[x], VarOptions::default())
+        .unwrap();
+    for var in [v, u] {
+        w.put_attr(AttrTarget::Var(var), "_FillValue", AttrValue::Int(vec![5]))
+            .unwrap();
+    }
+    w.del_attr(AttrTarget::Var(v), "_FillValue").unwrap();
+    w.put_attr(AttrTarget::Var(v), "_FillValue", AttrValue::Int(vec![6]))
+        .unwrap();
+    w.close().unwrap();
+    let map = zmap::open(&loc, false).unwrap();
+    let ds = meta::read_dataset(map.as_ref(), &loc.mode).unwrap();
+    let fill = |name: &str| {
+        ds.var(ds.find_var(name).unwrap())
+            .storage
+            .fill_value
+            .clone()
+    };
+    assert_eq!(fill("v"), None);
+    assert_eq!(fill("u"), Some(bytes(&[5])));
+    let attr = ds
+        .var(ds.find_var("v").unwrap())
+        .attr("_FillValue")
+        .unwrap();
+    assert_eq!(attr.value, AttrValue::Int(vec![6]));
+}
+
+#[test]
+fn renames_onto_stray_objects_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (_loc, mut w) = writer(tmp.path(), "nczarr");
+    let x = w.add_dim(Dataset::ROOT, "x", 2, false).unwrap();
+    let v = w
+        .add_var(Dataset::ROOT, "v", NcType::Int, &[x], VarOptions::default())
+        .unwrap();
+    w.write_meta().unwrap();
+    // Another program left a chunk under the name.
+    w.map.put("baz/0", &[7u8; 8]).unwrap();
+    let e = w.rename_var(v, "baz").unwrap_err().to_string();
+    assert!(e.contains("already holds objects"), "{e}");
+    assert_eq!(w.model().var(v).name, "v");
+    assert_eq!(w.model().var(v).storage.key, "v");
+    // `mkdir` of a group there too.
+    let e = w
+        .add_group_stored(Dataset::ROOT, "baz")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("already holds objects"), "{e}");
+    assert!(w.model().group(Dataset::ROOT).groups.is_empty());
+    assert_eq!(w.map.get("baz/.zgroup").unwrap(), None);
+}
+
+#[test]
+fn a_dataset_has_one_writer_at_a_time() {
+    let tmp = tempfile::tempdir().unwrap();
+    for mode in ["nczarr", "nczarr,zip"] {
+        let dir = tmp.path().join(mode);
+        std::fs::create_dir(&dir).unwrap();
+        let (loc, mut w) = writer(&dir, mode);
+        w.add_dim(Dataset::ROOT, "x", 2, false).unwrap();
+        w.sync().unwrap();
+        drop(w);
+        let first = DatasetWriter::open(&loc).unwrap();
+        let Err(e) = DatasetWriter::open(&loc) else {
+            panic!("{mode}: a second writer was let in");
+        };
+        assert!(matches!(e, Error::Busy(_)), "{mode}: {e}");
+        assert!(e.to_string().contains("another process is writing"), "{e}");
+        drop(first);
+        let mut again = DatasetWriter::open(&loc).unwrap();
+        // A zip writer's claim moves to each archive it writes in place of the last.
+        again
+            .put_attr(
+                AttrTarget::Group(Dataset::ROOT),
+                "a",
+                AttrValue::Int(vec![1]),
+            )
+            .unwrap();
+        again.sync().unwrap();
+        assert!(
+            matches!(DatasetWriter::open(&loc), Err(Error::Busy(_))),
+            "{mode}: the claim lapsed at a flush"
+        );
+    }
+}
+
+#[test]
+fn write_grow_rename_and_reopen() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (loc, mut w) = writer(tmp.path(), "nczarr");
+    let g = w.add_group(Dataset::ROOT, "g").unwrap();
+    let t = w.add_dim(Dataset::ROOT, "t", 0, true).unwrap();
+    let u = w.add_dim(Dataset::ROOT, "u", 0, true).unwrap();
+    let x = w.add_dim(g, "x", 3, false).unwrap();
+    let opts = VarOptions {
+        chunks: Some(vec![2, 2, 2]),
+        codecs: Codecs::parse("shuffle,zlib:4").unwrap(),
+        ..Default::default()
+    };
+    let v = w.add_var(g, "v", NcType::Int, &[t, u, x], opts).unwrap();
+    w.put_attr(AttrTarget::Var(v), "_FillValue", AttrValue::Int(vec![-1]))
+        .unwrap();
+    w.put_attr(
+        AttrTarget::Group(Dataset::ROOT),
+        "title",
+        AttrValue::Char(b"hi".to_vec()),
+    )
+    .unwrap();
+    // Writing index (1, 2, 0..3) grows both unlimited dimensions.
+    let slab = Hyperslab {
+        start: vec![1, 2, 0],
+        count: vec![1, 1, 3],
+        stride: vec![1; 3],
+    };
+    w.write(v, &slab, &bytes(&[7, 8, 9])).unwrap();
+    assert_eq!((w.model().dim(t).len, w.model().dim(u).len), (2, 3));
+    // A fixed dimension does not grow.
+    let past = Hyperslab {
+        start: vec![0, 0, 2],
+        count: vec![1, 1, 2],
+        stride: vec![1; 3],
+    };
+    let err = w.write(v, &past, &bytes(&[1, 2])).unwrap_err().to_string();
+    assert!(err.contains("/g/x") && err.contains("length 3"), "{err}");
+    // The fill value is fixed once values are stored.
+    assert!(w
+        .put_attr(AttrTarget::Var(v), "_FillValue", AttrValue::Int(vec![5]))
+        .is_err());
+    w.sync().unwrap();
+    w.rename_var(v, "w").unwrap();
+    w.rename_group(g, "h").unwrap();
+    w.rename_dim(x, "xx").unwrap();
+    w.rename_attr(AttrTarget::Group(Dataset::ROOT), "title", "name")
+        .unwrap();
+    w.close().unwrap();
+    assert!(!tmp.path().join("d.file/g").exists());
+
+    let map = zmap::open(&loc, false).unwrap();
+    let ds = meta::read_dataset(map.as_ref(), &loc.mode).unwrap();
+    let v = ds.find_var("/h/w").expect("renamed variable");
+    assert_eq!(ds.var_shape(v), [2, 3, 3]);
+    assert_eq!(ds.dim(ds.var(v).dims[2]).name, "xx");
+    assert_eq!(ds.group(Dataset::ROOT).attrs[0].name, "name");
+    let engine = ChunkEngine::new(map, 1 << 20);
+    let mut out = vec![0u8; 18 * 4];
+    engine
+        .read(&ds, v, &Hyperslab::whole(&[2, 3, 3]), &mut out)
+        .unwrap();
+    let mut want = vec![-1; 18];
+    want[15..18].copy_from_slice(&[7, 8, 9]);
+    assert_eq!(ints(&out), want);
+}
+
+/// Rows `start..start + count` of a variable on (t) or (t, x).
+fn rows(start: u64, count: u64, rank: usize) -> Hyperslab {
+    let mut slab = Hyperslab::whole(&vec![2; rank]);
+    (slab.start[0], slab.count[0]) = (start, count);
+    slab
+}
+
+#[test]
+fn records_a_failed_writer_stored_past_the_length_read_as_fill_when_it_grows() {
+    const NC_FILL_INT: i32 = -2147483647;
+    let tmp = tempfile::tempdir().unwrap();
+    // The last: `a` in shards of 12 records, inner chunks of 4.
+    for (mode, separator, sharded) in [
+        ("nczarr", '.', false),
+        ("nczarr", '/', false),
+        ("nczarr,v3", '/', false),
+        ("nczarr,zip", '.', false),
+        ("nczarr,v3", '/', true),
+    ] {
+        let dir = tmp
+            .path()
+            .join(format!("{mode}{}{sharded}", separator == '/'));
+        std::fs::create_dir(&dir).unwrap();
+        let loc = Location::parse(&format!(
+            "file://{}#mode={mode}",
+            dir.join("d.file").display()
+        ))
+        .unwrap();
+        let mut opts = CreateOptions::from_mode(&loc.mode);
+        opts.separator = separator;
+        let mut w = DatasetWriter::create(&loc, opts).unwrap();
+        let t = w.add_dim(Dataset::ROOT, "t", 0, true).unwrap();
+        let x = w.add_dim(Dataset::ROOT, "x", 2, false).unwrap();
+        let chunked = |chunks: Vec<u64>, fill: Fill| VarOptions {
+            chunks: Some(chunks),
+            fill,
+            ..Default::default()
+        };
+        let a = w
+            .add_var(
+                Dataset::ROOT,
+                "a",
+                NcType::Int,
+                &[t, x],
+                chunked(vec![4, 2], Fill::Value(bytes(&[-1]))),
+            )
+            .unwrap();
+        let b = w
+            .add_var(
+                Dataset::ROOT,
+                "b",
+                NcType::Int,
+                &[t],
+                chunked(vec![4], Fill::Default),
+            )
+            .unwrap();
+        if sharded {
+            let st = &mut w.model.vars[a.0].storage;
+            let dtype = st.dtype.clone().unwrap();
+            st.codecs = writer_v3::sharded(&CodecSpec::default(), &dtype, &[4, 2]).unwrap();
+            st.chunks = vec![12, 2];
+        }
+        w.write(a, &rows(0, 6, 2), &bytes(&[1; 12])).unwrap();
+        w.write(b, &rows(0, 6, 1), &bytes(&[1; 6])).unwrap();
+        w.close().unwrap();
+
+        // A writer without a cache stores each chunk as it writes it, and fails before
+        // its metadata: records 6..16 are stored, the dataset still has 6.
+        let mut failed = DatasetWriter::open_with_cache(&loc, 0).unwrap();
+        failed.write(a, &rows(6, 10, 2), &bytes(&[99; 20])).unwrap();
+        failed.write(b, &rows(6, 10, 1), &bytes(&[99; 10])).unwrap();
+        failed.map().flush().unwrap();
+        drop(failed);
+        let map = zmap::open(&loc, false).unwrap();
+        let ds = meta::read_dataset(map.as_ref(), &loc.mode).unwrap();
+        assert_eq!(ds.dim(t).len, 6, "{mode}");
+
+        let mut w = DatasetWriter::open(&loc).unwrap();
+        // Read first: the chunk of records 4..8 is cached as stored.
+        let mut out = vec![0u8; 6 * 2 * 4];
+        w.read(a, &rows(0, 6, 2), &mut out).unwrap();
+        assert_eq!(ints(&out), [1; 12], "{mode}");
+        // Record 12 leaves a gap of 6..12.
+        w.write(a, &rows(12, 1, 2), &bytes(&[7, 7])).unwrap();
+        let mut want_a = vec![1; 12];
+        want_a.extend([-1; 12]);
+        want_a.extend([7, 7]);
+        let mut want_b = vec![1; 6];
+        want_b.extend([NC_FILL_INT; 7]);
+        let check = |what: &str, read: &dyn Fn(VarId, &Hyperslab, &mut [u8])| {
+            let mut out = vec![0u8; 13 * 2 * 4];
+            read(a, &rows(0, 13, 2), &mut out);
+            assert_eq!(ints(&out), want_a, "{mode}, {what}: a");
+            let mut out = vec![0u8; 13 * 4];
+            read(b, &rows(0, 13, 1), &mut out);
+            assert_eq!(ints(&out), want_b, "{mode}, {what}: b");
+        };
+        check("writer", &|v, slab, out| w.read(v, slab, out).unwrap());
+        w.close().unwrap();
+        let map = zmap::open(&loc, false).unwrap();
+        let ds = meta::read_dataset(map.as_ref(), &loc.mode).unwrap();
+        let engine = ChunkEngine::new(map, 1 << 20);
+        check("stored", &|v, slab, out| {
+            engine.read(&ds, v, slab, out).unwrap()
+        });
+    }
+}
+
+#[test]
+fn create_refuses_an_existing_dataset_and_bad_names() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (loc, mut w) = writer(tmp.path(), "zarr");
+    assert!(w.add_dim(Dataset::ROOT, "a/b", 1, false).is_err());
+    w.add_dim(Dataset::ROOT, "a", 1, false).unwrap();
+    assert!(w.add_dim(Dataset::ROOT, "a", 2, false).is_err());
+    w.close().unwrap();
+    assert!(DatasetWriter::create(&loc, CreateOptions::default()).is_err());
+}
+
+/// The chain a new variable of `nctype` over a dimension of 6 (one chunk) is stored
+/// with in a dataset of `mode`, or the error refusing it.
+fn stored_chain(mode: &str, nctype: NcType, codecs: &str) -> Result<CodecSpec> {
+    let tmp = tempfile::tempdir().unwrap();
+    let (_loc, mut w) = writer(tmp.path(), mode);
+    let x = w.add_dim(Dataset::ROOT, "x", 6, false).unwrap();
+    let opts = VarOptions {
+        codecs: Codecs::parse(codecs).unwrap(),
+        ..Default::default()
+    };
+    let v = w.add_var(Dataset::ROOT, "v", nctype, &[x], opts)?;
+    Ok(w.model().var(v).storage.codecs.clone())
+}
+
+#[test]
+fn nczarr_shuffles_by_the_type_size_as_netcdf_c_does() {
+    let chain = r#"[{"id": "shuffle", "elementsize": 2}, {"id": "zlib", "level": 1}]"#;
+    let CodecSpec::V2 { filters, .. } = stored_chain("nczarr", NcType::Double, chain).unwrap()
+    else {
+        panic!("not a v2 chain")
+    };
+    assert_eq!(filters, [json!({"id": "shuffle", "elementsize": 0})]);
+    // Pure Zarr keeps it: numcodecs reads it as written.
+    let CodecSpec::V2 { filters, .. } = stored_chain("zarr", NcType::Double, chain).unwrap() else {
+        panic!("not a v2 chain")
+    };
+    assert_eq!(filters, [json!({"id": "shuffle", "elementsize": 2})]);
+}
+
+#[test]
+fn nczarr_stores_a_negative_zstd_level_as_1() {
+    let compressor = |mode| match stored_chain(mode, NcType::Int, "zstd:-5").unwrap() {
+        CodecSpec::V2 { compressor, .. } => compressor,
+        CodecSpec::V3(_) => panic!("not a v2 chain"),
+    };
+    assert_eq!(
+        compressor("nczarr"),
+        Some(json!({"id": "zstd", "level": 1}))
+    );
+    assert_eq!(compressor("zarr"), Some(json!({"id": "zstd", "level": -5})));
+}
+
+#[test]
+fn chains_numcodecs_cannot_unshuffle_are_refused() {
+    let e = stored_chain("zarr", NcType::Int, "zlib,shuffle").unwrap_err();
+    assert!(e.to_string().contains("after the compressor zlib"), "{e}");
+    // 6 bytes are not a whole number of 4-byte elements.
+    let e = stored_chain(
+        "zarr",
+        NcType::Byte,
+        r#"[{"id": "shuffle", "elementsize": 4}]"#,
+    );
+    let e = e.unwrap_err().to_string();
+    assert!(e.contains("4-byte elements over chunks of 6 bytes"), "{e}");
+    // A checksum's 4 bytes count: 24 + 4 is not a multiple of 8.
+    let e = stored_chain(
+        "zarr",
+        NcType::Int,
+        r#"[{"id": "fletcher32"}, {"id": "shuffle", "elementsize": 8}]"#,
+    );
+    assert!(e.unwrap_err().to_string().contains("chunks of 28 bytes"));
+    for ok in ["shuffle,zlib", "fletcher32,shuffle", "zlib"] {
+        stored_chain("zarr", NcType::Int, ok).unwrap();
+    }
+    let e = stored_chain(
+        "zarr",
+        NcType::Int,
+        r#"[{"id": "blosc", "cname": "snappy", "clevel": 5, "shuffle": 1}]"#,
+    );
+    assert!(e
+        .unwrap_err()
+        .to_string()
+        .contains("blosclz, lz4, lz4hc, zlib, zstd"));
+}
+
+#[test]
+fn v3_strings_are_not_shuffled() {
+    let CodecSpec::V3(list) = stored_chain("zarr,v3", NcType::String, "shuffle,zlib:1").unwrap()
+    else {
+        panic!("not a v3 chain")
+    };
+    let names: Vec<&str> = list.iter().filter_map(|c| c["name"].as_str()).collect();
+    assert_eq!(names, ["vlen-utf8", "numcodecs.zlib"]);
+}
+
+#[test]
+fn codec_lists_in_zarr_v3_form_are_read() {
+    // What `dump -s` shows of a Zarr v3 variable.
+    let c = Codecs::from_json(
+        r#"[{"name": "numcodecs.shuffle", "configuration": {"elementsize": 4}},
+            {"name": "bytes", "configuration": {"endian": "little"}},
+            {"name": "zstd", "configuration": {"level": 3, "checksum": false}}]"#,
+    )
+    .unwrap();
+    assert_eq!(c.filters, [json!({"id": "shuffle", "elementsize": 4})]);
+    assert_eq!(c.compressor, Some(json!({"id": "zstd", "level": 3})));
+    let e = Codecs::from_json(r#"[{"level": 3}]"#).unwrap_err();
+    assert!(e.to_string().contains("\"name\""), "{e}");
+}
+
+#[test]
+fn blosc_snappy_is_refused_naming_the_compressors() {
+    let e = Codecs::parse("blosc:snappy").unwrap_err().to_string();
+    assert!(e.contains("blosclz, lz4, lz4hc, zlib, zstd"), "{e}");
+}
+
+#[test]
+fn codec_words_and_hdf5_filters() {
+    let c = Codecs::parse("shuffle,fletcher32,zstd:5").unwrap();
+    assert_eq!(c.filters.len(), 2);
+    assert_eq!(c.compressor, Some(json!({"id": "zstd", "level": 5})));
+    // A checksum after the compressor keeps the order: everything is a filter.
+    let c = Codecs::parse("zlib:1,fletcher32").unwrap();
+    assert_eq!(c.compressor, None);
+    assert_eq!(c.filters.len(), 2);
+    assert!(Codecs::parse("zlib:12").is_err());
+    assert!(Codecs::parse("nope").is_err());
+    let f = Codecs::from_hdf5_filter("2|307,9").unwrap();
+    assert_eq!(f.compressor, Some(json!({"id": "bz2", "level": 9})));
+    assert!(Codecs::from_hdf5_filter("40000").is_err());
+}

@@ -1,0 +1,938 @@
+//! [`DatasetWriter`]: a dataset open for writing, its definitions, values and durability.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use crate::chunk::{ChunkEngine, Hyperslab};
+use crate::codec::netcdf_element_size;
+use crate::location::{Format, Location, Storage};
+use crate::meta::writer::{default_dtype, write_metadata, Dialect};
+use crate::meta::writer_v3;
+use crate::model::{
+    AttrValue, Attribute, ByteOrder, ChunkKeyEncoding, ChunkOrder, CodecSpec, Dataset, DimId,
+    DtypeKind, GroupId, NcType, NczarrLayout, VarId, VarStorage, Variable,
+};
+use crate::zmap::{join_key, ZMap};
+use crate::{meta, zmap, Error, Result};
+
+use super::codecs::{check_numcodecs_chain, for_netcdf_c, string_shuffle, without_shuffle};
+use super::{
+    check_attr_name, check_name, check_storable, default_chunks, keys_under, AttrTarget, Codecs,
+    CreateOptions, Fill, VarOptions, NETCDF_MAXSTRLEN, WRITER_CACHE_BYTES,
+};
+
+/// A dataset open for writing.
+#[derive(Debug)]
+pub struct DatasetWriter {
+    location: Location,
+    pub(super) map: Arc<dyn ZMap>,
+    pub(super) model: Dataset,
+    pub(super) engine: ChunkEngine,
+    opts: CreateOptions,
+    /// Variables that are stored, or hold values (their fill value and dtype are fixed).
+    has_data: HashSet<VarId>,
+    meta_dirty: bool,
+    /// The unlimited dimensions as the writer found them stored, with their lengths, until it
+    /// first grows them: the variables then on them may hold values past that length that
+    /// another writer stored but never recorded (see [`DatasetWriter::grow_dim`]).
+    stored_lengths: HashMap<DimId, u64>,
+    /// How many variables the writer found stored (the first ones of the model).
+    stored_vars: usize,
+}
+
+impl DatasetWriter {
+    /// Creates an empty dataset at `location`; refuses a location that already holds one.
+    /// The root group's metadata is written at once, so the new dataset opens right away.
+    pub fn create(location: &Location, opts: CreateOptions) -> Result<DatasetWriter> {
+        Self::create_with(location, opts, Dataset::new())
+    }
+
+    /// Creates a dataset at `location` holding `model`'s groups, dimensions, variables and
+    /// attributes. Each variable's storage is completed: its key from its group path, its
+    /// dtype from its type and the dialect (keeping a big-endian order), its shape from its
+    /// dimensions, netcdf-c's default chunks unless valid ones are given. Codecs and fill
+    /// values are kept as given.
+    pub fn create_with(
+        location: &Location,
+        opts: CreateOptions,
+        model: Dataset,
+    ) -> Result<DatasetWriter> {
+        let map = zmap::open(location, true)?;
+        if map.exists(".zgroup")?
+            || map.exists(".zarray")?
+            || map.exists(".nczarr")?
+            || map.exists("zarr.json")?
+        {
+            return Err(Error::NotPermitted(format!(
+                "{} already holds a dataset",
+                location.original
+            )));
+        }
+        let mut w = DatasetWriter {
+            location: location.clone(),
+            engine: ChunkEngine::new(Arc::clone(&map), WRITER_CACHE_BYTES),
+            map,
+            model,
+            opts,
+            has_data: HashSet::new(),
+            meta_dirty: true,
+            stored_lengths: HashMap::new(),
+            stored_vars: 0,
+        };
+        for i in 0..w.model.vars.len() {
+            w.complete_storage(VarId(i))?;
+        }
+        w.write_meta()?;
+        w.map.flush()?;
+        Ok(w)
+    }
+
+    /// Opens an existing dataset for writing (a `rw` mount, appending records).
+    pub fn open(location: &Location) -> Result<DatasetWriter> {
+        Self::open_with_cache(location, WRITER_CACHE_BYTES)
+    }
+
+    /// Like [`DatasetWriter::open`], with a chunk cache of `cache_bytes` (changed chunks wait
+    /// there until a flush or until the cache needs room).
+    pub fn open_with_cache(location: &Location, cache_bytes: usize) -> Result<DatasetWriter> {
+        // A missing dataset is told as `get` and `dump` tell it, not as an empty store (a
+        // writable map may be missing until its first object).
+        if let Storage::File(p) | Storage::Zip(p) = &location.storage {
+            std::fs::metadata(p).map_err(|e| Error::io(p, e))?;
+        }
+        let map = zmap::open(location, true)?;
+        map.claim_writer()?;
+        let model = meta::read_stored_objects(map.as_ref(), &location.mode)?;
+        // The model holds no metadata of a variable it cannot read (a complex or datetime
+        // array), so rewriting the metadata would replace that variable's with a byte array's.
+        // One unreadable only for an unknown codec keeps its chain as stored.
+        let lost = |v: &Variable| {
+            v.storage.unreadable.is_some()
+                && crate::codec::unknown_codec(&v.storage.codecs).is_none()
+        };
+        if let Some(v) = (0..model.vars.len())
+            .map(VarId)
+            .find(|v| lost(model.var(*v)))
+        {
+            return Err(Error::Unsupported(format!(
+                "{} cannot be opened for writing: variable {} is not supported ({}), and \
+                 rewriting the metadata would lose its description; open it read-only",
+                map.describe(),
+                model.var_fqn(v),
+                model
+                    .var(v)
+                    .storage
+                    .unreadable
+                    .as_deref()
+                    .unwrap_or_default()
+            )));
+        }
+        let probe = |key: &str| -> Result<bool> {
+            Ok(map
+                .get(key)?
+                .is_some_and(|b| String::from_utf8_lossy(&b).contains("_nczarr")))
+        };
+        let v3 = location.mode.zarr_version == Some(3)
+            || (location.mode.zarr_version.is_none()
+                && !map.exists(".zgroup")?
+                && map.exists("zarr.json")?);
+        let nczarr = match location.mode.format {
+            Some(Format::NcZarr) => true,
+            Some(Format::Zarr) => false,
+            None if v3 => probe("zarr.json")?,
+            None => model.provenance.layout.is_some(),
+        };
+        let mut opts = CreateOptions::from_mode(&location.mode);
+        opts.zarr_version = if v3 { 3 } else { 2 };
+        opts.dialect = if nczarr {
+            Dialect::NcZarr
+        } else {
+            Dialect::Zarr
+        };
+        if location.mode.xarray.is_none() {
+            opts.xarray = !nczarr || probe_xarray(map.as_ref(), &model)?;
+        }
+        if nczarr && !v3 {
+            opts.layout = model.provenance.layout.unwrap_or_default();
+            if opts.layout == NczarrLayout::Objects1 {
+                return Err(Error::Unsupported(format!(
+                    "{}: writing to an NCZarr 1.0.0 dataset (the layout of netcdf-c 4.8.0), \
+                     which nczarrfs does not write: copy it first, and write to the copy",
+                    map.describe()
+                )));
+            }
+        }
+        opts.nc_properties = model.provenance.ncproperties.clone();
+        // A consolidated summary stays, kept up to date with every change of the metadata.
+        opts.consolidated = opts.consolidated
+            || match v3 {
+                true => v3_root_is_consolidated(map.as_ref())?,
+                false => map.exists(".zmetadata")?,
+            };
+        let has_data = (0..model.vars.len()).map(VarId).collect();
+        // A writer killed while a flush replaced a group's dimension sizes and its arrays'
+        // shapes one after the other leaves them disagreeing, which netcdf-c refuses: the next
+        // flush of this writer completes it.
+        let meta_dirty = nczarr
+            && (0..model.vars.len()).map(VarId).any(|v| {
+                let stored = &model.var(v).storage.shape;
+                !model.var(v).dims.is_empty() && *stored != model.var_shape(v)
+            });
+        let stored_lengths = (0..model.dims.len())
+            .map(DimId)
+            .filter(|d| model.dim(*d).unlimited)
+            .map(|d| (d, model.dim(d).len))
+            .collect();
+        Ok(DatasetWriter {
+            location: location.clone(),
+            engine: ChunkEngine::new(Arc::clone(&map), cache_bytes),
+            map,
+            stored_vars: model.vars.len(),
+            model,
+            opts,
+            has_data,
+            meta_dirty,
+            stored_lengths,
+        })
+    }
+
+    /// The model as defined so far.
+    pub fn model(&self) -> &Dataset {
+        &self.model
+    }
+
+    /// The chunk engine (reads see unflushed writes).
+    pub fn engine(&self) -> &ChunkEngine {
+        &self.engine
+    }
+
+    /// The storage map.
+    pub fn map(&self) -> &Arc<dyn ZMap> {
+        &self.map
+    }
+
+    /// Where the dataset is.
+    pub fn location(&self) -> &Location {
+        &self.location
+    }
+
+    /// The options the dataset is written with.
+    pub fn options(&self) -> &CreateOptions {
+        &self.opts
+    }
+
+    fn check_free_name(&self, group: GroupId, name: &str, what: &str) -> Result<()> {
+        check_name(name)?;
+        let clash = match what {
+            "dimension" => self.model.find_dim_in(group, name).is_some(),
+            _ => {
+                self.model.find_var_in(group, name).is_some()
+                    || self.model.find_group_in(group, name).is_some()
+            }
+        };
+        if clash {
+            return Err(Error::NotPermitted(format!(
+                "{} already exists",
+                self.model.fqn_in(group, name)
+            )));
+        }
+        Ok(())
+    }
+
+    /// Adds a subgroup.
+    pub fn add_group(&mut self, parent: GroupId, name: &str) -> Result<GroupId> {
+        self.check_free_name(parent, name, "group")?;
+        self.meta_dirty = true;
+        Ok(self.model.add_group(parent, name))
+    }
+
+    /// Adds a subgroup and stores the metadata at once; when storing fails, the group is
+    /// taken out again, so that the failure does not come back at every later sync (a `rw`
+    /// mount's `mkdir`).
+    pub fn add_group_stored(&mut self, parent: GroupId, name: &str) -> Result<GroupId> {
+        let before = self.model.clone();
+        let g = self.add_group(parent, name)?;
+        // Objects already there (strays of another program) would be taken for the group's.
+        let prefix = self.model.group_path(g).join("/");
+        let stray = keys_under(self.map.as_ref(), &prefix).map(|keys| keys.into_iter().next());
+        if !matches!(stray, Ok(None)) {
+            self.model = before;
+            let stray = stray?.unwrap_or_default();
+            return Err(Error::NotPermitted(format!(
+                "cannot make group {prefix:?}: storage already holds objects there ({stray:?}) \
+                 that are not part of the dataset"
+            )));
+        }
+        if let Err(e) = self.sync() {
+            self.model = before;
+            self.meta_dirty = true;
+            return Err(e);
+        }
+        Ok(g)
+    }
+
+    /// Adds a dimension (an unlimited one starts at `len`, usually 0).
+    pub fn add_dim(
+        &mut self,
+        group: GroupId,
+        name: &str,
+        len: u64,
+        unlimited: bool,
+    ) -> Result<DimId> {
+        self.check_free_name(group, name, "dimension")?;
+        self.meta_dirty = true;
+        Ok(self.model.add_dim(group, name, len, unlimited))
+    }
+
+    /// Adds a variable over dimensions visible from `group`.
+    pub fn add_var(
+        &mut self,
+        group: GroupId,
+        name: &str,
+        nctype: NcType,
+        dims: &[DimId],
+        opts: VarOptions,
+    ) -> Result<VarId> {
+        self.check_free_name(group, name, "variable")?;
+        for d in dims {
+            let dim = self.model.dims.get(d.0).ok_or_else(|| {
+                Error::NotFound(format!("dimension #{} for variable {name}", d.0))
+            })?;
+            if self.model.find_dim_visible(group, &dim.name) != Some(*d) {
+                return Err(Error::NotPermitted(format!(
+                    "dimension {} is not visible from {}",
+                    self.model.dim_fqn(*d),
+                    self.model.group_fqn(group)
+                )));
+            }
+        }
+        let string_width = match (nctype, opts.string_width) {
+            (NcType::String, 0) => NETCDF_MAXSTRLEN,
+            (NcType::String, w) => w,
+            _ => 0,
+        };
+        let mut var = Variable {
+            name: name.to_string(),
+            group,
+            nctype,
+            dims: dims.to_vec(),
+            string_width,
+            attrs: Vec::new(),
+            storage: VarStorage {
+                chunks: opts.chunks.clone().unwrap_or_default(),
+                codecs: opts.codecs.spec(),
+                ..VarStorage::default()
+            },
+        };
+        if opts.big_endian {
+            let mut dtype = default_dtype(nctype, string_width, self.opts.dialect);
+            dtype.order = ByteOrder::Big;
+            var.storage.dtype = Some(dtype);
+        }
+        var.storage.fill_value = match &opts.fill {
+            Fill::Default => Some(padded(nctype.default_fill(), var.element_size())),
+            Fill::NoFill => None,
+            Fill::Value(bytes) => {
+                if bytes.len() != var.element_size() {
+                    return Err(Error::Invalid(format!(
+                        "fill value of {} bytes for {name} (elements of {} bytes)",
+                        bytes.len(),
+                        var.element_size()
+                    )));
+                }
+                var.attrs.push(Attribute {
+                    name: "_FillValue".into(),
+                    value: AttrValue::from_native(nctype, bytes),
+                });
+                Some(bytes.clone())
+            }
+        };
+        if let Some(chunks) = &opts.chunks {
+            if chunks.len() != dims.len() || chunks.contains(&0) {
+                return Err(Error::Invalid(format!(
+                    "chunk sizes {chunks:?} for {name} with {} dimension(s)",
+                    dims.len()
+                )));
+            }
+        }
+        let id = self.model.add_var(var);
+        self.complete_storage(id)?;
+        self.meta_dirty = true;
+        Ok(id)
+    }
+
+    /// Fills in a variable's storage description (see [`DatasetWriter::create_with`]).
+    fn complete_storage(&mut self, id: VarId) -> Result<()> {
+        let dialect = self.opts.dialect;
+        let shape = self.stored_shape(id);
+        let dims: Vec<(u64, bool)> = self
+            .model
+            .var(id)
+            .dims
+            .iter()
+            .map(|d| (self.model.dim(*d).len, self.model.dim(*d).unlimited))
+            .collect();
+        let key = {
+            let v = self.model.var(id);
+            join_key(&[&self.model.group_path(v.group).join("/"), &v.name])
+        };
+        let fqn = self.model.var_fqn(id);
+        let v = &mut self.model.vars[id.0];
+        if v.nctype == NcType::String && v.string_width == 0 {
+            v.string_width = NETCDF_MAXSTRLEN;
+        }
+        check_storable(v, &dims)?;
+        let mut big =
+            v.storage.dtype.as_ref().is_some_and(|d| {
+                d.order == ByteOrder::Big && d.size > 1 && d.kind != DtypeKind::Bytes
+            });
+        let old_layout = matches!(
+            self.opts.layout,
+            NczarrLayout::UpperCaseKeys | NczarrLayout::LowerCaseKeys
+        );
+        if big && old_layout && dialect == Dialect::NcZarr {
+            // netcdf-c 4.9.0 and 4.9.1 read every chunk as little-endian, whatever the dtype
+            // says (4.9.0 writes big-endian variables so), and would read these values swapped.
+            log::warn!(
+                "{key}: stored little-endian (the values are the same): netcdf-c before 4.9.3 \
+                 reads every chunk as little-endian, whatever its dtype says"
+            );
+            big = false;
+        }
+        let v3 = self.opts.zarr_version == 3;
+        let mut dtype = if v3 {
+            writer_v3::v3_dtype(v.nctype, v.string_width, big)
+        } else {
+            default_dtype(v.nctype, v.string_width, dialect)
+        };
+        if big && dtype.order == ByteOrder::Little {
+            dtype.order = ByteOrder::Big;
+        }
+        let chunks_ok = if v.dims.is_empty() {
+            false
+        } else {
+            v.storage.chunks.len() == v.dims.len() && !v.storage.chunks.contains(&0)
+        };
+        let chunks = if chunks_ok {
+            v.storage.chunks.clone()
+        } else if v.dims.is_empty() {
+            shape.iter().map(|_| 1).collect()
+        } else {
+            default_chunks(&dims, dtype.size)
+        };
+        // The engine encodes with the Zarr v2 spelling of a chain (the same bytes); the v3
+        // metadata writer spells it the v3 way. A sharded chain stays sharded on Zarr v3,
+        // around the inner chain spelled again for this variable's stored type.
+        let (mut flat, mut inner) = match &v.storage.codecs {
+            CodecSpec::V3(list) => (
+                Codecs::from_chain(writer_v3::codecs_v2(list)?).spec(),
+                writer_v3::shard_chunk_shape(list).filter(|_| v3),
+            ),
+            spec => (spec.clone(), None),
+        };
+        if v.dims.is_empty() && flat != CodecSpec::default() {
+            // As netcdf-c, which stores scalars uncompressed (and cannot open some
+            // compressed ones, blosc's).
+            log::info!("{key}: a scalar is stored without codecs");
+            (flat, inner) = (CodecSpec::default(), None);
+        }
+        let chunk_elems = inner.as_ref().unwrap_or(&chunks).iter().product::<u64>();
+        if v.nctype == NcType::String && !v3 {
+            flat = string_shuffle(flat, chunk_elems * dtype.size as u64);
+        }
+        if v.nctype == NcType::String && v3 {
+            // The variable-length values make a stream of any length, which numcodecs
+            // refuses to shuffle unless it is a multiple of the element size.
+            flat = without_shuffle(flat);
+        }
+        if dialect == Dialect::NcZarr {
+            flat = for_netcdf_c(&fqn, flat, netcdf_element_size(v.nctype, dtype.size));
+        }
+        if !(v.nctype == NcType::String && v3) {
+            check_numcodecs_chain(&fqn, &flat, chunk_elems * dtype.size as u64, dtype.size)?;
+        }
+        v.storage.codecs = match inner {
+            Some(inner) => writer_v3::sharded(&flat, &dtype, &inner)?,
+            None => flat,
+        };
+        if v.nctype == NcType::String && v3 {
+            // zarr-python's variable-length `string` (`vlen-utf8`): each value stored as its
+            // own UTF-8 bytes, where `fixed_length_utf32` took four bytes per character of
+            // the longest. The engine holds values in NUL-padded slots of the string width.
+            dtype = crate::model::ZarrDtype {
+                order: ByteOrder::NotApplicable,
+                kind: DtypeKind::Bytes,
+                size: v.string_width,
+            };
+            v.storage.codecs = writer_v3::vlen_strings(&v.storage.codecs, &dtype)?;
+        }
+        let esize = v.element_size();
+        if let Some(f) = &mut v.storage.fill_value {
+            f.resize(esize, 0);
+        }
+        v.storage = VarStorage {
+            key,
+            dtype: Some(dtype),
+            shape,
+            chunks,
+            order: ChunkOrder::C,
+            key_encoding: if v3 {
+                ChunkKeyEncoding::Default { separator: '/' }
+            } else {
+                ChunkKeyEncoding::V2 {
+                    separator: self.opts.separator,
+                }
+            },
+            fill_value: v.storage.fill_value.take(),
+            codecs: std::mem::take(&mut v.storage.codecs),
+            unreadable: None,
+        };
+        Ok(())
+    }
+
+    /// The stored shape of a variable: its dimension lengths (`[1]` for an NCZarr scalar,
+    /// `[]` for a pure Zarr one).
+    fn stored_shape(&self, id: VarId) -> Vec<u64> {
+        let shape = self.model.var_shape(id);
+        if shape.is_empty() && self.opts.dialect == Dialect::NcZarr && self.opts.zarr_version != 3 {
+            vec![1]
+        } else {
+            shape
+        }
+    }
+
+    /// Sets or replaces an attribute. `_FillValue` on a variable also sets its fill value
+    /// (a variable without fill keeps none), which is only possible before values are written.
+    pub fn put_attr(&mut self, target: AttrTarget, name: &str, value: AttrValue) -> Result<()> {
+        check_attr_name(target, name)?;
+        let for_4_9_0 = self.opts.dialect == Dialect::NcZarr
+            && self.opts.zarr_version == 2
+            && self.opts.layout == NczarrLayout::UpperCaseKeys;
+        if for_4_9_0 && value.nctype() == NcType::String {
+            return Err(Error::NotPermitted(format!(
+                "{name}: a string attribute, which this dataset's layout (netcdf-c 4.8.1 to 4.9.0) \
+                 cannot hold"
+            )));
+        }
+        if self
+            .attrs_mut(target)?
+            .iter()
+            .any(|a| a.name == name && a.value == value)
+        {
+            // Unchanged (`cp -r` of a mounted dataset onto itself): nothing to refuse.
+            return Ok(());
+        }
+        if let AttrTarget::Var(v) = target {
+            if name == "_FillValue" {
+                self.set_fill(v, Some(&value))?;
+            }
+        }
+        let attrs = self.attrs_mut(target)?;
+        match attrs.iter_mut().find(|a| a.name == name) {
+            Some(a) => a.value = value,
+            None => attrs.push(Attribute {
+                name: name.to_string(),
+                value,
+            }),
+        }
+        self.meta_dirty = true;
+        Ok(())
+    }
+
+    /// Deletes an attribute; deleting a variable's `_FillValue` restores the default fill (a
+    /// variable without fill keeps none).
+    pub fn del_attr(&mut self, target: AttrTarget, name: &str) -> Result<()> {
+        let pos = self
+            .attrs_mut(target)?
+            .iter()
+            .position(|a| a.name == name)
+            .ok_or_else(|| Error::NotFound(format!("attribute {name}")))?;
+        if let AttrTarget::Var(v) = target {
+            if name == "_FillValue" {
+                self.set_fill(v, None)?;
+            }
+        }
+        self.attrs_mut(target)?.remove(pos);
+        self.meta_dirty = true;
+        Ok(())
+    }
+
+    /// Renames an attribute (`_FillValue` cannot be renamed: it would change the fill value).
+    pub fn rename_attr(&mut self, target: AttrTarget, from: &str, to: &str) -> Result<()> {
+        check_attr_name(target, to)?;
+        if from == "_FillValue" || to == "_FillValue" {
+            return Err(Error::NotPermitted("renaming to or from _FillValue".into()));
+        }
+        let attrs = self.attrs_mut(target)?;
+        if attrs.iter().any(|a| a.name == to) {
+            return Err(Error::NotPermitted(format!(
+                "attribute {to} already exists"
+            )));
+        }
+        let a = attrs
+            .iter_mut()
+            .find(|a| a.name == from)
+            .ok_or_else(|| Error::NotFound(format!("attribute {from}")))?;
+        a.name = to.to_string();
+        self.meta_dirty = true;
+        Ok(())
+    }
+
+    fn attrs_mut(&mut self, target: AttrTarget) -> Result<&mut Vec<Attribute>> {
+        match target {
+            AttrTarget::Group(g) => self
+                .model
+                .groups
+                .get_mut(g.0)
+                .map(|g| &mut g.attrs)
+                .ok_or_else(|| Error::NotFound(format!("group #{}", g.0))),
+            AttrTarget::Var(v) => self
+                .model
+                .vars
+                .get_mut(v.0)
+                .map(|v| &mut v.attrs)
+                .ok_or_else(|| Error::NotFound(format!("variable #{}", v.0))),
+        }
+    }
+
+    fn set_fill(&mut self, v: VarId, value: Option<&AttrValue>) -> Result<()> {
+        let fqn = self.model.var_fqn(v);
+        if self.has_data.contains(&v) {
+            return Err(Error::NotPermitted(format!(
+                "{fqn}: the fill value of a variable already in storage cannot change (what \
+                 its chunks leave unwritten reads as the old one); copy the dataset to change it"
+            )));
+        }
+        let var = &self.model.vars[v.0];
+        let bytes = match value {
+            None => padded(var.nctype.default_fill(), var.element_size()),
+            Some(value) => {
+                if value.nctype() != var.nctype || value.len() != 1 {
+                    return Err(Error::Invalid(format!(
+                        "{fqn}: _FillValue must be one {} value",
+                        var.nctype.cdl_name()
+                    )));
+                }
+                let bytes = attr_to_native(value);
+                if var.nctype == NcType::String && bytes.len() > var.string_width {
+                    return Err(Error::Invalid(format!(
+                        "{fqn}: _FillValue longer than the string width {}",
+                        var.string_width
+                    )));
+                }
+                padded(bytes, var.element_size())
+            }
+        };
+        // A variable without fill keeps none: netcdf-c stores its `_FillValue` as an
+        // attribute only, and so does a reader of what is written here.
+        let storage = &mut self.model.vars[v.0].storage;
+        if storage.fill_value.is_some() {
+            storage.fill_value = Some(bytes);
+        }
+        Ok(())
+    }
+
+    /// Renames a dimension.
+    pub fn rename_dim(&mut self, dim: DimId, to: &str) -> Result<()> {
+        let g = self.model.dims.get(dim.0).map(|d| d.group);
+        let g = g.ok_or_else(|| Error::NotFound(format!("dimension #{}", dim.0)))?;
+        self.check_free_name(g, to, "dimension")?;
+        self.model.dims[dim.0].name = to.to_string();
+        self.meta_dirty = true;
+        Ok(())
+    }
+
+    /// Renames a variable: its objects move to the new key.
+    pub fn rename_var(&mut self, var: VarId, to: &str) -> Result<()> {
+        let g = self.model.vars.get(var.0).map(|v| v.group);
+        let g = g.ok_or_else(|| Error::NotFound(format!("variable #{}", var.0)))?;
+        self.check_free_name(g, to, "variable")?;
+        let old = self.model.var(var).storage.key.clone();
+        let new = join_key(&[&self.model.group_path(g).join("/"), to]);
+        let before = self.model.clone();
+        self.model.vars[var.0].name = to.to_string();
+        self.model.vars[var.0].storage.key = new.clone();
+        self.move_prefix(&old, &new, before)
+    }
+
+    /// Renames a group (not the root): everything under it moves to the new key.
+    pub fn rename_group(&mut self, group: GroupId, to: &str) -> Result<()> {
+        let parent = self
+            .model
+            .groups
+            .get(group.0)
+            .ok_or_else(|| Error::NotFound(format!("group #{}", group.0)))?
+            .parent
+            .ok_or_else(|| Error::NotPermitted("renaming the root group".into()))?;
+        self.check_free_name(parent, to, "group")?;
+        let old = self.model.group_path(group).join("/");
+        let before = self.model.clone();
+        self.model.groups[group.0].name = to.to_string();
+        let new = self.model.group_path(group).join("/");
+        let old_slash = format!("{old}/");
+        for v in &mut self.model.vars {
+            if let Some(rest) = v.storage.key.strip_prefix(&old_slash) {
+                v.storage.key = format!("{new}/{rest}");
+            }
+        }
+        self.move_prefix(&old, &new, before)
+    }
+
+    /// Copies every object under `old` to `new`, writes the new metadata, then deletes the
+    /// old objects: a crash in between leaves stray copies, never a dangling reference. Until
+    /// the new metadata is written, a failure puts the model `before` the rename back (its
+    /// metadata is then written again: the old objects are all still there).
+    ///
+    /// Objects already under `new` (strays of another program, or of a crash) would be taken
+    /// for the renamed node's: the rename is then refused.
+    fn move_prefix(&mut self, old: &str, new: &str, before: Dataset) -> Result<()> {
+        let stray = match keys_under(self.map.as_ref(), new) {
+            Ok(keys) => keys.into_iter().next(),
+            Err(e) => {
+                self.model = before;
+                return Err(e);
+            }
+        };
+        if let Some(stray) = stray {
+            self.model = before;
+            return Err(Error::NotPermitted(format!(
+                "cannot rename to {new:?}: storage already holds objects there ({stray:?}) that \
+                 are not part of the dataset"
+            )));
+        }
+        let copied = self.engine.flush().and_then(|()| {
+            self.engine.invalidate(old)?;
+            for key in keys_under(self.map.as_ref(), old)? {
+                let rest = &key[old.len()..];
+                if let Some(value) = self.map.get(&key)? {
+                    self.map.put(&format!("{new}{rest}"), &value)?;
+                }
+            }
+            self.meta_dirty = true;
+            self.write_meta()
+        });
+        if let Err(e) = copied {
+            self.model = before;
+            self.meta_dirty = true;
+            return Err(e);
+        }
+        self.map.delete(old)?;
+        self.map.flush()
+    }
+
+    /// Sets the length of an unlimited dimension (growing only), updating the stored shape
+    /// of every variable that uses it.
+    ///
+    /// The first growth of a dimension the writer found stored makes the variables on it hold
+    /// fill past the length it found (deleting their chunks there, setting that part of a
+    /// chunk that straddles it to fill): chunks are stored before the metadata, so a writer
+    /// killed or failing in between leaves values past the recorded length, which the new
+    /// records would otherwise show where they read as fill.
+    pub fn grow_dim(&mut self, dim: DimId, len: u64) -> Result<()> {
+        let d = self
+            .model
+            .dims
+            .get(dim.0)
+            .ok_or_else(|| Error::NotFound(format!("dimension #{}", dim.0)))?;
+        if len <= d.len {
+            return Ok(());
+        }
+        if !d.unlimited {
+            return Err(Error::InvalidHyperslab(format!(
+                "dimension {} has fixed length {}; cannot grow to {len}",
+                self.model.dim_fqn(dim),
+                d.len
+            )));
+        }
+        let size_at = |v: &Variable| {
+            v.dims.iter().try_fold(v.element_size() as u64, |acc, d| {
+                acc.checked_mul(if *d == dim {
+                    len
+                } else {
+                    self.model.dim(*d).len
+                })
+            })
+        };
+        if let Some(v) = self
+            .model
+            .vars
+            .iter()
+            .filter(|v| v.dims.contains(&dim))
+            .find(|v| size_at(v).is_none_or(|bytes| bytes > i64::MAX as u64))
+        {
+            return Err(Error::TooLarge(format!(
+                "{} records of {} would make {} larger than 2^63 bytes",
+                len,
+                self.model.dim_fqn(dim),
+                self.model.fqn_in(v.group, &v.name)
+            )));
+        }
+        if let Some(&stored) = self.stored_lengths.get(&dim) {
+            for var in (0..self.stored_vars).map(VarId) {
+                let axes = self.model.var(var).dims.iter().enumerate();
+                for axis in axes.filter(|(_, d)| **d == dim).map(|(axis, _)| axis) {
+                    self.engine.fill_beyond(&self.model, var, axis, stored)?;
+                }
+            }
+            self.stored_lengths.remove(&dim);
+        }
+        self.model.dims[dim.0].len = len;
+        for i in 0..self.model.vars.len() {
+            if self.model.vars[i].dims.contains(&dim) {
+                self.model.vars[i].storage.shape = self.stored_shape(VarId(i));
+            }
+        }
+        self.meta_dirty = true;
+        Ok(())
+    }
+
+    /// Refuses `data`, values for `slab` of `var`, when the variable's stored type cannot
+    /// hold one of them ([`Error::Unrepresentable`]), so that a caller writing several slabs
+    /// can check them all before writing any.
+    pub fn check_storable(&self, var: VarId, slab: &Hyperslab, data: &[u8]) -> Result<()> {
+        self.engine.check_storable(&self.model, var, slab, data)
+    }
+
+    /// Writes `data` (native representation, C order) into `slab` of `var`, growing
+    /// unlimited dimensions as needed; writing past a fixed dimension is an error, and so is
+    /// a value the stored type cannot hold (nothing is written then, and no dimension grows).
+    pub fn write(&mut self, var: VarId, slab: &Hyperslab, data: &[u8]) -> Result<()> {
+        let v = self
+            .model
+            .vars
+            .get(var.0)
+            .ok_or_else(|| Error::NotFound(format!("variable #{}", var.0)))?;
+        let dims = v.dims.clone();
+        if slab.start.len() != dims.len()
+            || slab.count.len() != dims.len()
+            || slab.stride.len() != dims.len()
+        {
+            return Err(Error::InvalidHyperslab(format!(
+                "{} dimension(s) in a hyperslab of {}",
+                slab.start.len(),
+                self.model.var_fqn(var)
+            )));
+        }
+        let mut grows = Vec::new();
+        for (i, d) in dims.iter().enumerate() {
+            if slab.count[i] == 0 {
+                continue;
+            }
+            let end = slab.stride[i]
+                .checked_mul(slab.count[i] - 1)
+                .and_then(|x| x.checked_add(slab.start[i]))
+                .and_then(|x| x.checked_add(1))
+                .ok_or_else(|| Error::InvalidHyperslab("hyperslab overflows".into()))?;
+            if end > self.model.dim(*d).len {
+                if !self.model.dim(*d).unlimited {
+                    return Err(Error::InvalidHyperslab(format!(
+                        "write to {} up to index {} beyond dimension {} of length {}",
+                        self.model.var_fqn(var),
+                        end - 1,
+                        self.model.dim_fqn(*d),
+                        self.model.dim(*d).len
+                    )));
+                }
+                grows.push((*d, end));
+            }
+        }
+        self.check_storable(var, slab, data)?;
+        for (d, end) in grows {
+            self.grow_dim(d, end)?;
+        }
+        self.engine.write(&self.model, var, slab, data)?;
+        self.has_data.insert(var);
+        Ok(())
+    }
+
+    /// One element of `var` as its unwritten places read (see [`ChunkEngine::fill_element`]).
+    pub fn fill_element(&self, var: VarId) -> Result<Vec<u8>> {
+        self.engine.fill_element(&self.model, var)
+    }
+
+    /// Reads `slab` of `var` (seeing unflushed writes).
+    pub fn read(&self, var: VarId, slab: &Hyperslab, out: &mut [u8]) -> Result<()> {
+        self.engine.read(&self.model, var, slab, out)
+    }
+
+    pub(super) fn write_meta(&mut self) -> Result<()> {
+        let wo = self.opts.write_options();
+        if self.opts.zarr_version == 3 {
+            writer_v3::write_metadata(self.map.as_ref(), &self.model, &wo)?;
+        } else {
+            write_metadata(self.map.as_ref(), &self.model, &wo)?;
+        }
+        self.meta_dirty = false;
+        Ok(())
+    }
+
+    /// Makes everything durable: dirty chunks first, then the metadata, then the map's own
+    /// flush (a zip archive is rewritten here).
+    pub fn sync(&mut self) -> Result<()> {
+        self.engine.flush()?;
+        if self.meta_dirty {
+            self.write_meta()?;
+        }
+        self.map.flush()
+    }
+
+    /// Whether the model changed since the metadata was last stored (a mount shows this
+    /// as pending work).
+    pub fn metadata_dirty(&self) -> bool {
+        self.meta_dirty
+    }
+
+    /// Syncs and closes.
+    pub fn close(mut self) -> Result<()> {
+        self.sync()
+    }
+}
+
+/// Whether an opened NCZarr dataset carries `_ARRAY_DIMENSIONS` (so rewrites keep it).
+fn probe_xarray(map: &dyn ZMap, model: &Dataset) -> Result<bool> {
+    match model.vars.first() {
+        None => Ok(true),
+        Some(v) => Ok(map
+            .get(&join_key(&[&v.storage.key, ".zattrs"]))?
+            .is_some_and(|b| String::from_utf8_lossy(&b).contains("_ARRAY_DIMENSIONS"))),
+    }
+}
+
+fn padded(mut bytes: Vec<u8>, size: usize) -> Vec<u8> {
+    bytes.resize(size, 0);
+    bytes
+}
+
+/// One attribute value as a native element (the first value; strings as UTF-8 bytes).
+pub fn attr_to_native(value: &AttrValue) -> Vec<u8> {
+    fn first<T: Copy, const N: usize>(v: &[T], f: impl Fn(T) -> [u8; N]) -> Vec<u8> {
+        v.first().map(|x| f(*x).to_vec()).unwrap_or_default()
+    }
+    match value {
+        AttrValue::Byte(v) => first(v, i8::to_le_bytes),
+        AttrValue::UByte(v) => first(v, u8::to_le_bytes),
+        AttrValue::Short(v) => first(v, i16::to_le_bytes),
+        AttrValue::UShort(v) => first(v, u16::to_le_bytes),
+        AttrValue::Int(v) => first(v, i32::to_le_bytes),
+        AttrValue::UInt(v) => first(v, u32::to_le_bytes),
+        AttrValue::Int64(v) => first(v, i64::to_le_bytes),
+        AttrValue::UInt64(v) => first(v, u64::to_le_bytes),
+        AttrValue::Float(v) => first(v, f32::to_le_bytes),
+        AttrValue::Double(v) => first(v, f64::to_le_bytes),
+        AttrValue::Char(v) => v.first().map(|c| vec![*c]).unwrap_or_default(),
+        AttrValue::Str(v) => v.first().map(|s| s.as_bytes().to_vec()).unwrap_or_default(),
+    }
+}
+
+/// Whether a Zarr v3 root `zarr.json` holds consolidated metadata (zarr-python 3's inline
+/// `consolidated_metadata`, which `null` declares absent).
+fn v3_root_is_consolidated(map: &dyn ZMap) -> Result<bool> {
+    let Some(bytes) = map.get("zarr.json")? else {
+        return Ok(false);
+    };
+    let root: serde_json::Value =
+        serde_json::from_slice(&bytes).map_err(|e| Error::json("zarr.json", &e))?;
+    Ok(root
+        .get("consolidated_metadata")
+        .is_some_and(|c| !c.is_null()))
+}
