@@ -275,3 +275,23 @@ def test_char_attributes_that_are_not_utf8(nczarrfs, tmp_path):
             netCDF4.Dataset(str(hpath)) as ref:
         assert nc.getncattr("latin1") == ref.getncattr("latin1")
         assert nc["v"].getncattr("bytes") == ref["v"].getncattr("bytes")
+
+
+
+def test_char_attributes_that_are_json_text(nczarrfs, tmp_path):
+    """netcdf-c stores a char attribute whose text parses as JSON as that JSON, and reads it
+    back as the text: an array of strings stays its JSON text, not the strings joined."""
+    texts = {"names": '["lat","lon"]', "mixed": '[1,"a"]', "one": '["x"]'}
+
+    def build(nc):
+        for name, text in texts.items():
+            nc.setncattr(name, text)
+
+    _same_dump_as_ncdump(nczarrfs, tmp_path, build)
+    # The text survives our own gen of that CDL, as netcdf-c reads it.
+    location = f"file://{tmp_path / 'fixed.file'}#mode=nczarr,file"
+    (tmp_path / "again.cdl").write_bytes(nczarrfs("dump", location).stdout)
+    res = nczarrfs("gen", "-o", str(tmp_path / "again.file"), str(tmp_path / "again.cdl"))
+    assert res.returncode == 0, res.stderr.decode(errors="replace")
+    with netCDF4.Dataset(f"file://{tmp_path / 'again.file'}#mode=nczarr,file") as nc:
+        assert {name: nc.getncattr(name) for name in texts} == texts
