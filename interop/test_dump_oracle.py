@@ -295,3 +295,30 @@ def test_char_attributes_that_are_json_text(nczarrfs, tmp_path):
     assert res.returncode == 0, res.stderr.decode(errors="replace")
     with netCDF4.Dataset(f"file://{tmp_path / 'again.file'}#mode=nczarr,file") as nc:
         assert {name: nc.getncattr(name) for name in texts} == texts
+
+
+@pytest.mark.parametrize("fmt,dtype,values", [
+    ("%e%%", "f8", [1.5, 2.0]),
+    ("%% %g", "f8", [1.5, 2.0]),
+    ("no value", "f8", [1.5, 2.0]),
+    ("no value", "i4", [1, 2]),
+    ("%x", "i4", [-1, 255]),
+    ("%u", "i2", [-1, 7]),
+    ("%o", "i1", [-1, 8]),
+    ("%d", "u4", [4_000_000_000, 1]),
+    ("%hhd", "i4", [300, -129]),
+    ("%#08.3hx", "i4", [-2, 17]),
+    ("%+.3e %%", "f4", [-0.125, 3.0e10]),
+    ("%-150d|", "i4", [3, -3]),
+])
+def test_c_format_as_ncdump_prints_it(nczarrfs, tmp_path, fmt, dtype, values):
+    """ncdump hands a variable's `C_format` to snprintf with each value (ints of 32 bits and
+    fewer as C ints) into a 100-byte buffer."""
+    def build(nc):
+        nc.createDimension("n", len(values))
+        v = nc.createVariable("v", dtype, ("n",), fill_value=False)
+        v.setncattr("C_format", fmt)
+        v[:] = np.array(values).astype(np.int64).astype(dtype) if dtype[0] in "iu" \
+            else np.array(values, dtype=dtype)
+
+    _same_dump_as_ncdump(nczarrfs, tmp_path, build)

@@ -289,8 +289,8 @@ pub fn attr_needs_type(value: &AttrValue) -> bool {
     value.nctype() == NcType::String
 }
 
-/// A variable's `C_format` attribute: one printf conversion with literal text around it,
-/// which ncdump uses instead of its default format for the variable's data values.
+/// A variable's `C_format` attribute: at most one printf conversion with literal text around
+/// it, which ncdump hands to `snprintf` with each data value instead of its default format.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CFormat {
     prefix: String,
@@ -302,19 +302,49 @@ pub struct CFormat {
     zero: bool,
     width: usize,
     prec: Option<usize>,
-    conv: char,
+    /// The bits of the integer a length modifier converts the argument to (`hh` 8, `h` 16,
+    /// `l`, `ll`, `j`, `z`, `q` 64); `None` without one.
+    length_bits: Option<u32>,
+    /// The conversion; `None` for a format that is only literal text.
+    conv: Option<char>,
+}
+
+/// printf's literal text: `%%` stands for `%`.
+fn unescape_percent(text: &str) -> Option<String> {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '%' && chars.next() != Some('%') {
+            return None;
+        }
+        out.push(c);
+    }
+    Some(out)
+}
+
+/// The first `%` that starts a conversion (not part of a `%%`).
+fn find_conversion(fmt: &str) -> Option<usize> {
+    let bytes = fmt.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            if bytes.get(i + 1) != Some(&b'%') {
+                return Some(i);
+            }
+            i += 1;
+        }
+        i += 1;
+    }
+    None
 }
 
 impl CFormat {
-    /// Parses a format with exactly one conversion among `d i u o x X e E f F g G` (length
-    /// modifiers such as `l` are skipped); `None` for anything else, in which case the default
-    /// format applies.
+    /// Parses a format of literal text (`%%` for `%`) with at most one conversion among
+    /// `d i u o x X e E f F g G`; `None` for anything else (`%s`, `%c`, `%a`, `*` widths,
+    /// several conversions), in which case the default format applies.
     pub fn parse(fmt: &str) -> Option<CFormat> {
-        let start = fmt.find('%')?;
-        let rest = &fmt[start + 1..];
-        let mut chars = rest.char_indices().peekable();
         let mut f = CFormat {
-            prefix: fmt[..start].to_string(),
+            prefix: String::new(),
             suffix: String::new(),
             left: false,
             plus: false,
@@ -323,8 +353,16 @@ impl CFormat {
             zero: false,
             width: 0,
             prec: None,
-            conv: 'g',
+            length_bits: None,
+            conv: None,
         };
+        let Some(start) = find_conversion(fmt) else {
+            f.prefix = unescape_percent(fmt)?;
+            return Some(f);
+        };
+        f.prefix = unescape_percent(&fmt[..start])?;
+        let rest = &fmt[start + 1..];
+        let mut chars = rest.char_indices().peekable();
         while let Some(&(_, c)) = chars.peek() {
             match c {
                 '-' => f.left = true,
@@ -338,50 +376,58 @@ impl CFormat {
         }
         while let Some(&(_, c)) = chars.peek() {
             let Some(d) = c.to_digit(10) else { break };
-            f.width = f.width * 10 + d as usize;
+            f.width = f.width.checked_mul(10)?.checked_add(d as usize)?;
             chars.next();
         }
         if chars.peek().map(|&(_, c)| c) == Some('.') {
             chars.next();
-            let mut p = 0;
+            let mut p: usize = 0;
             while let Some(&(_, c)) = chars.peek() {
                 let Some(d) = c.to_digit(10) else { break };
-                p = p * 10 + d as usize;
+                p = p.checked_mul(10)?.checked_add(d as usize)?;
                 chars.next();
             }
             f.prec = Some(p);
         }
-        while chars
+        let mut modifier = String::new();
+        while let Some(&(_, c)) = chars
             .peek()
-            .is_some_and(|&(_, c)| matches!(c, 'h' | 'l' | 'L' | 'q' | 'j' | 'z'))
+            .filter(|&&(_, c)| matches!(c, 'h' | 'l' | 'L' | 'q' | 'j' | 'z' | 't'))
         {
+            modifier.push(c);
             chars.next();
         }
+        f.length_bits = match modifier.as_str() {
+            "" | "L" => None,
+            "hh" => Some(8),
+            "h" => Some(16),
+            "l" | "ll" | "q" | "j" | "z" | "t" => Some(64),
+            _ => return None,
+        };
         let (i, conv) = chars.next()?;
         if !"diuoxXeEfFgG".contains(conv) {
             return None;
         }
-        f.conv = conv;
-        let suffix = &rest[i + conv.len_utf8()..];
-        if suffix.contains('%') {
-            return None;
-        }
-        f.suffix = suffix.to_string();
+        f.conv = Some(conv);
+        f.suffix = unescape_percent(&rest[i + conv.len_utf8()..])?;
         Some(f)
     }
 
     /// Whether the conversion is for floating-point values (`e f g` and upper-case forms).
     pub fn is_float(&self) -> bool {
-        "eEfFgG".contains(self.conv)
+        self.conv.is_some_and(|c| "eEfFgG".contains(c))
     }
 
     /// Formats a finite floating-point value; `None` if the conversion is an integer one.
     pub fn format_float(&self, x: f64) -> Option<String> {
+        let Some(conv) = self.conv else {
+            return Some(self.prefix.clone());
+        };
         if !self.is_float() {
             return None;
         }
         let p = self.prec.unwrap_or(6);
-        let mut body = match self.conv.to_ascii_lowercase() {
+        let mut body = match conv.to_ascii_lowercase() {
             'f' => {
                 let mut s = format!("{:.p$}", x.abs());
                 if self.alt && p == 0 {
@@ -401,23 +447,36 @@ impl CFormat {
             }
             _ => printf_g(x.abs(), p, self.alt),
         };
-        if self.conv.is_ascii_uppercase() {
+        if conv.is_ascii_uppercase() {
             body = body.to_ascii_uppercase();
         }
         Some(self.pad(x.is_sign_negative(), body))
     }
 
-    /// Formats an integer value; `None` for floating-point conversions or a negative value
-    /// under an unsigned conversion.
-    pub fn format_int(&self, v: i128) -> Option<String> {
+    /// Formats an integer value passed to printf as an integer of `arg_bits` bits (ncdump
+    /// passes netCDF's types of 32 bits and fewer as C `int`s, the 64-bit ones as `long
+    /// long`s): as C does, the conversion reads those bits as signed (`d i`) or unsigned
+    /// (`u o x X`), narrowed by an `h` or `hh` modifier. `None` for floating-point
+    /// conversions.
+    pub fn format_int(&self, v: i128, arg_bits: u32) -> Option<String> {
+        let Some(conv) = self.conv else {
+            return Some(self.prefix.clone());
+        };
+        if self.is_float() {
+            return None;
+        }
+        let bits = self.length_bits.unwrap_or(arg_bits);
+        let low = (v as u128) & (u128::MAX >> (128 - bits));
+        let v = match conv {
+            'd' | 'i' if low >> (bits - 1) == 1 => low as i128 - (1i128 << bits),
+            _ => low as i128,
+        };
         let mag = v.unsigned_abs();
-        let mut body = match self.conv {
-            'd' | 'i' => mag.to_string(),
-            'u' if v >= 0 => mag.to_string(),
-            'o' if v >= 0 => format!("{mag:o}"),
-            'x' if v >= 0 => format!("{mag:x}"),
-            'X' if v >= 0 => format!("{mag:X}"),
-            _ => return None,
+        let mut body = match conv {
+            'o' => format!("{mag:o}"),
+            'x' => format!("{mag:x}"),
+            'X' => format!("{mag:X}"),
+            _ => mag.to_string(),
         };
         if let Some(p) = self.prec {
             while body.len() < p {
@@ -425,7 +484,7 @@ impl CFormat {
             }
         }
         if self.alt && mag != 0 {
-            match self.conv {
+            match conv {
                 'o' if !body.starts_with('0') => body.insert(0, '0'),
                 'x' => body.insert_str(0, "0x"),
                 'X' => body.insert_str(0, "0X"),
@@ -439,15 +498,16 @@ impl CFormat {
     fn pad(&self, negative: bool, body: String) -> String {
         let sign = if negative {
             "-"
-        } else if self.plus && "dieEfFgG".contains(self.conv) {
+        } else if self.plus && self.conv.is_some_and(|c| "dieEfFgG".contains(c)) {
             "+"
-        } else if self.space && "dieEfFgG".contains(self.conv) {
+        } else if self.space && self.conv.is_some_and(|c| "dieEfFgG".contains(c)) {
             " "
         } else {
             ""
         };
         let len = sign.len() + body.len();
-        let fill = self.width.saturating_sub(len);
+        // Whatever lies past ncdump's buffer is cut below; no need to pad further.
+        let fill = self.width.saturating_sub(len).min(PRINTF_BUFFER);
         // C ignores `0` with `-`, and for integers when a precision is given.
         let zero = self.zero && !self.left && (self.prec.is_none() || self.is_float());
         let mut out = self.prefix.clone();
@@ -465,9 +525,20 @@ impl CFormat {
             out.push_str(&body);
         }
         out.push_str(&self.suffix);
+        // ncdump formats into a buffer of 100 bytes (`PRIM_LEN`), which cuts longer texts.
+        if out.len() >= PRINTF_BUFFER {
+            let mut end = PRINTF_BUFFER - 1;
+            while !out.is_char_boundary(end) {
+                end -= 1;
+            }
+            out.truncate(end);
+        }
         out
     }
 }
+
+/// The size of ncdump's buffer for one formatted value.
+const PRINTF_BUFFER: usize = 100;
 
 #[cfg(test)]
 mod tests {
@@ -622,7 +693,7 @@ mod tests {
         assert_eq!(f("%G", 1e-20).as_deref(), Some("1E-20"));
         assert_eq!(f("%#.0f", 2.0).as_deref(), Some("2."));
         assert_eq!(f("%d", 2.0), None);
-        let i = |fmt: &str, v: i128| CFormat::parse(fmt).and_then(|c| c.format_int(v));
+        let i = |fmt: &str, v: i128| CFormat::parse(fmt).and_then(|c| c.format_int(v, 32));
         assert_eq!(i("%5d", -42).as_deref(), Some("  -42"));
         assert_eq!(i("%05ld", 42).as_deref(), Some("00042"));
         assert_eq!(i("%#x", 255).as_deref(), Some("0xff"));
@@ -630,6 +701,35 @@ mod tests {
         assert_eq!(i("v=%d m", 3).as_deref(), Some("v=3 m"));
         assert_eq!(CFormat::parse("%s"), None);
         assert_eq!(CFormat::parse("%d %d"), None);
+        assert_eq!(CFormat::parse("%*d"), None);
+    }
+
+    #[test]
+    fn c_format_follows_printf_on_its_edges() {
+        // Expected texts: Debian ncdump 4.9.0 of the same values and C_format (glibc printf).
+        let f = |fmt: &str, x: f64| CFormat::parse(fmt).and_then(|c| c.format_float(x));
+        let i = |fmt: &str, v: i128, bits| CFormat::parse(fmt).and_then(|c| c.format_int(v, bits));
+        assert_eq!(f("%e%%", 1.5).as_deref(), Some("1.500000e+00%"));
+        assert_eq!(f("%% %g", 2.0).as_deref(), Some("% 2"));
+        assert_eq!(f("no value", 2.0).as_deref(), Some("no value"));
+        assert_eq!(i("no value", 7, 32).as_deref(), Some("no value"));
+        assert_eq!(i("%x", -1, 32).as_deref(), Some("ffffffff"));
+        assert_eq!(i("%u", -1, 32).as_deref(), Some("4294967295"));
+        assert_eq!(i("%o", -1, 32).as_deref(), Some("37777777777"));
+        assert_eq!(i("%d", 4_000_000_000, 32).as_deref(), Some("-294967296"));
+        // C's own conversions of the int argument by `hh` and `h`, and 64-bit arguments.
+        assert_eq!(i("%hhd", 300, 32).as_deref(), Some("44"));
+        assert_eq!(i("%hx", -1, 32).as_deref(), Some("ffff"));
+        assert_eq!(i("%llx", -1, 64).as_deref(), Some("ffffffffffffffff"));
+        assert_eq!(
+            i("%lld", i128::from(i64::MIN), 64).as_deref(),
+            Some("-9223372036854775808")
+        );
+        // snprintf into ncdump's 100-byte buffer keeps 99 characters.
+        assert_eq!(i("%200d", 5, 32).map(|s| s.len()), Some(99));
+        assert_eq!(CFormat::parse("%a"), None);
+        assert_eq!(CFormat::parse("%c"), None);
+        assert_eq!(CFormat::parse("50%"), None);
     }
 
     #[test]

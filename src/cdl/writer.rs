@@ -424,7 +424,7 @@ fn is_fill(nctype: NcType, fill: &Fill, val: &[u8]) -> bool {
 }
 
 /// The variable's `C_format` attribute as ncdump uses it: a `char` attribute shorter than
-/// 100 characters. Formats outside [`CFormat`]'s single-conversion subset are ignored.
+/// 100 characters. Formats outside [`CFormat`]'s subset are ignored.
 fn c_format_of(ds: &Dataset, var: VarId) -> Option<CFormat> {
     match &ds.var(var).attr("C_format")?.value {
         AttrValue::Char(b) if !b.is_empty() && b.len() < 100 => {
@@ -436,7 +436,8 @@ fn c_format_of(ds: &Dataset, var: VarId) -> Option<CFormat> {
 
 /// One value formatted with a `C_format`, when the conversion suits the type.
 fn format_with(c: &CFormat, nctype: NcType, val: &[u8]) -> Option<String> {
-    let int = |v: i128| c.format_int(v);
+    // ncdump passes the types of 32 bits and fewer as C ints, the others as long longs.
+    let int = |v: i128| c.format_int(v, 32);
     match nctype {
         NcType::Float => Some(f32_at(val))
             .filter(|x| x.is_finite())
@@ -457,11 +458,12 @@ fn format_with(c: &CFormat, nctype: NcType, val: &[u8]) -> Option<String> {
         NcType::Int64 | NcType::UInt64 => {
             let mut a = [0u8; 8];
             a.copy_from_slice(&val[..8]);
-            if nctype == NcType::Int64 {
-                int(i128::from(i64::from_ne_bytes(a)))
+            let v = if nctype == NcType::Int64 {
+                i128::from(i64::from_ne_bytes(a))
             } else {
-                int(i128::from(u64::from_ne_bytes(a)))
-            }
+                i128::from(u64::from_ne_bytes(a))
+            };
+            c.format_int(v, 64)
         }
         NcType::Char | NcType::String => None,
     }

@@ -21,10 +21,12 @@ pub struct DumpArgs {
     #[arg(short = 'c', long = "coords")]
     pub coords_only: bool,
     /// Data only for these variables: names, `g/v` or full names `/g/v`, comma-separated.
+    /// Repeated, the lists add up (ncdump keeps only the last).
     #[arg(short = 'v', long = "vars", value_delimiter = ',')]
     pub vars: Option<Vec<String>>,
     /// Data only for the variables of these groups: names (every group so named) or full
     /// names `/g/h`, comma-separated; the header is still printed in full (`ncdump -g`).
+    /// Repeated, the lists add up (ncdump keeps only the last).
     #[arg(short = 'g', long = "groups", value_delimiter = ',')]
     pub groups: Option<Vec<String>>,
     /// Name for the `netcdf NAME {` line (default: derived from the location).
