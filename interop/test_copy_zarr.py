@@ -251,3 +251,51 @@ def test_netcdf_readers_mask_a_copy_of_xarray_zarr_v2_as_xarray_masks_its_source
     assert "masked:_FillValue = -999s ;" in header and "packed:_FillValue = -999s ;" in header
     assert "count:_FillValue" not in header
 
+
+def _text_or_values(values: np.ndarray) -> np.ndarray:
+    """Strings as text, whether xarray shows them as `str` or as fixed-width bytes."""
+    if values.dtype.kind in "SOUT":
+        return np.array([v.decode() if isinstance(v, bytes) else v for v in values.flat],
+                        dtype=object).reshape(values.shape)
+    return values
+
+
+def test_xarray_reads_a_zarr_v2_copy_of_variables_without_fill_value_unmasked(
+    nczarrfs, tmp_path
+):
+    """A netCDF variable without `_FillValue` masks nothing in netCDF readers (xarray's
+    netcdf4 engine shows netCDF's default fills, and an empty string, as data). xarray takes a
+    Zarr v2 `fill_value` as `_FillValue`, so a copy to pure Zarr v2 must not write the
+    default fill there, and must still store it where the source reads it (an unwritten
+    chunk): xarray's zarr engine reads the copy as the netcdf4 engine reads the source, and
+    zarr-python reads netCDF4-python's values."""
+    import xarray as xr
+
+    src, dst = str(tmp_path / "src.file"), str(tmp_path / "dst.zarr")
+    url = f"file://{src}#mode=nczarr,file"
+    with netCDF4.Dataset(url, "w") as nc:
+        nc.createDimension("x", 6)
+        s = nc.createVariable("s", str, ("x",), chunksizes=(2,))
+        s[:4] = np.array(["", "a", "bc", ""], dtype=object)
+        for name, dtype, value in [("i", "i4", -2147483647), ("f", "f4", 9.96921e36),
+                                   ("u", "u1", 255), ("b", "i1", -127), ("z", "f8", 0.0)]:
+            v = nc.createVariable(name, dtype, ("x",), chunksizes=(2,))
+            v[:4] = np.array([1, value, 0, 3], dtype=dtype)
+        masked = nc.createVariable("m", "i2", ("x",), chunksizes=(2,), fill_value=-5)
+        masked[:4] = [1, -5, 0, 3]
+    res = nczarrfs("copy", "-k", "zarr", src, dst)
+    assert res.returncode == 0, res.stderr.decode()
+    with xr.open_dataset(url, engine="netcdf4") as want:
+        want = want.load()
+    got = xr.open_zarr(dst, consolidated=False).load()
+    for name in want.variables:
+        np.testing.assert_array_equal(_text_or_values(got[name].values),
+                                      _text_or_values(want[name].values), err_msg=name)
+    stored = zarr.open_group(dst, mode="r")
+    with netCDF4.Dataset(url) as nc:
+        nc.set_auto_mask(False)
+        for name, v in nc.variables.items():
+            np.testing.assert_array_equal(_text_or_values(stored[name][...]),
+                                          _text_or_values(v[...]), err_msg=name)
+    assert stored["m"].fill_value == -5
+

@@ -233,12 +233,19 @@ pub fn run(args: CopyArgs) -> Result<i32> {
     if args.shuffle && codecs.is_none() {
         shuffle_where_deflated(&mut model);
     }
-    carry_missing_values(
-        &src.model,
-        &mut model,
-        opts.zarr_version == 3,
-        opts.dialect != meta::writer::Dialect::NcZarr,
-    );
+    let to_pure = opts.dialect != meta::writer::Dialect::NcZarr;
+    carry_missing_values(&src.model, &mut model, opts.zarr_version == 3, to_pure);
+    if to_pure && opts.zarr_version == 2 && src.model.provenance.nczarr_major != 0 {
+        // Only variables whose data is copied: the others are left unwritten, all fill.
+        for (i, v) in model.vars.iter_mut().enumerate() {
+            if data_vars
+                .as_ref()
+                .is_none_or(|list| list.contains(&VarId(i)))
+            {
+                super::without_default_fill_in_zarr_v2(v);
+            }
+        }
+    }
     if opts.dialect == meta::writer::Dialect::NcZarr {
         check_netcdf_names(&model)?;
         if codecs.is_none() {
