@@ -299,3 +299,35 @@ def test_xarray_reads_a_zarr_v2_copy_of_variables_without_fill_value_unmasked(
                                           _text_or_values(v[...]), err_msg=name)
     assert stored["m"].fill_value == -5
 
+
+@pytest.mark.parametrize("mode", ["zarr", "zarr,v3", "nczarr"])
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_xarray_reads_bool_and_float16_back_from_a_copy(nczarrfs, tmp_path, zarr_format, mode):
+    """xarray `bool` and `float16` variables: a pure Zarr copy keeps both types; NCZarr, for
+    netCDF readers, which have neither, marks the `ubyte` values `dtype = "bool"` as xarray
+    marks its booleans in netCDF (so xarray's netcdf4 engine reads `bool` back, as from
+    xarray's own `to_netcdf`), and stores float16 as float with a warning."""
+    import xarray as xr
+
+    src, dst = str(tmp_path / "src.zarr"), str(tmp_path / "dst")
+    source = xr.Dataset({"flag": ("x", np.array([True, False, True])),
+                         "half": ("x", np.array([0.5, 1.5, -2.0], dtype="f2"))})
+    source.to_zarr(src, zarr_format=zarr_format, mode="w", consolidated=False)
+    res = nczarrfs("copy", f"file://{src}#mode=zarr,file", dst, "-k", mode)
+    assert res.returncode == 0, res.stderr.decode()
+    want = xr.open_zarr(src, consolidated=False).load()
+    if mode == "nczarr":
+        nc_path = str(tmp_path / "xarray.nc")
+        source[["flag"]].to_netcdf(nc_path, engine="netcdf4")
+        with xr.open_dataset(nc_path, engine="netcdf4") as own:
+            assert own["flag"].dtype == bool
+        with xr.open_dataset(f"file://{dst}#mode=nczarr,file", engine="netcdf4") as got:
+            got = got.load()
+        assert got["half"].dtype == np.float32
+        assert b"half: float16 is stored as float" in res.stderr
+    else:
+        got = xr.open_zarr(dst, consolidated=False).load()
+        assert got["half"].dtype == np.float16
+    assert got["flag"].dtype == bool
+    for name in want.variables:
+        np.testing.assert_array_equal(got[name].values, want[name].values, err_msg=name)

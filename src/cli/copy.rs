@@ -24,7 +24,8 @@ use crate::dataset::{OpenDataset, DEFAULT_CACHE_BYTES};
 use crate::error::quoted;
 use crate::location::Location;
 use crate::model::{
-    ByteOrder, CodecSpec, Dataset, DimId, GroupId, NcType, NczarrLayout, VarId, Variable,
+    AttrValue, ByteOrder, CodecSpec, Dataset, DimId, DtypeKind, GroupId, NcType, NczarrLayout,
+    VarId, Variable,
 };
 use crate::{meta, zmap, Error, Result};
 
@@ -235,6 +236,7 @@ pub fn run(args: CopyArgs) -> Result<i32> {
     }
     let to_pure = opts.dialect != meta::writer::Dialect::NcZarr;
     carry_missing_values(&src.model, &mut model, opts.zarr_version == 3, to_pure);
+    keep_zarr_types(&src.model, &mut model, to_pure);
     if to_pure && opts.zarr_version == 2 && src.model.provenance.nczarr_major != 0 {
         // Only variables whose data is copied: the others are left unwritten, all fill.
         for (i, v) in model.vars.iter_mut().enumerate() {
@@ -620,6 +622,35 @@ fn carry_missing_values(src: &Dataset, model: &mut Dataset, to_v3: bool, to_pure
                 }
             }
             _ => {}
+        }
+    }
+}
+
+/// Keeps the Zarr types netCDF has none for, which are read as the netCDF type that holds
+/// their values (`bool` as `ubyte`, `float16` as `float`): a pure Zarr target stores them as
+/// they were. NCZarr is for netCDF readers: a `bool` stays `ubyte` with the attribute
+/// `dtype = "bool"`, by which xarray marks the booleans it writes to netCDF and reads them
+/// back as booleans; a `float16` is stored as `float`, with a warning.
+fn keep_zarr_types(src: &Dataset, model: &mut Dataset, to_pure: bool) {
+    for (i, (v, target)) in src.vars.iter().zip(model.vars.iter_mut()).enumerate() {
+        let Some(dtype) = &v.storage.dtype else {
+            continue;
+        };
+        let boolean = dtype.kind == DtypeKind::Bool;
+        let half = dtype.netcdf_lacks() && !boolean;
+        if to_pure && dtype.netcdf_lacks() {
+            target.storage.dtype = Some(dtype.clone());
+        } else if boolean && target.attr("dtype").is_none() {
+            target.attrs.push(crate::model::Attribute {
+                name: "dtype".into(),
+                value: AttrValue::Char(b"bool".to_vec()),
+            });
+        } else if half {
+            log::warn!(
+                "{}: float16 is stored as float (netCDF has no half-precision type; the values \
+                 are the same)",
+                src.var_fqn(VarId(i))
+            );
         }
     }
 }
