@@ -213,3 +213,121 @@ def test_xarray_reads_a_copy_as_it_reads_its_source(nczarrfs, tmp_path, zarr_for
     stored = dict(zarr.open_group(src, mode="r").arrays())
     for name, array in zarr.open_group(dst, mode="r").arrays():
         np.testing.assert_array_equal(array[...], stored[name][...], err_msg=name)
+
+
+def test_netcdf_readers_mask_a_copy_of_xarray_zarr_v2_as_xarray_masks_its_source(
+    nczarrfs, tmp_path
+):
+    """xarray keeps a Zarr v2 variable's `_FillValue` only as the array's `fill_value`, and
+    netcdf-c 4.10.1 reads that as the variable's fill (`nc_inq_var_fill`) without listing a
+    `_FillValue` attribute. A netCDF variable's fill is its `_FillValue`, so a copy to NCZarr
+    must carry one: xarray's netcdf4 engine (netcdf-c) then masks the copy as xarray's zarr
+    engine masks the source, and netCDF4-python lists the attribute. NCZarr v3, which
+    netcdf-c 4.10.1 does not read, must list the same attribute."""
+    import xarray as xr
+
+    src, dst = str(tmp_path / "src.zarr"), str(tmp_path / "dst.file")
+    _xarray_store(src, 2)
+    res = nczarrfs("copy", f"file://{src}#mode=zarr,file", dst)
+    assert res.returncode == 0, res.stderr.decode()
+    fills = {name: v.encoding.get("_FillValue")
+             for name, v in xr.open_zarr(src, consolidated=False).variables.items()}
+    assert fills["masked"] == fills["packed"] == -999
+    url = f"file://{dst}#mode=nczarr,file"
+    want = xr.open_zarr(src, consolidated=False).load()
+    with xr.open_dataset(url, engine="netcdf4") as got:
+        got = got.load()
+        for name in want.variables:
+            np.testing.assert_array_equal(got[name].values, want[name].values, err_msg=name)
+    with netCDF4.Dataset(url) as nc:
+        assert nc["masked"].getncattr("_FillValue") == -999
+        assert nc["packed"].getncattr("_FillValue") == -999
+        # An int that xarray stored without fill (`fill_value: null`) gets none.
+        assert "_FillValue" not in nc["count"].ncattrs()
+    v3 = str(tmp_path / "v3.file")
+    res = nczarrfs("copy", f"file://{src}#mode=zarr,file", v3, "-k", "nczarr,v3")
+    assert res.returncode == 0, res.stderr.decode()
+    header = nczarrfs("dump", "-h", v3).stdout.decode()
+    assert "masked:_FillValue = -999s ;" in header and "packed:_FillValue = -999s ;" in header
+    assert "count:_FillValue" not in header
+
+
+def _text_or_values(values: np.ndarray) -> np.ndarray:
+    """Strings as text, whether xarray shows them as `str` or as fixed-width bytes."""
+    if values.dtype.kind in "SOUT":
+        return np.array([v.decode() if isinstance(v, bytes) else v for v in values.flat],
+                        dtype=object).reshape(values.shape)
+    return values
+
+
+def test_xarray_reads_a_zarr_v2_copy_of_variables_without_fill_value_unmasked(
+    nczarrfs, tmp_path
+):
+    """A netCDF variable without `_FillValue` masks nothing in netCDF readers (xarray's
+    netcdf4 engine shows netCDF's default fills, and an empty string, as data). xarray takes a
+    Zarr v2 `fill_value` as `_FillValue`, so a copy to pure Zarr v2 must not write the
+    default fill there, and must still store it where the source reads it (an unwritten
+    chunk): xarray's zarr engine reads the copy as the netcdf4 engine reads the source, and
+    zarr-python reads netCDF4-python's values."""
+    import xarray as xr
+
+    src, dst = str(tmp_path / "src.file"), str(tmp_path / "dst.zarr")
+    url = f"file://{src}#mode=nczarr,file"
+    with netCDF4.Dataset(url, "w") as nc:
+        nc.createDimension("x", 6)
+        s = nc.createVariable("s", str, ("x",), chunksizes=(2,))
+        s[:4] = np.array(["", "a", "bc", ""], dtype=object)
+        for name, dtype, value in [("i", "i4", -2147483647), ("f", "f4", 9.96921e36),
+                                   ("u", "u1", 255), ("b", "i1", -127), ("z", "f8", 0.0)]:
+            v = nc.createVariable(name, dtype, ("x",), chunksizes=(2,))
+            v[:4] = np.array([1, value, 0, 3], dtype=dtype)
+        masked = nc.createVariable("m", "i2", ("x",), chunksizes=(2,), fill_value=-5)
+        masked[:4] = [1, -5, 0, 3]
+    res = nczarrfs("copy", "-k", "zarr", src, dst)
+    assert res.returncode == 0, res.stderr.decode()
+    with xr.open_dataset(url, engine="netcdf4") as want:
+        want = want.load()
+    got = xr.open_zarr(dst, consolidated=False).load()
+    for name in want.variables:
+        np.testing.assert_array_equal(_text_or_values(got[name].values),
+                                      _text_or_values(want[name].values), err_msg=name)
+    stored = zarr.open_group(dst, mode="r")
+    with netCDF4.Dataset(url) as nc:
+        nc.set_auto_mask(False)
+        for name, v in nc.variables.items():
+            np.testing.assert_array_equal(_text_or_values(stored[name][...]),
+                                          _text_or_values(v[...]), err_msg=name)
+    assert stored["m"].fill_value == -5
+
+
+@pytest.mark.parametrize("mode", ["zarr", "zarr,v3", "nczarr"])
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_xarray_reads_bool_and_float16_back_from_a_copy(nczarrfs, tmp_path, zarr_format, mode):
+    """xarray `bool` and `float16` variables: a pure Zarr copy keeps both types; NCZarr, for
+    netCDF readers, which have neither, marks the `ubyte` values `dtype = "bool"` as xarray
+    marks its booleans in netCDF (so xarray's netcdf4 engine reads `bool` back, as from
+    xarray's own `to_netcdf`), and stores float16 as float with a warning."""
+    import xarray as xr
+
+    src, dst = str(tmp_path / "src.zarr"), str(tmp_path / "dst")
+    source = xr.Dataset({"flag": ("x", np.array([True, False, True])),
+                         "half": ("x", np.array([0.5, 1.5, -2.0], dtype="f2"))})
+    source.to_zarr(src, zarr_format=zarr_format, mode="w", consolidated=False)
+    res = nczarrfs("copy", f"file://{src}#mode=zarr,file", dst, "-k", mode)
+    assert res.returncode == 0, res.stderr.decode()
+    want = xr.open_zarr(src, consolidated=False).load()
+    if mode == "nczarr":
+        nc_path = str(tmp_path / "xarray.nc")
+        source[["flag"]].to_netcdf(nc_path, engine="netcdf4")
+        with xr.open_dataset(nc_path, engine="netcdf4") as own:
+            assert own["flag"].dtype == bool
+        with xr.open_dataset(f"file://{dst}#mode=nczarr,file", engine="netcdf4") as got:
+            got = got.load()
+        assert got["half"].dtype == np.float32
+        assert b"half: float16 is stored as float" in res.stderr
+    else:
+        got = xr.open_zarr(dst, consolidated=False).load()
+        assert got["half"].dtype == np.float16
+    assert got["flag"].dtype == bool
+    for name in want.variables:
+        np.testing.assert_array_equal(got[name].values, want[name].values, err_msg=name)

@@ -585,3 +585,47 @@ def test_gen_refuses_malformed_cdl_as_ncgen_does(nczarrfs, tmp_path, body, line,
     assert res.returncode == 1, err
     assert f"bad.cdl:{line}:" in err and reason in err, err
     assert not target.exists()
+
+
+DEFAULT_FILLS_CDL = """netcdf defaults {
+dimensions:
+	t = UNLIMITED ;
+	x = 4 ;
+variables:
+	string s(x) ;
+	int i(t) ;
+	ubyte u(t) ;
+	byte b(t, x) ;
+	short m(t) ;
+		m:_FillValue = -5s ;
+data:
+ s = "", "a", _, "b" ;
+ i = 1, -2147483647, 3, _ ;
+ u = 255, 1 ;
+ b = 1, -127, _, 2, 3, 4, 5, 6 ;
+ m = 1, -5, _ ;
+}
+"""
+
+
+def test_gen_zarr_v2_leaves_default_fills_unmasked_for_xarray(nczarrfs, tmp_path):
+    """Variables without `_FillValue` mask nothing in netCDF (xarray's netcdf4 engine on
+    ncgen's file shows the default fills and the empty string as data); xarray takes a Zarr
+    v2 `fill_value` as `_FillValue`, so `gen -k zarr` must leave the default fill out of it
+    and still store the fill where the data section stops short."""
+    xr = pytest.importorskip("xarray")
+    cdl = tmp_path / "defaults.cdl"
+    cdl.write_text(DEFAULT_FILLS_CDL)
+    nc = tmp_path / "defaults.nc"
+    subprocess.run(["ncgen", "-k", "nc4", "-o", str(nc), str(cdl)], check=True)
+    zpath = tmp_path / "defaults.zarr"
+    _gen(nczarrfs, cdl, zpath, "zarr")
+    with xr.open_dataset(nc, engine="netcdf4") as want:
+        want = want.load()
+    got = xr.open_zarr(zpath, consolidated=False).load()
+    for name in want.variables:
+        w, g = want[name].values, got[name].values
+        if w.dtype.kind in "OSU":
+            w = np.array([x.decode() if isinstance(x, bytes) else x for x in w.flat], dtype=object)
+            g = np.array([x.decode() if isinstance(x, bytes) else x for x in g.flat], dtype=object)
+        np.testing.assert_array_equal(g, w, err_msg=name)

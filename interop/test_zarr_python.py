@@ -412,3 +412,33 @@ def test_hidden_names_are_skipped_with_a_warning(nczarrfs, tmp_path, fmt):
             assert stderr.count(line) == 1, f"{args[0]}: {stderr}"
     copied = zarr.open_group(str(tmp_path / "c.zarr"), mode="r")
     assert sorted(copied.array_keys()) == ["visible"]
+
+
+@pytest.mark.parametrize("mode", ["nczarr", "zarr"])
+def test_gen_takes_dump_s_of_xarray_string_variables(nczarrfs, tmp_path, mode):
+    """`dump -s` shows an xarray `str` variable's `_Codecs` with its `vlen-utf8` string
+    encoding first; `gen` takes that chain (the string encoding is the target type's) and
+    keeps its compressor, and the values read back in netCDF4-python / zarr-python."""
+    import netCDF4
+
+    words = _object_strings((5,))
+    src = tmp_path / "xr.zarr"
+    xr.Dataset({"words": ("x", words)}).to_zarr(
+        str(src), zarr_format=2, consolidated=False,
+        encoding={"words": {"compressors": [numcodecs.Zstd(level=4)]}})
+    dumped = nczarrfs("dump", "-s", str(src))
+    assert dumped.returncode == 0, dumped.stderr.decode(errors="replace")
+    assert b'\\"vlen-utf8\\"' in dumped.stdout
+    cdl, dst = tmp_path / "xr.cdl", tmp_path / "out"
+    cdl.write_bytes(dumped.stdout)
+    res = nczarrfs("gen", "-k", mode, "-o", str(dst), str(cdl))
+    assert res.returncode == 0, res.stderr.decode(errors="replace")
+    assert json.loads((dst / "words" / ".zarray").read_text())["compressor"]["id"] == "zstd"
+    if mode == "nczarr":
+        with netCDF4.Dataset(f"file://{dst}#mode=nczarr,file") as nc:
+            assert list(nc["words"][:]) == list(words)
+    else:
+        assert _text(zarr.open_group(str(dst), mode="r")["words"][...]) == list(words)
+    copied = nczarrfs("copy", "--codec", '[{"id": "vlen-utf8"}, {"id": "zlib", "level": 1}]',
+                      str(src), str(tmp_path / "copy.file"))
+    assert copied.returncode == 0, copied.stderr.decode(errors="replace")

@@ -24,7 +24,8 @@ use crate::dataset::{OpenDataset, DEFAULT_CACHE_BYTES};
 use crate::error::quoted;
 use crate::location::Location;
 use crate::model::{
-    ByteOrder, CodecSpec, Dataset, DimId, GroupId, NcType, NczarrLayout, VarId, Variable,
+    AttrValue, ByteOrder, CodecSpec, Dataset, DimId, DtypeKind, GroupId, NcType, NczarrLayout,
+    VarId, Variable,
 };
 use crate::{meta, zmap, Error, Result};
 
@@ -233,12 +234,20 @@ pub fn run(args: CopyArgs) -> Result<i32> {
     if args.shuffle && codecs.is_none() {
         shuffle_where_deflated(&mut model);
     }
-    carry_missing_values(
-        &src.model,
-        &mut model,
-        opts.zarr_version == 3,
-        opts.dialect != meta::writer::Dialect::NcZarr,
-    );
+    let to_pure = opts.dialect != meta::writer::Dialect::NcZarr;
+    carry_missing_values(&src.model, &mut model, opts.zarr_version == 3, to_pure);
+    keep_zarr_types(&src.model, &mut model, to_pure);
+    if to_pure && opts.zarr_version == 2 && src.model.provenance.nczarr_major != 0 {
+        // Only variables whose data is copied: the others are left unwritten, all fill.
+        for (i, v) in model.vars.iter_mut().enumerate() {
+            if data_vars
+                .as_ref()
+                .is_none_or(|list| list.contains(&VarId(i)))
+            {
+                super::without_default_fill_in_zarr_v2(v);
+            }
+        }
+    }
     if opts.dialect == meta::writer::Dialect::NcZarr {
         check_netcdf_names(&model)?;
         if codecs.is_none() {
@@ -580,10 +589,13 @@ fn target_model(
 /// `_FillValue` attribute alone, whose `fill_value`, which Zarr v3 requires (zarr-python's
 /// default is 0), is only what unwritten chunks hold. So from pure Zarr v3 to Zarr v2 or
 /// NCZarr the `fill_value` becomes the `_FillValue` (none without one, so that no value is
-/// taken for missing), and from pure Zarr v2 to pure Zarr v3 the `fill_value` becomes a
-/// `_FillValue` too. The values stored stay the same: every chunk is written, and one whose
-/// values are the new fill may be left out only because it reads as them. An NCZarr source
-/// keeps netCDF's reading, in which `fill_value` and `_FillValue` agree.
+/// taken for missing), and from pure Zarr v2 to NCZarr or pure Zarr v3 the `fill_value`
+/// becomes a `_FillValue` too: netcdf-c reads such an array with that fill but no attribute
+/// (`nc_inq_var_fill` gives it while no `_FillValue` is listed), and a netCDF variable's
+/// fill is stored as its `_FillValue` (`nc_def_var_fill` writes one), which is also what
+/// netCDF readers mask. The values stored stay the same: every chunk is written, and one
+/// whose values are the new fill may be left out only because it reads as them. An NCZarr
+/// source keeps netCDF's reading, in which `fill_value` and `_FillValue` agree.
 fn carry_missing_values(src: &Dataset, model: &mut Dataset, to_v3: bool, to_pure: bool) {
     if src.provenance.nczarr_major != 0 {
         return;
@@ -600,7 +612,8 @@ fn carry_missing_values(src: &Dataset, model: &mut Dataset, to_v3: bool, to_pure
                     target.attrs.retain(|a| a.name != "_FillValue");
                 }
             }
-            (false, true, true) => {
+            // Every target but pure Zarr v2 takes a missing-value marker from `_FillValue`.
+            (false, true, _) | (false, false, false) => {
                 if let (None, Some(fill)) = (fill_attr, &v.storage.fill_value) {
                     target.attrs.push(crate::model::Attribute {
                         name: "_FillValue".into(),
@@ -609,6 +622,35 @@ fn carry_missing_values(src: &Dataset, model: &mut Dataset, to_v3: bool, to_pure
                 }
             }
             _ => {}
+        }
+    }
+}
+
+/// Keeps the Zarr types netCDF has none for, which are read as the netCDF type that holds
+/// their values (`bool` as `ubyte`, `float16` as `float`): a pure Zarr target stores them as
+/// they were. NCZarr is for netCDF readers: a `bool` stays `ubyte` with the attribute
+/// `dtype = "bool"`, by which xarray marks the booleans it writes to netCDF and reads them
+/// back as booleans; a `float16` is stored as `float`, with a warning.
+fn keep_zarr_types(src: &Dataset, model: &mut Dataset, to_pure: bool) {
+    for (i, (v, target)) in src.vars.iter().zip(model.vars.iter_mut()).enumerate() {
+        let Some(dtype) = &v.storage.dtype else {
+            continue;
+        };
+        let boolean = dtype.kind == DtypeKind::Bool;
+        let half = dtype.netcdf_lacks() && !boolean;
+        if to_pure && dtype.netcdf_lacks() {
+            target.storage.dtype = Some(dtype.clone());
+        } else if boolean && target.attr("dtype").is_none() {
+            target.attrs.push(crate::model::Attribute {
+                name: "dtype".into(),
+                value: AttrValue::Char(b"bool".to_vec()),
+            });
+        } else if half {
+            log::warn!(
+                "{}: float16 is stored as float (netCDF has no half-precision type; the values \
+                 are the same)",
+                src.var_fqn(VarId(i))
+            );
         }
     }
 }

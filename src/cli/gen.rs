@@ -134,7 +134,16 @@ pub fn generate(
     opts: CreateOptions,
     no_fill: bool,
 ) -> Result<()> {
-    let (model, data) = prepare(parsed, no_fill)?;
+    let (mut model, data) = prepare(parsed, no_fill)?;
+    if opts.dialect != crate::meta::writer::Dialect::NcZarr && opts.zarr_version == 2 {
+        // A variable without data keeps netCDF's fill, as netcdf-c writes it: all of it is
+        // fill, and writing that out (however large it is declared) would mean nothing more.
+        for (v, values) in model.vars.iter_mut().zip(&data) {
+            if values.is_some() {
+                super::without_default_fill_in_zarr_v2(v);
+            }
+        }
+    }
     let staging = Staging::new(location)?;
     match write_all(&staging.temp, opts, model, data) {
         Ok(()) => staging.publish(),
@@ -182,9 +191,9 @@ fn write_all(
 /// The most fill bytes written at once.
 const FILL_BATCH_BYTES: u64 = 16 << 20;
 
-/// Writes the fill into the rows after the `given` ones of a variable without fill, as
-/// ncgen does: there they would read as zeros, while the CDL's data section, short of them,
-/// means the fill. Debian's ncgen -x writes every chunk of such a variable to NCZarr, and
+/// Writes the fill into the rows after the `given` ones of a variable without fill (`-x`, or
+/// a pure Zarr v2 variable without `_FillValue`), as ncgen does: there they would read as
+/// zeros, while the CDL's data section, short of them, means the fill. Debian's ncgen -x writes every chunk of such a variable to NCZarr, and
 /// every record up to the dataset's last to a classic file; a variable without data gets
 /// nothing, and reads as zeros. The fill goes out in slabs of at most [`FILL_BATCH_BYTES`]
 /// (one element at least), however long a row is.

@@ -66,6 +66,17 @@ fn refuse_standard_output(location: &str) -> Result<()> {
     }
 }
 
+/// Leaves netCDF's default fill out of a variable written to pure Zarr v2 when the variable
+/// has no `_FillValue`: xarray takes a Zarr v2 `fill_value` as `_FillValue` and would take
+/// ordinary values (an empty string, a byte 255) for missing, where netCDF readers take them
+/// as data. Its `fill_value` becomes `null`, which reads as zeros where nothing is stored, so
+/// its writer must store every value that is not zero: the caller writes the whole variable.
+fn without_default_fill_in_zarr_v2(var: &mut crate::model::Variable) {
+    if var.attr("_FillValue").is_none() {
+        var.storage.fill_value = None;
+    }
+}
+
 /// Runs the parsed command line; returns the process exit code.
 pub fn run(cli: Cli) -> Result<i32> {
     if matches!(cli.command, Command::Gen(_) | Command::Copy(_)) {

@@ -130,7 +130,8 @@ impl Codecs {
     /// of Zarr v3 codecs (`{"name": "numcodecs.zlib", "configuration": {"level": 1}}`, as
     /// `dump -s` shows a Zarr v3 variable's chain), or of both. Zarr v3's `bytes`,
     /// `transpose` and string codecs say how values become bytes, which the target's type
-    /// decides, so they are left out.
+    /// decides, so they are left out; so is the `vlen-utf8` or `vlen-bytes` that starts a
+    /// Zarr v2 object (`|O`) string array's filters (as `dump -s` shows xarray's strings).
     pub fn from_json(text: &str) -> Result<Codecs> {
         let v: Value = serde_json::from_str(text)
             .map_err(|e| Error::Invalid(format!("_Codecs is not JSON ({e}): {text}")))?;
@@ -140,7 +141,8 @@ impl Codecs {
             )));
         };
         let mut chain = Vec::with_capacity(list.len());
-        for c in list {
+        let string_encoding = crate::codec::is_object_string_filter(&list);
+        for c in list.into_iter().skip(usize::from(string_encoding)) {
             if c.get("id").and_then(Value::as_str).is_some() {
                 chain.push(c);
             } else if c.get("name").and_then(Value::as_str).is_some() {

@@ -836,6 +836,19 @@ fn codec_lists_in_zarr_v3_form_are_read() {
 }
 
 #[test]
+fn an_object_string_encoding_starting_a_codec_list_is_left_to_the_type() {
+    // What `dump -s` shows of xarray's `str` in Zarr v2.
+    let c = Codecs::from_json(r#"[{"id": "vlen-utf8"},{"id": "zstd", "level": 4}]"#).unwrap();
+    assert_eq!(c.filters, Vec::<serde_json::Value>::new());
+    assert_eq!(c.compressor, Some(json!({"id": "zstd", "level": 4})));
+    let c = Codecs::from_json(r#"[{"id": "vlen-bytes"}]"#).unwrap();
+    assert_eq!(c, Codecs::default());
+    // Only as the first codec, where readers take it as the string encoding.
+    let c = Codecs::from_json(r#"[{"id": "zlib", "level": 1},{"id": "vlen-utf8"}]"#).unwrap();
+    assert_eq!(c.filters.len(), 2);
+}
+
+#[test]
 fn blosc_snappy_is_refused_naming_the_compressors() {
     let e = Codecs::parse("blosc:snappy").unwrap_err().to_string();
     assert!(e.contains("blosclz, lz4, lz4hc, zlib, zstd"), "{e}");

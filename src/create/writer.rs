@@ -400,10 +400,12 @@ impl DatasetWriter {
             big = false;
         }
         let v3 = self.opts.zarr_version == 3;
-        let mut dtype = if v3 {
-            writer_v3::v3_dtype(v.nctype, v.string_width, big)
-        } else {
-            default_dtype(v.nctype, v.string_width, dialect)
+        let mut dtype = match &v.storage.dtype {
+            // Zarr types netCDF has none for (`bool`, `float16`), which pure Zarr keeps; the
+            // engine converts the netCDF type's values (ubyte, float) to them.
+            Some(d) if dialect != Dialect::NcZarr && d.netcdf_lacks() => d.clone(),
+            _ if v3 => writer_v3::v3_dtype(v.nctype, v.string_width, big),
+            _ => default_dtype(v.nctype, v.string_width, dialect),
         };
         if big && dtype.order == ByteOrder::Little {
             dtype.order = ByteOrder::Big;

@@ -593,6 +593,10 @@ fn fill_json(
         Ok(a)
     };
     let four = |a: [u8; 8]| [a[0], a[1], a[2], a[3]];
+    if dtype.kind == DtypeKind::Bool {
+        // As zarr-python writes a `|b1` fill.
+        return Ok(json!(le(1)?[0] != 0));
+    }
     Ok(match nctype {
         NcType::Byte => json!(le(1)?[0] as i8),
         NcType::UByte => json!(le(1)?[0]),

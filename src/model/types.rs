@@ -194,6 +194,12 @@ impl ZarrDtype {
         valid.then_some(ZarrDtype { order, kind, size })
     }
 
+    /// Whether netCDF has no type of this one (`bool`, `float16`), whose values are read as
+    /// the netCDF type that holds them (`ubyte`, `float`).
+    pub fn netcdf_lacks(&self) -> bool {
+        self.kind == DtypeKind::Bool || (self.kind == DtypeKind::Float && self.size == 2)
+    }
+
     /// The NumPy spelling (`<i4`, `|S12`, `<U5`).
     pub fn to_numpy(&self) -> String {
         let order = match self.order {
