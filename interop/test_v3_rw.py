@@ -249,3 +249,28 @@ def test_untyped_attributes_and_unnamed_dimensions_survive_a_rewrite(
     if consolidated:
         assert back.metadata.consolidated_metadata is not None
 
+
+@pytest.mark.parametrize("how", ["put", "rw mount"])
+def test_nan_and_infinity_root_attributes_do_not_stop_writes(nczarrfs, tmp_path, how):
+    """zarr-python writes a NaN or infinite attribute as the bare tokens `NaN`, `Infinity`:
+    a root group holding them is written to like any other, and keeps them."""
+    store = tmp_path / "s.zarr"
+    root = zarr.open_group(str(store), mode="w", zarr_format=3)
+    root.attrs.update({"missing": float("nan"), "top": float("inf"), "bottom": float("-inf")})
+    root.create_array("v", shape=(4,), chunks=(2,), dtype="i4", fill_value=0,
+                      dimension_names=["x"])
+    values = np.array([5, 6, 7, 8], dtype="<i4")
+    if how == "put":
+        np.save(tmp_path / "in.npy", values)
+        _ok(nczarrfs("put", str(store), "v", "--npy", "-i", str(tmp_path / "in.npy")), "put")
+    else:
+        with Mounted(nczarrfs, store, tmp_path / "mnt") as mnt:
+            _pwrite(mnt / "v" / "data", 0, values.tobytes())
+            (mnt / "@attributes" / "title").write_text("edited")
+
+    back = zarr.open_group(str(store), mode="r")
+    assert back["v"][...].tolist() == values.tolist()
+    assert np.isnan(back.attrs["missing"])
+    assert back.attrs["top"] == float("inf") and back.attrs["bottom"] == float("-inf")
+    if how == "rw mount":
+        assert back.attrs["title"] == "edited"
