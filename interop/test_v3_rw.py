@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -207,3 +208,69 @@ def test_consolidated_metadata_is_kept_up_to_date(nczarrfs, tmp_path, made_by):
     assert opened["c"][...].tolist() == [1, 2, 7, 8]
     assert opened["g/b"].attrs["units"] == "m"
     assert opened["g/b"][...].tolist() == [0.5, 1.5]
+
+
+@pytest.mark.parametrize("consolidated", [False, True])
+def test_untyped_attributes_and_unnamed_dimensions_survive_a_rewrite(
+        nczarrfs, tmp_path, consolidated):
+    """zarr-python attributes that netCDF has no type for (an object, a boolean, null, a list
+    of mixed values) and arrays without `dimension_names`, or with `null` among them, come
+    back as zarr-python wrote them after a rw mount rewrote every `zarr.json` for a change
+    elsewhere."""
+    store = tmp_path / "s.zarr"
+    untyped = {"obj": {"a": [1, 2]}, "flag": True, "flags": [True, False], "none": None,
+               "mixed": [1, "x"], "empty": [], "ints": [1, 2], "title": "t"}
+    root = zarr.open_group(str(store), mode="w", zarr_format=3)
+    root.attrs.update(untyped)
+    v = root.create_array("v", shape=(4,), chunks=(2,), shards=(4,), dtype="i4", fill_value=0)
+    v.attrs.update(untyped)
+    w = root.create_array("w", shape=(4, 3), chunks=(2, 3), dtype="i4", fill_value=0,
+                          dimension_names=[None, "x"])
+    s = root.create_array("s", shape=(), dtype="f8", fill_value=0.0)
+    v[...], w[...], s[...] = [1, 2, 3, 4], np.arange(12).reshape(4, 3), 2.5
+    if consolidated:
+        zarr.consolidate_metadata(str(store))
+    with Mounted(nczarrfs, store, tmp_path / "mnt") as mnt:
+        (mnt / "@attributes" / "added").write_text("new")
+        (mnt / "w" / "@attributes" / "units").write_text("m")
+
+    back = zarr.open_group(str(store), mode="r", use_consolidated=consolidated)
+    # As JSON text, where true is not 1.
+    as_json = lambda attrs: json.dumps(attrs.asdict(), sort_keys=True)  # noqa: E731
+    assert as_json(back.attrs) == json.dumps({**untyped, "added": "new"}, sort_keys=True)
+    assert as_json(back["v"].attrs) == json.dumps(untyped, sort_keys=True)
+    assert back["w"].attrs.asdict() == {"units": "m"}
+    assert back["v"].metadata.dimension_names is None
+    assert back["w"].metadata.dimension_names == (None, "x")
+    assert back["s"].metadata.dimension_names is None
+    assert back["v"][...].tolist() == [1, 2, 3, 4]
+    assert back["w"][...].tolist() == np.arange(12).reshape(4, 3).tolist()
+    assert back["s"][...] == 2.5
+    if consolidated:
+        assert back.metadata.consolidated_metadata is not None
+
+
+@pytest.mark.parametrize("how", ["put", "rw mount"])
+def test_nan_and_infinity_root_attributes_do_not_stop_writes(nczarrfs, tmp_path, how):
+    """zarr-python writes a NaN or infinite attribute as the bare tokens `NaN`, `Infinity`:
+    a root group holding them is written to like any other, and keeps them."""
+    store = tmp_path / "s.zarr"
+    root = zarr.open_group(str(store), mode="w", zarr_format=3)
+    root.attrs.update({"missing": float("nan"), "top": float("inf"), "bottom": float("-inf")})
+    root.create_array("v", shape=(4,), chunks=(2,), dtype="i4", fill_value=0,
+                      dimension_names=["x"])
+    values = np.array([5, 6, 7, 8], dtype="<i4")
+    if how == "put":
+        np.save(tmp_path / "in.npy", values)
+        _ok(nczarrfs("put", str(store), "v", "--npy", "-i", str(tmp_path / "in.npy")), "put")
+    else:
+        with Mounted(nczarrfs, store, tmp_path / "mnt") as mnt:
+            _pwrite(mnt / "v" / "data", 0, values.tobytes())
+            (mnt / "@attributes" / "title").write_text("edited")
+
+    back = zarr.open_group(str(store), mode="r")
+    assert back["v"][...].tolist() == values.tolist()
+    assert np.isnan(back.attrs["missing"])
+    assert back.attrs["top"] == float("inf") and back.attrs["bottom"] == float("-inf")
+    if how == "rw mount":
+        assert back.attrs["title"] == "edited"

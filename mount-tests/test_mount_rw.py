@@ -904,3 +904,54 @@ def test_records_a_killed_daemon_stored_past_the_length_stay_fill_when_it_grows(
         time_values = ds["time"][:]
         assert np.array_equal(time_values[:4], np.arange(4) * 0.5)
         assert np.allclose(time_values[4:], NC_FILL_DOUBLE, rtol=1e-6, atol=0), time_values
+
+
+def test_a_shard_flushed_after_its_variable_grew_is_read_where_its_chunks_went(mounter, tmp_path):
+    """An unflushed inner chunk of a sharded NCZarr v3 variable, then a write that grows the
+    unlimited dimension: the flush rewrites the shard and moves its other inner chunks, and
+    later reads and read-modify-writes must find them where they went. zarr-python reads
+    what a numpy model of the writes says."""
+    import zarr
+
+    cdl = tmp_path / "g.cdl"
+    cdl.write_text("netcdf g {\ndimensions: t = UNLIMITED ; y = 65536 ;\nvariables:\n"
+                   "  int v(t) ; v:_FillValue = -1 ; v:_ChunkSizes = 2 ;\n"
+                   "  int big(y) ; big:_ChunkSizes = 1024 ;\n}\n")
+    made, store = tmp_path / "g0.zarr", tmp_path / "g.zarr"
+    for args in (["gen", "-k", "nczarr,v3", "-o", str(made), str(cdl)],
+                 # Shards of four inner chunks of `v`; `big` fills the cache when read.
+                 ["copy", "-k", "nczarr,v3", "--shards", "v:8", "--shards", "big:8192",
+                  str(made), str(store)]):
+        r = mounter.run(*args)
+        assert r.returncode == 0, r.stderr
+    model = np.full(8, -1, "<i4")
+    model[2:4] = [20, 21]  # inner chunk 1 stored, 0, 2 and 3 left out (fill)
+    big = np.arange(65536, dtype="<i4")
+    for var, values in (("v", model), ("big", big)):
+        np.save(tmp_path / "in.npy", values)
+        r = mounter.run("put", str(store), var, "--npy", "-i", str(tmp_path / "in.npy"))
+        assert r.returncode == 0, r.stderr
+
+    mnt = mounter.mount(str(store), "rw", "cache_size=64K")
+    fd = os.open(mnt / "v" / "data", os.O_RDWR)
+    try:
+        # Inner chunk 0 is written and stays in the cache; then t grows 8 -> 9.
+        os.pwrite(fd, np.array([1234], "<i4").tobytes(), 0)
+        model[0] = 1234
+        os.pwrite(fd, np.array([5], "<i4").tobytes(), 8 * 4)
+        model = np.append(model, np.int32(5))
+        assert np.frombuffer(os.pread(fd, 8, 2 * 4), "<i4").tolist() == [20, 21]
+        # Stores inner chunk 0 in the shard, ahead of inner chunk 1.
+        os.fsync(fd)
+        assert np.array_equal(np.fromfile(mnt / "big" / "data", dtype="<i4"), big)
+        assert np.frombuffer(os.pread(fd, 8, 2 * 4), "<i4").tolist() == [20, 21]
+        # A read-modify-write of inner chunk 1.
+        os.pwrite(fd, np.array([99], "<i4").tobytes(), 3 * 4)
+        model[3] = 99
+        assert np.array_equal(np.frombuffer(os.pread(fd, 9 * 4, 0), "<i4"), model)
+    finally:
+        os.close(fd)
+    umount_and_wait(mnt)
+    back = zarr.open_group(str(store), mode="r")
+    assert back["v"][...].tolist() == model.tolist()
+    assert np.array_equal(back["big"][...], big)

@@ -266,6 +266,18 @@ impl VarPlan {
             .map_or(self.conv, shard::V3Chain::element_conversion)
     }
 
+    /// Shares the shard indices of `earlier`, the plan this one replaces, when the shard
+    /// layout is the same: chunks dirtied through `earlier` are still written back through
+    /// it, and a shard it rewrites must not leave this plan an index of the old shard.
+    /// (Writes never change an array's codecs or chunks; only its shape grows.)
+    fn share_shard_state(&mut self, earlier: &VarPlan) {
+        let same_layout = self.storage.codecs == earlier.storage.codecs
+            && self.storage.chunks == earlier.storage.chunks;
+        if let (true, Some(chain), Some(old)) = (same_layout, &mut self.v3, &earlier.v3) {
+            chain.share_shard_state(old);
+        }
+    }
+
     /// Whether the plan still describes variable `v`.
     fn matches(&self, v: &crate::model::Variable) -> bool {
         self.storage == v.storage && self.nctype == v.nctype && self.string_width == v.string_width
@@ -711,7 +723,11 @@ impl ChunkEngine {
                 return Ok(Arc::clone(p));
             }
         }
-        let plan = Arc::new(VarPlan::build(ds, var)?);
+        let mut plan = VarPlan::build(ds, var)?;
+        if let Some(earlier) = plans.get(&v.storage.key) {
+            plan.share_shard_state(earlier);
+        }
+        let plan = Arc::new(plan);
         plans.insert(v.storage.key.clone(), Arc::clone(&plan));
         Ok(plan)
     }

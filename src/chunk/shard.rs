@@ -60,6 +60,17 @@ struct Sharding {
     /// Encoded index size in bytes.
     index_len: u64,
     index_big: bool,
+    /// The array's shard indices and rewrite lock, shared with every other plan of the array
+    /// (see [`V3Chain::share_shard_state`]).
+    state: Arc<ShardState>,
+}
+
+/// What every plan of one sharded array shares: a plan is rebuilt when the array grows, and
+/// the cache still writes back chunks dirtied before through the plan they were written with,
+/// so a rewrite through either plan must update the index the other one reads, and exclude
+/// its readers.
+#[derive(Debug, Default)]
+struct ShardState {
     /// Decoded indices by shard key (`None`: the shard does not exist).
     indices: Mutex<HashMap<String, Option<Arc<Vec<u64>>>>>,
     /// Held for writing while a shard is rewritten (its inner chunks move), for reading while
@@ -243,10 +254,18 @@ impl V3Chain {
                 index_codecs,
                 index_len,
                 index_big,
-                indices: Mutex::new(HashMap::new()),
-                rewrite: RwLock::new(()),
+                state: Arc::default(),
             }),
         })
+    }
+
+    /// Makes this chain use the shard indices and rewrite lock of `earlier`, a chain of the
+    /// same array with the same shard layout (the same codecs and chunks), so that the two
+    /// never see different indices of one shard.
+    pub(crate) fn share_shard_state(&mut self, earlier: &V3Chain) {
+        if let (Some(sh), Some(old)) = (&mut self.shard, &earlier.shard) {
+            sh.state = Arc::clone(&old.state);
+        }
     }
 
     /// The engine's chunk shape: the inner chunks of a sharded array, else the chunks.
@@ -704,7 +723,7 @@ impl Sharding {
 
     /// The decoded index of the shard at `key` (offset, length pairs), read once.
     fn index(&self, map: &dyn ZMap, key: &str) -> Result<Option<Arc<Vec<u64>>>> {
-        let mut cache = self.indices.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cache = self.state.indices.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(hit) = cache.get(key) {
             return Ok(hit.clone());
         }
@@ -847,7 +866,7 @@ impl V3Chain {
             given[*inner] = true;
         }
         let whole = given.iter().all(|g| *g);
-        let _turn = sh.rewrite.write().unwrap_or_else(|e| e.into_inner());
+        let _turn = sh.state.rewrite.write().unwrap_or_else(|e| e.into_inner());
         let old = if whole { None } else { map.get(shard_key)? };
         let mut parts: Vec<Option<&[u8]>> = vec![None; sh.n_inner];
         if let Some(raw) = &old {
@@ -868,7 +887,8 @@ impl V3Chain {
             map.put(shard_key, &shard)?;
             Some(Arc::new(words))
         };
-        sh.indices
+        sh.state
+            .indices
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(shard_key.to_string(), index);
@@ -990,7 +1010,7 @@ impl ChunkEngine {
             return Ok(Some(hit));
         }
         let raw = {
-            let _turn = sh.rewrite.read().unwrap_or_else(|e| e.into_inner());
+            let _turn = sh.state.rewrite.read().unwrap_or_else(|e| e.into_inner());
             let Some(index) = sh.index(self.map.as_ref(), &shard_key)? else {
                 return Ok(None);
             };
@@ -1673,5 +1693,116 @@ mod tests {
         }
         assert_eq!(got, want);
         assert!(map.get("a/c/0/0").unwrap().is_some() && map.get("a/c/1/0").unwrap().is_some());
+    }
+
+    /// One int32 array `v` of 8 in one shard of four inner chunks of 2 (fill -1), inner
+    /// chunk 1 = [20, 21] and the others missing; and `b`, 16 int32 values 0..16 in one
+    /// unsharded chunk, whose read pushes `v`'s chunks out of a 64-byte cache.
+    fn growing_store() -> Arc<MemoryMap> {
+        let map = MemoryMap::new();
+        map.insert("zarr.json", r#"{"zarr_format": 3, "node_type": "group"}"#)
+            .unwrap();
+        map.insert(
+            "v/zarr.json",
+            r#"{"zarr_format": 3, "node_type": "array", "shape": [8],
+            "data_type": "int32", "fill_value": -1,
+            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [8]}},
+            "chunk_key_encoding": {"name": "default"},
+            "codecs": [{"name": "sharding_indexed", "configuration": {"chunk_shape": [2],
+                "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}]}}],
+            "dimension_names": ["t"], "attributes": {}}"#,
+        )
+        .unwrap();
+        // Sharding spec: inner chunks, then (offset, nbytes) per inner chunk as little-endian
+        // u64 (all ones: missing) and the index's CRC-32C.
+        let body: Vec<u8> = [20i32, 21].iter().flat_map(|x| x.to_le_bytes()).collect();
+        let mut index = Vec::new();
+        for (offset, nbytes) in [
+            (u64::MAX, u64::MAX),
+            (0, 8),
+            (u64::MAX, u64::MAX),
+            (u64::MAX, u64::MAX),
+        ] {
+            index.extend(offset.to_le_bytes());
+            index.extend(nbytes.to_le_bytes());
+        }
+        index.extend(crc32c::crc32c(&index).to_le_bytes());
+        map.insert("v/c/0", [body, index].concat()).unwrap();
+        map.insert(
+            "b/zarr.json",
+            r#"{"zarr_format": 3, "node_type": "array", "shape": [16],
+            "data_type": "int32", "fill_value": 0,
+            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [16]}},
+            "chunk_key_encoding": {"name": "default"},
+            "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
+            "dimension_names": ["n"], "attributes": {}}"#,
+        )
+        .unwrap();
+        let b: Vec<u8> = (0..16i32).flat_map(|x| x.to_le_bytes()).collect();
+        map.insert("b/c/0", b).unwrap();
+        Arc::new(map)
+    }
+
+    #[test]
+    fn a_shard_rewritten_through_the_plan_before_growth_is_read_right_after_it() {
+        let map = growing_store();
+        let mut ds = read_dataset(map.as_ref(), &Mode::default()).unwrap();
+        let v = ds.find_var("v").unwrap();
+        let engine = ChunkEngine::new(Arc::clone(&map) as Arc<dyn ZMap>, 64);
+        let one = |i: u64| Hyperslab {
+            start: vec![i],
+            count: vec![1],
+            stride: vec![1],
+        };
+        let write = |ds: &crate::model::Dataset, i: u64, x: i32| {
+            engine.write(ds, v, &one(i), &x.to_le_bytes()).unwrap();
+        };
+        let read = |ds: &crate::model::Dataset, start: u64, n: u64| -> Vec<i32> {
+            let slab = Hyperslab {
+                start: vec![start],
+                count: vec![n],
+                stride: vec![1],
+            };
+            let mut out = vec![0u8; n as usize * 4];
+            engine.read(ds, v, &slab, &mut out).unwrap();
+            out.chunks_exact(4)
+                .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect()
+        };
+        let mut model = vec![-1, -1, 20, 21, -1, -1, -1, -1];
+        // Inner chunk 0 is dirtied through the plan of the 8-long array...
+        write(&ds, 0, 1234);
+        model[0] = 1234;
+        // ...and the array grows (as a rw mount grows it), which rebuilds the plan.
+        let t = ds.var(v).dims[0];
+        ds.dims[t.0].len = 9;
+        ds.vars[v.0].storage.shape = vec![9];
+        write(&ds, 8, 5);
+        model.push(5);
+        // The new plan reads the shard's index, in which inner chunk 1 comes first.
+        assert_eq!(read(&ds, 2, 2), model[2..4]);
+        // Inner chunk 0 goes in through the old plan, and inner chunk 1 moves behind it.
+        engine.flush().unwrap();
+        let b = ds.find_var("b").unwrap();
+        let mut out = vec![0u8; 64];
+        engine
+            .read(&ds, b, &Hyperslab::whole(&[16]), &mut out)
+            .unwrap();
+        assert_eq!(read(&ds, 2, 2), model[2..4]);
+        // A read-modify-write of inner chunk 1 keeps its other value.
+        write(&ds, 3, 99);
+        model[3] = 99;
+        engine.flush().unwrap();
+        assert_eq!(read(&ds, 0, 9), model);
+        let fresh = ChunkEngine::new(Arc::clone(&map) as Arc<dyn ZMap>, 0);
+        let mut out = vec![0u8; 36];
+        fresh
+            .read(&ds, v, &Hyperslab::whole(&[9]), &mut out)
+            .unwrap();
+        let stored: Vec<i32> = out
+            .chunks_exact(4)
+            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        assert_eq!(stored, model);
     }
 }

@@ -927,14 +927,14 @@ pub fn attr_to_native(value: &AttrValue) -> Vec<u8> {
 }
 
 /// Whether a Zarr v3 root `zarr.json` holds consolidated metadata (zarr-python 3's inline
-/// `consolidated_metadata`, which `null` declares absent).
+/// `consolidated_metadata`, which `null` declares absent). Parsed as the readers parse it,
+/// so that the bare `NaN` and `Infinity` zarr-python writes for such attributes are read.
 fn v3_root_is_consolidated(map: &dyn ZMap) -> Result<bool> {
     let Some(bytes) = map.get("zarr.json")? else {
         return Ok(false);
     };
-    let root: serde_json::Value =
-        serde_json::from_slice(&bytes).map_err(|e| Error::json("zarr.json", &e))?;
+    let root = meta::json::Json::parse("zarr.json", &bytes)?;
     Ok(root
         .get("consolidated_metadata")
-        .is_some_and(|c| !c.is_null()))
+        .is_some_and(|c| !matches!(c, meta::json::Json::Null)))
 }

@@ -625,7 +625,7 @@ impl Reader<'_> {
             let d = match names.get(i).cloned().flatten() {
                 Some(name) => super::named_dim(&mut self.ds, p.group, &name, len, fqn, &zkey)?,
                 None => {
-                    let name = format!("_Anonymous_Dim_{len}");
+                    let name = anonymous_dim_name(len);
                     match self.ds.find_dim_in(Dataset::ROOT, &name) {
                         Some(d) => d,
                         None => self.ds.add_dim(Dataset::ROOT, &name, len, false),
@@ -649,12 +649,24 @@ fn reorder<T>(items: &mut Vec<(String, T)>, order: &[String]) {
     items.append(&mut rest);
 }
 
+/// The name of the root dimension that an unnamed dimension of length `len` reads as.
+pub(super) fn anonymous_dim_name(len: u64) -> String {
+    format!("_Anonymous_Dim_{len}")
+}
+
 /// `dimension_names` (else `_ARRAY_DIMENSIONS`) when it matches the rank; usable names only.
 fn dimension_names(node: &Json, rank: usize) -> Vec<Option<String>> {
-    let list = node.get("dimension_names").or_else(|| {
-        node.get("attributes")
-            .and_then(|a| a.get("_ARRAY_DIMENSIONS"))
-    });
+    listed_dimension_names(
+        node.get("dimension_names").or_else(|| {
+            node.get("attributes")
+                .and_then(|a| a.get("_ARRAY_DIMENSIONS"))
+        }),
+        rank,
+    )
+}
+
+/// The usable names of a list of dimension names when it matches the rank (none else).
+pub(super) fn listed_dimension_names(list: Option<&Json>, rank: usize) -> Vec<Option<String>> {
     let Some(Json::Arr(items)) = list else {
         return Vec::new();
     };

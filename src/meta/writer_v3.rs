@@ -22,6 +22,8 @@
 
 use serde_json::{json, Map, Value};
 
+use super::attrs;
+use super::json::Json;
 use super::writer::WriteOptions;
 use super::writer::{
     attr_json, bare_floats, base64, default_dtype, f32_as_f64, float_json, Dialect,
@@ -42,7 +44,79 @@ const NODE: &str = "zarr.json";
 
 /// Writes every `zarr.json` of `ds` to `map` (chunks are the chunk engine's business).
 pub fn write_metadata(map: &dyn ZMap, ds: &Dataset, opts: &WriteOptions) -> Result<()> {
-    super::writer::put_objects(map, metadata_objects(ds, opts)?)
+    let mut objects = metadata_objects(ds, opts)?;
+    if opts.dialect == Dialect::Zarr {
+        keep_stored_json(map, &mut objects)?;
+        if opts.consolidated {
+            consolidate(&mut objects);
+        }
+    }
+    super::writer::put_objects(map, objects)
+}
+
+/// Pure Zarr attributes are untyped JSON that a netCDF value cannot always spell back (`true`
+/// reads as the ubyte 1; an object, `null` or a list of mixed values as its text), and an
+/// array without `dimension_names`, or with `null` among them, reads with anonymous
+/// dimensions that the model names: when the metadata is rewritten, an attribute, and
+/// `dimension_names`, whose stored JSON still reads as what is about to be written keeps that
+/// JSON, as on Zarr v2.
+fn keep_stored_json(map: &dyn ZMap, objects: &mut [(String, Value)]) -> Result<()> {
+    let keys: Vec<String> = objects.iter().map(|(k, _)| k.clone()).collect();
+    for ((key, node), found) in objects.iter_mut().zip(map.get_many(&keys)) {
+        let Some(bytes) = found? else { continue };
+        // An unreadable old object has nothing worth keeping: the new one replaces it.
+        let (Ok(old @ Json::Obj(_)), Value::Object(node)) = (Json::parse(key, &bytes), node) else {
+            continue;
+        };
+        if let (Some(old_attrs), Some(Value::Object(new_attrs))) =
+            (old.get("attributes"), node.get_mut("attributes"))
+        {
+            for (name, v) in new_attrs.iter_mut() {
+                let Some(old_v) = old_attrs.get(name) else {
+                    continue;
+                };
+                let reads_as = attrs::infer(key, name, old_v)
+                    .ok()
+                    .map(|value| attr_value_json(&value, Dialect::Zarr));
+                if reads_as.as_ref() == Some(v) {
+                    *v = old_v.to_serde_keeping_bare_tokens();
+                }
+            }
+        }
+        keep_dimension_names(node, &old);
+    }
+    Ok(())
+}
+
+/// Keeps the stored `dimension_names` of an array node (absent, `null`, or a list with `null`
+/// or unusable names) when it reads as the names about to be written.
+fn keep_dimension_names(node: &mut Map<String, Value>, old: &Json) {
+    let (Some(Value::Array(names)), Some(Value::Array(shape))) =
+        (node.get("dimension_names"), node.get("shape"))
+    else {
+        return;
+    };
+    let stored = old.get("dimension_names");
+    let listed = super::v3::listed_dimension_names(stored, names.len());
+    let same = names.iter().zip(shape).enumerate().all(|(i, (name, len))| {
+        let reads_as = match (listed.get(i).cloned().flatten(), len.as_u64()) {
+            (Some(listed), _) => listed,
+            (None, Some(len)) => super::v3::anonymous_dim_name(len),
+            (None, None) => return false,
+        };
+        name.as_str() == Some(reads_as.as_str())
+    });
+    if !same {
+        return;
+    }
+    match stored {
+        None => {
+            node.remove("dimension_names");
+        }
+        Some(j) => {
+            node.insert("dimension_names".into(), j.to_serde());
+        }
+    }
 }
 
 /// The `zarr.json` objects of `ds` as `(key, JSON)` pairs, groups in pre-order, each group
@@ -66,22 +140,27 @@ pub fn metadata_objects(ds: &Dataset, opts: &WriteOptions) -> Result<Vec<(String
         }
     }
     if opts.consolidated {
-        let members: Map<String, Value> = out
-            .iter()
-            .skip(1)
-            .map(|(k, v)| {
-                let path = k.strip_suffix(NODE).unwrap_or(k).trim_end_matches('/');
-                (path.to_string(), v.clone())
-            })
-            .collect();
-        if let Some((_, Value::Object(root))) = out.first_mut() {
-            root.insert(
-                "consolidated_metadata".into(),
-                json!({"kind": "inline", "must_understand": false, "metadata": members}),
-            );
-        }
+        consolidate(&mut out);
     }
     Ok(out)
+}
+
+/// Puts a copy of every other object into the root's (first) `consolidated_metadata`.
+fn consolidate(objects: &mut [(String, Value)]) {
+    let members: Map<String, Value> = objects
+        .iter()
+        .skip(1)
+        .map(|(k, v)| {
+            let path = k.strip_suffix(NODE).unwrap_or(k).trim_end_matches('/');
+            (path.to_string(), v.clone())
+        })
+        .collect();
+    if let Some((_, Value::Object(root))) = objects.first_mut() {
+        root.insert(
+            "consolidated_metadata".into(),
+            json!({"kind": "inline", "must_understand": false, "metadata": members}),
+        );
+    }
 }
 
 /// The key prefix of a variable's array: its storage key, or its group path and name.
@@ -451,15 +530,19 @@ fn put_attrs(
     dialect: Dialect,
 ) {
     for a in attrs {
-        let value = match &a.value {
-            AttrValue::Float(v) if dialect == Dialect::Zarr => {
-                bare_floats(v.iter().map(|x| f32_as_f64(*x)))
-            }
-            AttrValue::Double(v) if dialect == Dialect::Zarr => bare_floats(v.iter().copied()),
-            other => attr_json(other, false),
-        };
-        obj.insert(a.name.clone(), value);
+        obj.insert(a.name.clone(), attr_value_json(&a.value, dialect));
         types.insert(a.name.clone(), json!(attr_type(&a.value)));
+    }
+}
+
+/// An attribute's value as [`put_attrs`] writes it.
+fn attr_value_json(value: &AttrValue, dialect: Dialect) -> Value {
+    match value {
+        AttrValue::Float(v) if dialect == Dialect::Zarr => {
+            bare_floats(v.iter().map(|x| f32_as_f64(*x)))
+        }
+        AttrValue::Double(v) if dialect == Dialect::Zarr => bare_floats(v.iter().copied()),
+        other => attr_json(other, false),
     }
 }
 
