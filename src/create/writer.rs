@@ -57,7 +57,16 @@ impl DatasetWriter {
         opts: CreateOptions,
         model: Dataset,
     ) -> Result<DatasetWriter> {
-        let map = zmap::open(location, true)?;
+        Self::create_in(location, zmap::open(location, true)?, opts, model)
+    }
+
+    /// Like [`DatasetWriter::create_with`], writing through `map`, the storage of `location`.
+    pub fn create_in(
+        location: &Location,
+        map: Arc<dyn ZMap>,
+        opts: CreateOptions,
+        model: Dataset,
+    ) -> Result<DatasetWriter> {
         if map.exists(".zgroup")?
             || map.exists(".zarray")?
             || map.exists(".nczarr")?
