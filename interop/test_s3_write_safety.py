@@ -136,3 +136,34 @@ def test_a_signal_during_a_copy_deletes_what_it_wrote(proxy, binary, env, tmp_pa
     assert run.wait(timeout=60) == -signum, run.stderr.read()
     time.sleep(0.5)
     assert _listing(moto_client, prefix) == []
+
+
+def test_values_of_a_failed_put_never_resurface(proxy, binary, env, tmp_path):  # noqa: F811
+    """A `put` of records 2..11 whose array shape is not stored (its PUT fails) leaves their
+    chunks and the group's new length: the records read as fill. A later `put` of record 12
+    alone must leave them fill (its metadata gave the array the dimension's length, which
+    showed the failed put's values)."""
+    cdl = tmp_path / "a.cdl"
+    cdl.write_text("netcdf a {\ndimensions:\n t = UNLIMITED ;\n x = 4 ;\nvariables:\n"
+                   " float v(t, x) ;\n  v:_ChunkSizes = 1, 4 ;\ndata:\n"
+                   " v = 1, 2, 3, 4, 5, 6, 7, 8 ;\n}\n")
+    prefix = f"resurface-{uuid.uuid4().hex}/a.file"
+    location = _url(proxy.endpoint, prefix)
+    _ok(_run(binary, env, "gen", "-o", location, str(cdl)), "gen")
+    failing = tmp_path / "rows.bin"
+    (np.arange(40, dtype="<f4").reshape(10, 4) + 100).tofile(failing)
+    proxy.fail_put_on = f"{prefix}/v/.zarray"
+    env = dict(env, NCZARRFS_S3_RETRIES="1")
+    res = _run(binary, env, "put", location, "v", "--start", "2,0", "-i", str(failing))
+    assert res.returncode != 0, "the put reported success without the array's shape"
+    proxy.fail_put_on = None
+    row = tmp_path / "row.bin"
+    np.full((1, 4), 7, dtype="<f4").tofile(row)
+    _ok(_run(binary, env, "put", location, "v", "--start", "12,0", "-i", str(row)), "put")
+    local = _download(_client(MOTO, "testing", "testing"), prefix, tmp_path / "dl")
+    with netCDF4.Dataset(f"file://{local}#mode=nczarr,file") as nc:
+        v = nc["v"][:]
+    assert v.shape == (13, 4)
+    assert v[:2].tolist() == [[1, 2, 3, 4], [5, 6, 7, 8]]
+    assert np.ma.getmaskarray(v)[2:12].all(), v[2:12]
+    assert v[12].tolist() == [7, 7, 7, 7]

@@ -192,7 +192,7 @@ impl DatasetWriter {
             .filter(|d| model.dim(*d).unlimited)
             .map(|d| (d, model.dim(d).len))
             .collect();
-        Ok(DatasetWriter {
+        let mut w = DatasetWriter {
             location: location.clone(),
             engine: ChunkEngine::new(Arc::clone(&map), cache_bytes),
             map,
@@ -202,7 +202,39 @@ impl DatasetWriter {
             has_data,
             meta_dirty,
             stored_lengths,
-        })
+        };
+        w.fill_past_stored_shapes()?;
+        Ok(w)
+    }
+
+    /// Makes each array that is shorter than an unlimited dimension it lies on (its shape was
+    /// not stored, after its chunks and its group's new length were: a writer killed, or a
+    /// failed flush) hold fill past its stored shape, and gives it the dimension's length.
+    /// Its values end at its stored shape; the next metadata written gives it the dimension's
+    /// length, which would otherwise show the chunks of that unfinished write.
+    fn fill_past_stored_shapes(&mut self) -> Result<()> {
+        for var in (0..self.stored_vars).map(VarId) {
+            let v = self.model.var(var);
+            let short: Vec<(usize, u64)> = v
+                .dims
+                .iter()
+                .enumerate()
+                .filter(|(_, d)| self.model.dim(**d).unlimited)
+                .filter_map(|(axis, d)| {
+                    let stored = *v.storage.shape.get(axis)?;
+                    (stored < self.model.dim(*d).len).then_some((axis, stored))
+                })
+                .collect();
+            if short.is_empty() {
+                continue;
+            }
+            for (axis, stored) in short {
+                self.engine.fill_beyond(&self.model, var, axis, stored)?;
+            }
+            self.model.vars[var.0].storage.shape = self.stored_shape(var);
+            self.meta_dirty = true;
+        }
+        Ok(())
     }
 
     /// The model as defined so far.
