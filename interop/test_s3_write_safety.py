@@ -1,7 +1,8 @@
-"""Writing new datasets to S3 safely: `gen` and `copy` write straight under the destination
-prefix (an object store has no rename), so two runs must never write into one prefix, a run
-must never delete what it did not write, a destination inside another dataset is refused as
-a directory inside one is, and a catchable signal deletes what the run wrote.
+"""Writing to S3 safely: `gen` and `copy` write straight under the destination prefix (an
+object store has no rename), so two runs must never write into one prefix, a run must never
+delete what it did not write, a destination inside another dataset is refused as a
+directory inside one is, and a catchable signal deletes what the run wrote. A `put` or a
+`rw` mount's `mv` or `mkdir` that fails half-way must leave nothing that shows later.
 
 The expected values come from first principles (a dataset reported written reads back as
 its source; a refused or withdrawn run leaves the objects as they were), read back by
@@ -10,6 +11,8 @@ netCDF4-python from a download of the objects.
 
 from __future__ import annotations
 
+import errno
+import os
 import signal
 import subprocess
 import time
@@ -22,7 +25,7 @@ import pytest
 
 from test_s3 import BUCKET, MOTO, _client, _ok, _run
 from test_s3_faults import binary, env, moto, proxy  # noqa: F401 (fixtures)
-from test_s3_rw import _download, _env, _server
+from test_s3_rw import RwMount, _download, _env, _server
 
 MARKER = ".nczarrfs-writing"
 
@@ -167,3 +170,81 @@ def test_values_of_a_failed_put_never_resurface(proxy, binary, env, tmp_path):  
     assert v[:2].tolist() == [[1, 2, 3, 4], [5, 6, 7, 8]]
     assert np.ma.getmaskarray(v)[2:12].all(), v[2:12]
     assert v[12].tolist() == [7, 7, 7, 7]
+
+
+CDL_RW = ("netcdf a {\ndimensions:\n t = UNLIMITED ;\n x = 4 ;\nvariables:\n"
+          " float v(t, x) ;\n  v:_ChunkSizes = 1, 4 ;\ndata:\n"
+          " v = 1, 2, 3, 4, 5, 6, 7, 8 ;\n}\n")
+
+
+def _mounted_rw(proxy, binary, env, tmp_path, name):  # noqa: F811
+    """A new dataset on moto, mounted rw through the proxy; returns (mount, prefix)."""
+    cdl = tmp_path / "a.cdl"
+    cdl.write_text(CDL_RW)
+    prefix = f"rwfault-{name}-{uuid.uuid4().hex}/a.file"
+    _ok(_run(binary, env, "gen", "-o", _url(MOTO, prefix), str(cdl)), "gen")
+    env = dict(env, NCZARRFS_S3_RETRIES="1", NCZARRFS_S3_TIMEOUT="5")
+    mount = RwMount(binary, env, _url(proxy.endpoint, prefix), tmp_path / "mnt",
+                    tmp_path / "mount.log")
+    return mount, prefix
+
+
+def _fails_with_eio(op):
+    with pytest.raises(OSError) as info:
+        op()
+    assert info.value.errno == errno.EIO, info.value
+
+
+def test_a_failed_rename_leaves_no_copies(proxy, binary, env, tmp_path):  # noqa: F811
+    """The copy of chunk v2/1.0 fails: `mv v v2` fails with EIO and deletes the copies it
+    made, so the retry works (the copies used to stay, and the retry was refused for good
+    as storage holding objects not part of the dataset)."""
+    moto_client = _client(MOTO, "testing", "testing")
+    mount, prefix = _mounted_rw(proxy, binary, env, tmp_path, "mv")
+    with mount:
+        proxy.fail_put_on = "/v2/1.0"
+        _fails_with_eio(lambda: os.rename(mount.mnt / "v", mount.mnt / "v2"))
+        proxy.fail_put_on = None
+        assert not [k for k in _listing(moto_client, prefix) if k.startswith("v2/")]
+        os.rename(mount.mnt / "v", mount.mnt / "v2")
+        assert mount.unmount() == 0
+    keys = _listing(moto_client, prefix)
+    assert not [k for k in keys if k.startswith("v/")], keys
+    with netCDF4.Dataset(f"file://{_download(moto_client, prefix, tmp_path / 'dl')}"
+                         "#mode=nczarr,file") as nc:
+        assert nc["v2"][:].tolist() == [[1, 2, 3, 4], [5, 6, 7, 8]]
+        assert "v" not in nc.variables
+
+
+def test_a_rename_whose_old_objects_stay_succeeds(proxy, binary, env, tmp_path):  # noqa: F811
+    """Deleting the old objects fails after the new metadata is stored: the rename has
+    happened, and `mv` says so (it used to fail with EIO while the new name was in place)."""
+    moto_client = _client(MOTO, "testing", "testing")
+    mount, prefix = _mounted_rw(proxy, binary, env, tmp_path, "mvdel")
+    with mount:
+        proxy.fail_methods = {"POST", "DELETE"}
+        os.rename(mount.mnt / "v", mount.mnt / "v2")
+        proxy.fail_methods = set()
+        assert mount.unmount() == 0
+    with netCDF4.Dataset(f"file://{_download(moto_client, prefix, tmp_path / 'dl')}"
+                         "#mode=nczarr,file") as nc:
+        assert nc["v2"][:].tolist() == [[1, 2, 3, 4], [5, 6, 7, 8]]
+        assert "v" not in nc.variables
+    assert "objects under" in (tmp_path / "mount.log").read_text()
+
+
+def test_a_failed_mkdir_leaves_no_group(proxy, binary, env, tmp_path):  # noqa: F811
+    """The PUT of newg/.zattrs fails: `mkdir newg` fails with EIO and deletes what it
+    stored, so the retry works and no reader sees a group (newg/.zgroup used to stay)."""
+    moto_client = _client(MOTO, "testing", "testing")
+    mount, prefix = _mounted_rw(proxy, binary, env, tmp_path, "mkdir")
+    with mount:
+        proxy.fail_put_on = "/newg/.zattrs"
+        _fails_with_eio(lambda: os.mkdir(mount.mnt / "newg"))
+        proxy.fail_put_on = None
+        assert not [k for k in _listing(moto_client, prefix) if k.startswith("newg/")]
+        os.mkdir(mount.mnt / "newg")
+        assert mount.unmount() == 0
+    with netCDF4.Dataset(f"file://{_download(moto_client, prefix, tmp_path / 'dl')}"
+                         "#mode=nczarr,file") as nc:
+        assert list(nc.groups) == ["newg"]
