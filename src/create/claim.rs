@@ -96,17 +96,14 @@ impl ClaimedPrefix {
             return;
         }
         *state = State::Withdrawn;
-        let written = std::mem::take(&mut *self.written.lock().unwrap_or_else(|e| e.into_inner()));
-        let mut failed = 0;
-        for key in written.iter().map(String::as_str).chain([WRITING_MARKER]) {
-            if let Err(e) = self.s3.delete(key) {
-                log::warn!("could not delete {key}: {e}");
-                failed += 1;
-            }
-        }
-        if failed > 0 {
+        let mut written: Vec<String> =
+            std::mem::take(&mut *self.written.lock().unwrap_or_else(|e| e.into_inner()))
+                .into_iter()
+                .collect();
+        written.push(WRITING_MARKER.to_string());
+        if let Err(e) = self.s3.delete_objects(&written) {
             log::warn!(
-                "{failed} objects of the unfinished dataset stay under {}; delete them",
+                "objects of the unfinished dataset may stay under {}; delete them: {e}",
                 self.s3.describe()
             );
         }

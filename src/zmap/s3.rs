@@ -405,6 +405,24 @@ impl S3Map {
         }
     }
 
+    /// Deletes the objects at `keys` (exactly those: no key is taken as a prefix), up to a
+    /// thousand per request; a missing object is no error.
+    pub fn delete_objects(&self, keys: &[String]) -> Result<()> {
+        self.check_writable(keys.first().map_or("", String::as_str))?;
+        let paths = keys
+            .iter()
+            .map(|key| self.path_of(key))
+            .collect::<Result<Vec<Path>>>()?;
+        let Some(first) = keys.first() else {
+            return Ok(());
+        };
+        let deletion = self
+            .store
+            .delete_stream(futures_util::stream::iter(paths.into_iter().map(Ok)).boxed())
+            .try_for_each(|_| async { Ok(()) });
+        block_on(self.request(first, deletion))??.map_err(|e| self.error(first, &e))
+    }
+
     /// A whole-object GET; `Ok(None)` if the object does not exist.
     async fn fetch(&self, key: &str, path: &Path) -> Result<Option<Vec<u8>>> {
         let result = async {
