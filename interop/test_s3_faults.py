@@ -34,11 +34,12 @@ class FaultProxy:
     """Forwards HTTP requests to `upstream`, except that the next `fail` requests (or every
     request whose method is in `fail_methods`, or every request until the monotonic time
     `fail_until`) get a 503 SlowDown, and requests whose path contains `stall_on` wait `stall`
-    seconds first."""
+    seconds first. PUTs whose path ends with `fail_put_on` get a 503 too."""
 
     def __init__(self, upstream: str):
         self.upstream = urlparse(upstream)
         self.fail = 0
+        self.fail_put_on: str | None = None
         self.fail_methods: set[str] = set()
         self.fail_until = 0.0
         self.stall_on: str | None = None
@@ -60,7 +61,9 @@ class FaultProxy:
                 with proxy.lock:
                     proxy.requests.append((self.command, self.path))
                     failing = (proxy.fail > 0 or self.command in proxy.fail_methods
-                               or time.monotonic() < proxy.fail_until)
+                               or time.monotonic() < proxy.fail_until
+                               or (self.command == "PUT" and proxy.fail_put_on is not None
+                                   and self.path.endswith(proxy.fail_put_on)))
                     if proxy.fail > 0:
                         proxy.fail -= 1
                     stall = proxy.stall if proxy.stall_on and proxy.stall_on in self.path else 0

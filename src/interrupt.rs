@@ -13,12 +13,17 @@
 //! threads still writing into the staging directory would otherwise re-create it behind a
 //! removal. A SIGKILL cannot be caught; its staging directory is removed by the next
 //! [`crate::create::Staging`] of the same destination, once its process is gone.
+//!
+//! A dataset written to an object store has no staging copy: it is written in place, and
+//! what it wrote is deleted by a clean-up registered with [`on_signal`], which the signal
+//! thread runs itself before it ends the process (the objects' keys are known only here).
 
 use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// The command line argument that makes the binary serve as the cleaner.
 pub const REMOVE_STAGING_COMMAND: &str = "remove-staging";
@@ -33,6 +38,19 @@ static PENDING: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 
 fn pending() -> MutexGuard<'static, Vec<PathBuf>> {
     PENDING.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A clean-up to run before a signal ends the process.
+type Cleanup = Arc<dyn Fn() + Send + Sync>;
+
+/// The clean-ups registered with [`on_signal`], each with its registration number.
+static CLEANUPS: Mutex<Vec<(u64, Cleanup)>> = Mutex::new(Vec::new());
+
+/// Set once a signal is being handled: the process is about to end by it.
+static ENDING: AtomicBool = AtomicBool::new(false);
+
+fn cleanups() -> MutexGuard<'static, Vec<(u64, Cleanup)>> {
+    CLEANUPS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Makes SIGINT, SIGTERM and SIGHUP remove the staging paths registered with
@@ -82,8 +100,11 @@ fn inherited_as_ignored(signal: libc::c_int) -> bool {
 
 /// Removes the pending staging paths (through the cleaner) and ends the process by `signal`.
 fn end_by(signal: libc::c_int) -> ! {
+    ENDING.store(true, Ordering::SeqCst);
     // Held until the process ends: no publication starts after this point.
     let paths = pending();
+    let to_run: Vec<Cleanup> = cleanups().iter().map(|(_, c)| Arc::clone(c)).collect();
+    to_run.iter().for_each(|cleanup| cleanup());
     // The cleaner's stdin stays open as long as this process lives.
     let _cleaner = match paths.is_empty() {
         true => None,
@@ -134,6 +155,35 @@ impl Drop for Registered {
         if let Some(i) = paths.iter().position(|p| *p == self.0) {
             paths.swap_remove(i);
         }
+    }
+}
+
+/// A clean-up to run if a signal ends the process; dropping it forgets the clean-up.
+#[derive(Debug)]
+pub struct RegisteredCleanup(u64);
+
+/// Registers `cleanup` to run in the signal thread before a signal ends the process. It
+/// runs while no publication is in progress ([`while_publishing`]), and must itself make
+/// sure that nothing is written after it (the other threads keep running until the end).
+pub fn on_signal(cleanup: Arc<dyn Fn() + Send + Sync>) -> RegisteredCleanup {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let id = NEXT.fetch_add(1, Ordering::Relaxed);
+    cleanups().push((id, cleanup));
+    RegisteredCleanup(id)
+}
+
+impl Drop for RegisteredCleanup {
+    fn drop(&mut self) {
+        cleanups().retain(|(id, _)| *id != self.0);
+    }
+}
+
+/// Blocks for good if a signal is ending the process: a thread whose work a signal's
+/// clean-up cut short must not end the process first, with an error and status 1 instead
+/// of the signal.
+pub fn wait_if_ending() {
+    while ENDING.load(Ordering::SeqCst) {
+        std::thread::park();
     }
 }
 

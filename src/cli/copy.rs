@@ -17,8 +17,7 @@ use std::time::{Duration, Instant};
 
 use crate::chunk::{ChunkEngine, Hyperslab};
 use crate::create::{
-    apply_mode_words, default_chunks, write_for_netcdf_c, Codecs, CreateOptions, DatasetWriter,
-    Staging,
+    apply_mode_words, default_chunks, write_for_netcdf_c, Codecs, CreateOptions, Staging,
 };
 use crate::dataset::{OpenDataset, DEFAULT_CACHE_BYTES};
 use crate::error::quoted;
@@ -778,7 +777,7 @@ pub fn copy_dataset(
     data_vars: Option<&[VarId]>,
 ) -> Result<()> {
     let staging = Staging::new(dst)?;
-    let result = copy_into(src, model, &staging.temp, opts, data_vars);
+    let result = copy_into(src, model, &staging, opts, data_vars);
     match result {
         Ok(()) => staging.publish(),
         Err(e) => {
@@ -791,11 +790,11 @@ pub fn copy_dataset(
 fn copy_into(
     src: &OpenDataset,
     model: Dataset,
-    temp: &Location,
+    staging: &Staging,
     opts: CreateOptions,
     data_vars: Option<&[VarId]>,
 ) -> Result<()> {
-    let mut w = DatasetWriter::create_with(temp, opts, model)?;
+    let mut w = staging.create_writer(opts, model)?;
     let vars: Vec<VarId> = match data_vars {
         Some(list) => list.to_vec(),
         None => (0..src.model.vars.len()).map(VarId).collect(),
@@ -852,7 +851,7 @@ fn copy_into(
     }
     w.close()?;
     progress.finish();
-    verify(temp, &sums)
+    verify(&staging.temp, &sums)
 }
 
 /// What the verification compares for one variable.
@@ -1073,6 +1072,7 @@ impl Progress {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::create::DatasetWriter;
 
     fn covered(shape: &[u64], chunks: &[u64], esize: usize) -> u64 {
         let s = slabs(shape, chunks, esize);

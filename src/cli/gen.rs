@@ -145,7 +145,7 @@ pub fn generate(
         }
     }
     let staging = Staging::new(location)?;
-    match write_all(&staging.temp, opts, model, data) {
+    match write_all(&staging, opts, model, data) {
         Ok(()) => staging.publish(),
         Err(e) => {
             staging.abandon();
@@ -155,12 +155,12 @@ pub fn generate(
 }
 
 fn write_all(
-    location: &Location,
+    staging: &Staging,
     opts: CreateOptions,
     model: Dataset,
     data: Vec<Option<Vec<u8>>>,
 ) -> Result<()> {
-    let mut w = DatasetWriter::create_with(location, opts, model)?;
+    let mut w = staging.create_writer(opts, model)?;
     for (i, values) in data.into_iter().enumerate() {
         // A data section (even one of `_` only, which leaves no values) was given.
         let Some(values) = values else { continue };

@@ -19,6 +19,7 @@ use crate::model::{CodecSpec, Dataset, GroupId, NczarrLayout, VarId, Variable};
 use crate::zmap::{join_key, ZMap};
 use crate::{Error, Result};
 
+mod claim;
 mod codecs;
 mod target;
 mod writer;

@@ -2,12 +2,17 @@
 //! checks that refuse to replace anything but a dataset.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde_json::Value;
 
+use super::claim::ClaimedPrefix;
+use super::{CreateOptions, DatasetWriter};
 use crate::interrupt;
 use crate::location::{Location, Storage};
-use crate::{zmap, Error, Result};
+use crate::model::Dataset;
+use crate::zmap::ZMap;
+use crate::{Error, Result};
 
 /// Applies `mode=` words (`nczarr`, `zarr`, `xarray`, `noxarray`, `consolidated`, `file`,
 /// `zip`, comma-separated) to a parsed location; words override what its fragment said.
@@ -59,9 +64,11 @@ pub struct Staging {
     pub temp: Location,
     /// Where it goes.
     pub target: Location,
-    /// An object-store prefix that was empty: everything under it is this dataset's, and a
-    /// failure deletes it.
-    fresh_prefix: bool,
+    /// The object-store prefix claimed for the dataset, through which it is written: a
+    /// failure or a signal deletes what was written there.
+    claimed: Option<Arc<ClaimedPrefix>>,
+    /// The deletion of the claimed prefix's objects by a signal.
+    _withdraw_on_signal: Option<interrupt::RegisteredCleanup>,
     /// A local staging path, removed if a signal ends the process before it is published.
     _on_signal: Option<interrupt::Registered>,
 }
@@ -85,10 +92,10 @@ impl Staging {
         if let Storage::File(p) | Storage::Zip(p) = &target.storage {
             check_can_create(p)?;
         }
-        let fresh_prefix = matches!(target.storage, Storage::S3(_));
-        if fresh_prefix {
-            check_empty_prefix(target)?;
-        }
+        let claimed = match &target.storage {
+            Storage::S3(s3) => Some(ClaimedPrefix::claim(target, s3)?),
+            _ => None,
+        };
         let sibling = |p: &Path| -> PathBuf {
             let name = p
                 .file_name()
@@ -117,9 +124,21 @@ impl Staging {
         Ok(Staging {
             temp,
             target: target.clone(),
-            fresh_prefix,
+            _withdraw_on_signal: claimed.as_ref().map(ClaimedPrefix::withdraw_on_signals),
+            claimed,
             _on_signal: on_signal,
         })
+    }
+
+    /// Creates the new dataset, holding `model`, where it is staged.
+    pub fn create_writer(&self, opts: CreateOptions, model: Dataset) -> Result<DatasetWriter> {
+        match &self.claimed {
+            Some(claimed) => {
+                let map: Arc<dyn ZMap> = Arc::clone(claimed) as Arc<dyn ZMap>;
+                DatasetWriter::create_in(&self.temp, map, opts, model)
+            }
+            None => DatasetWriter::create_with(&self.temp, opts, model),
+        }
     }
 
     /// Moves the finished dataset into place, replacing what was there. If that fails, the
@@ -133,6 +152,10 @@ impl Staging {
     }
 
     fn move_into_place(&self) -> Result<()> {
+        if let Some(claimed) = &self.claimed {
+            claimed.keep();
+            return Ok(());
+        }
         let (from, to) = match (&self.temp.storage, &self.target.storage) {
             (Storage::File(a), Storage::File(b)) | (Storage::Zip(a), Storage::Zip(b)) => (a, b),
             _ => return Ok(()),
@@ -161,22 +184,19 @@ impl Staging {
         std::fs::remove_dir_all(&old).map_err(|e| Error::io(&old, e))
     }
 
-    /// Removes the temporary dataset (after a failure), or on an object store what was
-    /// written under the prefix, which held nothing before.
+    /// Removes the temporary dataset (after a failure), or on an object store the objects
+    /// this process wrote under the prefix.
     pub fn abandon(self) {
-        let removed = if self.temp != self.target {
-            remove_storage(&self.temp)
-        } else if self.fresh_prefix {
-            zmap::open(&self.target, true).and_then(|map| {
-                map.search("")?
-                    .iter()
-                    .try_for_each(|child| map.delete(child))
-            })
-        } else {
-            Ok(())
-        };
-        if let Err(e) = removed {
-            log::warn!("could not remove {}: {e}", describe(&self.temp));
+        // A signal's clean-up may have cut the writing short: the signal ends the process.
+        interrupt::wait_if_ending();
+        if let Some(claimed) = &self.claimed {
+            claimed.withdraw();
+            return;
+        }
+        if self.temp != self.target {
+            if let Err(e) = remove_storage(&self.temp) {
+                log::warn!("could not remove {}: {e}", describe(&self.temp));
+            }
         }
     }
 }
@@ -228,32 +248,6 @@ fn describe(location: &Location) -> String {
         Storage::File(p) | Storage::Zip(p) => p.display().to_string(),
         _ => location.original.clone(),
     }
-}
-
-/// Refuses an object-store destination that holds anything: a dataset there is not replaced
-/// (an object store has no atomic rename, so a failed replacement would leave neither), and
-/// other objects would mix with the new dataset's (a stray `v/0` would become `v`'s values).
-fn check_empty_prefix(target: &Location) -> Result<()> {
-    let map = zmap::open(target, true)?;
-    let children = map.search("")?;
-    if children.is_empty() {
-        return Ok(());
-    }
-    const MARKERS: [&str; 5] = [".zgroup", ".zarray", ".zmetadata", "zarr.json", ".nczarr"];
-    let why = match children.iter().any(|c| MARKERS.contains(&c.as_str())) {
-        true => "already holds a dataset, which is not replaced on an object store",
-        false => "holds other objects, which a new dataset would mix with",
-    };
-    Err(Error::NotPermitted(format!(
-        "{} {why} (found {}); delete them first or choose an empty prefix",
-        target.original,
-        children
-            .iter()
-            .take(3)
-            .cloned()
-            .collect::<Vec<_>>()
-            .join(", ")
-    )))
 }
 
 /// Refuses, before any work is done, a local destination whose directory cannot take new

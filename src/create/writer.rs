@@ -57,7 +57,16 @@ impl DatasetWriter {
         opts: CreateOptions,
         model: Dataset,
     ) -> Result<DatasetWriter> {
-        let map = zmap::open(location, true)?;
+        Self::create_in(location, zmap::open(location, true)?, opts, model)
+    }
+
+    /// Like [`DatasetWriter::create_with`], writing through `map`, the storage of `location`.
+    pub fn create_in(
+        location: &Location,
+        map: Arc<dyn ZMap>,
+        opts: CreateOptions,
+        model: Dataset,
+    ) -> Result<DatasetWriter> {
         if map.exists(".zgroup")?
             || map.exists(".zarray")?
             || map.exists(".nczarr")?
@@ -183,7 +192,7 @@ impl DatasetWriter {
             .filter(|d| model.dim(*d).unlimited)
             .map(|d| (d, model.dim(d).len))
             .collect();
-        Ok(DatasetWriter {
+        let mut w = DatasetWriter {
             location: location.clone(),
             engine: ChunkEngine::new(Arc::clone(&map), cache_bytes),
             map,
@@ -193,7 +202,39 @@ impl DatasetWriter {
             has_data,
             meta_dirty,
             stored_lengths,
-        })
+        };
+        w.fill_past_stored_shapes()?;
+        Ok(w)
+    }
+
+    /// Makes each array that is shorter than an unlimited dimension it lies on (its shape was
+    /// not stored, after its chunks and its group's new length were: a writer killed, or a
+    /// failed flush) hold fill past its stored shape, and gives it the dimension's length.
+    /// Its values end at its stored shape; the next metadata written gives it the dimension's
+    /// length, which would otherwise show the chunks of that unfinished write.
+    fn fill_past_stored_shapes(&mut self) -> Result<()> {
+        for var in (0..self.stored_vars).map(VarId) {
+            let v = self.model.var(var);
+            let short: Vec<(usize, u64)> = v
+                .dims
+                .iter()
+                .enumerate()
+                .filter(|(_, d)| self.model.dim(**d).unlimited)
+                .filter_map(|(axis, d)| {
+                    let stored = *v.storage.shape.get(axis)?;
+                    (stored < self.model.dim(*d).len).then_some((axis, stored))
+                })
+                .collect();
+            if short.is_empty() {
+                continue;
+            }
+            for (axis, stored) in short {
+                self.engine.fill_beyond(&self.model, var, axis, stored)?;
+            }
+            self.model.vars[var.0].storage.shape = self.stored_shape(var);
+            self.meta_dirty = true;
+        }
+        Ok(())
     }
 
     /// The model as defined so far.
@@ -263,12 +304,36 @@ impl DatasetWriter {
                  that are not part of the dataset"
             )));
         }
-        if let Err(e) = self.sync() {
+        if let Err(e) = self.engine.flush() {
             self.model = before;
             self.meta_dirty = true;
             return Err(e);
         }
+        if let Err(e) = self.write_meta().and_then(|()| self.map.flush()) {
+            self.undo_new_prefix(&prefix, before);
+            return Err(e);
+        }
         Ok(g)
+    }
+
+    /// Puts the model `before` a failed change back and removes what the change stored
+    /// under the prefix `new`, which held nothing before it: a retry would otherwise find
+    /// those objects and refuse them as strays. The metadata, which the change may have
+    /// stored in part (naming `new`), is stored again from `before` first; when that fails,
+    /// the objects stay (logged) and the next sync stores the metadata.
+    fn undo_new_prefix(&mut self, new: &str, before: Dataset) {
+        self.model = before;
+        self.meta_dirty = true;
+        let undone = self
+            .write_meta()
+            .and_then(|()| self.map.delete(new))
+            .and_then(|()| self.map.flush());
+        if let Err(e) = undone {
+            log::warn!(
+                "{}: objects that the failed change stored under {new:?} stay: {e}",
+                self.map.describe()
+            );
+        }
     }
 
     /// Adds a dimension (an unlimited one starts at `len`, usually 0).
@@ -683,7 +748,9 @@ impl DatasetWriter {
     /// Copies every object under `old` to `new`, writes the new metadata, then deletes the
     /// old objects: a crash in between leaves stray copies, never a dangling reference. Until
     /// the new metadata is written, a failure puts the model `before` the rename back (its
-    /// metadata is then written again: the old objects are all still there).
+    /// metadata is then written again: the old objects are all still there) and deletes the
+    /// copies. Once it is written the rename has happened: old objects that cannot be
+    /// deleted then stay behind (logged), and the rename succeeds.
     ///
     /// Objects already under `new` (strays of another program, or of a crash) would be taken
     /// for the renamed node's: the rename is then refused.
@@ -702,8 +769,12 @@ impl DatasetWriter {
                  are not part of the dataset"
             )));
         }
-        let copied = self.engine.flush().and_then(|()| {
-            self.engine.invalidate(old)?;
+        if let Err(e) = self.engine.flush() {
+            self.model = before;
+            self.meta_dirty = true;
+            return Err(e);
+        }
+        let copied = self.engine.invalidate(old).and_then(|()| {
             for key in keys_under(self.map.as_ref(), old)? {
                 let rest = &key[old.len()..];
                 if let Some(value) = self.map.get(&key)? {
@@ -714,11 +785,16 @@ impl DatasetWriter {
             self.write_meta()
         });
         if let Err(e) = copied {
-            self.model = before;
-            self.meta_dirty = true;
+            self.undo_new_prefix(new, before);
             return Err(e);
         }
-        self.map.delete(old)?;
+        if let Err(e) = self.map.delete(old) {
+            log::warn!(
+                "{}: renamed {old:?} to {new:?}, but objects under {old:?} stay (a later \
+                 node of that name is refused until they are deleted): {e}",
+                self.map.describe()
+            );
+        }
         self.map.flush()
     }
 

@@ -35,7 +35,7 @@ use object_store::aws::AmazonS3Builder;
 use object_store::path::Path;
 use object_store::{
     BackoffConfig, ClientOptions, GetOptions, GetRange, GetResult, ObjectStore, ObjectStoreExt,
-    PutPayload, RetryConfig,
+    PutMode, PutOptions, PutPayload, RetryConfig,
 };
 
 use super::aws_config::{self, AwsSettings, EnvLookup};
@@ -385,6 +385,42 @@ impl S3Map {
             source = cause.source();
         }
         Outcome::Answered
+    }
+
+    /// Stores `value` at `key` only if no object is there (a PUT with `If-None-Match: *`,
+    /// which the server decides atomically); `Ok(false)` if one is. AWS S3, MinIO, moto and
+    /// s3s-fs honour the condition; a server that ignores it stores the object anyway.
+    pub fn put_new(&self, key: &str, value: &[u8]) -> Result<bool> {
+        self.check_writable(key)?;
+        let path = self.path_of(key)?;
+        let payload = PutPayload::from(value.to_vec());
+        let options = PutOptions {
+            mode: PutMode::Create,
+            ..PutOptions::default()
+        };
+        match block_on(self.request(key, self.store.put_opts(&path, payload, options)))?? {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::AlreadyExists { .. }) => Ok(false),
+            Err(e) => Err(self.error(key, &e)),
+        }
+    }
+
+    /// Deletes the objects at `keys` (exactly those: no key is taken as a prefix), up to a
+    /// thousand per request; a missing object is no error.
+    pub fn delete_objects(&self, keys: &[String]) -> Result<()> {
+        self.check_writable(keys.first().map_or("", String::as_str))?;
+        let paths = keys
+            .iter()
+            .map(|key| self.path_of(key))
+            .collect::<Result<Vec<Path>>>()?;
+        let Some(first) = keys.first() else {
+            return Ok(());
+        };
+        let deletion = self
+            .store
+            .delete_stream(futures_util::stream::iter(paths.into_iter().map(Ok)).boxed())
+            .try_for_each(|_| async { Ok(()) });
+        block_on(self.request(first, deletion))??.map_err(|e| self.error(first, &e))
     }
 
     /// A whole-object GET; `Ok(None)` if the object does not exist.
