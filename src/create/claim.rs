@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use crate::interrupt;
 use crate::location::{Location, S3Location};
-use crate::zmap::{S3Map, ZMap};
+use crate::zmap::{join_key, S3Map, ZMap};
 use crate::{Error, Result};
 
 /// The marker object of a prefix being written by `gen` or `copy`: who writes it and since
@@ -223,15 +223,18 @@ fn check_outside_datasets(target: &Location, s3: &S3Location) -> Result<()> {
     let segments: Vec<&str> = prefix.split('/').collect();
     for depth in (0..segments.len()).rev() {
         let parent = segments[..depth].join("/");
-        let children = match bucket.search(&parent) {
-            Ok(children) => children,
-            Err(e) => {
-                log::info!("not checked whether {parent:?} is a Zarr dataset: {e}");
-                continue;
+        // One request per marker, not a listing: a parent such as the bucket's root may
+        // hold many keys.
+        let mut found = Vec::new();
+        for marker in &ZARR_MARKERS {
+            match bucket.exists(&join_key(&[&parent, marker])) {
+                Ok(true) => found.push(*marker),
+                Ok(false) => {}
+                Err(e) => log::info!("not checked whether {parent:?} is a Zarr dataset: {e}"),
             }
-        };
-        if children.iter().any(|c| ZARR_MARKERS.contains(&c.as_str())) {
-            let what = match children.iter().any(|c| c == ".zarray") {
+        }
+        if !found.is_empty() {
+            let what = match found.contains(&".zarray") {
                 true => "array",
                 false => "dataset (or group)",
             };
