@@ -215,43 +215,6 @@ def test_xarray_reads_a_copy_as_it_reads_its_source(nczarrfs, tmp_path, zarr_for
         np.testing.assert_array_equal(array[...], stored[name][...], err_msg=name)
 
 
-def test_netcdf_readers_mask_a_copy_of_xarray_zarr_v2_as_xarray_masks_its_source(
-    nczarrfs, tmp_path
-):
-    """xarray keeps a Zarr v2 variable's `_FillValue` only as the array's `fill_value`, and
-    netcdf-c 4.10.1 reads that as the variable's fill (`nc_inq_var_fill`) without listing a
-    `_FillValue` attribute. A netCDF variable's fill is its `_FillValue`, so a copy to NCZarr
-    must carry one: xarray's netcdf4 engine (netcdf-c) then masks the copy as xarray's zarr
-    engine masks the source, and netCDF4-python lists the attribute. NCZarr v3, which
-    netcdf-c 4.10.1 does not read, must list the same attribute."""
-    import xarray as xr
-
-    src, dst = str(tmp_path / "src.zarr"), str(tmp_path / "dst.file")
-    _xarray_store(src, 2)
-    res = nczarrfs("copy", f"file://{src}#mode=zarr,file", dst)
-    assert res.returncode == 0, res.stderr.decode()
-    fills = {name: v.encoding.get("_FillValue")
-             for name, v in xr.open_zarr(src, consolidated=False).variables.items()}
-    assert fills["masked"] == fills["packed"] == -999
-    url = f"file://{dst}#mode=nczarr,file"
-    want = xr.open_zarr(src, consolidated=False).load()
-    with xr.open_dataset(url, engine="netcdf4") as got:
-        got = got.load()
-        for name in want.variables:
-            np.testing.assert_array_equal(got[name].values, want[name].values, err_msg=name)
-    with netCDF4.Dataset(url) as nc:
-        assert nc["masked"].getncattr("_FillValue") == -999
-        assert nc["packed"].getncattr("_FillValue") == -999
-        # An int that xarray stored without fill (`fill_value: null`) gets none.
-        assert "_FillValue" not in nc["count"].ncattrs()
-    v3 = str(tmp_path / "v3.file")
-    res = nczarrfs("copy", f"file://{src}#mode=zarr,file", v3, "-k", "nczarr,v3")
-    assert res.returncode == 0, res.stderr.decode()
-    header = nczarrfs("dump", "-h", v3).stdout.decode()
-    assert "masked:_FillValue = -999s ;" in header and "packed:_FillValue = -999s ;" in header
-    assert "count:_FillValue" not in header
-
-
 def _text_or_values(values: np.ndarray) -> np.ndarray:
     """Strings as text, whether xarray shows them as `str` or as fixed-width bytes."""
     if values.dtype.kind in "SOUT":

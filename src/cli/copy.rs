@@ -588,13 +588,12 @@ fn target_model(
 /// `_FillValue` attribute alone, whose `fill_value`, which Zarr v3 requires (zarr-python's
 /// default is 0), is only what unwritten chunks hold. So from pure Zarr v3 to Zarr v2 or
 /// NCZarr the `fill_value` becomes the `_FillValue` (none without one, so that no value is
-/// taken for missing), and from pure Zarr v2 to NCZarr or pure Zarr v3 the `fill_value`
-/// becomes a `_FillValue` too: netcdf-c reads such an array with that fill but no attribute
-/// (`nc_inq_var_fill` gives it while no `_FillValue` is listed), and a netCDF variable's
-/// fill is stored as its `_FillValue` (`nc_def_var_fill` writes one), which is also what
-/// netCDF readers mask. The values stored stay the same: every chunk is written, and one
-/// whose values are the new fill may be left out only because it reads as them. An NCZarr
-/// source keeps netCDF's reading, in which `fill_value` and `_FillValue` agree.
+/// taken for missing), and from pure Zarr v2 to pure Zarr v3 the `fill_value` becomes a
+/// `_FillValue` too. Not from pure Zarr v2 to NCZarr: netcdf-c reads such an array with that
+/// fill but no `_FillValue` and masks nothing, and zarr-python's default `fill_value` 0 would
+/// make netCDF readers of the copy take every 0 for missing. The values stored stay the same: every chunk is written, and one whose
+/// values are the new fill may be left out only because it reads as them. An NCZarr source
+/// keeps netCDF's reading, in which `fill_value` and `_FillValue` agree.
 fn carry_missing_values(src: &Dataset, model: &mut Dataset, to_v3: bool, to_pure: bool) {
     if src.provenance.nczarr_major != 0 {
         return;
@@ -611,8 +610,7 @@ fn carry_missing_values(src: &Dataset, model: &mut Dataset, to_v3: bool, to_pure
                     target.attrs.retain(|a| a.name != "_FillValue");
                 }
             }
-            // Every target but pure Zarr v2 takes a missing-value marker from `_FillValue`.
-            (false, true, _) | (false, false, false) => {
+            (false, true, true) => {
                 if let (None, Some(fill)) = (fill_attr, &v.storage.fill_value) {
                     target.attrs.push(crate::model::Attribute {
                         name: "_FillValue".into(),
