@@ -41,11 +41,12 @@ pub enum Command {
     Gen(gen::GenArgs),
     /// Copy a dataset to any storage and dialect, re-chunking and re-compressing, like nccopy.
     Copy(copy::CopyArgs),
-    /// Internal: renames sets of metadata objects for the commands that write (see `zmap`).
+    /// Internal, started by the commands that write: renames the writer's temporary
+    /// metadata files into place in sets that a kill of the writer cannot cut.
     #[command(name = crate::zmap::RENAME_HELPER_COMMAND, hide = true)]
     RenameHelper,
-    /// Internal: removes the staging paths of an interrupted `gen` or `copy` once it has
-    /// exited (see `interrupt`).
+    /// Internal, started by an interrupted `gen` or `copy`: removes its staging paths
+    /// (`.NAME.nczarrfs-PID`, PID being that process) once it has exited; refuses any other.
     #[command(name = crate::interrupt::REMOVE_STAGING_COMMAND, hide = true)]
     RemoveStaging {
         /// The staging directories or archives.
@@ -92,9 +93,9 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Gen(args) => gen::run(args),
         Command::Copy(args) => copy::run(args),
         Command::RenameHelper => crate::zmap::serve_renames().map(|()| 0),
-        Command::RemoveStaging { paths } => crate::interrupt::serve_remove_staging(&paths)
-            .map(|()| 0)
-            .map_err(|e| crate::Error::io("standard input", e)),
+        Command::RemoveStaging { paths } => {
+            crate::interrupt::serve_remove_staging(&paths).map(|()| 0)
+        }
     };
     crate::zmap::stop_rename_helper();
     code
