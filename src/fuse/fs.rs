@@ -299,9 +299,33 @@ impl MountHandle {
         self.0.final_flush_failed.load(Ordering::SeqCst)
     }
 
-    /// Makes the next filesystem operation re-read the metadata, whatever the TTL says.
-    pub fn request(&self) {
-        self.0.refresh_requested.store(true, Ordering::SeqCst);
+    /// SIGHUP: re-reads the metadata now, whatever the TTL, and makes the kernel forget what it
+    /// holds of every path looked up so far (sizes and other attributes, cached pages, names
+    /// that no longer exist). The kernel keeps those for the TTL (an hour with `ttl=0`), so a
+    /// reload alone left the files already read at their old sizes and contents: a `data`
+    /// file shorter than its new shape in `@metadata.json`. A `rw` mount is the dataset's only
+    /// writer: there is nothing to re-read.
+    ///
+    /// Fails only when the kernel no longer takes notifications (the mount is gone).
+    pub fn reload_now(&self, notifier: &fuser::Notifier) -> std::io::Result<()> {
+        let sh = &self.0;
+        if sh.writer.is_some() {
+            return Ok(());
+        }
+        sh.refresh_requested.store(true, Ordering::SeqCst);
+        let snap = sh.snapshot();
+        let known = lock(&sh.inodes).known();
+        for (ino, node) in known {
+            if !layout::exists(&snap.model, &node) {
+                let parent_ino = lock(&sh.inodes).ino_of(&parent(&node));
+                if let (Some(parent_ino), Some(name)) = (parent_ino, layout::entry_of(&node)) {
+                    notifier.inval_entry(INodeNo(parent_ino), OsStr::new(&name))?;
+                }
+            }
+            // Offset 0 and length 0: the whole file.
+            notifier.inval_inode(INodeNo(ino), 0, 0)?;
+        }
+        Ok(())
     }
 
     /// Ends the staleness window of values on a read-only mount (called every `ttl`): drops
