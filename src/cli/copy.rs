@@ -62,9 +62,10 @@ pub struct CopyArgs {
     /// a JSON list of numcodecs objects or Zarr v3 codecs (as `dump -s` prints `_Codecs`).
     #[arg(long = "codec", value_name = "CHAIN")]
     pub codec: Option<String>,
-    /// Chunk key separator of the target: `.` (default) or `/`.
-    #[arg(long, value_name = "SEP", default_value = ".")]
-    pub dimension_separator: char,
+    /// Chunk key separator of the target: `.` or `/` (default: `.` on Zarr v2, as netcdf-c and
+    /// zarr-python write; `/` on Zarr v3, whose `default` chunk key encoding takes either).
+    #[arg(long, value_name = "SEP")]
+    pub dimension_separator: Option<char>,
     /// Shards of a Zarr v3 target (`-k v3`), in the forms of `--chunks`: `dim/n` (rounded up
     /// to whole chunks of each variable) or `var:n,m` (multiples of its chunk lengths). One
     /// object per shard holds its chunks and an index, as zarr-python's `shards=`. Along
@@ -197,10 +198,10 @@ pub fn run(args: CopyArgs) -> Result<i32> {
     if let Some(w) = &args.mode {
         apply_mode_words(&mut dst, w)?;
     }
-    if !matches!(args.dimension_separator, '.' | '/') {
+    if let Some(separator) = args.dimension_separator.filter(|s| !matches!(s, '.' | '/')) {
         return Err(Error::Invalid(format!(
             "dimension separator must be '.' or '/', not {}",
-            quoted(&args.dimension_separator.to_string())
+            quoted(&separator.to_string())
         )));
     }
     let mut opts = CreateOptions::from_mode(&dst.mode);
