@@ -111,3 +111,12 @@ def test_gen_names_its_output_as_ncgen_does(tmp_path, file_name):
         made[tool] = sorted(p.name for p in cwd.iterdir() if p.name != file_name)
     [nc] = made["ncgen"]
     assert made["gen"] == [nc.removesuffix(".nc") + ".file"]
+
+
+def test_copy_takes_nccopy_format_names_as_gen_does(nczarrfs, dataset, tmp_path):
+    """`-k nc4` (nccopy's and ncgen's name for netCDF-4) is NCZarr for copy as for gen."""
+    dst = tmp_path / "c.file"
+    r = nczarrfs("copy", "-k", "nc4", str(dataset), str(dst))
+    assert r.returncode == 0, r.stderr.decode()
+    src_dump = nczarrfs("dump", "-h", str(dataset)).stdout.split(b"\n", 1)[1]
+    assert nczarrfs("dump", "-h", str(dst)).stdout.split(b"\n", 1)[1] == src_dump

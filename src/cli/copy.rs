@@ -43,7 +43,8 @@ pub struct CopyArgs {
     /// included), and so is an S3 prefix that holds any object.
     pub dst: String,
     /// Mode words for the target, comma-separated: `nczarr` (default) or `zarr`, `v2`
-    /// (default) or `v3`, `noxarray`, `consolidated`, `zip`, `file`.
+    /// (default) or `v3`, `noxarray`, `consolidated`, `zip`, `file`. nccopy's `-k nc4` /
+    /// `netCDF-4` mean `nczarr`.
     #[arg(short = 'k', long = "mode", value_name = "WORDS")]
     pub mode: Option<String>,
     /// Chunking, as nccopy -c: `dim/n,dim2/m` (per dimension) or `var:n,m` (per variable).
@@ -196,7 +197,7 @@ pub fn run(args: CopyArgs) -> Result<i32> {
     super::refuse_standard_output(&args.dst)?;
     let mut dst = Location::parse(&args.dst)?;
     if let Some(w) = &args.mode {
-        apply_mode_words(&mut dst, w)?;
+        apply_mode_words(&mut dst, &super::ncgen_mode_words(w))?;
     }
     if let Some(separator) = args.dimension_separator.filter(|s| !matches!(s, '.' | '/')) {
         return Err(Error::Invalid(format!(

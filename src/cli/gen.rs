@@ -66,13 +66,13 @@ pub fn run(args: GenArgs) -> Result<i32> {
     } else {
         parse_cdl_file(&args.cdl)?
     };
-    let words = args.mode.as_deref().map(normalize_mode_words);
-    let zarr = words
-        .as_deref()
-        .is_some_and(|w| w.split(',').any(|x| x == "zarr"));
-    let zip = words
-        .as_deref()
-        .is_some_and(|w| w.split(',').any(|x| x == "zip"));
+    let words = args.mode.as_deref().map(super::ncgen_mode_words);
+    let has = |word: &str| {
+        words
+            .as_deref()
+            .is_some_and(|w| w.split(',').any(|x| x.trim().eq_ignore_ascii_case(word)))
+    };
+    let (zarr, zip) = (has("zarr"), has("zip"));
     let output = match &args.output {
         Some(o) => o.clone(),
         None => default_output(&args.cdl, &parsed.name, zarr, zip),
@@ -95,18 +95,6 @@ pub fn run(args: GenArgs) -> Result<i32> {
     }
     generate(parsed, &location, opts, args.no_fill)?;
     Ok(0)
-}
-
-/// ncgen's format names as mode words.
-fn normalize_mode_words(words: &str) -> String {
-    words
-        .split(',')
-        .map(|w| match w.trim().to_ascii_lowercase().as_str() {
-            "nc4" | "netcdf-4" | "netcdf4" | "4" | "hdf5" => "nczarr".to_string(),
-            other => other.to_string(),
-        })
-        .collect::<Vec<_>>()
-        .join(",")
 }
 
 /// ncgen's output name: the CDL file's name without its last extension (the `netcdf NAME`

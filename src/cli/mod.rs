@@ -54,6 +54,19 @@ pub enum Command {
     },
 }
 
+/// `-k` words with ncgen's and nccopy's format names (`nc4`, `4`, `netCDF-4`, ...) read as
+/// `nczarr`; every other word as typed, so that a message quotes it as the user wrote it.
+fn ncgen_mode_words(words: &str) -> String {
+    words
+        .split(',')
+        .map(|w| match w.trim().to_ascii_lowercase().as_str() {
+            "nc4" | "netcdf-4" | "netcdf4" | "4" | "hdf5" => "nczarr",
+            _ => w,
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// Refuses `-` as the place of a new dataset: a dataset is a directory or an archive written
 /// in several steps, not a stream for standard output.
 fn refuse_standard_output(location: &str) -> Result<()> {
@@ -99,4 +112,20 @@ pub fn run(cli: Cli) -> Result<i32> {
     };
     crate::zmap::stop_rename_helper();
     code
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ncgen_format_names_are_nczarr_and_other_words_stay_as_typed() {
+        assert_eq!(ncgen_mode_words("nc4,zip"), "nczarr,zip");
+        assert_eq!(ncgen_mode_words("netCDF-4,V3"), "nczarr,V3");
+        let mut loc = crate::location::Location::parse("/tmp/x.file").unwrap();
+        let err = crate::create::apply_mode_words(&mut loc, &ncgen_mode_words("netCDF-4-classic"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("\"netCDF-4-classic\""), "{err}");
+    }
 }
