@@ -293,6 +293,13 @@ def test_mount_failures_are_reported(mounter, nczarr, args, message):
     assert not is_mounted(mnt)
 
 
+def test_a_missing_mount_point_is_named_as_the_mount_point(mounter, nczarr, tmp_path):
+    missing = tmp_path / "nonexist"
+    r = mounter.run("mount", nczarr, str(missing))
+    assert r.returncode == 1
+    assert f"mount point {missing}: No such file or directory" in r.stderr, r.stderr
+
+
 def test_not_a_dataset_is_refused(mounter, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()

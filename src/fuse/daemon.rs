@@ -272,7 +272,7 @@ fn checked_mountpoint(path: &Path) -> Result<PathBuf> {
                  umount -l {shown})"
             )))
         }
-        Err(e) => return Err(Error::io(path, e)),
+        Err(e) => return Err(Error::Invalid(format!("mount point {shown}: {e}"))),
     }
     let mountpoint = path.canonicalize().map_err(|e| Error::io(path, e))?;
     // Unreadable mountinfo (no /proc) is no reason to refuse: the kernel still mounts.
