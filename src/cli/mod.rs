@@ -67,6 +67,26 @@ fn ncgen_mode_words(words: &str) -> String {
         .join(",")
 }
 
+/// The complaint about a variable `name` that `ds` (at `location`) does not have: names the
+/// variables of that plain name in groups, since `get` and `put` take a path (`g/v`) where
+/// `dump -v` matches a plain name at any depth.
+fn no_variable(ds: &crate::model::Dataset, name: &str, location: &str) -> crate::Error {
+    let in_groups: Vec<String> = (0..ds.vars.len())
+        .map(crate::model::VarId)
+        .filter(|v| !name.contains('/') && ds.var(*v).name == name)
+        .map(|v| ds.var_fqn(v))
+        .collect();
+    let hint = match in_groups.is_empty() {
+        true => "`nczarrfs dump -h` lists them".to_string(),
+        false => format!("in a group: {}", in_groups.join(", ")),
+    };
+    crate::Error::NotFound(format!(
+        "no variable {} in {location} ({} variables; {hint})",
+        crate::error::quoted(name),
+        ds.vars.len()
+    ))
+}
+
 /// Refuses `-` as the place of a new dataset: a dataset is a directory or an archive written
 /// in several steps, not a stream for standard output.
 fn refuse_standard_output(location: &str) -> Result<()> {
@@ -127,5 +147,25 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("\"netCDF-4-classic\""), "{err}");
+    }
+
+    #[test]
+    fn a_variable_missing_at_the_root_is_shown_in_its_groups() {
+        use crate::model::{Dataset, NcType, Variable};
+        let mut ds = Dataset::new();
+        let g = ds.add_group(Dataset::ROOT, "station");
+        ds.add_var(Variable {
+            name: "observed".into(),
+            group: g,
+            nctype: NcType::Int,
+            dims: Vec::new(),
+            string_width: 0,
+            attrs: Vec::new(),
+            storage: Default::default(),
+        });
+        let e = no_variable(&ds, "observed", "ds.file").to_string();
+        assert!(e.contains("in a group: /station/observed"), "{e}");
+        let e = no_variable(&ds, "missing", "ds.file").to_string();
+        assert!(e.contains("`nczarrfs dump -h` lists them"), "{e}");
     }
 }
