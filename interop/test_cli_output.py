@@ -95,3 +95,28 @@ def test_a_symbolic_link_is_written_through(nczarrfs, tmp_path, command):
     assert link.is_symlink()
     dumped = nczarrfs("dump", str(store / "ds.file")).stdout.decode()
     assert "int v(d)" in dumped and "v = 8" in dumped, dumped
+
+
+@pytest.mark.parametrize("file_name", ["foo.cdl", "bar.txt", "my.data.cdl", "plain"])
+def test_gen_names_its_output_as_ncgen_does(tmp_path, file_name):
+    """Without `-o`, Debian's ncgen names its output after the CDL file with its last
+    extension dropped (`bar.txt` gives `bar.nc`); gen names it so too, ending in `.file`."""
+    cdl = "netcdf inner {\nvariables:\n int v ;\ndata:\n v = 1 ;\n}\n"
+    made = {}
+    for tool, cmd in [("ncgen", ["ncgen", "-b"]), ("gen", [str(nczarrfs_binary()), "gen"])]:
+        cwd = tmp_path / tool
+        cwd.mkdir()
+        (cwd / file_name).write_text(cdl)
+        subprocess.run([*cmd, file_name], cwd=cwd, check=True, capture_output=True)
+        made[tool] = sorted(p.name for p in cwd.iterdir() if p.name != file_name)
+    [nc] = made["ncgen"]
+    assert made["gen"] == [nc.removesuffix(".nc") + ".file"]
+
+
+def test_copy_takes_nccopy_format_names_as_gen_does(nczarrfs, dataset, tmp_path):
+    """`-k nc4` (nccopy's and ncgen's name for netCDF-4) is NCZarr for copy as for gen."""
+    dst = tmp_path / "c.file"
+    r = nczarrfs("copy", "-k", "nc4", str(dataset), str(dst))
+    assert r.returncode == 0, r.stderr.decode()
+    src_dump = nczarrfs("dump", "-h", str(dataset)).stdout.split(b"\n", 1)[1]
+    assert nczarrfs("dump", "-h", str(dst)).stdout.split(b"\n", 1)[1] == src_dump

@@ -356,3 +356,30 @@ def test_bytes_that_are_not_utf8_refuse_a_copy_to_v3_strings(nczarrfs, tmp_path,
     last = message.strip().splitlines()[-1]
     assert "/v[1]" in last and "UTF-8" in last and "v3" in last, message
     assert not dst.exists()
+
+
+@pytest.mark.parametrize("command", ["gen", "copy"])
+@pytest.mark.parametrize("separator", [None, ".", "/"])
+def test_v3_chunk_key_separator_as_asked(nczarrfs, tmp_path, command, separator):
+    """Zarr v3's `default` chunk key encoding takes `.` or `/` (`/` when not asked for):
+    `--dimension-separator` chooses it, and zarr-python reads the chunks under those keys."""
+    values = np.arange(12, dtype="i4").reshape(3, 4)
+    cdl = tmp_path / "s.cdl"
+    cdl.write_text("netcdf s {\ndimensions:\n y = 3 ;\n x = 4 ;\nvariables:\n int v(y, x) ;\n"
+                   "  v:_ChunkSizes = 1, 2 ;\ndata:\n v = "
+                   + ", ".join(str(x) for x in values.flat) + " ;\n}\n")
+    asked = [] if separator is None else ["--dimension-separator", separator]
+    dst = tmp_path / "s.zarr"
+    if command == "gen":
+        _ok(nczarrfs("gen", "-k", "nczarr,v3", *asked, "-o", str(dst), str(cdl)), "gen")
+    else:
+        src = tmp_path / "s.file"
+        _ok(nczarrfs("gen", "-o", str(src), str(cdl)), "gen")
+        _ok(nczarrfs("copy", "-k", "nczarr,v3", *asked, str(src), str(dst)), "copy")
+    sep = separator or "/"
+    meta = json.loads((dst / "v" / "zarr.json").read_text())
+    assert meta["chunk_key_encoding"] == {"name": "default", "configuration": {"separator": sep}}
+    assert (dst / "v" / sep.join(["c", "2", "1"])).is_file()
+    assert np.array_equal(zarr.open_group(str(dst), mode="r")["v"][...], values)
+    got = _ok(nczarrfs("get", str(dst), "v"), "get")
+    assert np.array_equal(np.frombuffer(got, dtype="=i4").reshape(3, 4), values)

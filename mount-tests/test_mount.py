@@ -293,6 +293,13 @@ def test_mount_failures_are_reported(mounter, nczarr, args, message):
     assert not is_mounted(mnt)
 
 
+def test_a_missing_mount_point_is_named_as_the_mount_point(mounter, nczarr, tmp_path):
+    missing = tmp_path / "nonexist"
+    r = mounter.run("mount", nczarr, str(missing))
+    assert r.returncode == 1
+    assert f"mount point {missing}: No such file or directory" in r.stderr, r.stderr
+
+
 def test_not_a_dataset_is_refused(mounter, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -528,3 +535,31 @@ def test_a_variable_with_an_unknown_codec_is_named_unreadable(mounter, tmp_path)
     root = zarr.open_group(str(loc), mode="r")
     assert root["b"][:].tolist() == [-1, 6, 7, 8]
     assert root["a"][:].tolist() == [1, 2, 3, 4]
+
+
+def test_demo_takes_a_relative_mount_point_from_the_callers_directory(binary, tmp_path):
+    """`scripts/demo mm` run from a directory mounts at that directory's `mm`, as any command
+    takes a relative path, not in the repository. A copy of the repository with a `cargo` that
+    builds nothing keeps the test from building."""
+    repo = tmp_path / "repo"
+    shutil.copytree(REPO / "scripts", repo / "scripts")
+    shutil.copytree(REPO / "samples" / "weather.file", repo / "samples" / "weather.file")
+    (repo / "target" / "release").mkdir(parents=True)
+    (repo / "target" / "release" / "nczarrfs").symlink_to(binary)
+    fakebin = tmp_path / "fakebin"
+    fakebin.mkdir()
+    (fakebin / "cargo").write_text("#!/bin/sh\nexit 0\n")
+    (fakebin / "cargo").chmod(0o755)
+    caller = tmp_path / "caller"
+    caller.mkdir()
+    env = dict(os.environ, PATH=f"{fakebin}:{os.environ['PATH']}")
+    try:
+        r = subprocess.run([str(repo / "scripts" / "demo"), "mm"], cwd=caller, env=env,
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert is_mounted(caller / "mm")
+        assert not (repo / "mm").exists()
+        assert (caller / "mm" / "@header.cdl").read_text().startswith("netcdf weather")
+    finally:
+        unmount(caller / "mm")
+        unmount(repo / "mm")

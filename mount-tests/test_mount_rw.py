@@ -195,6 +195,38 @@ def test_attribute_files(mounter, nczarr):
     assert g["history"] == "made by a test"
 
 
+def test_shell_redirections_keep_the_type_of_an_existing_attribute(mounter, tmp_path):
+    # `echo VALUE > FILE` closes a duplicate of the file before anything is written, so the
+    # attribute is flushed once empty and then again with its text: the second flush must
+    # still type the text by the attribute as it was when the file was opened.
+    import netCDF4
+
+    url = f"file://{tmp_path / 's.file'}#mode=nczarr,file"
+    with netCDF4.Dataset(url, "w", format="NETCDF4") as ds:
+        ds.version = np.int32(3)
+        ds.factors = np.array([1.5, 2.5], dtype="f4")
+        ds.setncattr_string("names", ["a", "b"])
+        ds.createDimension("x", 2)
+        v = ds.createVariable("temp", "f4", ("x",))
+        v.valid_range = np.array([-50, 50], dtype="f4")
+    mnt = mounter.mount(url, "rw")
+
+    def echo(text: str, path: Path) -> None:
+        subprocess.run(["bash", "-c", 'echo "$0" > "$1"', text, str(path)], check=True)
+
+    echo("-10, 10", mnt / "temp" / "@attributes" / "valid_range")
+    echo("3", mnt / "@attributes" / "factors")
+    echo("2.5", mnt / "@attributes" / "version")
+    echo('"p", "q"', mnt / "@attributes" / "names")
+    umount_and_wait(mnt)
+    a = netcdf_attrs(url, "temp")
+    assert a["valid_range"].dtype == np.float32 and list(a["valid_range"]) == [-10, 10]
+    g = netcdf_attrs(url)
+    assert isinstance(g["factors"], np.float32) and g["factors"] == 3
+    assert isinstance(g["version"], np.float64) and g["version"] == 2.5
+    assert g["names"] == ["p", "q"]
+
+
 def test_mkdir_and_renames(mounter, nczarr):
     import netCDF4
 

@@ -265,3 +265,54 @@ def test_a_dataset_deleted_underneath_fails_reads_instead_of_reading_fill(mounte
     away.rename(store)
     time.sleep(2.0)
     assert data.read_bytes() == values.tobytes()
+
+
+@pytest.mark.parametrize("ttl", ["ttl=0", "ttl=600"])
+def test_sighup_refreshes_what_the_kernel_cached_whatever_the_ttl(mounter, tmp_path, ttl):
+    """SIGHUP re-reads the metadata at once, whatever the TTL: the sizes, pages and names the
+    kernel holds of files already read (for the TTL, an hour with `ttl=0`) follow it, so that
+    `data` agrees with the shape in `@metadata.json` right after the signal."""
+    import json
+    import signal
+
+    import netCDF4
+
+    from conftest import daemon_pids, wait_until
+
+    def write(path: Path, records: int, units: str | None) -> str:
+        url = f"file://{path}#mode=nczarr,file"
+        with netCDF4.Dataset(url, "w") as nc:
+            nc.createDimension("t", None)
+            nc.createDimension("x", 3)
+            v = nc.createVariable("a", "i4", ("t", "x"), chunksizes=(1, 3))
+            if units is not None:
+                v.units = units
+            v[0:records] = np.arange(records * 3, dtype="i4").reshape(records, 3)
+            if units is None:
+                nc.createVariable("gone", "i4", ("x",))[:] = np.arange(3, dtype="i4")
+        return url
+
+    store = tmp_path / "rec.file"
+    write(store, 2, None)
+    mnt = mounter.mount(str(store), ttl)
+    data = mnt / "a" / "data"
+    assert data.read_bytes() == np.arange(6, dtype="<i4").tobytes()
+    assert "units" not in (mnt / "a" / "@header.cdl").read_text()
+    assert json.loads((mnt / "a" / "@metadata.json").read_text())["shape"] == [2, 3]
+    assert os.listdir(mnt / "a" / "@attributes") == []
+    assert (mnt / "gone" / "data").stat().st_size == 12
+    # netcdf-c 4.10.1 opens NCZarr in append mode without its variables, so the changed
+    # dataset is written anew beside it and swapped in.
+    changed = tmp_path / "changed.file"
+    want = netcdf_values(write(changed, 4, "m"))["/a"]
+    os.rename(store, tmp_path / "old.file")
+    os.rename(changed, store)
+    for pid in daemon_pids(mnt):
+        os.kill(pid, signal.SIGHUP)
+    assert wait_until(lambda: os.stat(data).st_size == want.nbytes, 5), os.stat(data).st_size
+    assert np.fromfile(data, dtype="<i4").reshape(4, 3).tolist() == want.tolist()
+    assert json.loads((mnt / "a" / "@metadata.json").read_text())["shape"] == [4, 3]
+    assert 'a:units = "m" ;' in (mnt / "a" / "@header.cdl").read_text()
+    assert os.listdir(mnt / "a" / "@attributes") == ["units"]
+    assert (mnt / "a" / "@attributes" / "units").read_text() == "m"
+    assert not (mnt / "gone").exists() and not (mnt / "gone" / "data").exists()

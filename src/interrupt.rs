@@ -196,16 +196,56 @@ pub fn while_publishing<T>(publish: impl FnOnce() -> T) -> T {
 
 /// Serves as the cleaner: waits for the end of standard input (its parent has exited), then
 /// removes every path given. It ignores the terminal's signals, which reach it with its
-/// parent's.
-pub fn serve_remove_staging(paths: &[PathBuf]) -> std::io::Result<()> {
+/// parent's. Only staging paths of its parent, or of a process that has ended, are removed:
+/// anything else refuses the whole call before it waits, so that the command cannot delete a
+/// dataset (or a running command's staging) that it is pointed at.
+pub fn serve_remove_staging(paths: &[PathBuf]) -> crate::Result<()> {
+    let parent = std::os::unix::process::parent_id();
+    let removable =
+        |p: &&PathBuf| staging_owner(p).is_some_and(|owner| owner == parent || has_ended(owner));
+    if let Some(other) = paths.iter().find(|p| !removable(p)) {
+        return Err(crate::Error::Invalid(format!(
+            "{REMOVE_STAGING_COMMAND} is internal: it removes only the staging paths \
+             (`.NAME.nczarrfs-PID`) of the `gen` or `copy` that started it, and {} is not \
+             one; nothing removed",
+            other.display()
+        )));
+    }
     for signal in SIGNALS {
         // SAFETY: ignoring a signal installs no handler code.
         unsafe { libc::signal(signal, libc::SIG_IGN) };
     }
     let mut rest = Vec::new();
-    std::io::stdin().lock().read_to_end(&mut rest)?;
+    std::io::stdin()
+        .lock()
+        .read_to_end(&mut rest)
+        .map_err(|e| crate::Error::io("standard input", e))?;
     paths.iter().for_each(|p| remove(p));
     Ok(())
+}
+
+/// The process whose staging sibling `path` is named as (`.NAME.nczarrfs-PID`).
+fn staging_owner(path: &Path) -> Option<u32> {
+    let (name, pid) = path
+        .file_name()?
+        .to_str()?
+        .strip_prefix('.')?
+        .rsplit_once(".nczarrfs-")?;
+    let digits = !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit());
+    (!name.is_empty() && digits).then(|| pid.parse().ok())?
+}
+
+/// Whether process `pid` has ended (gone, or a zombie not yet reaped). A process that
+/// starts a helper and then dies at once leaves the helper with another parent, so "not my
+/// parent" does not tell a dead starter from a stranger.
+pub(crate) fn has_ended(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name, which is in parentheses and may hold any.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| matches!(rest.trim_start().chars().next(), Some('Z' | 'X'))),
+        Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+    }
 }
 
 /// Removes a staging directory or archive, telling why it could not.
@@ -219,5 +259,33 @@ fn remove(path: &Path) {
             log::warn!("could not remove {}: {e}", path.display())
         }
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn staging_siblings_are_told_by_their_name() {
+        let owner = |p: &str| staging_owner(Path::new(p));
+        assert_eq!(owner("/d/.ds.file.nczarrfs-42"), Some(42));
+        assert_eq!(owner(".a.zip.nczarrfs-42"), Some(42));
+        assert_eq!(owner("/d/.x.nczarrfs-1.nczarrfs-42"), Some(42));
+        assert_eq!(owner("/d/ds.file"), None);
+        assert_eq!(owner("/d/ds.file.nczarrfs-42"), None);
+        assert_eq!(owner("/d/..nczarrfs-42"), None);
+        assert_eq!(owner("/d/.ds.file.nczarrfs-42.old"), None);
+        assert_eq!(owner("/d/.ds.file.nczarrfs-"), None);
+        assert_eq!(owner("/"), None);
+    }
+
+    #[test]
+    fn a_running_process_has_not_ended_and_a_reaped_one_has() {
+        assert!(!has_ended(std::process::id()));
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        assert!(has_ended(pid));
     }
 }

@@ -190,49 +190,50 @@ impl Fragment {
 
     /// Applies one lower-case mode word; `Ok(false)` if the word is unknown.
     fn apply_mode_word(&mut self, word: &str) -> std::result::Result<bool, String> {
+        /// Sets `slot` to the value `choices` pair with `word` (each value with its word),
+        /// unless another word already set it.
         fn set<T: PartialEq + Copy>(
             slot: &mut Option<T>,
-            value: T,
+            word: &str,
+            choices: &[(T, &str)],
             what: &str,
         ) -> std::result::Result<(), String> {
-            match slot {
-                Some(old) if *old != value => Err(format!("conflicting {what} in mode")),
-                _ => {
-                    *slot = Some(value);
+            let word_of = |v: T| {
+                choices
+                    .iter()
+                    .find(|(c, _)| *c == v)
+                    .map_or("?", |(_, w)| *w)
+            };
+            let value_of = |w: &str| choices.iter().find(|(_, c)| *c == w).map(|(v, _)| *v);
+            match (*slot, value_of(word)) {
+                (Some(old), Some(new)) if old != new => Err(format!(
+                    "conflicting {what} in mode: {} and {word} (give one)",
+                    word_of(old)
+                )),
+                (_, new) => {
+                    *slot = new.or(*slot);
                     Ok(())
                 }
             }
         }
+        const FORMATS: [(Format, &str); 2] = [(Format::NcZarr, "nczarr"), (Format::Zarr, "zarr")];
+        const XARRAY: [(bool, &str); 2] = [(true, "xarray"), (false, "noxarray")];
+        const STORAGE: [(StorageWord, &str); 3] = [
+            (StorageWord::File, "file"),
+            (StorageWord::Zip, "zip"),
+            (StorageWord::S3, "s3"),
+        ];
+        const VERSIONS: [(u8, &str); 2] = [(2, "v2"), (3, "v3")];
         match word {
-            "nczarr" => set(
-                &mut self.mode.format,
-                Format::NcZarr,
-                "formats (nczarr, zarr)",
+            "nczarr" | "zarr" => set(&mut self.mode.format, word, &FORMATS, "formats")?,
+            "xarray" | "noxarray" => set(&mut self.mode.xarray, word, &XARRAY, "xarray choices")?,
+            "file" | "zip" | "s3" => set(&mut self.storage, word, &STORAGE, "storage")?,
+            "v2" | "v3" => set(
+                &mut self.mode.zarr_version,
+                word,
+                &VERSIONS,
+                "Zarr versions",
             )?,
-            "zarr" => set(
-                &mut self.mode.format,
-                Format::Zarr,
-                "formats (nczarr, zarr)",
-            )?,
-            "xarray" => set(&mut self.mode.xarray, true, "xarray and noxarray")?,
-            "noxarray" => set(&mut self.mode.xarray, false, "xarray and noxarray")?,
-            "file" => set(
-                &mut self.storage,
-                StorageWord::File,
-                "storage (file, zip, s3)",
-            )?,
-            "zip" => set(
-                &mut self.storage,
-                StorageWord::Zip,
-                "storage (file, zip, s3)",
-            )?,
-            "s3" => set(
-                &mut self.storage,
-                StorageWord::S3,
-                "storage (file, zip, s3)",
-            )?,
-            "v2" => set(&mut self.mode.zarr_version, 2, "Zarr versions (v2, v3)")?,
-            "v3" => set(&mut self.mode.zarr_version, 3, "Zarr versions (v2, v3)")?,
             "consolidated" => self.mode.consolidated = true,
             _ => return Ok(false),
         }

@@ -89,3 +89,52 @@ fn a_sigkill_of_the_writer_does_not_cut_a_set_of_renames() {
         "without the helper the kill cuts the set"
     );
 }
+
+/// The helper started by hand, as a user might after reading its name in `ps`, is sent a set
+/// that renames a file which is no temporary file of its parent: it renames nothing.
+#[test]
+fn the_helper_refuses_to_rename_what_is_no_temporary_file_of_its_writer() {
+    use std::io::{Read, Write};
+    use std::os::unix::ffi::OsStrExt;
+
+    let dir = tempfile::tempdir().unwrap();
+    let victim = dir.path().join("ds.file");
+    std::fs::write(&victim, b"a dataset").unwrap();
+    let elsewhere = dir.path().join("elsewhere");
+    let mut set = 1u32.to_le_bytes().to_vec();
+    for path in [&victim, &elsewhere] {
+        let bytes = path.as_os_str().as_bytes();
+        set.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+        set.extend_from_slice(bytes);
+    }
+    let mut helper = std::process::Command::new(env!("CARGO_BIN_EXE_nczarrfs"))
+        .arg("rename-helper")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = helper.stdin.take().unwrap();
+    input.write_all(&set).unwrap();
+    let mut answer = [0u8; 8];
+    helper
+        .stdout
+        .take()
+        .unwrap()
+        .read_exact(&mut answer)
+        .unwrap();
+    drop(input);
+    let out = helper.wait_with_output().unwrap();
+    assert_eq!(u32::from_le_bytes(answer[..4].try_into().unwrap()), 0);
+    assert_eq!(
+        i32::from_le_bytes(answer[4..].try_into().unwrap()),
+        libc::EPERM
+    );
+    assert_eq!(std::fs::read(&victim).unwrap(), b"a dataset");
+    assert!(!elsewhere.exists());
+    let message = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        message.contains("ds.file") && message.contains("nothing renamed"),
+        "{message}"
+    );
+}

@@ -43,7 +43,8 @@ pub struct CopyArgs {
     /// included), and so is an S3 prefix that holds any object.
     pub dst: String,
     /// Mode words for the target, comma-separated: `nczarr` (default) or `zarr`, `v2`
-    /// (default) or `v3`, `noxarray`, `consolidated`, `zip`, `file`.
+    /// (default) or `v3`, `noxarray`, `consolidated`, `zip`, `file`. nccopy's `-k nc4` /
+    /// `netCDF-4` mean `nczarr`.
     #[arg(short = 'k', long = "mode", value_name = "WORDS")]
     pub mode: Option<String>,
     /// Chunking, as nccopy -c: `dim/n,dim2/m` (per dimension) or `var:n,m` (per variable).
@@ -62,9 +63,10 @@ pub struct CopyArgs {
     /// a JSON list of numcodecs objects or Zarr v3 codecs (as `dump -s` prints `_Codecs`).
     #[arg(long = "codec", value_name = "CHAIN")]
     pub codec: Option<String>,
-    /// Chunk key separator of the target: `.` (default) or `/`.
-    #[arg(long, value_name = "SEP", default_value = ".")]
-    pub dimension_separator: char,
+    /// Chunk key separator of the target: `.` or `/` (default: `.` on Zarr v2, as netcdf-c and
+    /// zarr-python write; `/` on Zarr v3, whose `default` chunk key encoding takes either).
+    #[arg(long, value_name = "SEP")]
+    pub dimension_separator: Option<char>,
     /// Shards of a Zarr v3 target (`-k v3`), in the forms of `--chunks`: `dim/n` (rounded up
     /// to whole chunks of each variable) or `var:n,m` (multiples of its chunk lengths). One
     /// object per shard holds its chunks and an index, as zarr-python's `shards=`. Along
@@ -195,12 +197,12 @@ pub fn run(args: CopyArgs) -> Result<i32> {
     super::refuse_standard_output(&args.dst)?;
     let mut dst = Location::parse(&args.dst)?;
     if let Some(w) = &args.mode {
-        apply_mode_words(&mut dst, w)?;
+        apply_mode_words(&mut dst, &super::ncgen_mode_words(w))?;
     }
-    if !matches!(args.dimension_separator, '.' | '/') {
+    if let Some(separator) = args.dimension_separator.filter(|s| !matches!(s, '.' | '/')) {
         return Err(Error::Invalid(format!(
             "dimension separator must be '.' or '/', not {}",
-            quoted(&args.dimension_separator.to_string())
+            quoted(&separator.to_string())
         )));
     }
     let mut opts = CreateOptions::from_mode(&dst.mode);

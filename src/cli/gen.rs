@@ -25,17 +25,20 @@ use crate::{Error, Result};
 /// Arguments of `gen`.
 #[derive(Debug, clap::Args)]
 pub struct GenArgs {
-    /// Output location (path or URL); default: `NAME.file` in the working directory, NAME
-    /// being the CDL file's name without `.cdl`.
+    /// Output location (path or URL); default: `NAME.file` in the working directory (`NAME.zip`
+    /// with `-k zip`, `NAME.zarr` with `-k zarr`), NAME being the CDL file's name without its
+    /// last extension (`x.cdl`, `x.txt`: `x`), or for standard input the name on its
+    /// `netcdf NAME` line, as ncgen names its `.nc` file.
     #[arg(short = 'o', long = "output", value_name = "LOCATION")]
     pub output: Option<String>,
     /// Mode words, comma-separated: `nczarr` (default) or `zarr`, `v2` (default) or `v3`,
     /// `noxarray`, `consolidated`, `zip`, `file`. ncgen's `-k nc4` / `netCDF-4` mean `nczarr`.
     #[arg(short = 'k', long = "mode", value_name = "WORDS")]
     pub mode: Option<String>,
-    /// Chunk key separator: `.` (default) or `/`.
-    #[arg(long, value_name = "SEP", default_value = ".")]
-    pub dimension_separator: char,
+    /// Chunk key separator: `.` or `/` (default: `.` on Zarr v2, as netcdf-c and zarr-python
+    /// write; `/` on Zarr v3, whose `default` chunk key encoding takes either).
+    #[arg(long, value_name = "SEP")]
+    pub dimension_separator: Option<char>,
     /// No fill for every variable (`ncgen -x`): `fill_value` is `null`, a `_FillValue` stays an
     /// attribute only, and cells never written read as zeros; as ncgen does, the fill is
     /// written where a data section stops short. A variable's own `_NoFill = "false"` keeps
@@ -63,13 +66,13 @@ pub fn run(args: GenArgs) -> Result<i32> {
     } else {
         parse_cdl_file(&args.cdl)?
     };
-    let words = args.mode.as_deref().map(normalize_mode_words);
-    let zarr = words
-        .as_deref()
-        .is_some_and(|w| w.split(',').any(|x| x == "zarr"));
-    let zip = words
-        .as_deref()
-        .is_some_and(|w| w.split(',').any(|x| x == "zip"));
+    let words = args.mode.as_deref().map(super::ncgen_mode_words);
+    let has = |word: &str| {
+        words
+            .as_deref()
+            .is_some_and(|w| w.split(',').any(|x| x.trim().eq_ignore_ascii_case(word)))
+    };
+    let (zarr, zip) = (has("zarr"), has("zip"));
     let output = match &args.output {
         Some(o) => o.clone(),
         None => default_output(&args.cdl, &parsed.name, zarr, zip),
@@ -79,10 +82,10 @@ pub fn run(args: GenArgs) -> Result<i32> {
     if let Some(w) = &words {
         apply_mode_words(&mut location, w)?;
     }
-    if !matches!(args.dimension_separator, '.' | '/') {
+    if let Some(separator) = args.dimension_separator.filter(|s| !matches!(s, '.' | '/')) {
         return Err(Error::Invalid(format!(
             "dimension separator must be '.' or '/', not {}",
-            quoted(&args.dimension_separator.to_string())
+            quoted(&separator.to_string())
         )));
     }
     let mut opts = CreateOptions::from_mode(&location.mode);
@@ -94,28 +97,15 @@ pub fn run(args: GenArgs) -> Result<i32> {
     Ok(0)
 }
 
-/// ncgen's format names as mode words.
-fn normalize_mode_words(words: &str) -> String {
-    words
-        .split(',')
-        .map(|w| match w.trim().to_ascii_lowercase().as_str() {
-            "nc4" | "netcdf-4" | "netcdf4" | "4" | "hdf5" => "nczarr".to_string(),
-            other => other.to_string(),
-        })
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-/// ncgen's output name: the CDL file's base name (the `netcdf NAME` for standard input).
+/// ncgen's output name: the CDL file's name without its last extension (the `netcdf NAME`
+/// for standard input).
 fn default_output(cdl: &Path, name: &str, zarr: bool, zip: bool) -> String {
-    let base = if cdl.as_os_str() == "-" {
-        name.to_string()
-    } else {
-        let file = cdl
-            .file_name()
+    let base = match cdl.as_os_str() == "-" {
+        true => name.to_string(),
+        false => cdl
+            .file_stem()
             .map(|f| f.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        file.strip_suffix(".cdl").unwrap_or(&file).to_string()
+            .unwrap_or_default(),
     };
     let ext = match (zip, zarr) {
         (true, _) => "zip",
@@ -400,6 +390,10 @@ mod tests {
         assert_eq!(
             default_output(Path::new("-"), "foo", false, true),
             "foo.zip"
+        );
+        assert_eq!(
+            default_output(Path::new("my.data.cdl"), "foo", false, false),
+            "my.data.file"
         );
     }
 

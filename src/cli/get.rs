@@ -54,14 +54,9 @@ pub fn run(args: GetArgs) -> Result<i32> {
     };
     let open = OpenDataset::open(&args.location, cache)?;
     let ds = &open.model;
-    let var = ds.find_var(&args.var).ok_or_else(|| {
-        Error::NotFound(format!(
-            "no variable {} in {} ({} variables; `nczarrfs dump -h` lists them)",
-            quoted(&args.var),
-            args.location,
-            ds.vars.len()
-        ))
-    })?;
+    let var = ds
+        .find_var(&args.var)
+        .ok_or_else(|| super::no_variable(ds, &args.var, &args.location))?;
     let shape = ds.var_shape(var);
     let slab = hyperslab(&shape, &args)?;
     let output = match &args.output {

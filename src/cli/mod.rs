@@ -41,16 +41,50 @@ pub enum Command {
     Gen(gen::GenArgs),
     /// Copy a dataset to any storage and dialect, re-chunking and re-compressing, like nccopy.
     Copy(copy::CopyArgs),
-    /// Internal: renames sets of metadata objects for the commands that write (see `zmap`).
+    /// Internal, started by the commands that write: renames the writer's temporary
+    /// metadata files into place in sets that a kill of the writer cannot cut.
     #[command(name = crate::zmap::RENAME_HELPER_COMMAND, hide = true)]
     RenameHelper,
-    /// Internal: removes the staging paths of an interrupted `gen` or `copy` once it has
-    /// exited (see `interrupt`).
+    /// Internal, started by an interrupted `gen` or `copy`: removes its staging paths
+    /// (`.NAME.nczarrfs-PID`, PID being that process) once it has exited; refuses any other.
     #[command(name = crate::interrupt::REMOVE_STAGING_COMMAND, hide = true)]
     RemoveStaging {
         /// The staging directories or archives.
         paths: Vec<std::path::PathBuf>,
     },
+}
+
+/// `-k` words with ncgen's and nccopy's format names (`nc4`, `4`, `netCDF-4`, ...) read as
+/// `nczarr`; every other word as typed, so that a message quotes it as the user wrote it.
+fn ncgen_mode_words(words: &str) -> String {
+    words
+        .split(',')
+        .map(|w| match w.trim().to_ascii_lowercase().as_str() {
+            "nc4" | "netcdf-4" | "netcdf4" | "4" | "hdf5" => "nczarr",
+            _ => w,
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The complaint about a variable `name` that `ds` (at `location`) does not have: names the
+/// variables of that plain name in groups, since `get` and `put` take a path (`g/v`) where
+/// `dump -v` matches a plain name at any depth.
+fn no_variable(ds: &crate::model::Dataset, name: &str, location: &str) -> crate::Error {
+    let in_groups: Vec<String> = (0..ds.vars.len())
+        .map(crate::model::VarId)
+        .filter(|v| !name.contains('/') && ds.var(*v).name == name)
+        .map(|v| ds.var_fqn(v))
+        .collect();
+    let hint = match in_groups.is_empty() {
+        true => "`nczarrfs dump -h` lists them".to_string(),
+        false => format!("in a group: {}", in_groups.join(", ")),
+    };
+    crate::Error::NotFound(format!(
+        "no variable {} in {location} ({} variables; {hint})",
+        crate::error::quoted(name),
+        ds.vars.len()
+    ))
 }
 
 /// Refuses `-` as the place of a new dataset: a dataset is a directory or an archive written
@@ -103,10 +137,46 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Gen(args) => gen::run(args),
         Command::Copy(args) => copy::run(args),
         Command::RenameHelper => crate::zmap::serve_renames().map(|()| 0),
-        Command::RemoveStaging { paths } => crate::interrupt::serve_remove_staging(&paths)
-            .map(|()| 0)
-            .map_err(|e| crate::Error::io("standard input", e)),
+        Command::RemoveStaging { paths } => {
+            crate::interrupt::serve_remove_staging(&paths).map(|()| 0)
+        }
     };
     crate::zmap::stop_rename_helper();
     code
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ncgen_format_names_are_nczarr_and_other_words_stay_as_typed() {
+        assert_eq!(ncgen_mode_words("nc4,zip"), "nczarr,zip");
+        assert_eq!(ncgen_mode_words("netCDF-4,V3"), "nczarr,V3");
+        let mut loc = crate::location::Location::parse("/tmp/x.file").unwrap();
+        let err = crate::create::apply_mode_words(&mut loc, &ncgen_mode_words("netCDF-4-classic"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("\"netCDF-4-classic\""), "{err}");
+    }
+
+    #[test]
+    fn a_variable_missing_at_the_root_is_shown_in_its_groups() {
+        use crate::model::{Dataset, NcType, Variable};
+        let mut ds = Dataset::new();
+        let g = ds.add_group(Dataset::ROOT, "station");
+        ds.add_var(Variable {
+            name: "observed".into(),
+            group: g,
+            nctype: NcType::Int,
+            dims: Vec::new(),
+            string_width: 0,
+            attrs: Vec::new(),
+            storage: Default::default(),
+        });
+        let e = no_variable(&ds, "observed", "ds.file").to_string();
+        assert!(e.contains("in a group: /station/observed"), "{e}");
+        let e = no_variable(&ds, "missing", "ds.file").to_string();
+        assert!(e.contains("`nczarrfs dump -h` lists them"), "{e}");
+    }
 }

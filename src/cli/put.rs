@@ -16,7 +16,6 @@ use std::path::{Path, PathBuf};
 use super::get::{npy_descr, parse_indices, to_end};
 use crate::chunk::{parse_size, Hyperslab};
 use crate::create::{DatasetWriter, WRITER_CACHE_BYTES};
-use crate::error::quoted;
 use crate::location::Location;
 use crate::model::{Dataset, NcType, VarId};
 use crate::{Error, Result};
@@ -60,14 +59,10 @@ pub fn run(args: PutArgs) -> Result<i32> {
     };
     let location = Location::parse(&args.location)?;
     let mut w = DatasetWriter::open_with_cache(&location, cache)?;
-    let var = w.model().find_var(&args.var).ok_or_else(|| {
-        Error::NotFound(format!(
-            "no variable {} in {} ({} variables; `nczarrfs dump -h` lists them)",
-            quoted(&args.var),
-            args.location,
-            w.model().vars.len()
-        ))
-    })?;
+    let var = w
+        .model()
+        .find_var(&args.var)
+        .ok_or_else(|| super::no_variable(w.model(), &args.var, &args.location))?;
     let (input, name) = read_input(args.input.as_deref())?;
     let widened;
     let (values, npy_shape) = if args.npy {

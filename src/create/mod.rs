@@ -45,8 +45,9 @@ pub struct CreateOptions {
     pub xarray: bool,
     /// Write a consolidated `.zmetadata`.
     pub consolidated: bool,
-    /// Chunk key separator, `.` (default) or `/` (Zarr v2 only; Zarr v3 always uses `/`).
-    pub separator: char,
+    /// Chunk key separator, `.` or `/`; `None` for the format's default: `.` on Zarr v2 (as
+    /// netcdf-c and zarr-python write), `/` on Zarr v3 (the `default` chunk key encoding's).
+    pub separator: Option<char>,
     /// The Zarr format written: 2 (default) or 3.
     pub zarr_version: u8,
     /// Where NCZarr v2 keeps its own keys: the layout of the netcdf-c releases that must read
@@ -89,7 +90,7 @@ impl Default for CreateOptions {
             dialect: Dialect::NcZarr,
             xarray: true,
             consolidated: false,
-            separator: '.',
+            separator: None,
             zarr_version: 2,
             layout: NczarrLayout::Attributes,
             nc_properties: Some(nc_properties_for(DEFAULT_NETCDF_C)),
@@ -107,7 +108,7 @@ impl CreateOptions {
             },
             xarray: mode.xarray.unwrap_or(true),
             consolidated: mode.consolidated,
-            separator: '.',
+            separator: None,
             zarr_version: mode.zarr_version.unwrap_or(2),
             ..CreateOptions::default()
         }

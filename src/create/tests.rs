@@ -645,7 +645,7 @@ fn records_a_failed_writer_stored_past_the_length_read_as_fill_when_it_grows() {
         ))
         .unwrap();
         let mut opts = CreateOptions::from_mode(&loc.mode);
-        opts.separator = separator;
+        opts.separator = Some(separator);
         let mut w = DatasetWriter::create(&loc, opts).unwrap();
         let t = w.add_dim(Dataset::ROOT, "t", 0, true).unwrap();
         let x = w.add_dim(Dataset::ROOT, "x", 2, false).unwrap();

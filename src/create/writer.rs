@@ -543,12 +543,13 @@ impl DatasetWriter {
             shape,
             chunks,
             order: ChunkOrder::C,
-            key_encoding: if v3 {
-                ChunkKeyEncoding::Default { separator: '/' }
-            } else {
-                ChunkKeyEncoding::V2 {
-                    separator: self.opts.separator,
-                }
+            key_encoding: match v3 {
+                true => ChunkKeyEncoding::Default {
+                    separator: self.opts.separator.unwrap_or('/'),
+                },
+                false => ChunkKeyEncoding::V2 {
+                    separator: self.opts.separator.unwrap_or('.'),
+                },
             },
             fill_value: v.storage.fill_value.take(),
             codecs: std::mem::take(&mut v.storage.codecs),

@@ -76,7 +76,8 @@ fn serve(req: MountRequest, log: Option<File>, ready: &mut Option<File>) -> Resu
         .name("nczarrfs-signals".into())
         .spawn({
             let handle = handle.clone();
-            move || signal_loop(signals, &mountpoint, &handle)
+            let notifier = session.notifier();
+            move || signal_loop(signals, &mountpoint, &handle, &notifier)
         })
         .map_err(|e| Error::Invalid(format!("cannot start the signal thread: {e}")))?;
     if let (false, Some(ttl)) = (req.options.read_write, req.options.ttl) {
@@ -271,7 +272,7 @@ fn checked_mountpoint(path: &Path) -> Result<PathBuf> {
                  umount -l {shown})"
             )))
         }
-        Err(e) => return Err(Error::io(path, e)),
+        Err(e) => return Err(Error::Invalid(format!("mount point {shown}: {e}"))),
     }
     let mountpoint = path.canonicalize().map_err(|e| Error::io(path, e))?;
     // Unreadable mountinfo (no /proc) is no reason to refuse: the kernel still mounts.
@@ -599,9 +600,14 @@ fn block_signals() -> libc::sigset_t {
     }
 }
 
-/// Waits for signals: SIGHUP re-reads the metadata, SIGTERM and SIGINT unmount (which ends
-/// the session loop, which flushes).
-fn signal_loop(set: libc::sigset_t, mountpoint: &Path, refresh: &MountHandle) {
+/// Waits for signals: SIGHUP re-reads the metadata (and drops what the kernel cached), SIGTERM
+/// and SIGINT unmount (which ends the session loop, which flushes).
+fn signal_loop(
+    set: libc::sigset_t,
+    mountpoint: &Path,
+    refresh: &MountHandle,
+    notifier: &fuser::Notifier,
+) {
     loop {
         let mut sig = 0;
         // SAFETY: sigwait on a valid set, result written to a local.
@@ -610,7 +616,20 @@ fn signal_loop(set: libc::sigset_t, mountpoint: &Path, refresh: &MountHandle) {
         }
         if sig == libc::SIGHUP {
             log::info!("SIGHUP: re-reading metadata");
-            refresh.request();
+            // On a thread of its own: a reload may wait out a stalled server, and a SIGTERM
+            // meanwhile must still unmount at once.
+            let (refresh, notifier) = (refresh.clone(), notifier.clone());
+            let reload = move || {
+                if let Err(e) = refresh.reload_now(&notifier) {
+                    log::debug!("SIGHUP: the kernel takes no notifications ({e})");
+                }
+            };
+            if let Err(e) = std::thread::Builder::new()
+                .name("nczarrfs-reload".into())
+                .spawn(reload)
+            {
+                log::error!("SIGHUP: cannot start a thread to re-read the metadata: {e}");
+            }
             continue;
         }
         log::info!("signal {sig}: unmounting {}", mountpoint.display());

@@ -26,7 +26,7 @@ use crate::chunk::{ChunkEngine, Hyperslab};
 use crate::create::{check_attr_name, AttrTarget, DatasetWriter};
 use crate::dataset::OpenDataset;
 use crate::location::Mode;
-use crate::model::{Dataset, VarId};
+use crate::model::{AttrValue, Dataset, VarId};
 use crate::zmap::{Space, ZMap};
 use crate::{meta, Error, Result};
 
@@ -121,8 +121,11 @@ struct Handle {
     append_tail: Mutex<AppendTail>,
     /// An attribute file opened for writing: the text it will hold, applied on flush.
     text: Option<Mutex<Vec<u8>>>,
-    /// The attribute was created by this handle (its placeholder has no type to keep).
-    created: bool,
+    /// An attribute file opened for writing: the attribute as it was at the open, whose type
+    /// types the text (`None` when the open created it: its placeholder has no type to keep).
+    /// Not the attribute's value at the flush: `echo 1 > FILE` flushes a duplicate of the
+    /// file while it is still empty, and that empty text becomes a `char` attribute.
+    opened_value: Option<AttrValue>,
     /// What became of an attribute file opened for writing while it was open: renamed
     /// (`Some(new name)`) or removed (`None`), as a file that is open follows a rename and
     /// writes into nothing once unlinked. Unset while it keeps its name.
@@ -151,7 +154,7 @@ impl Handle {
             truncation: None,
             append_tail: Mutex::new(AppendTail::default()),
             text: None,
-            created: false,
+            opened_value: None,
             moved: Mutex::new(None),
         }
     }
@@ -170,6 +173,15 @@ impl Handle {
             (None, _) => Err(Error::NotFound(owner.display())),
         }
     }
+}
+
+/// The value of attribute `name` of `owner` in `ds`, if both exist.
+fn attr_value(ds: &Dataset, owner: &Owner, name: &str) -> Option<AttrValue> {
+    let r = owner.resolve(ds)?;
+    layout::attrs_of(ds, r)
+        .iter()
+        .find(|a| a.name == name)
+        .map(|a| a.value.clone())
 }
 
 /// Largest run of zeros written at once where a truncated `data` file was not rewritten.
@@ -287,9 +299,33 @@ impl MountHandle {
         self.0.final_flush_failed.load(Ordering::SeqCst)
     }
 
-    /// Makes the next filesystem operation re-read the metadata, whatever the TTL says.
-    pub fn request(&self) {
-        self.0.refresh_requested.store(true, Ordering::SeqCst);
+    /// SIGHUP: re-reads the metadata now, whatever the TTL, and makes the kernel forget what it
+    /// holds of every path looked up so far (sizes and other attributes, cached pages, names
+    /// that no longer exist). The kernel keeps those for the TTL (an hour with `ttl=0`), so a
+    /// reload alone left the files already read at their old sizes and contents: a `data`
+    /// file shorter than its new shape in `@metadata.json`. A `rw` mount is the dataset's only
+    /// writer: there is nothing to re-read.
+    ///
+    /// Fails only when the kernel no longer takes notifications (the mount is gone).
+    pub fn reload_now(&self, notifier: &fuser::Notifier) -> std::io::Result<()> {
+        let sh = &self.0;
+        if sh.writer.is_some() {
+            return Ok(());
+        }
+        sh.refresh_requested.store(true, Ordering::SeqCst);
+        let snap = sh.snapshot();
+        let known = lock(&sh.inodes).known();
+        for (ino, node) in known {
+            if !layout::exists(&snap.model, &node) {
+                let parent_ino = lock(&sh.inodes).ino_of(&parent(&node));
+                if let (Some(parent_ino), Some(name)) = (parent_ino, layout::entry_of(&node)) {
+                    notifier.inval_entry(INodeNo(parent_ino), OsStr::new(&name))?;
+                }
+            }
+            // Offset 0 and length 0: the whole file.
+            notifier.inval_inode(INodeNo(ino), 0, 0)?;
+        }
+        Ok(())
     }
 
     /// Ends the staleness window of values on a read-only mount (called every `ttl`): drops
@@ -632,14 +668,8 @@ impl Shared {
                         Resolved::Group(g) => AttrTarget::Group(g),
                         Resolved::Var(v) => AttrTarget::Var(v),
                     };
-                    let existing = match handle.created {
-                        true => None,
-                        false => layout::attrs_of(w.model(), r)
-                            .iter()
-                            .find(|a| a.name == name)
-                            .map(|a| a.value.clone()),
-                    };
-                    w.put_attr(target, name, parse_attr_text(&text, existing.as_ref()))?;
+                    let value = parse_attr_text(&text, handle.opened_value.as_ref());
+                    w.put_attr(target, name, value)?;
                     w.sync()
                 })
             }
@@ -1295,6 +1325,7 @@ impl Filesystem for NczarrFs {
         }
         let truncating = writing && flags & libc::O_TRUNC != 0;
         let mut text = None;
+        let mut opened_value = None;
         let mut truncation = None;
         let (content, open_flags) = match &node {
             // A static dataset's values may stay in the page cache from one open to the next
@@ -1327,6 +1358,7 @@ impl Filesystem for NczarrFs {
                     }
                 };
                 text = Some(Mutex::new(initial));
+                opened_value = attr_value(&snap.model, owner, name);
                 (None, FopenFlags::FOPEN_DIRECT_IO)
             }
             Node::File(..) if writing => {
@@ -1354,6 +1386,7 @@ impl Filesystem for NczarrFs {
         let mut handle = Handle::new(node, snap, sh.writer.is_some());
         handle.content = content;
         handle.text = text;
+        handle.opened_value = opened_value;
         handle.truncation = truncation;
         // A truncated file owes its flush even if nothing is written: it is empty (an
         // attribute) or zeros (`data`).
@@ -1710,17 +1743,17 @@ impl Filesystem for NczarrFs {
             // An empty text attribute until the file is closed with its real value.
             let made = sh.change(|w| {
                 let target = attr_target(w.model(), owner)?;
-                w.put_attr(
-                    target,
-                    &attr_name,
-                    crate::model::AttrValue::Char(Vec::new()),
-                )
+                w.put_attr(target, &attr_name, AttrValue::Char(Vec::new()))
             });
             if let Err(e) = made {
                 return reply.error(sh.refused(&node, "create", &e));
             }
         }
         let snap = sh.snapshot();
+        let opened_value = match existed {
+            true => attr_value(&snap.model, owner, &attr_name),
+            false => None,
+        };
         let ino = lock(&sh.inodes).intern(&node);
         let initial = match (
             existed && flags & libc::O_TRUNC == 0,
@@ -1735,7 +1768,7 @@ impl Filesystem for NczarrFs {
         // A new or truncated attribute is applied on close even when nothing is written to it.
         let mut handle = Handle::new(node, snap, sh.writer.is_some());
         handle.text = Some(Mutex::new(initial));
-        handle.created = !existed;
+        handle.opened_value = opened_value;
         handle.wrote = AtomicBool::new(!existed || flags & libc::O_TRUNC != 0);
         let fh = sh.add_handle(handle);
         reply.created(

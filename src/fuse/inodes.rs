@@ -62,6 +62,19 @@ impl InodeTable {
             .collect()
     }
 
+    /// Every inode handed out so far, with its node.
+    pub fn known(&self) -> Vec<(u64, Node)> {
+        self.by_ino
+            .iter()
+            .map(|(ino, node)| (*ino, node.clone()))
+            .collect()
+    }
+
+    /// The inode of `node`, if one was handed out.
+    pub fn ino_of(&self, node: &Node) -> Option<u64> {
+        self.by_node.get(node).copied()
+    }
+
     /// The node behind `ino`.
     pub fn node(&self, ino: u64) -> Option<&Node> {
         self.by_ino.get(&ino)

@@ -158,6 +158,19 @@ pub fn attrs_of(ds: &Dataset, r: Resolved) -> &[crate::model::Attribute] {
     }
 }
 
+/// The name of `node` in its directory (see [`child`]); `None` for the root group.
+pub fn entry_of(node: &Node) -> Option<String> {
+    Some(match node {
+        Node::Dir(Owner::Group(path)) => object_entry(path.last()?),
+        Node::Dir(Owner::Var(_, name)) => object_entry(name),
+        Node::AttrDir(_) => ATTRIBUTES.to_string(),
+        Node::File(_, FileKind::Data) => DATA.to_string(),
+        Node::File(_, FileKind::Header) => HEADER.to_string(),
+        Node::File(_, FileKind::Metadata) => METADATA.to_string(),
+        Node::File(_, FileKind::Attr(name)) => attr_entry(name),
+    })
+}
+
 /// Looks `entry` up in directory `dir`.
 pub fn child(ds: &Dataset, dir: &Node, entry: &str) -> Option<Node> {
     let node = match dir {
@@ -334,6 +347,21 @@ pub(crate) mod tests {
         let attrs = Node::AttrDir(Owner::Group(vec![]));
         assert!(child(&ds, &attrs, "title").is_some());
         assert!(child(&ds, &attrs, "units").is_none());
+    }
+
+    #[test]
+    fn every_node_knows_the_name_it_is_listed_under() {
+        let ds = sample();
+        let mut dirs = vec![Node::Dir(Owner::Group(vec![]))];
+        while let Some(dir) = dirs.pop() {
+            for (name, node) in list(&ds, &dir).unwrap() {
+                assert_eq!(entry_of(&node).as_deref(), Some(name.as_str()), "{node:?}");
+                if !matches!(node, Node::File(..)) {
+                    dirs.push(node);
+                }
+            }
+        }
+        assert_eq!(entry_of(&Node::Dir(Owner::Group(vec![]))), None);
     }
 
     #[test]

@@ -92,6 +92,10 @@ const LOCAL_THREADS: usize = 2;
 /// the network, and several readers' requests should wait at the same time.
 const REMOTE_THREADS: usize = 8;
 
+/// Most `threads=` accepted: what a mistyped value can cost, each thread holding a 16 MiB
+/// request buffer.
+const MAX_THREADS: usize = 256;
+
 impl MountOptions {
     /// The threads that serve the kernel's requests: `threads=` if given, otherwise a
     /// default for local or `remote` storage.
@@ -133,6 +137,11 @@ impl MountOptions {
             }
         };
         let bad = |v: &str| Error::Invalid(format!("bad value for mount option {key}: {v:?}"));
+        let out_of = |v: &str, range: &str| {
+            Error::Invalid(format!(
+                "bad value for mount option {key}: {v:?} (allowed: {range})"
+            ))
+        };
         match key {
             "ro" => {
                 flag()?;
@@ -203,8 +212,8 @@ impl MountOptions {
                 self.threads = Some(
                     v.parse()
                         .ok()
-                        .filter(|n| (1..=256).contains(n))
-                        .ok_or_else(|| bad(v))?,
+                        .filter(|n| (1..=MAX_THREADS).contains(n))
+                        .ok_or_else(|| out_of(v, &format!("1 to {MAX_THREADS}")))?,
                 );
             }
             "max_read" => {
@@ -213,7 +222,7 @@ impl MountOptions {
                     parse_size(v)
                         .and_then(|n| u32::try_from(n).ok())
                         .filter(|n| *n > 0)
-                        .ok_or_else(|| bad(v))?,
+                        .ok_or_else(|| out_of(v, "1 byte to 4G - 1, with K, M, G suffixes"))?,
                 );
             }
             "readahead" => {
@@ -416,6 +425,18 @@ mod tests {
                 e.contains(&format!("bad value for mount option {shown}")),
                 "{bad}: {e}"
             );
+        }
+    }
+
+    #[test]
+    fn limited_options_say_their_range() {
+        for (bad, range) in [
+            ("threads=300", "(allowed: 1 to 256)"),
+            ("threads=0", "(allowed: 1 to 256)"),
+            ("max_read=5G", "(allowed: 1 byte to 4G - 1"),
+        ] {
+            let e = MountOptions::parse(&[bad]).unwrap_err().to_string();
+            assert!(e.contains(range), "{bad}: {e}");
         }
     }
 

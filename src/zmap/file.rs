@@ -67,7 +67,8 @@ fn not_regular() -> io::Error {
     )
 }
 
-const TEMP_PREFIX: &str = ".nczarrfs-tmp.";
+/// How the names of this module's temporary files begin (`.nczarrfs-tmp.NAME.PID.N`).
+pub(super) const TEMP_PREFIX: &str = ".nczarrfs-tmp.";
 
 /// Distinguishes temporary files of concurrent `put`s within this process.
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);

@@ -54,11 +54,28 @@ pub fn serve_renames() -> crate::Result<()> {
         // SAFETY: ignoring a signal installs no handler code.
         unsafe { libc::signal(signal, libc::SIG_IGN) };
     }
+    let writer = std::os::unix::process::parent_id();
     let mut input = BufReader::new(io::stdin().lock());
     let mut output = io::stdout().lock();
     let reading = |e| crate::Error::io("rename helper: standard input", e);
     while let Some(pairs) = read_set(&mut input).map_err(reading)? {
-        let (renamed, error) = rename_in_this_process(&pairs);
+        let foreign = pairs.iter().find(|(from, to)| {
+            !temporary_owner(from, to)
+                .is_some_and(|owner| owner == writer || crate::interrupt::has_ended(owner))
+        });
+        let (renamed, error) = match foreign {
+            Some((from, to)) => {
+                eprintln!(
+                    "nczarrfs {RENAME_HELPER_COMMAND} is internal: it renames only the \
+                     temporary files of the process that started it; {} -> {} is not one, \
+                     nothing renamed",
+                    from.display(),
+                    to.display()
+                );
+                (0, Some(io::Error::from_raw_os_error(libc::EPERM)))
+            }
+            None => rename_in_this_process(&pairs),
+        };
         let errno = error.and_then(|e| e.raw_os_error()).unwrap_or(0);
         let mut answer = (renamed as u32).to_le_bytes().to_vec();
         answer.extend_from_slice(&errno.to_le_bytes());
@@ -110,6 +127,21 @@ pub(super) fn rename_in_order(pairs: &[(PathBuf, PathBuf)]) -> (usize, Option<io
             finish_in_this_process(pairs)
         }
     }
+}
+
+/// The writer whose temporary file for `to` `from` is named as
+/// (`DIR/.nczarrfs-tmp.NAME.PID.N` for `DIR/NAME`, as [`super::FileMap`] names them): the
+/// helper renames nothing else, so that it cannot be used to move arbitrary files.
+fn temporary_owner(from: &Path, to: &Path) -> Option<u32> {
+    let temp = from.file_name()?.to_str()?;
+    let name = to.file_name()?.to_str()?;
+    let (pid, counter) = temp
+        .strip_prefix(super::file::TEMP_PREFIX)?
+        .strip_prefix(name)?
+        .strip_prefix('.')?
+        .split_once('.')?;
+    let number = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    (from.parent() == to.parent() && number(counter) && number(pid)).then(|| pid.parse().ok())?
 }
 
 fn rename_in_this_process(pairs: &[(PathBuf, PathBuf)]) -> (usize, Option<io::Error>) {
@@ -259,6 +291,24 @@ mod tests {
             write_bytes(&mut out, to.as_os_str()).unwrap();
         }
         out
+    }
+
+    #[test]
+    fn only_a_writers_temporary_files_are_renamed_by_the_helper() {
+        let owner = |from: &str, to: &str| temporary_owner(Path::new(from), Path::new(to));
+        assert_eq!(
+            owner("/d/g/.nczarrfs-tmp..zarray.42.0", "/d/g/.zarray"),
+            Some(42)
+        );
+        assert_eq!(
+            owner("/d/.nczarrfs-tmp.zarr.json.42.17", "/d/zarr.json"),
+            Some(42)
+        );
+        assert_eq!(owner("/d/.nczarrfs-tmp..zarray.42.0", "/e/.zarray"), None);
+        assert_eq!(owner("/d/.nczarrfs-tmp..zattrs.42.0", "/d/.zarray"), None);
+        assert_eq!(owner("/d/.nczarrfs-tmp..zarray.42.", "/d/.zarray"), None);
+        assert_eq!(owner("/d/.nczarrfs-tmp..zarray.x.1", "/d/.zarray"), None);
+        assert_eq!(owner("/d/ds.file", "/d/other"), None);
     }
 
     #[test]
