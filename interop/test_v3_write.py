@@ -191,15 +191,16 @@ def test_twins_copied_to_sharded_v3(nczarrfs, tmp_path, index):
     print(f"seed {seed}")
     zpath, hpath, _ = twins.write_twins(str(tmp_path), f"sh{index}", seed)
     with netCDF4.Dataset(hpath) as nc:
+        # Full names: a plain name is the root group's dimension alone, as in nccopy.
         dims = {}
 
-        def collect(g):
+        def collect(g, path):
             for d in g.dimensions.values():
-                dims[d.name] = max(dims.get(d.name, 0), len(d))
-            for sub in g.groups.values():
-                collect(sub)
+                dims[f"{path}/{d.name}"] = len(d)
+            for name, sub in g.groups.items():
+                collect(sub, f"{path}/{name}")
 
-        collect(nc)
+        collect(nc, "")
     chunks = ",".join(f"{d}/{max(1, n // 4)}" for d, n in sorted(dims.items()))
     spec = ",".join(f"{d}/{max(1, n // 2 + 1)}" for d, n in sorted(dims.items()))
     v3, back = tmp_path / "v3.zarr", tmp_path / "back.file"

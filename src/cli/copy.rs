@@ -23,8 +23,8 @@ use crate::dataset::{OpenDataset, DEFAULT_CACHE_BYTES};
 use crate::error::quoted;
 use crate::location::Location;
 use crate::model::{
-    AttrValue, ByteOrder, CodecSpec, Dataset, DimId, DtypeKind, GroupId, NcType, NczarrLayout,
-    VarId, Variable,
+    AttrValue, ByteOrder, CodecSpec, Dataset, DimId, Dimension, DtypeKind, GroupId, NcType,
+    NczarrLayout, VarId, Variable,
 };
 use crate::{meta, zmap, Error, Result};
 
@@ -47,8 +47,11 @@ pub struct CopyArgs {
     /// `netCDF-4` mean `nczarr`.
     #[arg(short = 'k', long = "mode", value_name = "WORDS")]
     pub mode: Option<String>,
-    /// Chunking, as nccopy -c: `dim/n,dim2/m` (per dimension) or `var:n,m` (per variable).
-    /// May be repeated.
+    /// Chunking, in nccopy's -c forms: `dim/n,dim2/m` per dimension (a plain name is the
+    /// root group's dimension, `/g/d` group g's), `dim/` for the dimension's whole length, or
+    /// `var:n,m` per variable (which wins over a dimension's). May be repeated. nccopy's
+    /// forms for unchunked storage (`/`, `var:`, `var:contiguous`) are refused: NCZarr
+    /// stores every variable in chunks.
     #[arg(short = 'c', long = "chunks", value_name = "SPEC")]
     pub chunks: Vec<String>,
     /// zlib level 0-9 for every variable (0 removes compression).
@@ -147,6 +150,7 @@ pub fn run(args: CopyArgs) -> Result<i32> {
     if let Some(data) = names(&args.data_vars) {
         src.model.select_vars(&data).map_err(Error::NotFound)?;
     }
+    let chunking = chunk_plan(&src.model, &args.chunks)?;
     // The copy reads through a model of what it keeps alone, with a fresh engine (whose plans
     // follow variable ids).
     let mut narrowed = false;
@@ -226,10 +230,17 @@ pub fn run(args: CopyArgs) -> Result<i32> {
             "deflate level {d} is not between 0 and 9"
         )));
     }
+    let dims = target_dims(
+        &src.model,
+        data_vars.as_deref(),
+        args.only_vars.is_some() || args.only_groups.is_some(),
+        args.fix_unlimited,
+    );
     let mut model = target_model(
         &src.model,
+        &dims,
         codecs.as_ref(),
-        &args.chunks,
+        &chunking,
         opts.zarr_version == 3,
     )?;
     if args.shuffle && codecs.is_none() {
@@ -265,28 +276,6 @@ pub fn run(args: CopyArgs) -> Result<i32> {
         }
         shard_model(&mut model, &args.shards)?;
     }
-    if args.only_vars.is_some() || args.only_groups.is_some() || data_vars.is_some() {
-        // An unlimited dimension is as long as the data written along it: none is written
-        // along one that no copied variable uses (nccopy's copy shows it empty too).
-        let written: Vec<VarId> = match &data_vars {
-            Some(list) => list.clone(),
-            None => (0..model.vars.len()).map(VarId).collect(),
-        };
-        for (i, d) in model.dims.iter_mut().enumerate() {
-            let used = written
-                .iter()
-                .any(|v| src.model.var(*v).dims.contains(&DimId(i)));
-            if d.unlimited && !used {
-                d.len = 0;
-            }
-        }
-    }
-    if args.fix_unlimited {
-        // netCDF has no fixed dimension of length 0 (defining one makes it unlimited).
-        for d in model.dims.iter_mut().filter(|d| d.len > 0) {
-            d.unlimited = false;
-        }
-    }
     let unlimited = model.dims.iter().position(|d| d.unlimited).map(DimId);
     if let (Some(version), Some(dim)) = (&args.for_netcdf_c, unlimited) {
         if opts.layout != NczarrLayout::Attributes {
@@ -305,6 +294,39 @@ pub fn run(args: CopyArgs) -> Result<i32> {
     }
     copy_dataset(&src, model, &dst, opts, data_vars.as_deref())?;
     Ok(0)
+}
+
+/// The dimensions of the copy of `src` (already narrowed by `-V`/`-G`, `subset`), which
+/// writes data for `data_vars` (every variable when `None`): an unlimited dimension is as
+/// long as the data written along it, so one that no written variable uses is empty when
+/// anything is left out (nccopy's copy shows it empty too); `fix_unlimited` (`-u`) makes the
+/// others fixed, as netCDF has no fixed dimension of length 0 (defining one makes it
+/// unlimited).
+fn target_dims(
+    src: &Dataset,
+    data_vars: Option<&[VarId]>,
+    subset: bool,
+    fix_unlimited: bool,
+) -> Vec<Dimension> {
+    let mut dims = src.dims.clone();
+    if subset || data_vars.is_some() {
+        for (i, d) in dims.iter_mut().enumerate() {
+            let used = |v: &VarId| src.var(*v).dims.contains(&DimId(i));
+            let written = match data_vars {
+                Some(list) => list.iter().any(used),
+                None => (0..src.vars.len()).map(VarId).any(|v| used(&v)),
+            };
+            if d.unlimited && !written {
+                d.len = 0;
+            }
+        }
+    }
+    if fix_unlimited {
+        for d in dims.iter_mut().filter(|d| d.len > 0) {
+            d.unlimited = false;
+        }
+    }
+    dims
 }
 
 /// `-s` alone: shuffle is added before the deflate of each variable compressed with zlib or
@@ -380,10 +402,11 @@ fn shard_model(ds: &mut Dataset, specs: &[String]) -> Result<()> {
                 ChunkSpec::Dim(name, n) => {
                     for (k, d) in v.dims.iter().enumerate() {
                         let dim = ds.dim(*d);
-                        if dim.name == *name || ds.dim_fqn(*d) == *name {
+                        if spec_dim(ds, name) == Some(*d) {
                             // A whole number of chunks (one dimension's length serves
                             // variables chunked differently), and beyond a fixed
                             // dimension, as few as cover it.
+                            let n = n.unwrap_or(dim.len).max(1);
                             let mut n = n.div_ceil(chunks[k]) * chunks[k];
                             if !dim.unlimited {
                                 n = n.min(dim.len.max(1).div_ceil(chunks[k]) * chunks[k]);
@@ -481,18 +504,19 @@ fn flat_chain(list: &[serde_json::Value], fqn: &str) -> Result<CodecSpec> {
     Ok(Codecs::from_chain(chain).spec())
 }
 
-/// The dataset `copy` makes of `src`: its chunks as `specs` (`--chunks`) say, its chains
-/// `codecs` (or its own); a sharded source variable stays sharded on a Zarr v3 target
-/// (`keep_shards`) when neither its chunks nor its chain change.
+/// The dataset `copy` makes of `src`, with the target's dimensions `dims` (`-u` fixes
+/// unlimited ones): its chunks as `chunking` (`--chunks`, checked by [`chunk_plan`]) says,
+/// its chains `codecs` (or its own); a sharded source variable stays sharded on a Zarr v3
+/// target (`keep_shards`) when neither its chunks nor its chain change.
 fn target_model(
     src: &Dataset,
+    dims: &[Dimension],
     codecs: Option<&Codecs>,
-    specs: &[String],
+    chunking: &[ChunkSpec],
     keep_shards: bool,
 ) -> Result<Dataset> {
     let mut ds = src.clone();
-    let chunking = parse_chunk_specs("--chunks", specs)?;
-    check_spec_names("--chunks", src, &chunking)?;
+    ds.dims = dims.to_vec();
     for i in 0..ds.vars.len() {
         let id = VarId(i);
         let fqn = src.var_fqn(id);
@@ -503,7 +527,7 @@ fn target_model(
                 reason: reason.clone(),
             });
         }
-        let dims: Vec<(u64, bool)> = v
+        let src_dims: Vec<(u64, bool)> = v
             .dims
             .iter()
             .map(|d| (src.dim(*d).len, src.dim(*d).unlimited))
@@ -511,33 +535,34 @@ fn target_model(
         let mut chunks = if v.storage.chunks.len() == v.dims.len() && !v.dims.is_empty() {
             v.storage.chunks.clone()
         } else {
-            default_chunks(&dims, v.element_size())
+            default_chunks(&src_dims, v.element_size())
         };
-        for spec in &chunking {
+        // Per-dimension items first: a per-variable one wins whatever the order, as in nccopy.
+        for spec in chunking {
+            let ChunkSpec::Dim(name, n) = spec else {
+                continue;
+            };
+            for (k, d) in v.dims.iter().enumerate() {
+                if spec_dim(src, name) != Some(*d) {
+                    continue;
+                }
+                // `dim/`: the source's length; nccopy leaves an empty dimension's chunks be.
+                let n = n.unwrap_or(src.dim(*d).len);
+                if n > 0 {
+                    check_chunk_fits(&ds, *d, n, &format!("{name}/{n}"))?;
+                    chunks[k] = n;
+                }
+            }
+        }
+        for spec in chunking {
             match spec {
-                ChunkSpec::Var(name, c) => {
-                    if src.find_var(name) == Some(id) {
-                        if c.len() != v.dims.len() || c.contains(&0) {
-                            return Err(Error::Invalid(format!(
-                                "--chunks {name}: {c:?} does not fit {} dimension(s)",
-                                v.dims.len()
-                            )));
-                        }
-                        for (k, d) in v.dims.iter().enumerate() {
-                            check_chunk_fits(src, *d, c[k], &format!("{name}:{}", join(c)))?;
-                        }
-                        chunks = c.clone();
-                    }
-                }
-                ChunkSpec::Dim(name, n) => {
+                ChunkSpec::Var(name, c) if src.find_var(name) == Some(id) => {
                     for (k, d) in v.dims.iter().enumerate() {
-                        let dim = src.dim(*d);
-                        if dim.name == *name || src.dim_fqn(*d) == *name {
-                            check_chunk_fits(src, *d, *n, &format!("{name}/{n}"))?;
-                            chunks[k] = *n;
-                        }
+                        check_chunk_fits(&ds, *d, c[k], &format!("{name}:{}", join(c)))?;
                     }
+                    chunks = c.clone();
                 }
+                _ => {}
             }
         }
         let codecs = match (codecs, &v.storage.codecs) {
@@ -680,34 +705,90 @@ fn join(v: &[u64]) -> String {
 enum ChunkSpec {
     /// `var:n,m`
     Var(String, Vec<u64>),
-    /// `dim/n`
-    Dim(String, u64),
+    /// `dim/n`, or `dim/` (`None`): the dimension's whole length
+    Dim(String, Option<u64>),
+}
+
+/// The dimension `name` names in a `dim/n` item, as nccopy reads it: a plain name is the
+/// root group's dimension (a group's dimension of that name is another dimension), a full
+/// name `/g/d` that of group `/g`.
+fn spec_dim(ds: &Dataset, name: &str) -> Option<DimId> {
+    if name.starts_with('/') {
+        ds.find_dim(name)
+    } else if name.contains('/') {
+        None
+    } else {
+        ds.find_dim_in(Dataset::ROOT, name)
+    }
 }
 
 /// As nccopy: a name in `option`'s specs that matches nothing is an error, not a silent
 /// no-op.
 fn check_spec_names(option: &str, ds: &Dataset, specs: &[ChunkSpec]) -> Result<()> {
     for spec in specs {
-        let found = match spec {
-            ChunkSpec::Var(name, _) => ds.find_var(name).is_some(),
-            ChunkSpec::Dim(name, _) => (0..ds.dims.len())
-                .map(DimId)
-                .any(|d| ds.dim(d).name == *name || ds.dim_fqn(d) == *name),
-        };
-        if !found {
-            let (what, name) = match spec {
-                ChunkSpec::Var(name, _) => ("variable", name),
-                ChunkSpec::Dim(name, _) => ("dimension", name),
-            };
-            return Err(Error::NotFound(format!("{option}: no {what} named {name}")));
+        match spec {
+            ChunkSpec::Var(name, _) if ds.find_var(name).is_none() => {
+                return Err(Error::NotFound(format!(
+                    "{option}: no variable named {name}"
+                )));
+            }
+            ChunkSpec::Dim(name, _) if spec_dim(ds, name).is_none() => {
+                let elsewhere = (0..ds.dims.len())
+                    .map(DimId)
+                    .find(|&d| ds.dim(d).name == *name)
+                    .map(|d| ds.dim_fqn(d));
+                let hint = match elsewhere {
+                    Some(fqn) => format!(
+                        " in the root group (a plain name is the root group's dimension, as in \
+                         nccopy: give a group's by its full name, such as {fqn})"
+                    ),
+                    None if !name.starts_with('/') && name.contains('/') => {
+                        " (a group's dimension takes its full name, from the root: /g/d)"
+                            .to_string()
+                    }
+                    None => String::new(),
+                };
+                return Err(Error::NotFound(format!(
+                    "{option}: no dimension named {name}{hint}"
+                )));
+            }
+            _ => {}
         }
     }
     Ok(())
 }
 
+/// The `--chunks` items of `specs`, checked against the whole source `src` before `-V` or
+/// `-G` leave anything out, as nccopy checks them: every name must name something, and a
+/// variable's lengths must fit it (one per dimension, none longer than a fixed dimension),
+/// even where the variable is left out.
+fn chunk_plan(src: &Dataset, specs: &[String]) -> Result<Vec<ChunkSpec>> {
+    let plan = parse_chunk_specs("--chunks", specs)?;
+    check_spec_names("--chunks", src, &plan)?;
+    for spec in &plan {
+        if let ChunkSpec::Var(name, lengths) = spec {
+            let v = src.var(src.find_var(name).expect("names were checked"));
+            if lengths.len() != v.dims.len() {
+                return Err(Error::Invalid(format!(
+                    "--chunks {name}:{}: {} length(s) for {} dimension(s)",
+                    join(lengths),
+                    lengths.len(),
+                    v.dims.len()
+                )));
+            }
+            for (d, &n) in v.dims.iter().zip(lengths) {
+                check_chunk_fits(src, *d, n, &format!("{name}:{}", join(lengths)))?;
+            }
+        }
+    }
+    Ok(plan)
+}
+
 /// The items of `option` (`--chunks` or `--shards`), in nccopy's `-c` forms. An item is the
 /// variable form `var:n,m` when a list of lengths follows its last `:`; otherwise it is a list
-/// of `dim/n`, so that names holding `:` (which netCDF allows) work in either form.
+/// of `dim/n` or `dim/`, so that names holding `:` (which netCDF allows) work in either form.
+/// nccopy's forms for contiguous storage (`/`, `var:`, `var:contiguous`, `var:compact`) are
+/// refused: every NCZarr variable is stored in chunks.
 fn parse_chunk_specs(option: &str, specs: &[String]) -> Result<Vec<ChunkSpec>> {
     let lengths = |list: &str| -> Option<Vec<u64>> {
         list.split(',')
@@ -718,10 +799,22 @@ fn parse_chunk_specs(option: &str, specs: &[String]) -> Result<Vec<ChunkSpec>> {
     for spec in specs {
         let bad = || {
             Error::Invalid(format!(
-                "invalid {option} {} (forms: dim/n,dim2/m or var:n,m)",
+                "invalid {option} {} (forms: dim/n,dim2/m, dim/ for the whole dimension, or \
+                 var:n,m)",
                 quoted(spec)
             ))
         };
+        let unchunked = || {
+            Error::Unsupported(format!(
+                "{option} {}: nccopy's form for unchunked (contiguous or compact) storage, \
+                 which NCZarr does not have: every variable is stored in chunks (for one \
+                 chunk of a whole variable, give its lengths: var:n,m)",
+                quoted(spec)
+            ))
+        };
+        if spec.trim() == "/" {
+            return Err(unchunked());
+        }
         let var_form = spec
             .rsplit_once(':')
             .and_then(|(var, list)| Some((var, lengths(list)?)));
@@ -729,22 +822,26 @@ fn parse_chunk_specs(option: &str, specs: &[String]) -> Result<Vec<ChunkSpec>> {
             out.push(ChunkSpec::Var(var.trim().to_string(), sizes));
             continue;
         }
-        if spec
-            .rsplit_once(':')
-            .is_some_and(|(_, list)| !list.contains('/'))
-        {
-            // `var:` and a list that is not lengths: a bad variable form, not a dimension.
-            return Err(bad());
+        if let Some((_, list)) = spec.rsplit_once(':') {
+            if matches!(list.trim(), "" | "contiguous" | "compact") {
+                return Err(unchunked());
+            }
+            if !list.contains('/') {
+                // A list that is not lengths: a bad variable form, not a dimension.
+                return Err(bad());
+            }
         }
         for item in spec.split(',').filter(|s| !s.trim().is_empty()) {
             let (dim, n) = item.rsplit_once('/').ok_or_else(bad)?;
-            let n = n
-                .trim()
-                .parse::<u64>()
-                .ok()
-                .filter(|n| *n > 0)
-                .ok_or_else(bad)?;
-            out.push(ChunkSpec::Dim(dim.trim().to_string(), n));
+            let dim = dim.trim();
+            if dim.is_empty() {
+                return Err(bad());
+            }
+            let n = match n.trim() {
+                "" => None,
+                n => Some(n.parse::<u64>().ok().filter(|n| *n > 0).ok_or_else(bad)?),
+            };
+            out.push(ChunkSpec::Dim(dim.to_string(), n));
         }
     }
     // Which of two lengths for one name would count is a guess (nccopy takes the first).
@@ -1153,7 +1250,7 @@ mod tests {
             tmp.path().join("dst.zarr").display()
         ))
         .unwrap();
-        let model = target_model(&src.model, None, &[], false).unwrap();
+        let model = target_model(&src.model, &src.model.dims, None, &[], false).unwrap();
         copy_dataset(&src, model, &dst, CreateOptions::from_mode(&dst.mode), None).unwrap();
         let chunks = ["0.0", "0.1", "2.0", "2.1"];
         for key in chunks {
@@ -1187,7 +1284,7 @@ mod tests {
         std::fs::write(tmp.path().join("src.file/v/2.1"), b"not zlib").unwrap();
         let src = OpenDataset::open(&src_loc.original, 0).unwrap();
         let dst = Location::parse(tmp.path().join("dst.file").to_str().unwrap()).unwrap();
-        let model = target_model(&src.model, None, &[], false).unwrap();
+        let model = target_model(&src.model, &src.model.dims, None, &[], false).unwrap();
         let err = copy_dataset(&src, model, &dst, CreateOptions::default(), None).unwrap_err();
         assert!(err.to_string().contains("v/2.1"), "{err}");
         let left: Vec<_> = std::fs::read_dir(tmp.path())
@@ -1197,28 +1294,76 @@ mod tests {
         assert_eq!(left, ["src.file"]);
     }
 
+    /// The model `copy -c SPECS` makes of `ds` (no `-V`, no `-u`).
+    fn chunked(ds: &Dataset, specs: &[&str]) -> Result<Dataset> {
+        let specs: Vec<String> = specs.iter().map(|s| s.to_string()).collect();
+        target_model(ds, &ds.dims, None, &chunk_plan(ds, &specs)?, false)
+    }
+
+    /// A variable of `ds` in `group` over `dims`, with chunks `chunks`.
+    fn add_chunked(ds: &mut Dataset, group: GroupId, name: &str, dims: &[DimId], chunks: &[u64]) {
+        ds.add_var(Variable {
+            name: name.into(),
+            group,
+            nctype: NcType::Double,
+            dims: dims.to_vec(),
+            string_width: 0,
+            attrs: Vec::new(),
+            storage: crate::model::VarStorage {
+                chunks: chunks.to_vec(),
+                ..Default::default()
+            },
+        });
+    }
+
+    /// The chunks of variable `fqn` of `ds`.
+    fn chunks_of(ds: &Dataset, fqn: &str) -> Vec<u64> {
+        ds.var(ds.find_var(fqn).unwrap()).storage.chunks.clone()
+    }
+
     #[test]
     fn chunk_specs_in_nccopy_forms() {
         let s = parse_chunk_specs("--chunks", &["time/1,lat/10".into(), "v:2,3".into()]).unwrap();
         assert_eq!(
             s,
             vec![
-                ChunkSpec::Dim("time".into(), 1),
-                ChunkSpec::Dim("lat".into(), 10),
+                ChunkSpec::Dim("time".into(), Some(1)),
+                ChunkSpec::Dim("lat".into(), Some(10)),
                 ChunkSpec::Var("v".into(), vec![2, 3]),
             ]
         );
-        assert!(parse_chunk_specs("--chunks", &["lat".into()]).is_err());
-        assert!(parse_chunk_specs("--chunks", &["v:0".into()]).is_err());
-        assert!(parse_chunk_specs("--chunks", &["v:2,x".into()]).is_err());
+        // `dim/`: the whole dimension.
+        let s = parse_chunk_specs("--chunks", &["t/,w/5".into()]).unwrap();
+        assert_eq!(
+            s,
+            vec![
+                ChunkSpec::Dim("t".into(), None),
+                ChunkSpec::Dim("w".into(), Some(5)),
+            ]
+        );
+        for bad in ["lat", "v:0", "v:2,x", "/5", "t/x", "t/0"] {
+            match parse_chunk_specs("--chunks", &[bad.into()]) {
+                Err(Error::Invalid(m)) => assert!(m.contains("dim/ for the whole"), "{bad}: {m}"),
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+        // nccopy's unchunked storage: NCZarr has none.
+        for unchunked in ["/", "v:", "v:contiguous", "v:compact", "a:b:"] {
+            match parse_chunk_specs("--chunks", &[unchunked.into()]) {
+                Err(Error::Unsupported(m)) => {
+                    assert!(m.contains("NCZarr does not have"), "{unchunked}: {m}")
+                }
+                other => panic!("{unchunked}: {other:?}"),
+            }
+        }
         // Names may hold `:`.
         let s =
             parse_chunk_specs("--shards", &["time:count/3,x/2".into(), "a:b:4,5".into()]).unwrap();
         assert_eq!(
             s,
             vec![
-                ChunkSpec::Dim("time:count".into(), 3),
-                ChunkSpec::Dim("x".into(), 2),
+                ChunkSpec::Dim("time:count".into(), Some(3)),
+                ChunkSpec::Dim("x".into(), Some(2)),
                 ChunkSpec::Var("a:b".into(), vec![4, 5]),
             ]
         );
@@ -1265,7 +1410,7 @@ mod tests {
             });
         }
         for bad in ["x/1000", "x/101", "a:1000,1000", "a:201,100", "r:5,101"] {
-            match target_model(&ds, None, &[bad.to_string()], false) {
+            match chunked(&ds, &[bad]) {
                 Err(Error::Invalid(m)) => assert!(m.contains("at most"), "{bad}: {m}"),
                 other => panic!("{bad}: {other:?}"),
             }
@@ -1276,7 +1421,7 @@ mod tests {
             ("t/5", 1, vec![5, 100]),
             ("r:50,100", 1, vec![50, 100]),
         ] {
-            let m = target_model(&ds, None, &[ok.to_string()], false).unwrap();
+            let m = chunked(&ds, &[ok]).unwrap();
             assert_eq!(m.vars[var].storage.chunks, chunks, "{ok}");
         }
     }
@@ -1301,17 +1446,118 @@ mod tests {
         for (ok, var, chunks) in [
             ("x/2", 0, vec![2]),
             ("/g/y/2", 1, vec![8, 2]),
-            ("y/2", 1, vec![8, 2]),
             ("v:4", 0, vec![4]),
             ("g/w:2,3", 1, vec![2, 3]),
             ("/g/w:2,3", 1, vec![2, 3]),
         ] {
-            let m = target_model(&ds, None, &[ok.to_string()], false).unwrap();
+            let m = chunked(&ds, &[ok]).unwrap();
             assert_eq!(m.vars[var].storage.chunks, chunks, "{ok}");
         }
-        for bad in ["X/2", "vv:2", "g/v:2", "/y/2"] {
-            match target_model(&ds, None, &[bad.to_string()], false) {
+        for bad in ["X/2", "vv:2", "g/v:2", "/y/2", "g/y/2"] {
+            match chunked(&ds, &[bad]) {
                 Err(Error::NotFound(m)) => assert!(m.contains("--chunks"), "{m}"),
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+        // As nccopy ("Invalid dimension ID or name"): a plain name is a root dimension.
+        match chunked(&ds, &["y/2"]) {
+            Err(Error::NotFound(m)) => assert!(m.contains("full name, such as /g/y"), "{m}"),
+            other => panic!("y/2: {other:?}"),
+        }
+    }
+
+    /// Root `t` (unlimited, 30) and `x` (40), group `g` with its own `t` (20) and `x` (3), and
+    /// group `g2` whose `k` uses the root's `t` and `x`, as nccopy was checked on.
+    fn shadowed() -> Dataset {
+        let mut ds = Dataset::new();
+        let t = ds.add_dim(Dataset::ROOT, "t", 30, true);
+        let x = ds.add_dim(Dataset::ROOT, "x", 40, false);
+        add_chunked(&mut ds, Dataset::ROOT, "r", &[t, x], &[3, 7]);
+        let g = ds.add_group(Dataset::ROOT, "g");
+        let gt = ds.add_dim(g, "t", 20, true);
+        let gx = ds.add_dim(g, "x", 3, false);
+        add_chunked(&mut ds, g, "b", &[gt, gx], &[2, 3]);
+        let g2 = ds.add_group(Dataset::ROOT, "g2");
+        add_chunked(&mut ds, g2, "k", &[t, x], &[2, 5]);
+        ds
+    }
+
+    /// Debian's nccopy 4.9.0 on `shadowed`: `-c t/5` gives r 5,7, b 2,3, k 5,5; `-c x/10` r
+    /// 3,10, b 2,3; `-c /g/t/5` b 5,3 alone; `-c t/` r 30,7 and k 30,5.
+    #[test]
+    fn a_plain_dimension_name_is_the_root_groups() {
+        let ds = shadowed();
+        for (spec, r, b, k) in [
+            ("t/5", [5, 7], [2, 3], [5, 5]),
+            ("x/10", [3, 10], [2, 3], [2, 10]),
+            ("/g/t/5", [3, 7], [5, 3], [2, 5]),
+            ("/x/10", [3, 10], [2, 3], [2, 10]),
+            ("t/", [30, 7], [2, 3], [30, 5]),
+            ("/g/t/", [3, 7], [20, 3], [2, 5]),
+        ] {
+            let m = chunked(&ds, &[spec]).unwrap();
+            assert_eq!(chunks_of(&m, "r"), r, "{spec}");
+            assert_eq!(chunks_of(&m, "/g/b"), b, "{spec}");
+            assert_eq!(chunks_of(&m, "/g2/k"), k, "{spec}");
+        }
+    }
+
+    /// nccopy's `-c t/` along an empty dimension leaves its chunks as they were.
+    #[test]
+    fn whole_length_of_an_empty_dimension_keeps_the_chunks() {
+        let mut ds = Dataset::new();
+        let e = ds.add_dim(Dataset::ROOT, "e", 0, true);
+        let x = ds.add_dim(Dataset::ROOT, "x", 40, false);
+        add_chunked(&mut ds, Dataset::ROOT, "ee", &[e, x], &[3, 7]);
+        assert_eq!(chunks_of(&chunked(&ds, &["e/"]).unwrap(), "ee"), [3, 7]);
+        assert_eq!(chunks_of(&chunked(&ds, &["e/,x/"]).unwrap(), "ee"), [3, 40]);
+    }
+
+    /// nccopy(1): per-variable chunking "takes precedence over any per-dimension chunking";
+    /// nccopy 4.9.0 gives `u` 10,10 for `-c u:10,10 -c t/2` and `-c t/2 -c u:10,10`.
+    #[test]
+    fn per_variable_chunks_win_over_a_dimensions_in_any_order() {
+        let ds = shadowed();
+        for specs in [["r:10,10", "t/2"], ["t/2", "r:10,10"]] {
+            let m = chunked(&ds, &specs).unwrap();
+            assert_eq!(chunks_of(&m, "r"), [10, 10], "{specs:?}");
+            assert_eq!(chunks_of(&m, "/g2/k"), [2, 5], "{specs:?}");
+        }
+    }
+
+    /// Under `-u` a chunk is checked against the now fixed dimension: nccopy refuses `-u -c
+    /// t/31` and `-u -c r:31,5` where `t` has 30 records; without `-u` both go.
+    #[test]
+    fn fixed_unlimited_dimensions_bound_the_chunks() {
+        let ds = shadowed();
+        let fixed = target_dims(&ds, None, false, true);
+        for spec in ["t/31", "r:31,5"] {
+            let plan = chunk_plan(&ds, &[spec.to_string()]).unwrap();
+            match target_model(&ds, &fixed, None, &plan, false) {
+                Err(Error::Invalid(m)) => assert!(m.contains("at most 30"), "{spec}: {m}"),
+                other => panic!("{spec}: {other:?}"),
+            }
+            assert!(chunked(&ds, &[spec]).is_ok(), "{spec}");
+        }
+        let plan = chunk_plan(&ds, &["t/30".to_string()]).unwrap();
+        let m = target_model(&ds, &fixed, None, &plan, false).unwrap();
+        assert_eq!(chunks_of(&m, "r"), [30, 7]);
+    }
+
+    /// nccopy 4.9.0 takes `-V r -c /g/b:4,3` (and copies `r` alone), but checks the lengths
+    /// for `/g/b` even so: `-V r -c /g/b:4` ("Invalid argument") and `-V r -c /g/b:4,30`
+    /// ("Bad chunk sizes") fail.
+    #[test]
+    fn a_variable_left_out_may_be_named_with_lengths_that_fit_it() {
+        let ds = shadowed();
+        let r = ds.find_var("r").unwrap();
+        let only_r = ds.with_vars(&[r]);
+        let plan = chunk_plan(&ds, &["/g/b:4,3".to_string()]).unwrap();
+        let m = target_model(&only_r, &only_r.dims, None, &plan, false).unwrap();
+        assert_eq!(chunks_of(&m, "r"), [3, 7]);
+        for bad in ["/g/b:4", "/g/b:4,30"] {
+            match chunk_plan(&ds, &[bad.to_string()]) {
+                Err(Error::Invalid(m)) => assert!(m.contains("/g/b"), "{bad}: {m}"),
                 other => panic!("{bad}: {other:?}"),
             }
         }
