@@ -255,3 +255,101 @@ def test_char_variables_stay_char_when_the_metadata_is_rewritten(nczarrfs, tmp_p
         assert b"".join(nc["c"][1].data.tolist()) == b"efgh"
     header = nczarrfs("dump", "-h", str(path))
     assert b"char c(time, n) ;" in header.stdout, header.stdout.decode()
+
+
+def _zip_of(store: Path, archive: Path) -> None:
+    """Zips the directory store `store` with its keys at the archive root (zarr-python's
+    layout)."""
+    import zipfile
+
+    with zipfile.ZipFile(archive, "w") as z:
+        for f in sorted(store.rglob("*")):
+            if f.is_file():
+                z.write(f, f.relative_to(store).as_posix())
+
+
+def test_concurrent_puts_into_a_zip_keep_every_write(nczarrfs, tmp_path):
+    """Writers of one zip archive take turns (a busy one is refused and retries); every put
+    that succeeded is in the archive afterwards, however they interleaved. netCDF4-python
+    reads the extracted archive; the expected values are the numpy array with each writer's
+    element set."""
+    import threading
+    import zipfile
+
+    n, writers = 2000, 12
+    store = tmp_path / "src"
+    with netCDF4.Dataset(url(store, "nczarr"), "w") as nc:
+        nc.createDimension("x", n)
+        nc.createVariable("v", "i4", ("x",), chunksizes=(1,))[:] = np.arange(n, dtype="i4")
+    archive = tmp_path / "ds.zip"
+    _zip_of(store, archive)
+    binary = str(nczarrfs_binary())
+    failures: list[str] = []
+
+    def writer(i: int) -> None:
+        value = np.array([-i - 1], "<i4").tobytes()
+        for _ in range(2000):
+            r = subprocess.run([binary, "put", "--start", str(i * 7), "--count", "1",
+                                str(archive), "v"],
+                               input=value, capture_output=True, timeout=120)
+            if r.returncode == 0:
+                return
+            if b"another process is writing this dataset" not in r.stderr:
+                failures.append(f"put {i}: {r.stderr.decode()}")
+                return
+        failures.append(f"put {i} stayed refused")
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(1, writers + 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures, failures
+    expected = np.arange(n, dtype="i4")
+    for i in range(1, writers + 1):
+        expected[i * 7] = -i - 1
+    extracted = tmp_path / "extracted"
+    with zipfile.ZipFile(archive) as z:
+        z.extractall(extracted)
+    np.testing.assert_array_equal(read(extracted, "nczarr", "v"), expected)
+
+
+def test_a_put_into_an_archive_its_user_cannot_write_is_refused(nczarrfs, tmp_path):
+    """A read-only (0444) archive is not rewritten by its owner's put, though the directory
+    would let the new archive be renamed over it: a shell refuses to write the file too.
+    The archive stays as it was. (Run as root, which takes the user `nobody`.)"""
+    import shutil
+    import tempfile
+
+    nobody = 65534
+    # pytest's tmp_path is private to root; nobody needs a directory of its own.
+    shared = Path(tempfile.mkdtemp(prefix="nczarrfs-ro-"))
+    try:
+        shared.chmod(0o777)
+        store = tmp_path / "src"
+        with netCDF4.Dataset(url(store, "nczarr"), "w") as nc:
+            nc.createDimension("x", 4)
+            nc.createVariable("v", "i4", ("x",))[:] = np.arange(1, 5, dtype="i4")
+        archive = shared / "ro.zip"
+        _zip_of(store, archive)
+        os.chown(archive, nobody, nobody)
+        archive.chmod(0o444)
+        before = archive.read_bytes()
+
+        def as_nobody() -> None:
+            os.setgid(nobody)
+            os.setuid(nobody)
+
+        shell = subprocess.run(["sh", "-c", f": > {archive}"], preexec_fn=as_nobody,
+                               capture_output=True)
+        assert shell.returncode != 0 and b"Permission denied" in shell.stderr, shell
+        r = subprocess.run([str(nczarrfs_binary()), "put", str(archive), "v"],
+                           input=np.array([9, 9, 9, 9], "<i4").tobytes(),
+                           preexec_fn=as_nobody, capture_output=True)
+        assert r.returncode != 0
+        assert f"{archive}: Permission denied".encode() in r.stderr, r.stderr
+        assert archive.read_bytes() == before
+        assert archive.stat().st_mode & 0o7777 == 0o444
+        assert sorted(p.name for p in shared.iterdir()) == ["ro.zip"]
+    finally:
+        shutil.rmtree(shared)

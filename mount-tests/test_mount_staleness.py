@@ -316,3 +316,32 @@ def test_sighup_refreshes_what_the_kernel_cached_whatever_the_ttl(mounter, tmp_p
     assert os.listdir(mnt / "a" / "@attributes") == ["units"]
     assert (mnt / "a" / "@attributes" / "units").read_text() == "m"
     assert not (mnt / "gone").exists() and not (mnt / "gone" / "data").exists()
+
+
+def test_a_zip_deleted_underneath_fails_reads_as_a_deleted_directory_does(mounter, tmp_path):
+    """A zip archive deleted underneath is a dataset gone as a whole, as a directory store
+    that is deleted: after the TTL its values fail with EIO (one log line) instead of being
+    served from the unlinked archive, and it reads again once it is back."""
+    import zipfile
+
+    store = tmp_path / "ds.file"
+    _url, values = _dataset(store)
+    archive = tmp_path / "ds.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        for f in sorted(store.rglob("*")):
+            if f.is_file():
+                z.write(f, f.relative_to(store).as_posix())
+    log = tmp_path / "mount.log"
+    mnt = mounter.mount(str(archive), "ttl=1", log=log)
+    data = mnt / "v" / "data"
+    assert data.read_bytes() == values.tobytes()
+    away = tmp_path / "moved.zip"
+    archive.rename(away)
+    time.sleep(2.0)
+    with pytest.raises(OSError) as gone:
+        data.read_bytes()
+    assert gone.value.errno == errno.EIO
+    assert "the dataset is gone" in log.read_text()
+    away.rename(archive)
+    time.sleep(2.0)
+    assert data.read_bytes() == values.tobytes()

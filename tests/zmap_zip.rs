@@ -561,3 +561,176 @@ fn a_fifo_is_no_archive() {
         other => panic!("expected NotZarr, got {other:?}"),
     }
 }
+
+/// A writer that indexed the archive before another writer replaced it (and let go of it)
+/// writes on top of the replacement: the other writer's change stays.
+#[test]
+fn a_writer_keeps_the_change_of_one_that_replaced_the_archive_before_its_claim() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ds.zip");
+    make_zip(&path, &[(".zgroup", b"{\"zarr_format\": 2}", false)]);
+    let late = ZipMap::open(&path, true).unwrap();
+    {
+        let early = ZipMap::open(&path, true).unwrap();
+        early.claim_writer().unwrap();
+        early.put("first", b"from the first writer").unwrap();
+        early.flush().unwrap();
+    }
+    late.claim_writer().unwrap();
+    late.put("second", b"from the second writer").unwrap();
+    late.flush().unwrap();
+    drop(late);
+    let map = ZipMap::open(&path, false).unwrap();
+    assert_eq!(
+        map.get("first").unwrap().as_deref(),
+        Some(&b"from the first writer"[..])
+    );
+    assert_eq!(
+        map.get("second").unwrap().as_deref(),
+        Some(&b"from the second writer"[..])
+    );
+}
+
+/// Through a symbolic link, a flush replaces the archive the link points to, as a shell's
+/// `>` writes through a link; the link stays a link.
+#[test]
+fn a_flush_through_a_symbolic_link_rewrites_its_target() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("real")).unwrap();
+    let target = dir.path().join("real/t.zip");
+    make_zip(&target, &[(".zgroup", b"{\"zarr_format\": 2}", false)]);
+    let link = dir.path().join("link.zip");
+    std::os::unix::fs::symlink("real/t.zip", &link).unwrap();
+    let map = ZipMap::open(&link, true).unwrap();
+    map.claim_writer().unwrap();
+    map.put("v/0", b"new").unwrap();
+    map.flush().unwrap();
+    drop(map);
+    assert!(std::fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    let real = ZipMap::open(&target, false).unwrap();
+    assert_eq!(real.get("v/0").unwrap().as_deref(), Some(&b"new"[..]));
+    let names: Vec<_> = std::fs::read_dir(dir.path().join("real"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["t.zip"], "nothing left beside the target");
+}
+
+/// A rewritten archive keeps the mode of the old one (a private archive stays private) and,
+/// where this user may give files away (root), its owner and group.
+#[test]
+fn a_rewrite_keeps_the_archives_mode_and_owner() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ds.zip");
+    make_zip(&path, &[(".zgroup", b"{\"zarr_format\": 2}", false)]);
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
+    // SAFETY: geteuid only reads the process's credentials.
+    let root = unsafe { libc::geteuid() } == 0;
+    let nobody = 65534;
+    if root {
+        std::os::unix::fs::chown(&path, Some(nobody), Some(nobody)).unwrap();
+    }
+    let map = ZipMap::open(&path, true).unwrap();
+    map.put("v/0", b"new").unwrap();
+    map.flush().unwrap();
+    let meta = std::fs::metadata(&path).unwrap();
+    assert_eq!(meta.mode() & 0o7777, 0o640);
+    if root {
+        assert_eq!((meta.uid(), meta.gid()), (nobody, nobody));
+    }
+    assert_eq!(
+        ZipMap::open(&path, false).unwrap().get("v/0").unwrap(),
+        Some(b"new".to_vec())
+    );
+}
+
+/// A rewrite keeps the archive's comment (Info-ZIP's `zip -z`), and the entries it writes
+/// carry the time they were written, not the zip format's earliest date (1980-01-01).
+#[test]
+fn a_rewrite_keeps_the_archive_comment_and_dates_new_entries() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ds.zip");
+    let mut w = ZipWriter::new(std::fs::File::create(&path).unwrap());
+    w.set_comment("provenance: run 42");
+    w.start_file(".zgroup", SimpleFileOptions::default())
+        .unwrap();
+    w.write_all(b"{\"zarr_format\": 2}").unwrap();
+    w.finish().unwrap();
+    let map = ZipMap::open(&path, true).unwrap();
+    map.put("v/0", b"new").unwrap();
+    map.flush().unwrap();
+    let mut archive = zip::ZipArchive::new(std::fs::File::open(&path).unwrap()).unwrap();
+    assert_eq!(archive.comment(), b"provenance: run 42");
+    let written = archive.by_name("v/0").unwrap().last_modified().unwrap();
+    let now_year = 1970
+        + std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            / 31_556_952;
+    // The local time zone may put the entry a year either side of UTC's year.
+    assert!(
+        (now_year - 1..=now_year + 1).contains(&u64::from(written.year())),
+        "written in {}",
+        written.year()
+    );
+}
+
+/// Sets the compression method field of both headers of entry `name`.
+fn patch_method(path: &Path, name: &str, method: u16) {
+    let mut bytes = std::fs::read(path).unwrap();
+    let mut patched = 0;
+    for at in 0..bytes.len().saturating_sub(46) {
+        // (offset of the method field, offset of the name length, offset of the name)
+        let (method_at, len_at, name_at) = match &bytes[at..at + 4] {
+            b"PK\x03\x04" => (8, 26, 30),
+            b"PK\x01\x02" => (10, 28, 46),
+            _ => continue,
+        };
+        let len = u16::from_le_bytes([bytes[at + len_at], bytes[at + len_at + 1]]) as usize;
+        if bytes.get(at + name_at..at + name_at + len) == Some(name.as_bytes()) {
+            bytes[at + method_at..at + method_at + 2].copy_from_slice(&method.to_le_bytes());
+            patched += 1;
+        }
+    }
+    assert_eq!(patched, 2, "both headers of {name}");
+    std::fs::write(path, bytes).unwrap();
+}
+
+/// An entry compressed with a method that is not read names the entry and the method (the
+/// numbers are the zip specification's, APPNOTE 4.4.5), and says which methods are read.
+#[test]
+fn an_entry_of_an_unread_compression_method_is_named_with_its_method() {
+    let dir = tempfile::tempdir().unwrap();
+    for (method, named) in [(12, "bzip2 (method 12)"), (14, "LZMA (method 14)")] {
+        let path = dir.path().join(format!("m{method}.zip"));
+        make_zip(
+            &path,
+            &[
+                ("ds/", b"", false),
+                ("ds/.zgroup", b"{\"zarr_format\": 2}", false),
+            ],
+        );
+        patch_method(&path, "ds/.zgroup", method);
+        let map = ZipMap::open(&path, false).unwrap();
+        let mut out = [0u8; 18];
+        for e in [
+            map.get(".zgroup").unwrap_err(),
+            map.get_exact(".zgroup", &mut out).unwrap_err(),
+        ] {
+            let m = e.to_string();
+            assert!(
+                m.contains(&format!("\"ds/.zgroup\" is compressed with {named}")),
+                "{m}"
+            );
+            assert!(
+                m.contains("only stored (0) and deflated (8) entries are read"),
+                "{m}"
+            );
+        }
+    }
+}

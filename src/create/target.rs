@@ -83,8 +83,10 @@ impl Staging {
         // through one: the new dataset replaces what it points to, and the link stays.
         let mut target = target.clone();
         target.storage = match target.storage {
-            Storage::File(p) => Storage::File(through_real_parent(&through_links(&p)?)),
-            Storage::Zip(p) => Storage::Zip(through_real_parent(&through_links(&p)?)),
+            Storage::File(p) => {
+                Storage::File(through_real_parent(&crate::zmap::through_links(&p)?))
+            }
+            Storage::Zip(p) => Storage::Zip(through_real_parent(&crate::zmap::through_links(&p)?)),
             other => other,
         };
         let target = &target;
@@ -272,29 +274,6 @@ fn check_can_create(path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Where `path` leads when it is a symbolic link (followed as far as links go, relative ones
-/// from their own directory), or `path` itself.
-fn through_links(path: &Path) -> Result<PathBuf> {
-    let mut path = path.to_path_buf();
-    // Linux's own limit on the links one path resolution follows.
-    for _ in 0..40 {
-        match std::fs::symlink_metadata(&path) {
-            Ok(meta) if meta.file_type().is_symlink() => {
-                let to = std::fs::read_link(&path).map_err(|e| Error::io(&path, e))?;
-                path = match path.parent() {
-                    Some(dir) if to.is_relative() => dir.join(to),
-                    _ => to,
-                };
-            }
-            _ => return Ok(path),
-        }
-    }
-    Err(Error::io(
-        &path,
-        std::io::Error::from_raw_os_error(libc::ELOOP),
-    ))
-}
-
 /// `path` with its parent directory resolved (no `..`, no symbolic link on the way), if it
 /// exists.
 fn through_real_parent(path: &Path) -> PathBuf {
@@ -355,6 +334,14 @@ fn check_replaceable(target: &Location) -> Result<()> {
                 true => Ok(()),
                 false => refuse("exists and is not a zip archive"),
             }
+        }
+        // A user who names a `.zip` asks for an archive, not a directory store.
+        (false, false)
+            if path
+                .extension()
+                .is_some_and(|e| e.eq_ignore_ascii_case("zip")) =>
+        {
+            refuse("exists and is not a zip archive")
         }
         (false, false) => refuse("exists and is not a directory"),
         (false, true) => match zarr_node(path) {

@@ -130,6 +130,14 @@ fn only_datasets_are_replaced() {
     refused(&at("plain.file"));
     std::fs::write(at("text.zip"), "kept").unwrap();
     refused(&at("text.zip"));
+    // A `.zip` name asks for an archive: that is what the file is not.
+    match Staging::new(&loc(&at("text.zip"))) {
+        Err(Error::Invalid(m)) => assert!(
+            m.contains("text.zip exists and is not a zip archive"),
+            "{m}"
+        ),
+        other => panic!("{other:?}"),
+    }
     assert_eq!(
         std::fs::read_to_string(at("docs/notes.txt")).unwrap(),
         "kept"

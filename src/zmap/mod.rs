@@ -262,6 +262,29 @@ fn lock_exclusively(path: &std::path::Path) -> Result<std::fs::File> {
     Err(Error::io(path, e))
 }
 
+/// Where `path` leads when it is a symbolic link (followed as far as links go, relative ones
+/// from their own directory), or `path` itself.
+pub(crate) fn through_links(path: &std::path::Path) -> Result<std::path::PathBuf> {
+    let mut path = path.to_path_buf();
+    // Linux's own limit on the links one path resolution follows.
+    for _ in 0..40 {
+        match std::fs::symlink_metadata(&path) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                let to = std::fs::read_link(&path).map_err(|e| Error::io(&path, e))?;
+                path = match path.parent() {
+                    Some(dir) if to.is_relative() => dir.join(to),
+                    _ => to,
+                };
+            }
+            _ => return Ok(path),
+        }
+    }
+    Err(Error::io(
+        &path,
+        std::io::Error::from_raw_os_error(libc::ELOOP),
+    ))
+}
+
 /// Joins key segments with `/`, skipping empty ones.
 pub fn join_key(parts: &[&str]) -> String {
     parts

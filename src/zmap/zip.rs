@@ -92,9 +92,12 @@ impl State {
 type FileIdentity = (u64, u64, u64, i64, i64);
 
 fn file_identity(path: &Path) -> Option<FileIdentity> {
+    fs::metadata(path).ok().map(|m| identity_of(&m))
+}
+
+fn identity_of(m: &fs::Metadata) -> FileIdentity {
     use std::os::unix::fs::MetadataExt;
-    let m = fs::metadata(path).ok()?;
-    Some((m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec()))
+    (m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec())
 }
 
 #[derive(Debug)]
@@ -134,7 +137,7 @@ impl ZipMap {
     /// the archive is created by the first `flush`. An entry whose name could escape the
     /// archive (absolute, `..`, a drive letter) makes the open fail.
     pub fn open(path: &Path, writable: bool) -> Result<Self> {
-        let (archive, folder, objects, outside) = match super::file::open_object(path) {
+        let (archive, folder, objects, outside, identity) = match super::file::open_object(path) {
             Ok(file) => {
                 let meta = file.metadata().map_err(|e| Error::io(path, e))?;
                 if !meta.is_file() {
@@ -156,10 +159,11 @@ impl ZipMap {
                 let folder = dataset_folder(&entries);
                 let objects = index_objects(&entries, &folder);
                 let outside = outside_entries(&entries, &folder);
-                (Some(archive), folder, objects, outside)
+                let identity = Some(identity_of(&meta));
+                (Some(archive), folder, objects, outside, identity)
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound && writable => {
-                (None, String::new(), BTreeMap::new(), Vec::new())
+                (None, String::new(), BTreeMap::new(), Vec::new(), None)
             }
             Err(e) => return Err(Error::io(path, e)),
         };
@@ -172,7 +176,7 @@ impl ZipMap {
                 objects,
                 outside,
                 dirty: false,
-                identity: file_identity(path),
+                identity,
                 held: 0,
                 spill: None,
             }),
@@ -220,26 +224,28 @@ impl ZipMap {
         Ok(())
     }
 
-    /// The directory that holds the archive, and the name prefix of the temporary files a
-    /// writer puts there (left by a writer that died, they are removed at the next flush).
-    fn temp_place(&self) -> (PathBuf, String) {
-        let dir = match self.path.parent() {
-            Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        let file_name = self
-            .path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        (dir, format!(".{file_name}.nczarrfs-tmp."))
+    /// Indexes the archive open as `file` (the one at the map's path) in place of `state`'s,
+    /// forgetting the changes held (flushed into it, or given up).
+    fn reindex(&self, state: &mut State, file: File) -> Result<()> {
+        let identity = file.metadata().map_err(|e| Error::io(&self.path, e))?;
+        let archive = ZipArchive::new(file).map_err(|e| Error::Storage {
+            key: String::new(),
+            reason: format!("reopening {}: {e}", self.path.display()),
+        })?;
+        let entries = list_entries(&archive, &self.path)?;
+        state.objects = index_objects(&entries, &self.folder);
+        state.outside = outside_entries(&entries, &self.folder);
+        state.archive = Some(archive);
+        state.identity = Some(identity_of(&identity));
+        state.drop_changes();
+        Ok(())
     }
 
     /// Appends `value` to the spill file (made, and unlinked at once, on first use).
     fn spill(&self, state: &mut State, value: &[u8]) -> Result<Source> {
         use std::os::unix::fs::FileExt;
         if state.spill.is_none() {
-            let (dir, temp_prefix) = self.temp_place();
+            let (dir, temp_prefix) = temp_place(&super::through_links(&self.path)?);
             let path = dir.join(format!("{temp_prefix}spill.{}", std::process::id()));
             let file = fs::OpenOptions::new()
                 .read(true)
@@ -269,8 +275,14 @@ impl ZipMap {
 
     /// Writes the whole archive to `temp`: the dataset folder's entry first (netcdf-c names the
     /// dataset after the first entry), then every object in key order, then the entries beside
-    /// the folder as they were.
-    fn write_archive(&self, state: &mut State, temp: &Path) -> Result<()> {
+    /// the folder as they were, and the archive's comment. The new archive takes the mode and
+    /// owner of the `old` one's file.
+    fn write_archive(
+        &self,
+        state: &mut State,
+        temp: &Path,
+        old: Option<&fs::Metadata>,
+    ) -> Result<()> {
         // An I/O error (a full disk) keeps its errno for the mount's caller.
         let storage_err = |key: &str, e: ZipError| match e {
             ZipError::Io(io) => Error::io(temp, io),
@@ -280,11 +292,16 @@ impl ZipMap {
             },
         };
         let file = File::create(temp).map_err(|e| Error::io(temp, e))?;
-        let mut writer = ZipWriter::new(TempArchive {
-            file,
-            failed: false,
-        });
-        let options = SimpleFileOptions::default().compression_method(CompressionMethod::Stored);
+        if let Some(old) = old {
+            keep_mode_and_owner(&file, old).map_err(|e| Error::io(temp, e))?;
+        }
+        let mut writer = ZipWriter::new(TempArchive::new(file));
+        if let Some(archive) = &state.archive {
+            writer.set_raw_comment(archive.comment().into());
+        }
+        let options = SimpleFileOptions::default()
+            .compression_method(CompressionMethod::Stored)
+            .last_modified_time(local_time_now());
         if !self.folder.is_empty() {
             writer
                 .add_directory(self.folder.as_str(), options)
@@ -342,29 +359,97 @@ impl ZipMap {
     }
 }
 
-/// The file a new archive is written to. After its first failed operation it lets the rest
-/// pass without doing anything: the zip writer, dropped on the way out of a failed
-/// [`ZipMap::write_archive`], would otherwise try to finish the archive again and print that
-/// failure to stderr (into the mount's log, without a line end). The file is removed anyway.
-struct TempArchive {
-    file: File,
-    failed: bool,
+/// Gives the new archive's `file` the mode of the `old` one, and its owner and group as far
+/// as this user may (root may; others keep the group if they belong to it), as Info-ZIP does
+/// when it updates an archive.
+fn keep_mode_and_owner(file: &File, old: &fs::Metadata) -> io::Result<()> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let new = file.metadata()?;
+    if (new.uid(), new.gid()) != (old.uid(), old.gid()) {
+        // An ordinary user cannot give the file away; the archive is then theirs, as any
+        // file they rewrite by a rename.
+        match std::os::unix::fs::fchown(file, Some(old.uid()), Some(old.gid())) {
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                let _ = std::os::unix::fs::fchown(file, None, Some(old.gid()));
+            }
+            other => other?,
+        }
+    }
+    file.set_permissions(fs::Permissions::from_mode(old.mode() & 0o7777))
 }
 
-impl TempArchive {
+/// The local time now, as zip entries record their modification time (whole seconds, from
+/// 1980 on); 1980-01-01 if the clock is outside what zip can record.
+fn local_time_now() -> zip::DateTime {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let seconds = libc::time_t::try_from(now).unwrap_or(0);
+    // SAFETY: `tm` is plain data written by localtime_r, which only reads `seconds`.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    if unsafe { libc::localtime_r(&seconds, &mut tm) }.is_null() {
+        return zip::DateTime::default();
+    }
+    let field = |v: libc::c_int| u8::try_from(v).unwrap_or(0);
+    u16::try_from(tm.tm_year + 1900)
+        .ok()
+        .and_then(|year| {
+            zip::DateTime::from_date_and_time(
+                year,
+                field(tm.tm_mon + 1),
+                field(tm.tm_mday),
+                field(tm.tm_hour),
+                field(tm.tm_min),
+                // A leap second (60) is past what zip records.
+                field(tm.tm_sec.min(59)),
+            )
+            .ok()
+        })
+        .unwrap_or_default()
+}
+
+/// The file a new archive is written to. After its first failed operation it lets the rest
+/// pass without doing anything, at the positions they would have had: the zip writer, dropped
+/// on the way out of a failed [`ZipMap::write_archive`], finishes the archive then, and
+/// prints on stderr (into the mount's log, without a line end) any failure of that, such as
+/// one from sizes computed with positions that make no sense. The file is removed anyway.
+struct TempArchive<F = File> {
+    file: F,
+    failed: bool,
+    /// Where the next write goes.
+    position: u64,
+    /// How long the file is (would be, after a failure).
+    len: u64,
+}
+
+impl<F> TempArchive<F> {
+    fn new(file: F) -> Self {
+        TempArchive {
+            file,
+            failed: false,
+            position: 0,
+            len: 0,
+        }
+    }
+
     fn track<T>(&mut self, result: io::Result<T>) -> io::Result<T> {
         self.failed |= result.is_err();
         result
     }
 }
 
-impl Write for TempArchive {
+impl<F: Write> Write for TempArchive<F> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        if self.failed {
-            return Ok(buf.len());
-        }
-        let result = self.file.write(buf);
-        self.track(result)
+        let written = match self.failed {
+            true => buf.len(),
+            false => {
+                let result = self.file.write(buf);
+                self.track(result)?
+            }
+        };
+        self.position += written as u64;
+        self.len = self.len.max(self.position);
+        Ok(written)
     }
 
     fn flush(&mut self) -> io::Result<()> {
@@ -376,14 +461,51 @@ impl Write for TempArchive {
     }
 }
 
-impl Seek for TempArchive {
+impl<F: Seek> Seek for TempArchive<F> {
     fn seek(&mut self, pos: SeekFrom) -> io::Result<u64> {
-        if self.failed {
-            return Ok(0);
+        if !self.failed {
+            let result = self.file.seek(pos);
+            self.position = self.track(result)?;
+            return Ok(self.position);
         }
-        let result = self.file.seek(pos);
-        self.track(result)
+        let (base, offset) = match pos {
+            SeekFrom::Start(to) => (to, 0),
+            SeekFrom::Current(by) => (self.position, by),
+            SeekFrom::End(by) => (self.len, by),
+        };
+        self.position = base
+            .checked_add_signed(offset)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+        Ok(self.position)
     }
+}
+
+/// The directory that holds the archive `target` (a path through no symbolic link), and the
+/// name prefix of the temporary files a writer puts there (left by a writer that died, they
+/// are removed at the next flush).
+fn temp_place(target: &Path) -> (PathBuf, String) {
+    let dir = match target.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let file_name = target
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    (dir, format!(".{file_name}.nczarrfs-tmp."))
+}
+
+/// Refuses to rewrite an archive that this user may not write, as a shell refuses to write
+/// such a file: the rewrite replaces it by a rename, which only the directory's mode allows.
+fn check_may_rewrite(archive: &Path) -> Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c_path = std::ffi::CString::new(archive.as_os_str().as_bytes())
+        .map_err(|e| Error::io(archive, io::Error::new(io::ErrorKind::InvalidInput, e)))?;
+    // SAFETY: `c_path` is a NUL-terminated string that outlives the call.
+    if unsafe { libc::access(c_path.as_ptr(), libc::W_OK) } == 0 {
+        return Ok(());
+    }
+    Err(Error::io(archive, io::Error::last_os_error()))
 }
 
 /// Removes the partial archives `{prefix}PID` in `dir` left by writers killed while they
@@ -446,6 +568,34 @@ fn open_entry(
         ));
     }
     Ok((entry, declared))
+}
+
+/// Names the compression method of entry `index` when that is why it cannot be read (the zip
+/// crate says only "Compression method not supported"); otherwise `why` as it is.
+fn unreadable_entry(archive: &mut Option<ZipArchive<File>>, index: usize, why: String) -> String {
+    let Some(entry) = archive.as_mut().and_then(|a| a.by_index_raw(index).ok()) else {
+        return why;
+    };
+    #[allow(deprecated)] // The number is what zip tools and the zip specification show.
+    let number = entry.compression().to_u16();
+    let method = match number {
+        0 | 8 => return why,
+        1 => "shrink",
+        6 => "implode",
+        9 => "deflate64",
+        12 => "bzip2",
+        14 => "LZMA",
+        93 => "Zstandard",
+        95 => "xz",
+        98 => "PPMd",
+        99 => "AES encryption",
+        _ => "an unknown method",
+    };
+    format!(
+        "zip entry {} is compressed with {method} (method {number}); only stored (0) and \
+         deflated (8) entries are read (Info-ZIP's zip and zarr-python write these)",
+        crate::error::quoted(entry.name())
+    )
 }
 
 /// The complaint about an entry that inflates past its declared size (a zip bomb whose
@@ -639,18 +789,24 @@ impl ZMap for ZipMap {
             }
         };
         let storage_err = |e: &dyn std::fmt::Display| self.read_error(key, e);
-        let (mut entry, declared) = open_entry(archive, index).map_err(|e| storage_err(&e))?;
-        // The declared size only sizes the buffer; a lying header cannot force a huge allocation.
-        let hint = usize::try_from(declared).unwrap_or(0).min(64 << 20);
-        let mut bytes = Vec::with_capacity(hint);
-        (&mut entry)
-            .take(declared.saturating_add(1))
-            .read_to_end(&mut bytes)
-            .map_err(|e| storage_err(&e))?;
-        if bytes.len() as u64 > declared {
-            return Err(storage_err(&beyond_declared(declared)));
-        }
-        Ok(Some(bytes))
+        let why = match open_entry(archive, index) {
+            Ok((mut entry, declared)) => {
+                // The declared size only sizes the buffer; a lying header cannot force a huge
+                // allocation.
+                let hint = usize::try_from(declared).unwrap_or(0).min(64 << 20);
+                let mut bytes = Vec::with_capacity(hint);
+                (&mut entry)
+                    .take(declared.saturating_add(1))
+                    .read_to_end(&mut bytes)
+                    .map_err(|e| storage_err(&e))?;
+                if bytes.len() as u64 > declared {
+                    return Err(storage_err(&beyond_declared(declared)));
+                }
+                return Ok(Some(bytes));
+            }
+            Err(why) => why,
+        };
+        Err(storage_err(&unreadable_entry(archive, index, why)))
     }
 
     /// Inflates nothing when the declared size already says the entry is not `out.len()`
@@ -685,16 +841,21 @@ impl ZMap for ZipMap {
             Some(Source::Archived(index)) => *index,
         };
         let storage_err = |e: &dyn std::fmt::Display| self.read_error(key, e);
-        let (mut entry, declared) = open_entry(archive, index).map_err(|e| storage_err(&e))?;
-        if declared != out.len() as u64 {
-            return Ok(Some(declared));
-        }
-        entry.read_exact(out).map_err(|e| storage_err(&e))?;
-        let mut probe = [0u8; 1];
-        match entry.read(&mut probe).map_err(|e| storage_err(&e))? {
-            0 => Ok(Some(declared)),
-            _ => Err(storage_err(&beyond_declared(declared))),
-        }
+        let why = match open_entry(archive, index) {
+            Ok((mut entry, declared)) => {
+                if declared != out.len() as u64 {
+                    return Ok(Some(declared));
+                }
+                entry.read_exact(out).map_err(|e| storage_err(&e))?;
+                let mut probe = [0u8; 1];
+                return match entry.read(&mut probe).map_err(|e| storage_err(&e))? {
+                    0 => Ok(Some(declared)),
+                    _ => Err(storage_err(&beyond_declared(declared))),
+                };
+            }
+            Err(why) => why,
+        };
+        Err(storage_err(&unreadable_entry(archive, index, why)))
     }
 
     fn exists(&self, key: &str) -> Result<bool> {
@@ -756,21 +917,33 @@ impl ZMap for ZipMap {
         if !state.dirty {
             return Ok(());
         }
-        let (dir, temp_prefix) = self.temp_place();
+        // Through a symbolic link, the archive it points to is replaced and the link stays.
+        let target = super::through_links(&self.path)?;
+        let old = match fs::metadata(&target) {
+            Ok(meta) => Some(meta),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(Error::io(&target, e)),
+        };
+        if old.is_some() {
+            check_may_rewrite(&target)?;
+        }
+        let (dir, temp_prefix) = temp_place(&target);
         remove_orphans(&dir, &temp_prefix);
         let temp = dir.join(format!("{temp_prefix}{}", std::process::id()));
         let mut claim = self.writer_claim.lock().unwrap_or_else(|e| e.into_inner());
-        let written = self.write_archive(&mut state, &temp).and_then(|()| {
-            let new_claim = match *claim {
-                Some(_) => Some(super::lock_exclusively(&temp)?),
-                None => None,
-            };
-            fs::rename(&temp, &self.path).map_err(|e| Error::io(&self.path, e))?;
-            if new_claim.is_some() {
-                *claim = new_claim;
-            }
-            Ok(())
-        });
+        let written = self
+            .write_archive(&mut state, &temp, old.as_ref())
+            .and_then(|()| {
+                let new_claim = match *claim {
+                    Some(_) => Some(super::lock_exclusively(&temp)?),
+                    None => None,
+                };
+                fs::rename(&temp, &target).map_err(|e| Error::io(&target, e))?;
+                if new_claim.is_some() {
+                    *claim = new_claim;
+                }
+                Ok(())
+            });
         if let Err(e) = written {
             // Best effort: the archive on disk is untouched, only the partial copy is left.
             let _ = fs::remove_file(&temp);
@@ -778,16 +951,7 @@ impl ZMap for ZipMap {
         }
         // Re-index the new archive so that flushed objects are no longer held in memory.
         let file = File::open(&self.path).map_err(|e| Error::io(&self.path, e))?;
-        let archive = ZipArchive::new(file).map_err(|e| Error::Storage {
-            key: String::new(),
-            reason: format!("reopening {}: {e}", self.path.display()),
-        })?;
-        let entries = list_entries(&archive, &self.path)?;
-        state.objects = index_objects(&entries, &self.folder);
-        state.outside = outside_entries(&entries, &self.folder);
-        state.archive = Some(archive);
-        state.identity = file_identity(&self.path);
-        state.drop_changes();
+        self.reindex(&mut state, file)?;
         state.dirty = false;
         Ok(())
     }
@@ -800,10 +964,33 @@ impl ZMap for ZipMap {
         self.path.display().to_string()
     }
 
+    /// Locks the archive, and re-indexes it when the locked file is not the one indexed at
+    /// open: another writer may have replaced it in between, and a flush from the old index
+    /// would undo that writer's changes.
     fn claim_writer(&self) -> Result<()> {
         let mut claim = self.writer_claim.lock().unwrap_or_else(|e| e.into_inner());
-        if claim.is_none() && self.path.exists() {
-            *claim = Some(super::lock_exclusively(&self.path)?);
+        while claim.is_none() && self.path.exists() {
+            check_may_rewrite(&self.path)?;
+            let locked = super::lock_exclusively(&self.path)?;
+            let locked_identity =
+                identity_of(&locked.metadata().map_err(|e| Error::io(&self.path, e))?);
+            // Replaced between the lock's open and the lock itself: the writer that replaced
+            // it held no lock on the new file then; lock that one instead.
+            if file_identity(&self.path) != Some(locked_identity) {
+                continue;
+            }
+            let mut state = self.lock();
+            if state.identity != Some(locked_identity) {
+                if state.dirty {
+                    return Err(Error::Busy(format!(
+                        "{}: another process replaced the archive while this one held                          unwritten changes",
+                        self.path.display()
+                    )));
+                }
+                let file = locked.try_clone().map_err(|e| Error::io(&self.path, e))?;
+                self.reindex(&mut state, file)?;
+            }
+            *claim = Some(locked);
         }
         Ok(())
     }
@@ -813,25 +1000,27 @@ impl ZMap for ZipMap {
     }
 
     /// Re-indexes the archive when another program replaced it, unless changes of ours wait
-    /// to be flushed (they would be lost; the next flush replaces the archive anyway).
+    /// to be flushed (they would be lost; the next flush replaces the archive anyway). An
+    /// archive that is gone holds nothing, as a directory store that is gone.
     fn refresh(&self) -> Result<()> {
         let mut state = self.lock();
         let now = file_identity(&self.path);
-        if state.dirty || now.is_none() || now == state.identity {
+        if state.dirty || now == state.identity {
             return Ok(());
         }
-        let file = File::open(&self.path).map_err(|e| Error::io(&self.path, e))?;
-        let archive = ZipArchive::new(file).map_err(|e| Error::Storage {
-            key: String::new(),
-            reason: format!("reopening {}: {e}", self.path.display()),
-        })?;
-        let entries = list_entries(&archive, &self.path)?;
-        state.objects = index_objects(&entries, &self.folder);
-        state.outside = outside_entries(&entries, &self.folder);
-        state.archive = Some(archive);
-        state.identity = now;
-        state.drop_changes();
-        Ok(())
+        let file = match File::open(&self.path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                state.objects.clear();
+                state.outside.clear();
+                state.archive = None;
+                state.identity = None;
+                state.drop_changes();
+                return Ok(());
+            }
+            Err(e) => return Err(Error::io(&self.path, e)),
+        };
+        self.reindex(&mut state, file)
     }
 }
 
@@ -889,5 +1078,48 @@ mod tests {
             );
         }
         assert_eq!(reread.get("v/5").unwrap(), Some(b"small now".to_vec()));
+    }
+
+    /// A file system with room for `room` bytes of the file.
+    struct Filling {
+        file: io::Cursor<Vec<u8>>,
+        room: u64,
+    }
+
+    impl Write for Filling {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            let left = self.room.saturating_sub(self.file.position());
+            if left == 0 {
+                return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+            }
+            let n = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+            self.file.write(&buf[..n])
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Seek for Filling {
+        fn seek(&mut self, pos: SeekFrom) -> io::Result<u64> {
+            self.file.seek(pos)
+        }
+    }
+
+    /// After the disk fills up in the middle of an entry, the zip writer can still finish:
+    /// otherwise its `Drop` prints that failure on stderr, a stray line in the mount's log.
+    #[test]
+    fn a_writer_whose_file_failed_finishes_quietly() {
+        let full = Filling {
+            file: io::Cursor::new(Vec::new()),
+            room: 64 << 10,
+        };
+        let mut writer = ZipWriter::new(TempArchive::new(full));
+        let options = SimpleFileOptions::default().compression_method(CompressionMethod::Stored);
+        writer.start_file("v/0", options).unwrap();
+        let e = writer.write_all(&object(1, 1 << 20)).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOSPC));
+        writer.finish().unwrap();
     }
 }
