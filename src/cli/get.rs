@@ -34,17 +34,21 @@ pub struct GetArgs {
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// Size of the decoded-chunk cache, with an optional K/M/G suffix (default 0: `get` reads
-    /// every chunk once, in blocks aligned to the chunk grid, so a cache would only cost).
+    /// every chunk once, in blocks aligned to the chunk grid, so a cache would only cost; but
+    /// a row of chunks over 64 MiB is read in parts, each reading its chunks again unless the
+    /// cache holds them: a warning gives the size).
     #[arg(long, value_name = "SIZE")]
     pub cache_size: Option<String>,
 }
 
-/// About how much of the hyperslab is read at once, so a huge `get` streams in bounded memory
-/// (a block is always at least one row of chunks).
+/// About how much of the hyperslab is read at once, so a huge `get` streams in bounded memory.
 const BLOCK_BYTES: u64 = 16 << 20;
 
 /// How many times larger a block is on a map with request latency (S3).
 const REMOTE_BLOCKS: u64 = 8;
+
+/// How many blocks' worth a block may grow to so that it ends on a chunk boundary.
+const ALIGNED_BLOCKS: u64 = 4;
 
 /// Runs `get`.
 pub fn run(args: GetArgs) -> Result<i32> {
@@ -76,7 +80,7 @@ pub fn run(args: GetArgs) -> Result<i32> {
             out.write_all(&npy_header(ds, var, &slab.count)?)
                 .map_err(io_err)?;
         }
-        write_values(&open, var, &slab, &mut out).map_err(|e| match e {
+        write_values(&open, var, &slab, cache as u64, &mut out).map_err(|e| match e {
             Error::Io { path, source } if path.as_os_str() == OUTPUT => io_err(source),
             other => other,
         })?;
@@ -263,6 +267,7 @@ fn write_values(
     open: &OpenDataset,
     var: VarId,
     slab: &Hyperslab,
+    cache: u64,
     out: &mut (dyn Write + Send),
 ) -> Result<()> {
     let ds = &open.model;
@@ -273,7 +278,7 @@ fn write_values(
         open.engine.read(ds, var, slab, &mut buf)?;
         return out.write_all(&buf).map_err(|e| Error::io(OUTPUT, e));
     }
-    let blocks = blocks(open, var, slab);
+    let blocks = blocks(open, var, slab, cache);
     std::thread::scope(|scope| {
         let (full_tx, full_rx) = mpsc::sync_channel::<Vec<u8>>(0);
         let (empty_tx, empty_rx) = mpsc::channel::<Vec<u8>>();
@@ -327,39 +332,83 @@ fn write_values(
     })
 }
 
-/// The slab cut into blocks along its first dimension, each about `BLOCK_BYTES` (more on a
-/// map with request latency) and ending on a chunk boundary, so no chunk is read twice.
+/// The slab cut into blocks in C order, each about `BLOCK_BYTES` (more on a map with request
+/// latency): runs of indices along the first dimension whose index holds no more than that
+/// (one index of each dimension before it per block), so the blocks follow each other in the
+/// output. Along the first dimension a block ends on a chunk boundary, so that no chunk is
+/// read twice, unless that makes it over `ALIGNED_BLOCKS` blocks' worth: chunks that span
+/// much of a dimension (a time series chunked `(ntime, 1)`) are then read again for each
+/// block, as the engine's cache of `cache` bytes allows, rather than the whole variable held
+/// at once; a warning says how much cache would read each once.
 fn blocks<'a>(
     open: &'a OpenDataset,
     var: VarId,
     slab: &'a Hyperslab,
+    cache: u64,
 ) -> impl Iterator<Item = Hyperslab> + 'a {
     let ds = &open.model;
     let esize = ds.var(var).element_size() as u64;
-    let row_bytes = (slab.len() / slab.count[0]).saturating_mul(esize).max(1);
     // On S3 a block spans several of the engine's batches of concurrent GETs, which it
     // overlaps; each block still ends waiting for its slowest request.
     let block_bytes = match open.map.concurrent_gets() {
         1 => BLOCK_BYTES,
         _ => BLOCK_BYTES * REMOTE_BLOCKS,
     };
-    let target_rows = (block_bytes / row_bytes).max(1);
-    let chunk0 = match ds.var(var).storage.chunks.first() {
-        Some(&c) if c > 0 && ds.var(var).storage.chunks.len() == slab.count.len() => c,
+    // The bytes of one index of each dimension: the product of the counts after it.
+    let mut index_bytes = vec![esize.max(1); slab.count.len()];
+    for d in (0..slab.count.len().saturating_sub(1)).rev() {
+        index_bytes[d] = index_bytes[d + 1].saturating_mul(slab.count[d + 1]);
+    }
+    // The dimension the blocks run along: the first whose index fits a block.
+    let split = index_bytes
+        .iter()
+        .position(|&b| b <= block_bytes)
+        .unwrap_or(slab.count.len() - 1);
+    let target = (block_bytes / index_bytes[split]).max(1);
+    let chunks = &ds.var(var).storage.chunks;
+    let chunk = match chunks.get(split) {
+        Some(&c) if c > 0 && chunks.len() == slab.count.len() => c,
         _ => 1,
     };
-    let (start0, stride0, count0) = (slab.start[0], slab.stride[0], slab.count[0]);
-    let mut done = 0;
+    let (start, stride, count) = (slab.start[split], slab.stride[split], slab.count[split]);
+    let chunk_run = chunk.div_ceil(stride).min(count);
+    let run_bytes = chunk_run.saturating_mul(index_bytes[split]);
+    if run_bytes > block_bytes * ALIGNED_BLOCKS && chunk_run > target && run_bytes > cache {
+        log::warn!(
+            "a row of the chunks of {} holds {} MiB: each of them is read again for every \
+             {} MiB written, unless --cache-size holds a row ({}M)",
+            ds.fqn_in(ds.var(var).group, &ds.var(var).name),
+            run_bytes >> 20,
+            (target * index_bytes[split]) >> 20,
+            (run_bytes + run_bytes / 4).div_ceil(1 << 20),
+        );
+    }
+    let outer: u64 = slab.count[..split].iter().product();
+    let (mut outer_done, mut done) = (0u64, 0u64);
     std::iter::from_fn(move || {
-        if done >= count0 {
+        if outer_done >= outer {
             return None;
         }
-        let end_pos = (start0 + (done + target_rows) * stride0).next_multiple_of(chunk0);
-        let end = (end_pos - start0).div_ceil(stride0).clamp(done + 1, count0);
+        let aligned = (start + (done + target) * stride).next_multiple_of(chunk);
+        let mut end = (aligned - start).div_ceil(stride).clamp(done + 1, count);
+        if (end - done).saturating_mul(index_bytes[split]) > block_bytes * ALIGNED_BLOCKS {
+            end = (done + target).min(count);
+        }
         let mut block = slab.clone();
-        block.start[0] = start0 + done * stride0;
-        block.count[0] = end - done;
+        // This block's index along each dimension before `split`, from `outer_done`.
+        let mut rest = outer_done;
+        for d in (0..split).rev() {
+            block.start[d] = slab.start[d] + (rest % slab.count[d]) * slab.stride[d];
+            block.count[d] = 1;
+            rest /= slab.count[d];
+        }
+        block.start[split] = start + done * stride;
+        block.count[split] = end - done;
         done = end;
+        if done >= count {
+            done = 0;
+            outer_done += 1;
+        }
         Some(block)
     })
 }
