@@ -563,3 +563,31 @@ def test_demo_takes_a_relative_mount_point_from_the_callers_directory(binary, tm
     finally:
         unmount(caller / "mm")
         unmount(repo / "mm")
+
+
+def test_a_listing_of_many_requests_is_whole_and_follows_changes(mounter, tmp_path):
+    """A directory of thousands of entries takes the kernel many readdir requests, each
+    continuing at an offset: every entry comes exactly once, with the right type, both with
+    `ls -f` (readdir) and `os.scandir` (readdirplus), and a change of the dataset between two
+    listings shows in the next one."""
+    store = tmp_path / "many.zarr"
+    store.mkdir()
+    (store / ".zgroup").write_text('{"zarr_format": 2}')
+    array = json.dumps({"zarr_format": 2, "shape": [2], "chunks": [2], "dtype": "<i2",
+                        "compressor": None, "fill_value": 0, "filters": None, "order": "C"})
+    names = {f"v{i:05d}" for i in range(3000)}
+    for name in names:
+        (store / name).mkdir()
+        (store / name / ".zarray").write_text(array)
+    mnt = mounter.mount(f"file://{store}#mode=zarr,file", "rw")
+    own = {"@header.cdl", "@metadata.json", "@attributes"}
+    listed = subprocess.run(["ls", "-f", str(mnt)], capture_output=True, text=True,
+                            check=True).stdout.split()
+    assert sorted(listed) == sorted(names | own | {".", ".."})
+    with os.scandir(mnt) as it:
+        entries = {e.name: e.is_dir() for e in it}
+    assert entries.keys() == names | own
+    assert all(entries[n] for n in names) and not entries["@header.cdl"]
+    (mnt / "added").mkdir()
+    os.rename(mnt / "v00007", mnt / "renamed")
+    assert set(os.listdir(mnt)) == (names - {"v00007"}) | {"added", "renamed"} | own

@@ -217,6 +217,17 @@ fn current_attr_name<'a>(opened_as: &'a str, moved: &'a Option<Option<String>>) 
     }
 }
 
+/// The entries of a directory as one snapshot shows them (`.` and `..` first), with their
+/// inodes: the offset of an entry is its index plus one.
+#[derive(Debug)]
+struct Listing {
+    snap: Arc<Snapshot>,
+    entries: Arc<Vec<(u64, Node, String)>>,
+}
+
+/// How many directories' listings are kept for the requests that continue them.
+const KEPT_LISTINGS: usize = 64;
+
 /// State shared by the session threads and the prefetching threads.
 #[derive(Debug)]
 struct Shared {
@@ -239,6 +250,10 @@ struct Shared {
     /// See [`MountHandle::end_process_when_destroyed`].
     exit_when_destroyed: Mutex<Option<String>>,
     inodes: Mutex<InodeTable>,
+    /// Directories listed lately, by inode: the requests that continue a listing read it
+    /// from here instead of making it again (a directory of 100,000 entries takes thousands
+    /// of requests, and a listing made for each cost time quadratic in its size).
+    listings: Mutex<HashMap<u64, Listing>>,
     contents: Mutex<HashMap<u64, Generated>>,
     /// The sizes of generated files told to the kernel (see [`Shared::generated_file_open_flags`]).
     reported_sizes: ReportedSizes,
@@ -431,6 +446,7 @@ impl NczarrFs {
             final_flush_failed: AtomicBool::new(false),
             exit_when_destroyed: Mutex::new(None),
             inodes: Mutex::new(InodeTable::new()),
+            listings: Mutex::new(HashMap::new()),
             contents: Mutex::new(HashMap::new()),
             reported_sizes: ReportedSizes::default(),
             handles: Mutex::new(HashMap::new()),
@@ -454,6 +470,50 @@ impl NczarrFs {
 }
 
 impl Shared {
+    /// The listing of directory `dir` (inode `ino`) in `snap`: made at the first request of
+    /// a listing (offset 0), taken from [`Shared::listings`] by the requests that continue it
+    /// while the snapshot is the same. `None` if the directory is not in `snap`.
+    fn listing(
+        &self,
+        ino: u64,
+        dir: &Node,
+        snap: &Arc<Snapshot>,
+        offset: u64,
+    ) -> Option<Arc<Vec<(u64, Node, String)>>> {
+        if offset > 0 {
+            if let Some(kept) = lock(&self.listings).get(&ino) {
+                if Arc::ptr_eq(&kept.snap, snap) {
+                    return Some(Arc::clone(&kept.entries));
+                }
+            }
+        }
+        let entries = layout::list(&snap.model, dir)?;
+        let mut inodes = lock(&self.inodes);
+        let up = parent(dir);
+        let mut all = Vec::with_capacity(entries.len() + 2);
+        all.push((ino, dir.clone(), ".".to_string()));
+        all.push((inodes.intern(&up), up, "..".to_string()));
+        for (name, node) in entries {
+            all.push((inodes.intern(&node), node, name));
+        }
+        drop(inodes);
+        let all = Arc::new(all);
+        let mut kept = lock(&self.listings);
+        // Listings of older snapshots would keep their models alive.
+        kept.retain(|_, listing| Arc::ptr_eq(&listing.snap, snap));
+        if kept.len() >= KEPT_LISTINGS && !kept.contains_key(&ino) {
+            kept.clear();
+        }
+        kept.insert(
+            ino,
+            Listing {
+                snap: Arc::clone(snap),
+                entries: Arc::clone(&all),
+            },
+        );
+        Some(all)
+    }
+
     /// Open flags of generated files and directories: the kernel may keep their contents
     /// (page cache, directory cache) only on a read-only mount of a dataset declared static
     /// (`ttl=0`), where they never change.
@@ -2002,26 +2062,16 @@ impl Filesystem for NczarrFs {
             return reply.error(Errno::ENOENT);
         };
         let snap = sh.snapshot();
-        let Some(entries) = layout::list(&snap.model, &dir) else {
+        let Some(all) = sh.listing(ino, &dir, &snap, offset) else {
             return reply.error(Errno::ENOENT);
         };
-        let mut inodes = lock(&sh.inodes);
-        let parent_ino = inodes.intern(&parent(&dir));
-        let mut all = vec![
-            (ino, FileType::Directory, ".".to_string()),
-            (parent_ino, FileType::Directory, "..".to_string()),
-        ];
-        for (name, node) in entries {
+        let skip = usize::try_from(offset).unwrap_or(usize::MAX);
+        for (i, (ino, node, name)) in all.iter().enumerate().skip(skip) {
             let kind = match node {
                 Node::File(..) => FileType::RegularFile,
                 _ => FileType::Directory,
             };
-            all.push((inodes.intern(&node), kind, name));
-        }
-        drop(inodes);
-        let skip = usize::try_from(offset).unwrap_or(0);
-        for (i, (ino, kind, name)) in all.into_iter().enumerate().skip(skip) {
-            if reply.add(INodeNo(ino), (i + 1) as u64, kind, name) {
+            if reply.add(INodeNo(*ino), (i + 1) as u64, kind, name) {
                 break;
             }
         }
@@ -2042,28 +2092,18 @@ impl Filesystem for NczarrFs {
             return reply.error(Errno::ENOENT);
         };
         let snap = sh.snapshot();
-        let Some(entries) = layout::list(&snap.model, &dir) else {
+        let Some(all) = sh.listing(ino, &dir, &snap, offset) else {
             return reply.error(Errno::ENOENT);
         };
-        let mut inodes = lock(&sh.inodes);
-        let up = parent(&dir);
-        let mut all = vec![
-            (ino, dir.clone(), ".".to_string()),
-            (inodes.intern(&up), up, "..".to_string()),
-        ];
-        for (name, node) in entries {
-            all.push((inodes.intern(&node), node, name));
-        }
-        drop(inodes);
         let ttl = sh.kernel_ttl();
-        let skip = usize::try_from(offset).unwrap_or(0);
-        for (i, (ino, node, name)) in all.into_iter().enumerate().skip(skip) {
+        let skip = usize::try_from(offset).unwrap_or(usize::MAX);
+        for (i, (ino, node, name)) in all.iter().enumerate().skip(skip) {
             // An entry that vanished since the listing is left out, as a lookup would fail.
-            let Some(attr) = sh.attr(ino, &node, &snap) else {
+            let Some(attr) = sh.attr(*ino, node, &snap) else {
                 continue;
             };
             if reply.add(
-                INodeNo(ino),
+                INodeNo(*ino),
                 (i + 1) as u64,
                 name,
                 &ttl,
