@@ -8,6 +8,10 @@
 //! chunk decoded for the cache (see [`ChunkCache::take_spare`]): a fresh buffer costs a page
 //! fault per page, more than decoding into it, and freeing and allocating chunk-sized buffers
 //! leaves the allocator's arenas holding memory the cache no longer counts.
+//!
+//! One clean chunk larger than the whole cache may be kept beside it (see
+//! [`ChunkCache::keep_oversized`]): a reader going through such a chunk in small requests (the
+//! kernel's reads of a mount are at most 1 MiB) would otherwise decode it whole for each one.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -43,6 +47,11 @@ struct Inner<T> {
     /// Buffers of evicted entries, oldest first, waiting to be reused.
     spare: VecDeque<Vec<u8>>,
     spare_bytes: usize,
+    /// The one chunk kept that is larger than the whole cache (always clean).
+    oversized: Option<(String, Arc<Vec<u8>>)>,
+    /// Counts the stores and drops that may make a chunk read from storage before them stale;
+    /// such a chunk is not kept as the oversized one.
+    epoch: u64,
 }
 
 /// Most bytes of spare buffers kept, whatever the cache size (beyond it they are freed).
@@ -81,6 +90,21 @@ pub(crate) type BatchWriteBack<'a, T> = dyn Fn(&[(&str, &[u8], &T)]) -> Vec<Resu
 pub(crate) type BatchOf<'a> = dyn for<'k> Fn(&'k str) -> Option<&'k str> + Sync + 'a;
 
 impl<T> Inner<T> {
+    /// The oversized chunk, if it is the one of `key`.
+    fn oversized(&self, key: &str) -> Option<Arc<Vec<u8>>> {
+        let (k, data) = self.oversized.as_ref()?;
+        (k == key).then(|| Arc::clone(data))
+    }
+
+    /// Forgets the oversized chunk if `keep` rejects its key, and makes chunks read from
+    /// storage until now too old to be kept as the oversized one.
+    fn forget_oversized(&mut self, keep: impl Fn(&str) -> bool) {
+        self.epoch += 1;
+        if self.oversized.as_ref().is_some_and(|(k, _)| !keep(k)) {
+            self.oversized = None;
+        }
+    }
+
     /// Adds `buf` to the spare buffers, dropping the oldest ones beyond `limit` bytes.
     fn keep_spare(&mut self, buf: Vec<u8>, limit: usize) {
         if buf.len() > limit {
@@ -107,6 +131,8 @@ impl<T> ChunkCache<T> {
                 bytes: 0,
                 spare: VecDeque::new(),
                 spare_bytes: 0,
+                oversized: None,
+                epoch: 0,
             }),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
@@ -127,7 +153,7 @@ impl<T> ChunkCache<T> {
 
     /// Looks a chunk up, marking it most recently used.
     pub(crate) fn get(&self, key: &str) -> Option<Arc<Vec<u8>>> {
-        let found = self.lock().lru.get(key).map(|e| Arc::clone(&e.data));
+        let found = self.find(key);
         let counter = if found.is_some() {
             &self.hits
         } else {
@@ -140,11 +166,39 @@ impl<T> ChunkCache<T> {
     /// Like [`ChunkCache::get`], but a miss is not counted: a second look after waiting for
     /// another thread's load of the same chunk.
     pub(crate) fn get_again(&self, key: &str) -> Option<Arc<Vec<u8>>> {
-        let found = self.lock().lru.get(key).map(|e| Arc::clone(&e.data));
+        let found = self.find(key);
         if found.is_some() {
             self.hits.fetch_add(1, Ordering::Relaxed);
         }
         found
+    }
+
+    fn find(&self, key: &str) -> Option<Arc<Vec<u8>>> {
+        let mut inner = self.lock();
+        match inner.lru.get(key) {
+            Some(e) => Some(Arc::clone(&e.data)),
+            None => inner.oversized(key),
+        }
+    }
+
+    /// The current epoch, to be taken before a chunk is read from storage and handed to
+    /// [`ChunkCache::keep_oversized`] with it.
+    pub(crate) fn epoch(&self) -> u64 {
+        self.lock().epoch
+    }
+
+    /// Keeps `data`, the clean chunk of `key` read from storage since `epoch`, as the one
+    /// chunk larger than the whole cache, in place of the previous one. Nothing is kept when
+    /// the chunk fits in the cache (it goes there), when the cache holds nothing (capacity 0),
+    /// or when a store or drop since `epoch` may have made `data` stale.
+    pub(crate) fn keep_oversized(&self, key: &str, data: &Arc<Vec<u8>>, epoch: u64) {
+        if self.capacity == 0 || self.fits(data.len()) {
+            return;
+        }
+        let mut inner = self.lock();
+        if inner.epoch == epoch {
+            inner.oversized = Some((key.to_string(), Arc::clone(data)));
+        }
     }
 
     /// A buffer of exactly `len` bytes (of unspecified contents) from an evicted entry, if one
@@ -176,9 +230,10 @@ impl<T> ChunkCache<T> {
     /// Inserts a chunk, then evicts least recently used entries until the bound holds, writing
     /// dirty ones back first with `write_back`. A dirty chunk replaces any cached one; a clean
     /// chunk never replaces a cached one (which may hold unflushed writes made since the clean
-    /// copy was fetched). An entry larger than the whole cache is not kept (a dirty one is
-    /// written back at once). If a write-back fails the entry stays cached (dirty) and the
-    /// error is returned.
+    /// copy was fetched). An entry larger than the whole cache is not kept in it: a dirty one
+    /// is written back at once and then kept as the oversized chunk (see
+    /// [`ChunkCache::keep_oversized`]). If a write-back fails the entry stays cached (dirty)
+    /// and the error is returned.
     pub(crate) fn insert(
         &self,
         key: &str,
@@ -194,9 +249,19 @@ impl<T> ChunkCache<T> {
             inner.bytes -= old.data.len();
         }
         if !self.fits(data.len()) {
+            let Some(token) = &dirty else {
+                return Ok(());
+            };
+            // Readers that fetch the chunk while it is being stored must not keep what they
+            // read: the epoch moves before the store and after it.
+            inner.forget_oversized(|k| k != key);
             drop(inner);
-            if let Some(token) = &dirty {
-                write_back(key, &data, token)?;
+            let stored = write_back(key, &data, token);
+            let mut inner = self.lock();
+            inner.forget_oversized(|k| k != key);
+            stored?;
+            if self.capacity > 0 {
+                inner.oversized = Some((key.to_string(), data));
             }
             return Ok(());
         }
@@ -378,6 +443,9 @@ impl<T> ChunkCache<T> {
     /// else holds it (a chunk a sequential reader has gone past).
     pub(crate) fn release(&self, key: &str) {
         let mut inner = self.lock();
+        if inner.oversized.as_ref().is_some_and(|(k, _)| k == key) {
+            inner.oversized = None;
+        }
         if inner.lru.peek(key).is_none_or(|e| e.dirty.is_some()) {
             return;
         }
@@ -393,6 +461,7 @@ impl<T> ChunkCache<T> {
     /// Forgets the entry of `key`, dirty or not (its chunk is about to be stored whole).
     pub(crate) fn discard(&self, key: &str) {
         let mut inner = self.lock();
+        inner.forget_oversized(|k| k != key);
         if let Some(e) = inner.lru.pop(key) {
             inner.bytes -= e.data.len();
         }
@@ -402,6 +471,7 @@ impl<T> ChunkCache<T> {
     /// ones back first.
     pub(crate) fn invalidate(&self, prefix: &str, write_back: &mut WriteBack<'_, T>) -> Result<()> {
         let mut inner = self.lock();
+        inner.forget_oversized(|k| !k.starts_with(prefix));
         let keys: Vec<String> = inner
             .lru
             .iter()
@@ -526,10 +596,63 @@ mod tests {
     }
 
     #[test]
+    fn one_oversized_chunk_kept_beside_the_cache() {
+        let c: ChunkCache<u32> = ChunkCache::new(4);
+        let big = |x: u8| Arc::new(vec![x; 5]);
+        let e = c.epoch();
+        c.keep_oversized("a", &big(1), e);
+        assert_eq!(*c.get("a").unwrap(), vec![1; 5]);
+        c.keep_oversized("b", &big(2), e);
+        assert!(c.get("a").is_none(), "only one is kept");
+        assert_eq!(*c.get("b").unwrap(), vec![2; 5]);
+        // What fits goes to the cache, not beside it.
+        c.keep_oversized("small", &Arc::new(vec![0; 4]), e);
+        assert!(c.get("small").is_none() && c.get("b").is_some());
+        c.release("b");
+        assert!(c.get("b").is_none());
+        // A chunk read before a store or a drop may be stale: not kept.
+        for forget in [
+            &(|c: &ChunkCache<u32>| c.discard("x")) as &dyn Fn(&ChunkCache<u32>),
+            &|c| c.invalidate("y", &mut clean).unwrap(),
+            &|c| {
+                c.insert("z", big(9), Some(1), &mut |_: &str, _: &[u8], _: &u32| {
+                    Ok(())
+                })
+                .unwrap()
+            },
+        ] {
+            let e = c.epoch();
+            forget(&c);
+            c.keep_oversized("a", &big(1), e);
+            assert!(c.get("a").is_none());
+        }
+        // A dirty oversized chunk is stored at once, then kept; a failed store keeps nothing.
+        let mut stored = Vec::new();
+        c.insert("d", big(3), Some(1), &mut |k: &str, d: &[u8], _: &u32| {
+            stored.push((k.to_string(), d.to_vec()));
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(stored, [("d".to_string(), vec![3; 5])]);
+        assert_eq!(*c.get("d").unwrap(), vec![3; 5]);
+        let failed = c.insert("d", big(4), Some(1), &mut |_: &str, _: &[u8], _: &u32| {
+            Err(Error::Codec {
+                codec: "test".into(),
+                reason: "cannot encode".into(),
+            })
+        });
+        assert!(failed.is_err());
+        assert!(c.get("d").is_none());
+        assert_eq!(c.stats().bytes, 0);
+    }
+
+    #[test]
     fn zero_capacity_keeps_nothing() {
         let c: ChunkCache<u32> = ChunkCache::new(0);
         c.insert("a", Arc::new(vec![1]), None, &mut clean).unwrap();
         assert!(c.get("a").is_none());
+        c.keep_oversized("o", &Arc::new(vec![1]), c.epoch());
+        assert!(c.get("o").is_none());
         let mut written = Vec::new();
         c.insert(
             "d",

@@ -835,10 +835,11 @@ impl ChunkEngine {
         let inner = combinations(&gs.spans[1..]);
         let row_elems = gs.out_strides[0];
         // A read touching more chunks than the cache holds would only cycle them through it
-        // (evicting everything else), so such a scan bypasses the cache.
+        // (evicting everything else), so such a scan bypasses the cache. A read within one
+        // chunk larger than the cache keeps it beside the cache, for the reads that follow.
         let touched = (rows.len() as u128) * (inner.len() as u128);
-        let keep =
-            touched * (plan.chunk_elems * plan.esize) as u128 <= self.cache.capacity() as u128;
+        let keep = touched == 1
+            || touched * (plan.chunk_elems * plan.esize) as u128 <= self.cache.capacity() as u128;
         let row_bytes = row_elems as usize * plan.esize;
         // A map with request latency (S3) gets the chunks of a read in batches of concurrent
         // requests, then they are decoded in parallel: rayon alone would keep only as many
@@ -1161,14 +1162,26 @@ impl ChunkEngine {
         result
     }
 
-    /// Reads and decodes the chunk at `key` and caches it; `None` if it was never written. A
-    /// chunk that decodes in place does so into a spare buffer of the cache when there is one,
-    /// through this thread's scratch buffers: nothing is allocated per chunk.
+    /// Reads and decodes the chunk at `key` and caches it (one larger than the whole cache is
+    /// kept beside it); `None` if it was never written. A chunk that decodes in place does so
+    /// into a spare buffer of the cache when there is one, through this thread's scratch
+    /// buffers: nothing is allocated per chunk.
     fn load(&self, plan: &Arc<VarPlan>, key: &str) -> Result<Option<Arc<Vec<u8>>>> {
-        if !plan.direct() {
+        let epoch = self.cache.epoch();
+        let native = if plan.direct() {
+            self.load_direct(plan, key)?
+        } else {
             let raw = self.map.get(key)?;
-            return self.decode_keep(plan, key, raw, true);
+            self.decode_keep(plan, key, raw, true)?
+        };
+        if let Some(chunk) = &native {
+            self.cache.keep_oversized(key, chunk, epoch);
         }
+        Ok(native)
+    }
+
+    /// [`ChunkEngine::load`] of a chunk that decodes in place.
+    fn load_direct(&self, plan: &Arc<VarPlan>, key: &str) -> Result<Option<Arc<Vec<u8>>>> {
         let len = plan.chunk_elems * plan.esize;
         let mut buf = self.cache.take_spare(len).unwrap_or_else(|| vec![0; len]);
         if !plan.read_direct(self.map.as_ref(), key, &mut buf)? {

@@ -565,6 +565,48 @@ fn cache_hits_and_bound() {
     assert_eq!(e.stats().entries, 0);
 }
 
+/// Reads within a chunk larger than the whole cache (a mount's kernel reads of at most 1 MiB
+/// in a chunk of hundreds) fetch and decode it once, not once each.
+#[test]
+fn a_chunk_larger_than_the_cache_is_kept_for_the_reads_within_it() {
+    let (map, ds, v) = grid_fixture("<i4", ChunkOrder::C);
+    // Chunks are 2 x 3 ints, 24 bytes: none fits.
+    let e = engine(&map, 20);
+    let gets = || map.gets.load(Ordering::Relaxed);
+    for (y, x) in [(0, 0), (0, 1), (1, 2), (1, 0)] {
+        let one = slab(&[y, x], &[1, 1], &[1, 1]);
+        assert_eq!(read_i32(&e, &ds, v, &one).unwrap(), expected(&one));
+    }
+    assert_eq!(gets(), 1, "chunk 0.0 fetched once");
+    assert_eq!(e.stats().bytes, 0, "not counted in the cache's bound");
+    // Another chunk takes its place.
+    let other = slab(&[0, 3], &[1, 1], &[1, 1]);
+    assert_eq!(read_i32(&e, &ds, v, &other).unwrap(), expected(&other));
+    let first = slab(&[0, 0], &[1, 1], &[1, 1]);
+    read_i32(&e, &ds, v, &first).unwrap();
+    assert_eq!(gets(), 3);
+    // A write is stored at once and read back from the kept chunk.
+    let data = (-5i32).to_le_bytes();
+    e.write(&ds, v, &first, &data).unwrap();
+    let stored = map.object("v/0.0").unwrap();
+    assert_eq!(stored[..4], data);
+    let before = gets();
+    assert_eq!(read_i32(&e, &ds, v, &first).unwrap(), vec![-5]);
+    assert_eq!(gets(), before);
+    // Changed storage is seen after an invalidation.
+    let mut chunk = stored;
+    chunk[..4].copy_from_slice(&77i32.to_le_bytes());
+    map.insert("v/0.0", chunk);
+    e.invalidate("v/").unwrap();
+    assert_eq!(read_i32(&e, &ds, v, &first).unwrap(), vec![77]);
+    // Capacity 0 keeps nothing at all.
+    let e = engine(&map, 0);
+    let before = gets();
+    read_i32(&e, &ds, v, &first).unwrap();
+    read_i32(&e, &ds, v, &first).unwrap();
+    assert_eq!(gets(), before + 2);
+}
+
 #[test]
 fn invalidate_sees_changed_storage() {
     let (map, ds, v) = grid_fixture("<i4", ChunkOrder::C);
