@@ -242,6 +242,23 @@ def test_attribute_files(mounter, nczarr):
     assert g["history"] == "made by a test"
 
 
+def test_attribute_text_ends_at_a_nul_byte_in_nczarr(mounter, nczarr, tmp_path):
+    """netcdf-c cannot open an NCZarr dataset with a NUL byte in its JSON, and ends text at
+    a NUL when it writes: an attribute file written with one stores the text before it
+    (shown so at once), and the log says what was dropped."""
+    log = tmp_path / "mount.log"
+    mnt = mounter.mount(nczarr, "rw", log=log)
+    (mnt / "temp" / "@attributes" / "note").write_bytes(b"a\0b")
+    (mnt / "@attributes" / "ended").write_bytes(b"c\0")
+    assert (mnt / "temp" / "@attributes" / "note").read_bytes() == b"a"
+    assert (mnt / "@attributes" / "ended").read_bytes() == b"c"
+    umount_and_wait(mnt)
+    assert netcdf_attrs(nczarr, "temp")["note"] == "a"
+    assert netcdf_attrs(nczarr)["ended"] == "c"
+    warned = [line for line in log.read_text().splitlines() if "NUL" in line]
+    assert len(warned) == 1 and '/temp: attribute "note"' in warned[0], warned
+
+
 def test_shell_redirections_keep_the_type_of_an_existing_attribute(mounter, tmp_path):
     # `echo VALUE > FILE` closes a duplicate of the file before anything is written, so the
     # attribute is flushed once empty and then again with its text: the second flush must
