@@ -238,3 +238,49 @@ def test_control_characters_in_text_read_back_in_netcdf_c(nczarrfs, tmp_path, re
     before["attrs"]["added"] = ["text", "changed by nczarrfs"]
     before["groups"]["newgroup"] = {"attrs": {}, "dims": {}, "groups": {}, "vars": {}}
     assert _show(python, _nczarr(theirs)) == before
+
+
+NUL_WRITER = """
+import sys, netCDF4
+url, strings = sys.argv[1], sys.argv[2] == "1"
+with netCDF4.Dataset(url, "w", format="NETCDF4") as d:
+    d.createDimension("x", 2)
+    c = d.createVariable("c", "S1", ("x",), fill_value=b"\\0")
+    c.mid = "x\\0y"
+    c.end = "abc\\0"
+    c[0] = b"q"
+    d.g = "p\\0q"
+    if strings:
+        d.setncattr_string("s", ["p\\0q", "r"])
+"""
+
+
+@pytest.mark.parametrize("release", ["4.10.1", *RELEASES])
+def test_text_with_a_nul_byte_is_stored_as_netcdf_c_stores_it(nczarrfs, tmp_path, release):
+    """netcdf-c reads no NUL byte in NCZarr JSON (a raw one fails the whole dataset, `\\u0000`
+    reads as `u0000`), and its own writer ends text at a NUL: `gen` must store what the
+    release's writer stores of the same attributes (as ncdump prints them of HDF5), warning
+    where text after a NUL is lost."""
+    python = Path(sys.executable) if release == "4.10.1" else _python(release)
+    strings = release != "4.9.0"
+    theirs = tmp_path / "theirs.file"
+    subprocess.run([str(python), "-c", NUL_WRITER, _nczarr(theirs), str(int(strings))],
+                   check=True, capture_output=True)
+    want = _show(python, _nczarr(theirs))
+    assert want["vars"]["c"]["attrs"]["mid"] == ["text", "x"]
+    cdl = tmp_path / "nul.cdl"
+    cdl.write_text("\n".join([
+        "netcdf nul {", "dimensions:", "  x = 2 ;", "variables:", "  char c(x) ;",
+        '    c:_FillValue = "\\000" ;', '    c:mid = "x\\000y" ;', '    c:end = "abc\\000" ;',
+        *(['  string :s = "p\\000q", "r" ;'] if strings else []),
+        '  :g = "p\\000q" ;', "data:", ' c = "q" ;', "}", ""]))
+    ours = tmp_path / "ours.file"
+    flags = [] if release == "4.10.1" else ["--for-netcdf-c", release]
+    made = nczarrfs("gen", *flags, "-o", str(ours), str(cdl))
+    assert made.returncode == 0, made.stderr.decode()
+    got = _show(python, _nczarr(ours))
+    for shown in (want, got):
+        shown["attrs"].pop("_NCProperties", None)
+    assert got == want
+    warned = [line for line in made.stderr.decode().splitlines() if "NUL" in line]
+    assert sorted(w.split('"')[1] for w in warned) == sorted(["mid", "g", *(["s"] if strings else [])])

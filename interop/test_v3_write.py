@@ -300,6 +300,38 @@ def test_strings_are_variable_length(nczarrfs, tmp_path, mode, sharded):
         assert _dump(nczarrfs, dst, "-n", "s") == _dump(nczarrfs, src)
 
 
+@pytest.mark.parametrize("command", ["gen", "copy"])
+def test_a_string_fill_value_leaves_pure_v3_open_in_xarray(nczarrfs, tmp_path, command):
+    """xarray (2026.9, with zarr-python 3.1.6) fails to open a whole Zarr v3 store whose
+    `string` array has a `_FillValue` attribute, and refuses to write one itself: the fill is
+    the array's `fill_value` alone, and the values read as netCDF4-python reads the source
+    (the element never written is the fill)."""
+    src = tmp_path / "s.file"
+    with netCDF4.Dataset(f"file://{src}#mode=nczarr,file", "w") as nc:
+        nc.createDimension("x", 3)
+        s = nc.createVariable("s", str, ("x",), fill_value="FV")
+        s[0] = "a"
+        s[2] = "c"
+        nc.createVariable("i", "i4", ("x",))[:] = [1, 2, 3]
+    with netCDF4.Dataset(f"file://{src}#mode=nczarr,file") as nc:
+        nc.set_auto_mask(False)
+        want = [str(x) for x in nc["s"][:]]
+    assert want == ["a", "FV", "c"]
+    dst = tmp_path / "s.zarr"
+    if command == "copy":
+        _ok(nczarrfs("copy", "-k", "zarr,v3", str(src), str(dst)), "copy")
+    else:
+        cdl = tmp_path / "s.cdl"
+        cdl.write_text(_ok(nczarrfs("dump", str(src)), "dump").decode())
+        _ok(nczarrfs("gen", "-k", "zarr,v3", "-o", str(dst), str(cdl)), "gen")
+    meta = json.loads((dst / "s" / "zarr.json").read_text())
+    assert "_FillValue" not in meta["attributes"], meta
+    assert zarr.open_array(str(dst / "s"), mode="r").fill_value == "FV"
+    with xr.open_zarr(str(dst), zarr_format=3, consolidated=False) as ds:
+        assert [str(x) for x in ds["s"].values] == want
+        assert ds["i"].values.tolist() == [1, 2, 3]
+
+
 def test_sharded_variable_without_fill_keeps_chunks_of_zeros(nczarrfs, tmp_path):
     """A variable without a fill value (`_NoFill`) declares netCDF's default fill on Zarr v3,
     which requires one. An inner chunk of zeros is data, not fill: the shard must hold it,

@@ -163,6 +163,53 @@ def test_fixed_variables_refuse_growth_with_efbig(mounter, nczarr):
     assert read_var(mnt, "counts").reshape(-1)[-1] == 5
 
 
+def test_a_variable_using_its_unlimited_dimension_again_cannot_grow_through_data(
+    mounter, tmp_path
+):
+    """Growing `r` of `w(r, r)` changes its row length, so appended bytes would land on
+    values already stored (element (1, 1) of the 3 x 3 layout): appends and growing
+    truncates are EFBIG with a log line saying why. Growth through `a(r)` keeps every value
+    of `w` at its index, as netCDF4-python reads it after the unmount."""
+    import netCDF4
+
+    url = f"file://{tmp_path / 'ds.file'}#mode=nczarr,file"
+    with netCDF4.Dataset(url, "w", format="NETCDF4") as ds:
+        ds.createDimension("r", None)
+        ds.createDimension("x", 2)
+        w = ds.createVariable("w", "f4", ("r", "r"))
+        w[0:2, 0:2] = np.array([[1, 2], [3, 4]], dtype="f4")
+        q = ds.createVariable("q", "i4", ("r", "x", "r"))
+        q[0:2, :, 0:2] = np.arange(8, dtype="i4").reshape(2, 2, 2)
+        ds.createVariable("a", "i4", ("r",))
+    log = tmp_path / "mount.log"
+    mnt = mounter.mount(url, "rw", log=log)
+    for var, size in (("w", 16), ("q", 32)):
+        path = mnt / var / "data"
+        with pytest.raises(OSError) as e, open(path, "ab") as f:
+            f.write(b"\0" * 8)
+        assert e.value.errno == errno.EFBIG, var
+        with pytest.raises(OSError) as e:
+            os.truncate(path, size + 4)
+        assert e.value.errno == errno.EFBIG, var
+        assert path.stat().st_size == size
+    text = log.read_text()
+    assert "w/data: write at 16 past the end of a variable that uses its unlimited dimension r again" in text
+    assert "truncate /q/data to 36 bytes: past the end of a variable that uses its unlimited dimension r again" in text
+    with open(mnt / "a" / "data", "ab") as f:
+        f.write(np.array([7, 8, 9], dtype="i4").tobytes())
+    assert (mnt / "w" / "data").stat().st_size == 5 * 5 * 4
+    umount_and_wait(mnt)
+    with netCDF4.Dataset(url) as ds:
+        w = ds["w"][:]
+        assert w.shape == (5, 5)
+        assert np.array_equal(w[:2, :2], [[1, 2], [3, 4]])
+        assert w.mask[:, 2:].all() and w.mask[2:].all()
+        q = ds["q"][:]
+        assert np.array_equal(q[:2, :, :2], np.arange(8).reshape(2, 2, 2))
+        assert q.mask[2:].all() and q.mask[:, :, 2:].all()
+        assert np.array_equal(ds["a"][2:], [7, 8, 9])
+
+
 def test_attribute_files(mounter, nczarr):
     mnt = mounter.mount(nczarr, "rw")
     attrs = mnt / "temp" / "@attributes"
@@ -193,6 +240,23 @@ def test_attribute_files(mounter, nczarr):
     g = netcdf_attrs(nczarr)
     assert "version" not in g
     assert g["history"] == "made by a test"
+
+
+def test_attribute_text_ends_at_a_nul_byte_in_nczarr(mounter, nczarr, tmp_path):
+    """netcdf-c cannot open an NCZarr dataset with a NUL byte in its JSON, and ends text at
+    a NUL when it writes: an attribute file written with one stores the text before it
+    (shown so at once), and the log says what was dropped."""
+    log = tmp_path / "mount.log"
+    mnt = mounter.mount(nczarr, "rw", log=log)
+    (mnt / "temp" / "@attributes" / "note").write_bytes(b"a\0b")
+    (mnt / "@attributes" / "ended").write_bytes(b"c\0")
+    assert (mnt / "temp" / "@attributes" / "note").read_bytes() == b"a"
+    assert (mnt / "@attributes" / "ended").read_bytes() == b"c"
+    umount_and_wait(mnt)
+    assert netcdf_attrs(nczarr, "temp")["note"] == "a"
+    assert netcdf_attrs(nczarr)["ended"] == "c"
+    warned = [line for line in log.read_text().splitlines() if "NUL" in line]
+    assert len(warned) == 1 and '/temp: attribute "note"' in warned[0], warned
 
 
 def test_shell_redirections_keep_the_type_of_an_existing_attribute(mounter, tmp_path):

@@ -480,3 +480,63 @@ fn control_characters_are_spelled_for_their_readers() {
     assert!(has(&pure, b"\"a\\u0001b\\u001fc\\td\x7f\""), "{pure:?}");
     assert!(serde_json::from_slice::<Value>(&pure).is_ok());
 }
+
+/// A NUL byte ends NCZarr text, as netcdf-c writes it: netcdf-c fails to open a dataset with a
+/// NUL byte in its JSON and reads `\u0000` as `u0000`. Pure Zarr keeps the escape, which its
+/// readers decode. The reader takes every spelling: a raw NUL (as nczarrfs wrote it before)
+/// and the escape.
+#[test]
+fn a_nul_byte_ends_nczarr_text_and_every_spelling_reads_back() {
+    let mut ds = Dataset::new();
+    let x = ds.add_dim(Dataset::ROOT, "x", 2, false);
+    let mut c = var("c", Dataset::ROOT, NcType::Char, vec![x]);
+    c.storage.fill_value = Some(vec![0]);
+    c.attrs = vec![attr("_FillValue", AttrValue::Char(vec![0]))];
+    ds.add_var(c);
+    ds.groups[0].attrs = vec![
+        attr("t", AttrValue::Char(b"x\0y".to_vec())),
+        attr("e", AttrValue::Char(b"abc\0".to_vec())),
+        attr("s", AttrValue::Str(vec!["p\0q".into(), "r".into()])),
+    ];
+    let stored = |dialect| {
+        let map = nczarrfs::zmap::MemoryMap::new();
+        let opts = WriteOptions {
+            dialect,
+            ..WriteOptions::default()
+        };
+        write_metadata(&map, &ds, &opts).unwrap();
+        map
+    };
+    let nczarr = stored(Dialect::NcZarr);
+    let zattrs = nczarr.get(".zattrs").unwrap().unwrap();
+    let has = |hay: &[u8], needle: &[u8]| hay.windows(needle.len()).any(|w| w == needle);
+    assert!(!zattrs.contains(&0), "{zattrs:?}");
+    assert!(
+        has(&zattrs, br#""t":"x","e":"abc","s":["p","r"]"#),
+        "{zattrs:?}"
+    );
+    let c_attrs = nczarr.get("c/.zattrs").unwrap().unwrap();
+    assert!(has(&c_attrs, br#""_FillValue":"""#), "{c_attrs:?}");
+    let pure = stored(Dialect::Zarr).get(".zattrs").unwrap().unwrap();
+    assert!(has(&pure, br#""t":"x\u0000y""#), "{pure:?}");
+
+    let mode = nczarrfs::location::Mode {
+        format: Some(nczarrfs::location::Format::NcZarr),
+        ..Default::default()
+    };
+    for spelling in [&b"x\0y"[..], br"x\u0000y"] {
+        let at = zattrs.windows(7).position(|w| w == br#""t":"x""#).unwrap();
+        let text = [
+            &zattrs[..at],
+            br#""t":""#,
+            spelling,
+            b"\"",
+            &zattrs[at + 7..],
+        ]
+        .concat();
+        nczarr.put(".zattrs", &text).unwrap();
+        let back = nczarrfs::meta::read_dataset(&nczarr, &mode).unwrap();
+        let t = back.groups[0].attrs.iter().find(|a| a.name == "t").unwrap();
+        assert_eq!(t.value, AttrValue::Char(b"x\0y".to_vec()), "{spelling:?}");
+    }
+}

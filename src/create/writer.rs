@@ -6,7 +6,9 @@ use std::sync::Arc;
 use crate::chunk::{ChunkEngine, Hyperslab};
 use crate::codec::netcdf_element_size;
 use crate::location::{Format, Location, Storage};
-use crate::meta::writer::{default_dtype, write_metadata, Dialect};
+use crate::meta::writer::{
+    default_dtype, text_after_nul, text_cut_at_nul, write_metadata, Dialect,
+};
 use crate::meta::writer_v3;
 use crate::model::{
     AttrValue, Attribute, ByteOrder, ChunkKeyEncoding, ChunkOrder, CodecSpec, Dataset, DimId,
@@ -91,6 +93,7 @@ impl DatasetWriter {
         for i in 0..w.model.vars.len() {
             w.complete_storage(VarId(i))?;
         }
+        w.warn_every_text_after_nul();
         w.write_meta()?;
         w.map.flush()?;
         Ok(w)
@@ -204,6 +207,8 @@ impl DatasetWriter {
             stored_lengths,
         };
         w.fill_past_stored_shapes()?;
+        // A raw NUL, as nczarrfs wrote it before, or an escaped one from another writer.
+        w.warn_every_text_after_nul();
         Ok(w)
     }
 
@@ -595,6 +600,12 @@ impl DatasetWriter {
                 self.set_fill(v, Some(&value))?;
             }
         }
+        self.warn_text_after_nul(target, name, &value);
+        // The model holds what storage will: a mount shows the attribute as stored.
+        let value = match text_cut_at_nul(&value) {
+            Some(cut) if self.nczarr_v2() => cut,
+            _ => value,
+        };
         let attrs = self.attrs_mut(target)?;
         match attrs.iter_mut().find(|a| a.name == name) {
             Some(a) => a.value = value,
@@ -605,6 +616,44 @@ impl DatasetWriter {
         }
         self.meta_dirty = true;
         Ok(())
+    }
+
+    /// Whether the dataset is NCZarr in Zarr v2, the one netcdf-c reads, whose text attributes
+    /// end at a NUL byte (see [`text_cut_at_nul`]).
+    fn nczarr_v2(&self) -> bool {
+        self.opts.dialect == Dialect::NcZarr && self.opts.zarr_version == 2
+    }
+
+    /// [`DatasetWriter::warn_text_after_nul`] for every attribute of the model.
+    fn warn_every_text_after_nul(&self) {
+        for (g, group) in self.model.groups.iter().enumerate() {
+            for a in &group.attrs {
+                self.warn_text_after_nul(AttrTarget::Group(GroupId(g)), &a.name, &a.value);
+            }
+        }
+        for (v, var) in self.model.vars.iter().enumerate() {
+            for a in &var.attrs {
+                self.warn_text_after_nul(AttrTarget::Var(VarId(v)), &a.name, &a.value);
+            }
+        }
+    }
+
+    /// Warns that the text of attribute `name` of `target` goes on after a NUL byte, where
+    /// NCZarr (Zarr v2) stores it cut.
+    fn warn_text_after_nul(&self, target: AttrTarget, name: &str, value: &AttrValue) {
+        if !self.nczarr_v2() || !text_after_nul(value) {
+            return;
+        }
+        let owner = match target {
+            AttrTarget::Group(g) => self.model.group_fqn(g),
+            AttrTarget::Var(v) => self.model.var_fqn(v),
+        };
+        log::warn!(
+            "{owner}: attribute {}: the text after its first NUL byte is not stored (when \
+             the metadata is written; netcdf-c reads NCZarr text only up to a NUL, and writes \
+             it so)",
+            crate::error::quoted(name)
+        );
     }
 
     /// Deletes an attribute; deleting a variable's `_FillValue` restores the default fill (a

@@ -40,7 +40,7 @@ use super::slab::{element_range_slabs, slab_len};
 use super::splice::{self, Spliced};
 use super::stream::{Geometry, ReadStream};
 use super::workers::Workers;
-use super::write::{parse_attr_text, write_data};
+use super::write::{parse_attr_text, why_fixed_size, write_data};
 
 /// How long the kernel may cache names and attributes when the dataset is declared static.
 const STATIC_TTL: Duration = Duration::from_secs(3600);
@@ -782,13 +782,13 @@ impl Shared {
                         )));
                     }
                     if size == current {
-                        return Ok(true);
+                        return Ok(None);
                     }
                     // Growing writes the last byte's element back as it reads (fill).
                     let mut last = vec![0u8; 1];
                     read_data_writer(w, var, size - 1, &mut last)?;
                     if write_data(w, var, size - 1, &last)? != 1 {
-                        return Ok(false);
+                        return Ok(Some(why_fixed_size(w.model(), var)));
                     }
                     match handle {
                         // Stored when the file is flushed or closed, as a write would be.
@@ -801,12 +801,15 @@ impl Shared {
                         // `truncate(2)` of a path: no close follows.
                         None => w.sync()?,
                     }
-                    Ok(true)
+                    Ok(None)
                 });
                 match result {
-                    Ok(true) => Ok(()),
-                    Ok(false) => {
-                        log::warn!("truncate {} past a fixed size (EFBIG)", node_display(node));
+                    Ok(None) => Ok(()),
+                    Ok(Some(why)) => {
+                        log::warn!(
+                            "truncate {} to {size} bytes: past the end of {why} (EFBIG)",
+                            node_display(node)
+                        );
                         Err(Errno::EFBIG)
                     }
                     Err(e) => Err(self.refused(node, "truncate", &e)),
@@ -1594,6 +1597,9 @@ impl Filesystem for NczarrFs {
                 offset
             };
             let n = write_data(w, var, at, data)?;
+            if n == 0 && !data.is_empty() {
+                return Ok(Err(why_fixed_size(w.model(), var)));
+            }
             let written = at..at + n as u64;
             if appending {
                 tail.appended(written.clone(), content::data_size(w.model(), var));
@@ -1601,17 +1607,17 @@ impl Filesystem for NczarrFs {
             if let Some(truncation) = &handle.truncation {
                 lock(truncation).wrote(written);
             }
-            Ok(n)
+            Ok(Ok(n))
         });
         match result {
-            Ok(0) if !data.is_empty() => {
+            Ok(Err(why)) => {
                 log::warn!(
-                    "{}: write at {offset} past the end of a fixed-size variable (EFBIG)",
+                    "{}: write at {offset} past the end of {why} (EFBIG)",
                     node_display(&handle.node)
                 );
                 reply.error(Errno::EFBIG)
             }
-            Ok(n) => {
+            Ok(Ok(n)) => {
                 handle.wrote.store(true, Ordering::SeqCst);
                 reply.written(n as u32)
             }

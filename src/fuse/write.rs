@@ -6,19 +6,20 @@ use crate::cdl::lexer::{tokenize, Tok};
 use crate::cdl::parser::parse_cdl;
 use crate::chunk::Hyperslab;
 use crate::create::DatasetWriter;
-use crate::model::{AttrValue, Dataset, NcType, VarId};
+use crate::model::{AttrValue, Dataset, DimId, NcType, VarId};
 use crate::{Error, Result};
 
 use super::slab::{element_range_slabs, slab_len};
 
 /// Writes `data` at byte `offset` of `var`'s `data` file and returns how many bytes were
 /// taken: all of them, except that a variable which cannot grow takes only what fits before
-/// its end (0 when `offset` is at or past it: the caller's `EFBIG`).
+/// its end (0 when `offset` is at or past it: the caller's `EFBIG`, logged with
+/// [`why_fixed_size`]).
 ///
-/// A variable grows when its first dimension is unlimited: the dimension is extended to cover
-/// the whole record the write ends in, so the rest of that record (and any gap before the
-/// write) reads as fill. Bytes that cover only part of an element are merged with the element's
-/// current value.
+/// A variable grows when its first dimension is unlimited and used only there: the dimension
+/// is extended to cover the whole record the write ends in, so the rest of that record (and any
+/// gap before the write) reads as fill. Bytes that cover only part of an element are merged
+/// with the element's current value.
 pub fn write_data(w: &mut DatasetWriter, var: VarId, offset: u64, data: &[u8]) -> Result<usize> {
     let ds = w.model();
     let v = ds
@@ -34,7 +35,7 @@ pub fn write_data(w: &mut DatasetWriter, var: VarId, offset: u64, data: &[u8]) -
     }
     let shape = ds.var_shape(var);
     let size = shape.iter().product::<u64>().saturating_mul(esz);
-    let grow_dim = v.dims.first().copied().filter(|d| ds.dim(*d).unlimited);
+    let grow_dim = growing_dim(ds, var);
     let record_elems: u64 = shape.iter().skip(1).product();
     let mut end = offset
         .checked_add(data.len() as u64)
@@ -70,6 +71,34 @@ pub fn write_data(w: &mut DatasetWriter, var: VarId, offset: u64, data: &[u8]) -
         pos += n;
     }
     Ok(data.len())
+}
+
+/// The dimension a write past the end of `var`'s `data` file grows: its first, when that is
+/// unlimited and not used again later in its shape. Growing a dimension that is used again
+/// (`w(r, r)`, `q(t, x, t)`) would change the length of rows after the first, which moves
+/// every value already stored to another byte offset of the flat file: an append would land
+/// on existing values instead of after them.
+fn growing_dim(ds: &Dataset, var: VarId) -> Option<DimId> {
+    let dims = &ds.var(var).dims;
+    let (&first, rest) = dims.split_first()?;
+    (ds.dim(first).unlimited && !rest.contains(&first)).then_some(first)
+}
+
+/// Why a write past the end of `var`'s `data` file (or a `truncate` that would make it longer)
+/// is refused with `EFBIG`, for the log line: "past the end of …".
+pub fn why_fixed_size(ds: &Dataset, var: VarId) -> String {
+    let dims = &ds.var(var).dims;
+    match dims.split_first() {
+        Some((&first, rest)) if ds.dim(first).unlimited && rest.contains(&first) => {
+            let name = &ds.dim(first).name;
+            format!(
+                "a variable that uses its unlimited dimension {name} again: growing {name} \
+                 would change the length of its rows and move the values already in the \
+                 file (`put` can write past its end)"
+            )
+        }
+        _ => "a fixed-size variable".to_string(),
+    }
 }
 
 /// The whole elements that `data`, written at byte `offset` of `var`'s `data` file, touches
@@ -486,5 +515,57 @@ mod tests {
         let mut out = [0u8; 6];
         w.read(f, &Hyperslab::whole(&[3]), &mut out).unwrap();
         assert_eq!(&out[4..], &[1, 0]);
+    }
+
+    #[test]
+    fn a_variable_using_its_unlimited_dimension_again_does_not_grow_through_its_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let loc = Location::parse(&format!(
+            "file://{}#mode=nczarr,file",
+            dir.path().join("ds").display()
+        ))
+        .unwrap();
+        let mut w = DatasetWriter::create(&loc, CreateOptions::default()).unwrap();
+        let r = w.add_dim(Dataset::ROOT, "r", 0, true).unwrap();
+        let u = w.add_dim(Dataset::ROOT, "u", 0, true).unwrap();
+        let add = |w: &mut DatasetWriter, name: &str, dims: &[DimId]| {
+            w.add_var(
+                Dataset::ROOT,
+                name,
+                NcType::Int,
+                dims,
+                VarOptions::default(),
+            )
+            .unwrap()
+        };
+        let square = add(&mut w, "w", &[r, r]);
+        let record = add(&mut w, "a", &[r]);
+        let other_unlimited = add(&mut w, "b", &[r, u]);
+        w.grow_dim(r, 2).unwrap();
+        w.grow_dim(u, 2).unwrap();
+        let values: Vec<u8> = [1i32, 2, 3, 4]
+            .iter()
+            .flat_map(|x| x.to_ne_bytes())
+            .collect();
+        w.write(square, &Hyperslab::whole(&[2, 2]), &values)
+            .unwrap();
+        // An append would be stored at element (1, 1) of the 3 × 3 layout: refused.
+        assert_eq!(write_data(&mut w, square, 16, &values[..8]).unwrap(), 0);
+        assert!(why_fixed_size(w.model(), square).contains("dimension r again"));
+        // A write across the end takes what fits, as for a fixed-size variable.
+        assert_eq!(write_data(&mut w, square, 8, &values).unwrap(), 8);
+        assert_eq!(ints(&w, square), vec![1, 2, 1, 2]);
+        // Records added through another variable keep every value at its index.
+        assert_eq!(write_data(&mut w, record, 8, &values[..4]).unwrap(), 4);
+        assert_eq!(
+            ints(&w, square),
+            vec![1, 2, FILL, 1, 2, FILL, FILL, FILL, FILL]
+        );
+        // Another unlimited dimension later in the shape does not grow with the first.
+        assert_eq!(
+            write_data(&mut w, other_unlimited, 24, &values[..8]).unwrap(),
+            8
+        );
+        assert_eq!(w.model().var_shape(other_unlimited), vec![4, 2]);
     }
 }

@@ -737,11 +737,47 @@ fn put_attrs(
     }
 }
 
+/// `value` with each text cut at its first NUL byte, as NCZarr holds it for netcdf-c: netcdf-c
+/// writes char and string attributes only up to a NUL (they are C strings to it), and reads
+/// neither a raw NUL in the JSON (the whole dataset then fails to open) nor the escape
+/// `\u0000` (it decodes no `\u` escape, and reads `u0000`). `None` when no text holds a NUL.
+pub fn text_cut_at_nul(value: &AttrValue) -> Option<AttrValue> {
+    let cut = |b: &[u8]| b.iter().position(|c| *c == 0).map(|end| b[..end].to_vec());
+    match value {
+        AttrValue::Char(bytes) => cut(bytes).map(AttrValue::Char),
+        AttrValue::Str(texts) if texts.iter().any(|t| t.contains('\0')) => Some(AttrValue::Str(
+            texts
+                .iter()
+                .map(|t| t.split('\0').next().unwrap_or_default().to_string())
+                .collect(),
+        )),
+        _ => None,
+    }
+}
+
+/// Whether [`text_cut_at_nul`] drops more than NUL bytes from `value`: text after a NUL, which
+/// a writer warns about. NUL bytes at the end only terminate the text (ncdump and
+/// netCDF4-python do not show them; netcdf-c's reader takes the char `_FillValue` `""` for
+/// the NUL).
+pub fn text_after_nul(value: &AttrValue) -> bool {
+    let after = |b: &[u8]| b.iter().skip_while(|c| **c != 0).any(|c| *c != 0);
+    match value {
+        AttrValue::Char(bytes) => after(bytes),
+        AttrValue::Str(texts) => texts.iter().any(|t| after(t.as_bytes())),
+        _ => false,
+    }
+}
+
 /// [`attr_json`] (under the JSON convention) as `opts`' readers read it: NaN and infinities
 /// as bare tokens where [`bare_tokens`] says, strings otherwise (as netcdf-c 4.9.1 and later
-/// write them); in NCZarr, control characters in text as the bytes themselves (see
-/// [`super::json::carry_controls_raw`]).
+/// write them); in NCZarr, text cut at a NUL byte ([`text_cut_at_nul`]) and control
+/// characters as the bytes themselves (see [`super::json::carry_controls_raw`]).
 fn attr_value_json(value: &AttrValue, opts: &WriteOptions) -> Value {
+    if opts.dialect == Dialect::NcZarr {
+        if let Some(cut) = text_cut_at_nul(value) {
+            return attr_value_json(&cut, opts);
+        }
+    }
     let raw_controls = |v: Value| match v {
         Value::String(text) if opts.dialect == Dialect::NcZarr => {
             Value::String(super::json::carry_controls_raw(text))

@@ -661,7 +661,8 @@ fn array_node(ds: &Dataset, v: VarId, opts: &WriteOptions) -> Result<Value> {
     // xarray decodes an attribute of that name on Zarr v3 in its own encoding (a float as
     // base64), which a netCDF-typed attribute does not follow. Pure Zarr v3 is for xarray,
     // which takes its missing-value marker from that attribute alone (`fill_value` is only
-    // what unwritten chunks hold), so there it is written in xarray's encoding.
+    // what unwritten chunks hold), so there it is written in xarray's encoding, or not at
+    // all where xarray cannot decode it (text): xarray fails to open the whole store then.
     let fill_attr = var
         .attrs
         .iter()
@@ -671,12 +672,12 @@ fn array_node(ds: &Dataset, v: VarId, opts: &WriteOptions) -> Result<Value> {
         true => None,
         false => var
             .attr("_FillValue")
-            .and_then(|a| xarray_fill_attr(&a.value, &data_type)),
+            .and_then(|a| xarray_fill_attr(&a.value)),
     };
     let user: Vec<Attribute> = var
         .attrs
         .iter()
-        .filter(|a| a.name != "_FillValue" || (fill_attr.is_none() && xarray_fill.is_none()))
+        .filter(|a| a.name != "_FillValue" || (nczarr && fill_attr.is_none()))
         .cloned()
         .collect();
     if let Some(fill) = xarray_fill {
@@ -719,16 +720,16 @@ fn array_node(ds: &Dataset, v: VarId, opts: &WriteOptions) -> Result<Value> {
     }))
 }
 
-/// A `_FillValue` attribute as xarray's `FillValueCoder` writes it for a Zarr v3 array of
-/// `data_type`: a float as base64 of the little-endian double, an integer as a number, text
-/// (zarr-python's `string`) as itself. `None` for what xarray cannot decode (fixed-width
-/// bytes, char) and for more than one value.
-fn xarray_fill_attr(value: &AttrValue, data_type: &Value) -> Option<Value> {
+/// A `_FillValue` attribute as xarray's `FillValueCoder` writes it for a Zarr v3 array: a
+/// float as base64 of the little-endian double, an integer as a number. `None` for what xarray
+/// cannot decode, where the array's `fill_value` alone holds the fill: text (char, fixed-width
+/// bytes, and zarr-python's `string`, for which xarray 2026.9 fails to open the whole store,
+/// and which it refuses to write itself), and more than one value.
+fn xarray_fill_attr(value: &AttrValue) -> Option<Value> {
     let float = |x: f64| Some(json!(base64(&x.to_le_bytes())));
     match value {
         AttrValue::Float(v) if v.len() == 1 => float(f64::from(v[0])),
         AttrValue::Double(v) if v.len() == 1 => float(v[0]),
-        AttrValue::Str(v) if v.len() == 1 && *data_type == json!("string") => Some(json!(v[0])),
         AttrValue::Char(_) | AttrValue::Str(_) | AttrValue::Float(_) | AttrValue::Double(_) => None,
         // One integer is written as a number, several as a list.
         integers => Some(attr_json(integers, false)).filter(Value::is_number),
@@ -910,23 +911,14 @@ mod tests {
     fn pure_fill_value_attributes_in_xarrays_encoding() {
         // Python: base64.b64encode(struct.pack('<d', -999.5)).
         let float = AttrValue::Float(vec![-999.5]);
-        assert_eq!(
-            xarray_fill_attr(&float, &json!("float32")),
-            Some(json!("AAAAAAA8j8A="))
-        );
+        assert_eq!(xarray_fill_attr(&float), Some(json!("AAAAAAA8j8A=")));
         let int = AttrValue::Short(vec![-999]);
-        assert_eq!(xarray_fill_attr(&int, &json!("int16")), Some(json!(-999)));
+        assert_eq!(xarray_fill_attr(&int), Some(json!(-999)));
         let text = AttrValue::Str(vec!["none".into()]);
-        assert_eq!(
-            xarray_fill_attr(&text, &json!("string")),
-            Some(json!("none"))
-        );
+        assert_eq!(xarray_fill_attr(&text), None);
         let char = AttrValue::Char(b"x".to_vec());
-        assert_eq!(xarray_fill_attr(&char, &json!("uint8")), None);
-        assert_eq!(
-            xarray_fill_attr(&AttrValue::Int(vec![1, 2]), &json!("int32")),
-            None
-        );
+        assert_eq!(xarray_fill_attr(&char), None);
+        assert_eq!(xarray_fill_attr(&AttrValue::Int(vec![1, 2])), None);
     }
 
     #[test]
