@@ -6,10 +6,14 @@ failed allocation of that one process (SIGABRT), never in the machine running ou
 * A metadata object is read whole and parsed in memory: one longer than the 512 MiB that
   nczarrfs reads of a metadata object is refused, naming its key, before it is read (a sparse
   file of gigabytes, or a zip entry declaring more, allocated that much).
+* A sharded Zarr v3 array's index holds 16 bytes per inner chunk (plus 4 per `crc32c`); a
+  layout of a billion one-byte inner chunks made every read allocate that index (16 GiB)
+  before the shard was looked at.
 """
 
 from __future__ import annotations
 
+import json
 import resource
 import subprocess
 import zipfile
@@ -113,3 +117,43 @@ def test_a_zip_entry_declaring_more_than_the_limit_is_not_inflated(tmp_path):
     with zipfile.ZipFile(path) as z:
         assert z.getinfo(".zattrs").file_size == size
     assert_refused(capped("dump", "-h", str(path), cap=512 << 20), ".zattrs", size)
+
+
+def sharded_with_inner_chunks(path: Path, shard: int) -> None:
+    """A sharded array written by zarr-python, then made to declare shards of `shard` one-byte
+    inner chunks; its stored shards stay those of 16 bytes (64 values)."""
+    import zarr
+
+    root = zarr.open_group(str(path), mode="w", zarr_format=3)
+    a = root.create_array("a", shape=(64,), chunks=(4,), shards=(16,), dtype="u1")
+    a[:] = np.arange(64, dtype="u1")
+    meta_path = path / "a" / "zarr.json"
+    meta = json.loads(meta_path.read_text())
+    meta["shape"] = [shard]
+    meta["chunk_grid"]["configuration"]["chunk_shape"] = [shard]
+    meta["codecs"][0]["configuration"]["chunk_shape"] = [1]
+    meta_path.write_text(json.dumps(meta))
+
+
+def test_a_shard_index_larger_than_a_chunk_is_refused(tmp_path):
+    """2^30 inner chunks make an index of 16 GiB + 4 bytes, over the 4 GiB nczarrfs holds of
+    any chunk."""
+    path = tmp_path / "s.zarr"
+    sharded_with_inner_chunks(path, 2**30)
+    r = capped("get", str(path), "a", "--count", "4", cap=3 << 30)
+    err = r.stderr.decode()
+    assert r.returncode == 1, f"exit {r.returncode}: {err}"
+    assert "variable /a" in err and "1073741824 inner chunks per shard" in err, err
+
+
+def test_a_shard_too_short_for_its_index_is_refused_unread(tmp_path):
+    """2^27 inner chunks make an index of 2^31 + 4 bytes (16 per chunk, 4 of crc32c), which
+    a stored shard of a few dozen bytes cannot hold: the read says so without allocating it."""
+    path = tmp_path / "s.zarr"
+    sharded_with_inner_chunks(path, 2**27)
+    shard_size = (path / "a" / "c" / "0").stat().st_size
+    assert shard_size < 1024
+    r = capped("get", str(path), "a", "--count", "4")
+    err = r.stderr.decode()
+    assert r.returncode == 1, f"exit {r.returncode}: {err}"
+    assert f"shard of {shard_size} bytes cannot hold an index of {2**31 + 4}" in err, err
