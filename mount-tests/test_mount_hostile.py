@@ -194,3 +194,45 @@ def test_damaged_metadata_is_refused_or_served(binary, tmp_path, dialect):
     # Both outcomes were exercised, or the variants test only one of the two paths.
     print(f"refused {refused}, served {served} ({with_errors} of them with failing reads)")
     assert refused > 0 and served > 0, f"refused {refused}, served {served}"
+
+
+def test_a_metadata_object_grown_to_gigabytes_fails_the_reload_and_keeps_the_old_view(
+        mounter, tmp_path):
+    """The dataset's owner makes an attribute object a sparse file of 2 GiB under a mount
+    whose address space is capped at 1.5 GB. The reload (forced by SIGHUP) refuses it by its
+    length, logs why, and the mount keeps serving the view it had, values and attributes
+    (docs/mount.md: a reload that fails keeps the old view)."""
+    import resource
+    import signal
+
+    import netCDF4
+
+    from conftest import wait_until
+
+    store = tmp_path / "ds.file"
+    url = nczarr_dataset(store)
+    with netCDF4.Dataset(url) as nc:
+        temp = nc["temp"][:].filled()
+        long_name = nc["temp"].long_name
+    log = tmp_path / "mount.log"
+    mnt = mounter.mountpoint()
+
+    def cap():
+        resource.setrlimit(resource.RLIMIT_AS, (1500 << 20, 1500 << 20))
+
+    r = mounter.run("mount", "-o", "ttl=600", "--log-file", str(log), str(store), str(mnt),
+                    preexec_fn=cap)
+    assert r.returncode == 0, r.stderr
+    data = mnt / "temp" / "data"
+    assert data.read_bytes() == temp.astype("<f4").tobytes()
+    size = 2 << 30
+    with open(store / "temp" / ".zattrs", "r+b") as f:
+        f.truncate(size)
+    (pid,) = daemon_pids(mnt)
+    os.kill(pid, signal.SIGHUP)
+    refused = f'metadata object "temp/.zattrs" is {size} bytes long'
+    assert wait_until(lambda: refused in log.read_text(), 30), log.read_text()
+    assert "keeping the old" in log.read_text()
+    assert daemon_pids(mnt) == [pid], "the daemon died"
+    assert data.read_bytes() == temp.astype("<f4").tobytes()
+    assert (mnt / "temp" / "@attributes" / "long_name").read_text() == long_name

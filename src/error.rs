@@ -89,6 +89,23 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// A metadata object (`.zarray`, `.zattrs`, `.zmetadata`, `zarr.json`, …) longer than
+    /// metadata is read ([`crate::zmap::METADATA_LIMIT`]): damaged, or not metadata at all.
+    /// It is refused before it is read.
+    #[error(
+        "metadata object {} is {} the {limit} bytes that nczarrfs reads of a metadata \
+         object: it is damaged, or not metadata",
+        quoted(key),
+        size.map_or_else(|| "longer than".to_string(), |n| format!("{n} bytes long, more than"))
+    )]
+    MetadataTooLarge {
+        /// The zmap key of the object.
+        key: String,
+        /// Its length when known (a server may not say; a file may grow while it is read).
+        size: Option<u64>,
+        /// The most bytes a metadata object may have.
+        limit: u64,
+    },
     /// A dtype this implementation cannot represent as a netCDF type.
     #[error("unsupported dtype {}", quoted(dtype))]
     UnsupportedDtype {

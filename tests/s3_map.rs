@@ -171,6 +171,33 @@ fn moto_put_many_stores_every_object() {
     assert_eq!(map.get("new").unwrap(), None);
 }
 
+/// A metadata object longer than the limit is refused by the length the server declares,
+/// alone or among others fetched together; shorter ones read whole.
+#[test]
+fn moto_metadata_longer_than_the_limit_is_refused() {
+    let endpoint = endpoint_or_skip!("NCZARRFS_S3_ENDPOINT");
+    let prefix = fresh_prefix("moto-limit");
+    let url = format!("{endpoint}/{BUCKET}/{prefix}/data.zarr#mode=zarr,s3");
+    let map = S3Map::open_with_env(&s3_location(&url), true, &moto_env()).unwrap();
+    let attrs = vec![b' '; 1000];
+    map.put("v/.zattrs", &attrs).unwrap();
+    map.put(".zgroup", b"{}").unwrap();
+    let refused = |got: nczarrfs::Result<Option<Vec<u8>>>| match got {
+        Err(Error::MetadataTooLarge { key, size, limit }) => (key, size, limit),
+        other => panic!("expected a refusal, got {other:?}"),
+    };
+    assert_eq!(
+        refused(map.get_metadata("v/.zattrs", 999)),
+        ("v/.zattrs".to_string(), Some(1000), 999)
+    );
+    assert_eq!(map.get_metadata("v/.zattrs", 1000).unwrap(), Some(attrs));
+    let keys = [".zgroup", "v/.zattrs", "v/.zarray"].map(String::from);
+    let mut got = map.get_many_metadata(&keys, 999).into_iter();
+    assert_eq!(got.next().unwrap().unwrap().as_deref(), Some(&b"{}"[..]));
+    assert_eq!(refused(got.next().unwrap()).1, Some(1000));
+    assert_eq!(got.next().unwrap().unwrap(), None);
+}
+
 /// `get_each` hands over every key exactly once, with its own object: more keys than requests
 /// in flight, a missing object (`None`) and a key no request can be made for (an error).
 #[test]

@@ -549,6 +549,51 @@ fn entries_inflate_no_further_than_deflate_or_their_header_allows() {
     assert_eq!(out, zeros);
 }
 
+/// A metadata object is refused by the size its entry declares, before anything is inflated,
+/// and so is a changed one not yet flushed that is too long.
+#[test]
+fn metadata_entries_longer_than_the_limit_are_refused_by_their_declared_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ds.zip");
+    let spaces = vec![b' '; 8 << 20];
+    make_zip(
+        &path,
+        &[(".zgroup", b"{}", false), ("v/.zattrs", &spaces, true)],
+    );
+    let too_large = |got: nczarrfs::Result<Option<Vec<u8>>>, limit: u64| match got {
+        Err(Error::MetadataTooLarge {
+            key,
+            size,
+            limit: l,
+        }) => {
+            assert_eq!((key.as_str(), l), ("v/.zattrs", limit));
+            size
+        }
+        other => panic!(
+            "expected a refusal, got {:?}",
+            other.map(|v| v.map(|v| v.len()))
+        ),
+    };
+    let map = ZipMap::open(&path, true).unwrap();
+    let limit = (8 << 20) - 1;
+    let size = too_large(map.get_metadata("v/.zattrs", limit), limit);
+    assert_eq!(size, Some(8 << 20));
+    let whole = map.get_metadata("v/.zattrs", 8 << 20).unwrap();
+    assert_eq!(whole.as_deref(), Some(&spaces[..]));
+    assert_eq!(
+        map.get_metadata(".zgroup", 2).unwrap().as_deref(),
+        Some(&b"{}"[..])
+    );
+    assert_eq!(map.get_metadata("v/.zarray", 0).unwrap(), None);
+
+    map.put("v/.zattrs", &spaces[..100]).unwrap();
+    assert_eq!(too_large(map.get_metadata("v/.zattrs", 99), 99), Some(100));
+    assert_eq!(
+        map.get_metadata("v/.zattrs", 100).unwrap().unwrap().len(),
+        100
+    );
+}
+
 #[test]
 fn a_fifo_is_no_archive() {
     let dir = tempfile::tempdir().unwrap();

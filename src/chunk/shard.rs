@@ -16,7 +16,7 @@ use super::convert::Conversion;
 use super::{ChunkEngine, VarPlan};
 use crate::codec::Pipeline;
 use crate::error::quoted;
-use crate::model::{ByteOrder, DtypeKind, NcType, ZarrDtype};
+use crate::model::{ByteOrder, DtypeKind, NcType, ZarrDtype, MAX_CHUNK_BYTES};
 use crate::zmap::ZMap;
 use crate::{Error, Result};
 
@@ -217,6 +217,7 @@ impl V3Chain {
             _ => &default_index[..],
         };
         let mut index_big = false;
+        let mut checksums = 0u64;
         for c in index_list {
             let (n, cfg) = codec_parts(c)?;
             match n {
@@ -224,7 +225,7 @@ impl V3Chain {
                     index_big =
                         cfg.and_then(|c| c.get("endian")).and_then(Value::as_str) == Some("big");
                 }
-                "crc32c" => {}
+                "crc32c" => checksums += 1,
                 // A compressed index has no fixed size, so it cannot be located.
                 other => {
                     return Err(Error::Unsupported(format!(
@@ -235,7 +236,22 @@ impl V3Chain {
             }
         }
         let index_codecs = Pipeline::from_v3(index_list, 8)?;
-        let index_len = index_codecs.encode(vec![0; n_inner * 16])?.len() as u64;
+        // Counted, not encoded: a layout of a billion inner chunks would make an encoded
+        // index of 16 GiB before any shard were looked at. `bytes` keeps the index's 16 bytes
+        // per inner chunk, each `crc32c` appends 4.
+        let index_len = (n_inner as u64)
+            .checked_mul(16)
+            .and_then(|n| n.checked_add(4 * checksums))
+            .filter(|&n| n <= MAX_CHUNK_BYTES)
+            .ok_or_else(|| {
+                codec_err(
+                    name,
+                    format!(
+                        "{n_inner} inner chunks per shard make an index larger than the \
+                         {MAX_CHUNK_BYTES} bytes nczarrfs reads"
+                    ),
+                )
+            })?;
         // Inner chunk shape in array order: stored dimension k is array dimension perm[k].
         let mut grid = inner_shape.clone();
         if let Some(p) = &outer_perm {
@@ -1461,6 +1477,64 @@ mod tests {
             vlen(&["a", "héllo", ""])
         );
         assert!(slots_to_vlen(b"\xff\0", 2, true).is_err());
+    }
+
+    /// The index length counted from the layout is that of the index the index codecs make,
+    /// and a layout whose index would be larger than a chunk is refused as it is built.
+    #[test]
+    fn index_length_is_counted_and_bounded() {
+        use serde_json::json;
+        let dtype = ZarrDtype {
+            order: ByteOrder::NotApplicable,
+            kind: DtypeKind::UInt,
+            size: 1,
+        };
+        let sharded = |shard: u64, index_codecs: Value| {
+            let codecs = json!([{"name": "sharding_indexed", "configuration": {
+                "chunk_shape": [1], "codecs": [{"name": "bytes"}],
+                "index_codecs": index_codecs}}]);
+            V3Chain::new(
+                codecs.as_array().unwrap(),
+                &[shard],
+                &dtype,
+                NcType::UByte,
+                1,
+            )
+        };
+        let bytes = json!({"name": "bytes", "configuration": {"endian": "little"}});
+        let big = json!({"name": "bytes", "configuration": {"endian": "big"}});
+        let crc = json!({"name": "crc32c"});
+        for list in [
+            json!([bytes]),
+            json!([bytes, crc]),
+            json!([big, crc]),
+            json!([bytes, crc, crc]),
+        ] {
+            for shard in [1, 7, 64] {
+                let chain = sharded(shard, list.clone()).unwrap();
+                let sh = chain.shard.unwrap();
+                let encoded = sh
+                    .index_codecs
+                    .encode(vec![0; shard as usize * 16])
+                    .unwrap();
+                assert_eq!(sh.index_len, encoded.len() as u64, "{list} for {shard}");
+            }
+        }
+        // The largest layout whose index (16 bytes per inner chunk, 4 for crc32c) fits.
+        let most = (MAX_CHUNK_BYTES - 4) / 16;
+        let chain = sharded(most, json!([bytes, crc])).unwrap();
+        assert_eq!(chain.shard.unwrap().index_len, most * 16 + 4);
+        let e = sharded(most + 1, json!([bytes, crc]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&format!("{} inner chunks per shard", most + 1)),
+            "{e}"
+        );
+        let e = sharded(1 << 30, json!([bytes, crc]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("1073741824 inner chunks per shard"), "{e}");
     }
 
     #[test]

@@ -257,6 +257,14 @@ impl ZMap for ClaimedPrefix {
         self.s3.get(key)
     }
 
+    fn get_metadata(&self, key: &str, limit: u64) -> Result<Option<Vec<u8>>> {
+        self.s3.get_metadata(key, limit)
+    }
+
+    fn get_many_metadata(&self, keys: &[String], limit: u64) -> Vec<Result<Option<Vec<u8>>>> {
+        self.s3.get_many_metadata(keys, limit)
+    }
+
     fn get_range(&self, key: &str, offset: u64, len: u64) -> Result<Option<Vec<u8>>> {
         self.s3.get_range(key, offset, len)
     }

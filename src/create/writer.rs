@@ -1056,7 +1056,7 @@ pub fn attr_to_native(value: &AttrValue) -> Vec<u8> {
 /// `consolidated_metadata`, which `null` declares absent). Parsed as the readers parse it,
 /// so that the bare `NaN` and `Infinity` zarr-python writes for such attributes are read.
 fn v3_root_is_consolidated(map: &dyn ZMap) -> Result<bool> {
-    let Some(bytes) = map.get("zarr.json")? else {
+    let Some(bytes) = meta::get_metadata(map, "zarr.json")? else {
         return Ok(false);
     };
     let root = meta::json::Json::parse("zarr.json", &bytes)?;

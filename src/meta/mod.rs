@@ -30,7 +30,7 @@ use crate::model::{
     element_count, Attribute, ByteOrder, ChunkKeyEncoding, ChunkOrder, CodecSpec, Dataset, DimId,
     DtypeKind, GroupId, NcType, NczarrLayout, Provenance, VarId, VarStorage, Variable, ZarrDtype,
 };
-use crate::zmap::{join_key, ZMap};
+use crate::zmap::{join_key, ZMap, METADATA_LIMIT};
 use crate::{Error, Result};
 use json::Json;
 
@@ -57,6 +57,11 @@ pub fn read_stored_objects(map: &dyn ZMap, mode: &Mode) -> Result<Dataset> {
     read(map, mode, false)
 }
 
+/// The metadata object at `key`, refused when longer than [`METADATA_LIMIT`].
+pub(crate) fn get_metadata(map: &dyn ZMap, key: &str) -> Result<Option<Vec<u8>>> {
+    map.get_metadata(key, METADATA_LIMIT)
+}
+
 fn read(map: &dyn ZMap, mode: &Mode, summaries: bool) -> Result<Dataset> {
     let mut ds = read_model(map, mode, summaries)?;
     mark_unknown_codecs(&mut ds);
@@ -77,17 +82,20 @@ fn mark_unknown_codecs(ds: &mut Dataset) {
 
 fn read_model(map: &dyn ZMap, mode: &Mode, summaries: bool) -> Result<Dataset> {
     let (zarr_json, zmetadata) = match mode.zarr_version {
-        Some(3) => (map.get("zarr.json")?, None),
+        Some(3) => (get_metadata(map, "zarr.json")?, None),
         Some(_) if !summaries => (None, None),
-        Some(_) => (None, map.get(".zmetadata")?),
-        None if !summaries => (map.get("zarr.json")?, None),
+        Some(_) => (None, summary(map, get_metadata(map, ".zmetadata"))?),
+        None if !summaries => (get_metadata(map, "zarr.json")?, None),
         None => {
             let mut both = map
-                .get_many(&["zarr.json".to_string(), ".zmetadata".to_string()])
+                .get_many_metadata(
+                    &["zarr.json".to_string(), ".zmetadata".to_string()],
+                    METADATA_LIMIT,
+                )
                 .into_iter();
             let mut next = || both.next().unwrap_or(Ok(None));
             let zarr_json = next()?;
-            (zarr_json, next()?)
+            (zarr_json, summary(map, next())?)
         }
     };
     if let Some(bytes) = zarr_json {
@@ -414,6 +422,19 @@ fn either<'a>(j: &'a Json, a: &str, b: &str) -> Option<&'a Json> {
 }
 
 /// Parses `.zmetadata`; an unusable one is ignored (the objects themselves are read instead).
+/// The `.zmetadata` that `read` found, or `None` for one too long to be read, which is
+/// ignored as an unreadable one is ([`parse_consolidated`]): the objects it would summarise
+/// are read instead.
+fn summary(map: &dyn ZMap, read: Result<Option<Vec<u8>>>) -> Result<Option<Vec<u8>>> {
+    match read {
+        Err(e @ Error::MetadataTooLarge { .. }) => {
+            log::warn!("{}: ignoring .zmetadata: {e}", map.describe());
+            Ok(None)
+        }
+        read => read,
+    }
+}
+
 fn parse_consolidated(map: &dyn ZMap, bytes: &[u8]) -> Option<HashMap<String, Json>> {
     let parsed = match Json::parse(".zmetadata", bytes) {
         Ok(j) => j,
@@ -531,7 +552,7 @@ impl Reader<'_> {
         if let Some(bytes) = self.fetched.borrow().get(key) {
             return Ok(bytes.clone());
         }
-        let bytes = self.map.get(key)?;
+        let bytes = get_metadata(self.map, key)?;
         self.fetched
             .borrow_mut()
             .insert(key.to_string(), bytes.clone());
@@ -558,7 +579,7 @@ impl Reader<'_> {
         if keys.len() < 2 {
             return;
         }
-        let results = self.map.get_many(&keys);
+        let results = self.map.get_many_metadata(&keys, METADATA_LIMIT);
         let mut fetched = self.fetched.borrow_mut();
         for (key, result) in keys.into_iter().zip(results) {
             if let Ok(bytes) = result {
@@ -588,7 +609,7 @@ impl Reader<'_> {
         let parsed: Vec<(String, Option<Json>)> = keys
             .into_par_iter()
             .filter_map(|key| {
-                let json = match map.get(&key).ok()? {
+                let json = match get_metadata(map, &key).ok()? {
                     Some(bytes) => Some(Json::parse(&key, &bytes).ok()?),
                     None => None,
                 };

@@ -205,7 +205,7 @@ impl Reader<'_> {
             }
         }
         let key = join_key(&[path, ROOT_KEY]);
-        match self.map.get(&key)? {
+        match super::get_metadata(self.map, &key)? {
             Some(bytes) => Json::parse(&key, &bytes).map(Some),
             None => Ok(None),
         }

@@ -55,7 +55,7 @@ use crate::model::{
     AttrValue, Attribute, ByteOrder, ChunkKeyEncoding, ChunkOrder, CodecSpec, Dataset, DtypeKind,
     GroupId, NcType, NczarrLayout, VarId, ZarrDtype,
 };
-use crate::zmap::{join_key, ZMap};
+use crate::zmap::{join_key, ZMap, METADATA_LIMIT};
 use crate::{Error, Result};
 
 /// Which metadata convention to write.
@@ -154,7 +154,10 @@ fn keep_stored_attribute_json(
         .collect();
     let mut stored = HashMap::new();
     let mut emptied = Vec::new();
-    for (key, found) in keys.iter().zip(map.get_many(&keys)) {
+    for (key, found) in keys
+        .iter()
+        .zip(map.get_many_metadata(&keys, METADATA_LIMIT))
+    {
         let Some(bytes) = found? else { continue };
         if !written.contains(key) {
             if bytes.iter().any(|b| !b" \t\r\n{}".contains(b)) {

@@ -33,7 +33,7 @@ use crate::model::{
     AttrValue, Attribute, ByteOrder, ChunkKeyEncoding, CodecSpec, Dataset, DtypeKind, GroupId,
     NcType, VarId, ZarrDtype,
 };
-use crate::zmap::{join_key, ZMap};
+use crate::zmap::{join_key, ZMap, METADATA_LIMIT};
 use crate::{Error, Result};
 
 /// The version written in `_nczarr_superblock` on Zarr v3.
@@ -62,7 +62,8 @@ pub fn write_metadata(map: &dyn ZMap, ds: &Dataset, opts: &WriteOptions) -> Resu
 /// JSON, as on Zarr v2.
 fn keep_stored_json(map: &dyn ZMap, objects: &mut [(String, Value)]) -> Result<()> {
     let keys: Vec<String> = objects.iter().map(|(k, _)| k.clone()).collect();
-    for ((key, node), found) in objects.iter_mut().zip(map.get_many(&keys)) {
+    let stored = map.get_many_metadata(&keys, METADATA_LIMIT);
+    for ((key, node), found) in objects.iter_mut().zip(stored) {
         let Some(bytes) = found? else { continue };
         // An unreadable old object has nothing worth keeping: the new one replaces it.
         let (Ok(old @ Json::Obj(_)), Value::Object(node)) = (Json::parse(key, &bytes), node) else {

@@ -24,7 +24,10 @@ const MAP_FROM: u64 = 64 << 10;
 ///
 /// Something other than a regular file (a FIFO, a device) that fills the first read is
 /// refused rather than read on without end; one that does not reads as what it gave.
-fn read_object(path: &Path) -> io::Result<Vec<u8>> {
+///
+/// A file longer than `limit` bytes is neither read further nor allocated: `Ok(Err(length))`
+/// (its length as its metadata says, or as far as it was read when it grew meanwhile).
+fn read_object(path: &Path, limit: u64) -> io::Result<Result<Vec<u8>, u64>> {
     let mut file = open_object(path)?;
     let mut head = [0u8; SMALL_OBJECT];
     let n = loop {
@@ -35,17 +38,28 @@ fn read_object(path: &Path) -> io::Result<Vec<u8>> {
         }
     };
     if n < head.len() {
-        return Ok(head[..n].to_vec());
+        return Ok(match n as u64 > limit {
+            true => Err(n as u64),
+            false => Ok(head[..n].to_vec()),
+        });
     }
     let meta = file.metadata()?;
     if !meta.is_file() {
         return Err(not_regular());
     }
+    if meta.len() > limit {
+        return Ok(Err(meta.len()));
+    }
     let len = usize::try_from(meta.len()).unwrap_or(0);
     let mut bytes = Vec::with_capacity(len.max(n));
     bytes.extend_from_slice(&head);
-    file.read_to_end(&mut bytes)?;
-    Ok(bytes)
+    // One byte past the limit tells a file that grew past it since the `fstat`.
+    let rest = limit.saturating_sub(n as u64).saturating_add(1);
+    (&mut file).take(rest).read_to_end(&mut bytes)?;
+    Ok(match bytes.len() as u64 > limit {
+        true => Err(bytes.len() as u64),
+        false => Ok(bytes),
+    })
 }
 
 /// Opens an object's file for reading. A FIFO in a store would block the open until some
@@ -133,6 +147,19 @@ impl FileMap {
         let mut path = self.root.clone();
         path.extend(key.split('/'));
         path
+    }
+
+    /// [`ZMap::get`] of an object that may have at most `limit` bytes
+    /// ([`Error::MetadataTooLarge`] otherwise, with nothing read past the limit).
+    fn get_up_to(&self, key: &str, limit: u64) -> Result<Option<Vec<u8>>> {
+        validate_key(key)?;
+        let path = self.path_of(key);
+        match read_object(&path, limit) {
+            Ok(Ok(bytes)) => Ok(Some(bytes)),
+            Ok(Err(size)) => Err(super::metadata_too_large(key, Some(size), limit)),
+            Err(e) if is_absent(&e) || e.kind() == io::ErrorKind::IsADirectory => Ok(None),
+            Err(e) => Err(Error::io(path, e)),
+        }
     }
 
     /// Writes `value` to a temporary file beside `key`'s, to be renamed into place.
@@ -372,13 +399,11 @@ impl Staged {
 
 impl ZMap for FileMap {
     fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
-        validate_key(key)?;
-        let path = self.path_of(key);
-        match read_object(&path) {
-            Ok(bytes) => Ok(Some(bytes)),
-            Err(e) if is_absent(&e) || e.kind() == io::ErrorKind::IsADirectory => Ok(None),
-            Err(e) => Err(Error::io(path, e)),
-        }
+        self.get_up_to(key, u64::MAX)
+    }
+
+    fn get_metadata(&self, key: &str, limit: u64) -> Result<Option<Vec<u8>>> {
+        self.get_up_to(key, limit)
     }
 
     fn get_into(&self, key: &str, buf: &mut Vec<u8>) -> Result<bool> {
@@ -738,6 +763,61 @@ mod tests {
         }
         assert_eq!(map.get("v/9").unwrap(), None);
         assert_eq!(map.get("v").unwrap(), None, "a directory is not content");
+    }
+
+    #[test]
+    fn metadata_longer_than_the_limit_is_refused_by_its_length() {
+        let (dir, map) = writable();
+        let too_large = |key: &str, limit: u64| match map.get_metadata(key, limit) {
+            Err(Error::MetadataTooLarge {
+                key: k,
+                size,
+                limit: l,
+            }) if k == key && l == limit => size,
+            other => panic!("{key} with a limit of {limit}: {other:?}"),
+        };
+        for len in [
+            0,
+            7,
+            SMALL_OBJECT - 1,
+            SMALL_OBJECT,
+            SMALL_OBJECT + 1,
+            300_001,
+        ] {
+            let value: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
+            map.put("v/.zattrs", &value).unwrap();
+            let len = len as u64;
+            let whole = map.get_metadata("v/.zattrs", len).unwrap();
+            assert_eq!(
+                whole.as_deref(),
+                Some(&value[..]),
+                "{len} bytes, limit {len}"
+            );
+            if len > 0 {
+                assert_eq!(too_large("v/.zattrs", len - 1), Some(len));
+            }
+        }
+        assert_eq!(map.get_metadata("v/.zarray", 0).unwrap(), None);
+        // A sparse file of 3 GiB (a few blocks on disk): refused by its length, so nothing
+        // of that size is allocated or read.
+        let big = 3u64 << 30;
+        let file = fs::File::create(dir.path().join("ds.file/v/.zattrs")).unwrap();
+        file.set_len(big).unwrap();
+        assert_eq!(
+            too_large("v/.zattrs", crate::zmap::METADATA_LIMIT),
+            Some(big)
+        );
+        let e = map
+            .get_metadata("v/.zattrs", 1 << 20)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            format!(
+                "metadata object \"v/.zattrs\" is {big} bytes long, more than the 1048576 \
+                 bytes that nczarrfs reads of a metadata object: it is damaged, or not metadata"
+            )
+        );
     }
 
     #[test]

@@ -143,6 +143,24 @@ mod tests {
     use super::*;
 
     #[test]
+    fn metadata_longer_than_the_limit_is_refused() {
+        let map = MemoryMap::new();
+        map.put("v/.zattrs", b"{\"a\": 1}").unwrap();
+        let e = map.get_metadata("v/.zattrs", 7).unwrap_err();
+        assert!(
+            matches!(&e, Error::MetadataTooLarge { key, size: Some(8), limit: 7 } if key == "v/.zattrs"),
+            "{e}"
+        );
+        let keys = ["v/.zattrs".to_string(), "v/.zarray".to_string()];
+        let got: Vec<_> = map.get_many_metadata(&keys, 8).into_iter().collect();
+        assert_eq!(
+            got[0].as_ref().unwrap().as_deref(),
+            Some(&b"{\"a\": 1}"[..])
+        );
+        assert_eq!(got[1].as_ref().unwrap(), &None);
+    }
+
+    #[test]
     fn get_put_delete() {
         let map = MemoryMap::new();
         assert_eq!(map.get(".zgroup").unwrap(), None);

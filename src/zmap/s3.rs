@@ -423,16 +423,49 @@ impl S3Map {
         block_on(self.request(first, deletion))??.map_err(|e| self.error(first, &e))
     }
 
-    /// A whole-object GET; `Ok(None)` if the object does not exist.
-    async fn fetch(&self, key: &str, path: &Path) -> Result<Option<Vec<u8>>> {
+    /// A whole-object GET; `Ok(None)` if the object does not exist. An object longer than
+    /// `limit` bytes is refused ([`Error::MetadataTooLarge`]) by the length the response
+    /// declares, before its body is read, or once the body has run past it.
+    async fn fetch(&self, key: &str, path: &Path, limit: u64) -> Result<Option<Vec<u8>>> {
         let result = async {
             let got = self.store.get(path).await?;
-            body_vec(got).await
+            if got.meta.size > limit {
+                // Dropping the response abandons its body unread.
+                return Ok(Err(Some(got.meta.size)));
+            }
+            body_vec_up_to(got, limit).await
         };
         match self.request(key, result).await? {
-            Ok(bytes) => Ok(Some(bytes)),
+            Ok(Ok(bytes)) => Ok(Some(bytes)),
+            Ok(Err(size)) => Err(super::metadata_too_large(key, size, limit)),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(self.error(key, &e)),
+        }
+    }
+
+    /// Whole-object GETs of `keys`, up to [`S3Limits::concurrency`] at a time, each refused
+    /// when longer than `limit` bytes (see [`S3Map::fetch`]).
+    fn fetch_many(&self, keys: &[String], limit: u64) -> Vec<Result<Option<Vec<u8>>>> {
+        let requests = keys.iter().map(|key| async move {
+            let path = self.path_of(key)?;
+            self.fetch(key, &path, limit).await
+        });
+        let all = futures_util::stream::iter(requests)
+            .buffered(self.concurrency)
+            .collect::<Vec<_>>();
+        match block_on(all) {
+            Ok(results) => results,
+            Err(e) => {
+                let reason = e.to_string();
+                keys.iter()
+                    .map(|key| {
+                        Err(Error::Storage {
+                            key: key.clone(),
+                            reason: reason.clone(),
+                        })
+                    })
+                    .collect()
+            }
         }
     }
 
@@ -462,6 +495,29 @@ async fn body_vec(result: GetResult) -> object_store::Result<Vec<u8>> {
         out.extend_from_slice(&part?);
     }
     Ok(out)
+}
+
+/// [`body_vec`] of a body that may have at most `limit` bytes: `Ok(Err(None))` as soon as
+/// more have arrived (a server whose body outruns the length it declared).
+async fn body_vec_up_to(
+    result: GetResult,
+    limit: u64,
+) -> object_store::Result<std::result::Result<Vec<u8>, Option<u64>>> {
+    let len = result
+        .range
+        .end
+        .saturating_sub(result.range.start)
+        .min(limit);
+    let mut out = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+    let mut body = result.into_stream();
+    while let Some(part) = body.next().await {
+        let part = part?;
+        if (out.len() as u64).saturating_add(part.len() as u64) > limit {
+            return Ok(Err(None));
+        }
+        out.extend_from_slice(&part);
+    }
+    Ok(Ok(out))
 }
 
 /// Whether `endpoint` is an AWS S3 endpoint (whose region object_store works out itself).
@@ -560,31 +616,20 @@ fn describe_error(err: &object_store::Error, signed: bool) -> String {
 impl ZMap for S3Map {
     fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
         let path = self.path_of(key)?;
-        block_on(self.fetch(key, &path))?
+        block_on(self.fetch(key, &path, u64::MAX))?
+    }
+
+    fn get_metadata(&self, key: &str, limit: u64) -> Result<Option<Vec<u8>>> {
+        let path = self.path_of(key)?;
+        block_on(self.fetch(key, &path, limit))?
     }
 
     fn get_many(&self, keys: &[String]) -> Vec<Result<Option<Vec<u8>>>> {
-        let requests = keys.iter().map(|key| async move {
-            let path = self.path_of(key)?;
-            self.fetch(key, &path).await
-        });
-        let all = futures_util::stream::iter(requests)
-            .buffered(self.concurrency)
-            .collect::<Vec<_>>();
-        match block_on(all) {
-            Ok(results) => results,
-            Err(e) => {
-                let reason = e.to_string();
-                keys.iter()
-                    .map(|key| {
-                        Err(Error::Storage {
-                            key: key.clone(),
-                            reason: reason.clone(),
-                        })
-                    })
-                    .collect()
-            }
-        }
+        self.fetch_many(keys, u64::MAX)
+    }
+
+    fn get_many_metadata(&self, keys: &[String], limit: u64) -> Vec<Result<Option<Vec<u8>>>> {
+        self.fetch_many(keys, limit)
     }
 
     fn get_each(&self, keys: &[String], each: &mut dyn FnMut(usize, Result<Option<Vec<u8>>>)) {
@@ -602,7 +647,7 @@ impl ZMap for S3Map {
                 let requests = (0..keys.len()).map(|i| async move {
                     let key = &keys[i];
                     let path = self.path_of(key).map_err(|e| (i, e))?;
-                    self.fetch(key, &path)
+                    self.fetch(key, &path, u64::MAX)
                         .await
                         .map(|got| (i, got))
                         .map_err(|e| (i, e))

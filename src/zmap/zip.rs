@@ -214,6 +214,54 @@ impl ZipMap {
         }
     }
 
+    /// [`ZMap::get`] of an object that may have at most `limit` bytes
+    /// ([`Error::MetadataTooLarge`] otherwise): an archived entry is refused by its declared
+    /// size, before anything is inflated.
+    fn get_up_to(&self, key: &str, limit: u64) -> Result<Option<Vec<u8>>> {
+        validate_key(key)?;
+        let mut state = self.lock();
+        let State {
+            archive,
+            objects,
+            spill,
+            ..
+        } = &mut *state;
+        let too_large = |size: u64| super::metadata_too_large(key, Some(size), limit);
+        let index = match objects.get(key) {
+            None => return Ok(None),
+            Some(Source::Archived(index)) => *index,
+            Some(Source::Local(bytes)) if bytes.len() as u64 > limit => {
+                return Err(too_large(bytes.len() as u64))
+            }
+            Some(Source::Spilled { len, .. }) if *len as u64 > limit => {
+                return Err(too_large(*len as u64))
+            }
+            Some(changed) => {
+                return changed_bytes(spill, changed).map_err(|e| self.read_error(key, &e))
+            }
+        };
+        let storage_err = |e: &dyn std::fmt::Display| self.read_error(key, e);
+        let why = match open_entry(archive, index) {
+            Ok((_, declared)) if declared > limit => return Err(too_large(declared)),
+            Ok((mut entry, declared)) => {
+                // The declared size only sizes the buffer; a lying header cannot force a huge
+                // allocation.
+                let hint = usize::try_from(declared).unwrap_or(0).min(64 << 20);
+                let mut bytes = Vec::with_capacity(hint);
+                (&mut entry)
+                    .take(declared.saturating_add(1))
+                    .read_to_end(&mut bytes)
+                    .map_err(|e| storage_err(&e))?;
+                if bytes.len() as u64 > declared {
+                    return Err(storage_err(&beyond_declared(declared)));
+                }
+                return Ok(Some(bytes));
+            }
+            Err(why) => why,
+        };
+        Err(storage_err(&unreadable_entry(archive, index, why)))
+    }
+
     fn check_writable(&self, key: &str) -> Result<()> {
         if self.read_only {
             return Err(Error::NotPermitted(format!(
@@ -773,40 +821,11 @@ fn index_objects(entries: &[Entry], folder: &str) -> BTreeMap<String, Source> {
 
 impl ZMap for ZipMap {
     fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
-        validate_key(key)?;
-        let mut state = self.lock();
-        let State {
-            archive,
-            objects,
-            spill,
-            ..
-        } = &mut *state;
-        let index = match objects.get(key) {
-            None => return Ok(None),
-            Some(Source::Archived(index)) => *index,
-            Some(changed) => {
-                return changed_bytes(spill, changed).map_err(|e| self.read_error(key, &e))
-            }
-        };
-        let storage_err = |e: &dyn std::fmt::Display| self.read_error(key, e);
-        let why = match open_entry(archive, index) {
-            Ok((mut entry, declared)) => {
-                // The declared size only sizes the buffer; a lying header cannot force a huge
-                // allocation.
-                let hint = usize::try_from(declared).unwrap_or(0).min(64 << 20);
-                let mut bytes = Vec::with_capacity(hint);
-                (&mut entry)
-                    .take(declared.saturating_add(1))
-                    .read_to_end(&mut bytes)
-                    .map_err(|e| storage_err(&e))?;
-                if bytes.len() as u64 > declared {
-                    return Err(storage_err(&beyond_declared(declared)));
-                }
-                return Ok(Some(bytes));
-            }
-            Err(why) => why,
-        };
-        Err(storage_err(&unreadable_entry(archive, index, why)))
+        self.get_up_to(key, u64::MAX)
+    }
+
+    fn get_metadata(&self, key: &str, limit: u64) -> Result<Option<Vec<u8>>> {
+        self.get_up_to(key, limit)
     }
 
     /// Inflates nothing when the declared size already says the entry is not `out.len()`
