@@ -758,17 +758,6 @@ impl Parser<'_> {
             other => Error::Invalid(other.to_string()),
         };
         let ndims = self.ds.var(v).dims.len();
-        // Length and name of each dimension of the variable, `None` for an unlimited one.
-        let fixed_dims: Vec<Option<(u64, String)>> = self
-            .ds
-            .var(v)
-            .dims
-            .iter()
-            .map(|d| {
-                let d = self.ds.dim(*d);
-                (!d.unlimited).then(|| (d.len, d.name.clone()))
-            })
-            .collect();
         let sp = &mut self.extras[v.0].special;
         match name {
             "_ChunkSizes" => {
@@ -780,17 +769,10 @@ impl Parser<'_> {
                 if ints.len() != ndims {
                     return Err(bad(&format!("{ndims} chunk sizes (the variable's rank)")));
                 }
-                // netcdf-c refuses a chunk longer than its fixed dimension ("Bad chunk sizes").
-                if let Some((len, name)) = ints
-                    .iter()
-                    .zip(&fixed_dims)
-                    .find_map(|(c, d)| d.as_ref().filter(|(len, _)| *c > i128::from(*len)))
-                {
-                    return Err(bad(&format!(
-                        "chunk sizes no longer than their dimensions (dimension {name:?} \
-                         has length {len})"
-                    )));
-                }
+                // A chunk longer than its fixed dimension is kept, though ncgen refuses it
+                // ("Bad chunk sizes"): Zarr allows it (zarr-python writes such arrays, a copy
+                // of a record variable to pure Zarr makes one), netcdf-c reads it, and `dump
+                // -s` prints it, whose output must make the same storage again.
                 sp.chunk_sizes = Some(ints.iter().map(|x| *x as u64).collect());
             }
             "_DeflateLevel" => match ints.as_deref() {
