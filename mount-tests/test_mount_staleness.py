@@ -345,3 +345,72 @@ def test_a_zip_deleted_underneath_fails_reads_as_a_deleted_directory_does(mounte
     away.rename(archive)
     time.sleep(2.0)
     assert data.read_bytes() == values.tobytes()
+
+
+def _records(path: Path, dtype: str, records: int, chunks: tuple[int, int, int],
+             seed: int) -> np.ndarray:
+    """`t`: `dtype` on (time, y, x), time unlimited, zlib, written by netCDF4-python."""
+    import netCDF4
+
+    values = (np.random.default_rng(seed).standard_normal((records, 30, 40)) * 100).astype(dtype)
+    with netCDF4.Dataset(f"file://{path}#mode=nczarr,file", "w") as nc:
+        nc.createDimension("time", None)
+        nc.createDimension("y", 30)
+        nc.createDimension("x", 40)
+        t = nc.createVariable("t", dtype, ("time", "y", "x"), chunksizes=chunks, zlib=True)
+        t[0:records] = values
+    return values
+
+
+@pytest.mark.parametrize("name,dtype,records,chunks", [
+    ("looked_up_again", "<f8", 6, (2, 30, 40)),
+    ("still_cached", "<f8", 6, (2, 30, 40)),
+    # Same size and chunks: the new chunks decode through the old metadata.
+    ("looked_up_again", "<i4", 8, (2, 10, 20)),
+])
+def test_a_descriptor_opened_before_a_new_layout_never_reads_the_new_one(
+        mounter, tmp_path, name, dtype, records, chunks):
+    """The dataset is replaced underneath by one where `t` has another type (and shape and
+    chunking). A descriptor opened before keeps the view it opened: its reads fail or give
+    the old values, and its size stays the old one, also after another open read the new
+    variable (the kernel must not share the pages and the size of one layout with the
+    other). `still_cached`: the kernel still holds the name `data` from before the reload
+    when the new open comes."""
+    store = tmp_path / "ds.file"
+    old = _records(store, "<f4", 8, (2, 10, 20), 1)
+    replacement = tmp_path / "new.file"
+    new = _records(replacement, dtype, records, chunks, 2)
+    ttl = 2
+    mnt = mounter.mount(str(store), f"ttl={ttl}")
+    data = mnt / "t" / "data"
+    held = os.open(data, os.O_RDONLY)
+    try:
+        assert os.pread(held, 2 * old.nbytes, 0) == old.tobytes()
+        if name == "still_cached":
+            # A reload (nothing changed yet), then a lookup of `data` well after it: the name
+            # stays cached past the next reload.
+            time.sleep(ttl + 0.2)
+            os.listdir(mnt)
+            time.sleep(ttl / 2)
+            assert os.stat(data).st_size == old.nbytes
+        os.rename(store, tmp_path / "old.file")
+        os.rename(replacement, store)
+        time.sleep(ttl * 0.65 if name == "still_cached" else ttl + 0.5)
+        fresh = os.open(data, os.O_RDONLY)
+        try:
+            assert os.pread(fresh, 2 * new.nbytes, 0) == new.tobytes()
+            assert os.fstat(fresh).st_size == new.nbytes
+        finally:
+            os.close(fresh)
+        assert os.fstat(held).st_size == old.nbytes
+        try:
+            got = os.pread(held, 2 * old.nbytes, 0)
+        except OSError as e:
+            assert e.errno == errno.EIO
+        else:
+            assert got == old.tobytes()
+        assert os.fstat(held).st_size == old.nbytes
+    finally:
+        os.close(held)
+    assert data.read_bytes() == new.tobytes()
+    assert os.stat(data).st_size == new.nbytes

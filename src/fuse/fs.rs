@@ -331,7 +331,9 @@ impl MountHandle {
         let snap = sh.snapshot();
         let known = lock(&sh.inodes).known();
         for (ino, node) in known {
-            if !layout::exists(&snap.model, &node) {
+            // A retired number (a `data` file whose layout changed) must not stay the name's.
+            let retired = lock(&sh.inodes).retired_size(ino).is_some();
+            if retired || !layout::exists(&snap.model, &node) {
                 let parent_ino = lock(&sh.inodes).ino_of(&parent(&node));
                 if let (Some(parent_ino), Some(name)) = (parent_ino, layout::entry_of(&node)) {
                     notifier.inval_entry(INodeNo(parent_ino), OsStr::new(&name))?;
@@ -601,6 +603,9 @@ impl Shared {
             }
             Ok(model) => {
                 log::info!("{}: metadata changed, reloaded", self.map.describe());
+                // Before the new model is published: a lookup that sees it must get the new
+                // numbers.
+                self.retire_changed_data_files(&current.model, &model);
                 // Files opened before keep the old view; its chunks must not outlive the TTL.
                 if let Err(e) = current.with_engine(ChunkEngine::clear) {
                     self.log_once(format!("cannot drop the chunk cache: {e}"));
@@ -618,6 +623,28 @@ impl Shared {
                 "the dataset is gone ({e}): reads of values fail with EIO until it is back"
             )),
             Err(e) => self.log_once(format!("cannot re-read metadata, keeping the old: {e}")),
+        }
+    }
+
+    /// Gives a new inode number to every `data` file looked up so far whose bytes change
+    /// meaning from `old` to `new` (see [`data_view_kept`]). The kernel keeps one page cache
+    /// and one size per number: with a single number, the pages and size that a new open
+    /// brings in would be read through descriptors opened before, as values of the old type
+    /// and shape.
+    fn retire_changed_data_files(&self, old: &Dataset, new: &Dataset) {
+        let mut inodes = lock(&self.inodes);
+        for (_, node) in inodes.current_data_files() {
+            let Node::File(owner, _) = &node else {
+                continue;
+            };
+            let Some(Resolved::Var(var)) = owner.resolve(old) else {
+                // Retired when it went away, or never reported.
+                continue;
+            };
+            if !data_view_kept(owner, old, new) {
+                let size = self.data_file_size(&node, old, var);
+                inodes.retire(&node, size);
+            }
         }
     }
 
@@ -862,23 +889,55 @@ impl Shared {
         if self.writer.is_some() || Arc::ptr_eq(&newest, &handle.snap) {
             return newest;
         }
-        let (old, new) = (&handle.snap.model, &newest.model);
-        let same_but_longer = match (owner.resolve(old), owner.resolve(new)) {
-            (Some(Resolved::Var(a)), Some(Resolved::Var(b))) => {
-                let (va, vb) = (old.var(a), new.var(b));
-                let (sa, sb) = (old.var_shape(a), new.var_shape(b));
-                va.nctype == vb.nctype
-                    && va.element_size() == vb.element_size()
-                    && va.storage.dtype == vb.storage.dtype
-                    && sa.len() == sb.len()
-                    && sa.first() <= sb.first()
-                    && sa.get(1..) == sb.get(1..)
-            }
-            _ => false,
-        };
-        match same_but_longer {
+        match data_view_kept(owner, &handle.snap.model, &newest.model) {
             true => newest,
             false => Arc::clone(&handle.snap),
+        }
+    }
+
+    /// Whether the chunks stored now hold `owner`'s values as `view` (a read's model, see
+    /// [`Shared::read_snapshot`]) decodes them. An older view over chunks written for
+    /// another type or chunking would read the new variable's bytes as values of the old.
+    fn chunks_read_alike(&self, owner: &Owner, view: &Arc<Snapshot>) -> bool {
+        let newest = Arc::clone(&read_lock(&self.snap));
+        if Arc::ptr_eq(&newest, view) {
+            return true;
+        }
+        let (old, new) = (&view.model, &newest.model);
+        match (owner.resolve(old), owner.resolve(new)) {
+            (Some(Resolved::Var(a)), Some(Resolved::Var(b))) => {
+                let (va, vb) = (old.var(a), new.var(b));
+                let (sa, sb) = (&va.storage, &vb.storage);
+                va.nctype == vb.nctype
+                    && va.element_size() == vb.element_size()
+                    && old.var_shape(a).get(1..) == new.var_shape(b).get(1..)
+                    && sa.shape.get(1..) == sb.shape.get(1..)
+                    && (
+                        &sa.dtype,
+                        &sa.chunks,
+                        &sa.order,
+                        &sa.key_encoding,
+                        &sa.codecs,
+                    ) == (
+                        &sb.dtype,
+                        &sb.chunks,
+                        &sb.order,
+                        &sb.key_encoding,
+                        &sb.codecs,
+                    )
+                    && sa.fill_value == sb.fill_value
+            }
+            // Gone: its chunks read as missing (fill values) through the view.
+            _ => true,
+        }
+    }
+
+    /// The size of the `data` file of `owner` as read through `handle`.
+    fn data_size_through(&self, handle: &Handle, owner: &Owner) -> Option<u64> {
+        let view = self.read_snapshot(handle, owner);
+        match handle.owner_in(owner, &view.model) {
+            Ok(Resolved::Var(var)) => Some(self.data_file_size(&handle.node, &view.model, var)),
+            _ => None,
         }
     }
 
@@ -953,7 +1012,11 @@ impl Shared {
             Node::File(owner, FileKind::Data) => match owner.resolve(&snap.model) {
                 Some(Resolved::Var(v)) => (
                     FileType::RegularFile,
-                    self.data_file_size(node, &snap.model, v),
+                    // A retired number keeps its size: the kernel's size of the file that
+                    // descriptors opened before read through.
+                    lock(&self.inodes)
+                        .retired_size(ino)
+                        .unwrap_or_else(|| self.data_file_size(node, &snap.model, v)),
                     0o444 | w,
                 ),
                 _ => return None,
@@ -994,6 +1057,26 @@ impl Shared {
             },
             flags: 0,
         })
+    }
+}
+
+/// Whether the bytes of the `data` file of `owner` keep their meaning from `old` to `new`: the
+/// same element type and trailing dimensions, and a first dimension at least as long (records
+/// appended). The chunking is not part of it: the file holds the values in C order whatever
+/// the chunks.
+fn data_view_kept(owner: &Owner, old: &Dataset, new: &Dataset) -> bool {
+    match (owner.resolve(old), owner.resolve(new)) {
+        (Some(Resolved::Var(a)), Some(Resolved::Var(b))) => {
+            let (va, vb) = (old.var(a), new.var(b));
+            let (sa, sb) = (old.var_shape(a), new.var_shape(b));
+            va.nctype == vb.nctype
+                && va.element_size() == vb.element_size()
+                && va.storage.dtype == vb.storage.dtype
+                && sa.len() == sb.len()
+                && sa.first() <= sb.first()
+                && sa.get(1..) == sb.get(1..)
+        }
+        _ => false,
     }
 }
 
@@ -1331,14 +1414,18 @@ impl Filesystem for NczarrFs {
         let Some(mut attr) = sh.attr(ino, &node, &snap) else {
             return reply.error(Errno::ENOENT);
         };
-        // Asked through an open generated file, the size is that of the content the open
-        // serves, which may be older than the model's: a reader through the page cache stops
-        // where the kernel's size says.
-        let opened = fh.and_then(|fh| lock(&sh.handles).get(&fh.0)?.content.clone());
-        if let Some(content) = opened {
-            attr.size = content.len() as u64;
+        // Asked through an open file, the size is that of what the open serves, which may
+        // be older than the model's: a reader through the page cache stops where the
+        // kernel's size says.
+        let opened = fh.and_then(|fh| lock(&sh.handles).get(&fh.0).cloned());
+        if let Some(handle) = opened {
+            if let Some(content) = &handle.content {
+                attr.size = content.len() as u64;
+                sh.report_size(ino, attr.size);
+            } else if let Node::File(owner, FileKind::Data) = &handle.node {
+                attr.size = sh.data_size_through(&handle, owner).unwrap_or(attr.size);
+            }
             attr.blocks = attr.size.div_ceil(512);
-            sh.report_size(ino, attr.size);
         }
         reply.attr(&sh.kernel_ttl(), &attr)
     }
@@ -1385,6 +1472,12 @@ impl Filesystem for NczarrFs {
         let snap = sh.snapshot();
         if !layout::exists(&snap.model, &node) {
             return reply.error(Errno::ENOENT);
+        }
+        if lock(&sh.inodes).retired_size(ino).is_some() {
+            // A `data` file whose layout changed, reached through a name the kernel still
+            // holds: the VFS retries an open that fails so once, looking the name up again,
+            // which gives the file's new number.
+            return reply.error(Errno::ESTALE);
         }
         let truncating = writing && flags & libc::O_TRUNC != 0;
         let mut text = None;
@@ -1497,6 +1590,14 @@ impl Filesystem for NczarrFs {
             // Not the fill values a missing chunk stands for: nothing is there at all.
             sh.log_once(format!(
                 "{}: read while the dataset is gone (EIO)",
+                node_display(&handle.node)
+            ));
+            return reply.error(Errno::EIO);
+        }
+        if !sh.chunks_read_alike(owner, &snap) {
+            sh.log_once(format!(
+                "{}: the variable changed underneath (type, shape or chunks): reads through \
+                 a descriptor opened before fail with EIO; reopen the file",
                 node_display(&handle.node)
             ));
             return reply.error(Errno::EIO);

@@ -6,10 +6,18 @@ use super::layout::{FileKind, Node, Owner};
 
 /// Maps inode numbers to layout nodes and back. Numbers are never reused during a mount, so a
 /// node that disappears after a metadata reload keeps its number and simply stops resolving.
+///
+/// A `data` file whose bytes change meaning at a reload (another type or shape of its
+/// variable) is given a new number: the kernel keeps one page cache and one size per number,
+/// and a file opened before must not read pages cached by opens of the new layout. The old
+/// number is *retired*: it still names the node, with the size the file had.
 #[derive(Debug)]
 pub struct InodeTable {
     by_ino: HashMap<u64, Node>,
+    /// The current number of each node.
     by_node: HashMap<Node, u64>,
+    /// Retired numbers, with the size of their file when they were retired.
+    retired: HashMap<u64, u64>,
     next: u64,
 }
 
@@ -28,6 +36,7 @@ impl InodeTable {
         let mut t = InodeTable {
             by_ino: HashMap::new(),
             by_node: HashMap::new(),
+            retired: HashMap::new(),
             next: Self::ROOT + 1,
         };
         let root = Node::Dir(Owner::Group(Vec::new()));
@@ -46,6 +55,28 @@ impl InodeTable {
         self.by_ino.insert(ino, node.clone());
         self.by_node.insert(node.clone(), ino);
         ino
+    }
+
+    /// Gives `node` a new number from now on (see [`InodeTable`]); its current one, if any,
+    /// is retired with `size`, the size the kernel was told for it.
+    pub fn retire(&mut self, node: &Node, size: u64) {
+        if let Some(ino) = self.by_node.remove(node) {
+            self.retired.insert(ino, size);
+        }
+    }
+
+    /// The size `ino` had when it was retired; `None` for a current number.
+    pub fn retired_size(&self, ino: u64) -> Option<u64> {
+        self.retired.get(&ino).copied()
+    }
+
+    /// The current numbers of the `data` files handed out so far, with their nodes.
+    pub fn current_data_files(&self) -> Vec<(u64, Node)> {
+        self.by_node
+            .iter()
+            .filter(|(node, _)| matches!(node, Node::File(_, FileKind::Data)))
+            .map(|(node, ino)| (*ino, node.clone()))
+            .collect()
     }
 
     /// Number of inodes handed out so far (the root included).
@@ -121,6 +152,25 @@ mod tests {
         t.intern(&Node::File(owner.clone(), FileKind::Header));
         let data = t.intern(&Node::File(owner, FileKind::Data));
         assert_eq!(t.data_inodes(), vec![data]);
+    }
+
+    #[test]
+    fn a_retired_number_keeps_its_node_and_size_and_the_node_gets_a_new_one() {
+        let mut t = InodeTable::new();
+        let data = Node::File(Owner::Var(vec![], "v".into()), FileKind::Data);
+        let old = t.intern(&data);
+        assert_eq!(t.current_data_files(), vec![(old, data.clone())]);
+        t.retire(&data, 96);
+        let new = t.intern(&data);
+        assert_ne!(new, old);
+        assert_eq!(t.node(old), Some(&data));
+        assert_eq!(t.retired_size(old), Some(96));
+        assert_eq!(t.retired_size(new), None);
+        assert_eq!(t.ino_of(&data), Some(new));
+        assert_eq!(t.current_data_files(), vec![(new, data)]);
+        let mut all = t.data_inodes();
+        all.sort();
+        assert_eq!(all, vec![old, new]);
     }
 
     #[test]
