@@ -294,3 +294,38 @@ def test_xarray_reads_bool_and_float16_back_from_a_copy(nczarrfs, tmp_path, zarr
     assert got["flag"].dtype == bool
     for name in want.variables:
         np.testing.assert_array_equal(got[name].values, want[name].values, err_msg=name)
+
+
+@pytest.mark.parametrize("command", ["copy", "gen"])
+@pytest.mark.parametrize("mode", ["zarr", "zarr,v3"])
+def test_a_shadowed_dimension_pure_zarr_cannot_name_is_refused_as_such(
+    nczarrfs, tmp_path, command, mode
+):
+    """`/g/v` uses the root's `d` (3) while `/g/w` uses `/g`'s own `d` (2): a valid netCDF-4
+    dataset (netCDF4-python opens it), which pure Zarr, naming dimensions by plain name,
+    cannot hold. The refusal must say so, naming both dimensions, and write nothing (not
+    read as damage of the source, nor a store made that no reader opens)."""
+    cdl = tmp_path / "s.cdl"
+    cdl.write_text("netcdf s {\ndimensions:\n  d = 3 ;\ngroup: g {\n  dimensions:\n    d = 2 ;\n"
+                   "  variables:\n    int v(/d) ;\n    int w(d) ;\n  data:\n    v = 1, 2, 3 ;\n"
+                   "    w = 4, 5 ;\n  }\n}\n")
+    src = tmp_path / "s.file"
+    made = nczarrfs("gen", "-o", str(src), str(cdl))
+    assert made.returncode == 0, made.stderr.decode()
+    refs = json.loads((src / "g" / "v" / ".zattrs").read_text())["_nczarr_array"]
+    assert refs["dimension_references"] == ["/d"]
+    # (netCDF4-python looks `v`'s dimension up by its plain name, and finds `/g/d`.)
+    with netCDF4.Dataset(f"file://{src}#mode=nczarr,file") as nc:
+        assert nc["g/w"][:].tolist() == [4, 5]
+        assert len(nc.dimensions["d"]) == 3 and len(nc["g"].dimensions["d"]) == 2
+    dst = tmp_path / "t.zarr"
+    if command == "copy":
+        res = nczarrfs("copy", "-k", mode, str(src), str(dst))
+    else:
+        res = nczarrfs("gen", "-k", mode, "-o", str(dst), str(cdl))
+    err = res.stderr.decode()
+    assert res.returncode == 1, err
+    assert "pure Zarr cannot represent two dimensions of the same name" in err, err
+    assert "/d (3, used by /g/v)" in err and "/g/d (2, used by /g/w)" in err, err
+    assert "invalid metadata" not in err, err
+    assert not dst.exists()

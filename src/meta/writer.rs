@@ -52,8 +52,8 @@ use super::json::Json;
 
 use crate::location::{Format, Mode};
 use crate::model::{
-    AttrValue, Attribute, ByteOrder, ChunkKeyEncoding, ChunkOrder, CodecSpec, Dataset, DtypeKind,
-    GroupId, NcType, NczarrLayout, VarId, ZarrDtype,
+    AttrValue, Attribute, ByteOrder, ChunkKeyEncoding, ChunkOrder, CodecSpec, Dataset, DimId,
+    DtypeKind, GroupId, NcType, NczarrLayout, VarId, ZarrDtype,
 };
 use crate::zmap::{join_key, ZMap, METADATA_LIMIT};
 use crate::{Error, Result};
@@ -236,6 +236,8 @@ pub(crate) fn put_objects(map: &dyn ZMap, objects: Vec<(String, Value)>) -> Resu
 pub fn metadata_objects(ds: &Dataset, opts: &WriteOptions) -> Result<Vec<(String, Value)>> {
     if opts.dialect == Dialect::NcZarr {
         check_layout_holds(ds, opts.layout)?;
+    } else if opts.xarray {
+        check_dimension_names_hold(ds, "_ARRAY_DIMENSIONS")?;
     }
     let mut out = Vec::new();
     for g in ds.groups_preorder() {
@@ -274,6 +276,41 @@ pub fn metadata_objects(ds: &Dataset, opts: &WriteOptions) -> Result<Vec<(String
 }
 
 /// Refuses what the netcdf-c releases reading `layout` cannot hold, naming it.
+/// Refuses, for pure Zarr, a group whose variables use two dimensions of the same name with
+/// different lengths (`/g/v(/d)` with `/d = 3`, beside `/g/w(d)` with `/g`'s own `d = 2`):
+/// pure Zarr names an array's dimensions by their plain names only (in `field`), and its
+/// readers take a name within one group for one dimension (netcdf-c fails with "Invalid
+/// dimension size", nczarrfs refuses the second length).
+pub(crate) fn check_dimension_names_hold(ds: &Dataset, field: &str) -> Result<()> {
+    for g in ds.groups_preorder() {
+        let mut seen: HashMap<&str, (DimId, VarId)> = HashMap::new();
+        for &v in &ds.group(g).vars {
+            for &d in &ds.var(v).dims {
+                let dim = ds.dim(d);
+                let Some(&(first, first_var)) = seen.get(dim.name.as_str()) else {
+                    seen.insert(&dim.name, (d, v));
+                    continue;
+                };
+                if ds.dim(first).len != dim.len {
+                    return Err(Error::Unsupported(format!(
+                        "pure Zarr cannot represent two dimensions of the same name with \
+                         different lengths in one group: {} ({}, used by {}) and {} ({}, used \
+                         by {}); {field} names an array's dimensions by their plain names only \
+                         (NCZarr keeps them apart)",
+                        ds.dim_fqn(first),
+                        ds.dim(first).len,
+                        ds.var_fqn(first_var),
+                        ds.dim_fqn(d),
+                        dim.len,
+                        ds.var_fqn(v),
+                    )));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 fn check_layout_holds(ds: &Dataset, layout: NczarrLayout) -> Result<()> {
     let refuse = |what: String, releases: &str| {
         Err(Error::Unsupported(format!(

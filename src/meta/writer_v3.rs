@@ -124,6 +124,9 @@ fn keep_dimension_names(node: &mut Map<String, Value>, old: &Json) {
 /// followed by its arrays. When consolidated, the root's object (first) carries everything
 /// else inline, as zarr-python 3 writes it.
 pub fn metadata_objects(ds: &Dataset, opts: &WriteOptions) -> Result<Vec<(String, Value)>> {
+    if opts.dialect == Dialect::Zarr {
+        super::writer::check_dimension_names_hold(ds, "dimension_names")?;
+    }
     let mut out = Vec::new();
     for g in ds.groups_preorder() {
         let prefix = ds.group_path(g).join("/");
