@@ -7,12 +7,14 @@
 //! pure Zarr needs to discover groups and arrays.
 
 pub mod aws_config;
+mod beneath;
 mod file;
 mod mapped;
 mod memory;
 mod rename_helper;
 mod s3;
 mod s3_health;
+pub(crate) mod temp_files;
 mod zip;
 
 use std::fmt::Debug;
