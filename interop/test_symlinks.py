@@ -142,6 +142,27 @@ def test_root_put_keeps_the_owner_and_mode_of_the_files_it_rewrites(shared):
     np.testing.assert_array_equal(read(ds), [9, 2, 3, 4])
 
 
+def test_root_put_into_a_users_archive_writes_through_and_gives_away_no_planted_link(shared):
+    userdir = shared / "userdir"
+    userdir.mkdir()
+    make(shared / "src")
+    archive = userdir / "ds.zip"
+    zip_of(shared / "src", archive)
+    archive.chmod(0o640)
+    give_to_nobody(userdir)
+    target = victim(shared)
+    plants = [ln_as_nobody(target, f"{userdir}/.ds.zip.nczarrfs-tmp.$$"),
+              ln_as_nobody(target, f"{userdir}/.ds.zip.nczarrfs-tmp.spill.$$")]
+    values = shared / "in.bin"
+    values.write_bytes(np.array([9], "<i4").tobytes())
+    r = run_after_planting(plants, "put", str(archive), "v", "--count", "1", "-i", str(values))
+    assert r.returncode == 0, r.stderr
+    assert_untouched(target)
+    st = archive.stat()
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (NOBODY, NOBODY, 0o640)
+    np.testing.assert_array_equal(read(archive), [9, 2, 3, 4])
+
+
 def test_root_dump_and_copy_show_no_file_a_link_leads_out_to(shared, nczarrfs):
     """A chunk that is a link to a file only root may read is an error naming its key, for
     `dump` and `copy` alike; a link that stays inside the dataset is read as its target."""

@@ -245,9 +245,13 @@ pub trait ZMap: Send + Sync + Debug {
 /// An exclusive advisory lock (`flock`) on the file or directory at `path`, held while the
 /// returned file stays open (a fork keeps it; an `exec` does not, the file being close-on-exec).
 fn lock_exclusively(path: &std::path::Path) -> Result<std::fs::File> {
-    use std::os::fd::AsRawFd;
-
     let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    lock_file(file, path)
+}
+
+/// Locks the open `file` (at `path`, which messages name) as [`lock_exclusively`] does.
+fn lock_file(file: std::fs::File, path: &std::path::Path) -> Result<std::fs::File> {
+    use std::os::fd::AsRawFd;
     // SAFETY: flock only reads the descriptor, which `file` owns and keeps open.
     if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
         return Ok(file);
