@@ -163,6 +163,36 @@ def test_root_put_into_a_users_archive_writes_through_and_gives_away_no_planted_
     np.testing.assert_array_equal(read(archive), [9, 2, 3, 4])
 
 
+@pytest.mark.parametrize("kind", ["file", "zip"])
+def test_root_gen_and_copy_into_a_users_directory_follow_no_planted_link(shared, kind):
+    """The destination is built beside its place under a new name and moved there: a link at
+    the staging name earlier versions used (and at the new archive's temporary name below
+    it) leads nowhere."""
+    userdir = shared / "userdir"
+    userdir.mkdir()
+    give_to_nobody(userdir)
+    target = victim(shared)
+    rootdir = shared / "rootdir"
+    rootdir.mkdir(mode=0o700)
+    cdl = shared / "s.cdl"
+    cdl.write_text("netcdf s {\ndimensions:\n  x = 4 ;\nvariables:\n  int v(x) ;\n"
+                   "data:\n  v = 1, 2, 3, 4 ;\n}\n")
+    src = shared / "src.file"
+    make(src)
+    for command, inputs in [("gen", [str(cdl)]), ("copy", [str(src)])]:
+        out = userdir / f"{command}.{kind}"
+        staging = f"{userdir}/.{out.name}.nczarrfs-$$"
+        plants = [ln_as_nobody(target if kind == "zip" else rootdir, staging),
+                  ln_as_nobody(target, f"{userdir}/..{out.name}.nczarrfs-$$.nczarrfs-tmp.$$")]
+        dest = f"file://{out}#mode=nczarr,{kind}"
+        args = [command, "-o", dest, *inputs] if command == "gen" else [command, *inputs, dest]
+        r = run_after_planting(plants, *args)
+        assert r.returncode == 0, r.stderr
+        assert_untouched(target)
+        assert list(rootdir.iterdir()) == []
+        np.testing.assert_array_equal(read(out), [1, 2, 3, 4])
+
+
 def test_root_dump_and_copy_show_no_file_a_link_leads_out_to(shared, nczarrfs):
     """A chunk that is a link to a file only root may read is an error naming its key, for
     `dump` and `copy` alike; a link that stays inside the dataset is read as its target."""
