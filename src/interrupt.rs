@@ -206,7 +206,7 @@ pub fn serve_remove_staging(paths: &[PathBuf]) -> crate::Result<()> {
     if let Some(other) = paths.iter().find(|p| !removable(p)) {
         return Err(crate::Error::Invalid(format!(
             "{REMOVE_STAGING_COMMAND} is internal: it removes only the staging paths \
-             (`.NAME.nczarrfs-PID`) of the `gen` or `copy` that started it, and {} is not \
+             (`.NAME.nczarrfs-PID.TOKEN`) of the `gen` or `copy` that started it, and {} is not \
              one; nothing removed",
             other.display()
         )));
@@ -224,15 +224,23 @@ pub fn serve_remove_staging(paths: &[PathBuf]) -> crate::Result<()> {
     Ok(())
 }
 
-/// The process whose staging sibling `path` is named as (`.NAME.nczarrfs-PID`).
+/// The process whose staging sibling `path` is named as.
 fn staging_owner(path: &Path) -> Option<u32> {
-    let (name, pid) = path
-        .file_name()?
-        .to_str()?
-        .strip_prefix('.')?
-        .rsplit_once(".nczarrfs-")?;
+    staging_sibling(path.file_name()?.to_str()?).map(|(_, pid)| pid)
+}
+
+/// The destination's name and the process of a staging sibling named `file_name`:
+/// `.NAME.nczarrfs-PID.TOKEN` (TOKEN random, see [`crate::create::Staging`]), or
+/// `.NAME.nczarrfs-PID` as earlier versions named them.
+pub(crate) fn staging_sibling(file_name: &str) -> Option<(&str, u32)> {
+    let (name, rest) = file_name.strip_prefix('.')?.rsplit_once(".nczarrfs-")?;
+    let pid = match rest.split_once('.') {
+        Some((pid, token)) if crate::zmap::temp_files::is_token(token) => pid,
+        Some(_) => return None,
+        None => rest,
+    };
     let digits = !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit());
-    (!name.is_empty() && digits).then(|| pid.parse().ok())?
+    (!name.is_empty() && digits).then(|| Some((name, pid.parse().ok()?)))?
 }
 
 /// Whether process `pid` has ended (gone, or a zombie not yet reaped). A process that
@@ -270,6 +278,9 @@ mod tests {
     fn staging_siblings_are_told_by_their_name() {
         let owner = |p: &str| staging_owner(Path::new(p));
         assert_eq!(owner("/d/.ds.file.nczarrfs-42"), Some(42));
+        assert_eq!(owner("/d/.ds.file.nczarrfs-42.0123456789abcdef"), Some(42));
+        assert_eq!(owner("/d/.ds.file.nczarrfs-42.0123456789abcdef.old"), None);
+        assert_eq!(owner("/d/.ds.file.nczarrfs-42.0123456789"), None);
         assert_eq!(owner(".a.zip.nczarrfs-42"), Some(42));
         assert_eq!(owner("/d/.x.nczarrfs-1.nczarrfs-42"), Some(42));
         assert_eq!(owner("/d/ds.file"), None);

@@ -779,3 +779,106 @@ fn an_entry_of_an_unread_compression_method_is_named_with_its_method() {
         }
     }
 }
+
+/// A file only its owner may write, and a link at `at` to it, as a user who may write to the
+/// archive's directory would plant one for a privileged writer.
+fn victim_linked_from(dir: &Path, at: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let victim = dir.join("victim");
+    std::fs::write(&victim, b"not an archive").unwrap();
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::os::unix::fs::symlink(&victim, at).unwrap();
+    victim
+}
+
+fn assert_untouched(victim: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::read(victim).unwrap(), b"not an archive");
+    let mode = std::fs::metadata(victim).unwrap().permissions().mode();
+    assert_eq!(mode & 0o7777, 0o600);
+}
+
+/// The temporary files of a rewrite (the new archive, and the spill file of changes held
+/// beyond 32 MiB) are new files: links at the names earlier versions gave them (the
+/// writer's process id after a fixed prefix) are not written through.
+#[test]
+fn a_rewrite_writes_through_no_link_at_its_temporary_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ds.zip");
+    make_zip(&path, &[(".zgroup", b"{\"zarr_format\": 2}", false)]);
+    let pid = std::process::id();
+    let victim = victim_linked_from(
+        dir.path(),
+        &dir.path().join(format!(".ds.zip.nczarrfs-tmp.{pid}")),
+    );
+    let spill = dir.path().join(format!(".ds.zip.nczarrfs-tmp.spill.{pid}"));
+    std::os::unix::fs::symlink(&victim, &spill).unwrap();
+    let map = ZipMap::open(&path, true).unwrap();
+    map.put("v/0", &vec![7u8; 33 << 20]).unwrap();
+    map.put("v/1", b"small").unwrap();
+    map.flush().unwrap();
+    assert_untouched(&victim);
+    let reread = ZipMap::open(&path, false).unwrap();
+    assert_eq!(reread.get("v/0").unwrap().map(|v| v.len()), Some(33 << 20));
+    assert_eq!(reread.get("v/1").unwrap().as_deref(), Some(&b"small"[..]));
+}
+
+/// A flush replaces only the archive the map read: one put in its place since (here a link
+/// to another file) is left alone, and the flush fails.
+#[test]
+fn a_flush_replaces_only_the_archive_it_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ds.zip");
+    make_zip(&path, &[(".zgroup", b"{\"zarr_format\": 2}", false)]);
+    let map = ZipMap::open(&path, true).unwrap();
+    map.claim_writer().unwrap();
+    map.put("v/0", b"new").unwrap();
+    std::fs::rename(&path, dir.path().join("moved.zip")).unwrap();
+    let victim = victim_linked_from(dir.path(), &path);
+    match map.flush() {
+        Err(Error::Busy(m)) => assert!(m.contains("replaced by another program"), "{m}"),
+        other => panic!("expected Busy, got {other:?}"),
+    }
+    assert_untouched(&victim);
+    std::fs::remove_file(&path).unwrap();
+    match map.flush() {
+        Err(Error::Busy(m)) => assert!(m.contains("removed by another program"), "{m}"),
+        other => panic!("expected Busy, got {other:?}"),
+    }
+}
+
+/// A new archive is made at its path, through no link and over nothing: a link put there
+/// before its first flush is neither followed nor replaced.
+#[test]
+fn a_new_archive_follows_no_link() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("new.zip");
+    let map = ZipMap::open(&path, true).unwrap();
+    map.put(".zgroup", b"{\"zarr_format\": 2}").unwrap();
+    let victim = victim_linked_from(dir.path(), &path);
+    match map.flush() {
+        Err(Error::Busy(m)) => assert!(m.contains("another program made a file there"), "{m}"),
+        other => panic!("expected Busy, got {other:?}"),
+    }
+    assert_untouched(&victim);
+    std::fs::remove_file(&path).unwrap();
+    let missing = dir.path().join("missing");
+    std::os::unix::fs::symlink(&missing, &path).unwrap();
+    assert!(map.flush().is_err());
+    assert!(!missing.exists(), "a dangling link is not followed either");
+    std::fs::remove_file(&path).unwrap();
+    map.flush().unwrap();
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(names.len(), 2, "nothing left beside it: {names:?}");
+    assert_eq!(
+        ZipMap::open(&path, false)
+            .unwrap()
+            .get(".zgroup")
+            .unwrap()
+            .as_deref(),
+        Some(&b"{\"zarr_format\": 2}"[..])
+    );
+}

@@ -147,17 +147,16 @@ impl OutputFile {
         let Some(name) = path.file_name() else {
             return in_place();
         };
-        let temp = path.with_file_name(format!(
-            ".{}.nczarrfs-get.{}",
-            name.to_string_lossy(),
-            std::process::id()
-        ));
-        let file = match std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&temp)
-        {
-            Ok(f) => f,
+        let dir = match path.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir,
+            _ => std::path::Path::new("."),
+        };
+        let name = name.to_string_lossy();
+        let pid = std::process::id();
+        let (file, temp) = match crate::zmap::temp_files::create_in(dir, |token| {
+            format!(".{name}.nczarrfs-get.{pid}.{token}")
+        }) {
+            Ok(created) => created,
             // A directory we may not create in: the file itself is still writable.
             Err(_) => return in_place(),
         };

@@ -46,7 +46,7 @@ pub enum Command {
     #[command(name = crate::zmap::RENAME_HELPER_COMMAND, hide = true)]
     RenameHelper,
     /// Internal, started by an interrupted `gen` or `copy`: removes its staging paths
-    /// (`.NAME.nczarrfs-PID`, PID being that process) once it has exited; refuses any other.
+    /// (`.NAME.nczarrfs-PID.TOKEN`, PID being that process) once it has exited; refuses any other.
     #[command(name = crate::interrupt::REMOVE_STAGING_COMMAND, hide = true)]
     RemoveStaging {
         /// The staging directories or archives.

@@ -74,8 +74,9 @@ pub struct Staging {
 }
 
 impl Staging {
-    /// Plans the staging of `target`: a hidden sibling `.NAME.nczarrfs-PID` for local storage.
-    /// An existing temporary of the same name is removed. A local target that exists must be
+    /// Plans the staging of `target`: a hidden sibling `.NAME.nczarrfs-PID.TOKEN` for local
+    /// storage, TOKEN random so that no one can put anything at its name beforehand; it is
+    /// made by [`Staging::create_writer`], which refuses anything found there. A local target that exists must be
     /// a dataset (or an empty directory, or a zip archive): nothing else is ever replaced.
     pub fn new(target: &Location) -> Result<Staging> {
         // `ds.file/../ds.file` names the dataset through itself: moving it aside would take
@@ -103,7 +104,11 @@ impl Staging {
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_else(|| "dataset".into());
-            p.with_file_name(format!(".{name}.nczarrfs-{}", std::process::id()))
+            p.with_file_name(format!(
+                ".{name}.nczarrfs-{}.{}",
+                std::process::id(),
+                crate::zmap::temp_files::random_token()
+            ))
         };
         let storage = match &target.storage {
             Storage::File(p) => Storage::File(sibling(p)),
@@ -116,7 +121,6 @@ impl Staging {
             mode: target.mode.clone(),
         };
         if temp != *target {
-            remove_storage(&temp)?;
             remove_stale_staging(target);
         }
         let on_signal = match &temp.storage {
@@ -137,6 +141,12 @@ impl Staging {
         match &self.claimed {
             Some(claimed) => {
                 let map: Arc<dyn ZMap> = Arc::clone(claimed) as Arc<dyn ZMap>;
+                DatasetWriter::create_in(&self.temp, map, opts, model)
+            }
+            // The staging path is new, made by this process: nothing another user put at
+            // its name (they may write to its directory) is followed or written into.
+            None if self.temp != self.target => {
+                let map = crate::zmap::open_new(&self.temp)?;
                 DatasetWriter::create_in(&self.temp, map, opts, model)
             }
             None => DatasetWriter::create_with(&self.temp, opts, model),
@@ -203,9 +213,10 @@ impl Staging {
     }
 }
 
-/// Removes the staging siblings of `target` (`.NAME.nczarrfs-PID`) left by processes that no
-/// longer run (killed by SIGKILL, or by a crash), which nothing else would remove. A sibling
-/// `….old` is kept: it may be the only copy of a dataset whose replacement was cut short.
+/// Removes the staging siblings of `target` (`.NAME.nczarrfs-PID.TOKEN`) left by processes
+/// that no longer run (killed by SIGKILL, or by a crash), which nothing else would remove. A
+/// sibling `….old` is kept: it may be the only copy of a dataset whose replacement was cut
+/// short.
 fn remove_stale_staging(target: &Location) {
     let (Storage::File(path) | Storage::Zip(path)) = &target.storage else {
         return;
@@ -213,7 +224,6 @@ fn remove_stale_staging(target: &Location) {
     let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
         return;
     };
-    let prefix = format!(".{}.nczarrfs-", name.to_string_lossy());
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
@@ -221,8 +231,9 @@ fn remove_stale_staging(target: &Location) {
         let file_name = entry.file_name();
         let Some(pid) = file_name
             .to_str()
-            .and_then(|n| n.strip_prefix(&prefix))
-            .and_then(|pid| pid.parse::<libc::pid_t>().ok())
+            .and_then(interrupt::staging_sibling)
+            .filter(|(of, _)| std::ffi::OsStr::new(of) == name)
+            .and_then(|(_, pid)| libc::pid_t::try_from(pid).ok())
             .filter(|pid| *pid > 0)
         else {
             continue;

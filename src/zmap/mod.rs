@@ -7,12 +7,14 @@
 //! pure Zarr needs to discover groups and arrays.
 
 pub mod aws_config;
+mod beneath;
 mod file;
 mod mapped;
 mod memory;
 mod rename_helper;
 mod s3;
 mod s3_health;
+pub(crate) mod temp_files;
 mod zip;
 
 use std::fmt::Debug;
@@ -282,9 +284,13 @@ pub trait ZMap: Send + Sync + Debug {
 /// An exclusive advisory lock (`flock`) on the file or directory at `path`, held while the
 /// returned file stays open (a fork keeps it; an `exec` does not, the file being close-on-exec).
 fn lock_exclusively(path: &std::path::Path) -> Result<std::fs::File> {
-    use std::os::fd::AsRawFd;
-
     let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    lock_file(file, path)
+}
+
+/// Locks the open `file` (at `path`, which messages name) as [`lock_exclusively`] does.
+fn lock_file(file: std::fs::File, path: &std::path::Path) -> Result<std::fs::File> {
+    use std::os::fd::AsRawFd;
     // SAFETY: flock only reads the descriptor, which `file` owns and keeps open.
     if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
         return Ok(file);
@@ -344,20 +350,42 @@ pub fn open(location: &Location, writable: bool) -> Result<Arc<dyn ZMap>> {
         Storage::File(path) => Ok(Arc::new(FileMap::open(path, writable)?)),
         Storage::Zip(path) => {
             let map = ZipMap::open(path, writable)?;
-            // NCZarr is for netcdf-c, which opens only its own layout of an archive: the
-            // dataset under a folder named after the archive (the target's name, which a
-            // staged write's temporary path is not).
-            let for_netcdf_c =
-                location.mode.format != Some(Format::Zarr) && location.mode.zarr_version != Some(3);
-            Ok(Arc::new(
-                match (writable && for_netcdf_c, zip_folder_name(location)) {
-                    (true, Some(folder)) => map.in_folder_if_new(&folder),
-                    _ => map,
-                },
-            ))
+            Ok(Arc::new(match writable {
+                true => in_netcdf_c_folder(map, location),
+                false => map,
+            }))
         }
         Storage::Memory => Ok(Arc::new(MemoryMap::new())),
         Storage::S3(s3) => Ok(Arc::new(S3Map::open(s3, writable)?)),
+    }
+}
+
+/// Opens a writable map for a new dataset at `location` that this process makes itself: a
+/// directory is made at once (anything at its path, a symbolic link included, is an error),
+/// and the map keeps working in that directory whatever is put at its name afterwards; an
+/// archive is made by the first flush, at its path itself and replacing nothing (see
+/// [`FileMap::create_new`] and [`ZipMap::create_new`]). Datasets built beside their final
+/// place (`gen`, `copy`), in directories other users may write to, are opened so.
+pub fn open_new(location: &Location) -> Result<Arc<dyn ZMap>> {
+    match &location.storage {
+        Storage::File(path) => Ok(Arc::new(FileMap::create_new(path)?)),
+        Storage::Zip(path) => Ok(Arc::new(in_netcdf_c_folder(
+            ZipMap::create_new(path),
+            location,
+        ))),
+        _ => open(location, true),
+    }
+}
+
+/// NCZarr is for netcdf-c, which opens only its own layout of an archive: the dataset under
+/// a folder named after the archive (the target's name, which a staged write's temporary
+/// path is not). `map` is put so if it is new and holds NCZarr.
+fn in_netcdf_c_folder(map: ZipMap, location: &Location) -> ZipMap {
+    let for_netcdf_c =
+        location.mode.format != Some(Format::Zarr) && location.mode.zarr_version != Some(3);
+    match (for_netcdf_c, zip_folder_name(location)) {
+        (true, Some(folder)) => map.in_folder_if_new(&folder),
+        _ => map,
     }
 }
 

@@ -130,18 +130,19 @@ pub(super) fn rename_in_order(pairs: &[(PathBuf, PathBuf)]) -> (usize, Option<io
 }
 
 /// The writer whose temporary file for `to` `from` is named as
-/// (`DIR/.nczarrfs-tmp.NAME.PID.N` for `DIR/NAME`, as [`super::FileMap`] names them): the
+/// (`DIR/.nczarrfs-tmp.NAME.PID.TOKEN` for `DIR/NAME`, as [`super::FileMap`] names them): the
 /// helper renames nothing else, so that it cannot be used to move arbitrary files.
 fn temporary_owner(from: &Path, to: &Path) -> Option<u32> {
     let temp = from.file_name()?.to_str()?;
     let name = to.file_name()?.to_str()?;
-    let (pid, counter) = temp
+    let (pid, token) = temp
         .strip_prefix(super::file::TEMP_PREFIX)?
         .strip_prefix(name)?
         .strip_prefix('.')?
         .split_once('.')?;
-    let number = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    (from.parent() == to.parent() && number(counter) && number(pid)).then(|| pid.parse().ok())?
+    let number = !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit());
+    (from.parent() == to.parent() && number && super::temp_files::is_token(token))
+        .then(|| pid.parse().ok())?
 }
 
 fn rename_in_this_process(pairs: &[(PathBuf, PathBuf)]) -> (usize, Option<io::Error>) {
@@ -296,18 +297,35 @@ mod tests {
     #[test]
     fn only_a_writers_temporary_files_are_renamed_by_the_helper() {
         let owner = |from: &str, to: &str| temporary_owner(Path::new(from), Path::new(to));
+        const T: &str = "0123456789abcdef";
         assert_eq!(
-            owner("/d/g/.nczarrfs-tmp..zarray.42.0", "/d/g/.zarray"),
+            owner(
+                &format!("/d/g/.nczarrfs-tmp..zarray.42.{T}"),
+                "/d/g/.zarray"
+            ),
             Some(42)
         );
         assert_eq!(
-            owner("/d/.nczarrfs-tmp.zarr.json.42.17", "/d/zarr.json"),
+            owner(
+                &format!("/d/.nczarrfs-tmp.zarr.json.42.{T}"),
+                "/d/zarr.json"
+            ),
             Some(42)
         );
-        assert_eq!(owner("/d/.nczarrfs-tmp..zarray.42.0", "/e/.zarray"), None);
-        assert_eq!(owner("/d/.nczarrfs-tmp..zattrs.42.0", "/d/.zarray"), None);
+        assert_eq!(
+            owner(&format!("/d/.nczarrfs-tmp..zarray.42.{T}"), "/e/.zarray"),
+            None
+        );
+        assert_eq!(
+            owner(&format!("/d/.nczarrfs-tmp..zattrs.42.{T}"), "/d/.zarray"),
+            None
+        );
         assert_eq!(owner("/d/.nczarrfs-tmp..zarray.42.", "/d/.zarray"), None);
-        assert_eq!(owner("/d/.nczarrfs-tmp..zarray.x.1", "/d/.zarray"), None);
+        assert_eq!(owner("/d/.nczarrfs-tmp..zarray.42.0", "/d/.zarray"), None);
+        assert_eq!(
+            owner(&format!("/d/.nczarrfs-tmp..zarray.x.{T}"), "/d/.zarray"),
+            None
+        );
         assert_eq!(owner("/d/ds.file", "/d/other"), None);
     }
 

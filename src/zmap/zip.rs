@@ -20,6 +20,7 @@ use zip::result::ZipError;
 use zip::write::SimpleFileOptions;
 use zip::{CompressionMethod, ZipArchive, ZipWriter};
 
+use super::temp_files::{keep_mode_and_owner, Ownership};
 use super::{search_keys, validate_key, validate_prefix, ZMap};
 use crate::{Error, Result};
 
@@ -163,7 +164,7 @@ impl ZipMap {
                 (Some(archive), folder, objects, outside, identity)
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound && writable => {
-                (None, String::new(), BTreeMap::new(), Vec::new(), None)
+                return Ok(ZipMap::create_new(path))
             }
             Err(e) => return Err(Error::io(path, e)),
         };
@@ -182,6 +183,37 @@ impl ZipMap {
             }),
             writer_claim: Mutex::new(None),
         })
+    }
+
+    /// A writable map for a new archive at `path`, which the first flush creates there; the
+    /// path is not looked at before (anything at it then, a symbolic link included, makes
+    /// that flush fail rather than be followed or replaced).
+    pub fn create_new(path: &Path) -> Self {
+        ZipMap {
+            path: path.to_path_buf(),
+            read_only: false,
+            folder: String::new(),
+            state: Mutex::new(State {
+                archive: None,
+                objects: BTreeMap::new(),
+                outside: Vec::new(),
+                dirty: false,
+                identity: None,
+                held: 0,
+                spill: None,
+            }),
+            writer_claim: Mutex::new(None),
+        }
+    }
+
+    /// Where the archive's file is: through a symbolic link, the archive it points to is
+    /// replaced and the link stays. A new archive (none read) is made at the map's path
+    /// itself, through no link.
+    fn target_of(&self, state: &State) -> Result<PathBuf> {
+        match state.identity {
+            Some(_) => super::through_links(&self.path),
+            None => Ok(self.path.clone()),
+        }
     }
 
     /// Puts the dataset under the top-level `folder` if the archive does not exist yet:
@@ -293,15 +325,11 @@ impl ZipMap {
     fn spill(&self, state: &mut State, value: &[u8]) -> Result<Source> {
         use std::os::unix::fs::FileExt;
         if state.spill.is_none() {
-            let (dir, temp_prefix) = temp_place(&super::through_links(&self.path)?);
-            let path = dir.join(format!("{temp_prefix}spill.{}", std::process::id()));
-            let file = fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .open(&path)
-                .map_err(|e| Error::io(&path, e))?;
+            let (dir, temp_prefix) = temp_place(&self.target_of(state)?);
+            let (file, path) = super::temp_files::create_in(&dir, |token| {
+                format!("{temp_prefix}{}.{token}", std::process::id())
+            })
+            .map_err(|e| Error::io(&self.path, e))?;
             // Nothing to clean up afterwards: the space is freed when the file is closed.
             fs::remove_file(&path).map_err(|e| Error::io(&path, e))?;
             state.spill = Some(Spill { file, len: 0 });
@@ -321,16 +349,17 @@ impl ZipMap {
         Ok(source)
     }
 
-    /// Writes the whole archive to `temp`: the dataset folder's entry first (netcdf-c names the
-    /// dataset after the first entry), then every object in key order, then the entries beside
-    /// the folder as they were, and the archive's comment. The new archive takes the mode and
-    /// owner of the `old` one's file.
+    /// Writes the whole archive to `file`, new at `temp`: the dataset folder's entry first
+    /// (netcdf-c names the dataset after the first entry), then every object in key order,
+    /// then the entries beside the folder as they were, and the archive's comment. The new
+    /// archive takes the mode and owner of the `old` one's file. Returns `file`, synced.
     fn write_archive(
         &self,
         state: &mut State,
+        file: File,
         temp: &Path,
-        old: Option<&fs::Metadata>,
-    ) -> Result<()> {
+        old: Option<Ownership>,
+    ) -> Result<File> {
         // An I/O error (a full disk) keeps its errno for the mount's caller.
         let storage_err = |key: &str, e: ZipError| match e {
             ZipError::Io(io) => Error::io(temp, io),
@@ -339,7 +368,6 @@ impl ZipMap {
                 reason: format!("writing {}: {other}", temp.display()),
             },
         };
-        let file = File::create(temp).map_err(|e| Error::io(temp, e))?;
         if let Some(old) = old {
             keep_mode_and_owner(&file, old).map_err(|e| Error::io(temp, e))?;
         }
@@ -403,27 +431,9 @@ impl ZipMap {
             copy_raw(archive, &mut writer, *index).map_err(|e| storage_err("", e))?;
         }
         let archive = writer.finish().map_err(|e| storage_err("", e))?;
-        archive.file.sync_all().map_err(|e| Error::io(temp, e))
+        archive.file.sync_all().map_err(|e| Error::io(temp, e))?;
+        Ok(archive.file)
     }
-}
-
-/// Gives the new archive's `file` the mode of the `old` one, and its owner and group as far
-/// as this user may (root may; others keep the group if they belong to it), as Info-ZIP does
-/// when it updates an archive.
-fn keep_mode_and_owner(file: &File, old: &fs::Metadata) -> io::Result<()> {
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    let new = file.metadata()?;
-    if (new.uid(), new.gid()) != (old.uid(), old.gid()) {
-        // An ordinary user cannot give the file away; the archive is then theirs, as any
-        // file they rewrite by a rename.
-        match std::os::unix::fs::fchown(file, Some(old.uid()), Some(old.gid())) {
-            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
-                let _ = std::os::unix::fs::fchown(file, None, Some(old.gid()));
-            }
-            other => other?,
-        }
-    }
-    file.set_permissions(fs::Permissions::from_mode(old.mode() & 0o7777))
 }
 
 /// The local time now, as zip entries record their modification time (whole seconds, from
@@ -556,8 +566,9 @@ fn check_may_rewrite(archive: &Path) -> Result<()> {
     Err(Error::io(archive, io::Error::last_os_error()))
 }
 
-/// Removes the partial archives `{prefix}PID` in `dir` left by writers killed while they
-/// wrote them (their process is gone).
+/// Removes the partial archives and spill files `{prefix}PID.TOKEN` in `dir` (or
+/// `{prefix}PID`, as earlier versions named them) left by writers killed while they wrote
+/// them (their process is gone).
 fn remove_orphans(dir: &Path, prefix: &str) {
     let Ok(entries) = fs::read_dir(dir) else {
         return;
@@ -567,6 +578,11 @@ fn remove_orphans(dir: &Path, prefix: &str) {
         let Some(pid) = name
             .to_str()
             .and_then(|n| n.strip_prefix(prefix))
+            .and_then(|rest| match rest.split_once('.') {
+                Some((pid, token)) if super::temp_files::is_token(token) => Some(pid),
+                Some(_) => None,
+                None => Some(rest),
+            })
             .and_then(|pid| pid.parse::<libc::pid_t>().ok())
             .filter(|pid| *pid > 0)
         else {
@@ -931,45 +947,86 @@ impl ZMap for ZipMap {
         ))
     }
 
+    /// Writes a new archive beside the old one and renames it into place. The new archive is
+    /// created exclusively under a random name (nothing planted at its name is opened), and
+    /// replaces only the archive this map read: if another file is at the archive's place
+    /// (put there since, a symbolic link to another file included), nothing is replaced. A
+    /// new archive does not follow a symbolic link and replaces nothing.
     fn flush(&self) -> Result<()> {
         let mut state = self.lock();
         if !state.dirty {
             return Ok(());
         }
-        // Through a symbolic link, the archive it points to is replaced and the link stays.
-        let target = super::through_links(&self.path)?;
-        let old = match fs::metadata(&target) {
-            Ok(meta) => Some(meta),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-            Err(e) => return Err(Error::io(&target, e)),
+        let target = self.target_of(&state)?;
+        let old = match state.identity {
+            None => None,
+            Some(read) => {
+                let changed = |what: &str| {
+                    Error::Busy(format!(
+                        "{}: the archive was {what} by another program since it was read; it \
+                         is not overwritten, and the changes since are not written",
+                        self.path.display()
+                    ))
+                };
+                let meta = match fs::metadata(&target) {
+                    Ok(meta) => meta,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                        return Err(changed("removed"))
+                    }
+                    Err(e) => return Err(Error::io(&target, e)),
+                };
+                let (dev, ino, ..) = identity_of(&meta);
+                if (dev, ino) != (read.0, read.1) {
+                    return Err(changed("replaced"));
+                }
+                check_may_rewrite(&target)?;
+                Some(Ownership::from(&meta))
+            }
         };
-        if old.is_some() {
-            check_may_rewrite(&target)?;
-        }
         let (dir, temp_prefix) = temp_place(&target);
         remove_orphans(&dir, &temp_prefix);
-        let temp = dir.join(format!("{temp_prefix}{}", std::process::id()));
+        let (file, temp) = super::temp_files::create_in(&dir, |token| {
+            format!("{temp_prefix}{}.{token}", std::process::id())
+        })
+        .map_err(|e| Error::io(&target, e))?;
         let mut claim = self.writer_claim.lock().unwrap_or_else(|e| e.into_inner());
         let written = self
-            .write_archive(&mut state, &temp, old.as_ref())
-            .and_then(|()| {
+            .write_archive(&mut state, file, &temp, old)
+            .and_then(|file| {
                 let new_claim = match *claim {
-                    Some(_) => Some(super::lock_exclusively(&temp)?),
+                    Some(_) => Some(super::lock_file(
+                        file.try_clone().map_err(|e| Error::io(&temp, e))?,
+                        &temp,
+                    )?),
                     None => None,
                 };
-                fs::rename(&temp, &target).map_err(|e| Error::io(&target, e))?;
+                match old {
+                    Some(_) => fs::rename(&temp, &target),
+                    None => super::temp_files::rename_no_replace(&temp, &target),
+                }
+                .map_err(|e| match e.kind() {
+                    io::ErrorKind::AlreadyExists => Error::Busy(format!(
+                        "{}: another program made a file there while the new archive was \
+                         written; it is not replaced",
+                        target.display()
+                    )),
+                    _ => Error::io(&target, e),
+                })?;
                 if new_claim.is_some() {
                     *claim = new_claim;
                 }
-                Ok(())
+                Ok(file)
             });
-        if let Err(e) = written {
-            // Best effort: the archive on disk is untouched, only the partial copy is left.
-            let _ = fs::remove_file(&temp);
-            return Err(e);
-        }
-        // Re-index the new archive so that flushed objects are no longer held in memory.
-        let file = File::open(&self.path).map_err(|e| Error::io(&self.path, e))?;
+        let file = match written {
+            Ok(file) => file,
+            Err(e) => {
+                // Best effort: the archive on disk is untouched, only the partial copy is left.
+                let _ = fs::remove_file(&temp);
+                return Err(e);
+            }
+        };
+        // Re-index the new archive (the file written, not whatever the name leads to now) so
+        // that flushed objects are no longer held in memory.
         self.reindex(&mut state, file)?;
         state.dirty = false;
         Ok(())

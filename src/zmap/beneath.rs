@@ -1,0 +1,318 @@
+//! Opening names below an open directory without leaving it: the file operations of a
+//! directory store ([`super::FileMap`]), made relative to a descriptor of the dataset's root
+//! so that a symbolic link inside the dataset cannot lead a privileged reader or writer to a
+//! file elsewhere.
+//!
+//! Reads use `openat2(RESOLVE_BENEATH)` (Linux 5.6 and later): the kernel follows symbolic
+//! links that stay below the root and fails the open of one that leads out. Where openat2 is
+//! missing, the names are opened one at a time without following links, and a path that meets
+//! a link is resolved as a whole and checked to lie below the root (then opened by its
+//! resolved names, again without following links, so that a link put in meanwhile fails the
+//! open rather than leading elsewhere).
+
+use std::ffi::{CStr, CString, OsString};
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Component, Path};
+use std::sync::OnceLock;
+
+/// Why a name could not be opened below the root.
+#[derive(Debug)]
+pub(super) enum Miss {
+    /// Nothing is there (a name on the way is missing, or is a file).
+    Absent,
+    /// The way passes through a symbolic link that the open did not follow (one leading out
+    /// of the root, an absolute one, or any one where links are not followed).
+    Link,
+    /// Another failure.
+    Io(io::Error),
+}
+
+impl From<io::Error> for Miss {
+    fn from(e: io::Error) -> Self {
+        Miss::Io(e)
+    }
+}
+
+/// A name as the system calls take it.
+pub(super) fn c_name(name: &[u8]) -> io::Result<CString> {
+    CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
+}
+
+/// `openat(dir, name, flags)`, close-on-exec.
+pub(super) fn open_at(dir: BorrowedFd<'_>, name: &CStr, flags: libc::c_int) -> io::Result<OwnedFd> {
+    // SAFETY: an open descriptor and a NUL-terminated name.
+    let fd = unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just opened and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `open(path, flags)`, close-on-exec.
+pub(super) fn open_path(path: &CStr, flags: libc::c_int) -> io::Result<OwnedFd> {
+    // SAFETY: a NUL-terminated path.
+    let fd = unsafe { libc::open(path.as_ptr(), flags | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just opened and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Device and inode of the file open as `fd` (any descriptor, `O_PATH` ones included).
+pub(super) fn identity(fd: BorrowedFd<'_>) -> io::Result<(u64, u64)> {
+    let st = fstat(fd)?;
+    Ok((st.st_dev, st.st_ino))
+}
+
+fn fstat(fd: BorrowedFd<'_>) -> io::Result<libc::stat64> {
+    let mut st = std::mem::MaybeUninit::<libc::stat64>::uninit();
+    // SAFETY: an open descriptor and a buffer fstat fills when it returns 0.
+    if unsafe { libc::fstat64(fd.as_raw_fd(), st.as_mut_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fstat returned 0.
+    Ok(unsafe { st.assume_init() })
+}
+
+/// How many names the file open as `fd` has (0 once removed).
+pub(super) fn link_count(fd: BorrowedFd<'_>) -> io::Result<u64> {
+    Ok(fstat(fd)?.st_nlink)
+}
+
+/// Whether `name` in `dir` is a symbolic link.
+pub(super) fn is_link_at(dir: BorrowedFd<'_>, name: &CStr) -> bool {
+    let mut st = std::mem::MaybeUninit::<libc::stat64>::uninit();
+    // SAFETY: an open descriptor, a NUL-terminated name and a buffer fstatat fills when it
+    // returns 0.
+    let rc = unsafe {
+        libc::fstatat64(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            st.as_mut_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    // SAFETY: fstatat returned 0.
+    rc == 0 && unsafe { st.assume_init() }.st_mode & libc::S_IFMT == libc::S_IFLNK
+}
+
+/// Whether this kernel has openat2 (Linux 5.6) and lets this process use it (an old seccomp
+/// profile of a container runtime answers `EPERM` to system calls it does not know).
+fn has_openat2() -> bool {
+    static HAS: OnceLock<bool> = OnceLock::new();
+    *HAS.get_or_init(|| match openat2(None, c"/", libc::O_PATH, 0) {
+        Ok(_) => true,
+        Err(e) => !matches!(e.raw_os_error(), Some(libc::ENOSYS | libc::EPERM)),
+    })
+}
+
+fn openat2(
+    dir: Option<BorrowedFd<'_>>,
+    name: &CStr,
+    flags: libc::c_int,
+    resolve: u64,
+) -> io::Result<OwnedFd> {
+    // SAFETY: open_how is plain data; all-zero is a valid value, its fields are set below.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (flags | libc::O_CLOEXEC) as u64;
+    how.resolve = resolve;
+    let dir = dir.map_or(libc::AT_FDCWD, |d| d.as_raw_fd());
+    // SAFETY: a directory descriptor (or AT_FDCWD), a NUL-terminated name, and `how` with
+    // its size, all of which outlive the call.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir,
+            name.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a new descriptor (it fits an int) that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) })
+}
+
+/// Opens `rel` (relative, with plain names only) below the directory `root` with `flags`,
+/// following symbolic links only as far as they stay below `root` where the kernel can
+/// enforce that; see [`Miss`] for what else can happen.
+pub(super) fn open_below(
+    root: BorrowedFd<'_>,
+    rel: &Path,
+    flags: libc::c_int,
+) -> Result<OwnedFd, Miss> {
+    if !has_openat2() {
+        return open_without_links(root, rel, flags);
+    }
+    let name = c_name(rel.as_os_str().as_bytes())?;
+    match openat2(Some(root), &name, flags, libc::RESOLVE_BENEATH) {
+        Ok(fd) => Ok(fd),
+        Err(e) => Err(match e.raw_os_error() {
+            Some(libc::ENOENT | libc::ENOTDIR) => Miss::Absent,
+            // EXDEV: the way leaves `root` (an absolute link or one that climbs out). EAGAIN:
+            // a rename meanwhile kept the kernel from telling; the careful way decides.
+            Some(libc::EXDEV | libc::EAGAIN) => Miss::Link,
+            _ => Miss::Io(e),
+        }),
+    }
+}
+
+/// Opens `rel` below `root` one name at a time, following no symbolic link: a link on the
+/// way (the last name included) is [`Miss::Link`].
+pub(super) fn open_without_links(
+    root: BorrowedFd<'_>,
+    rel: &Path,
+    flags: libc::c_int,
+) -> Result<OwnedFd, Miss> {
+    let names: Vec<&[u8]> = rel
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(n.as_bytes()),
+            _ => None,
+        })
+        .collect();
+    let Some((last, dirs)) = names.split_last() else {
+        return Ok(open_at(root, c".", flags)?);
+    };
+    let mut dir: Option<OwnedFd> = None;
+    for name in dirs {
+        let c = c_name(name)?;
+        let at = dir.as_ref().map_or(root, |d| d.as_fd());
+        let flags = libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW;
+        match open_at(at, &c, flags) {
+            Ok(fd) => dir = Some(fd),
+            Err(e) => return Err(missed(at, &c, e)),
+        }
+    }
+    let at = dir.as_ref().map_or(root, |d| d.as_fd());
+    let c = c_name(last)?;
+    match open_at(at, &c, flags | libc::O_NOFOLLOW) {
+        // With O_PATH, O_NOFOLLOW opens the link itself.
+        Ok(fd) if fstat(fd.as_fd())?.st_mode & libc::S_IFMT == libc::S_IFLNK => Err(Miss::Link),
+        Ok(fd) => Ok(fd),
+        Err(e) => Err(missed(at, &c, e)),
+    }
+}
+
+/// What the failure `e` to open `name` in `dir` without following links means.
+fn missed(dir: BorrowedFd<'_>, name: &CStr, e: io::Error) -> Miss {
+    match e.raw_os_error() {
+        // A link not followed fails as ELOOP, or as ENOTDIR where a directory is asked for;
+        // ENOTDIR is also a plain file on the way, which is no object.
+        Some(libc::ELOOP | libc::ENOTDIR) if is_link_at(dir, name) => Miss::Link,
+        Some(libc::ENOENT | libc::ENOTDIR) => Miss::Absent,
+        _ => Miss::Io(e),
+    }
+}
+
+/// The names in the directory open as `dir` (`.` and `..` left out).
+pub(super) fn entry_names(dir: OwnedFd) -> io::Result<Vec<OsString>> {
+    use std::os::fd::IntoRawFd;
+    let fd = dir.into_raw_fd();
+    // SAFETY: fdopendir takes over the descriptor (closedir closes it) when it succeeds.
+    let stream = unsafe { libc::fdopendir(fd) };
+    if stream.is_null() {
+        let e = io::Error::last_os_error();
+        // SAFETY: the descriptor is still ours, and not used after this.
+        unsafe { libc::close(fd) };
+        return Err(e);
+    }
+    let mut names = Vec::new();
+    let result = loop {
+        // SAFETY: errno is this thread's; readdir sets it only on failure.
+        unsafe { *libc::__errno_location() = 0 };
+        // SAFETY: `stream` is an open directory stream.
+        let entry = unsafe { libc::readdir64(stream) };
+        if entry.is_null() {
+            let e = io::Error::last_os_error();
+            break match e.raw_os_error() {
+                Some(0) => Ok(()),
+                _ => Err(e),
+            };
+        }
+        // SAFETY: readdir returned an entry whose name is NUL-terminated, valid until the
+        // next readdir on `stream`; it is copied at once.
+        let name = unsafe { CStr::from_ptr((*entry).d_name.as_ptr()) }.to_bytes();
+        if name != b"." && name != b".." {
+            names.push(OsString::from_vec(name.to_vec()));
+        }
+    };
+    // SAFETY: `stream` is open and not used after this.
+    unsafe { libc::closedir(stream) };
+    result.map(|()| names)
+}
+
+/// Removes `name` in the directory open as `dir`: a file or symbolic link (never followed),
+/// or a directory with everything in it.
+pub(super) fn remove_at(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<()> {
+    // SAFETY: an open descriptor and a NUL-terminated name.
+    if unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), 0) } == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() != Some(libc::EISDIR) {
+        return Err(e);
+    }
+    let sub = open_at(
+        dir,
+        name,
+        libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+    )?;
+    let names = entry_names(sub.try_clone()?)?;
+    for entry in names {
+        let c = c_name(entry.as_bytes())?;
+        match remove_at(sub.as_fd(), &c) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+    }
+    drop(sub);
+    // SAFETY: as above.
+    if unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), libc::AT_REMOVEDIR) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Removes the directory open as `dir`, reached from `root` by `names`, and each of its
+/// parents in turn while it is empty, up to (not including) `root`. The parent is found
+/// through `..` of the directory itself, and a name is removed only while it still names the
+/// directory it was reached as: a directory moved meanwhile stops the walk.
+pub(super) fn remove_empty_dirs(root: BorrowedFd<'_>, dir: BorrowedFd<'_>, names: &[&str]) {
+    let Ok(root_id) = identity(root) else {
+        return;
+    };
+    let mut up: Option<OwnedFd> = None;
+    for name in names.iter().rev() {
+        let dir = up.as_ref().map_or(dir, |d| d.as_fd());
+        let Ok(id) = identity(dir) else {
+            return;
+        };
+        if id == root_id {
+            return;
+        }
+        let Ok(parent) = open_at(dir, c"..", libc::O_PATH | libc::O_DIRECTORY) else {
+            return;
+        };
+        let Ok(c) = c_name(name.as_bytes()) else {
+            return;
+        };
+        let same = open_at(parent.as_fd(), &c, libc::O_PATH | libc::O_NOFOLLOW)
+            .and_then(|fd| identity(fd.as_fd()))
+            .is_ok_and(|named| named == id);
+        // Fails (harmlessly) as soon as a directory still has entries.
+        // SAFETY: an open descriptor and a NUL-terminated name.
+        if !same
+            || unsafe { libc::unlinkat(parent.as_raw_fd(), c.as_ptr(), libc::AT_REMOVEDIR) } != 0
+        {
+            return;
+        }
+        up = Some(parent);
+    }
+}

@@ -1,0 +1,304 @@
+//! New files made beside the files they replace, in directories that other users may write
+//! to (a dataset of theirs that root writes, a directory of theirs that receives a copy).
+//!
+//! Such a file is created exclusively (`O_CREAT | O_EXCL | O_NOFOLLOW`): a name that exists,
+//! a symbolic link included, is never opened, so nothing planted at the name can make the
+//! writer write into another file. Its name ends in a random token, so that no one can plant
+//! anything at it beforehand; a name taken all the same is tried again with another token.
+//! Owner and mode are then set on the descriptor of the file made, never by name.
+
+use std::ffi::{CStr, CString};
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+/// How many random names are tried before giving up on a directory where each one exists
+/// (which does not happen by chance: 2^64 tokens).
+const ATTEMPTS: usize = 8;
+
+/// Length of [`random_token`]'s tokens.
+pub(crate) const TOKEN_LEN: usize = 16;
+
+/// A random token for a file name: [`TOKEN_LEN`] lowercase hexadecimal digits.
+pub(crate) fn random_token() -> String {
+    let mut bytes = [0u8; TOKEN_LEN / 2];
+    fill_random(&mut bytes);
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Whether `s` is a token as [`random_token`] makes them.
+pub(crate) fn is_token(s: &str) -> bool {
+    s.len() == TOKEN_LEN && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// Fills `bytes` from the kernel's random source, and only if that is unavailable (a kernel
+/// older than 3.17 and no /dev/urandom) from the clock and a counter, which still makes
+/// names that differ.
+fn fill_random(bytes: &mut [u8]) {
+    // SAFETY: getrandom writes at most `bytes.len()` bytes into `bytes`.
+    let n = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+    if usize::try_from(n).is_ok_and(|n| n == bytes.len()) {
+        return;
+    }
+    if File::open("/dev/urandom")
+        .and_then(|mut f| io::Read::read_exact(&mut f, bytes))
+        .is_ok()
+    {
+        return;
+    }
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    for (byte, from) in bytes
+        .iter_mut()
+        .zip(hasher.finish().to_le_bytes().iter().cycle())
+    {
+        *byte = *from;
+    }
+}
+
+/// Creates a new file, readable and writable, in `dir`, named `name(token)` for a fresh
+/// random token; returns it and its path.
+pub(crate) fn create_in(dir: &Path, name: impl Fn(&str) -> String) -> io::Result<(File, PathBuf)> {
+    let mut last = None;
+    for _ in 0..ATTEMPTS {
+        let path = dir.join(name(&random_token()));
+        match std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .mode(0o666)
+            .open(&path)
+        {
+            Ok(file) => return Ok((file, path)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| io::ErrorKind::AlreadyExists.into()))
+}
+
+/// Like [`create_in`], in the directory open as `dir` (so that no name on the way to it is
+/// looked up again); returns the file and its name.
+pub(crate) fn create_at(
+    dir: BorrowedFd<'_>,
+    name: impl Fn(&str) -> String,
+) -> io::Result<(File, String)> {
+    let mut last = None;
+    for _ in 0..ATTEMPTS {
+        let file_name = name(&random_token());
+        let c_name = CString::new(file_name.as_bytes()).map_err(io::Error::other)?;
+        let flags =
+            libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+        // SAFETY: an open directory descriptor and a NUL-terminated name.
+        let fd = unsafe { libc::openat(dir.as_raw_fd(), c_name.as_ptr(), flags, 0o666) };
+        if fd >= 0 {
+            // SAFETY: `fd` was just opened and nothing else owns it.
+            return Ok((unsafe { File::from_raw_fd(fd) }, file_name));
+        }
+        let e = io::Error::last_os_error();
+        match e.kind() {
+            io::ErrorKind::AlreadyExists => last = Some(e),
+            _ => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| io::ErrorKind::AlreadyExists.into()))
+}
+
+/// The mode, owner and group of a file that a new one replaces.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ownership {
+    /// Its permission bits.
+    pub mode: u32,
+    /// Its owner.
+    pub uid: u32,
+    /// Its group.
+    pub gid: u32,
+}
+
+impl From<&std::fs::Metadata> for Ownership {
+    fn from(m: &std::fs::Metadata) -> Self {
+        use std::os::unix::fs::MetadataExt;
+        Ownership {
+            mode: m.mode(),
+            uid: m.uid(),
+            gid: m.gid(),
+        }
+    }
+}
+
+/// The ownership of the regular file `name` in the directory open as `dir`, if there is one
+/// (a symbolic link there is not followed: it is replaced, not written through).
+pub(crate) fn ownership_at(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<Option<Ownership>> {
+    let mut st = std::mem::MaybeUninit::<libc::stat64>::uninit();
+    // SAFETY: an open directory descriptor, a NUL-terminated name and a buffer fstatat fills
+    // when it returns 0.
+    let rc = unsafe {
+        libc::fstatat64(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            st.as_mut_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    if rc != 0 {
+        let e = io::Error::last_os_error();
+        return match e.kind() {
+            io::ErrorKind::NotFound => Ok(None),
+            _ => Err(e),
+        };
+    }
+    // SAFETY: fstatat returned 0, so it filled the buffer.
+    let st = unsafe { st.assume_init() };
+    Ok(
+        (st.st_mode & libc::S_IFMT == libc::S_IFREG).then_some(Ownership {
+            mode: st.st_mode,
+            uid: st.st_uid,
+            gid: st.st_gid,
+        }),
+    )
+}
+
+/// Gives `file` (one this process has just made) the permission bits of the `old` file it
+/// replaces, and its owner and group as far as this user may (root may; others keep the group
+/// if they belong to it), as `cp` and Info-ZIP do when they rewrite a file. Set-user-ID,
+/// set-group-ID and sticky bits are not carried over: the new content is the writer's, and a
+/// file another user linked in from elsewhere must not lend it a set-user-ID bit.
+pub(crate) fn keep_mode_and_owner(file: &File, old: Ownership) -> io::Result<()> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let new = file.metadata()?;
+    if (new.uid(), new.gid()) != (old.uid, old.gid) {
+        // An ordinary user cannot give the file away; the file is then theirs, as any file
+        // they rewrite by a rename.
+        match std::os::unix::fs::fchown(file, Some(old.uid), Some(old.gid)) {
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                let _ = std::os::unix::fs::fchown(file, None, Some(old.gid));
+            }
+            other => other?,
+        }
+    }
+    file.set_permissions(std::fs::Permissions::from_mode(old.mode & 0o777))
+}
+
+/// Renames `from` to `to` unless something (a symbolic link included) is at `to`, which is
+/// an `AlreadyExists` error. On a filesystem that cannot rename so, a hard link and an
+/// unlink do the same; on one without hard links either, `to` is checked first and renamed
+/// over, which a name appearing in between defeats.
+pub(crate) fn rename_no_replace(from: &Path, to: &Path) -> io::Result<()> {
+    let c_from = CString::new(from.as_os_str().as_bytes()).map_err(io::Error::other)?;
+    let c_to = CString::new(to.as_os_str().as_bytes()).map_err(io::Error::other)?;
+    // SAFETY: NUL-terminated paths relative to the working directory.
+    let rc = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            c_from.as_ptr(),
+            libc::AT_FDCWD,
+            c_to.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    if rc == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    if !matches!(
+        e.raw_os_error(),
+        Some(libc::EINVAL | libc::ENOSYS | libc::EOPNOTSUPP)
+    ) {
+        return Err(e);
+    }
+    match std::fs::hard_link(from, to) {
+        Ok(()) => return std::fs::remove_file(from),
+        Err(e) if !matches!(e.raw_os_error(), Some(libc::EPERM | libc::EOPNOTSUPP)) => {
+            return Err(e)
+        }
+        Err(_) => {}
+    }
+    match std::fs::symlink_metadata(to) {
+        Ok(_) => Err(io::ErrorKind::AlreadyExists.into()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => std::fs::rename(from, to),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn tokens_are_random_hex() {
+        let (a, b) = (random_token(), random_token());
+        assert!(is_token(&a) && is_token(&b), "{a} {b}");
+        assert_ne!(a, b);
+        assert!(!is_token("old") && !is_token(&a.to_uppercase()) && !is_token(&a[1..]));
+    }
+
+    /// A planted symbolic link, whatever its name, is never opened: its target stays as it
+    /// was, and the new file is another one.
+    #[test]
+    fn names_taken_are_never_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"keep").unwrap();
+        let e = create_in(dir.path(), |_| "victim".to_string()).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AlreadyExists, "{e}");
+        let (mut file, path) = create_in(dir.path(), |t| format!("new.{t}")).unwrap();
+        io::Write::write_all(&mut file, b"new").unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+        assert_eq!(std::fs::read(&path).unwrap(), b"new");
+
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        let d = File::open(dir.path()).unwrap();
+        let e = create_at(d.as_fd(), |_| "link".to_string()).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AlreadyExists, "{e}");
+        assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+    }
+
+    #[test]
+    fn rename_no_replace_keeps_what_is_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let (from, to) = (dir.path().join("from"), dir.path().join("to"));
+        std::fs::write(&from, b"new").unwrap();
+        std::os::unix::fs::symlink("/nonexistent", &to).unwrap();
+        let e = rename_no_replace(&from, &to).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AlreadyExists, "{e}");
+        std::fs::remove_file(&to).unwrap();
+        rename_no_replace(&from, &to).unwrap();
+        assert_eq!(std::fs::read(&to).unwrap(), b"new");
+        assert!(!from.exists());
+    }
+
+    #[test]
+    fn set_id_bits_are_not_carried_over() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let (file, path) = create_in(dir.path(), |t| t.to_string()).unwrap();
+        let old = Ownership {
+            mode: 0o4750,
+            uid: file
+                .metadata()
+                .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
+                .unwrap(),
+            gid: file
+                .metadata()
+                .map(|m| std::os::unix::fs::MetadataExt::gid(&m))
+                .unwrap(),
+        };
+        keep_mode_and_owner(&file, old).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o7777, 0o750);
+    }
+}
