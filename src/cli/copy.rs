@@ -24,7 +24,7 @@ use crate::error::quoted;
 use crate::location::Location;
 use crate::model::{
     AttrValue, ByteOrder, CodecSpec, Dataset, DimId, Dimension, DtypeKind, GroupId, NcType,
-    NczarrLayout, VarId, Variable,
+    NczarrLayout, VarId, Variable, NC_MAX_NAME,
 };
 use crate::{meta, zmap, Error, Result};
 
@@ -474,7 +474,9 @@ fn netcdf_readable(spec: CodecSpec) -> CodecSpec {
 }
 
 /// Refuses a group, dimension or variable name that is not a netCDF name (pure Zarr allows
-/// `@x` or a trailing space): netcdf-c refuses to open an NCZarr dataset holding one.
+/// `@x` or a trailing space): netcdf-c refuses to open an NCZarr dataset holding one. Of
+/// attribute names only the length is checked: netcdf-c reads an NCZarr attribute named
+/// `a/b`, `@x` or `""`, but crashes on names much longer than [`NC_MAX_NAME`].
 fn check_netcdf_names(ds: &Dataset) -> Result<()> {
     let groups = (1..ds.groups.len()).map(|g| {
         let g = GroupId(g);
@@ -490,6 +492,21 @@ fn check_netcdf_names(ds: &Dataset) -> Result<()> {
                 "{what} {}: {why}, and netcdf-c refuses to open an NCZarr dataset holding \
                  such a name (a copy to pure Zarr, mode=zarr, keeps it)",
                 quoted(&fqn)
+            )));
+        }
+    }
+    let group_attrs =
+        (0..ds.groups.len()).map(|g| (&ds.group(GroupId(g)).attrs, ds.group_fqn(GroupId(g))));
+    let var_attrs = (0..ds.vars.len()).map(|v| (&ds.var(VarId(v)).attrs, ds.var_fqn(VarId(v))));
+    for (attrs, owner) in group_attrs.chain(var_attrs) {
+        if let Some(a) = attrs.iter().find(|a| a.name.len() > NC_MAX_NAME) {
+            return Err(Error::Invalid(format!(
+                "attribute {} of {}: the name is {} bytes long, and netCDF allows at most \
+                 {NC_MAX_NAME} (NC_MAX_NAME; netcdf-c crashes on an NCZarr dataset holding \
+                 such a name; a copy to pure Zarr, mode=zarr, keeps it)",
+                quoted(&a.name),
+                quoted(&owner),
+                a.name.len()
             )));
         }
     }

@@ -26,11 +26,18 @@ pub fn element_count(shape: &[u64]) -> Option<u64> {
     shape.iter().try_fold(1u64, |n, &len| n.checked_mul(len))
 }
 
+/// The longest netCDF name in bytes (netcdf-c's `NC_MAX_NAME`): ncgen refuses a longer
+/// one, and netcdf-c refuses, or crashes on, an NCZarr dataset holding one.
+pub const NC_MAX_NAME: usize = 256;
+
 /// Whether `name` is a legal netCDF name (the rules of ncgen and netcdf-c), or why not.
 pub fn check_name(name: &str) -> std::result::Result<(), &'static str> {
     let Some(first) = name.chars().next() else {
         return Err("empty name");
     };
+    if name.len() > NC_MAX_NAME {
+        return Err("names may be at most 256 bytes long (netCDF's NC_MAX_NAME)");
+    }
     if name.contains('/') {
         return Err("names may not contain '/'");
     }
@@ -695,6 +702,17 @@ impl Dataset {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_are_at_most_nc_max_name_bytes() {
+        // netcdf-c's NC_check_name: strlen(name) > NC_MAX_NAME is NC_EMAXNAME.
+        assert!(check_name(&"n".repeat(256)).is_ok());
+        let e = check_name(&"n".repeat(257)).unwrap_err();
+        assert!(e.contains("256 bytes"), "{e}");
+        // Bytes, not characters: 129 two-byte characters are 258 bytes.
+        assert!(check_name(&"é".repeat(128)).is_ok());
+        assert!(check_name(&"é".repeat(129)).is_err());
+    }
 
     #[test]
     fn names_must_be_nfc() {

@@ -1,0 +1,101 @@
+"""Unusual names through `gen`, `copy`, `dump`, `get` and `put`, with Debian's ncgen, ncdump and
+nccopy, netCDF4-python (netcdf-c), zarr-python and xarray as oracles.
+
+* netCDF names are at most 256 bytes (NC_MAX_NAME): ncgen refuses longer ones, netcdf-c
+  refuses an NCZarr dataset holding a longer dimension name and crashes on a much longer
+  attribute name. `gen` and a `copy` to NCZarr refuse them; a copy to pure Zarr keeps them.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import warnings
+from pathlib import Path
+
+import netCDF4
+import pytest
+import zarr
+
+
+@pytest.fixture(autouse=True)
+def _quiet():
+    warnings.filterwarnings("ignore", module="zarr")
+    warnings.filterwarnings("ignore", module="xarray")
+
+
+def _nczarr(path: Path) -> str:
+    return f"file://{path}#mode=nczarr,file"
+
+
+def _ncgen_accepts(cdl: Path, tmp_path: Path) -> bool:
+    out = tmp_path / "ncgen.nc"
+    r = subprocess.run(["ncgen", "-k", "nc4", "-o", str(out), str(cdl)], capture_output=True)
+    return r.returncode == 0
+
+
+def _cdl(kind: str, name: str) -> str:
+    """A dataset whose `kind` of object is named `name`, and only that one is unusual."""
+    if kind == "dimension":
+        return f"netcdf x {{\ndimensions:\n {name} = 2 ;\nvariables:\n int v({name}) ;\ndata:\n v = 1, 2 ;\n}}\n"
+    if kind == "variable":
+        return f"netcdf x {{\ndimensions:\n d = 2 ;\nvariables:\n int {name}(d) ;\ndata:\n {name} = 1, 2 ;\n}}\n"
+    if kind == "group":
+        return f"netcdf x {{\ngroup: {name} {{\nvariables:\n int v ;\n}}\n}}\n"
+    return f"netcdf x {{\nvariables:\n int v ;\n v:{name} = 1 ;\n}}\n"
+
+
+@pytest.mark.parametrize("kind", ["dimension", "variable", "group", "attribute"])
+@pytest.mark.parametrize("mode", ["nczarr,file", "zarr", "nczarr,zip"])
+def test_gen_refuses_names_ncgen_refuses_as_longer_than_nc_max_name(nczarrfs, tmp_path, kind, mode):
+    cdl = tmp_path / "long.cdl"
+    cdl.write_text(_cdl(kind, "n" * 257))
+    assert not _ncgen_accepts(cdl, tmp_path), "Debian's ncgen takes a 257-byte name"
+    out = tmp_path / "long.out"
+    r = nczarrfs("gen", "-k", mode, "-o", str(out), str(cdl))
+    assert r.returncode != 0
+    assert b"at most 256 bytes" in r.stderr, r.stderr
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("kind", ["dimension", "attribute"])
+def test_names_of_nc_max_name_bytes_are_written_and_read_by_netcdf_c(nczarrfs, tmp_path, kind):
+    name = "n" * 256
+    cdl = tmp_path / "max.cdl"
+    cdl.write_text(_cdl(kind, name))
+    assert _ncgen_accepts(cdl, tmp_path)
+    out = tmp_path / "max.file"
+    r = nczarrfs("gen", "-o", str(out), str(cdl))
+    assert r.returncode == 0, r.stderr
+    with netCDF4.Dataset(_nczarr(out)) as ds:
+        names = list(ds.dimensions) if kind == "dimension" else ds["v"].ncattrs()
+        assert names == [name]
+
+
+def test_copy_to_nczarr_refuses_attribute_names_netcdf_c_cannot_hold(nczarrfs, tmp_path):
+    """netcdf-c reads a 256-byte attribute name, and crashes on an NCZarr dataset with a
+    400-byte one (a subprocess here, as it takes the process down): a copy to NCZarr refuses
+    that name, a copy to pure Zarr keeps it, as zarr-python reads it."""
+    src = tmp_path / "src.zarr"
+    group = zarr.open_group(str(src), mode="w", zarr_format=2)
+    arr = group.create_array("v", shape=(2,), dtype="i4")
+    arr[:] = [1, 2]
+    arr.attrs.update({"_ARRAY_DIMENSIONS": ["d"], "m" * 256: 1})
+
+    fits = tmp_path / "fits.file"
+    r = nczarrfs("copy", str(src), str(fits))
+    assert r.returncode == 0, r.stderr
+    with netCDF4.Dataset(_nczarr(fits)) as ds:
+        assert ds["v"].ncattrs() == ["m" * 256]
+
+    arr.attrs["b" * 400] = 2
+    refused = tmp_path / "refused.file"
+    r = nczarrfs("copy", str(src), str(refused))
+    assert r.returncode != 0
+    assert b"400 bytes long" in r.stderr and b'of "/v"' in r.stderr, r.stderr
+    assert not refused.exists()
+
+    pure = tmp_path / "pure.zarr"
+    r = nczarrfs("copy", "-k", "zarr", str(src), str(pure))
+    assert r.returncode == 0, r.stderr
+    attrs = dict(zarr.open_group(str(pure), mode="r")["v"].attrs)
+    assert attrs["b" * 400] == 2 and attrs["m" * 256] == 1
