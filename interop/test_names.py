@@ -4,6 +4,7 @@ nccopy, netCDF4-python (netcdf-c), zarr-python and xarray as oracles.
 * netCDF names are at most 256 bytes (NC_MAX_NAME): ncgen refuses longer ones, netcdf-c
   refuses an NCZarr dataset holding a longer dimension name and crashes on a much longer
   attribute name. `gen` and a `copy` to NCZarr refuse them; a copy to pure Zarr keeps them.
+* `zarr.json` is a netCDF name, but in Zarr v3 the key of its group's own metadata.
 """
 
 from __future__ import annotations
@@ -99,3 +100,63 @@ def test_copy_to_nczarr_refuses_attribute_names_netcdf_c_cannot_hold(nczarrfs, t
     assert r.returncode == 0, r.stderr
     attrs = dict(zarr.open_group(str(pure), mode="r")["v"].attrs)
     assert attrs["b" * 400] == 2 and attrs["m" * 256] == 1
+
+
+ZARR_JSON_CDL = """netcdf zj {
+dimensions:
+ d = 2 ;
+variables:
+ int zarr.json(d) ;
+ int ok(d) ;
+data:
+ zarr.json = 1, 2 ;
+ ok = 3, 4 ;
+group: g {
+  group: zarr.json {
+  variables:
+   int w ;
+  }
+}
+}
+"""
+
+
+@pytest.mark.parametrize("mode", ["zarr,v3", "zarr,v3,zip", "nczarr,v3"])
+def test_zarr_json_is_refused_as_a_zarr_v3_name_before_anything_is_written(nczarrfs, tmp_path, mode):
+    cdl = tmp_path / "zj.cdl"
+    cdl.write_text(ZARR_JSON_CDL)
+    assert _ncgen_accepts(cdl, tmp_path), "zarr.json is a netCDF name"
+    out = tmp_path / "zj.out"
+    r = nczarrfs("gen", "-k", mode, "-o", str(out), str(cdl))
+    assert r.returncode != 0
+    assert b'"/g/zarr.json"' in r.stderr and b"Zarr v3" in r.stderr, r.stderr
+    assert set(tmp_path.iterdir()) == {cdl, tmp_path / "ncgen.nc"}
+
+    # A copy of a Zarr v2 dataset holding it, the same.
+    v2 = tmp_path / "zj.zarr"
+    assert nczarrfs("gen", "-k", "zarr", "-o", str(v2), str(cdl)).returncode == 0
+    r = nczarrfs("copy", "-k", mode, str(v2), str(out))
+    assert r.returncode != 0
+    assert b'"/g/zarr.json"' in r.stderr and b"Zarr v3" in r.stderr, r.stderr
+    assert not out.exists()
+
+    # With the group renamed, the variable is refused.
+    cdl.write_text(ZARR_JSON_CDL.replace("group: zarr.json", "group: h"))
+    r = nczarrfs("gen", "-k", mode, "-o", str(out), str(cdl))
+    assert r.returncode != 0
+    assert b'variable "/zarr.json"' in r.stderr, r.stderr
+    assert not out.exists()
+
+
+def test_zarr_json_stays_a_name_in_zarr_v2_and_nczarr(nczarrfs, tmp_path):
+    cdl = tmp_path / "zj.cdl"
+    cdl.write_text(ZARR_JSON_CDL)
+    nc, v2 = tmp_path / "zj.file", tmp_path / "zj.zarr"
+    assert nczarrfs("gen", "-o", str(nc), str(cdl)).returncode == 0
+    assert nczarrfs("gen", "-k", "zarr", "-o", str(v2), str(cdl)).returncode == 0
+    with netCDF4.Dataset(_nczarr(nc)) as ds:
+        assert list(ds["zarr.json"][:]) == [1, 2]
+        assert "w" in ds["g"].groups["zarr.json"].variables
+    group = zarr.open_group(str(v2), mode="r")
+    assert list(group["zarr.json"][:]) == [1, 2]
+    assert "zarr.json" in dict(group["g"].groups())

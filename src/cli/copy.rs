@@ -890,6 +890,7 @@ pub fn copy_dataset(
     opts: CreateOptions,
     data_vars: Option<&[VarId]>,
 ) -> Result<()> {
+    crate::create::check_key_names(&model, opts.zarr_version)?;
     let staging = Staging::new(dst)?;
     let result = copy_into(src, model, &staging, opts, data_vars);
     match result {

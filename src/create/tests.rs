@@ -743,6 +743,74 @@ fn create_refuses_an_existing_dataset_and_bad_names() {
     assert!(DatasetWriter::create(&loc, CreateOptions::default()).is_err());
 }
 
+/// `zarr.json` is a netCDF name, but in Zarr v3 the key of its group's own metadata: a
+/// variable or group of that name is refused there, before anything is stored, and kept by
+/// Zarr v2.
+#[test]
+fn zarr_json_is_no_name_for_a_zarr_v3_variable_or_group() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (_, mut w) = writer(tmp.path(), "zarr,v3");
+    for refused in [
+        w.add_var(
+            Dataset::ROOT,
+            "zarr.json",
+            NcType::Int,
+            &[],
+            VarOptions::default(),
+        ),
+        w.add_group(Dataset::ROOT, "zarr.json").map(|_| VarId(0)),
+    ] {
+        let e = refused.unwrap_err().to_string();
+        assert!(e.contains("\"/zarr.json\"") && e.contains("Zarr v3"), "{e}");
+    }
+    let g = w.add_group(Dataset::ROOT, "g").unwrap();
+    assert!(w.rename_group(g, "zarr.json").is_err());
+    w.close().unwrap();
+
+    let mut model = Dataset::new();
+    let g = model.add_group(Dataset::ROOT, "g");
+    model.add_group(g, "zarr.json");
+    for version in ["v3", "v2"] {
+        let dir = tmp.path().join(version);
+        std::fs::create_dir(&dir).unwrap();
+        let loc = Location::parse(&format!(
+            "file://{}#mode=zarr,{version}",
+            dir.join("m.zarr").display()
+        ))
+        .unwrap();
+        let made =
+            DatasetWriter::create_with(&loc, CreateOptions::from_mode(&loc.mode), model.clone());
+        match version {
+            "v3" => {
+                let e = made.unwrap_err().to_string();
+                assert!(e.contains("group \"/g/zarr.json\""), "{e}");
+                assert!(!dir.join("m.zarr").join("zarr.json").exists());
+            }
+            _ => made.unwrap().close().unwrap(),
+        }
+    }
+    let (_, mut w) = writer(&tmp.path().join("v2"), "zarr");
+    w.add_var(
+        Dataset::ROOT,
+        "zarr.json",
+        NcType::Int,
+        &[],
+        VarOptions::default(),
+    )
+    .unwrap();
+    assert!(w
+        .add_var(
+            Dataset::ROOT,
+            ".zattrs",
+            NcType::Int,
+            &[],
+            VarOptions::default()
+        )
+        .is_err());
+    assert!(check_key_name(".zattrs", "/.zattrs", "variable", 2).is_err());
+    assert!(check_key_name(".zattrs", "/.zattrs", "variable", 3).is_ok());
+}
+
 /// The chain a new variable of `nctype` over a dimension of 6 (one chunk) is stored
 /// with in a dataset of `mode`, or the error refusing it.
 fn stored_chain(mode: &str, nctype: NcType, codecs: &str) -> Result<CodecSpec> {

@@ -17,8 +17,9 @@ use crate::{meta, zmap, Error, Result};
 
 use super::codecs::{check_numcodecs_chain, for_netcdf_c, string_shuffle, without_shuffle};
 use super::{
-    check_attr_name, check_name, check_storable, default_chunks, keys_under, AttrTarget, Codecs,
-    CreateOptions, Fill, VarOptions, NETCDF_MAXSTRLEN, WRITER_CACHE_BYTES,
+    check_attr_name, check_key_name, check_key_names, check_name, check_storable, default_chunks,
+    keys_under, AttrTarget, Codecs, CreateOptions, Fill, VarOptions, NETCDF_MAXSTRLEN,
+    WRITER_CACHE_BYTES,
 };
 
 /// A dataset open for writing.
@@ -67,6 +68,7 @@ impl DatasetWriter {
         opts: CreateOptions,
         model: Dataset,
     ) -> Result<DatasetWriter> {
+        check_key_names(&model, opts.zarr_version)?;
         if map.exists(".zgroup")?
             || map.exists(".zarray")?
             || map.exists(".nczarr")?
@@ -264,6 +266,10 @@ impl DatasetWriter {
 
     fn check_free_name(&self, group: GroupId, name: &str, what: &str) -> Result<()> {
         check_name(name)?;
+        if what != "dimension" {
+            let fqn = self.model.fqn_in(group, name);
+            check_key_name(name, &fqn, what, self.opts.zarr_version)?;
+        }
         let clash = match what {
             "dimension" => self.model.find_dim_in(group, name).is_some(),
             _ => {
