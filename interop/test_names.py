@@ -5,15 +5,19 @@ nccopy, netCDF4-python (netcdf-c), zarr-python and xarray as oracles.
   refuses an NCZarr dataset holding a longer dimension name and crashes on a much longer
   attribute name. `gen` and a `copy` to NCZarr refuse them; a copy to pure Zarr keeps them.
 * `zarr.json` is a netCDF name, but in Zarr v3 the key of its group's own metadata.
+* A name typed on the command line matches exactly first, then in Unicode normalization form
+  C, as netcdf-c normalizes the names ncdump and nccopy are given.
 """
 
 from __future__ import annotations
 
 import subprocess
+import unicodedata
 import warnings
 from pathlib import Path
 
 import netCDF4
+import numpy as np
 import pytest
 import zarr
 
@@ -160,3 +164,104 @@ def test_zarr_json_stays_a_name_in_zarr_v2_and_nczarr(nczarrfs, tmp_path):
     group = zarr.open_group(str(v2), mode="r")
     assert list(group["zarr.json"][:]) == [1, 2]
     assert "zarr.json" in dict(group["g"].groups())
+
+
+def _unicode_twins(tmp_path: Path) -> Path:
+    """`température` and the group `gé` in NFC, as netCDF-4 (HDF5) and NCZarr."""
+    for path in [str(tmp_path / "t.nc"), _nczarr(tmp_path / "t.file")]:
+        with netCDF4.Dataset(path, "w") as ds:
+            ds.createDimension("d", 2)
+            ds.createVariable("température", "i4", ("d",))[:] = [1, 2]
+            ds.createVariable("other", "i4", ("d",))[:] = [5, 6]
+            grp = ds.createGroup("gé")
+            grp.createVariable("w", "i4", ("d",))[:] = [3, 4]
+    return tmp_path
+
+
+def _nfd(s: str) -> str:
+    return unicodedata.normalize("NFD", s)
+
+
+@pytest.mark.parametrize("option,name", [("-v", "température"), ("-g", "gé"), ("-g", "/gé")])
+def test_dump_selections_typed_in_nfd_match_as_in_ncdump(nczarrfs, tmp_path, option, name):
+    _unicode_twins(tmp_path)
+    typed = _nfd(name)
+    assert typed != name
+    ref = subprocess.run(["ncdump", option, typed, str(tmp_path / "t.nc")], capture_output=True)
+    assert ref.returncode == 0, ref.stderr
+    ours = nczarrfs("dump", option, typed, str(tmp_path / "t.file"))
+    assert ours.returncode == 0, ours.stderr
+    assert ours.stdout == ref.stdout
+
+
+@pytest.mark.parametrize("path", ["/gé/w", "gé/w"])
+def test_dump_paths_typed_in_nfd_select_what_the_nfc_path_selects(nczarrfs, tmp_path, path):
+    """ncdump normalizes a plain name, not the groups of a path (it answers "No such
+    variable"); the path names the same variable all the same, and is taken as its NFC
+    spelling, as every name here."""
+    _unicode_twins(tmp_path)
+    ref = subprocess.run(["ncdump", "-v", path, str(tmp_path / "t.nc")], capture_output=True)
+    assert ref.returncode == 0, ref.stderr
+    ours = nczarrfs("dump", "-v", _nfd(path), str(tmp_path / "t.file"))
+    assert ours.returncode == 0, ours.stderr
+    assert ours.stdout == ref.stdout
+
+
+@pytest.mark.parametrize("option,name,compared", [
+    ("-V", "température", ["température"]),
+    ("-v", "température", ["température"]),
+    ("-G", "/gé", ["gé/w"]),
+])
+def test_copy_selections_typed_in_nfd_match_as_in_nccopy(nczarrfs, tmp_path, option, name, compared):
+    """Only the selected data is compared: Debian's nccopy leaves the others' values
+    uninitialized (not fill)."""
+    _unicode_twins(tmp_path)
+    typed = _nfd(name)
+    ref = subprocess.run(["nccopy", option, typed, str(tmp_path / "t.nc"), str(tmp_path / "c.nc")],
+                         capture_output=True)
+    assert ref.returncode == 0, ref.stderr
+    ours = nczarrfs("copy", option, typed, str(tmp_path / "t.file"), str(tmp_path / "c.file"))
+    assert ours.returncode == 0, ours.stderr
+    with netCDF4.Dataset(str(tmp_path / "c.nc")) as a, \
+            netCDF4.Dataset(_nczarr(tmp_path / "c.file")) as b:
+        assert list(a.variables) == list(b.variables)
+        assert list(a.groups) == list(b.groups)
+        for v in compared:
+            assert a[v][:].tolist() == b[v][:].tolist(), v
+
+
+def test_get_and_put_take_a_name_typed_in_nfd(nczarrfs, tmp_path):
+    _unicode_twins(tmp_path)
+    typed = _nfd("température")
+    r = nczarrfs("get", str(tmp_path / "t.file"), typed)
+    assert r.returncode == 0, r.stderr
+    assert np.frombuffer(r.stdout, "<i4").tolist() == [1, 2]
+    values = tmp_path / "v.bin"
+    values.write_bytes(np.array([7, 8], "<i4").tobytes())
+    r = nczarrfs("put", str(tmp_path / "t.file"), _nfd("/gé/w"), "-i", str(values))
+    assert r.returncode == 0, r.stderr
+    with netCDF4.Dataset(_nczarr(tmp_path / "t.file")) as ds:
+        assert ds["gé"]["w"][:].tolist() == [7, 8]
+
+
+def test_pure_zarr_twins_are_picked_exactly_and_a_third_spelling_is_ambiguous(nczarrfs, tmp_path):
+    """A pure Zarr store may hold a name in NFC and in NFD: each spelling picks its own array;
+    a spelling that is neither (the marks of ṩ in another order) matches both in NFC, and is
+    refused as ambiguous."""
+    nfc, nfd = "\u1e69", "s\u0323\u0307"
+    other = "s\u0307\u0323"
+    assert len({nfc, nfd, other}) == 3
+    assert {unicodedata.normalize("NFC", s) for s in (nfd, other)} == {nfc}
+    store = tmp_path / "twins.zarr"
+    group = zarr.open_group(str(store), mode="w", zarr_format=2)
+    for name, value in [(nfc, 1), (nfd, 2)]:
+        arr = group.create_array(name, shape=(1,), dtype="i4")
+        arr[:] = [value]
+    for name, value in [(nfc, 1), (nfd, 2)]:
+        r = nczarrfs("get", str(store), name)
+        assert r.returncode == 0, r.stderr
+        assert np.frombuffer(r.stdout, "<i4").tolist() == [value]
+    for args in [("get", str(store), other), ("dump", "-v", other, str(store))]:
+        r = nczarrfs(*args)
+        assert r.returncode != 0
+        assert b"ambiguous" in r.stderr, r.stderr

@@ -144,12 +144,8 @@ pub fn run(args: CopyArgs) -> Result<i32> {
         }
         None => None,
     };
-    if let Some(only) = names(&args.only_vars) {
-        src.model.select_vars(&only).map_err(Error::NotFound)?;
-    }
-    if let Some(data) = names(&args.data_vars) {
-        src.model.select_vars(&data).map_err(Error::NotFound)?;
-    }
+    let only_vars = selected_fqns(&src.model, names(&args.only_vars))?;
+    let data_vars = selected_fqns(&src.model, names(&args.data_vars))?;
     let chunking = chunk_plan(&src.model, &args.chunks)?;
     // The copy reads through a model of what it keeps alone, with a fresh engine (whose plans
     // follow variable ids).
@@ -170,8 +166,8 @@ pub fn run(args: CopyArgs) -> Result<i32> {
             .map_err(Error::Invalid)?;
         narrowed = true;
     }
-    if let Some(only) = names(&args.only_vars) {
-        let keep = selected_vars(&src.model, &only);
+    if let Some(only) = &only_vars {
+        let keep = vars_named(&src.model, only);
         src.model = src.model.with_vars(&keep);
         narrowed = true;
     }
@@ -183,11 +179,11 @@ pub fn run(args: CopyArgs) -> Result<i32> {
             .as_ref()
             .is_none_or(|w| w.contains(&src.model.group_fqn(src.model.var(v).group)))
     };
-    let data_vars = match (names(&args.data_vars), &wanted_groups) {
+    let data_vars = match (data_vars, &wanted_groups) {
         (None, None) => None,
         (list, _) => {
             let listed = match list {
-                Some(l) => selected_vars(&src.model, &l),
+                Some(l) => vars_named(&src.model, &l),
                 None => (0..src.model.vars.len()).map(VarId).collect(),
             };
             Some(
@@ -353,17 +349,22 @@ fn shuffle_where_deflated(ds: &mut Dataset) {
     }
 }
 
-/// The variables that `names` select in `ds`, a dataset narrowed down after the names were
-/// checked: a name whose variables were left out selects nothing.
-fn selected_vars(ds: &Dataset, names: &[String]) -> Vec<VarId> {
-    let mut out: Vec<VarId> = names
-        .iter()
-        .filter_map(|n| ds.select_vars(std::slice::from_ref(n)).ok())
-        .flatten()
-        .collect();
-    out.sort();
-    out.dedup();
-    out
+/// The full names of the variables that `names` (`-V` or `-v`) select in the whole source
+/// `ds`, if given.
+fn selected_fqns(ds: &Dataset, names: Option<Vec<String>>) -> Result<Option<Vec<String>>> {
+    let Some(names) = names else { return Ok(None) };
+    let ids = ds.select_vars(&names).map_err(Error::NotFound)?;
+    Ok(Some(ids.into_iter().map(|v| ds.var_fqn(v)).collect()))
+}
+
+/// The variables of `ds`, a dataset narrowed down after the names were selected, whose full
+/// names are in `fqns`: a selected variable that was left out selects nothing.
+fn vars_named(ds: &Dataset, fqns: &[String]) -> Vec<VarId> {
+    let fqns: std::collections::HashSet<&String> = fqns.iter().collect();
+    (0..ds.vars.len())
+        .map(VarId)
+        .filter(|&v| fqns.contains(&ds.var_fqn(v)))
+        .collect()
 }
 
 /// Groups the chunks of the variables that `specs` (`--shards`) name into shards: their
