@@ -7,6 +7,7 @@ nccopy, netCDF4-python (netcdf-c), zarr-python and xarray as oracles.
 * `zarr.json` is a netCDF name, but in Zarr v3 the key of its group's own metadata.
 * A name typed on the command line matches exactly first, then in Unicode normalization form
   C, as netcdf-c normalizes the names ncdump and nccopy are given.
+* xarray takes any string as a dimension name (`x/y`, `""`); pure Zarr copies keep them.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 import netCDF4
 import numpy as np
 import pytest
+import xarray as xr
 import zarr
 
 
@@ -265,3 +267,26 @@ def test_pure_zarr_twins_are_picked_exactly_and_a_third_spelling_is_ambiguous(nc
         r = nczarrfs(*args)
         assert r.returncode != 0
         assert b"ambiguous" in r.stderr, r.stderr
+
+
+def test_xarray_dimension_names_with_a_slash_or_empty_stay_distinct(nczarrfs, tmp_path):
+    src = tmp_path / "s.zarr"
+    xr.Dataset({
+        "a": (("x/y",), np.arange(2)),
+        "b": (("p/q",), np.arange(2)),
+        "c": (("",), np.arange(3)),
+    }).to_zarr(str(src), zarr_format=2, consolidated=False)
+    dims = {k: v.dims for k, v in xr.open_zarr(str(src), consolidated=False).data_vars.items()}
+    r = nczarrfs("dump", "-h", str(src))
+    assert r.returncode == 0, r.stderr
+    assert b"does not match shape" not in r.stderr
+    assert b'"x/y" holds a \'/\'' in r.stderr and b'"" is empty' in r.stderr, r.stderr
+    for mode in ["zarr", "zarr,v3"]:
+        copy = tmp_path / f"c-{mode.replace(',', '-')}.zarr"
+        r = nczarrfs("copy", "-k", mode, str(src), str(copy))
+        assert r.returncode == 0, r.stderr
+        copied = xr.open_zarr(str(copy), consolidated=False)
+        assert {k: v.dims for k, v in copied.data_vars.items()} == dims
+    r = nczarrfs("copy", str(src), str(tmp_path / "c.file"))
+    assert r.returncode != 0
+    assert b"may not contain '/'" in r.stderr or b"empty name" in r.stderr, r.stderr
