@@ -8,10 +8,13 @@ nccopy, netCDF4-python (netcdf-c), zarr-python and xarray as oracles.
 * A name typed on the command line matches exactly first, then in Unicode normalization form
   C, as netcdf-c normalizes the names ncdump and nccopy are given.
 * xarray takes any string as a dimension name (`x/y`, `""`); pure Zarr copies keep them.
+* A JSON `\\ud800` escape in a name (zarr-python writes one) reads as U+FFFD with a warning, and
+  such a dataset is not opened for writing, where a rewrite would rename the attribute.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import unicodedata
 import warnings
@@ -290,3 +293,33 @@ def test_xarray_dimension_names_with_a_slash_or_empty_stay_distinct(nczarrfs, tm
     r = nczarrfs("copy", str(src), str(tmp_path / "c.file"))
     assert r.returncode != 0
     assert b"may not contain '/'" in r.stderr or b"empty name" in r.stderr, r.stderr
+
+
+def _lone_surrogate_store(path: Path) -> None:
+    group = zarr.open_group(str(path), mode="w", zarr_format=2)
+    arr = group.create_array("v", shape=(2,), dtype="i4")
+    arr[:] = [1, 2]
+    arr.attrs.update({"_ARRAY_DIMENSIONS": ["d"], "x\ud800y": 1, "units": "m"})
+
+
+def _attr_names(path: Path) -> list[str]:
+    return sorted(zarr.open_group(str(path), mode="r")["v"].attrs)
+
+
+def test_a_lone_surrogate_is_read_with_a_warning_and_never_rewritten(nczarrfs, tmp_path):
+    store = tmp_path / "s.zarr"
+    _lone_surrogate_store(store)
+    before = _attr_names(store)
+    assert "x\ud800y" in before
+    r = nczarrfs("dump", "-h", str(store))
+    assert r.returncode == 0, r.stderr
+    assert "v:x\ufffdy = 1 ;".encode() in r.stdout
+    assert b"lone UTF-16 surrogate" in r.stderr and b"\\ud800" in r.stderr, r.stderr
+    values = tmp_path / "v.bin"
+    values.write_bytes(np.array([7, 8], "<i4").tobytes())
+    r = nczarrfs("put", str(store), "v", "-i", str(values))
+    assert r.returncode != 0
+    assert b"cannot be opened for writing" in r.stderr and b"v/.zattrs" in r.stderr, r.stderr
+    assert _attr_names(store) == before
+    assert zarr.open_group(str(store), mode="r")["v"][:].tolist() == [1, 2]
+    json.loads((store / "v" / ".zattrs").read_text())

@@ -8,6 +8,8 @@
   `%XX`; only that spelling names an attribute, so that distinct file names are distinct
   files and a file is listed under the name it was created with: `%FF` (not UTF-8), `50%`
   (no escape), `%41` (an escape of a character that needs none) are refused (EPERM, logged).
+* A dataset holding a JSON `\\ud800` escape in an attribute name is not mounted `rw`: every
+  metadata change rewrites its attributes, and that name would become U+FFFD.
 
 Expected names come from zarr-python and netCDF4-python, which read the datasets after
 unmount, and from what a local file system does (`ENAMETOOLONG`, `ls` listing what was
@@ -186,3 +188,26 @@ def test_names_that_are_not_utf8_are_refused(mounter, tmp_path):
     umount_and_wait(mnt)
     assert "not UTF-8" in log.read_text()
     assert sorted(_netcdf_attrs(url)[1]) == ["units", "x\ufffd"]
+
+
+def test_a_lone_surrogate_in_an_attribute_name_keeps_the_dataset_read_only(mounter, tmp_path):
+    import zarr
+
+    store = tmp_path / "s.zarr"
+    group = zarr.open_group(str(store), mode="w", zarr_format=2)
+    arr = group.create_array("v", shape=(2,), dtype="i4")
+    arr[:] = [1, 2]
+    arr.attrs.update({"_ARRAY_DIMENSIONS": ["d"], "x\ud800y": 1})
+    before = sorted(zarr.open_group(str(store), mode="r")["v"].attrs)
+
+    mnt = mounter.mountpoint()
+    r = mounter.run("mount", "-o", "rw", str(store), str(mnt))
+    assert r.returncode != 0
+    assert "cannot be opened for writing" in r.stderr and "\\ud800" in r.stderr, r.stderr
+
+    log = tmp_path / "mount.log"
+    mnt = mounter.mount(str(store), log=log)
+    assert sorted(os.listdir(mnt / "v" / "@attributes")) == ["x\ufffdy"]
+    assert "lone UTF-16 surrogate" in log.read_text()
+    umount_and_wait(mnt)
+    assert sorted(zarr.open_group(str(store), mode="r")["v"].attrs) == before
