@@ -147,21 +147,17 @@ pub fn dump_with_reader(
     read: &mut ValueReader<'_>,
     out: &mut dyn Write,
 ) -> Result<()> {
-    if let Some(vars) = &opts.vars {
-        ds.select_vars(vars).map_err(Error::NotFound)?;
-    }
-    if let Some(groups) = &opts.groups {
-        for name in groups {
-            if !ds
-                .groups_preorder()
-                .iter()
-                .any(|g| group_named(ds, *g, name))
-            {
-                return Err(Error::NotFound(format!("{name}: No such group")));
-            }
-        }
-    }
+    let only_vars = match &opts.vars {
+        Some(vars) => Some(ds.select_vars(vars).map_err(Error::NotFound)?),
+        None => None,
+    };
+    let only_groups = match &opts.groups {
+        Some(groups) => Some(ds.select_groups(groups).map_err(Error::NotFound)?),
+        None => None,
+    };
     let mut w = Cdl::new(out);
+    w.only_vars = only_vars;
+    w.only_groups = only_groups;
     w.special = opts.special.then_some(opts.all_filters);
     let default = Precision::default();
     w.prec = Precision {
@@ -334,14 +330,6 @@ fn number_at(nctype: NcType, val: &[u8]) -> f64 {
 
 /// Whether `-g name` selects `group`: a full name (`/a/b`) names one group, a plain name
 /// every group so named; a relative path names none, as in ncdump.
-fn group_named(ds: &Dataset, group: GroupId, name: &str) -> bool {
-    if name.starts_with('/') {
-        ds.group_fqn(group) == name
-    } else {
-        group != Dataset::ROOT && !name.contains('/') && ds.group(group).name == name
-    }
-}
-
 /// The fill value ncdump compares data with to print `_`.
 enum Fill {
     /// No fill (byte and ubyte without a `_FillValue` attribute).
@@ -646,6 +634,10 @@ struct Cdl<'w> {
     /// ncdump's line position for the date comments of attributes (kept from one attribute
     /// to the next, as ncdump keeps it).
     comment_pos: usize,
+    /// `-v`: the only variables whose data is printed.
+    only_vars: Option<Vec<VarId>>,
+    /// `-g`: the only groups whose data is printed.
+    only_groups: Option<Vec<GroupId>>,
 }
 
 impl<'w> Cdl<'w> {
@@ -662,6 +654,8 @@ impl<'w> Cdl<'w> {
             times: None,
             bounds: Vec::new(),
             comment_pos: 0,
+            only_vars: None,
+            only_groups: None,
         }
     }
 
@@ -705,20 +699,15 @@ impl<'w> Cdl<'w> {
         let depth = self.indent;
         self.group_header(ds, g, depth)?;
         let group = ds.group(g);
-        let selected = opts
-            .groups
-            .as_ref()
-            .is_none_or(|names| names.iter().any(|n| group_named(ds, g, n)));
+        let selected = self.only_groups.as_ref().is_none_or(|ids| ids.contains(&g));
         if !opts.header_only && selected {
             if !group.vars.is_empty() {
                 self.indent_out()?;
                 self.raw(b"data:\n")?;
             }
             for &v in &group.vars {
-                if let Some(list) = &opts.vars {
-                    if !list.iter().any(|n| ds.var_matches(v, n)) {
-                        continue;
-                    }
+                if self.only_vars.as_ref().is_some_and(|ids| !ids.contains(&v)) {
+                    continue;
                 }
                 if opts.coords_only && !is_coord_var(ds, v) {
                     continue;

@@ -24,7 +24,7 @@ use crate::error::quoted;
 use crate::location::Location;
 use crate::model::{
     AttrValue, ByteOrder, CodecSpec, Dataset, DimId, Dimension, DtypeKind, GroupId, NcType,
-    NczarrLayout, VarId, Variable,
+    NczarrLayout, VarId, Variable, NC_MAX_NAME,
 };
 use crate::{meta, zmap, Error, Result};
 
@@ -144,12 +144,8 @@ pub fn run(args: CopyArgs) -> Result<i32> {
         }
         None => None,
     };
-    if let Some(only) = names(&args.only_vars) {
-        src.model.select_vars(&only).map_err(Error::NotFound)?;
-    }
-    if let Some(data) = names(&args.data_vars) {
-        src.model.select_vars(&data).map_err(Error::NotFound)?;
-    }
+    let only_vars = selected_fqns(&src.model, names(&args.only_vars))?;
+    let data_vars = selected_fqns(&src.model, names(&args.data_vars))?;
     let chunking = chunk_plan(&src.model, &args.chunks)?;
     // The copy reads through a model of what it keeps alone, with a fresh engine (whose plans
     // follow variable ids).
@@ -170,8 +166,8 @@ pub fn run(args: CopyArgs) -> Result<i32> {
             .map_err(Error::Invalid)?;
         narrowed = true;
     }
-    if let Some(only) = names(&args.only_vars) {
-        let keep = selected_vars(&src.model, &only);
+    if let Some(only) = &only_vars {
+        let keep = vars_named(&src.model, only);
         src.model = src.model.with_vars(&keep);
         narrowed = true;
     }
@@ -183,11 +179,11 @@ pub fn run(args: CopyArgs) -> Result<i32> {
             .as_ref()
             .is_none_or(|w| w.contains(&src.model.group_fqn(src.model.var(v).group)))
     };
-    let data_vars = match (names(&args.data_vars), &wanted_groups) {
+    let data_vars = match (data_vars, &wanted_groups) {
         (None, None) => None,
         (list, _) => {
             let listed = match list {
-                Some(l) => selected_vars(&src.model, &l),
+                Some(l) => vars_named(&src.model, &l),
                 None => (0..src.model.vars.len()).map(VarId).collect(),
             };
             Some(
@@ -353,17 +349,22 @@ fn shuffle_where_deflated(ds: &mut Dataset) {
     }
 }
 
-/// The variables that `names` select in `ds`, a dataset narrowed down after the names were
-/// checked: a name whose variables were left out selects nothing.
-fn selected_vars(ds: &Dataset, names: &[String]) -> Vec<VarId> {
-    let mut out: Vec<VarId> = names
-        .iter()
-        .filter_map(|n| ds.select_vars(std::slice::from_ref(n)).ok())
-        .flatten()
-        .collect();
-    out.sort();
-    out.dedup();
-    out
+/// The full names of the variables that `names` (`-V` or `-v`) select in the whole source
+/// `ds`, if given.
+fn selected_fqns(ds: &Dataset, names: Option<Vec<String>>) -> Result<Option<Vec<String>>> {
+    let Some(names) = names else { return Ok(None) };
+    let ids = ds.select_vars(&names).map_err(Error::NotFound)?;
+    Ok(Some(ids.into_iter().map(|v| ds.var_fqn(v)).collect()))
+}
+
+/// The variables of `ds`, a dataset narrowed down after the names were selected, whose full
+/// names are in `fqns`: a selected variable that was left out selects nothing.
+fn vars_named(ds: &Dataset, fqns: &[String]) -> Vec<VarId> {
+    let fqns: std::collections::HashSet<&String> = fqns.iter().collect();
+    (0..ds.vars.len())
+        .map(VarId)
+        .filter(|&v| fqns.contains(&ds.var_fqn(v)))
+        .collect()
 }
 
 /// Groups the chunks of the variables that `specs` (`--shards`) name into shards: their
@@ -474,7 +475,9 @@ fn netcdf_readable(spec: CodecSpec) -> CodecSpec {
 }
 
 /// Refuses a group, dimension or variable name that is not a netCDF name (pure Zarr allows
-/// `@x` or a trailing space): netcdf-c refuses to open an NCZarr dataset holding one.
+/// `@x` or a trailing space): netcdf-c refuses to open an NCZarr dataset holding one. Of
+/// attribute names only the length is checked: netcdf-c reads an NCZarr attribute named
+/// `a/b`, `@x` or `""`, but crashes on names much longer than [`NC_MAX_NAME`].
 fn check_netcdf_names(ds: &Dataset) -> Result<()> {
     let groups = (1..ds.groups.len()).map(|g| {
         let g = GroupId(g);
@@ -490,6 +493,21 @@ fn check_netcdf_names(ds: &Dataset) -> Result<()> {
                 "{what} {}: {why}, and netcdf-c refuses to open an NCZarr dataset holding \
                  such a name (a copy to pure Zarr, mode=zarr, keeps it)",
                 quoted(&fqn)
+            )));
+        }
+    }
+    let group_attrs =
+        (0..ds.groups.len()).map(|g| (&ds.group(GroupId(g)).attrs, ds.group_fqn(GroupId(g))));
+    let var_attrs = (0..ds.vars.len()).map(|v| (&ds.var(VarId(v)).attrs, ds.var_fqn(VarId(v))));
+    for (attrs, owner) in group_attrs.chain(var_attrs) {
+        if let Some(a) = attrs.iter().find(|a| a.name.len() > NC_MAX_NAME) {
+            return Err(Error::Invalid(format!(
+                "attribute {} of {}: the name is {} bytes long, and netCDF allows at most \
+                 {NC_MAX_NAME} (NC_MAX_NAME; netcdf-c crashes on an NCZarr dataset holding \
+                 such a name; a copy to pure Zarr, mode=zarr, keeps it)",
+                quoted(&a.name),
+                quoted(&owner),
+                a.name.len()
             )));
         }
     }
@@ -873,6 +891,7 @@ pub fn copy_dataset(
     opts: CreateOptions,
     data_vars: Option<&[VarId]>,
 ) -> Result<()> {
+    crate::create::check_key_names(&model, opts.zarr_version)?;
     let staging = Staging::new(dst)?;
     let result = copy_into(src, model, &staging, opts, data_vars);
     match result {

@@ -134,6 +134,7 @@ pub fn generate(
             }
         }
     }
+    crate::create::check_key_names(&model, opts.zarr_version)?;
     let staging = Staging::new(location)?;
     match write_all(&staging, opts, model, data) {
         Ok(()) => staging.publish(),

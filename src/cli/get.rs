@@ -59,7 +59,8 @@ pub fn run(args: GetArgs) -> Result<i32> {
     let open = OpenDataset::open(&args.location, cache)?;
     let ds = &open.model;
     let var = ds
-        .find_var(&args.var)
+        .find_typed_var(&args.var)
+        .map_err(Error::NotFound)?
         .ok_or_else(|| super::no_variable(ds, &args.var, &args.location))?;
     let shape = ds.var_shape(var);
     let slab = hyperslab(&shape, &args)?;

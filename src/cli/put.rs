@@ -61,7 +61,8 @@ pub fn run(args: PutArgs) -> Result<i32> {
     let mut w = DatasetWriter::open_with_cache(&location, cache)?;
     let var = w
         .model()
-        .find_var(&args.var)
+        .find_typed_var(&args.var)
+        .map_err(Error::NotFound)?
         .ok_or_else(|| super::no_variable(w.model(), &args.var, &args.location))?;
     let (input, name) = read_input(args.input.as_deref())?;
     let widened;

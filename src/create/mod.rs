@@ -244,6 +244,60 @@ pub fn check_name(name: &str) -> Result<()> {
         .map_err(|why| Error::Invalid(format!("invalid name {name:?}: {why}")))
 }
 
+/// The keys a group or an array of Zarr `zarr_version` keeps its own metadata under, beside
+/// its children's names: a child of one of these names would be stored over them (in a zip
+/// archive the metadata and the child both go in, and every reader then sees one of them).
+fn metadata_keys(zarr_version: u8) -> &'static [&'static str] {
+    match zarr_version {
+        3 => &["zarr.json"],
+        _ => &[".zarray", ".zattrs", ".zgroup", ".zmetadata"],
+    }
+}
+
+/// Refuses a variable or group `name` (`fqn` its full name, `what` "variable" or "group")
+/// that Zarr `zarr_version` keeps its metadata under: `zarr.json` in Zarr v3 is a legal
+/// netCDF name, and NCZarr v2 and Zarr v2 hold it, but in v3 it is the parent group's own
+/// metadata object.
+pub fn check_key_name(name: &str, fqn: &str, what: &str, zarr_version: u8) -> Result<()> {
+    if !metadata_keys(zarr_version).contains(&name) {
+        return Ok(());
+    }
+    Err(Error::NotPermitted(format!(
+        "{what} {}: in Zarr v{zarr_version} {} is the key of a group's own metadata, so no \
+         variable or group can be stored under that name (rename it{})",
+        crate::error::quoted(fqn),
+        crate::error::quoted(name),
+        match zarr_version {
+            3 => ", or write Zarr v2, which holds it",
+            _ => "",
+        }
+    )))
+}
+
+/// [`check_key_name`] of every group and variable of `model`: what a new dataset of Zarr
+/// `zarr_version` could not hold is refused before anything is written.
+pub fn check_key_names(model: &Dataset, zarr_version: u8) -> Result<()> {
+    for g in 1..model.groups.len() {
+        let g = GroupId(g);
+        check_key_name(
+            &model.group(g).name,
+            &model.group_fqn(g),
+            "group",
+            zarr_version,
+        )?;
+    }
+    for v in 0..model.vars.len() {
+        let v = VarId(v);
+        check_key_name(
+            &model.var(v).name,
+            &model.var_fqn(v),
+            "variable",
+            zarr_version,
+        )?;
+    }
+    Ok(())
+}
+
 /// Checks a new attribute name: a valid netCDF name, and none that netcdf-c reserves (it
 /// answers "String match to name in use"): HDF5's dimension-scale attributes and netCDF-4's
 /// own anywhere, the format's on the root group. NCZarr's own keys, in either case, would

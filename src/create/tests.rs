@@ -743,6 +743,113 @@ fn create_refuses_an_existing_dataset_and_bad_names() {
     assert!(DatasetWriter::create(&loc, CreateOptions::default()).is_err());
 }
 
+/// `zarr.json` is a netCDF name, but in Zarr v3 the key of its group's own metadata: a
+/// variable or group of that name is refused there, before anything is stored, and kept by
+/// Zarr v2.
+#[test]
+fn zarr_json_is_no_name_for_a_zarr_v3_variable_or_group() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (_, mut w) = writer(tmp.path(), "zarr,v3");
+    for refused in [
+        w.add_var(
+            Dataset::ROOT,
+            "zarr.json",
+            NcType::Int,
+            &[],
+            VarOptions::default(),
+        ),
+        w.add_group(Dataset::ROOT, "zarr.json").map(|_| VarId(0)),
+    ] {
+        let e = refused.unwrap_err().to_string();
+        assert!(e.contains("\"/zarr.json\"") && e.contains("Zarr v3"), "{e}");
+    }
+    let g = w.add_group(Dataset::ROOT, "g").unwrap();
+    assert!(w.rename_group(g, "zarr.json").is_err());
+    w.close().unwrap();
+
+    let mut model = Dataset::new();
+    let g = model.add_group(Dataset::ROOT, "g");
+    model.add_group(g, "zarr.json");
+    for version in ["v3", "v2"] {
+        let dir = tmp.path().join(version);
+        std::fs::create_dir(&dir).unwrap();
+        let loc = Location::parse(&format!(
+            "file://{}#mode=zarr,{version}",
+            dir.join("m.zarr").display()
+        ))
+        .unwrap();
+        let made =
+            DatasetWriter::create_with(&loc, CreateOptions::from_mode(&loc.mode), model.clone());
+        match version {
+            "v3" => {
+                let e = made.unwrap_err().to_string();
+                assert!(e.contains("group \"/g/zarr.json\""), "{e}");
+                assert!(!dir.join("m.zarr").join("zarr.json").exists());
+            }
+            _ => made.unwrap().close().unwrap(),
+        }
+    }
+    let (_, mut w) = writer(&tmp.path().join("v2"), "zarr");
+    w.add_var(
+        Dataset::ROOT,
+        "zarr.json",
+        NcType::Int,
+        &[],
+        VarOptions::default(),
+    )
+    .unwrap();
+    assert!(w
+        .add_var(
+            Dataset::ROOT,
+            ".zattrs",
+            NcType::Int,
+            &[],
+            VarOptions::default()
+        )
+        .is_err());
+    assert!(check_key_name(".zattrs", "/.zattrs", "variable", 2).is_err());
+    assert!(check_key_name(".zattrs", "/.zattrs", "variable", 3).is_ok());
+}
+
+/// A name or text that holds an escaped lone surrogate (zarr-python writes `"x\ud800y"`)
+/// reads as U+FFFD, which a rewrite of the metadata would store in its place: such a
+/// dataset is not opened for writing, and the stored JSON stays as it was.
+#[test]
+fn datasets_with_lone_surrogates_are_not_opened_for_writing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let zattrs: [&[u8]; 3] = [
+        br#"{"_ARRAY_DIMENSIONS": ["d"], "x\ud800y": 1}"#,
+        br#"{"_ARRAY_DIMENSIONS": ["d"], "a": ["p", "q\udc00"]}"#,
+        br#"{"_ARRAY_DIMENSIONS": ["d\ud800"]}"#,
+    ];
+    for (i, zattrs) in zattrs.into_iter().enumerate() {
+        let root = tmp.path().join(format!("ds{i}.zarr"));
+        let map = zmap::FileMap::open(&root, true).unwrap();
+        map.put(".zgroup", br#"{"zarr_format": 2}"#).unwrap();
+        map.put(
+            "v/.zarray",
+            br#"{"zarr_format": 2, "shape": [2], "chunks": [2], "dtype": "<i4", "fill_value": null, "order": "C", "compressor": null, "filters": null}"#,
+        )
+        .unwrap();
+        map.put("v/.zattrs", zattrs).unwrap();
+        let loc = Location::parse(&format!("file://{}#mode=zarr,file", root.display())).unwrap();
+        let e = DatasetWriter::open(&loc).unwrap_err().to_string();
+        assert!(
+            e.contains("lone UTF-16 surrogate") && e.contains("v/.zattrs"),
+            "{e}"
+        );
+        assert_eq!(map.get("v/.zattrs").unwrap().unwrap(), zattrs);
+    }
+    // U+FFFD itself, stored as such, is only text.
+    let root = tmp.path().join("plain.zarr");
+    let map = zmap::FileMap::open(&root, true).unwrap();
+    map.put(".zgroup", br#"{"zarr_format": 2}"#).unwrap();
+    map.put(".zattrs", "{\"x\u{FFFD}y\": \"\\ufffd\"}".as_bytes())
+        .unwrap();
+    let loc = Location::parse(&format!("file://{}#mode=zarr,file", root.display())).unwrap();
+    DatasetWriter::open(&loc).unwrap().close().unwrap();
+}
+
 /// The chain a new variable of `nctype` over a dimension of 6 (one chunk) is stored
 /// with in a dataset of `mode`, or the error refusing it.
 fn stored_chain(mode: &str, nctype: NcType, codecs: &str) -> Result<CodecSpec> {

@@ -19,8 +19,9 @@ use crate::{meta, zmap, Error, Result};
 
 use super::codecs::{check_numcodecs_chain, for_netcdf_c, string_shuffle, without_shuffle};
 use super::{
-    check_attr_name, check_name, check_storable, default_chunks, keys_under, AttrTarget, Codecs,
-    CreateOptions, Fill, VarOptions, NETCDF_MAXSTRLEN, WRITER_CACHE_BYTES,
+    check_attr_name, check_key_name, check_key_names, check_name, check_storable, default_chunks,
+    keys_under, AttrTarget, Codecs, CreateOptions, Fill, VarOptions, NETCDF_MAXSTRLEN,
+    WRITER_CACHE_BYTES,
 };
 
 /// A dataset open for writing.
@@ -69,6 +70,7 @@ impl DatasetWriter {
         opts: CreateOptions,
         model: Dataset,
     ) -> Result<DatasetWriter> {
+        check_key_names(&model, opts.zarr_version)?;
         if map.exists(".zgroup")?
             || map.exists(".zarray")?
             || map.exists(".nczarr")?
@@ -154,6 +156,16 @@ impl DatasetWriter {
             None if v3 => probe("zarr.json")?,
             None => model.provenance.layout.is_some(),
         };
+        if let Some((key, surrogate)) = stored_lone_surrogate(map.as_ref(), &model, v3)? {
+            return Err(Error::Unsupported(format!(
+                "{} cannot be opened for writing: {} holds \\u{surrogate:04x}, a lone UTF-16 \
+                 surrogate (Python's json writes one), which is not Unicode: it reads as \
+                 U+FFFD, and rewriting the metadata would store that instead, renaming the \
+                 attribute or changing the text that holds it; open it read-only",
+                map.describe(),
+                crate::error::quoted(&key)
+            )));
+        }
         let mut opts = CreateOptions::from_mode(&location.mode);
         opts.zarr_version = if v3 { 3 } else { 2 };
         opts.dialect = if nczarr {
@@ -269,6 +281,10 @@ impl DatasetWriter {
 
     fn check_free_name(&self, group: GroupId, name: &str, what: &str) -> Result<()> {
         check_name(name)?;
+        if what != "dimension" {
+            let fqn = self.model.fqn_in(group, name);
+            check_key_name(name, &fqn, what, self.opts.zarr_version)?;
+        }
         let clash = match what {
             "dimension" => self.model.find_dim_in(group, name).is_some(),
             _ => {
@@ -1014,6 +1030,55 @@ impl DatasetWriter {
     pub fn close(mut self) -> Result<()> {
         self.sync()
     }
+}
+
+/// The first stored metadata object of `model` that holds a lone UTF-16 surrogate escape
+/// (`\ud800`), with that surrogate: it reads as U+FFFD, which a rewrite would store in its
+/// place. Only the objects of groups and variables with a U+FFFD in an attribute (name or
+/// text) or a dimension name are read again, and then the consolidated summary.
+fn stored_lone_surrogate(
+    map: &dyn ZMap,
+    model: &Dataset,
+    v3: bool,
+) -> Result<Option<(String, u32)>> {
+    const REPLACEMENT: &[u8] = "\u{FFFD}".as_bytes();
+    let replaced = |text: &[u8]| text.windows(REPLACEMENT.len()).any(|w| w == REPLACEMENT);
+    let attrs_replaced = |attrs: &[Attribute]| {
+        attrs.iter().any(|a| {
+            replaced(a.name.as_bytes())
+                || match &a.value {
+                    AttrValue::Char(text) => replaced(text),
+                    AttrValue::Str(texts) => texts.iter().any(|t| replaced(t.as_bytes())),
+                    _ => false,
+                }
+        })
+    };
+    let own = if v3 { "zarr.json" } else { ".zattrs" };
+    let mut keys = Vec::new();
+    for g in (0..model.groups.len()).map(GroupId) {
+        if attrs_replaced(&model.group(g).attrs) {
+            keys.push(join_key(&[&model.group_path(g).join("/"), own]));
+        }
+    }
+    for v in &model.vars {
+        let dims_replaced = v
+            .dims
+            .iter()
+            .any(|d| replaced(model.dim(*d).name.as_bytes()));
+        if attrs_replaced(&v.attrs) || dims_replaced {
+            keys.push(join_key(&[&v.storage.key, own]));
+        }
+    }
+    if keys.is_empty() {
+        return Ok(None);
+    }
+    keys.push(if v3 { "zarr.json" } else { ".zmetadata" }.to_string());
+    for (key, found) in keys.iter().zip(map.get_many(&keys)) {
+        if let Some(surrogate) = found?.as_deref().and_then(meta::json::lone_surrogate) {
+            return Ok(Some((key.clone(), surrogate)));
+        }
+    }
+    Ok(None)
 }
 
 /// Whether an opened NCZarr dataset carries `_ARRAY_DIMENSIONS` (so rewrites keep it).

@@ -25,6 +25,7 @@ use fuser::{
 use crate::chunk::{ChunkEngine, Hyperslab};
 use crate::create::{check_attr_name, AttrTarget, DatasetWriter};
 use crate::dataset::OpenDataset;
+use crate::error::quoted;
 use crate::location::Mode;
 use crate::model::{AttrValue, Dataset, VarId};
 use crate::zmap::{Space, ZMap};
@@ -489,7 +490,21 @@ impl Shared {
                 }
             }
         }
-        let entries = layout::list(&snap.model, dir)?;
+        let (entries, too_long): (Vec<_>, Vec<_>) = layout::list(&snap.model, dir)?
+            .into_iter()
+            .partition(|(name, _)| name.len() <= layout::NAME_MAX);
+        if let Some((name, _)) = too_long.first() {
+            self.warn_once(format!(
+                "{}: {} entr{} left out of the listing, named with more than the {} bytes a \
+                 file name may have, such as {} ({} bytes)",
+                node_display(dir),
+                too_long.len(),
+                if too_long.len() == 1 { "y" } else { "ies" },
+                layout::NAME_MAX,
+                quoted(name),
+                name.len()
+            ));
+        }
         let mut inodes = lock(&self.inodes);
         let up = parent(dir);
         let mut all = Vec::with_capacity(entries.len() + 2);
@@ -649,10 +664,22 @@ impl Shared {
     }
 
     fn log_once(&self, msg: String) {
-        let mut logged = lock(&self.logged);
-        if logged.len() < MAX_LOGGED && logged.insert(msg.clone()) {
+        if self.first_time(&msg) {
             log::error!("{msg}");
         }
+    }
+
+    /// Logs a warning the first time it comes (see [`Shared::log_once`]).
+    fn warn_once(&self, msg: String) {
+        if self.first_time(&msg) {
+            log::warn!("{msg}");
+        }
+    }
+
+    /// Whether `msg` was not logged yet (then it now counts as logged).
+    fn first_time(&self, msg: &str) -> bool {
+        let mut logged = lock(&self.logged);
+        logged.len() < MAX_LOGGED && logged.insert(msg.to_string())
     }
 
     fn node(&self, ino: u64) -> Option<Node> {
@@ -1106,6 +1133,38 @@ fn fuse_connection_ended() -> bool {
     })
 }
 
+/// The name `name` for a new entry of `dir` (`op` names the operation in the log line, if
+/// known), or the errno that refuses it, logged: a name longer than [`layout::NAME_MAX`]
+/// bytes (`ENAMETOOLONG`, as on a local file system), or one that is not UTF-8 (`EPERM`: no
+/// name of a dataset is, and a lossy reading would make another name of it).
+fn new_entry_name<'a>(
+    dir: &Node,
+    name: &'a OsStr,
+    op: Option<&str>,
+) -> std::result::Result<&'a str, Errno> {
+    let at = match op {
+        Some(op) => format!("{op} {}", node_display(dir)),
+        None => node_display(dir),
+    };
+    if name.len() > layout::NAME_MAX {
+        log::warn!(
+            "{at}: a name of {} bytes ({}) is longer than the {} a file name may have \
+             (ENAMETOOLONG)",
+            name.len(),
+            quoted(&name.to_string_lossy()),
+            layout::NAME_MAX
+        );
+        return Err(Errno::ENAMETOOLONG);
+    }
+    name.to_str().ok_or_else(|| {
+        log::warn!(
+            "{at}: the name {} is not UTF-8, which the names of a dataset are (EPERM)",
+            quoted(&name.to_string_lossy())
+        );
+        Errno::EPERM
+    })
+}
+
 fn node_display(node: &Node) -> String {
     match node {
         Node::Dir(o) => o.display(),
@@ -1121,6 +1180,11 @@ fn node_display(node: &Node) -> String {
         }
     }
 }
+
+/// Why a name is no attribute file's (see [`layout::attr_name`]), for log lines.
+const NOT_AN_ATTR_ENTRY: &str = "attribute file names are the attribute names with `/`, `%` \
+     and control characters written %XX (two upper-case hexadecimal digits of a byte of \
+     UTF-8), and nothing else so written";
 
 /// Largest attribute file text accepted (attributes live in JSON metadata objects).
 const MAX_ATTR_TEXT: usize = 16 << 20;
@@ -1390,6 +1454,14 @@ impl Filesystem for NczarrFs {
         let Some(dir) = sh.node(parent_ino) else {
             return reply.error(Errno::ENOENT);
         };
+        if name.len() > layout::NAME_MAX {
+            // What follows on a `rw` mount is likely a create, mkdir or rename to that name,
+            // which the kernel then fails with this errno without asking.
+            if sh.writer.is_some() {
+                let _ = new_entry_name(&dir, name, None);
+            }
+            return reply.error(Errno::ENAMETOOLONG);
+        }
         let Some(name) = name.to_str() else {
             return reply.error(Errno::ENOENT);
         };
@@ -1889,7 +1961,10 @@ impl Filesystem for NczarrFs {
         let Some(dir) = sh.node(parent_ino) else {
             return reply.error(Errno::ENOENT);
         };
-        let entry = name.to_string_lossy();
+        let entry = match new_entry_name(&dir, name, Some("create")) {
+            Ok(entry) => entry,
+            Err(errno) => return reply.error(errno),
+        };
         let Node::AttrDir(owner) = &dir else {
             log::warn!(
                 "{}/{entry}: only attribute files can be created (EPERM)",
@@ -1897,7 +1972,13 @@ impl Filesystem for NczarrFs {
             );
             return reply.error(Errno::EPERM);
         };
-        let attr_name = layout::attr_name(&entry);
+        let Some(attr_name) = layout::attr_name(entry) else {
+            log::warn!(
+                "create {}/{entry}: not an attribute file name: {NOT_AN_ATTR_ENTRY} (EPERM)",
+                node_display(&dir),
+            );
+            return reply.error(Errno::EPERM);
+        };
         let node = Node::File(owner.clone(), FileKind::Attr(attr_name.clone()));
         let existed = layout::exists(&sh.snapshot().model, &node);
         if existed && flags & libc::O_EXCL != 0 {
@@ -1964,12 +2045,15 @@ impl Filesystem for NczarrFs {
         let Some(dir) = sh.node(parent_ino) else {
             return reply.error(Errno::ENOENT);
         };
-        let entry = name.to_string_lossy();
-        if layout::child(&sh.snapshot().model, &dir, &entry).is_some() {
+        let entry = match new_entry_name(&dir, name, Some("mkdir")) {
+            Ok(entry) => entry,
+            Err(errno) => return reply.error(errno),
+        };
+        if layout::child(&sh.snapshot().model, &dir, entry).is_some() {
             return reply.error(Errno::EEXIST);
         }
         let (Node::Dir(owner @ Owner::Group(path)), Some(group_name)) =
-            (&dir, layout::object_name(&entry))
+            (&dir, layout::object_name(entry))
         else {
             log::warn!(
                 "mkdir {}/{entry}: only groups can be made, in groups (EPERM)",
@@ -2006,7 +2090,11 @@ impl Filesystem for NczarrFs {
         let Some(dir) = sh.node(parent_ino) else {
             return reply.error(Errno::ENOENT);
         };
-        let Some(node) = layout::child(&sh.snapshot().model, &dir, &name.to_string_lossy()) else {
+        // A name that is not UTF-8 names nothing (a lossy reading could name another entry).
+        let found = name
+            .to_str()
+            .and_then(|name| layout::child(&sh.snapshot().model, &dir, name));
+        let Some(node) = found else {
             return reply.error(Errno::ENOENT);
         };
         let Node::File(owner, FileKind::Attr(attr)) = &node else {
@@ -2039,7 +2127,10 @@ impl Filesystem for NczarrFs {
         let Some(dir) = sh.node(parent_ino) else {
             return reply.error(Errno::ENOENT);
         };
-        match layout::child(&sh.snapshot().model, &dir, &name.to_string_lossy()) {
+        let found = name
+            .to_str()
+            .and_then(|name| layout::child(&sh.snapshot().model, &dir, name));
+        match found {
             None => reply.error(Errno::ENOENT),
             Some(node) => {
                 log::warn!(
@@ -2070,10 +2161,16 @@ impl Filesystem for NczarrFs {
             return reply.error(Errno::ENOENT);
         };
         let snap = sh.snapshot();
-        let Some(node) = layout::child(&snap.model, &dir, &name.to_string_lossy()) else {
+        let found = name
+            .to_str()
+            .and_then(|name| layout::child(&snap.model, &dir, name));
+        let Some(node) = found else {
             return reply.error(Errno::ENOENT);
         };
-        let newname = newname.to_string_lossy();
+        let newname = match new_entry_name(&newdir, newname, Some("mv")) {
+            Ok(newname) => newname,
+            Err(errno) => return reply.error(errno),
+        };
         let refuse = |why: &str| {
             log::warn!("mv {} to {newname}: {why} (EPERM)", node_display(&node));
             Errno::EPERM
@@ -2086,13 +2183,13 @@ impl Filesystem for NczarrFs {
             return reply.error(refuse("rename flags other than RENAME_NOREPLACE"));
         }
         if flags.contains(RenameFlags::RENAME_NOREPLACE)
-            && layout::child(&snap.model, &newdir, &newname).is_some()
+            && layout::child(&snap.model, &newdir, newname).is_some()
         {
             return reply.error(Errno::EEXIST);
         }
         let done = match &node {
             Node::Dir(owner @ (Owner::Var(..) | Owner::Group(_))) => {
-                let Some(to) = layout::object_name(&newname) else {
+                let Some(to) = layout::object_name(newname) else {
                     return reply.error(refuse("names beginning with @ belong to the layout"));
                 };
                 if to == owner_name(owner) {
@@ -2108,7 +2205,11 @@ impl Filesystem for NczarrFs {
                 })
             }
             Node::File(owner, FileKind::Attr(from)) => {
-                let to = layout::attr_name(&newname);
+                let Some(to) = layout::attr_name(newname) else {
+                    return reply.error(refuse(&format!(
+                        "not an attribute file name: {NOT_AN_ATTR_ENTRY}"
+                    )));
+                };
                 if &to == from {
                     return reply.ok();
                 }

@@ -96,12 +96,23 @@ pub fn attr_entry(name: &str) -> String {
     }
 }
 
-/// Reverses [`attr_entry`].
-pub fn attr_name(entry: &str) -> String {
+/// The longest file name, in bytes, that a directory of the mount lists or looks up (Linux's
+/// `NAME_MAX`, which `statfs` reports): the kernel refuses a longer entry in a listing, which
+/// would fail the whole listing, and `open`, `mkdir` and `rename` to a longer name fail with
+/// `ENAMETOOLONG` on any local file system.
+pub const NAME_MAX: usize = 255;
+
+/// Reverses [`attr_entry`]: the attribute name that file name `entry` stands for, or `None`
+/// when `attr_entry` gives no name that entry: a `%` not followed by two hexadecimal digits
+/// (`50%`), escapes of bytes that are not UTF-8 (`%FF`), or another spelling than its own
+/// (`%41` for `A`, `%2f` for `%2F`). So two file names never stand for one attribute, and a
+/// file is listed under the name it was created with.
+pub fn attr_name(entry: &str) -> Option<String> {
     if entry == "%00" {
-        return String::new();
+        return Some(String::new());
     }
-    percent_decode_str(entry).decode_utf8_lossy().into_owned()
+    let name = percent_decode_str(entry).decode_utf8().ok()?;
+    (attr_entry(&name) == entry).then(|| name.into_owned())
 }
 
 impl Owner {
@@ -194,7 +205,7 @@ pub fn child(ds: &Dataset, dir: &Node, entry: &str) -> Option<Node> {
                 }
             }
         },
-        Node::AttrDir(owner) => Node::File(owner.clone(), FileKind::Attr(attr_name(entry))),
+        Node::AttrDir(owner) => Node::File(owner.clone(), FileKind::Attr(attr_name(entry)?)),
         Node::File(..) => return None,
     };
     exists(ds, &node).then_some(node)
@@ -370,13 +381,46 @@ pub(crate) mod tests {
             assert_eq!(object_name(&object_entry(name)), Some(name));
         }
         assert_eq!(object_name("@header.cdl"), None);
-        for name in ["", ".", "..", "a/b", "100%", "tab\there", "ünï"] {
+        for name in ["", ".", "..", "a/b", "100%", "tab\there", "ünï", "%41"] {
             let e = attr_entry(name);
             assert!(!e.contains('/') && e != "." && e != ".." && !e.is_empty());
-            assert_eq!(attr_name(&e), name);
+            assert_eq!(attr_name(&e).as_deref(), Some(name));
         }
         // As docs/mount.md says: only `/`, `%` and control characters are encoded.
         assert_eq!(attr_entry("ünï µ"), "ünï µ");
         assert_eq!(attr_entry("a/b%\n"), "a%2Fb%25%0A");
+    }
+
+    #[test]
+    fn only_the_canonical_spelling_names_an_attribute() {
+        // Not UTF-8 once decoded: %FF and %FE would both be U+FFFD.
+        for entry in ["%FF", "%FE", "a%C3", "%C3%28"] {
+            assert_eq!(attr_name(entry), None, "{entry}");
+        }
+        // Not the spelling attr_entry gives: a bare %, an escape of a character that stays
+        // as it is, lower-case hex digits.
+        for entry in [
+            "50%",
+            "%",
+            "%4",
+            "%zz",
+            "%41",
+            "glob%20al",
+            "%2e",
+            "%2f",
+            "a%2fb",
+            "%C3%A9",
+            "%2Ex",
+        ] {
+            assert_eq!(attr_name(entry), None, "{entry}");
+        }
+        assert_eq!(attr_name("50%25").as_deref(), Some("50%"));
+        assert_eq!(attr_name("a%2Fb").as_deref(), Some("a/b"));
+        assert_eq!(attr_name("é").as_deref(), Some("é"));
+        let ds = sample();
+        let attrs = Node::AttrDir(Owner::Var(vec![], "v".into()));
+        assert!(child(&ds, &attrs, "a%2Fb").is_some());
+        assert_eq!(child(&ds, &attrs, "a%2fb"), None);
+        assert_eq!(child(&ds, &attrs, "%75nits"), None);
     }
 }

@@ -280,6 +280,44 @@ pub fn restore_raw_bytes(json: Vec<u8>) -> Vec<u8> {
     out
 }
 
+/// The first lone UTF-16 surrogate that JSON `text` escapes (`\ud800` not followed by a
+/// low surrogate, or a low one alone), which [`Json::parse`] reads as U+FFFD.
+pub fn lone_surrogate(text: &[u8]) -> Option<u32> {
+    let hex4 = |at: usize| -> Option<u32> {
+        let h = std::str::from_utf8(text.get(at..at + 4)?).ok()?;
+        u32::from_str_radix(h, 16).ok()
+    };
+    let mut i = 0;
+    while i < text.len() {
+        if text[i] != b'\\' {
+            i += 1;
+            continue;
+        }
+        if text.get(i + 1) != Some(&b'u') {
+            i += 2;
+            continue;
+        }
+        let Some(cp) = hex4(i + 2) else {
+            i += 2;
+            continue;
+        };
+        i += 6;
+        match cp {
+            0xD800..0xDC00 => {
+                let low = text.get(i..i + 2) == Some(b"\\u")
+                    && hex4(i + 2).is_some_and(|lo| (0xDC00..0xE000).contains(&lo));
+                if !low {
+                    return Some(cp);
+                }
+                i += 6;
+            }
+            0xDC00..0xE000 => return Some(cp),
+            _ => {}
+        }
+    }
+    None
+}
+
 /// The complaint about a metadata field that does not hold the one value allowed:
 /// `zarr_format "3" is not 3`, showing the value as written (cut by [`capped`]), or
 /// `zarr_format is missing (it must be 3)`.
@@ -418,6 +456,7 @@ impl Parser<'_> {
     }
 
     fn string(&mut self) -> Result<Vec<u8>> {
+        let start = self.pos;
         self.pos += 1; // opening quote
                        // Most strings have no escape: they are copied in one piece.
         let rest = &self.s[self.pos.min(self.s.len())..];
@@ -436,6 +475,8 @@ impl Parser<'_> {
                 return Err(self.err("unterminated string"));
             }
         };
+        // The first escape of a lone UTF-16 surrogate, if any.
+        let mut lone = None;
         loop {
             let Some(c) = self.peek() else {
                 return Err(self.err("unterminated string"));
@@ -458,14 +499,20 @@ impl Parser<'_> {
                         b'r' => out.push(b'\r'),
                         b't' => out.push(b'\t'),
                         b'u' => {
-                            let mut cp = self.hex4()?;
-                            if (0xD800..0xDC00).contains(&cp) && self.literal("\\u") {
-                                let lo = self.hex4()?;
-                                if (0xDC00..0xE000).contains(&lo) {
-                                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-                                }
+                            let cp = self.hex4()?;
+                            let ch = match cp {
+                                0xD800..0xDC00 => self
+                                    .low_surrogate()
+                                    .map(|lo| 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00)),
+                                _ => Some(cp),
                             }
-                            let ch = char::from_u32(cp).unwrap_or('\u{FFFD}');
+                            .and_then(char::from_u32);
+                            // Python's json (zarr-python) writes one, and reads it back as
+                            // itself; no Rust string can hold it.
+                            let ch = ch.unwrap_or_else(|| {
+                                lone.get_or_insert(cp);
+                                '\u{FFFD}'
+                            });
                             let mut buf = [0u8; 4];
                             out.extend_from_slice(ch.encode_utf8(&mut buf).as_bytes());
                         }
@@ -475,7 +522,28 @@ impl Parser<'_> {
                 c => out.push(c),
             }
         }
+        if let Some(cp) = lone {
+            log::warn!(
+                "{}: the JSON string {} holds \\u{cp:04x}, a lone UTF-16 surrogate, which is not \
+                 Unicode: it reads as U+FFFD",
+                self.key,
+                capped(&String::from_utf8_lossy(&self.s[start..self.pos]))
+            );
+        }
         Ok(out)
+    }
+
+    /// The low surrogate escaped next (`\udc00` to `\udfff`), which completes a high one; the
+    /// position stays when none follows (what follows is read for itself).
+    fn low_surrogate(&mut self) -> Option<u32> {
+        let at = self.pos;
+        if self.literal("\\u") {
+            if let Ok(lo @ 0xDC00..0xE000) = self.hex4() {
+                return Some(lo);
+            }
+        }
+        self.pos = at;
+        None
     }
 
     fn array(&mut self, depth: usize) -> Result<Json> {
@@ -629,6 +697,30 @@ mod tests {
             p(r#""caf\u00e9 \ud83d\ude00""#),
             Json::Str("café 😀".into())
         );
+    }
+
+    #[test]
+    fn lone_surrogates_read_as_replacement_characters_and_are_found() {
+        // What Python's json reads back as the surrogate itself: no Rust string holds one.
+        for (text, lone, read) in [
+            (r#""x\ud800y""#, Some(0xD800), "x\u{FFFD}y"),
+            (r#""\udc00""#, Some(0xDC00), "\u{FFFD}"),
+            // A high surrogate before an escape that is no low one: both are read.
+            (r#""\ud800\u0041""#, Some(0xD800), "\u{FFFD}A"),
+            (r#""\ud800\ud800\udc00""#, Some(0xD800), "\u{FFFD}\u{10000}"),
+            (r#""\ud83d\ude00""#, None, "\u{1F600}"),
+            (r#""\\ud800""#, None, "\\ud800"),
+            (r#""\u00e9""#, None, "\u{e9}"),
+        ] {
+            assert_eq!(lone_surrogate(text.as_bytes()), lone, "{text}");
+            assert_eq!(p(text), Json::Str(read.to_string()), "{text}");
+        }
+        assert_eq!(lone_surrogate(br#"{"a\ud800": 1}"#), Some(0xD800));
+        assert_eq!(
+            lone_surrogate(br#"{"a": "\n\"\\", "b": "\udfff"}"#),
+            Some(0xDFFF)
+        );
+        assert!(Json::parse("k", br#""\ud800\uzzzz""#).is_err());
     }
 
     #[test]

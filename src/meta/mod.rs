@@ -24,7 +24,7 @@ pub mod writer_v3;
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 
-use crate::error::quoted;
+use crate::error::{capped, quoted};
 use crate::location::{Format, Mode};
 use crate::model::{
     element_count, Attribute, ByteOrder, ChunkKeyEncoding, ChunkOrder, CodecSpec, Dataset, DimId,
@@ -1014,29 +1014,38 @@ impl Reader<'_> {
     }
 }
 
-/// The visible attributes of `.zattrs` at `prefix`, with `types` (NCZarr's attribute types).
-/// `_ARRAY_DIMENSIONS` if it is a list of names matching the rank.
+/// `_ARRAY_DIMENSIONS` if it is a list of names (strings) matching the rank. Every string is
+/// a name, as xarray takes it, `x/y` and `""` too (see [`named_dim`]).
 fn xarray_names(zattrs: Option<&Json>, fqn: &str, shape: &[u64]) -> Option<Vec<String>> {
     let list = zattrs?.get("_ARRAY_DIMENSIONS")?;
     let Json::Arr(items) = list else {
-        log::warn!("{fqn}: _ARRAY_DIMENSIONS is not a list; ignored");
+        log::warn!(
+            "{fqn}: _ARRAY_DIMENSIONS {} is not a list of names; ignored",
+            capped(&list.unparse())
+        );
         return None;
     };
-    let names: Option<Vec<String>> = items
-        .iter()
-        .map(|i| {
-            i.as_str()
-                .filter(|s| !s.is_empty() && !s.contains('/'))
-                .map(str::to_string)
-        })
-        .collect();
-    match names {
-        Some(n) if n.len() == shape.len() => Some(n),
-        _ => {
-            log::warn!("{fqn}: _ARRAY_DIMENSIONS does not match shape {shape:?}; ignored");
-            None
-        }
+    if items.len() != shape.len() {
+        log::warn!(
+            "{fqn}: _ARRAY_DIMENSIONS lists {} name(s) for the {} dimension(s) of shape \
+             {shape:?}; ignored",
+            items.len(),
+            shape.len()
+        );
+        return None;
     }
+    let mut names = Vec::with_capacity(items.len());
+    for item in items {
+        let Some(name) = item.as_str() else {
+            log::warn!(
+                "{fqn}: _ARRAY_DIMENSIONS item {} is not a name (a string); the list is ignored",
+                capped(&item.unparse())
+            );
+            return None;
+        };
+        names.push(name.to_string());
+    }
+    Some(names)
 }
 
 /// NCZarr's array description of the variable at `prefix` in `dialect`, if present.
@@ -1398,7 +1407,8 @@ fn object_string_type(
 
 /// The dimension `name` of length `len` for a variable of `group`, when the name comes from the
 /// array itself (xarray's `_ARRAY_DIMENSIONS`, Zarr v3's `dimension_names`): a visible one of
-/// that length, else a new one in the variable's own group.
+/// that length, else a new one in the variable's own group. Any name is kept, as xarray
+/// keeps it; a new one that netCDF could not hold in any way (`x/y`, `""`) is warned of once.
 fn named_dim(
     ds: &mut Dataset,
     group: GroupId,
@@ -1421,6 +1431,21 @@ fn named_dim(
                 ds.dim(d).len
             ),
         ));
+    }
+    let why = match name {
+        "" => Some("is empty"),
+        n if n.contains('/') => Some("holds a '/'"),
+        _ => None,
+    };
+    if let Some(why) = why {
+        // xarray writes and reads such a name; netCDF has none, and CDL and full names show
+        // it as something else (a path, no name at all).
+        log::warn!(
+            "{fqn}: its dimension name {} {why}, which no netCDF name does: kept as it is, as \
+             xarray reads it (a copy to NCZarr refuses it), though CDL and full names show it \
+             ambiguously",
+            quoted(name)
+        );
     }
     Ok(ds.add_dim(group, name, len, false))
 }
@@ -1911,6 +1936,39 @@ mod tests {
         ];
         let e = open(&objs).unwrap_err().to_string();
         assert!(e.contains("/b") && e.contains("dimension x"), "{e}");
+    }
+
+    /// xarray writes and reads any string as a dimension name: `x/y` and `p/q` are two
+    /// dimensions, `""` a third, each kept under its own name.
+    #[test]
+    fn xarray_dimension_names_are_kept_as_written() {
+        let array = |len: u32| {
+            format!(
+                r#"{{"zarr_format": 2, "shape": [{len}], "dtype": "<i4", "chunks": [2], "fill_value": 0}}"#
+            )
+        };
+        let objs = [
+            (".zgroup", r#"{"zarr_format": 2}"#.to_string()),
+            ("a/.zarray", array(2)),
+            ("a/.zattrs", r#"{"_ARRAY_DIMENSIONS": ["x/y"]}"#.to_string()),
+            ("b/.zarray", array(2)),
+            ("b/.zattrs", r#"{"_ARRAY_DIMENSIONS": ["p/q"]}"#.to_string()),
+            ("c/.zarray", array(3)),
+            ("c/.zattrs", r#"{"_ARRAY_DIMENSIONS": [""]}"#.to_string()),
+            ("d/.zarray", array(3)),
+            ("d/.zattrs", r#"{"_ARRAY_DIMENSIONS": [1]}"#.to_string()),
+        ];
+        let objs: Vec<(&str, &str)> = objs.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let ds = open(&objs).unwrap();
+        let names = |v: &str| -> Vec<String> {
+            let var = ds.var(ds.find_var(v).unwrap());
+            var.dims.iter().map(|d| ds.dim(*d).name.clone()).collect()
+        };
+        assert_eq!(names("a"), ["x/y"]);
+        assert_eq!(names("b"), ["p/q"]);
+        assert_eq!(names("c"), [""]);
+        // Not a name: the dimension is anonymous.
+        assert_eq!(names("d"), ["_Anonymous_Dim_3"]);
     }
 
     #[test]

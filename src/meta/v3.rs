@@ -10,7 +10,7 @@ use std::collections::{HashMap, HashSet};
 
 use super::json::{self, Json};
 use super::{attrs, either, ncz_key};
-use crate::error::quoted;
+use crate::error::{capped, quoted};
 use crate::location::{Format, Mode};
 use crate::model::Provenance;
 use crate::model::{
@@ -619,7 +619,7 @@ impl Reader<'_> {
                 return Ok(dims);
             }
         }
-        let names = dimension_names(&p.node, shape.len());
+        let names = dimension_names(&p.node, shape.len(), fqn);
         let mut dims = Vec::with_capacity(shape.len());
         for (i, &len) in shape.iter().enumerate() {
             let d = match names.get(i).cloned().flatten() {
@@ -654,36 +654,54 @@ pub(super) fn anonymous_dim_name(len: u64) -> String {
     format!("_Anonymous_Dim_{len}")
 }
 
-/// `dimension_names` (else `_ARRAY_DIMENSIONS`) when it matches the rank; usable names only.
-fn dimension_names(node: &Json, rank: usize) -> Vec<Option<String>> {
-    listed_dimension_names(
-        node.get("dimension_names").or_else(|| {
+/// `dimension_names` (else `_ARRAY_DIMENSIONS`) of array `fqn` when it matches the rank,
+/// warning of what is ignored or odd in it.
+fn dimension_names(node: &Json, rank: usize, fqn: &str) -> Vec<Option<String>> {
+    let (field, list) = match node.get("dimension_names") {
+        Some(list) => ("dimension_names", Some(list)),
+        None => (
+            "_ARRAY_DIMENSIONS",
             node.get("attributes")
-                .and_then(|a| a.get("_ARRAY_DIMENSIONS"))
-        }),
-        rank,
-    )
+                .and_then(|a| a.get("_ARRAY_DIMENSIONS")),
+        ),
+    };
+    match list {
+        None | Some(Json::Null) => {}
+        Some(Json::Arr(items)) if items.len() == rank => {
+            for item in items {
+                if !matches!(item, Json::Str(_) | Json::Null) {
+                    log::warn!(
+                        "{fqn}: {field} item {} is not a name (a string) or null; that \
+                         dimension is unnamed",
+                        capped(&item.unparse())
+                    );
+                }
+            }
+        }
+        Some(Json::Arr(items)) => log::warn!(
+            "{fqn}: {field} lists {} name(s) for the {rank} dimension(s) of the array; ignored",
+            items.len()
+        ),
+        Some(other) => log::warn!(
+            "{fqn}: {field} {} is not a list of names; ignored",
+            capped(&other.unparse())
+        ),
+    }
+    listed_dimension_names(list, rank)
 }
 
-/// The usable names of a list of dimension names when it matches the rank (none else).
+/// The names of a list of dimension names when it matches the rank (none else): every
+/// string is a name, as zarr-python and xarray take it; `null` (or anything else) is none.
 pub(super) fn listed_dimension_names(list: Option<&Json>, rank: usize) -> Vec<Option<String>> {
     let Some(Json::Arr(items)) = list else {
         return Vec::new();
     };
     if items.len() != rank {
-        log::warn!(
-            "dimension_names {} do not match rank {rank}; ignored",
-            Json::Arr(items.clone()).unparse()
-        );
         return Vec::new();
     }
     items
         .iter()
-        .map(|i| {
-            i.as_str()
-                .filter(|s| !s.is_empty() && !s.contains('/'))
-                .map(str::to_string)
-        })
+        .map(|i| i.as_str().map(str::to_string))
         .collect()
 }
 
@@ -1205,6 +1223,35 @@ mod tests {
         let e = root_error(&root);
         assert!(e.len() < 300, "{} characters", e.len());
         assert!(e.contains(r#"node_type "aaaa"#) && e.contains("a…a"), "{e}");
+    }
+
+    /// zarr-python and xarray take any string as a dimension name; `null` is none.
+    #[test]
+    fn dimension_names_are_kept_as_written() {
+        let a = array(
+            "\"int8\"",
+            "[2, 3]",
+            "0",
+            r#", "dimension_names": ["x/y", ""]"#,
+        );
+        let b = array(
+            "\"int8\"",
+            "[2, 2]",
+            "0",
+            r#", "dimension_names": ["p/q", 5]"#,
+        );
+        let root = [
+            ("zarr.json", GROUP),
+            ("a/zarr.json", &a),
+            ("b/zarr.json", &b),
+        ];
+        let ds = open(&root, &Mode::default()).unwrap();
+        let names = |v: &str| -> Vec<String> {
+            let var = ds.var(ds.find_var(v).unwrap());
+            var.dims.iter().map(|d| ds.dim(*d).name.clone()).collect()
+        };
+        assert_eq!(names("a"), ["x/y", ""]);
+        assert_eq!(names("b"), ["p/q", "_Anonymous_Dim_2"]);
     }
 
     #[test]

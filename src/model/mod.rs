@@ -8,6 +8,7 @@
 mod index;
 mod types;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 pub use types::{AttrValue, ByteOrder, DtypeKind, NcType, ZarrDtype};
@@ -26,11 +27,18 @@ pub fn element_count(shape: &[u64]) -> Option<u64> {
     shape.iter().try_fold(1u64, |n, &len| n.checked_mul(len))
 }
 
+/// The longest netCDF name in bytes (netcdf-c's `NC_MAX_NAME`): ncgen refuses a longer
+/// one, and netcdf-c refuses, or crashes on, an NCZarr dataset holding one.
+pub const NC_MAX_NAME: usize = 256;
+
 /// Whether `name` is a legal netCDF name (the rules of ncgen and netcdf-c), or why not.
 pub fn check_name(name: &str) -> std::result::Result<(), &'static str> {
     let Some(first) = name.chars().next() else {
         return Err("empty name");
     };
+    if name.len() > NC_MAX_NAME {
+        return Err("names may be at most 256 bytes long (netCDF's NC_MAX_NAME)");
+    }
     if name.contains('/') {
         return Err("names may not contain '/'");
     }
@@ -48,6 +56,23 @@ pub fn check_name(name: &str) -> std::result::Result<(), &'static str> {
         return Err("names must be in Unicode normalization form C (NFC), as netcdf-c keeps them");
     }
     Ok(())
+}
+
+/// A way of writing names for comparison: [`as_is`] or [`nfc`].
+type Form = dyn for<'a> Fn(&'a str) -> Cow<'a, str>;
+
+/// `text` as it is.
+fn as_is(text: &str) -> Cow<'_, str> {
+    Cow::Borrowed(text)
+}
+
+/// `text` in Unicode normalization form C.
+fn nfc(text: &str) -> Cow<'_, str> {
+    if unicode_normalization::is_nfc(text) {
+        Cow::Borrowed(text)
+    } else {
+        Cow::Owned(unicode_normalization::UnicodeNormalization::nfc(text).collect())
+    }
 }
 
 /// Index of a group in [`Dataset::groups`]; the root group is `GroupId(0)`.
@@ -471,20 +496,23 @@ impl Dataset {
     /// The groups a list of names selects, as nccopy's `-g` and `-G` read it: `/a/b` the
     /// group of that full name (`/` the root), a plain name every group of that name at any
     /// depth. A name that selects nothing is an error (`g: No such group`), and so is a
-    /// relative path, which nccopy finds nowhere either.
+    /// relative path, which nccopy finds nowhere either. Names are typed names (see
+    /// [`Dataset::typed_matches`]).
     pub fn select_groups(&self, names: &[String]) -> Result<Vec<GroupId>, String> {
         let mut out = Vec::new();
         for name in names {
-            let found: Vec<GroupId> = (0..self.groups.len())
-                .map(GroupId)
-                .filter(|&g| {
+            let found = self.typed_matches(
+                name,
+                (0..self.groups.len()).map(GroupId),
+                |g, name, form| {
                     if name.starts_with('/') {
-                        self.group_fqn(g) == *name
+                        form(&self.group_fqn(g)) == name
                     } else {
-                        g != Self::ROOT && self.group(g).name == *name
+                        g != Self::ROOT && form(&self.group(g).name) == name
                     }
-                })
-                .collect();
+                },
+                |g| self.group_fqn(g),
+            )?;
             if found.is_empty() {
                 return Err(format!("{name}: No such group"));
             }
@@ -501,14 +529,17 @@ impl Dataset {
     /// The variables a list of names selects, as ncdump's `-v` and nccopy's `-V` read it: a
     /// plain name selects the variables of that name in every group, `a/b/v` those in groups
     /// whose full name ends with `a/b`, `/a/b/v` the one in `/a/b`. A name that selects
-    /// nothing is an error (`v: No such variable`).
+    /// nothing is an error (`v: No such variable`). Names are typed names (see
+    /// [`Dataset::typed_matches`]).
     pub fn select_vars(&self, names: &[String]) -> Result<Vec<VarId>, String> {
         let mut out = Vec::new();
         for name in names {
-            let found: Vec<VarId> = (0..self.vars.len())
-                .map(VarId)
-                .filter(|&v| self.var_matches(v, name))
-                .collect();
+            let found = self.typed_matches(
+                name,
+                (0..self.vars.len()).map(VarId),
+                |v, name, form| self.var_matches(v, name, form),
+                |v| self.var_fqn(v),
+            )?;
             if found.is_empty() {
                 return Err(format!("{name}: No such variable"));
             }
@@ -522,15 +553,71 @@ impl Dataset {
         Ok(out)
     }
 
-    /// Whether `name` (in a form [`Dataset::select_vars`] takes) names variable `v`.
-    pub fn var_matches(&self, v: VarId, name: &str) -> bool {
+    /// Resolves a variable by a name a user typed, as [`Dataset::find_var`] does (a full name
+    /// `/g1/v`, or one relative to the root), then as [`Dataset::typed_matches`] does.
+    pub fn find_typed_var(&self, path: &str) -> Result<Option<VarId>, String> {
+        if let Some(v) = self.find_var(path) {
+            return Ok(Some(v));
+        }
+        // find_var's reading of the path: empty components are skipped.
+        let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+        let fqn = format!("/{}", parts.join("/"));
+        let found = self.typed_matches(
+            &fqn,
+            (0..self.vars.len()).map(VarId),
+            |v, fqn, form| form(&self.var_fqn(v)) == fqn,
+            |v| self.var_fqn(v),
+        )?;
+        Ok(found.first().copied())
+    }
+
+    /// The objects among `all` that `name`, typed by a user, selects. The names are compared
+    /// as they are first; when none matches, in Unicode normalization form C on both sides:
+    /// netcdf-c normalizes every name it is given, so ncdump and nccopy find `é` typed as `e`
+    /// and U+0301, while a pure Zarr store may hold names in any form (both `é` and its NFD
+    /// twin, which the exact comparison tells apart). `selects(object, name, form)` says
+    /// whether `name` selects `object` once the object's names are put in `form`; two objects
+    /// selected only by normalization whose full names (`fqn`) are then the same are an error,
+    /// since nothing says which one was meant.
+    fn typed_matches<T: Copy>(
+        &self,
+        name: &str,
+        all: impl Iterator<Item = T> + Clone,
+        selects: impl Fn(T, &str, &Form) -> bool,
+        fqn: impl Fn(T) -> String,
+    ) -> Result<Vec<T>, String> {
+        let exact: Vec<T> = all.clone().filter(|&o| selects(o, name, &as_is)).collect();
+        if !exact.is_empty() {
+            return Ok(exact);
+        }
+        let wanted = nfc(name);
+        let found: Vec<T> = all.filter(|&o| selects(o, &wanted, &nfc)).collect();
+        let mut seen: HashMap<String, String> = HashMap::new();
+        for &o in &found {
+            let full = fqn(o);
+            if let Some(other) = seen.insert(nfc(&full).into_owned(), full.clone()) {
+                return Err(format!(
+                    "{name}: ambiguous: {other} and {full} differ only in their Unicode \
+                     normalization, and neither is spelled as given; give the name exactly \
+                     as stored"
+                ));
+            }
+        }
+        Ok(found)
+    }
+
+    /// Whether `name` (in a form [`Dataset::select_vars`] takes) names variable `v` once the
+    /// names of `v` and its groups are put in `form`.
+    fn var_matches(&self, v: VarId, name: &str, form: &Form) -> bool {
         let var = self.var(v);
+        let var_name = form(&var.name);
         match name.rfind('/') {
-            None => var.name == name,
+            None => var_name == name,
             Some(i) => {
                 let (groups, relname) = (&name[..i], &name[i + 1..]);
-                let fqn = self.group_fqn(var.group);
-                var.name == relname
+                let group_fqn = self.group_fqn(var.group);
+                let fqn = form(&group_fqn);
+                var_name == relname
                     && if name.starts_with('/') {
                         fqn == groups || (groups.is_empty() && fqn == "/")
                     } else {
@@ -697,6 +784,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn names_are_at_most_nc_max_name_bytes() {
+        // netcdf-c's NC_check_name: strlen(name) > NC_MAX_NAME is NC_EMAXNAME.
+        assert!(check_name(&"n".repeat(256)).is_ok());
+        let e = check_name(&"n".repeat(257)).unwrap_err();
+        assert!(e.contains("256 bytes"), "{e}");
+        // Bytes, not characters: 129 two-byte characters are 258 bytes.
+        assert!(check_name(&"é".repeat(128)).is_ok());
+        assert!(check_name(&"é".repeat(129)).is_err());
+    }
+
+    #[test]
     fn names_must_be_nfc() {
         assert!(check_name("caf\u{e9}").is_ok());
         let e = check_name("cafe\u{301}").unwrap_err();
@@ -783,6 +881,72 @@ mod tests {
         assert_eq!(fqns(&["c", "/c"]).unwrap(), ["/c"]);
         assert_eq!(fqns(&["a/b"]).unwrap_err(), "a/b: No such group");
         assert_eq!(fqns(&["/b"]).unwrap_err(), "/b: No such group");
+    }
+
+    /// `/é` (NFC) holding `té` (NFC) and, in pure Zarr style, its NFD twin `te\u{301}`;
+    /// `/g` holding `pé` (NFC).
+    fn unicode_tree() -> Dataset {
+        let mut ds = Dataset::new();
+        let e = ds.add_group(Dataset::ROOT, "\u{e9}");
+        add_var(&mut ds, e, "t\u{e9}", vec![]);
+        add_var(&mut ds, e, "te\u{301}", vec![]);
+        let g = ds.add_group(Dataset::ROOT, "g");
+        add_var(&mut ds, g, "p\u{e9}", vec![]);
+        ds
+    }
+
+    #[test]
+    fn typed_names_match_exactly_first_then_in_nfc() {
+        let ds = unicode_tree();
+        let fqns = |names: &[&str]| -> Result<Vec<String>, String> {
+            let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+            Ok(ds
+                .select_vars(&names)?
+                .iter()
+                .map(|&v| ds.var_fqn(v))
+                .collect())
+        };
+        // As ncdump -v: netcdf-c normalizes the name typed to NFC.
+        assert_eq!(fqns(&["pe\u{301}"]).unwrap(), ["/g/p\u{e9}"]);
+        assert_eq!(fqns(&["/g/pe\u{301}"]).unwrap(), ["/g/p\u{e9}"]);
+        // Each twin, spelled exactly, is itself alone.
+        assert_eq!(fqns(&["t\u{e9}"]).unwrap(), ["/\u{e9}/t\u{e9}"]);
+        assert_eq!(fqns(&["te\u{301}"]).unwrap(), ["/\u{e9}/te\u{301}"]);
+        // A third spelling of the same text matches both: nothing says which.
+        let e = fqns(&["/e\u{301}/te\u{301}x"]).unwrap_err();
+        assert_eq!(e, "/e\u{301}/te\u{301}x: No such variable");
+        for typed in ["/e\u{301}/te\u{301}", "e\u{301}/t\u{e9}"] {
+            let e = fqns(&[typed]).unwrap_err();
+            assert!(e.contains("ambiguous"), "{e}");
+        }
+        assert_eq!(
+            ds.find_typed_var("/g/pe\u{301}").unwrap(),
+            ds.find_var("/g/p\u{e9}")
+        );
+        assert_eq!(
+            ds.find_typed_var("//g//pe\u{301}").unwrap(),
+            ds.find_var("/g/p\u{e9}")
+        );
+        assert_eq!(
+            ds.find_typed_var("\u{e9}/te\u{301}").unwrap(),
+            ds.find_var("/\u{e9}/te\u{301}")
+        );
+        assert!(ds
+            .find_typed_var("e\u{301}/te\u{301}")
+            .unwrap_err()
+            .contains("ambiguous"));
+        assert_eq!(ds.find_typed_var("/g/q").unwrap(), None);
+        let groups = |names: &[&str]| -> Result<Vec<String>, String> {
+            let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+            Ok(ds
+                .select_groups(&names)?
+                .iter()
+                .map(|&g| ds.group_fqn(g))
+                .collect())
+        };
+        assert_eq!(groups(&["e\u{301}"]).unwrap(), ["/\u{e9}"]);
+        assert_eq!(groups(&["/e\u{301}"]).unwrap(), ["/\u{e9}"]);
+        assert_eq!(groups(&["/e"]).unwrap_err(), "/e: No such group");
     }
 
     #[test]
