@@ -120,3 +120,60 @@ def test_copy_takes_nccopy_format_names_as_gen_does(nczarrfs, dataset, tmp_path)
     assert r.returncode == 0, r.stderr.decode()
     src_dump = nczarrfs("dump", "-h", str(dataset)).stdout.split(b"\n", 1)[1]
     assert nczarrfs("dump", "-h", str(dst)).stdout.split(b"\n", 1)[1] == src_dump
+
+
+GRID = """netcdf grid {
+dimensions:
+  y = 5 ;
+  x = 7 ;
+variables:
+  int v(y, x) ;
+}
+"""
+
+
+@pytest.mark.parametrize("command", ["get", "put"])
+@pytest.mark.parametrize("options, says", [
+    (["--start", "6,0"], "--start 6,0 is past the end of dimension /y of /v, which has the "
+                         "fixed length 5"),
+    (["--start", "0,0", "--count", "6,1"], "--start 0,0 --count 6,1 --stride 1,1 reaches "
+                                           "past the end of dimension /y of /v, which has "
+                                           "the fixed length 5"),
+    (["--start", "0,6", "--count", "1,2", "--stride", "1,1"],
+     "--start 0,6 --count 1,2 --stride 1,1 reaches past the end of dimension /x of /v, which "
+     "has the fixed length 7"),
+    (["--count", "1,1", "--stride", "0,1"], "--stride 0,1 steps by 0 along dimension /y of "
+                                            "/v: steps must be at least 1"),
+])
+def test_hyperslab_errors_name_the_option_the_variable_and_the_dimension(
+        nczarrfs, tmp_path, command, options, says):
+    """`get` and `put` refuse the same mistakes with the same words, naming what the
+    dataset's CDL names: the variable /v and its dimensions /y (5) and /x (7)."""
+    (tmp_path / "grid.cdl").write_text(GRID)
+    path = tmp_path / "grid.file"
+    assert nczarrfs("gen", "-o", str(path), str(tmp_path / "grid.cdl")).returncode == 0
+    r = subprocess.run([str(nczarrfs_binary()), command, str(path), "v", *options],
+                       input=b"\0" * 8, capture_output=True, timeout=60, check=False)
+    assert r.returncode == 1, r.stderr.decode()
+    assert r.stderr.decode().startswith(f"nczarrfs: invalid hyperslab: {says}"), \
+        r.stderr.decode()
+
+
+@pytest.mark.parametrize("command", ["get", "put"])
+@pytest.mark.parametrize("option, value, says", [
+    ("--start", "-1,0", '--start: "-1" is not a non-negative integer'),
+    ("--count", "-1,2", '--count: "-1" is not a non-negative integer'),
+    ("--stride", "-2,1", '--stride: "-2" is not a non-negative integer'),
+    ("--cache-size", "-5", 'invalid size "-5"'),
+])
+def test_a_negative_value_is_refused_by_its_option(nczarrfs, tmp_path, command, option,
+                                                    value, says):
+    """A value that begins with `-` is the option's value (refused by the option's own
+    rule), not another option: the parser's tip to write `-- -1` was wrong."""
+    (tmp_path / "grid.cdl").write_text(GRID)
+    path = tmp_path / "grid.file"
+    assert nczarrfs("gen", "-o", str(path), str(tmp_path / "grid.cdl")).returncode == 0
+    r = subprocess.run([str(nczarrfs_binary()), command, str(path), "v", option, value],
+                       input=b"", capture_output=True, timeout=60, check=False)
+    assert r.returncode == 1, r.stderr.decode()
+    assert says in r.stderr.decode(), r.stderr.decode()

@@ -173,6 +173,67 @@ def test_standard_input_piped_and_redirected(tmp_path, rng):
     np.testing.assert_array_equal(read(ds, "nczarr", "v"), np.concatenate([first, second]))
 
 
+def test_redirected_standard_input_is_read_from_its_offset(tmp_path, rng):
+    """A script that reads a header from standard input and lets `put` read the rest: `put`
+    starts where the header ended, as `cat` would, and leaves the offset at the end, as
+    reading everything does. Raw values appended along `t`, and a `.npy` file."""
+    ds = tmp_path / "ds.file"
+    make(ds, "nczarr", "plain", records=0)
+    header = b"HEADER:8"
+    record = rng.integers(-100, 100, size=(1, 5, 7), dtype="<i4")
+    raw = tmp_path / "with-header.raw"
+    raw.write_bytes(header + record.tobytes())
+    d = rng.normal(size=(5, 7))
+    np.save(tmp_path / "d.npy", d)
+    npy = tmp_path / "with-header.npy"
+    npy.write_bytes(header + (tmp_path / "d.npy").read_bytes())
+    for path, args in ((raw, ["v"]), (npy, ["d", "--npy"])):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            assert os.read(fd, len(header)) == header
+            ok(put(str(ds), *args, stdin=fd))
+            assert os.lseek(fd, 0, os.SEEK_CUR) == path.stat().st_size
+        finally:
+            os.close(fd)
+    np.testing.assert_array_equal(read(ds, "nczarr", "v"), record)
+    np.testing.assert_array_equal(read(ds, "nczarr", "d"), d)
+
+
+def test_an_endless_pipe_is_refused_as_too_long(tmp_path):
+    """A pipe is read as far as the hyperslab needs and one byte more: endless input (raw
+    values, or a `.npy` header followed by endless zeros) is refused as longer than needed,
+    in an address space of 1 GB that reading it whole would exhaust."""
+    import resource
+
+    ds = tmp_path / "ds.file"
+    make(ds, "nczarr", "plain", records=0)
+    stored = snapshot(ds)
+    np.save(tmp_path / "d.npy", np.zeros((5, 7)))
+    header = (tmp_path / "d.npy").read_bytes()[:-280]
+
+    def capped():
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    cases = (
+        (["s"], "exec cat /dev/zero", "more than 2 bytes", "(short values of 2 bytes) needs 2"),
+        (["d", "--npy"], f"cat '{tmp_path / 'header'}'; exec cat /dev/zero",
+         "more than 280 bytes", "needs 280"),
+    )
+    (tmp_path / "header").write_bytes(header)
+    for args, feed, held, needs in cases:
+        writer = subprocess.Popen(["sh", "-c", feed], stdout=subprocess.PIPE)
+        r = subprocess.run([str(nczarrfs_binary()), "put", str(ds), *args],
+                           stdin=writer.stdout, capture_output=True, timeout=120,
+                           check=False, preexec_fn=capped)
+        writer.stdout.close()
+        writer.kill()
+        writer.wait()
+        err = r.stderr.decode()
+        assert r.returncode == 1, err
+        assert f"standard input holds {held} of values" in err and needs in err, err
+    assert snapshot(ds) == stored
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_errors_store_nothing(tmp_path, mode, rng):
     ds = tmp_path / "ds.file"

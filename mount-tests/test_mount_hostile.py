@@ -236,3 +236,43 @@ def test_a_metadata_object_grown_to_gigabytes_fails_the_reload_and_keeps_the_old
     assert daemon_pids(mnt) == [pid], "the daemon died"
     assert data.read_bytes() == temp.astype("<f4").tobytes()
     assert (mnt / "temp" / "@attributes" / "long_name").read_text() == long_name
+
+
+def _nested_zip(path: Path, depth: int, title: str) -> None:
+    """A Zarr v2 zip of `depth` groups `g`, each inside the last (entry names are not bound by
+    PATH_MAX), with a root attribute `title`."""
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        z.writestr(".zgroup", '{"zarr_format": 2}')
+        z.writestr(".zattrs", json.dumps({"title": title}))
+        for level in range(1, depth + 1):
+            z.writestr("g/" * level + ".zgroup", '{"zarr_format": 2}')
+
+
+def test_groups_nested_thousands_deep_are_served_and_reloaded(mounter, tmp_path):
+    """6000 nested groups overflowed the stack of the mount thread that printed the root's
+    @header.cdl, and of the thread that re-read the metadata. The header has one
+    `group: g {` line per level, each indented two spaces more (ncdump's layout), and a
+    reload forced by SIGHUP sees the replaced archive."""
+    import signal
+
+    from conftest import wait_until
+
+    depth = 6000
+    archive = tmp_path / "deep.zip"
+    _nested_zip(archive, depth, "first")
+    log = tmp_path / "mount.log"
+    mnt = mounter.mount(str(archive), "ttl=600", log=log)
+    with open(mnt / "@header.cdl") as f:
+        indents = [len(line) - len(line.lstrip(" ")) for line in f
+                   if line.strip() == "group: g {"]
+    assert indents == [2 * level for level in range(depth)]
+    meta = json.loads((mnt / "@metadata.json").read_text())
+    assert meta["groups"] == ["g"] and meta["attributes"]
+    (pid,) = daemon_pids(mnt)
+    replaced = tmp_path / "replaced.zip"
+    _nested_zip(replaced, depth, "second")
+    os.replace(replaced, archive)
+    os.kill(pid, signal.SIGHUP)
+    title = mnt / "@attributes" / "title"
+    assert wait_until(lambda: title.read_text() == "second", 120), log.read_text()
+    assert daemon_pids(mnt) == [pid], "the daemon died"

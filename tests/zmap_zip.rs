@@ -585,6 +585,10 @@ fn metadata_entries_longer_than_the_limit_are_refused_by_their_declared_size() {
         Some(&b"{}"[..])
     );
     assert_eq!(map.get_metadata("v/.zarray", 0).unwrap(), None);
+    let keys = [".zgroup".to_string(), "v/.zattrs".to_string()];
+    let mut got = map.get_many_metadata(&keys, limit).into_iter();
+    assert_eq!(got.next().unwrap().unwrap().as_deref(), Some(&b"{}"[..]));
+    assert_eq!(too_large(got.next().unwrap(), limit), Some(8 << 20));
 
     map.put("v/.zattrs", &spaces[..100]).unwrap();
     assert_eq!(too_large(map.get_metadata("v/.zattrs", 99), 99), Some(100));

@@ -167,6 +167,10 @@ pub fn parse_cdl(text: &str, file: &str) -> Result<ParsedCdl> {
     })
 }
 
+/// The deepest nesting of braces in a data list: netCDF's limit on a variable's dimensions
+/// (`NC_MAX_VAR_DIMS`), since each level of braces stands for a dimension.
+const MAX_DATA_BRACES: usize = 1024;
+
 /// A constant in an attribute or data list.
 #[derive(Debug, Clone, PartialEq)]
 enum Const {
@@ -320,9 +324,11 @@ impl Parser<'_> {
         Ok(name)
     }
 
-    /// The declarations of one group, up to (not including) its closing brace.
-    fn group_body(&mut self, g: GroupId) -> Result<()> {
-        #[derive(PartialEq)]
+    /// The declarations of group `root` and of the groups nested in it, up to (not
+    /// including) the root's closing brace. The nesting is kept on an explicit stack, not
+    /// the thread's: a text of groups nested a hundred thousand deep is a few megabytes.
+    fn group_body(&mut self, root: GroupId) -> Result<()> {
+        #[derive(Clone, Copy, PartialEq)]
         enum Mode {
             Start,
             Dims,
@@ -330,12 +336,28 @@ impl Parser<'_> {
             Data,
             Groups,
         }
-        let mut mode = Mode::Start;
-        let mut data_seen = false;
+        /// A group whose declarations are being read.
+        struct Open {
+            g: GroupId,
+            mode: Mode,
+            data_seen: bool,
+        }
+        let mut open = vec![Open {
+            g: root,
+            mode: Mode::Start,
+            data_seen: false,
+        }];
         loop {
             let pos = self.pos();
+            let top = open.len() - 1;
+            let (g, mode) = (open[top].g, open[top].mode);
             match self.peek().clone() {
-                Tok::RBrace | Tok::Eof => return Ok(()),
+                Tok::RBrace | Tok::Eof if open.len() == 1 => return Ok(()),
+                Tok::RBrace | Tok::Eof => {
+                    // The end of a subgroup.
+                    self.expect(&Tok::RBrace)?;
+                    open.pop();
+                }
                 Tok::Section(s) => {
                     self.next();
                     // An empty `types:` section declares nothing (ncgen accepts it).
@@ -349,19 +371,25 @@ impl Parser<'_> {
                         "data" => Mode::Data,
                         "types" => return Err(self.user_types(pos)),
                         _ => {
-                            self.subgroup(g)?;
-                            Mode::Groups
+                            open[top].mode = Mode::Groups;
+                            let sub = self.subgroup(g)?;
+                            open.push(Open {
+                                g: sub,
+                                mode: Mode::Start,
+                                data_seen: false,
+                            });
+                            continue;
                         }
                     };
                     if mode == Mode::Groups && new != Mode::Groups {
                         return Err(self.err(pos, "syntax error: declarations after a subgroup"));
                     }
                     // ncgen's grammar has one data section per group.
-                    if new == Mode::Data && data_seen {
+                    if new == Mode::Data && open[top].data_seen {
                         return Err(self.err(pos, "syntax error: a second \"data:\" section"));
                     }
-                    data_seen |= new == Mode::Data;
-                    mode = new;
+                    open[top].data_seen |= new == Mode::Data;
+                    open[top].mode = new;
                 }
                 Tok::Colon => self.attribute(g, None)?,
                 Tok::Ident(word) => {
@@ -426,7 +454,8 @@ impl Parser<'_> {
         }
     }
 
-    fn subgroup(&mut self, parent: GroupId) -> Result<()> {
+    /// The start of a subgroup of `parent`, up to its opening brace: the new group.
+    fn subgroup(&mut self, parent: GroupId) -> Result<GroupId> {
         let (name, pos) = self.name_token("group")?;
         if self.ds.find_group_in(parent, &name).is_some() {
             return Err(self.err(pos, format!("group {name:?} is defined twice")));
@@ -435,10 +464,7 @@ impl Parser<'_> {
             return Err(self.err(pos, format!("group {name:?} has the name of a variable")));
         }
         self.expect(&Tok::LBrace)?;
-        let g = self.ds.add_group(parent, &name);
-        self.group_body(g)?;
-        self.expect(&Tok::RBrace)?;
-        Ok(())
+        Ok(self.ds.add_group(parent, &name))
     }
 
     /// `d = 5, e = UNLIMITED ;`
@@ -996,15 +1022,18 @@ impl Parser<'_> {
         };
         let var = var.map_err(|n| self.err(pos, format!("data for undefined variable {n:?}")))?;
         self.expect(&Tok::Eq)?;
-        let items = self.data_list(true)?;
+        let items = self.data_list(0)?;
         // Data given again replaces the earlier values whole, as in ncgen.
         self.data.retain(|(v, _, _)| *v != var);
         self.data.push((var, items, pos));
         Ok(())
     }
 
-    /// A comma-separated list of data items ending at `;` (top level) or `}` (not consumed).
-    fn data_list(&mut self, top: bool) -> Result<Vec<Item>> {
+    /// A comma-separated list of data items ending at `;` (top level, `depth` 0) or `}` (not
+    /// consumed; inside `depth` braces). Braces nested deeper than a variable can have
+    /// dimensions are refused: the lists are read, measured and dropped recursively.
+    fn data_list(&mut self, depth: usize) -> Result<Vec<Item>> {
+        let top = depth == 0;
         let mut items = Vec::new();
         loop {
             let pos = self.pos();
@@ -1013,8 +1042,17 @@ impl Parser<'_> {
                 Tok::Str(s) => Item::Val(Const::Str(s), pos),
                 Tok::Char(c) => Item::Val(Const::Char(c), pos),
                 Tok::Fill => Item::Fill(pos),
+                Tok::LBrace if depth == MAX_DATA_BRACES => {
+                    return Err(self.err(
+                        pos,
+                        format!(
+                            "data braces nested more than {MAX_DATA_BRACES} deep (the most \
+                             dimensions a netCDF variable can have)"
+                        ),
+                    ))
+                }
                 Tok::LBrace => {
-                    let inner = self.data_list(false)?;
+                    let inner = self.data_list(depth + 1)?;
                     self.expect(&Tok::RBrace)?;
                     Item::Brace(inner, pos)
                 }

@@ -689,7 +689,55 @@ impl<'w> Cdl<'w> {
         Ok(())
     }
 
+    /// Writes the group `root` and every group below it, each subgroup inside its
+    /// `group: NAME {` ... `} // group NAME` lines. Iterative, not recursive: groups nested
+    /// thousands deep would overflow a thread's stack (a mount thread's, for @header.cdl).
     fn group(
+        &mut self,
+        ds: &Dataset,
+        root: GroupId,
+        opts: &DumpOptions,
+        read: &mut ValueReader<'_>,
+    ) -> Result<()> {
+        /// What is left to write, the next step last.
+        enum Step {
+            /// A subgroup: its opening line, its header and data, then its subgroups.
+            Open(GroupId),
+            /// The line that closes the subgroup of this (escaped) name.
+            Close(String),
+        }
+        self.group_content(ds, root, opts, read)?;
+        let mut steps: Vec<Step> = ds
+            .group(root)
+            .groups
+            .iter()
+            .rev()
+            .map(|&g| Step::Open(g))
+            .collect();
+        while let Some(step) = steps.pop() {
+            match step {
+                Step::Open(g) => {
+                    let name = escape_name(&ds.group(g).name);
+                    self.raw(b"\n")?;
+                    self.indent_out()?;
+                    self.raw(format!("group: {name} {{\n").as_bytes())?;
+                    self.indent += 2;
+                    self.group_content(ds, g, opts, read)?;
+                    steps.push(Step::Close(name));
+                    steps.extend(ds.group(g).groups.iter().rev().map(|&sub| Step::Open(sub)));
+                }
+                Step::Close(name) => {
+                    self.indent_out()?;
+                    self.raw(format!("}} // group {name}\n").as_bytes())?;
+                    self.indent -= 2;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The header and data of group `g`, at the current indentation, without its subgroups.
+    fn group_content(
         &mut self,
         ds: &Dataset,
         g: GroupId,
@@ -714,17 +762,6 @@ impl<'w> Cdl<'w> {
                 }
                 self.var_data(ds, v, read)?;
             }
-        }
-        for &sub in &group.groups {
-            let name = escape_name(&ds.group(sub).name);
-            self.raw(b"\n")?;
-            self.indent_out()?;
-            self.raw(format!("group: {name} {{\n").as_bytes())?;
-            self.indent += 2;
-            self.group(ds, sub, opts, read)?;
-            self.indent_out()?;
-            self.raw(format!("}} // group {name}\n").as_bytes())?;
-            self.indent -= 2;
         }
         Ok(())
     }

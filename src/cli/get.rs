@@ -19,13 +19,13 @@ pub struct GetArgs {
     /// The variable's name or full name (`/g1/v`).
     pub var: String,
     /// First index per dimension, comma separated (default: all 0).
-    #[arg(long, value_name = "I,J,..")]
+    #[arg(long, value_name = "I,J,..", allow_hyphen_values = true)]
     pub start: Option<String>,
     /// Number of indices per dimension (default: to the end of each dimension).
-    #[arg(long, value_name = "I,J,..")]
+    #[arg(long, value_name = "I,J,..", allow_hyphen_values = true)]
     pub count: Option<String>,
     /// Step per dimension (default: all 1).
-    #[arg(long, value_name = "I,J,..")]
+    #[arg(long, value_name = "I,J,..", allow_hyphen_values = true)]
     pub stride: Option<String>,
     /// Write a NumPy `.npy` (v1.0) file instead of raw bytes.
     #[arg(long)]
@@ -37,7 +37,7 @@ pub struct GetArgs {
     /// every chunk once, in blocks aligned to the chunk grid, so a cache would only cost; but
     /// a row of chunks over 64 MiB is read in parts, each reading its chunks again unless the
     /// cache holds them: a warning gives the size).
-    #[arg(long, value_name = "SIZE")]
+    #[arg(long, value_name = "SIZE", allow_hyphen_values = true)]
     pub cache_size: Option<String>,
 }
 
@@ -62,8 +62,7 @@ pub fn run(args: GetArgs) -> Result<i32> {
         .find_typed_var(&args.var)
         .map_err(Error::NotFound)?
         .ok_or_else(|| super::no_variable(ds, &args.var, &args.location))?;
-    let shape = ds.var_shape(var);
-    let slab = hyperslab(&shape, &args)?;
+    let slab = hyperslab(ds, var, &args)?;
     let output = match &args.output {
         Some(path) if path.as_os_str() != "-" => Some(OutputFile::create(path)?),
         _ => None,
@@ -195,14 +194,17 @@ impl OutputFile {
     }
 }
 
-/// Builds the hyperslab from the options: missing `start` is 0, `stride` 1, and `count`
-/// reaches the end of each dimension. It is checked whole here: the reads that follow take
-/// it in blocks, whose numbers are not the ones given.
-fn hyperslab(shape: &[u64], args: &GetArgs) -> Result<Hyperslab> {
+/// Builds the hyperslab of `var` from the options: missing `start` is 0, `stride` 1, and
+/// `count` reaches the end of each dimension. It is checked whole here, with errors that name
+/// the options, the variable and the dimension: the reads that follow take it in blocks, whose
+/// numbers are not the ones given.
+fn hyperslab(ds: &Dataset, var: VarId, args: &GetArgs) -> Result<Hyperslab> {
+    let shape = ds.var_shape(var);
     let rank = shape.len();
-    let start = parse_indices(&args.start, "start", shape)?.unwrap_or_else(|| vec![0; rank]);
-    let stride = parse_indices(&args.stride, "stride", shape)?.unwrap_or_else(|| vec![1; rank]);
-    let count = match parse_indices(&args.count, "count", shape)? {
+    let start = parse_indices(&args.start, "start", &shape)?.unwrap_or_else(|| vec![0; rank]);
+    let stride = parse_indices(&args.stride, "stride", &shape)?.unwrap_or_else(|| vec![1; rank]);
+    check_strides(ds, var, &stride)?;
+    let count = match parse_indices(&args.count, "count", &shape)? {
         Some(c) => c,
         None => (0..rank)
             .map(|d| to_end(shape[d], start[d], stride[d]))
@@ -213,8 +215,82 @@ fn hyperslab(shape: &[u64], args: &GetArgs) -> Result<Hyperslab> {
         count,
         stride,
     };
-    slab.validate(shape)?;
+    check_within(ds, var, &slab, |_| false)?;
+    slab.validate(&shape)?;
     Ok(slab)
+}
+
+/// Refuses a `--stride` with a step of 0, naming the dimension and the variable.
+pub(super) fn check_strides(ds: &Dataset, var: VarId, stride: &[u64]) -> Result<()> {
+    match stride.iter().position(|&s| s == 0) {
+        Some(d) => Err(Error::InvalidHyperslab(format!(
+            "--stride {} steps by 0 along dimension {} of {}: steps must be at least 1",
+            join(stride),
+            ds.dim_fqn(ds.var(var).dims[d]),
+            ds.var_fqn(var)
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Refuses a hyperslab of `var` that reaches past the end of one of its dimensions (a start
+/// past the end, or a last index at or past it), naming the options as given, the dimension,
+/// the variable and the dimension's length. `grows(d)`: dimension `d` may be written past its
+/// end (an unlimited one, for `put`), so it is not checked.
+pub(super) fn check_within(
+    ds: &Dataset,
+    var: VarId,
+    slab: &Hyperslab,
+    grows: impl Fn(usize) -> bool,
+) -> Result<()> {
+    let shape = ds.var_shape(var);
+    for (d, &len) in shape.iter().enumerate() {
+        let (start, count, stride) = (slab.start[d], slab.count[d], slab.stride[d]);
+        let past = match count {
+            0 => start > len,
+            _ => (count - 1)
+                .checked_mul(stride)
+                .and_then(|x| x.checked_add(start))
+                .is_none_or(|last| last >= len),
+        };
+        if past && !grows(d) {
+            let dim = ds.var(var).dims[d];
+            let kind = match ds.dim(dim).unlimited {
+                true => "current",
+                false => "fixed",
+            };
+            let what = match count {
+                0 => format!("--start {} is", join(&slab.start)),
+                _ => format!("{} reaches", slab_options(slab)),
+            };
+            return Err(Error::InvalidHyperslab(format!(
+                "{what} past the end of dimension {} of {}, which has the {kind} length {len}",
+                ds.dim_fqn(dim),
+                ds.var_fqn(var)
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The options that give `slab`, as a message quotes them: `--start 0,1 --count 2,2 --stride
+/// 1,1`.
+fn slab_options(slab: &Hyperslab) -> String {
+    format!(
+        "--start {} --count {} --stride {}",
+        join(&slab.start),
+        join(&slab.count),
+        join(&slab.stride)
+    )
+}
+
+/// Indices as the options take them: `1,0,2`.
+pub(super) fn join(indices: &[u64]) -> String {
+    indices
+        .iter()
+        .map(u64::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// Parses one `--start`/`--count`/`--stride` option: a comma-separated list of one
@@ -481,44 +557,93 @@ mod tests {
         }
     }
 
+    /// A variable `/v` of `shape` with dimensions `/y`, `/x`, … (the first unlimited when
+    /// `records`).
+    fn grid(shape: &[u64], records: bool) -> (Dataset, VarId) {
+        let mut ds = Dataset::new();
+        let dims = shape
+            .iter()
+            .enumerate()
+            .map(|(d, &len)| {
+                let name = ["y", "x", "w"][d];
+                ds.add_dim(Dataset::ROOT, name, len, records && d == 0)
+            })
+            .collect();
+        let v = ds.add_var(Variable {
+            name: "v".into(),
+            group: Dataset::ROOT,
+            nctype: NcType::Int,
+            dims,
+            string_width: 0,
+            attrs: Vec::new(),
+            storage: VarStorage::default(),
+        });
+        (ds, v)
+    }
+
     #[test]
-    fn errors_report_the_hyperslab_as_given() {
+    fn errors_name_the_options_the_variable_and_the_dimension() {
+        let (ds, v) = grid(&[37, 41], false);
         let err = |start, count, stride| {
-            hyperslab(&[37, 41], &args(start, count, stride))
+            hyperslab(&ds, v, &args(start, count, stride))
                 .unwrap_err()
                 .to_string()
         };
-        let e = err(None, Some("9000000,1"), None);
-        assert!(
-            e.contains(
-                "start 0, count 9000000, stride 1 in dimension 0 (length 37) reaches index 8999999"
-            ),
-            "{e}"
+        assert_eq!(
+            err(None, Some("9000000,1"), None),
+            "invalid hyperslab: --start 0,0 --count 9000000,1 --stride 1,1 reaches past the \
+             end of dimension /y of /v, which has the fixed length 37"
         );
         let e = err(None, Some("2,1"), Some("18446744073709551615,1"));
         assert!(
-            e.contains("start 0, count 2, stride 18446744073709551615"),
+            e.contains("--stride 18446744073709551615,1 reaches past the end of dimension /y"),
             "{e}"
         );
         let e = err(Some("5,0"), Some("3,1"), Some("4611686018427387904,1"));
         assert!(
-            e.contains("start 5, count 3, stride 4611686018427387904"),
+            e.contains("--start 5,0 --count 3,1 --stride 4611686018427387904,1"),
+            "{e}"
+        );
+        assert_eq!(
+            err(Some("0,42"), None, None),
+            "invalid hyperslab: --start 0,42 is past the end of dimension /x of /v, which has \
+             the fixed length 41"
+        );
+        assert_eq!(
+            err(None, None, Some("1,0")),
+            "invalid hyperslab: --stride 1,0 steps by 0 along dimension /x of /v: steps must \
+             be at least 1"
+        );
+        let (ds, v) = grid(&[3, 2], true);
+        let e = hyperslab(&ds, v, &args(Some("3,0"), Some("1,2"), None))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.ends_with(
+                "reaches past the end of dimension /y of /v, which has the current \
+                 length 3"
+            ),
             "{e}"
         );
     }
 
     #[test]
     fn slab_defaults_reach_the_end() {
-        let s = hyperslab(&[10, 4], &args(Some("1,2"), None, Some("3,1"))).unwrap();
+        let (ds, v) = grid(&[10, 4], false);
+        let s = hyperslab(&ds, v, &args(Some("1,2"), None, Some("3,1"))).unwrap();
         assert_eq!(
             (s.start, s.count, s.stride),
             (vec![1, 2], vec![3, 2], vec![3, 1])
         );
-        let s = hyperslab(&[10, 4], &args(None, None, None)).unwrap();
+        let s = hyperslab(&ds, v, &args(None, None, None)).unwrap();
         assert_eq!(s, Hyperslab::whole(&[10, 4]));
-        assert!(hyperslab(&[10, 4], &args(Some("1"), None, None)).is_err());
-        assert!(hyperslab(&[10, 4], &args(Some("1,x"), None, None)).is_err());
-        let s = hyperslab(&[], &args(None, None, None)).unwrap();
+        // A start at the end selects nothing there, which is no error.
+        let s = hyperslab(&ds, v, &args(Some("10,0"), None, None)).unwrap();
+        assert_eq!(s.count, vec![0, 4]);
+        assert!(hyperslab(&ds, v, &args(Some("1"), None, None)).is_err());
+        assert!(hyperslab(&ds, v, &args(Some("1,x"), None, None)).is_err());
+        let (ds, v) = grid(&[], false);
+        let s = hyperslab(&ds, v, &args(None, None, None)).unwrap();
         assert_eq!(s, Hyperslab::whole(&[]));
     }
 

@@ -2,18 +2,21 @@
 //! layout `get` writes and a mount's `data` file holds) or a `.npy` file into a hyperslab of a
 //! variable of an existing dataset.
 //!
-//! A regular input file (given with `-i`, or redirected to standard input) is mapped into
-//! memory, so the values go from the page cache straight into chunk encoding and stores;
-//! chunks the hyperslab covers whole are stored in parallel without being read first. Other
-//! input (a pipe) is read whole before anything is stored. Either way the input's length is
-//! checked against the hyperslab first: a mismatch stores nothing.
+//! A regular input file (given with `-i`, or redirected to standard input, from the offset
+//! its reader had reached, as `cat` reads it) is mapped into memory, so the values go from the
+//! page cache straight into chunk encoding and stores; chunks the hyperslab covers whole are
+//! stored in parallel without being read first. Other input (a pipe) is read before anything
+//! is stored: as far as the hyperslab needs and one byte more, which tells input that is too
+//! long, or whole where its length gives the count (records appended along an unlimited
+//! first dimension). Either way the input's length is checked against the hyperslab first: a
+//! mismatch stores nothing.
 
 use std::fs::File;
-use std::io::Read;
+use std::io::{Read, Seek, SeekFrom};
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
-use super::get::{npy_descr, parse_indices, to_end};
+use super::get::{check_strides, check_within, join, npy_descr, parse_indices, to_end};
 use crate::chunk::{parse_size, Hyperslab};
 use crate::create::{DatasetWriter, WRITER_CACHE_BYTES};
 use crate::location::Location;
@@ -28,15 +31,15 @@ pub struct PutArgs {
     /// The variable's name or full name (`/g1/v`).
     pub var: String,
     /// First index per dimension, comma separated (default: all 0).
-    #[arg(long, value_name = "I,J,..")]
+    #[arg(long, value_name = "I,J,..", allow_hyphen_values = true)]
     pub start: Option<String>,
     /// Number of indices per dimension (default: a `.npy` input's shape; else to the end of
     /// each dimension, except an unlimited first dimension, whose count is what the input's
     /// length makes it, so that records past its end are appended).
-    #[arg(long, value_name = "I,J,..")]
+    #[arg(long, value_name = "I,J,..", allow_hyphen_values = true)]
     pub count: Option<String>,
     /// Step per dimension (default: all 1).
-    #[arg(long, value_name = "I,J,..")]
+    #[arg(long, value_name = "I,J,..", allow_hyphen_values = true)]
     pub stride: Option<String>,
     /// Read a NumPy `.npy` file (its dtype must be the one `get --npy` writes for the
     /// variable) instead of raw bytes.
@@ -47,7 +50,7 @@ pub struct PutArgs {
     pub input: Option<PathBuf>,
     /// Size of the chunk cache that holds partly written chunks until they are stored, with
     /// an optional K/M/G suffix (default 64M; chunks written whole never go through it).
-    #[arg(long, value_name = "SIZE")]
+    #[arg(long, value_name = "SIZE", allow_hyphen_values = true)]
     pub cache_size: Option<String>,
 }
 
@@ -64,7 +67,13 @@ pub fn run(args: PutArgs) -> Result<i32> {
         .find_typed_var(&args.var)
         .map_err(Error::NotFound)?
         .ok_or_else(|| super::no_variable(w.model(), &args.var, &args.location))?;
-    let (input, name) = read_input(args.input.as_deref())?;
+    let (source, name) = open_input(args.input.as_deref())?;
+    let input = match source {
+        Source::File(file) => map_from_offset(&file).map_err(|e| Error::io(&name, e))?,
+        Source::Stream(file) => read_stream(file, &name, args.npy, |head| {
+            stream_needs(w.model(), var, &args, head, &name)
+        })?,
+    };
     let widened;
     let (values, npy_shape) = if args.npy {
         let (shape, at, narrower) = parse_npy(w.model(), var, input.bytes(), &name)?;
@@ -82,14 +91,24 @@ pub fn run(args: PutArgs) -> Result<i32> {
     let slab = hyperslab(w.model(), var, &args, values.len() as u64, npy_shape)?;
     let esize = w.model().var(var).element_size() as u64;
     let want = slab.len().checked_mul(esize);
-    if want != Some(values.len() as u64) {
+    if input.cut || want != Some(values.len() as u64) {
+        let held = match input.cut {
+            // One byte more than needed was read.
+            true => format!("more than {}", values.len().saturating_sub(1)),
+            false => values.len().to_string(),
+        };
+        let selection = match slab.start.is_empty() {
+            true => format!("the scalar {}", w.model().var_fqn(var)),
+            false => format!(
+                "the hyperslab --start {} --count {} of {}",
+                join(&slab.start),
+                join(&slab.count),
+                w.model().var_fqn(var)
+            ),
+        };
         return Err(Error::Invalid(format!(
-            "{name} holds {} bytes of values; the hyperslab --start {} --count {} of {} \
-             ({} values of {esize} bytes) needs {}; nothing was written",
-            values.len(),
-            join(&slab.start),
-            join(&slab.count),
-            w.model().var_fqn(var),
+            "{name} holds {held} bytes of values; {selection} ({} values of {esize} bytes) \
+             needs {}; nothing was written",
             w.model().var(var).nctype.cdl_name(),
             want.map_or_else(|| "more".to_string(), |n| n.to_string()),
         )));
@@ -97,10 +116,6 @@ pub fn run(args: PutArgs) -> Result<i32> {
     w.write(var, &slab, values)?;
     w.close()?;
     Ok(0)
-}
-
-fn join(v: &[u64]) -> String {
-    v.iter().map(u64::to_string).collect::<Vec<_>>().join(",")
 }
 
 /// Builds the hyperslab from the options, the number of input bytes and, for `.npy` input,
@@ -119,9 +134,7 @@ fn hyperslab(
     let unlimited: Vec<bool> = v.dims.iter().map(|d| ds.dim(*d).unlimited).collect();
     let start = parse_indices(&args.start, "start", &shape)?.unwrap_or_else(|| vec![0; rank]);
     let stride = parse_indices(&args.stride, "stride", &shape)?.unwrap_or_else(|| vec![1; rank]);
-    if stride.contains(&0) {
-        return Err(Error::Invalid("--stride: steps must be at least 1".into()));
-    }
+    check_strides(ds, var, &stride)?;
     let count = match (parse_indices(&args.count, "count", &shape)?, npy_shape) {
         (Some(c), Some(npy)) => {
             let (have, want) = (npy.iter().product::<u64>(), c.iter().product::<u64>());
@@ -152,9 +165,13 @@ fn hyperslab(
             if input_bytes > 0 {
                 // Else the message would be that the input is more than the 0 bytes wanted.
                 if let Some(d) = (0..rank).find(|&d| !unlimited[d] && start[d] >= shape[d]) {
+                    let place = match start[d] == shape[d] {
+                        true => "at",
+                        false => "past",
+                    };
                     return Err(Error::InvalidHyperslab(format!(
-                        "--start {} is at the end of dimension {} of {}, which has the fixed \
-                         length {}: there is nothing to write there; nothing was written",
+                        "--start {} is {place} the end of dimension {} of {}, which has the \
+                         fixed length {}: there is nothing to write there; nothing was written",
                         join(&start),
                         ds.dim_fqn(v.dims[d]),
                         ds.var_fqn(var),
@@ -188,57 +205,58 @@ fn hyperslab(
             count
         }
     };
-    for d in 0..rank {
-        if unlimited[d] || count[d] == 0 {
-            continue;
-        }
-        let last = stride[d]
-            .checked_mul(count[d] - 1)
-            .and_then(|x| x.checked_add(start[d]));
-        if last.is_none_or(|l| l >= shape[d]) {
-            let dim = ds.dim(v.dims[d]);
-            return Err(Error::InvalidHyperslab(format!(
-                "--start {} --count {} --stride {} reaches past dimension {} of {}, which has \
-                 the fixed length {}; nothing was written",
-                join(&start),
-                join(&count),
-                join(&stride),
-                ds.dim_fqn(v.dims[d]),
-                ds.var_fqn(var),
-                dim.len
-            )));
-        }
-    }
-    Ok(Hyperslab {
+    let slab = Hyperslab {
         start,
         count,
         stride,
-    })
+    };
+    check_within(ds, var, &slab, |d| unlimited[d]).map_err(|e| match e {
+        Error::InvalidHyperslab(m) => Error::InvalidHyperslab(format!("{m}; nothing was written")),
+        e => e,
+    })?;
+    Ok(slab)
 }
 
-/// The input's bytes: a read-only map of a regular file, or everything read from a pipe.
-enum Input {
-    Mapped(memmap2::Mmap),
+/// The input's bytes: a read-only map of a regular file from the offset its reader had
+/// reached, or what was read of a stream.
+struct Input {
+    bytes: Bytes,
+    /// The stream went on past what was read, which was all the hyperslab needed and one
+    /// byte more: the input is too long.
+    cut: bool,
+}
+
+enum Bytes {
+    Mapped { map: memmap2::Mmap, skip: usize },
     Read(Vec<u8>),
 }
 
 impl Input {
     fn bytes(&self) -> &[u8] {
-        match self {
-            Input::Mapped(m) => m,
-            Input::Read(v) => v,
+        match &self.bytes {
+            Bytes::Mapped { map, skip } => &map[*skip..],
+            Bytes::Read(v) => v,
         }
     }
 }
 
+/// Where the input comes from.
+enum Source {
+    /// A regular file: `-i FILE`, or the one standard input is redirected from.
+    File(File),
+    /// Anything else: a pipe, a terminal, a socket.
+    Stream(File),
+}
+
 /// Opens the input (`None` or `-`: standard input) and returns it with a name for messages.
-fn read_input(path: Option<&Path>) -> Result<(Input, String)> {
+fn open_input(path: Option<&Path>) -> Result<(Source, String)> {
     let (file, name) = match path.filter(|p| p.as_os_str() != "-") {
         Some(p) => (
             File::open(p).map_err(|e| Error::io(p, e))?,
             p.display().to_string(),
         ),
         None => {
+            // A duplicate shares the open file's offset with standard input.
             let fd = std::io::stdin()
                 .as_fd()
                 .try_clone_to_owned()
@@ -247,29 +265,38 @@ fn read_input(path: Option<&Path>) -> Result<(Input, String)> {
         }
     };
     let meta = file.metadata().map_err(|e| Error::io(&name, e))?;
-    if meta.is_file() {
-        let len = usize::try_from(meta.len())
-            .map_err(|_| Error::Invalid(format!("{name} is too large for this machine")))?;
-        let map = map_input(&file, len).map_err(|e| Error::io(&name, e))?;
-        return Ok((Input::Mapped(map), name));
-    }
-    let mut bytes = Vec::new();
-    (&file)
-        .read_to_end(&mut bytes)
-        .map_err(|e| Error::io(&name, e))?;
-    Ok((Input::Read(bytes), name))
+    Ok(match meta.is_file() {
+        true => (Source::File(file), name),
+        false => (Source::Stream(file), name),
+    })
 }
 
 /// Largest input whose pages are all mapped before the values are stored.
 const POPULATE_MAX: usize = 2 << 30;
 
-/// A read-only, private memory map of the whole input file.
+/// A read-only, private memory map of a regular input file from its current offset to its
+/// end (a script may have read a header from standard input first: `put` reads on from
+/// there, as `cat` would), leaving the offset at the end, as reading it would.
 ///
 /// Like any map of a file, it assumes nobody truncates the file while it is mapped (reading a
 /// page that no longer exists raises SIGBUS); `put` maps a file only to store its contents once.
-fn map_input(file: &File, len: usize) -> std::io::Result<memmap2::Mmap> {
+fn map_from_offset(mut file: &File) -> std::io::Result<Input> {
+    let offset = file.stream_position()?;
+    let end = file.metadata()?.len();
+    if end <= offset {
+        return Ok(Input {
+            bytes: Bytes::Read(Vec::new()),
+            cut: false,
+        });
+    }
+    file.seek(SeekFrom::Start(end))?;
+    let len = usize::try_from(end.saturating_sub(offset))
+        .map_err(|_| std::io::Error::other("too large for this machine"))?;
+    // The map starts at the page holding the offset.
+    let page = page_size();
+    let skip = usize::try_from(offset % page).unwrap_or(0);
     let mut options = memmap2::MmapOptions::new();
-    options.len(len);
+    options.offset(offset - offset % page).len(skip + len);
     // The page tables are filled at once: a store's `write` that meets an unmapped page of its
     // source copies short, zeroes the rest and retries after the fault, which cost a third of
     // an uncompressed put. Past POPULATE_MAX that would read the whole file up front and may
@@ -281,7 +308,110 @@ fn map_input(file: &File, len: usize) -> std::io::Result<memmap2::Mmap> {
     let map = unsafe { options.map(file)? };
     // Reading ahead of a file not yet cached is welcome; failure only loses the hint.
     let _ = map.advise(memmap2::Advice::WillNeed);
-    Ok(map)
+    Ok(Input {
+        bytes: Bytes::Mapped { map, skip },
+        cut: false,
+    })
+}
+
+fn page_size() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u64::try_from(size).unwrap_or(4096).max(1)
+}
+
+/// The longest `.npy` header read from a stream (numpy's own are a few hundred bytes): a
+/// header that says it is longer is cut there and refused.
+const NPY_HEADER_MAX: u64 = 1 << 20;
+
+/// Reads a stream as far as `put` needs it: `needs`, given the start of the input (a `.npy`
+/// input's header, when `npy`), says how many bytes the input must hold in all, or `None`
+/// when its length decides (records appended along an unlimited first dimension), which
+/// reads it whole. One byte past what is needed is read to tell input that is too long
+/// (`cut`): an endless input (`< /dev/zero`) is refused rather than read until memory runs
+/// out.
+fn read_stream(
+    file: File,
+    name: &str,
+    npy: bool,
+    needs: impl FnOnce(&[u8]) -> Result<Option<u64>>,
+) -> Result<Input> {
+    let mut bytes = Vec::new();
+    let read_to = |bytes: &mut Vec<u8>, total: Option<u64>| -> Result<()> {
+        let more = match total {
+            Some(t) => t.saturating_sub(bytes.len() as u64),
+            None => u64::MAX,
+        };
+        (&file)
+            .take(more)
+            .read_to_end(bytes)
+            .map(drop)
+            .map_err(|e| Error::io(name, e))
+    };
+    if npy {
+        // The magic, the version and the header's length, then the header.
+        read_to(&mut bytes, Some(12))?;
+        let header_end = match bytes.get(6) {
+            Some(1) if bytes.len() >= 10 => {
+                10 + u64::from(u16::from_le_bytes([bytes[8], bytes[9]]))
+            }
+            Some(2 | 3) if bytes.len() >= 12 => {
+                12 + u64::from(u32::from_le_bytes([
+                    bytes[8], bytes[9], bytes[10], bytes[11],
+                ]))
+            }
+            _ => 0,
+        };
+        read_to(&mut bytes, Some(header_end.min(12 + NPY_HEADER_MAX)))?;
+    }
+    let total = needs(&bytes)?;
+    read_to(&mut bytes, total.map(|t| t.saturating_add(1)))?;
+    let cut = total.is_some_and(|t| bytes.len() as u64 > t);
+    Ok(Input {
+        bytes: Bytes::Read(bytes),
+        cut,
+    })
+}
+
+/// How many bytes a streamed input must hold in all for the hyperslab `args` select of
+/// `var`, given its start `head` (a `.npy` header), or `None` when the input's length gives
+/// the count (records appended along an unlimited first dimension without `--count`).
+/// What cannot match whatever follows (a count whose size overflows) needs nothing more.
+fn stream_needs(
+    ds: &Dataset,
+    var: VarId,
+    args: &PutArgs,
+    head: &[u8],
+    name: &str,
+) -> Result<Option<u64>> {
+    let v = ds.var(var);
+    let shape = ds.var_shape(var);
+    let values = |count: &[u64], width: u64| {
+        count
+            .iter()
+            .try_fold(width, |n, &c| n.checked_mul(c))
+            .unwrap_or(0)
+    };
+    if args.npy {
+        let (npy_shape, at, narrower) = parse_npy(ds, var, head, name)?;
+        let width = narrower.unwrap_or(v.element_size()) as u64;
+        return Ok(Some((at as u64).saturating_add(values(&npy_shape, width))));
+    }
+    let count = match parse_indices(&args.count, "count", &shape)? {
+        Some(count) => count,
+        None if v.dims.first().is_some_and(|d| ds.dim(*d).unlimited) => return Ok(None),
+        None => {
+            let rank = shape.len();
+            let start =
+                parse_indices(&args.start, "start", &shape)?.unwrap_or_else(|| vec![0; rank]);
+            let stride =
+                parse_indices(&args.stride, "stride", &shape)?.unwrap_or_else(|| vec![1; rank]);
+            (0..rank)
+                .map(|d| to_end(shape[d], start[d], stride[d]))
+                .collect()
+        }
+    };
+    Ok(Some(values(&count, v.element_size() as u64)))
 }
 
 /// Parses a `.npy` header (format 1.0, 2.0 or 3.0): checks that its dtype is the variable's
@@ -463,6 +593,106 @@ mod tests {
                 .count,
             vec![2, 3]
         );
+    }
+
+    /// The read end of a socket pair whose other end a thread fills with `data`, then with
+    /// zeros without end when `endless` (until the reader goes away), as a pipe would.
+    fn stream(data: Vec<u8>, endless: bool) -> File {
+        use std::io::Write;
+        let (reader, mut writer) = std::os::unix::net::UnixStream::pair().unwrap();
+        std::thread::spawn(move || {
+            let _ = writer.write_all(&data);
+            while endless && writer.write_all(&[0u8; 4096]).is_ok() {}
+        });
+        File::from(std::os::fd::OwnedFd::from(reader))
+    }
+
+    #[test]
+    fn a_stream_is_read_as_far_as_needed_and_one_byte_more() {
+        let read = |data: &[u8], endless: bool, total: Option<u64>| {
+            let input = read_stream(stream(data.to_vec(), endless), "s", false, |head| {
+                assert!(head.is_empty());
+                Ok(total)
+            })
+            .unwrap();
+            (input.bytes().to_vec(), input.cut)
+        };
+        assert_eq!(read(b"abcd", false, Some(4)), (b"abcd".to_vec(), false));
+        assert_eq!(read(b"abc", false, Some(4)), (b"abc".to_vec(), false));
+        assert_eq!(read(b"abcdef", false, Some(4)), (b"abcde".to_vec(), true));
+        assert_eq!(read(b"ab", true, Some(4)), (b"ab\0\0\0".to_vec(), true));
+        assert_eq!(read(b"", true, Some(0)), (vec![0], true));
+        // The input's length gives the count: all of it is read.
+        assert_eq!(read(&[7; 100_000], false, None), (vec![7; 100_000], false));
+    }
+
+    #[test]
+    fn a_npy_stream_is_read_as_far_as_its_header_says() {
+        let (ds, v) = dataset();
+        // numpy.save of np.arange(6, dtype="<i2").reshape(2, 3): format 1.0, 128 bytes of
+        // header.
+        let mut dict = "{'descr': '<i2', 'fortran_order': False, 'shape': (2, 3), }".to_string();
+        dict.push_str(&" ".repeat(117 - dict.len()));
+        dict.push('\n');
+        let mut file = b"\x93NUMPY\x01\x00".to_vec();
+        file.extend((dict.len() as u16).to_le_bytes());
+        file.extend(dict.as_bytes());
+        let values: Vec<u8> = (0..6i16).flat_map(i16::to_le_bytes).collect();
+        file.extend(&values);
+        let needs = |head: &[u8]| stream_needs(&ds, v, &npy_args(), head, "s");
+        let input = read_stream(stream(file.clone(), true), "s", true, needs).unwrap();
+        assert!(input.cut);
+        assert_eq!(input.bytes().len(), 128 + 12 + 1);
+        let input = read_stream(stream(file.clone(), false), "s", true, needs).unwrap();
+        assert!(!input.cut);
+        assert_eq!(input.bytes(), &file[..]);
+        let e = read_stream(stream(b"not a npy".to_vec(), true), "s", true, needs);
+        let e = e.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains("not a .npy file"), "{e}");
+    }
+
+    fn npy_args() -> PutArgs {
+        PutArgs {
+            npy: true,
+            ..args(None, None)
+        }
+    }
+
+    #[test]
+    fn what_a_stream_must_hold_follows_the_options() {
+        let (ds, v) = dataset();
+        let needs = |start, count| stream_needs(&ds, v, &args(start, count), b"", "s").unwrap();
+        // 2 records of 3 shorts, 2 bytes each.
+        assert_eq!(needs(None, Some("2,3")), Some(12));
+        assert_eq!(needs(Some("5,0"), Some("1,1")), Some(2));
+        // Records along the unlimited first dimension: as many as the input holds.
+        assert_eq!(needs(None, None), None);
+        let mut fixed = ds.clone();
+        fixed.dims[0].unlimited = false;
+        let needs = |start| stream_needs(&fixed, v, &args(start, None), b"", "s").unwrap();
+        assert_eq!(needs(None), Some(12));
+        assert_eq!(needs(Some("1,1")), Some(4));
+        assert_eq!(needs(Some("2,0")), Some(0));
+        // A count whose size overflows: nothing can match, nothing more is needed.
+        let e = stream_needs(&ds, v, &args(None, Some("4294967296,4294967296")), b"", "s");
+        assert_eq!(e.unwrap(), Some(0));
+    }
+
+    #[test]
+    fn a_file_is_mapped_from_its_reader_offset_which_ends_at_its_end() {
+        use std::io::Write;
+        let mut file = tempfile::tempfile().unwrap();
+        let data: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+        file.write_all(&data).unwrap();
+        for offset in [0u64, 3, 4096, 5000, 10_000, 12_000] {
+            file.seek(SeekFrom::Start(offset)).unwrap();
+            let input = map_from_offset(&file).unwrap();
+            let from = (offset as usize).min(data.len());
+            assert_eq!(input.bytes(), &data[from..], "offset {offset}");
+            assert!(!input.cut);
+            let end = file.stream_position().unwrap();
+            assert_eq!(end, offset.max(data.len() as u64));
+        }
     }
 
     #[test]

@@ -766,9 +766,31 @@ impl Reader<'_> {
         )))
     }
 
-    /// Reads the group at `prefix` into `gid`: attributes, dimensions, then its variables
-    /// (queued) and subgroups (recursively), in creation order.
+    /// Reads the group at `prefix` into `gid` and every group below it, depth first in
+    /// creation order. Iterative, not recursive: groups nested thousands deep (a zip archive
+    /// can hold them) would overflow a thread's stack, a mount thread's first.
     fn walk(&mut self, gid: GroupId, prefix: &str) -> Result<()> {
+        // (parent, key, name) of the groups still to read, the next one last.
+        let mut todo: Vec<(GroupId, String, String)> = Vec::new();
+        let mut next = Some((gid, prefix.to_string()));
+        while let Some((gid, prefix)) = next.take() {
+            let subgroups = self.read_group(gid, &prefix)?;
+            todo.extend(
+                subgroups
+                    .into_iter()
+                    .rev()
+                    .map(|name| (gid, join_key(&[&prefix, &name]), name)),
+            );
+            next = todo
+                .pop()
+                .map(|(parent, key, name)| (self.ds.add_group(parent, &name), key));
+        }
+        Ok(())
+    }
+
+    /// Reads the group at `prefix` into `gid`: attributes, dimensions and its variables
+    /// (queued), in creation order; the names of its subgroups, in creation order.
+    fn read_group(&mut self, gid: GroupId, prefix: &str) -> Result<Vec<String>> {
         let zgroup = self.load(&join_key(&[prefix, ".zgroup"]))?;
         let zattrs = self.load(&join_key(&[prefix, ".zattrs"]))?;
         self.ds.groups[gid.0].attrs = self.attributes(prefix, zattrs.as_ref())?;
@@ -831,12 +853,7 @@ impl Reader<'_> {
             };
             self.pending.push((var, objects));
         }
-        for name in group_names {
-            let key = join_key(&[prefix, &name]);
-            let sub = self.ds.add_group(gid, &name);
-            self.walk(sub, &key)?;
-        }
-        Ok(())
+        Ok(group_names)
     }
 
     /// Finds the arrays and groups under `prefix` by listing (pure Zarr), each sorted by name.

@@ -275,17 +275,20 @@ impl Reader<'_> {
         Ok(out)
     }
 
-    /// Whether some node lies below `prefix` (which makes it an implicit group).
+    /// Whether some node lies below `prefix` (which makes it an implicit group). The levels
+    /// are searched depth first from an explicit stack, as deep as the keys go.
     fn has_node(&self, prefix: &str) -> Result<bool> {
         if let Some(c) = &self.consolidated {
             let start = format!("{prefix}/");
             return Ok(c.keys().any(|k| k.starts_with(&start)));
         }
-        for name in self.map.search(prefix)? {
-            let path = join_key(&[prefix, &name]);
-            if name == ROOT_KEY || self.has_node(&path)? {
+        let mut todo = vec![prefix.to_string()];
+        while let Some(prefix) = todo.pop() {
+            let names = self.map.search(&prefix)?;
+            if names.iter().any(|n| n == ROOT_KEY) {
                 return Ok(true);
             }
+            todo.extend(names.iter().rev().map(|n| join_key(&[&prefix, n])));
         }
         Ok(false)
     }
@@ -324,8 +327,42 @@ impl Reader<'_> {
         Ok(out)
     }
 
-    /// Reads the group at `prefix` (node `node`, `None` for an implicit group) into `gid`.
+    /// Reads the group at `prefix` (node `node`) into `gid` and every group below it, depth
+    /// first. Iterative, not recursive: groups nested thousands deep (a zip archive can hold
+    /// them) would overflow a thread's stack, a mount thread's first.
     fn walk(&mut self, gid: GroupId, prefix: &str, node: &Json) -> Result<()> {
+        /// (parent, path, name, node) of a group still to read.
+        type Todo = (GroupId, String, String, Option<Json>);
+        let queue = |todo: &mut Vec<Todo>, parent: GroupId, prefix: &str, subgroups| {
+            let subgroups: Vec<(String, Option<Json>)> = subgroups;
+            todo.extend(
+                subgroups
+                    .into_iter()
+                    .rev()
+                    .map(|(name, node)| (parent, join_key(&[prefix, &name]), name, node)),
+            );
+        };
+        // The next group to read last.
+        let mut todo = Vec::new();
+        queue(&mut todo, gid, prefix, self.read_group(gid, prefix, node)?);
+        while let Some((parent, path, name, node)) = todo.pop() {
+            let sub = self.ds.add_group(parent, &name);
+            // An implicit group (no zarr.json) has no attributes.
+            let node = node.unwrap_or(Json::Obj(Vec::new()));
+            queue(&mut todo, sub, &path, self.read_group(sub, &path, &node)?);
+        }
+        Ok(())
+    }
+
+    /// Reads the group at `prefix` (node `node`) into `gid`: attributes, dimensions and its
+    /// arrays (queued); its subgroups with their nodes (`None` for an implicit group), in
+    /// order.
+    fn read_group(
+        &mut self,
+        gid: GroupId,
+        prefix: &str,
+        node: &Json,
+    ) -> Result<Vec<(String, Option<Json>)>> {
         let key = join_key(&[prefix, ROOT_KEY]);
         self.ds.groups[gid.0].attrs = self.attributes(&key, Some(node))?;
         let ncz = node
@@ -380,13 +417,7 @@ impl Reader<'_> {
                 node,
             });
         }
-        for (name, node) in groups {
-            let path = join_key(&[prefix, &name]);
-            let sub = self.ds.add_group(gid, &name);
-            let node = node.unwrap_or(Json::Obj(Vec::new()));
-            self.walk(sub, &path, &node)?;
-        }
-        Ok(())
+        Ok(groups)
     }
 
     /// Builds one variable from its `zarr.json`.

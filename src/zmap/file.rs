@@ -612,6 +612,10 @@ impl ZMap for FileMap {
         self.get_up_to(key, limit)
     }
 
+    fn get_many_metadata(&self, keys: &[String], limit: u64) -> Vec<Result<Option<Vec<u8>>>> {
+        keys.iter().map(|k| self.get_up_to(k, limit)).collect()
+    }
+
     fn get_into(&self, key: &str, buf: &mut Vec<u8>) -> Result<bool> {
         buf.clear();
         let Some((mut file, path, size)) = self.open_file(key)? else {
@@ -1272,6 +1276,14 @@ mod tests {
             too_large("v/.zattrs", crate::zmap::METADATA_LIMIT),
             Some(big)
         );
+        let keys = ["v/.zattrs".to_string(), "v/.zarray".to_string()];
+        let got = map.get_many_metadata(&keys, crate::zmap::METADATA_LIMIT);
+        assert!(
+            matches!(got[0], Err(Error::MetadataTooLarge { size: Some(n), .. }) if n == big),
+            "{:?}",
+            got[0]
+        );
+        assert!(matches!(got[1], Ok(None)), "{:?}", got[1]);
         let e = map
             .get_metadata("v/.zattrs", 1 << 20)
             .unwrap_err()

@@ -86,6 +86,16 @@ pub(crate) fn metadata_too_large(key: &str, size: Option<u64>, limit: u64) -> Er
     }
 }
 
+/// `got`, the object at `key` as read whole, or its refusal when longer than `limit` bytes.
+fn within_limit(key: &str, got: Result<Option<Vec<u8>>>, limit: u64) -> Result<Option<Vec<u8>>> {
+    match got? {
+        Some(bytes) if bytes.len() as u64 > limit => {
+            Err(metadata_too_large(key, Some(bytes.len() as u64), limit))
+        }
+        bytes => Ok(bytes),
+    }
+}
+
 /// A key/value store holding one dataset.
 pub trait ZMap: Send + Sync + Debug {
     /// Reads the whole object at `key`; `Ok(None)` if it does not exist.
@@ -97,19 +107,17 @@ pub trait ZMap: Send + Sync + Debug {
     /// looks at its length, which suits only maps that hold their objects in memory: a map
     /// over storage checks the length the storage gives before it reads.
     fn get_metadata(&self, key: &str, limit: u64) -> Result<Option<Vec<u8>>> {
-        let bytes = self.get(key)?;
-        match bytes {
-            Some(b) if b.len() as u64 > limit => {
-                Err(metadata_too_large(key, Some(b.len() as u64), limit))
-            }
-            bytes => Ok(bytes),
-        }
+        within_limit(key, self.get(key), limit)
     }
 
     /// [`ZMap::get_metadata`] of each of `keys`, one result per key in the same order, as
-    /// [`ZMap::get_many`] reads them.
+    /// [`ZMap::get_many`] reads them. The default reads them with `get_many` and then looks
+    /// at their lengths, like the default `get_metadata`: a map over storage overrides both.
     fn get_many_metadata(&self, keys: &[String], limit: u64) -> Vec<Result<Option<Vec<u8>>>> {
-        keys.iter().map(|k| self.get_metadata(k, limit)).collect()
+        keys.iter()
+            .zip(self.get_many(keys))
+            .map(|(key, got)| within_limit(key, got, limit))
+            .collect()
     }
 
     /// Reads `len` bytes at `offset` of the object at `key` (for sharded arrays);

@@ -844,6 +844,10 @@ impl ZMap for ZipMap {
         self.get_up_to(key, limit)
     }
 
+    fn get_many_metadata(&self, keys: &[String], limit: u64) -> Vec<Result<Option<Vec<u8>>>> {
+        keys.iter().map(|k| self.get_up_to(k, limit)).collect()
+    }
+
     /// Inflates nothing when the declared size already says the entry is not `out.len()`
     /// bytes long, so a chunk entry claiming gigabytes costs no memory.
     fn get_exact(&self, key: &str, out: &mut [u8]) -> Result<Option<u64>> {
