@@ -1,0 +1,191 @@
+"""`rw` mounts (and `put`) over a local file system that fails underneath: a full disk (a small
+tmpfs, filled up), a read-only file system, an immutable object. Expected results come from
+first principles: a call that fails changes nothing (a failed `write`, `rm`, `rename` or
+`mkdir` leaves the file, the name, the directory as they were), data whose `write` succeeded
+is stored once there is room again, and the daemon's memory stays within `cache_size`."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from conftest import daemon_pids, is_mounted  # noqa: E402
+from datasets import netcdf_values  # noqa: E402
+from test_mount_rw import netcdf_attrs, umount_and_wait  # noqa: E402
+
+RECORD = 1024  # doubles per record of `a`: one chunk of 8 KiB per record
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """Mounts size-limited tmpfs file systems (`disk(size)`), unmounted at teardown."""
+    mounted = []
+
+    def disk(size: str = "2m", name: str = "disk") -> Path:
+        path = tmp_path / name
+        path.mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                       check=True)
+        mounted.append(path)
+        return path
+
+    try:
+        yield disk
+    finally:
+        for path in reversed(mounted):
+            subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def fill_up(disk: Path) -> Path:
+    """Fills `disk` to the last block; removing the returned file gives the room back."""
+    filler = disk / "filler"
+    subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=4k"], capture_output=True)
+    return filler
+
+
+def records_dataset(path: Path, records: int = 0) -> str:
+    """`a(t, x)`: t unlimited, 1024 doubles per record, one record per chunk, `a:units = "m"`,
+    `records` records of value record number + 1; NCZarr written by netCDF4-python."""
+    import netCDF4
+
+    url = f"file://{path}#mode=nczarr,file"
+    with netCDF4.Dataset(url, "w") as ds:
+        ds.createDimension("t", None)
+        ds.createDimension("x", RECORD)
+        a = ds.createVariable("a", "f8", ("t", "x"), chunksizes=(1, RECORD))
+        a.units = "m"
+        for i in range(records):
+            a[i] = np.full(RECORD, i + 1.0)
+    return url
+
+
+def record(value: float) -> bytes:
+    return np.full(RECORD, value).tobytes()
+
+
+def daemon_rss_kib(mnt: Path) -> int:
+    (pid,) = daemon_pids(mnt)
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+
+def test_changes_that_cannot_be_stored_stay_within_cache_size(mounter, small_disk):
+    """With the disk full and the cache full of changed chunks, each write that needs room
+    fails with ENOSPC and is not held: the daemon's memory does not grow with the data a
+    writer goes on sending (16 MiB here, against a 64 KiB cache). Reads still work, and the
+    acknowledged writes are stored once there is room."""
+    disk = small_disk("2m")
+    url = records_dataset(disk / "r.file", records=2)
+    mnt = mounter.mount(url, "rw", "cache_size=64K")
+    filler = fill_up(disk)
+    fd = os.open(mnt / "a" / "data", os.O_WRONLY)
+    closed = False
+    try:
+        before = daemon_rss_kib(mnt)
+        acknowledged = []
+        for i in range(2, 2050):
+            try:
+                assert os.pwrite(fd, record(i + 1.0), i * RECORD * 8) == RECORD * 8
+                acknowledged.append(i)
+            except OSError as e:
+                assert e.errno == errno.ENOSPC
+        grown = daemon_rss_kib(mnt) - before
+        # 64 KiB hold 8 records; they go in while the cache has room, then nothing does.
+        assert acknowledged == list(range(2, 10))
+        assert grown < 8 << 10, f"the daemon grew by {grown} KiB"
+        assert (mnt / "a" / "data").stat().st_size == 10 * RECORD * 8
+        values = np.fromfile(mnt / "a" / "data", dtype="f8").reshape(-1, RECORD)
+        assert np.array_equal(values[:, 0], np.arange(1.0, 11.0))
+        with pytest.raises(OSError) as err:
+            closed = True
+            os.close(fd)
+        assert err.value.errno == errno.ENOSPC
+    finally:
+        if not closed:
+            os.close(fd)
+    filler.unlink()
+    umount_and_wait(mnt)
+    stored = netcdf_values(url)["/a"]
+    assert np.array_equal(stored, np.repeat(np.arange(1.0, 11.0), RECORD).reshape(10, RECORD))
+
+
+def test_a_write_that_fails_for_room_changes_nothing(mounter, small_disk):
+    """A program appending records stops at its first failed write: the file keeps the size
+    the acknowledged writes gave it, the failed record is neither read nor stored later, and
+    writes into chunks already held still succeed (they need no room)."""
+    disk = small_disk("2m")
+    url = records_dataset(disk / "r.file")
+    mnt = mounter.mount(url, "rw", "cache_size=64K")
+    filler = fill_up(disk)
+    data = mnt / "a" / "data"
+    fd = os.open(data, os.O_WRONLY | os.O_APPEND)
+    closed = False
+    try:
+        acknowledged = 0
+        for i in range(100):
+            try:
+                assert os.write(fd, record(i + 1.0)) == RECORD * 8
+                acknowledged += 1
+            except OSError as e:
+                assert e.errno == errno.ENOSPC
+                break
+        assert acknowledged == 8
+        assert os.fstat(fd).st_size == data.stat().st_size == 8 * RECORD * 8
+        # Into the last record held: no room needed (its close, which stores, cannot).
+        other = os.open(data, os.O_WRONLY)
+        try:
+            assert os.pwrite(other, np.float64(-1).tobytes(), 7 * RECORD * 8 + 8) == 8
+        finally:
+            with pytest.raises(OSError) as err:
+                os.close(other)
+            assert err.value.errno == errno.ENOSPC
+        with pytest.raises(OSError) as err:
+            closed = True
+            os.close(fd)
+        assert err.value.errno == errno.ENOSPC
+    finally:
+        if not closed:
+            os.close(fd)
+    expected = np.repeat(np.arange(1.0, 9.0), RECORD).reshape(8, RECORD)
+    expected[7, 1] = -1
+    assert np.array_equal(np.fromfile(data, dtype="f8").reshape(-1, RECORD), expected)
+    filler.unlink()
+    umount_and_wait(mnt)
+    assert np.array_equal(netcdf_values(url)["/a"], expected)
+
+
+def test_a_write_whose_second_part_finds_no_room_is_a_short_write(mounter, small_disk):
+    """A write across a record boundary is two pieces here: when the first is stored and the
+    second needs room there is none of, `write` returns the bytes of the first (as a local
+    file on a disk that fills mid-write), and the file grows by those only."""
+    disk = small_disk("2m")
+    url = records_dataset(disk / "r.file")
+    mnt = mounter.mount(url, "rw", "cache_size=64K")
+    filler = fill_up(disk)
+    data = mnt / "a" / "data"
+    fd = os.open(data, os.O_WRONLY)
+    try:
+        # Eight records fill the cache.
+        for i in range(8):
+            assert os.pwrite(fd, record(i + 1.0), i * RECORD * 8) == RECORD * 8
+        written = os.pwrite(fd, np.array([-2.0, -3.0]).tobytes(), 8 * RECORD * 8 - 8)
+        assert written == 8
+        assert os.fstat(fd).st_size == 8 * RECORD * 8
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    filler.unlink()
+    umount_and_wait(mnt)
+    expected = np.repeat(np.arange(1.0, 9.0), RECORD).reshape(8, RECORD)
+    expected[7, -1] = -2.0
+    assert np.array_equal(netcdf_values(url)["/a"], expected)
