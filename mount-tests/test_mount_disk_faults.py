@@ -189,3 +189,54 @@ def test_a_write_whose_second_part_finds_no_room_is_a_short_write(mounter, small
     expected = np.repeat(np.arange(1.0, 9.0), RECORD).reshape(8, RECORD)
     expected[7, -1] = -2.0
     assert np.array_equal(netcdf_values(url)["/a"], expected)
+
+
+def test_a_failed_mkdir_is_enospc_and_logs_no_leftovers(mounter, small_disk, tmp_path):
+    """A `mkdir` on a full disk fails with ENOSPC having stored nothing: no warning about
+    objects left under the new name, and a retry with room succeeds."""
+    disk = small_disk("1m")
+    url = records_dataset(disk / "r.file")
+    log = tmp_path / "mount.log"
+    mnt = mounter.mount(url, "rw", log=log)
+    filler = fill_up(disk)
+    with pytest.raises(OSError) as err:
+        os.mkdir(mnt / "g2")
+    assert err.value.errno == errno.ENOSPC
+    assert not list((disk / "r.file").glob("g2*"))
+    filler.unlink()
+    os.mkdir(mnt / "g2")
+    umount_and_wait(mnt)
+    assert "stay" not in log.read_text()
+    import netCDF4
+
+    with netCDF4.Dataset(url) as ds:
+        assert list(ds.groups) == ["g2"]
+
+
+def test_a_failed_rename_on_a_zip_store_keeps_the_old_name(mounter, small_disk, binary,
+                                                           tmp_path):
+    """On a zip store the rename is stored by rewriting the archive: when that fails (ENOSPC)
+    the variable keeps its old name, as on a directory store, and a retry with room works."""
+    disk = small_disk("1m")
+    cdl = tmp_path / "r.cdl"
+    cdl.write_text("netcdf r {\ndimensions:\n\tx = 4 ;\nvariables:\n\tint a(x) ;\n\tint b(x) ;\n"
+                   "data:\n a = 1, 2, 3, 4 ;\n}\n")
+    archive = disk / "r.zip"
+    subprocess.run([str(binary), "gen", "-k", "zip", "-o", f"file://{archive}#mode=nczarr,zip",
+                    str(cdl)], check=True)
+    before = archive.read_bytes()
+    mnt = mounter.mount(str(archive), "rw")
+    filler = fill_up(disk)
+    with pytest.raises(OSError) as err:
+        os.rename(mnt / "a", mnt / "a2")
+    assert err.value.errno == errno.ENOSPC
+    assert sorted(p for p in os.listdir(mnt) if not p.startswith("@")) == ["a", "b"]
+    assert np.array_equal(np.fromfile(mnt / "a" / "data", dtype="i4"), [1, 2, 3, 4])
+    assert archive.read_bytes() == before
+    filler.unlink()
+    os.rename(mnt / "a", mnt / "a2")
+    umount_and_wait(mnt)
+    with zipfile.ZipFile(archive) as z:
+        names = z.namelist()
+    assert any(n.endswith("a2/.zarray") for n in names)
+    assert not any(n.endswith("/a/.zarray") or n == "a/.zarray" for n in names)

@@ -330,7 +330,8 @@ impl DatasetWriter {
     /// under the prefix `new`, which held nothing before it: a retry would otherwise find
     /// those objects and refuse them as strays. The metadata, which the change may have
     /// stored in part (naming `new`), is stored again from `before` first; when that fails,
-    /// the objects stay (logged) and the next sync stores the metadata.
+    /// the objects stay (logged, if there are any: a full disk often refused the first) and
+    /// the next sync stores the metadata.
     fn undo_new_prefix(&mut self, new: &str, before: Dataset) {
         self.model = before;
         self.meta_dirty = true;
@@ -338,11 +339,21 @@ impl DatasetWriter {
             .write_meta()
             .and_then(|()| self.map.delete(new))
             .and_then(|()| self.map.flush());
-        if let Err(e) = undone {
-            log::warn!(
-                "{}: objects that the failed change stored under {new:?} stay: {e}",
+        let Err(e) = undone else {
+            return;
+        };
+        match keys_under(self.map.as_ref(), new) {
+            Ok(keys) if keys.is_empty() => {}
+            Ok(keys) => log::warn!(
+                "{}: objects that the failed change stored under {new:?} stay ({}): {e}",
+                self.map.describe(),
+                keys[0]
+            ),
+            Err(listing) => log::warn!(
+                "{}: objects that the failed change stored under {new:?} may stay ({e}), \
+                 they cannot be listed: {listing}",
                 self.map.describe()
-            );
+            ),
         }
     }
 
@@ -756,12 +767,13 @@ impl DatasetWriter {
         self.move_prefix(&old, &new, before)
     }
 
-    /// Copies every object under `old` to `new`, writes the new metadata, then deletes the
-    /// old objects: a crash in between leaves stray copies, never a dangling reference. Until
-    /// the new metadata is written, a failure puts the model `before` the rename back (its
-    /// metadata is then written again: the old objects are all still there) and deletes the
-    /// copies. Once it is written the rename has happened: old objects that cannot be
-    /// deleted then stay behind (logged), and the rename succeeds.
+    /// Copies every object under `old` to `new`, writes the new metadata and makes it durable
+    /// (the storage's flush: a zip archive is rewritten), then deletes the old objects: a
+    /// crash in between leaves stray copies, never a dangling reference. Until the new
+    /// metadata is durable, a failure puts the model `before` the rename back (its metadata
+    /// is then written again: the old objects are all still there) and deletes the copies.
+    /// Once it is durable the rename has happened: old objects that cannot be deleted then
+    /// stay behind (logged), and the rename succeeds.
     ///
     /// Objects already under `new` (strays of another program, or of a crash) would be taken
     /// for the renamed node's: the rename is then refused.
@@ -793,20 +805,30 @@ impl DatasetWriter {
                 }
             }
             self.meta_dirty = true;
-            self.write_meta()
+            self.write_meta()?;
+            self.map.flush()
         });
         if let Err(e) = copied {
             self.undo_new_prefix(new, before);
             return Err(e);
         }
-        if let Err(e) = self.map.delete(old) {
-            log::warn!(
-                "{}: renamed {old:?} to {new:?}, but objects under {old:?} stay (a later \
-                 node of that name is refused until they are deleted): {e}",
-                self.map.describe()
-            );
+        if let Err(e) = self.map.delete(old).and_then(|()| self.map.flush()) {
+            match keys_under(self.map.as_ref(), old) {
+                // Deleted, but not made durable (a zip archive not rewritten): the next flush
+                // stores it.
+                Ok(keys) if keys.is_empty() => log::warn!(
+                    "{}: renamed {old:?} to {new:?}; the deletion of the objects under \
+                     {old:?} is stored with the next flush: {e}",
+                    self.map.describe()
+                ),
+                _ => log::warn!(
+                    "{}: renamed {old:?} to {new:?}, but objects under {old:?} stay (a later \
+                     node of that name is refused until they are deleted): {e}",
+                    self.map.describe()
+                ),
+            }
         }
-        self.map.flush()
+        Ok(())
     }
 
     /// Sets the length of an unlimited dimension (growing only), updating the stored shape
