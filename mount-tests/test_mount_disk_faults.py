@@ -191,6 +191,27 @@ def test_a_write_whose_second_part_finds_no_room_is_a_short_write(mounter, small
     assert np.array_equal(netcdf_values(url)["/a"], expected)
 
 
+def test_a_failed_rm_or_mv_of_an_attribute_changes_nothing(mounter, small_disk):
+    """`rm` and `mv` of an attribute file that cannot be stored fail with ENOSPC and leave the
+    attribute as it was, on the mount and, once there is room, in storage."""
+    disk = small_disk("1m")
+    url = records_dataset(disk / "r.file")
+    mnt = mounter.mount(url, "rw")
+    filler = fill_up(disk)
+    attrs = mnt / "a" / "@attributes"
+    with pytest.raises(OSError) as err:
+        os.unlink(attrs / "units")
+    assert err.value.errno == errno.ENOSPC
+    with pytest.raises(OSError) as err:
+        os.rename(attrs / "units", attrs / "units2")
+    assert err.value.errno == errno.ENOSPC
+    assert sorted(os.listdir(attrs)) == ["units"]
+    assert (attrs / "units").read_text().strip() == "m"
+    filler.unlink()
+    umount_and_wait(mnt)
+    assert netcdf_attrs(url, "a") == {"units": "m"}
+
+
 def test_a_failed_mkdir_is_enospc_and_logs_no_leftovers(mounter, small_disk, tmp_path):
     """A `mkdir` on a full disk fails with ENOSPC having stored nothing: no warning about
     objects left under the new name, and a retry with room succeeds."""

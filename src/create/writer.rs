@@ -1062,6 +1062,20 @@ impl DatasetWriter {
         Ok(())
     }
 
+    /// Makes a change of the definitions with `change` and stores everything at once
+    /// ([`DatasetWriter::sync`]); when either fails, the definitions are put back as they were
+    /// before the change (and stored so by the next sync), so that a failed `rm` or `mv` of an
+    /// attribute changes nothing.
+    pub fn change_and_sync<R>(&mut self, change: impl FnOnce(&mut Self) -> Result<R>) -> Result<R> {
+        let before = self.model.clone();
+        let result = change(self).and_then(|r| self.sync().map(|()| r));
+        if result.is_err() && self.model != before {
+            self.model = before;
+            self.meta_dirty = true;
+        }
+        result
+    }
+
     /// Makes everything durable: dirty chunks first, then the metadata, then the map's own
     /// flush (a zip archive is rewritten here).
     pub fn sync(&mut self) -> Result<()> {
