@@ -261,3 +261,32 @@ def test_a_failed_rename_on_a_zip_store_keeps_the_old_name(mounter, small_disk, 
         names = z.namelist()
     assert any(n.endswith("a2/.zarray") for n in names)
     assert not any(n.endswith("/a/.zarray") or n == "a/.zarray" for n in names)
+
+
+def test_a_metadata_set_whose_rename_fails_is_put_back(small_disk, binary, tmp_path):
+    """`put` appending records renames the group's new dimension length and the array's new
+    shape into place together. When one rename fails (the array's object is immutable, EPERM)
+    the others are undone: netCDF4-python still opens the dataset, as it was, and a retry
+    works once the object can be replaced."""
+    disk = small_disk("1m")
+    cdl = tmp_path / "r.cdl"
+    cdl.write_text("netcdf r {\ndimensions:\n\tt = UNLIMITED ;\n\tx = 4 ;\nvariables:\n"
+                   "\tint a(t, x) ;\ndata:\n a = 1,2,3,4,5,6,7,8 ;\n}\n")
+    store = disk / "r.file"
+    subprocess.run([str(binary), "gen", "-o", str(store), str(cdl)], check=True)
+    url = f"file://{store}#mode=nczarr,file"
+    values = np.arange(8, dtype="=i4").tobytes()
+    put = [str(binary), "put", str(store), "a", "--start", "2,0"]
+    zarray = store / "a" / ".zarray"
+    subprocess.run(["chattr", "+i", str(zarray)], check=True)
+    try:
+        r = subprocess.run(put, input=values, capture_output=True)
+        assert r.returncode == 1
+        assert b"Operation not permitted" in r.stderr and b"a/.zarray" in r.stderr
+        assert np.array_equal(netcdf_values(url)["/a"], np.arange(1, 9).reshape(2, 4))
+    finally:
+        subprocess.run(["chattr", "-i", str(zarray)], check=True)
+    assert not [p for p in store.rglob("*") if ".nczarrfs-tmp." in p.name]
+    subprocess.run(put, input=values, check=True)
+    expected = np.concatenate([np.arange(1, 9), np.arange(8)]).reshape(4, 4)
+    assert np.array_equal(netcdf_values(url)["/a"], expected)

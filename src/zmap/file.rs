@@ -349,6 +349,47 @@ fn is_absent(e: &io::Error) -> bool {
     )
 }
 
+/// Keeps what `path` holds aside, under a temporary name beside it, for putting it back: a
+/// hard link to it, or a copy where it cannot be linked; `None` when there is nothing there.
+fn keep_aside(path: &Path) -> Result<Option<PathBuf>> {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return Ok(None);
+    };
+    let aside = dir.join(format!(
+        "{TEMP_PREFIX}{}.{}.{}",
+        name.to_string_lossy(),
+        std::process::id(),
+        TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    let linked = match fs::hard_link(path, &aside) {
+        Ok(()) => return Ok(Some(aside)),
+        Err(e) if is_absent(&e) => return Ok(None),
+        Err(e) => e,
+    };
+    // No hard links here (or not to this file: an immutable one, or another user's under
+    // `protected_hardlinks`): a copy.
+    let copied = read_object(path).and_then(|bytes| fs::write(&aside, bytes));
+    match copied {
+        Ok(()) => Ok(Some(aside)),
+        Err(e) if is_absent(&e) => Ok(None),
+        Err(e) => {
+            remove_quietly(aside);
+            Err(Error::io(
+                path,
+                io::Error::new(
+                    e.kind(),
+                    format!("cannot keep it aside while it is replaced: {linked}; {e}"),
+                ),
+            ))
+        }
+    }
+}
+
+/// Best effort: a temporary file left behind is hidden from listings, the lesser problem.
+fn remove_quietly(path: PathBuf) {
+    let _ = fs::remove_file(path);
+}
+
 /// An object written to its temporary file and not yet renamed into place.
 struct Staged {
     temp: PathBuf,
@@ -518,16 +559,32 @@ impl ZMap for FileMap {
     /// `rename_helper`): metadata objects that must agree (a group's dimension sizes and its
     /// arrays' shapes) are then never left half replaced by a killed daemon.
     ///
+    /// Nor by a rename that fails (an immutable or foreign target: `EPERM`): what each target
+    /// holds is kept aside first (a hard link, else a copy), and the renames done before the
+    /// failure are undone with it, so that the set is stored whole or not at all. A target
+    /// that cannot be kept aside fails the set before anything is renamed.
+    ///
     /// The temporary files' writeback starts before the renames: ext4 flushes a file renamed
     /// over another one at the rename otherwise (`auto_da_alloc`), which made each rename of
     /// a metadata object take 0.3 ms instead of 0.01 ms.
     fn put_many(&self, objects: &[(String, Vec<u8>)]) -> Result<()> {
         let mut staged = Vec::with_capacity(objects.len());
+        let mut aside = Vec::with_capacity(objects.len());
+        let give_up = |staged: Vec<Staged>, aside: Vec<Option<PathBuf>>| {
+            staged.into_iter().for_each(Staged::discard);
+            aside.into_iter().flatten().for_each(remove_quietly);
+        };
         for (key, value) in objects {
-            match self.stage(key, value, true) {
-                Ok(s) => staged.push(s),
+            let kept = self
+                .stage(key, value, true)
+                .and_then(|s| Ok((keep_aside(&s.path)?, s)));
+            match kept {
+                Ok((kept, s)) => {
+                    staged.push(s);
+                    aside.push(kept);
+                }
                 Err(e) => {
-                    staged.into_iter().for_each(Staged::discard);
+                    give_up(staged, aside);
                     return Err(e);
                 }
             }
@@ -537,16 +594,27 @@ impl ZMap for FileMap {
             .map(|s| (s.temp.clone(), s.path.clone()))
             .collect();
         let (renamed, error) = super::rename_helper::rename_in_order(&pairs);
-        let mut unrenamed = staged.into_iter().skip(renamed);
-        match (error, unrenamed.next()) {
-            (Some(e), Some(failed)) => {
-                let err = Error::io(&failed.path, e);
-                failed.discard();
-                unrenamed.for_each(Staged::discard);
-                Err(err)
+        let Some(e) = error.filter(|_| renamed < staged.len()) else {
+            give_up(Vec::new(), aside);
+            return Ok(());
+        };
+        let err = Error::io(&staged[renamed].path, e);
+        for (s, kept) in staged[..renamed].iter().zip(&aside).rev() {
+            let undone = match kept {
+                Some(old) => fs::rename(old, &s.path),
+                None => fs::remove_file(&s.path),
+            };
+            if let Err(undo) = undone {
+                log::error!(
+                    "{}: cannot put back what it held before a set of metadata objects that \
+                     failed ({err}): {undo}; the metadata objects may disagree until the next \
+                     flush",
+                    s.path.display()
+                );
             }
-            _ => Ok(()),
         }
+        give_up(staged.split_off(renamed), aside);
+        Err(err)
     }
 
     fn delete(&self, key: &str) -> Result<()> {
