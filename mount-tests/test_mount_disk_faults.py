@@ -290,3 +290,36 @@ def test_a_metadata_set_whose_rename_fails_is_put_back(small_disk, binary, tmp_p
     subprocess.run(put, input=values, check=True)
     expected = np.concatenate([np.arange(1, 9), np.arange(8)]).reshape(4, 4)
     assert np.array_equal(netcdf_values(url)["/a"], expected)
+
+
+def test_rw_mounts_of_a_directory_store_that_cannot_be_written_are_refused(
+        mounter, small_disk, binary, tmp_path):
+    """A directory store on a read-only file system, or one the daemon's user may not write
+    in, is refused at `mount -o rw` with the reason and the path, as a zip archive there is:
+    otherwise writes succeed and only `fsync` or `close` fail."""
+    disk = small_disk("1m")
+    url = records_dataset(disk / "r.file")
+    readonly = tmp_path / "ro"
+    readonly.mkdir()
+    subprocess.run(["mount", "--bind", str(disk), str(readonly)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(readonly)], check=True)
+        mnt = mounter.mountpoint()
+        r = mounter.run("mount", "-o", "rw", str(readonly / "r.file"), str(mnt))
+        assert r.returncode != 0 and not is_mounted(mnt)
+        assert f"{readonly / 'r.file'}: Read-only file system" in r.stderr
+        # Read-only is still fine.
+        mounter.mount(str(readonly / "r.file"))
+    finally:
+        mounter.cleanup()
+        subprocess.run(["umount", "-l", str(readonly)], check=False)
+    # Another owner's directory, and a daemon without the capability to override permissions.
+    os.chown(disk / "r.file", 12345, 12345)
+    mnt = mounter.mountpoint()
+    r = subprocess.run(["setpriv", "--bounding-set=-dac_override,-dac_read_search",
+                        str(binary), "mount", "-o", "rw", str(disk / "r.file"), str(mnt)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and not is_mounted(mnt)
+    assert f"{disk / 'r.file'}: Permission denied" in r.stderr
+    # With the capability, it is mounted.
+    mounter.mount(str(disk / "r.file"), "rw")

@@ -385,6 +385,28 @@ fn keep_aside(path: &Path) -> Result<Option<PathBuf>> {
     }
 }
 
+/// Fails with `EROFS` or `EACCES` (naming `dir`) when this process cannot make files in the
+/// directory `dir`: its file system is mounted read-only, or its permissions (for the
+/// effective user, with its capabilities) do not allow it.
+fn check_can_write_in(dir: &Path) -> Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| Error::io(dir, io::ErrorKind::InvalidInput.into()))?;
+    // SAFETY: a NUL-terminated path; nothing is written through it.
+    let denied = unsafe {
+        libc::faccessat(
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            libc::W_OK | libc::X_OK,
+            libc::AT_EACCESS,
+        )
+    } != 0;
+    match denied {
+        true => Err(Error::io(dir, io::Error::last_os_error())),
+        false => Ok(()),
+    }
+}
+
 /// Best effort: a temporary file left behind is hidden from listings, the lesser problem.
 fn remove_quietly(path: PathBuf) {
     let _ = fs::remove_file(path);
@@ -680,9 +702,13 @@ impl ZMap for FileMap {
         self.root.display().to_string()
     }
 
+    /// Refuses a dataset directory this process cannot write in (a read-only file system,
+    /// no write permission), as a zip archive there is refused: changes would otherwise only
+    /// fail when they are stored, long after the writes that made them succeeded.
     fn claim_writer(&self) -> Result<()> {
         let mut claim = self.writer_claim.lock().unwrap_or_else(|e| e.into_inner());
         if claim.is_none() {
+            check_can_write_in(&self.root)?;
             *claim = Some(super::lock_exclusively(&self.root)?);
         }
         Ok(())
