@@ -3,6 +3,10 @@
 //! Entries are `Arc<Vec<u8>>` so a reader clones the handle under the lock and copies the
 //! values out after releasing it. A dirty entry (written but not yet stored) carries a token `T`
 //! that knows how to encode it; such an entry is never dropped without being written back.
+//! Dirty entries never hold more than the bound, whatever storage does: a change makes room
+//! for itself, writing dirty entries back, before it applies ([`ChunkCache::reserve`],
+//! [`ChunkCache::apply`]), and fails unapplied when they cannot be stored; a reader's clean
+//! chunk takes only room that clean entries leave.
 //!
 //! Buffers of evicted entries that nobody else holds are kept aside, a few, for the next
 //! chunk decoded for the cache (see [`ChunkCache::take_spare`]): a fresh buffer costs a page
@@ -13,7 +17,7 @@
 //! [`ChunkCache::keep_oversized`]): a reader going through such a chunk in small requests (the
 //! kernel's reads of a mount are at most 1 MiB) would otherwise decode it whole for each one.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -201,6 +205,11 @@ impl<T> ChunkCache<T> {
         }
     }
 
+    /// Whether the chunk of `key` is cached (not counted as a lookup).
+    pub(crate) fn contains(&self, key: &str) -> bool {
+        self.lock().lru.contains(key)
+    }
+
     /// A buffer of exactly `len` bytes (of unspecified contents) from an evicted entry, if one
     /// is spare: for the next chunk to be decoded for the cache.
     pub(crate) fn take_spare(&self, len: usize) -> Option<Vec<u8>> {
@@ -227,13 +236,17 @@ impl<T> ChunkCache<T> {
         len <= self.capacity
     }
 
-    /// Inserts a chunk, then evicts least recently used entries until the bound holds, writing
-    /// dirty ones back first with `write_back`. A dirty chunk replaces any cached one; a clean
-    /// chunk never replaces a cached one (which may hold unflushed writes made since the clean
-    /// copy was fetched). An entry larger than the whole cache is not kept in it: a dirty one
-    /// is written back at once and then kept as the oversized chunk (see
-    /// [`ChunkCache::keep_oversized`]). If a write-back fails the entry stays cached (dirty)
-    /// and the error is returned.
+    /// Inserts a chunk, then evicts least recently used entries until the bound holds. A dirty
+    /// chunk replaces any cached one; a clean chunk never replaces a cached one (which may hold
+    /// unflushed writes made since the clean copy was fetched). An entry larger than the whole
+    /// cache is not kept in it: a dirty one is written back at once and then kept as the
+    /// oversized chunk (see [`ChunkCache::keep_oversized`]).
+    ///
+    /// Room for a clean chunk is made from clean entries only: a reader never waits for
+    /// storage nor fails because of it, and when dirty entries leave no room its chunk is just
+    /// not kept. Room for a dirty chunk is also made by writing dirty entries back with
+    /// `write_back`; when one of them cannot be stored and no room is left, the cache stays as
+    /// it was (the new chunk is not kept) and the error is returned.
     pub(crate) fn insert(
         &self,
         key: &str,
@@ -245,7 +258,8 @@ impl<T> ChunkCache<T> {
         if dirty.is_none() && inner.lru.contains(key) {
             return Ok(());
         }
-        if let Some(old) = inner.lru.pop(key) {
+        let replaced = inner.lru.pop(key);
+        if let Some(old) = &replaced {
             inner.bytes -= old.data.len();
         }
         if !self.fits(data.len()) {
@@ -265,18 +279,65 @@ impl<T> ChunkCache<T> {
             }
             return Ok(());
         }
+        let is_dirty = dirty.is_some();
         inner.bytes += data.len();
         inner.lru.put(key.to_string(), Entry { data, dirty });
-        while inner.bytes > self.capacity {
+        let failure = self.evict_to(
+            &mut inner,
+            self.capacity,
+            &|k| k == key,
+            is_dirty.then_some(write_back),
+        );
+        if inner.bytes <= self.capacity {
+            return Ok(());
+        }
+        if let Some(new) = inner.lru.pop(key) {
+            inner.bytes -= new.data.len();
+        }
+        if let Some(old) = replaced {
+            inner.bytes += old.data.len();
+            inner.lru.put(key.to_string(), old);
+        }
+        // A dirty chunk finds room unless a write-back failed (all else could be evicted).
+        match failure {
+            Some(e) if is_dirty => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    /// Evicts least recently used entries until at most `limit` bytes are held, passing over
+    /// those whose keys `keep` accepts. A dirty entry is written back first with `write_back`
+    /// and passed over without it; once a write-back fails no other is tried (storage refuses
+    /// them alike), and that entry stays. Entries passed over become the most recently used.
+    /// Returns the failure of a write-back.
+    fn evict_to(
+        &self,
+        inner: &mut Inner<T>,
+        limit: usize,
+        keep: &dyn Fn(&str) -> bool,
+        mut write_back: Option<&mut WriteBack<'_, T>>,
+    ) -> Option<Error> {
+        let mut passed = Vec::new();
+        let mut failure = None;
+        while inner.bytes > limit {
             let Some((k, e)) = inner.lru.pop_lru() else {
                 break;
             };
+            if keep(&k) {
+                passed.push((k, e));
+                continue;
+            }
             if let Some(token) = &e.dirty {
+                let Some(write_back) = write_back.as_mut().filter(|_| failure.is_none()) else {
+                    passed.push((k, e));
+                    continue;
+                };
                 // Written back under the lock so no reader can miss the cache and fetch the
                 // stale stored chunk in between.
                 if let Err(err) = write_back(&k, &e.data, token) {
-                    inner.lru.put(k, e);
-                    return Err(err);
+                    failure = Some(err);
+                    passed.push((k, e));
+                    continue;
                 }
             }
             inner.bytes -= e.data.len();
@@ -287,6 +348,83 @@ impl<T> ChunkCache<T> {
                 inner.keep_spare(buf, limit);
             }
         }
+        for (k, e) in passed {
+            inner.lru.put(k, e);
+        }
+        failure
+    }
+
+    /// Makes room for a change of the chunks `keys`, cached or not, each `len` bytes decoded:
+    /// evicts other entries, least recently used first, writing dirty ones back with
+    /// `write_back`, until the changed chunks fit beside the rest. [`ChunkCache::apply`] can
+    /// then put them in without writing anything back, so a change either fails here, having
+    /// changed no value, or takes effect whole. When dirty entries that cannot be stored leave
+    /// no room, the error of their write-back is returned. The changed chunks together must
+    /// fit in the cache.
+    pub(crate) fn reserve(
+        &self,
+        keys: &HashSet<String>,
+        len: usize,
+        write_back: &mut WriteBack<'_, T>,
+    ) -> Result<()> {
+        let mut inner = self.lock();
+        let held: usize = keys
+            .iter()
+            .filter_map(|k| inner.lru.peek(k))
+            .map(|e| e.data.len())
+            .sum();
+        let limit = (self.capacity + held).saturating_sub(keys.len() * len);
+        let failure = self.evict_to(&mut inner, limit, &|k| keys.contains(k), Some(write_back));
+        match failure {
+            Some(e) if inner.bytes > limit => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    /// Applies a change made room for by [`ChunkCache::reserve`], whole or not at all: `change`
+    /// modifies each chunk of `cached` in place (copying it first only if a reader holds it),
+    /// the chunks of `fresh` (key, changed chunk; taken) are put in, and all become dirty with
+    /// `token`; clean entries are evicted to keep the bound. When one of `cached` is no longer
+    /// held (a reader's chunk evicted it since), nothing changes and those keys are returned:
+    /// the caller fetches and changes them, and applies again with them in `fresh`. The lock is
+    /// held meanwhile, so readers see the chunks before or after the change, never half of it.
+    pub(crate) fn apply(
+        &self,
+        cached: &[&str],
+        change: &dyn Fn(&str, &mut [u8]),
+        fresh: &mut Vec<(String, Vec<u8>)>,
+        token: &T,
+    ) -> std::result::Result<(), Vec<String>>
+    where
+        T: Clone,
+    {
+        let mut inner = self.lock();
+        let gone: Vec<String> = cached
+            .iter()
+            .filter(|k| !inner.lru.contains(**k))
+            .map(|k| k.to_string())
+            .collect();
+        if !gone.is_empty() {
+            return Err(gone);
+        }
+        for key in cached {
+            if let Some(entry) = inner.lru.get_mut(*key) {
+                change(key, Arc::make_mut(&mut entry.data).as_mut_slice());
+                entry.dirty = Some(token.clone());
+            }
+        }
+        for (key, data) in fresh.drain(..) {
+            if let Some(old) = inner.lru.pop(&key) {
+                inner.bytes -= old.data.len();
+            }
+            inner.bytes += data.len();
+            let entry = Entry {
+                data: Arc::new(data),
+                dirty: Some(token.clone()),
+            };
+            inner.lru.put(key, entry);
+        }
+        self.evict_to(&mut inner, self.capacity, &|_| false, None);
         Ok(())
     }
 
@@ -413,19 +551,6 @@ impl<T> ChunkCache<T> {
             }
         }
         first_error.map_or(Ok(()), Err)
-    }
-
-    /// Modifies the cached chunk of `key` in place with `f` (copying it first only if a reader
-    /// holds it) and marks it dirty with `token`; `false` if it is not cached. The lock is held
-    /// meanwhile, so readers see the chunk before or after the change, never half of it.
-    pub(crate) fn update(&self, key: &str, token: T, f: impl FnOnce(&mut [u8])) -> bool {
-        let mut inner = self.lock();
-        let Some(entry) = inner.lru.get_mut(key) else {
-            return false;
-        };
-        f(Arc::make_mut(&mut entry.data).as_mut_slice());
-        entry.dirty = Some(token);
-        true
     }
 
     /// Bytes held in dirty entries.
@@ -679,21 +804,27 @@ mod tests {
             .unwrap();
         c.insert("v/1", Arc::new(vec![0; 2]), Some(1), &mut wb)
             .unwrap();
+        // A clean chunk finds no room beside dirty ones (it stores nothing); a dirty one does.
         c.insert("w/0", Arc::new(vec![0; 2]), None, &mut wb)
+            .unwrap();
+        assert!(c.get("w/0").is_none());
+        assert!(written.lock().unwrap().is_empty());
+        c.insert("w/0", Arc::new(vec![0; 2]), Some(1), &mut wb)
             .unwrap();
         assert_eq!(*written.lock().unwrap(), vec!["v/0"]);
         c.flush(&wb).unwrap();
-        assert_eq!(*written.lock().unwrap(), vec!["v/0", "v/1"]);
+        written.lock().unwrap().sort();
+        assert_eq!(*written.lock().unwrap(), vec!["v/0", "v/1", "w/0"]);
         c.flush(&wb).unwrap();
         assert_eq!(
             written.lock().unwrap().len(),
-            2,
+            3,
             "flushed entries are clean"
         );
         c.insert("v/1", Arc::new(vec![1; 2]), Some(1), &mut wb)
             .unwrap();
         c.invalidate("v/", &mut wb).unwrap();
-        assert_eq!(*written.lock().unwrap(), vec!["v/0", "v/1", "v/1"]);
+        assert_eq!(*written.lock().unwrap(), vec!["v/0", "v/1", "w/0", "v/1"]);
         assert!(c.get("v/1").is_none());
         assert!(c.get("w/0").is_some());
     }
@@ -798,27 +929,130 @@ mod tests {
         assert_eq!(c.stats().bytes, 36);
     }
 
+    fn keys(ks: &[&str]) -> HashSet<String> {
+        ks.iter().map(|k| k.to_string()).collect()
+    }
+
+    fn full(k: &str, _: &[u8], _: &u32) -> Result<()> {
+        Err(Error::Storage {
+            key: k.to_string(),
+            reason: "No space left on device".into(),
+        })
+    }
+
     #[test]
-    fn update_in_place_copies_only_what_a_reader_holds() {
+    fn apply_changes_in_place_copying_only_what_a_reader_holds() {
         let c: ChunkCache<u32> = ChunkCache::new(100);
-        assert!(!c.update("a", 1, |_| panic!("not cached")));
         c.insert("a", Arc::new(vec![0; 4]), None, &mut clean)
             .unwrap();
         let held = c.get("a").unwrap();
-        assert!(c.update("a", 1, |d| d[0] = 5));
+        c.reserve(&keys(&["a", "b"]), 4, &mut clean).unwrap();
+        let mut fresh = vec![("b".to_string(), vec![7; 4])];
+        c.apply(
+            &["a"],
+            &|k, d| d[0] = if k == "a" { 5 } else { 0 },
+            &mut fresh,
+            &1,
+        )
+        .unwrap();
+        assert!(fresh.is_empty());
         assert_eq!(*held, vec![0; 4], "a reader's copy does not change");
         assert_eq!(*c.get("a").unwrap(), vec![5, 0, 0, 0]);
-        assert_eq!((c.dirty_bytes(), c.stats().bytes), (4, 4));
+        assert_eq!(*c.get("b").unwrap(), vec![7; 4]);
+        assert_eq!((c.dirty_bytes(), c.stats().bytes), (8, 8));
         let stored = Mutex::new(Vec::new());
         c.flush(&|k: &str, d: &[u8], t: &u32| {
             stored.lock().unwrap().push((k.to_string(), d.to_vec(), *t));
             Ok(())
         })
         .unwrap();
+        let mut stored = stored.into_inner().unwrap();
+        stored.sort();
         assert_eq!(
-            *stored.lock().unwrap(),
-            vec![("a".to_string(), vec![5, 0, 0, 0], 1)]
+            stored,
+            vec![
+                ("a".to_string(), vec![5, 0, 0, 0], 1),
+                ("b".to_string(), vec![7; 4], 1)
+            ]
         );
+        // A chunk to change in place that is gone since: nothing changes, it is named.
+        let mut fresh = vec![("c".to_string(), vec![1; 4])];
+        let gone = c.apply(&["a", "x"], &|_, d| d[0] = 9, &mut fresh, &2);
+        assert_eq!(gone, Err(vec!["x".to_string()]));
+        assert_eq!(fresh.len(), 1);
+        assert!(c.get("c").is_none());
+        assert_eq!((*c.get("a").unwrap())[0], 5);
+        assert_eq!(c.dirty_bytes(), 0);
+    }
+
+    /// A change needing room that dirty entries which cannot be stored hold fails before
+    /// changing anything, and the cache never holds more than its bound: the unstored entries
+    /// (written, acknowledged) stay until storage takes them.
+    #[test]
+    fn no_room_behind_unstorable_entries_fails_a_change_before_it_applies() {
+        let c: ChunkCache<u32> = ChunkCache::new(8);
+        let mut ok = |_: &str, _: &[u8], _: &u32| Ok(());
+        for k in ["a", "b", "c"] {
+            c.insert(k, Arc::new(vec![1; 2]), Some(1), &mut ok).unwrap();
+        }
+        c.insert("clean", Arc::new(vec![0; 2]), None, &mut ok)
+            .unwrap();
+        // Room for two chunks: the clean entry goes, then a dirty one would have to be
+        // stored, which fails: nothing of the change is there.
+        let failed = c.reserve(&keys(&["n1", "n2"]), 2, &mut full);
+        assert!(matches!(failed, Err(Error::Storage { .. })), "{failed:?}");
+        assert_eq!((c.dirty_bytes(), c.stats().bytes), (6, 6));
+        assert!(c.get("n1").is_none() && c.get("n2").is_none());
+        // Room for one is there without storing anything; a change of cached chunks needs
+        // none.
+        c.reserve(&keys(&["n1"]), 2, &mut full).unwrap();
+        c.reserve(&keys(&["a", "b", "c"]), 2, &mut full).unwrap();
+        // Thousands of further dirty chunks: each fails, none is kept, the bound holds.
+        c.insert("n1", Arc::new(vec![2; 2]), Some(2), &mut full)
+            .unwrap();
+        for i in 0..5000 {
+            let key = format!("k{i}");
+            let failed = c.insert(&key, Arc::new(vec![3; 2]), Some(3), &mut full);
+            assert!(failed.is_err());
+            assert!(c.get(&key).is_none());
+            assert!(c.stats().bytes <= 8);
+        }
+        // Reads still work: a clean chunk finds no room and is not kept, without an error
+        // and without a write-back.
+        c.insert(
+            "r",
+            Arc::new(vec![0; 2]),
+            None,
+            &mut |_: &str, _: &[u8], _: &u32| panic!("a reader's chunk stores nothing"),
+        )
+        .unwrap();
+        assert!(c.get("r").is_none());
+        // A dirty chunk replacing its own entry needs no room.
+        c.insert("a", Arc::new(vec![4; 2]), Some(4), &mut full)
+            .unwrap();
+        // Once storage takes them, everything acknowledged is stored.
+        let stored = Mutex::new(Vec::new());
+        c.flush(&|k: &str, d: &[u8], _: &u32| {
+            stored.lock().unwrap().push((k.to_string(), d.to_vec()));
+            Ok(())
+        })
+        .unwrap();
+        let mut stored = stored.into_inner().unwrap();
+        stored.sort();
+        assert_eq!(
+            stored,
+            vec![
+                ("a".to_string(), vec![4; 2]),
+                ("b".to_string(), vec![1; 2]),
+                ("c".to_string(), vec![1; 2]),
+                ("n1".to_string(), vec![2; 2]),
+            ]
+        );
+        // Room again: the next change gets it by storing the least recently used.
+        c.insert("a", Arc::new(vec![5; 2]), Some(5), &mut ok)
+            .unwrap();
+        c.reserve(&keys(&["m1", "m2"]), 2, &mut ok).unwrap();
+        assert_eq!(c.stats().bytes, 4);
     }
 
     #[test]
@@ -899,17 +1133,13 @@ mod tests {
     #[test]
     fn failed_write_back_keeps_the_data() {
         let c: ChunkCache<u32> = ChunkCache::new(2);
-        let mut fail = |k: &str, _: &[u8], _: &u32| {
-            Err(crate::Error::Storage {
-                key: k.to_string(),
-                reason: "read-only".into(),
-            })
-        };
-        c.insert("a", Arc::new(vec![0; 2]), Some(1), &mut fail)
+        c.insert("a", Arc::new(vec![0; 2]), Some(1), &mut full)
             .unwrap();
         assert!(c
-            .insert("b", Arc::new(vec![0; 2]), None, &mut fail)
+            .insert("b", Arc::new(vec![0; 2]), Some(1), &mut full)
             .is_err());
         assert!(c.get("a").is_some());
+        assert!(c.get("b").is_none());
+        assert_eq!(c.dirty_bytes(), 2);
     }
 }

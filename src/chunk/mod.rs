@@ -6,8 +6,9 @@
 //! disjoint parts of the caller's buffer. Writes are read-modify-write of whole chunks in the
 //! cache; dirty chunks reach storage on [`ChunkEngine::flush`], on eviction, on invalidation,
 //! when the engine is dropped, and together (encoded in parallel) once they fill half the
-//! cache. A large write stores the chunks it covers whole at once, in parallel, bypassing the
-//! cache.
+//! cache. A write makes room for its chunks in the cache before changing any, so that one
+//! failing for room (storage refusing the chunks it would evict) changes nothing. A large
+//! write stores the chunks it covers whole at once, in parallel, bypassing the cache.
 
 mod beyond;
 mod cache;
@@ -18,6 +19,7 @@ mod view;
 
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 
 use rayon::prelude::*;
@@ -612,6 +614,16 @@ fn digest(records: &[Option<(u64, u32)>]) -> u32 {
             rec[16..].copy_from_slice(&crc.to_le_bytes());
             crc32c::crc32c_append(acc, &rec)
         })
+}
+
+/// A write that failed ([`ChunkEngine::try_write`]).
+#[derive(Debug)]
+pub struct FailedWrite {
+    /// Why it failed.
+    pub error: Error,
+    /// Whether some of its chunks took the new values before it failed (only a write that
+    /// cannot be held whole in the cache); if not, it changed nothing.
+    pub in_part: bool,
 }
 
 /// A chunk's spans and its native data (`None`: never written, reads as fill).
@@ -1408,16 +1420,50 @@ impl ChunkEngine {
     /// cache, stores those chunks at once instead, encoding them in parallel without reading
     /// them.
     /// The slab must lie within the stored shape: growing an array is the metadata writer's job.
+    ///
+    /// A write whose chunks fit in the cache together and that stores none at once takes
+    /// effect whole or not at all (see [`ChunkEngine::try_write`]).
     pub fn write(&self, ds: &Dataset, var: VarId, slab: &Hyperslab, data: &[u8]) -> Result<()> {
+        self.try_write(ds, var, slab, data).map_err(|f| f.error)
+    }
+
+    /// [`ChunkEngine::write`], telling on failure whether the write took effect in part.
+    ///
+    /// Room in the cache for the chunks a write changes there is made before any of them
+    /// changes, storing other changed chunks if needed: when that fails (a full disk), the
+    /// write fails having changed nothing, and the changed chunks that could not be stored
+    /// stay cached for a later flush. Changed chunks therefore never hold more than the cache
+    /// bound. Only a write that cannot be held whole in the cache (its chunks together larger
+    /// than the cache, or whole chunks it stores at once) can fail with some of its chunks
+    /// already changed: those keep their new values.
+    pub fn try_write(
+        &self,
+        ds: &Dataset,
+        var: VarId,
+        slab: &Hyperslab,
+        data: &[u8],
+    ) -> std::result::Result<(), FailedWrite> {
         // Taken here, not in the pool: a pool worker waiting inside one write's parallel loop
         // may pick up another write, which must not then wait for the lock it holds.
         let _guard = self.write_lock.lock().unwrap_or_else(|e| e.into_inner());
         io_parallel(self.map.concurrent_gets(), || {
-            self.write_here(ds, var, slab, data)
+            let mut changed = false;
+            self.write_here(ds, var, slab, data, &mut changed)
+                .map_err(|error| FailedWrite {
+                    error,
+                    in_part: changed,
+                })
         })
     }
 
-    fn write_here(&self, ds: &Dataset, var: VarId, slab: &Hyperslab, data: &[u8]) -> Result<()> {
+    fn write_here(
+        &self,
+        ds: &Dataset,
+        var: VarId,
+        slab: &Hyperslab,
+        data: &[u8],
+        changed: &mut bool,
+    ) -> Result<()> {
         let v = ds.var(var);
         let n = slab::validate(&ds.var_shape(var), slab)?;
         let esize = v.element_size();
@@ -1484,60 +1530,129 @@ impl ChunkEngine {
         } else {
             (Vec::new(), all)
         };
-        match plan.v3.as_ref().filter(|c| c.is_sharded()) {
-            Some(chain) => self.store_whole_shards(&plan, chain, &mapping, &direct, data)?,
-            None => direct
-                .par_iter()
-                .try_for_each(|spans| self.store_whole(&plan, &mapping, spans, data))?,
+        let chunk_len = plan.chunk_elems * plan.esize;
+        let mut write_back = |k: &str, d: &[u8], p: &Arc<VarPlan>| self.write_back(k, d, p);
+        // The chunks changed in the cache, in groups that each fit in it: one group, unless
+        // the write is larger than the cache. Room for the first is made before anything is
+        // stored, so that a full cache of chunks that cannot be stored fails the write first.
+        let per_group = (self.cache.capacity() / chunk_len.max(1)).max(1);
+        let keyed: Vec<(String, &Vec<Span>)> = cached
+            .iter()
+            .map(|spans| {
+                let coords: Vec<u64> = spans.iter().map(|s| s.chunk).collect();
+                (plan.chunk_key(&coords), spans)
+            })
+            .collect();
+        let groups: Vec<&[(String, &Vec<Span>)]> = keyed.chunks(per_group).collect();
+        let oversized = !self.cache.fits(chunk_len);
+        if let (Some(first), false) = (groups.first(), oversized) {
+            let keys = first.iter().map(|(k, _)| k.clone()).collect();
+            self.cache.reserve(&keys, chunk_len, &mut write_back)?;
         }
-        // Chunks already cached are modified where they are (a mount's small writes land in
-        // the same chunk many times over); the others are fetched, decoded and modified in
-        // parallel, a few at a time so that memory stays bounded, then cached.
-        let mut missing = Vec::new();
-        let mut touched = HashSet::with_capacity(cached.len());
-        for spans in &cached {
-            let coords: Vec<u64> = spans.iter().map(|s| s.chunk).collect();
-            let key = plan.chunk_key(&coords);
-            touched.insert(key.clone());
-            let updated = self.cache.update(&key, Arc::clone(&plan), |chunk| {
-                mapping.gather(spans, data, chunk)
-            });
-            if !updated {
-                missing.push((coords, key, spans));
-            }
-        }
-        for group in missing.chunks(BATCH) {
-            let modified: Vec<Vec<u8>> = group
-                .par_iter()
-                .map(|(coords, _, spans)| {
-                    // Not kept by the fetch: the modified chunk replaces it in the cache.
-                    let mut chunk = match self.fetch(&plan, coords, false, None)? {
+        let stored = AtomicBool::new(false);
+        let direct_result = match plan.v3.as_ref().filter(|c| c.is_sharded()) {
+            Some(chain) => self.store_whole_shards(&plan, chain, &mapping, &direct, data, &stored),
+            None => direct.par_iter().try_for_each(|spans| {
+                self.store_whole(&plan, &mapping, spans, data)?;
+                stored.store(true, Ordering::Relaxed);
+                Ok(())
+            }),
+        };
+        *changed = stored.into_inner();
+        direct_result?;
+        let mut touched = HashSet::with_capacity(keyed.len());
+        for (i, group) in groups.iter().enumerate() {
+            if oversized {
+                // Each chunk alone is larger than the cache: stored at once, one at a time.
+                for (key, spans) in group.iter() {
+                    let coords: Vec<u64> = spans.iter().map(|s| s.chunk).collect();
+                    let mut chunk = match self.fetch(&plan, &coords, false, None)? {
                         Some(c) => Arc::unwrap_or_clone(c),
                         None => plan.fill_chunk(),
                     };
                     mapping.gather(spans, data, &mut chunk);
-                    Ok(chunk)
-                })
-                .collect::<Result<_>>()?;
-            for ((_, key, _), chunk) in group.iter().zip(modified) {
-                self.cache.insert(
-                    key,
-                    Arc::new(chunk),
-                    Some(Arc::clone(&plan)),
-                    &mut |k, d, p| self.write_back(k, d, p),
-                )?;
+                    self.cache.insert(
+                        key,
+                        Arc::new(chunk),
+                        Some(Arc::clone(&plan)),
+                        &mut write_back,
+                    )?;
+                    *changed = true;
+                }
+                continue;
             }
+            let keys: HashSet<String> = group.iter().map(|(k, _)| k.clone()).collect();
+            if i > 0 {
+                self.cache.reserve(&keys, chunk_len, &mut write_back)?;
+            }
+            self.change_cached(&plan, &mapping, group, data)?;
+            *changed = true;
+            touched.extend(keys);
         }
         // Small writes streaming through (a mount's, record by record) would otherwise reach
         // storage one evicted chunk at a time. The dirty chunks this write did not touch, which
-        // such a stream is done with, are stored together instead, encoded in parallel.
+        // such a stream is done with, are stored together instead, encoded in parallel. The
+        // write has taken effect: chunks that cannot be stored now stay cached, and the next
+        // flush reports them.
         if self.cache.dirty_bytes() * 2 > self.cache.capacity() {
-            self.cache
-                .flush_batched(&|k| !touched.contains(k), &inner_chunk_batch, &|batch| {
-                    self.write_back_batch(batch)
-                })?;
+            let early =
+                self.cache
+                    .flush_batched(&|k| !touched.contains(k), &inner_chunk_batch, &|batch| {
+                        self.write_back_batch(batch)
+                    });
+            if let Err(e) = early {
+                log::debug!("changed chunks not stored yet: {e}");
+            }
         }
         Ok(())
+    }
+
+    /// Changes the chunks of `group`, which the cache has made room for, as the write of `data`
+    /// does: those cached where they are (a mount's small writes land in the same chunk many
+    /// times over), the others fetched, decoded and changed in parallel first. Nothing changes
+    /// unless every chunk can be changed.
+    fn change_cached(
+        &self,
+        plan: &Arc<VarPlan>,
+        mapping: &Mapping<'_>,
+        group: &[(String, &Vec<Span>)],
+        data: &[u8],
+    ) -> Result<()> {
+        let spans_of: HashMap<&str, &Vec<Span>> =
+            group.iter().map(|(k, s)| (k.as_str(), *s)).collect();
+        let (mut cached, mut missing): (Vec<&str>, Vec<&str>) = group
+            .iter()
+            .map(|(k, _)| k.as_str())
+            .partition(|k| self.cache.contains(k));
+        let change = |key: &str, chunk: &mut [u8]| mapping.gather(spans_of[key], data, chunk);
+        let mut fresh = Vec::with_capacity(missing.len());
+        loop {
+            let fetched: Vec<(String, Vec<u8>)> = missing
+                .par_iter()
+                .map(|key| {
+                    let spans = spans_of[key];
+                    let coords: Vec<u64> = spans.iter().map(|s| s.chunk).collect();
+                    // Not kept by the fetch: the changed chunk replaces it in the cache.
+                    let mut chunk = match self.fetch(plan, &coords, false, None)? {
+                        Some(c) => Arc::unwrap_or_clone(c),
+                        None => plan.fill_chunk(),
+                    };
+                    mapping.gather(spans, data, &mut chunk);
+                    Ok((key.to_string(), chunk))
+                })
+                .collect::<Result<_>>()?;
+            fresh.extend(fetched);
+            match self.cache.apply(&cached, &change, &mut fresh, plan) {
+                Ok(()) => return Ok(()),
+                Err(gone) => {
+                    cached.retain(|k| !gone.iter().any(|g| g == k));
+                    missing = gone
+                        .iter()
+                        .filter_map(|g| spans_of.get_key_value(g.as_str()).map(|(k, _)| *k))
+                        .collect();
+                }
+            }
+        }
     }
 
     /// Stores the chunk at `spans`, which the write of `data` covers whole, without reading
@@ -1552,10 +1667,10 @@ impl ChunkEngine {
         let coords: Vec<u64> = spans.iter().map(|s| s.chunk).collect();
         let key = plan.chunk_key(&coords);
         let native = whole_chunk(plan, mapping, spans, data);
-        // A cached copy is stale now: dropped before the store, so that an eviction cannot
-        // write its unflushed values over the new chunk, and after, in case a reader cached
-        // the stored chunk in between.
-        self.cache.discard(&key);
+        // A cached copy, which may hold changes not stored yet, stays while the chunk is
+        // stored, so that a failed store leaves it; nothing stores it meanwhile (only writes
+        // and flushes store cached chunks, and they wait for this write). It is stale once the
+        // store succeeds: dropped, with any copy a reader cached meanwhile.
         self.write_back(&key, &native, plan)?;
         self.cache.discard(&key);
         Ok(())
@@ -1570,6 +1685,7 @@ impl ChunkEngine {
         mapping: &Mapping<'_>,
         whole: &[Vec<Span>],
         data: &[u8],
+        stored: &AtomicBool,
     ) -> Result<()> {
         let mut shards: HashMap<String, Vec<(String, &[Span])>> = HashMap::new();
         for spans in whole {
@@ -1590,9 +1706,9 @@ impl ChunkEngine {
                 })
                 .collect::<Result<_>>()?;
             let parts: Vec<(usize, &[u8])> = natives.iter().map(|(i, n)| (*i, &n[..])).collect();
-            // As in `store_whole`: no stale cached copy may outlive the store.
-            inner.iter().for_each(|(key, _)| self.cache.discard(key));
+            // As in `store_whole`: cached copies stay unless the store succeeds.
             chain.write_shard(self.map.as_ref(), shard_key, &parts, &plan.fill)?;
+            stored.store(true, Ordering::Relaxed);
             inner.iter().for_each(|(key, _)| self.cache.discard(key));
             Ok(())
         })

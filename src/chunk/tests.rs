@@ -2,7 +2,7 @@
 //! Zarr v2 layout: full-size chunks, C or F element order, keys `i.j.k`).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 
 use proptest::prelude::*;
 
@@ -13,6 +13,8 @@ use crate::model::{ChunkOrder, Variable, ZarrDtype};
 struct TestMap {
     objects: Mutex<BTreeMap<String, Vec<u8>>>,
     gets: AtomicUsize,
+    /// Puts fail with ENOSPC, as on a full disk.
+    full: AtomicBool,
 }
 
 impl TestMap {
@@ -30,6 +32,12 @@ impl ZMap for TestMap {
         Ok(self.object(key))
     }
     fn put(&self, key: &str, value: &[u8]) -> Result<()> {
+        if self.full.load(Ordering::Relaxed) {
+            return Err(Error::io(
+                key,
+                std::io::Error::from_raw_os_error(libc::ENOSPC),
+            ));
+        }
         self.insert(key, value.to_vec());
         Ok(())
     }
@@ -772,6 +780,99 @@ fn writes_to_missing_chunks_and_without_cache() {
     // Beyond the stored shape is refused.
     ds.dims[0].len = 6;
     assert!(e.write(&ds, v, &slab(&[4], &[1], &[1]), &[0; 4]).is_err());
+}
+
+/// `v(x)` of 64 ints in chunks of 4 (16 bytes), fill 9, nothing stored.
+fn ints_by_four() -> (Arc<TestMap>, Dataset, VarId) {
+    let map = Arc::new(TestMap::default());
+    let mut ds = Dataset::new();
+    let mut st = storage("v", "<i4", &[64], &[4]);
+    st.fill_value = Some(9i32.to_le_bytes().to_vec());
+    let v = add_var(&mut ds, "v", NcType::Int, &[("x", 64)], st);
+    (map, ds, v)
+}
+
+fn ints(values: &[i32]) -> Vec<u8> {
+    values.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// On a full disk, writes that need room in a cache full of changed chunks fail with the
+/// store's error before changing anything, however many there are, while the cache holds no
+/// more than its bound; writes to cached chunks and reads still work, and once storage takes
+/// them again every acknowledged write is stored.
+#[test]
+fn a_write_without_room_on_a_full_disk_fails_and_changes_nothing() {
+    let (map, ds, v) = ints_by_four();
+    let e = engine(&map, 32); // two chunks
+    let one = |x: u64, value: i32| e.try_write(&ds, v, &slab(&[x], &[1], &[1]), &ints(&[value]));
+    map.full.store(true, Ordering::Relaxed);
+    one(0, 100).unwrap();
+    // Past half the cache: storing the other changed chunk early fails, and is not this
+    // write's failure.
+    one(4, 104).unwrap();
+    for i in 0..1000u64 {
+        let x = 8 + (i % 14) * 4;
+        let failed = one(x, 1).unwrap_err();
+        assert_eq!(failed.error.errno(), libc::ENOSPC);
+        assert!(!failed.in_part);
+        assert!(e.stats().bytes <= 32);
+    }
+    assert_eq!(
+        read_i32(&e, &ds, v, &slab(&[8], &[56], &[1])).unwrap(),
+        vec![9; 56]
+    );
+    one(1, 101).unwrap();
+    assert_eq!(
+        read_i32(&e, &ds, v, &slab(&[0], &[8], &[1])).unwrap(),
+        vec![100, 101, 9, 9, 104, 9, 9, 9]
+    );
+    assert!(e.flush().is_err());
+    assert!(map.object("v/0").is_none() && map.object("v/1").is_none());
+    map.full.store(false, Ordering::Relaxed);
+    e.flush().unwrap();
+    assert_eq!(i32s(&map.object("v/0").unwrap()), vec![100, 101, 9, 9]);
+    assert_eq!(i32s(&map.object("v/1").unwrap()), vec![104, 9, 9, 9]);
+    assert_eq!(map.objects.lock().unwrap().len(), 2);
+}
+
+/// A write larger than the cache goes through it group by group: one that fails after a
+/// group took effect says so; a failed store of whole chunks keeps the changes cached for
+/// them.
+#[test]
+fn writes_that_cannot_be_held_whole_say_whether_they_took_effect() {
+    let (map, ds, v) = ints_by_four();
+    let e = engine(&map, 32);
+    map.full.store(true, Ordering::Relaxed);
+    // One element in each of three chunks: two fit in the cache, the third needs them
+    // stored.
+    let failed = e
+        .try_write(&ds, v, &slab(&[1], &[3], &[4]), &ints(&[1, 2, 3]))
+        .unwrap_err();
+    assert!(failed.in_part);
+    assert_eq!(
+        read_i32(&e, &ds, v, &slab(&[1], &[3], &[4])).unwrap(),
+        vec![1, 2, 9]
+    );
+    // Whole chunks 0..3, stored at once (more than a quarter of the cache): none is stored,
+    // and the changes cached for chunks 0 and 1 stay.
+    let whole: Vec<i32> = (200..216).collect();
+    let failed = e
+        .try_write(&ds, v, &slab(&[0], &[16], &[1]), &ints(&whole))
+        .unwrap_err();
+    assert!(!failed.in_part);
+    assert_eq!(
+        read_i32(&e, &ds, v, &slab(&[0], &[8], &[1])).unwrap(),
+        vec![9, 1, 9, 9, 9, 2, 9, 9]
+    );
+    map.full.store(false, Ordering::Relaxed);
+    e.try_write(&ds, v, &slab(&[0], &[16], &[1]), &ints(&whole))
+        .unwrap();
+    e.flush().unwrap();
+    let fresh = engine(&map, 0);
+    assert_eq!(
+        read_i32(&fresh, &ds, v, &slab(&[0], &[16], &[1])).unwrap(),
+        whole
+    );
 }
 
 #[test]

@@ -26,7 +26,7 @@ mod writer;
 
 pub use codecs::Codecs;
 pub use target::{apply_mode_words, Staging};
-pub use writer::{attr_to_native, DatasetWriter};
+pub use writer::{attr_to_native, DatasetWriter, Growth};
 
 /// netcdf-c's default chunk size in bytes (`DEFAULT_CHUNK_SIZE`; 16 MiB in 4.10.1 as built
 /// in the netCDF4 wheels, measured with `Variable.chunking()`).

@@ -310,6 +310,94 @@ fn a_failed_rename_changes_nothing() {
     assert_eq!(ints(&out), [1, 2, 3]);
 }
 
+/// A map whose puts fail with `ENOSPC` while `full` is set, as a full disk.
+#[derive(Debug)]
+struct FullDisk {
+    inner: Arc<dyn ZMap>,
+    full: std::sync::atomic::AtomicBool,
+}
+
+impl ZMap for FullDisk {
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        self.inner.get(key)
+    }
+    fn put(&self, key: &str, value: &[u8]) -> Result<()> {
+        if self.full.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(Error::io(
+                key,
+                std::io::Error::from_raw_os_error(libc::ENOSPC),
+            ));
+        }
+        self.inner.put(key, value)
+    }
+    fn delete(&self, key: &str) -> Result<()> {
+        self.inner.delete(key)
+    }
+    fn search(&self, prefix: &str) -> Result<Vec<String>> {
+        self.inner.search(prefix)
+    }
+    fn read_only(&self) -> bool {
+        false
+    }
+    fn describe(&self) -> String {
+        "full disk".into()
+    }
+}
+
+/// A write that fails for room, its chunk cache full of chunks storage refuses, changes
+/// nothing: not the values, and not the unlimited dimension it would have grown. Once
+/// storage takes them, everything acknowledged is stored, with the length it gave.
+#[test]
+fn a_failed_append_leaves_the_dimension_as_it_was() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (loc, mut w) = writer(tmp.path(), "nczarr");
+    let t = w.add_dim(Dataset::ROOT, "t", 0, true).unwrap();
+    let x = w.add_dim(Dataset::ROOT, "x", 4, false).unwrap();
+    let opts = VarOptions {
+        chunks: Some(vec![1, 4]),
+        ..VarOptions::default()
+    };
+    let v = w
+        .add_var(Dataset::ROOT, "v", NcType::Int, &[t, x], opts)
+        .unwrap();
+    w.sync().unwrap();
+    // A cache of two records, and writes of half a record (a whole chunk would be stored
+    // at once).
+    let disk = Arc::new(FullDisk {
+        inner: Arc::clone(&w.map),
+        full: true.into(),
+    });
+    let map: Arc<dyn ZMap> = disk.clone();
+    w.engine = ChunkEngine::new(Arc::clone(&map), 32);
+    w.map = map;
+    let row = |r: u64| Hyperslab {
+        start: vec![r, 0],
+        count: vec![1, 2],
+        stride: vec![1, 1],
+    };
+    w.write(v, &row(0), &bytes(&[1; 2])).unwrap();
+    w.write(v, &row(1), &bytes(&[2; 2])).unwrap();
+    let failed = w.try_write(v, &row(2), &bytes(&[3; 2])).unwrap_err();
+    assert_eq!(failed.error.errno(), libc::ENOSPC);
+    assert!(!failed.in_part);
+    assert_eq!(w.model().dim(t).len, 2);
+    assert_eq!(w.model().var(v).storage.shape, vec![2, 4]);
+    let mut out = vec![0u8; 32];
+    w.read(v, &Hyperslab::whole(&[2, 4]), &mut out).unwrap();
+    let fill = -2147483647;
+    assert_eq!(ints(&out), [1, 1, fill, fill, 2, 2, fill, fill]);
+    assert_eq!(w.sync().unwrap_err().errno(), libc::ENOSPC);
+    disk.full.store(false, std::sync::atomic::Ordering::Relaxed);
+    w.close().unwrap();
+    let ds = meta::read_dataset(zmap::open(&loc, false).unwrap().as_ref(), &loc.mode).unwrap();
+    assert_eq!(ds.dim(t).len, 2);
+    let mut out = vec![0u8; 32];
+    ChunkEngine::new(zmap::open(&loc, false).unwrap(), 0)
+        .read(&ds, v, &Hyperslab::whole(&[2, 4]), &mut out)
+        .unwrap();
+    assert_eq!(ints(&out), [1, 1, fill, fill, 2, 2, fill, fill]);
+}
+
 #[test]
 fn datasets_with_unsupported_variables_are_not_opened_for_writing() {
     let tmp = tempfile::tempdir().unwrap();

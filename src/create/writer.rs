@@ -3,7 +3,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use crate::chunk::{ChunkEngine, Hyperslab};
+use crate::chunk::{ChunkEngine, FailedWrite, Hyperslab};
 use crate::codec::netcdf_element_size;
 use crate::location::{Format, Location, Storage};
 use crate::meta::writer::{
@@ -23,6 +23,16 @@ use super::{
     keys_under, AttrTarget, Codecs, CreateOptions, Fill, VarOptions, NETCDF_MAXSTRLEN,
     WRITER_CACHE_BYTES,
 };
+
+/// What [`DatasetWriter::grow_dim_for_write`] changed: a dimension's length before, and the
+/// stored shapes of the variables on it.
+#[derive(Debug)]
+pub struct Growth {
+    dim: DimId,
+    len: u64,
+    shapes: Vec<(VarId, Vec<u64>)>,
+    meta_dirty: bool,
+}
 
 /// A dataset open for writing.
 #[derive(Debug)]
@@ -341,7 +351,8 @@ impl DatasetWriter {
     /// under the prefix `new`, which held nothing before it: a retry would otherwise find
     /// those objects and refuse them as strays. The metadata, which the change may have
     /// stored in part (naming `new`), is stored again from `before` first; when that fails,
-    /// the objects stay (logged) and the next sync stores the metadata.
+    /// the objects stay (logged, if there are any: a full disk often refused the first) and
+    /// the next sync stores the metadata.
     fn undo_new_prefix(&mut self, new: &str, before: Dataset) {
         self.model = before;
         self.meta_dirty = true;
@@ -349,11 +360,21 @@ impl DatasetWriter {
             .write_meta()
             .and_then(|()| self.map.delete(new))
             .and_then(|()| self.map.flush());
-        if let Err(e) = undone {
-            log::warn!(
-                "{}: objects that the failed change stored under {new:?} stay: {e}",
+        let Err(e) = undone else {
+            return;
+        };
+        match keys_under(self.map.as_ref(), new) {
+            Ok(keys) if keys.is_empty() => {}
+            Ok(keys) => log::warn!(
+                "{}: objects that the failed change stored under {new:?} stay ({}): {e}",
+                self.map.describe(),
+                keys[0]
+            ),
+            Err(listing) => log::warn!(
+                "{}: objects that the failed change stored under {new:?} may stay ({e}), \
+                 they cannot be listed: {listing}",
                 self.map.describe()
-            );
+            ),
         }
     }
 
@@ -811,12 +832,13 @@ impl DatasetWriter {
         self.move_prefix(&old, &new, before)
     }
 
-    /// Copies every object under `old` to `new`, writes the new metadata, then deletes the
-    /// old objects: a crash in between leaves stray copies, never a dangling reference. Until
-    /// the new metadata is written, a failure puts the model `before` the rename back (its
-    /// metadata is then written again: the old objects are all still there) and deletes the
-    /// copies. Once it is written the rename has happened: old objects that cannot be
-    /// deleted then stay behind (logged), and the rename succeeds.
+    /// Copies every object under `old` to `new`, writes the new metadata and makes it durable
+    /// (the storage's flush: a zip archive is rewritten), then deletes the old objects: a
+    /// crash in between leaves stray copies, never a dangling reference. Until the new
+    /// metadata is durable, a failure puts the model `before` the rename back (its metadata
+    /// is then written again: the old objects are all still there) and deletes the copies.
+    /// Once it is durable the rename has happened: old objects that cannot be deleted then
+    /// stay behind (logged), and the rename succeeds.
     ///
     /// Objects already under `new` (strays of another program, or of a crash) would be taken
     /// for the renamed node's: the rename is then refused.
@@ -848,20 +870,30 @@ impl DatasetWriter {
                 }
             }
             self.meta_dirty = true;
-            self.write_meta()
+            self.write_meta()?;
+            self.map.flush()
         });
         if let Err(e) = copied {
             self.undo_new_prefix(new, before);
             return Err(e);
         }
-        if let Err(e) = self.map.delete(old) {
-            log::warn!(
-                "{}: renamed {old:?} to {new:?}, but objects under {old:?} stay (a later \
-                 node of that name is refused until they are deleted): {e}",
-                self.map.describe()
-            );
+        if let Err(e) = self.map.delete(old).and_then(|()| self.map.flush()) {
+            match keys_under(self.map.as_ref(), old) {
+                // Deleted, but not made durable (a zip archive not rewritten): the next flush
+                // stores it.
+                Ok(keys) if keys.is_empty() => log::warn!(
+                    "{}: renamed {old:?} to {new:?}; the deletion of the objects under \
+                     {old:?} is stored with the next flush: {e}",
+                    self.map.describe()
+                ),
+                _ => log::warn!(
+                    "{}: renamed {old:?} to {new:?}, but objects under {old:?} stay (a later \
+                     node of that name is refused until they are deleted): {e}",
+                    self.map.describe()
+                ),
+            }
         }
-        self.map.flush()
+        Ok(())
     }
 
     /// Sets the length of an unlimited dimension (growing only), updating the stored shape
@@ -930,6 +962,50 @@ impl DatasetWriter {
         Ok(())
     }
 
+    /// [`DatasetWriter::grow_dim`] for a write about to be made, returning what it changed
+    /// (`None`: the dimension was long enough), for [`DatasetWriter::ungrow`] should the write
+    /// fail.
+    pub fn grow_dim_for_write(&mut self, dim: DimId, len: u64) -> Result<Option<Growth>> {
+        let Some(old) = self.model.dims.get(dim.0).map(|d| d.len) else {
+            return Err(Error::NotFound(format!("dimension #{}", dim.0)));
+        };
+        if len <= old {
+            return Ok(None);
+        }
+        let shapes = (0..self.model.vars.len())
+            .map(VarId)
+            .filter(|v| self.model.var(*v).dims.contains(&dim))
+            .map(|v| (v, self.model.var(v).storage.shape.clone()))
+            .collect();
+        let meta_dirty = self.meta_dirty;
+        self.grow_dim(dim, len)?;
+        Ok(Some(Growth {
+            dim,
+            len: old,
+            shapes,
+            meta_dirty,
+        }))
+    }
+
+    /// Takes `growth` back to `len` (at least the length it grew from) after the write it was
+    /// made for failed: all of it when the write took no effect, so that the failure changes
+    /// nothing, or down to the records that a write taken in part (a short write) reached.
+    /// Values past the length taken back are fill: what the growth made them.
+    pub fn ungrow(&mut self, growth: Growth, len: u64) {
+        let len = len.max(growth.len);
+        self.model.dims[growth.dim.0].len = len;
+        if len == growth.len {
+            for (v, shape) in growth.shapes {
+                self.model.vars[v.0].storage.shape = shape;
+            }
+            self.meta_dirty = growth.meta_dirty;
+        } else {
+            for (v, _) in growth.shapes {
+                self.model.vars[v.0].storage.shape = self.stored_shape(v);
+            }
+        }
+    }
+
     /// Refuses `data`, values for `slab` of `var`, when the variable's stored type cannot
     /// hold one of them ([`Error::Unrepresentable`]), so that a caller writing several slabs
     /// can check them all before writing any.
@@ -941,12 +1017,59 @@ impl DatasetWriter {
     /// unlimited dimensions as needed; writing past a fixed dimension is an error, and so is
     /// a value the stored type cannot hold (nothing is written then, and no dimension grows).
     pub fn write(&mut self, var: VarId, slab: &Hyperslab, data: &[u8]) -> Result<()> {
+        self.try_write(var, slab, data).map_err(|f| f.error)
+    }
+
+    /// [`DatasetWriter::write`], telling on failure whether the write took effect in part
+    /// (see [`ChunkEngine::try_write`]). A write that took no effect leaves the dimensions it
+    /// grew as they were: the failure changes nothing.
+    pub fn try_write(
+        &mut self,
+        var: VarId,
+        slab: &Hyperslab,
+        data: &[u8],
+    ) -> std::result::Result<(), FailedWrite> {
+        let nothing = |error| FailedWrite {
+            error,
+            in_part: false,
+        };
+        let grows = self.growth_needed(var, slab).map_err(nothing)?;
+        self.check_storable(var, slab, data).map_err(nothing)?;
+        let mut growths = Vec::new();
+        for (d, end) in grows {
+            match self.grow_dim_for_write(d, end) {
+                Ok(g) => growths.extend(g),
+                Err(e) => {
+                    growths.into_iter().rev().for_each(|g| self.ungrow(g, 0));
+                    return Err(nothing(e));
+                }
+            }
+        }
+        match self.engine.try_write(&self.model, var, slab, data) {
+            Ok(()) => {
+                self.has_data.insert(var);
+                Ok(())
+            }
+            Err(failed) if failed.in_part => {
+                self.has_data.insert(var);
+                Err(failed)
+            }
+            Err(failed) => {
+                growths.into_iter().rev().for_each(|g| self.ungrow(g, 0));
+                Err(failed)
+            }
+        }
+    }
+
+    /// The unlimited dimensions a write of `slab` of `var` makes longer, with their new
+    /// lengths; a slab past a fixed dimension is refused.
+    fn growth_needed(&self, var: VarId, slab: &Hyperslab) -> Result<Vec<(DimId, u64)>> {
         let v = self
             .model
             .vars
             .get(var.0)
             .ok_or_else(|| Error::NotFound(format!("variable #{}", var.0)))?;
-        let dims = v.dims.clone();
+        let dims = &v.dims;
         if slab.start.len() != dims.len()
             || slab.count.len() != dims.len()
             || slab.stride.len() != dims.len()
@@ -980,13 +1103,7 @@ impl DatasetWriter {
                 grows.push((*d, end));
             }
         }
-        self.check_storable(var, slab, data)?;
-        for (d, end) in grows {
-            self.grow_dim(d, end)?;
-        }
-        self.engine.write(&self.model, var, slab, data)?;
-        self.has_data.insert(var);
-        Ok(())
+        Ok(grows)
     }
 
     /// One element of `var` as its unwritten places read (see [`ChunkEngine::fill_element`]).
@@ -1008,6 +1125,20 @@ impl DatasetWriter {
         }
         self.meta_dirty = false;
         Ok(())
+    }
+
+    /// Makes a change of the definitions with `change` and stores everything at once
+    /// ([`DatasetWriter::sync`]); when either fails, the definitions are put back as they were
+    /// before the change (and stored so by the next sync), so that a failed `rm` or `mv` of an
+    /// attribute changes nothing.
+    pub fn change_and_sync<R>(&mut self, change: impl FnOnce(&mut Self) -> Result<R>) -> Result<R> {
+        let before = self.model.clone();
+        let result = change(self).and_then(|r| self.sync().map(|()| r));
+        if result.is_err() && self.model != before {
+            self.model = before;
+            self.meta_dirty = true;
+        }
+        result
     }
 
     /// Makes everything durable: dirty chunks first, then the metadata, then the map's own

@@ -2106,8 +2106,7 @@ impl Filesystem for NczarrFs {
         };
         let done = sh.change(|w| {
             let target = attr_target(w.model(), owner)?;
-            w.del_attr(target, attr)?;
-            w.sync()
+            w.change_and_sync(|w| w.del_attr(target, attr))
         });
         match done {
             Ok(()) => {
@@ -2219,12 +2218,13 @@ impl Filesystem for NczarrFs {
                         Some(r) => layout::attrs_of(w.model(), r).iter().any(|a| a.name == to),
                         None => false,
                     };
-                    if exists {
-                        // rename(2) replaces its target.
-                        w.del_attr(target, &to)?;
-                    }
-                    w.rename_attr(target, from, &to)?;
-                    w.sync()
+                    w.change_and_sync(|w| {
+                        if exists {
+                            // rename(2) replaces its target.
+                            w.del_attr(target, &to)?;
+                        }
+                        w.rename_attr(target, from, &to)
+                    })
                 })
                 .map(|()| {
                     sh.attr_moved(owner, &to, None);

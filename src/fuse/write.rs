@@ -4,7 +4,7 @@
 
 use crate::cdl::lexer::{tokenize, Tok};
 use crate::cdl::parser::parse_cdl;
-use crate::chunk::Hyperslab;
+use crate::chunk::{FailedWrite, Hyperslab};
 use crate::create::DatasetWriter;
 use crate::model::{AttrValue, Dataset, DimId, NcType, VarId};
 use crate::{Error, Result};
@@ -40,6 +40,7 @@ pub fn write_data(w: &mut DatasetWriter, var: VarId, offset: u64, data: &[u8]) -
     let mut end = offset
         .checked_add(data.len() as u64)
         .ok_or_else(|| Error::InvalidHyperslab("write past 2^64 bytes".into()))?;
+    let mut growth = None;
     if end > size {
         match grow_dim {
             Some(dim) if record_elems > 0 => {
@@ -53,22 +54,59 @@ pub fn write_data(w: &mut DatasetWriter, var: VarId, offset: u64, data: &[u8]) -
                 grown[0] = records;
                 let buf = merge_partial_elements(w, var, &shape, offset, data)?;
                 check_storable(w, var, &grown, offset / esz, &buf)?;
-                w.grow_dim(dim, records)?;
+                growth = w.grow_dim_for_write(dim, records)?;
             }
             _ if offset >= size => return Ok(0),
             _ => end = size,
         }
     }
     let data = &data[..(end - offset) as usize];
+    // A write that fails having changed nothing leaves the variable as long as it was; one
+    // whose first slabs took effect is a short write of their bytes.
+    let written = write_grown(w, var, offset, data);
+    match (written, growth) {
+        (Ok(n), Some(growth)) if n < data.len() => {
+            let records = (offset + n as u64).div_ceil(esz).div_ceil(record_elems);
+            w.ungrow(growth, records);
+            Ok(n)
+        }
+        (Err(failed), Some(growth)) if !failed.in_part => {
+            w.ungrow(growth, 0);
+            Err(failed.error)
+        }
+        (written, _) => written.map_err(|f| f.error),
+    }
+}
+
+/// [`write_data`] of `data` at byte `offset` of `var`, which is long enough for it: the bytes
+/// taken, fewer than all when a slab after the first fails having changed nothing.
+fn write_grown(
+    w: &mut DatasetWriter,
+    var: VarId,
+    offset: u64,
+    data: &[u8],
+) -> std::result::Result<usize, FailedWrite> {
+    let nothing = |error| FailedWrite {
+        error,
+        in_part: false,
+    };
+    let esz = w.model().var(var).element_size() as u64;
+    let end = offset + data.len() as u64;
     let shape = w.model().var_shape(var);
-    let buf = merge_partial_elements(w, var, &shape, offset, data)?;
+    let buf = merge_partial_elements(w, var, &shape, offset, data).map_err(nothing)?;
     // A value the stored type cannot hold refuses the whole write, not only what follows it.
-    check_storable(w, var, &shape, offset / esz, &buf)?;
+    check_storable(w, var, &shape, offset / esz, &buf).map_err(nothing)?;
     let mut pos = 0;
     for slab in element_range_slabs(&shape, offset / esz, end.div_ceil(esz)) {
         let n = (slab_len(&slab) * esz) as usize;
-        w.write(var, &slab, &buf[pos..pos + n])?;
-        pos += n;
+        match w.try_write(var, &slab, &buf[pos..pos + n]) {
+            Ok(()) => pos += n,
+            Err(failed) if failed.in_part || pos == 0 => return Err(failed),
+            Err(failed) => {
+                log::debug!("short write: {}", failed.error);
+                return Ok((offset / esz * esz + pos as u64 - offset) as usize);
+            }
+        }
     }
     Ok(data.len())
 }

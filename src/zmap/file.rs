@@ -458,6 +458,68 @@ impl FileMap {
         }
     }
 
+    /// Keeps what `key`'s file (at `path`) holds aside, under a new temporary name beside
+    /// it, for putting it back: a hard link to it, or a copy where it cannot be linked;
+    /// `None` when there is nothing there. Both are made in the directory reached by
+    /// [`FileMap::object_dir`], the copy exclusively (see `temp_files`), and neither follows
+    /// a symbolic link at the object's name (the link itself is linked, or refused).
+    fn keep_aside(&self, key: &str, path: &Path) -> Result<Option<PathBuf>> {
+        let (Some(parent), Some(name)) = (path.parent(), key.rsplit('/').next()) else {
+            return Ok(None);
+        };
+        let Some(dir) = self.object_dir(key, false)? else {
+            return Ok(None);
+        };
+        let c_name = beneath::c_name(name.as_bytes()).map_err(|e| Error::io(path, e))?;
+        let aside = temp_name(name, &temp_files::random_token());
+        let c_aside = beneath::c_name(aside.as_bytes()).map_err(|e| Error::io(path, e))?;
+        // SAFETY: an open directory descriptor and NUL-terminated names; no flags, so a
+        // symbolic link is linked, not followed.
+        let linked = match unsafe {
+            libc::linkat(
+                dir.as_raw_fd(),
+                c_name.as_ptr(),
+                dir.as_raw_fd(),
+                c_aside.as_ptr(),
+                0,
+            )
+        } {
+            0 => return Ok(Some(parent.join(aside))),
+            _ => io::Error::last_os_error(),
+        };
+        if is_absent(&linked) {
+            return Ok(None);
+        }
+        // No hard links here (or not to this file: an immutable one, or another user's under
+        // `protected_hardlinks`): a copy.
+        let copied = beneath::open_at(dir.as_fd(), &c_name, READ_FLAGS | libc::O_NOFOLLOW)
+            .and_then(|fd| read_object(fs::File::from(fd), u64::MAX))
+            .and_then(|bytes| {
+                let bytes = bytes.unwrap_or_default();
+                let (mut file, temp) =
+                    temp_files::create_at(dir.as_fd(), |token| temp_name(name, token))?;
+                let kept = parent.join(temp);
+                match file.write_all(&bytes) {
+                    Ok(()) => Ok(kept),
+                    Err(e) => {
+                        remove_quietly(kept);
+                        Err(e)
+                    }
+                }
+            });
+        match copied {
+            Ok(kept) => Ok(Some(kept)),
+            Err(e) if is_absent(&e) => Ok(None),
+            Err(e) => Err(Error::io(
+                path,
+                io::Error::new(
+                    e.kind(),
+                    format!("cannot keep it aside while it is replaced: {linked}; {e}"),
+                ),
+            )),
+        }
+    }
+
     fn check_writable(&self, key: &str) -> Result<()> {
         if self.read_only {
             return Err(Error::NotPermitted(format!(
@@ -552,6 +614,33 @@ fn is_absent(e: &io::Error) -> bool {
         e.kind(),
         io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
     )
+}
+
+/// Fails with `EROFS` or `EACCES` (naming `dir`) when this process cannot make files in the
+/// directory `dir`: its file system is mounted read-only, or its permissions (for the
+/// effective user, with its capabilities) do not allow it.
+fn check_can_write_in(dir: &Path) -> Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| Error::io(dir, io::ErrorKind::InvalidInput.into()))?;
+    // SAFETY: a NUL-terminated path; nothing is written through it.
+    let denied = unsafe {
+        libc::faccessat(
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            libc::W_OK | libc::X_OK,
+            libc::AT_EACCESS,
+        )
+    } != 0;
+    match denied {
+        true => Err(Error::io(dir, io::Error::last_os_error())),
+        false => Ok(()),
+    }
+}
+
+/// Best effort: a temporary file left behind is hidden from listings, the lesser problem.
+fn remove_quietly(path: PathBuf) {
+    let _ = fs::remove_file(path);
 }
 
 /// An object written to its temporary file and not yet renamed into place.
@@ -729,6 +818,11 @@ impl ZMap for FileMap {
     /// `rename_helper`): metadata objects that must agree (a group's dimension sizes and its
     /// arrays' shapes) are then never left half replaced by a killed daemon.
     ///
+    /// Nor by a rename that fails (an immutable or foreign target: `EPERM`): what each target
+    /// holds is kept aside first (a hard link, else a copy), and the renames done before the
+    /// failure are undone with it, so that the set is stored whole or not at all. A target
+    /// that cannot be kept aside fails the set before anything is renamed.
+    ///
     /// The temporary files' writeback starts before the renames: ext4 flushes a file renamed
     /// over another one at the rename otherwise (`auto_da_alloc`), which made each rename of
     /// a metadata object take 0.3 ms instead of 0.01 ms.
@@ -738,11 +832,22 @@ impl ZMap for FileMap {
     /// file it names is not where the link leads.
     fn put_many(&self, objects: &[(String, Vec<u8>)]) -> Result<()> {
         let mut staged = Vec::with_capacity(objects.len());
+        let mut aside = Vec::with_capacity(objects.len());
+        let give_up = |staged: Vec<Staged>, aside: Vec<Option<PathBuf>>| {
+            staged.into_iter().for_each(Staged::discard);
+            aside.into_iter().flatten().for_each(remove_quietly);
+        };
         for (key, value) in objects {
-            match self.stage(key, value, true, false) {
-                Ok(s) => staged.push(s),
+            let kept = self
+                .stage(key, value, true, false)
+                .and_then(|s| Ok((self.keep_aside(key, &s.path)?, s)));
+            match kept {
+                Ok((kept, s)) => {
+                    staged.push(s);
+                    aside.push(kept);
+                }
                 Err(e) => {
-                    staged.into_iter().for_each(Staged::discard);
+                    give_up(staged, aside);
                     return Err(e);
                 }
             }
@@ -752,16 +857,27 @@ impl ZMap for FileMap {
             .map(|s| (s.temp.clone(), s.path.clone()))
             .collect();
         let (renamed, error) = super::rename_helper::rename_in_order(&pairs);
-        let mut unrenamed = staged.into_iter().skip(renamed);
-        match (error, unrenamed.next()) {
-            (Some(e), Some(failed)) => {
-                let err = Error::io(&failed.path, e);
-                failed.discard();
-                unrenamed.for_each(Staged::discard);
-                Err(err)
+        let Some(e) = error.filter(|_| renamed < staged.len()) else {
+            give_up(Vec::new(), aside);
+            return Ok(());
+        };
+        let err = Error::io(&staged[renamed].path, e);
+        for (s, kept) in staged[..renamed].iter().zip(&aside).rev() {
+            let undone = match kept {
+                Some(old) => fs::rename(old, &s.path),
+                None => fs::remove_file(&s.path),
+            };
+            if let Err(undo) = undone {
+                log::error!(
+                    "{}: cannot put back what it held before a set of metadata objects that \
+                     failed ({err}): {undo}; the metadata objects may disagree until the next \
+                     flush",
+                    s.path.display()
+                );
             }
-            _ => Ok(()),
         }
+        give_up(staged.split_off(renamed), aside);
+        Err(err)
     }
 
     /// Removes `key`'s file, or the directory of that name with everything in it, without
@@ -832,9 +948,13 @@ impl ZMap for FileMap {
         self.root.display().to_string()
     }
 
+    /// Refuses a dataset directory this process cannot write in (a read-only file system,
+    /// no write permission), as a zip archive there is refused: changes would otherwise only
+    /// fail when they are stored, long after the writes that made them succeeded.
     fn claim_writer(&self) -> Result<()> {
         let mut claim = self.writer_claim.lock().unwrap_or_else(|e| e.into_inner());
         if claim.is_none() {
+            check_can_write_in(&self.root)?;
             *claim = Some(super::lock_exclusively(&self.root)?);
         }
         Ok(())
