@@ -11,6 +11,7 @@
 //! write stores the chunks it covers whole at once, in parallel, bypassing the cache.
 
 mod beyond;
+mod budget;
 mod cache;
 mod convert;
 mod shard;
@@ -19,7 +20,7 @@ mod view;
 
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 
 use rayon::prelude::*;
@@ -33,6 +34,7 @@ use crate::error::quoted;
 use crate::model::{ChunkKeyEncoding, ChunkOrder, CodecSpec, Dataset, NcType, VarId, VarStorage};
 use crate::zmap::ZMap;
 use crate::{Error, Result};
+use budget::{ByteBudget, Grant};
 use cache::ChunkCache;
 use convert::Conversion;
 use slab::{Mapping, Span};
@@ -520,11 +522,28 @@ fn place(
 struct Scratch {
     raw: Vec<u8>,
     stages: [Vec<u8>; 2],
+    /// Bytes of these buffers counted in [`SCRATCH_KEPT`].
+    kept: usize,
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        SCRATCH_KEPT.fetch_sub(self.kept, Ordering::Relaxed);
+    }
 }
 
 /// Scratch buffers that grew beyond this are released after use: a thread that once read a
 /// huge chunk must not keep its memory.
 const SCRATCH_KEEP: usize = 32 << 20;
+
+/// Most bytes of scratch buffers that all threads together keep between chunks; a thread
+/// whose buffers would take the total beyond it frees them after use. Each of a mount's
+/// session threads kept buffers the size of the chunks it decoded (two stages of a
+/// shuffle + zlib chain), which eight threads held beside the cache for good.
+const SCRATCH_KEPT_MAX: usize = 16 << 20;
+
+/// Bytes of scratch buffers kept now, over all threads.
+static SCRATCH_KEPT: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
@@ -557,11 +576,23 @@ fn with_scratch<R>(f: impl FnOnce(&mut Scratch) -> R) -> R {
     SCRATCH.with(|cell| match cell.try_borrow_mut() {
         Ok(mut s) => {
             let r = f(&mut s);
-            let Scratch { raw, stages } = &mut *s;
-            for b in std::iter::once(raw).chain(stages.iter_mut()) {
+            let Scratch { raw, stages, kept } = &mut *s;
+            let mut held = 0;
+            for b in std::iter::once(&mut *raw).chain(stages.iter_mut()) {
                 if b.capacity() > SCRATCH_KEEP {
                     *b = Vec::new();
                 }
+                held += b.capacity();
+            }
+            let others = SCRATCH_KEPT.fetch_add(held, Ordering::Relaxed) - *kept;
+            SCRATCH_KEPT.fetch_sub(*kept, Ordering::Relaxed);
+            *kept = held;
+            if others + held > SCRATCH_KEPT_MAX {
+                for b in std::iter::once(raw).chain(stages.iter_mut()) {
+                    *b = Vec::new();
+                }
+                SCRATCH_KEPT.fetch_sub(held, Ordering::Relaxed);
+                *kept = 0;
             }
             r
         }
@@ -692,6 +723,18 @@ impl Prefetched {
     }
 }
 
+/// The budget of [`limit_bytes_in_flight`], shared by every engine made after it was set.
+static IN_FLIGHT: OnceLock<Arc<ByteBudget>> = OnceLock::new();
+
+/// Limits the bytes that chunks hold outside the caches of this process's engines while they
+/// are fetched and decoded (their stored bytes and their decoded values) to about `bytes`, for
+/// the engines made from now on: reads wait for their share, prefetches load only what fits.
+/// A mount sets it, so that its memory stays bounded however many readers it serves; the
+/// command line, whose reads come one at a time, does not. The first call wins.
+pub fn limit_bytes_in_flight(bytes: usize) {
+    let _ = IN_FLIGHT.set(ByteBudget::new(bytes));
+}
+
 /// Reads and writes variables' values through a chunk cache.
 #[derive(Debug)]
 pub struct ChunkEngine {
@@ -702,6 +745,10 @@ pub struct ChunkEngine {
     write_lock: Mutex<()>,
     /// Chunks being loaded into the cache, each with the lock its loader holds.
     loading: Mutex<HashMap<String, Arc<Mutex<()>>>>,
+    /// Bytes chunks may hold outside the cache while they are loaded (see
+    /// [`limit_bytes_in_flight`]); `None`: unbounded. A share is taken once, by the public
+    /// entry point (`read`, `view`, `preload`), never by a thread that already holds one.
+    in_flight: Option<Arc<ByteBudget>>,
 }
 
 impl ChunkEngine {
@@ -713,7 +760,37 @@ impl ChunkEngine {
             plans: Mutex::new(HashMap::new()),
             write_lock: Mutex::new(()),
             loading: Mutex::new(HashMap::new()),
+            in_flight: IN_FLIGHT.get().cloned(),
         }
+    }
+
+    /// Bytes a chunk of `plan` holds outside the cache while it is loaded: its stored bytes
+    /// (at most about its stored size, compressed or not) and its decoded values.
+    fn bytes_in_flight(plan: &VarPlan) -> usize {
+        plan.chunk_elems
+            .saturating_mul(plan.esize.saturating_add(plan.stored_esize))
+    }
+
+    /// Waits for the share of the in-flight budget that loading the chunks at `keys` not
+    /// cached needs (nothing when all are cached, or without a budget).
+    fn reserve_in_flight(
+        &self,
+        plan: &VarPlan,
+        keys: impl Iterator<Item = String>,
+    ) -> Option<Grant> {
+        let budget = self.in_flight.as_ref()?;
+        let unit = Self::bytes_in_flight(plan);
+        let mut bytes = 0usize;
+        for key in keys {
+            if !self.cache.contains(&key) {
+                bytes = bytes.saturating_add(unit);
+                // More than the whole budget goes alone anyway: no need to count on.
+                if bytes >= budget.limit() {
+                    break;
+                }
+            }
+        }
+        (bytes > 0).then(|| budget.acquire(bytes))
     }
 
     /// The cache bound in bytes.
@@ -839,6 +916,7 @@ impl ChunkEngine {
         let plan = gs.plan;
         let mapping = gs.mapping();
         if gs.spans.is_empty() {
+            let _in_flight = self.reserve_in_flight(plan, std::iter::once(plan.chunk_key(&[])));
             let chunk = self.fetch(plan, &[], true, None)?;
             place(&mapping, &[], chunk.as_deref(), out, 0, &plan.fill);
             return Ok(());
@@ -873,6 +951,17 @@ impl ChunkEngine {
             std::iter::once(row.chunk)
                 .chain(rest.iter().map(|s| s.chunk))
                 .collect()
+        };
+        // Held until the chunks are placed: what they hold outside the cache is bounded.
+        let _in_flight = if ranged {
+            None
+        } else {
+            let keys = rows.iter().flat_map(|row| {
+                inner
+                    .iter()
+                    .map(move |rest| plan.chunk_key(&chunk_coords(row, rest)))
+            });
+            self.reserve_in_flight(plan, keys)
         };
         let one_row = |row: &Span, part: &mut [u8]| -> Result<()> {
             let base = row.k_lo * row_elems;
@@ -939,7 +1028,9 @@ impl ChunkEngine {
         // requested up front, `conc` at a time, and each window is decoded as its chunks
         // arrive. (A batch per window would wait for its slowest request, and the server
         // would idle meanwhile.)
-        let pipelined = batched && !per_row;
+        // A read within one chunk that is kept loads it once (`load_once`), however many
+        // requests want it at the same time (the kernel's readahead sends several).
+        let pipelined = batched && !per_row && !(keep && touched == 1);
         let coords: Vec<Vec<u64>> = windows
             .iter()
             .filter(|_| pipelined)
@@ -1244,9 +1335,11 @@ impl ChunkEngine {
             return Ok(());
         }
         if ds.var(var).dims.is_empty() {
-            return self
-                .fetch(&plan, &vec![0; plan.grid.len()], true, None)
-                .map(drop);
+            let coords = vec![0; plan.grid.len()];
+            let Some(_in_flight) = self.prefetch_share(&plan, 1) else {
+                return Ok(());
+            };
+            return self.fetch(&plan, &coords, true, None).map(drop);
         }
         let spans: Vec<Vec<Span>> = (0..slab.count.len())
             .map(|d| {
@@ -1266,9 +1359,39 @@ impl ChunkEngine {
         if self.map.concurrent_gets() > 1 {
             return self.preload_batch(&plan, &all);
         }
+        let missing: Vec<Vec<u64>> = all
+            .into_iter()
+            .filter(|c| !self.cache.contains(&plan.chunk_key(c)))
+            .collect();
+        let Some(in_flight) = self.prefetch_share(&plan, missing.len()) else {
+            return Ok(());
+        };
+        let fits = Self::chunks_granted(&plan, in_flight.as_ref(), missing.len());
         // In parallel: a prefetch must decode faster than the reader it runs ahead of.
-        all.par_iter()
+        missing[..fits]
+            .par_iter()
             .try_for_each(|coords| self.fetch(&plan, coords, true, None).map(drop))
+    }
+
+    /// The share of the in-flight budget a prefetch of `chunks` chunks of `plan` takes: as
+    /// many of them as fit now (`Some(None)` without a budget); `None` when not even one does,
+    /// and the prefetch is skipped: readers come first, and load what they need themselves.
+    fn prefetch_share(&self, plan: &VarPlan, chunks: usize) -> Option<Option<Grant>> {
+        let Some(budget) = &self.in_flight else {
+            return Some(None);
+        };
+        let unit = Self::bytes_in_flight(plan);
+        budget
+            .try_acquire_part(unit.saturating_mul(chunks), unit)
+            .map(Some)
+    }
+
+    /// How many of `wanted` chunks of `plan` a prefetch's share covers.
+    fn chunks_granted(plan: &VarPlan, grant: Option<&Grant>, wanted: usize) -> usize {
+        match grant {
+            Some(g) => (g.bytes() / Self::bytes_in_flight(plan).max(1)).min(wanted),
+            None => wanted,
+        }
     }
 
     /// Whether someone is loading the chunk at `key` into the cache.
@@ -1310,6 +1433,13 @@ impl ChunkEngine {
                     mine.push((key.clone(), turn));
                 }
             }
+            // Only as many as the in-flight budget takes now; the gates of the others open
+            // untouched, for their readers.
+            let share = self.prefetch_share(plan, mine.len());
+            let fits = share
+                .as_ref()
+                .map_or(0, |g| Self::chunks_granted(plan, g.as_ref(), mine.len()));
+            mine.truncate(fits);
             let keys: Vec<String> = mine.iter().map(|(k, _)| k.clone()).collect();
             let mut turns: Vec<_> = mine.into_iter().map(|(_, turn)| Some(turn)).collect();
             // Each gate opens as soon as its chunk is cached: a reader waiting for the first

@@ -132,6 +132,7 @@ impl ChunkEngine {
         if self.ranged(&plan) || !self.cache.fits(plan.chunk_elems * plan.esize) {
             return Ok(None);
         }
+        let _in_flight = self.reserve_in_flight(&plan, std::iter::once(key.clone()));
         Ok(self.load_once(&plan, &key)?.map(|chunk| ChunkView {
             chunk,
             range: bytes,

@@ -692,6 +692,21 @@ impl ZMap for S3Map {
         self.concurrency
     }
 
+    /// Hands `f` the object as it arrived, in a buffer of its own, and frees it after: the
+    /// body is never read into `scratch`, so keeping it there as the next scratch buffer
+    /// would only hold a chunk's memory on every thread that once read one.
+    fn read_with(
+        &self,
+        key: &str,
+        _scratch: &mut Vec<u8>,
+        f: &mut dyn FnMut(&[u8]) -> Result<()>,
+    ) -> Result<bool> {
+        match self.get(key)? {
+            Some(object) => f(&object).map(|()| true),
+            None => Ok(false),
+        }
+    }
+
     fn get_range(&self, key: &str, offset: u64, len: u64) -> Result<Option<Vec<u8>>> {
         let path = self.path_of(key)?;
         if len == 0 {
