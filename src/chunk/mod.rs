@@ -771,8 +771,9 @@ impl ChunkEngine {
             .saturating_mul(plan.esize.saturating_add(plan.stored_esize))
     }
 
-    /// Waits for the share of the in-flight budget that loading the chunks at `keys` not
-    /// cached needs (nothing when all are cached, or without a budget).
+    /// Waits for the share of the in-flight budget that loading the chunks at `keys` needs:
+    /// those neither cached nor being loaded by someone else, who holds their share (nothing
+    /// when there are none, or without a budget).
     fn reserve_in_flight(
         &self,
         plan: &VarPlan,
@@ -782,7 +783,7 @@ impl ChunkEngine {
         let unit = Self::bytes_in_flight(plan);
         let mut bytes = 0usize;
         for key in keys {
-            if !self.cache.contains(&key) {
+            if !self.cache.contains(&key) && !self.is_loading(&key) {
                 bytes = bytes.saturating_add(unit);
                 // More than the whole budget goes alone anyway: no need to count on.
                 if bytes >= budget.limit() {
@@ -1336,7 +1337,7 @@ impl ChunkEngine {
         }
         if ds.var(var).dims.is_empty() {
             let coords = vec![0; plan.grid.len()];
-            let Some(_in_flight) = self.prefetch_share(&plan, 1) else {
+            let Some(_in_flight) = self.prefetch_share(Self::bytes_in_flight(&plan), 1) else {
                 return Ok(());
             };
             return self.fetch(&plan, &coords, true, None).map(drop);
@@ -1363,10 +1364,11 @@ impl ChunkEngine {
             .into_iter()
             .filter(|c| !self.cache.contains(&plan.chunk_key(c)))
             .collect();
-        let Some(in_flight) = self.prefetch_share(&plan, missing.len()) else {
+        let unit = Self::bytes_in_flight(&plan);
+        let Some(in_flight) = self.prefetch_share(unit, missing.len()) else {
             return Ok(());
         };
-        let fits = Self::chunks_granted(&plan, in_flight.as_ref(), missing.len());
+        let fits = Self::chunks_granted(unit, in_flight.as_ref(), missing.len());
         // In parallel: a prefetch must decode faster than the reader it runs ahead of.
         missing[..fits]
             .par_iter()
@@ -1376,20 +1378,20 @@ impl ChunkEngine {
     /// The share of the in-flight budget a prefetch of `chunks` chunks of `plan` takes: as
     /// many of them as fit now (`Some(None)` without a budget); `None` when not even one does,
     /// and the prefetch is skipped: readers come first, and load what they need themselves.
-    fn prefetch_share(&self, plan: &VarPlan, chunks: usize) -> Option<Option<Grant>> {
+    /// Each chunk counts `unit` bytes.
+    fn prefetch_share(&self, unit: usize, chunks: usize) -> Option<Option<Grant>> {
         let Some(budget) = &self.in_flight else {
             return Some(None);
         };
-        let unit = Self::bytes_in_flight(plan);
         budget
             .try_acquire_part(unit.saturating_mul(chunks), unit)
             .map(Some)
     }
 
-    /// How many of `wanted` chunks of `plan` a prefetch's share covers.
-    fn chunks_granted(plan: &VarPlan, grant: Option<&Grant>, wanted: usize) -> usize {
+    /// How many of `wanted` chunks of `unit` bytes a prefetch's share covers.
+    fn chunks_granted(unit: usize, grant: Option<&Grant>, wanted: usize) -> usize {
         match grant {
-            Some(g) => (g.bytes() / Self::bytes_in_flight(plan).max(1)).min(wanted),
+            Some(g) => (g.bytes() / unit.max(1)).min(wanted),
             None => wanted,
         }
     }
@@ -1435,10 +1437,12 @@ impl ChunkEngine {
             }
             // Only as many as the in-flight budget takes now; the gates of the others open
             // untouched, for their readers.
-            let share = self.prefetch_share(plan, mine.len());
+            // Their stored bytes: they are decoded one at a time, straight into the cache.
+            let unit = plan.chunk_elems.saturating_mul(plan.stored_esize);
+            let share = self.prefetch_share(unit, mine.len());
             let fits = share
                 .as_ref()
-                .map_or(0, |g| Self::chunks_granted(plan, g.as_ref(), mine.len()));
+                .map_or(0, |g| Self::chunks_granted(unit, g.as_ref(), mine.len()));
             mine.truncate(fits);
             let keys: Vec<String> = mine.iter().map(|(k, _)| k.clone()).collect();
             let mut turns: Vec<_> = mine.into_iter().map(|(_, turn)| Some(turn)).collect();
