@@ -5,8 +5,9 @@
 //! readers of 4 MiB chunks on S3 held about 64 MiB beside the cache, and two prefetches of a
 //! 16 MiB window as much again. A read takes its share before it fetches anything and waits,
 //! holding nothing, while the budget is taken, in the order the reads came; a prefetch takes
-//! its share only when it is free at once, and is skipped otherwise. One read needing more
-//! than the whole budget goes alone once nothing else is in flight.
+//! what is free at once and loads that part, and waits like a read only when nothing is free
+//! (see `ChunkEngine::prefetch_share`); its share goes back chunk by chunk, as each is cached.
+//! One read needing more than the whole budget goes alone once nothing else is in flight.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -39,6 +40,17 @@ impl Grant {
     /// Bytes this grant holds.
     pub(crate) fn bytes(&self) -> usize {
         self.bytes
+    }
+
+    /// Moves `bytes` of this grant (all it has, if less) into a grant of their own, to be
+    /// given back on their own: a batch's share, split by chunk.
+    pub(crate) fn split_off(&mut self, bytes: usize) -> Grant {
+        let moved = bytes.min(self.bytes);
+        self.bytes -= moved;
+        Grant {
+            budget: Arc::clone(&self.budget),
+            bytes: moved,
+        }
     }
 }
 
@@ -128,7 +140,7 @@ impl ByteBudget {
 
     /// Bytes granted now (for tests).
     #[cfg(test)]
-    fn used(&self) -> usize {
+    pub(super) fn used(&self) -> usize {
         self.lock().used
     }
 }
@@ -162,6 +174,23 @@ mod tests {
         let alone = budget.try_acquire_part(40, 20).expect("alone");
         assert_eq!(alone.bytes(), 20);
         assert!(budget.try_acquire_part(1, 1).is_none());
+    }
+
+    #[test]
+    fn a_split_grant_gives_its_parts_back_one_by_one() {
+        let budget = ByteBudget::new(10);
+        let mut batch = budget.acquire(9);
+        let first = batch.split_off(3);
+        let second = batch.split_off(3);
+        // No more than the grant holds.
+        let rest = batch.split_off(5);
+        assert_eq!((first.bytes(), second.bytes(), rest.bytes()), (3, 3, 3));
+        drop(batch);
+        assert_eq!(budget.used(), 9);
+        drop(first);
+        assert_eq!(budget.used(), 6);
+        drop((second, rest));
+        assert_eq!(budget.used(), 0);
     }
 
     #[test]

@@ -728,7 +728,7 @@ static IN_FLIGHT: OnceLock<Arc<ByteBudget>> = OnceLock::new();
 
 /// Limits the bytes that chunks hold outside the caches of this process's engines while they
 /// are fetched and decoded (their stored bytes and their decoded values) to about `bytes`, for
-/// the engines made from now on: reads wait for their share, prefetches load only what fits.
+/// the engines made from now on: reads wait for their share, prefetches load what fits and go on as room frees.
 /// A mount sets it, so that its memory stays bounded however many readers it serves; the
 /// command line, whose reads come one at a time, does not. The first call wins.
 pub fn limit_bytes_in_flight(bytes: usize) {
@@ -1337,9 +1337,7 @@ impl ChunkEngine {
         }
         if ds.var(var).dims.is_empty() {
             let coords = vec![0; plan.grid.len()];
-            let Some(_in_flight) = self.prefetch_share(Self::bytes_in_flight(&plan), 1) else {
-                return Ok(());
-            };
+            let (_, _in_flight) = self.prefetch_share(Self::bytes_in_flight(&plan), 1);
             return self.fetch(&plan, &coords, true, None).map(drop);
         }
         let spans: Vec<Vec<Span>> = (0..slab.count.len())
@@ -1360,40 +1358,43 @@ impl ChunkEngine {
         if self.map.concurrent_gets() > 1 {
             return self.preload_batch(&plan, &all);
         }
-        let missing: Vec<Vec<u64>> = all
+        let mut missing: Vec<Vec<u64>> = all
             .into_iter()
             .filter(|c| !self.cache.contains(&plan.chunk_key(c)))
             .collect();
         let unit = Self::bytes_in_flight(&plan);
-        let Some(in_flight) = self.prefetch_share(unit, missing.len()) else {
-            return Ok(());
-        };
-        let fits = Self::chunks_granted(unit, in_flight.as_ref(), missing.len());
-        // In parallel: a prefetch must decode faster than the reader it runs ahead of.
-        missing[..fits]
-            .par_iter()
-            .try_for_each(|coords| self.fetch(&plan, coords, true, None).map(drop))
-    }
-
-    /// The share of the in-flight budget a prefetch of `chunks` chunks of `plan` takes: as
-    /// many of them as fit now (`Some(None)` without a budget); `None` when not even one does,
-    /// and the prefetch is skipped: readers come first, and load what they need themselves.
-    /// Each chunk counts `unit` bytes.
-    fn prefetch_share(&self, unit: usize, chunks: usize) -> Option<Option<Grant>> {
-        let Some(budget) = &self.in_flight else {
-            return Some(None);
-        };
-        budget
-            .try_acquire_part(unit.saturating_mul(chunks), unit)
-            .map(Some)
-    }
-
-    /// How many of `wanted` chunks of `unit` bytes a prefetch's share covers.
-    fn chunks_granted(unit: usize, grant: Option<&Grant>, wanted: usize) -> usize {
-        match grant {
-            Some(g) => (g.bytes() / unit.max(1)).min(wanted),
-            None => wanted,
+        while !missing.is_empty() {
+            let (fits, mut share) = self.prefetch_share(unit, missing.len());
+            let part: Vec<(Vec<u64>, Option<Grant>)> = missing
+                .drain(..fits)
+                .map(|coords| (coords, share.as_mut().map(|g| g.split_off(unit))))
+                .collect();
+            drop(share);
+            // In parallel: a prefetch must decode faster than the reader it runs ahead of.
+            // Each chunk gives its share back once it is in the cache.
+            part.into_par_iter().try_for_each(|(coords, _in_flight)| {
+                self.fetch(&plan, &coords, true, None).map(drop)
+            })?;
         }
+        Ok(())
+    }
+
+    /// The next part of a prefetch of `wanted` chunks of `unit` bytes each: how many of them
+    /// to load now, and their share of the in-flight budget (none without a budget). That is
+    /// as many as the budget has free at once or, when not even one is free, one as soon as
+    /// it is. A prefetch waits rather than giving up what does not fit: the chunks it dropped
+    /// would be left to its reader, who loads them one request at a time. It waits holding
+    /// nothing (no gate a reader could be waiting for), and the caller comes back for the
+    /// rest once this part is loaded.
+    fn prefetch_share(&self, unit: usize, wanted: usize) -> (usize, Option<Grant>) {
+        let Some(budget) = self.in_flight.as_ref().filter(|_| unit > 0) else {
+            return (wanted, None);
+        };
+        let share = budget
+            .try_acquire_part(unit.saturating_mul(wanted), unit)
+            .unwrap_or_else(|| budget.acquire(unit));
+        let fits = (share.bytes() / unit).clamp(1, wanted.max(1));
+        (fits, Some(share))
     }
 
     /// Whether someone is loading the chunk at `key` into the cache.
@@ -1404,22 +1405,43 @@ impl ChunkEngine {
             .contains_key(key)
     }
 
-    /// [`ChunkEngine::preload`] on a map with request latency (S3): the chunks come in one
-    /// batch of concurrent requests, since rayon alone would keep only as many in flight as
-    /// there are cores. The batch holds each chunk's loading gate until that chunk is cached,
-    /// so a reader that wants one of them waits for it instead of requesting it again; chunks
-    /// someone else is loading already are left to them. They are decoded one after the
-    /// other, as they arrive, on this thread: on rayon, it could run, while it waits, a
-    /// reader's task that waits for one of the gates it holds.
+    /// [`ChunkEngine::preload`] on a map with request latency (S3): the chunks come in
+    /// batches of concurrent requests, since rayon alone would keep only as many in flight as
+    /// there are cores; each batch is as large as the in-flight budget allows at the time
+    /// (see [`ChunkEngine::prefetch_share`]), and the next one follows until all are loaded.
     fn preload_batch(&self, plan: &Arc<VarPlan>, all: &[Vec<u64>]) -> Result<()> {
-        let gates: Vec<(String, Arc<Mutex<()>>)> = {
+        // Their stored bytes: they are decoded one at a time, straight into the cache.
+        let unit = plan.chunk_elems.saturating_mul(plan.stored_esize);
+        let mut todo: Vec<String> = all
+            .iter()
+            .map(|c| plan.chunk_key(c))
+            .filter(|key| !self.cache.contains(key))
+            .collect();
+        while !todo.is_empty() {
+            let (fits, share) = self.prefetch_share(unit, todo.len());
+            let batch: Vec<String> = todo.drain(..fits).collect();
+            self.preload_requests(plan, &batch, unit, share)?;
+        }
+        Ok(())
+    }
+
+    /// One batch of [`ChunkEngine::preload_batch`]: requests the chunks at `keys` at once,
+    /// each counting `unit` bytes of `share`. The batch holds each chunk's loading gate until
+    /// that chunk is cached, so a reader that wants one of them waits for it instead of
+    /// requesting it again; chunks someone else is loading already are left to them. They are
+    /// decoded one after the other, as they arrive, on this thread: on rayon, it could run,
+    /// while it waits, a reader's task that waits for one of the gates it holds.
+    fn preload_requests(
+        &self,
+        plan: &Arc<VarPlan>,
+        keys: &[String],
+        unit: usize,
+        mut share: Option<Grant>,
+    ) -> Result<()> {
+        let gates: Vec<(&String, Arc<Mutex<()>>)> = {
             let mut loading = self.loading.lock().unwrap_or_else(|e| e.into_inner());
-            all.iter()
-                .map(|c| {
-                    let key = plan.chunk_key(c);
-                    let gate = Arc::clone(loading.entry(key.clone()).or_default());
-                    (key, gate)
-                })
+            keys.iter()
+                .map(|key| (key, Arc::clone(loading.entry(key.clone()).or_default())))
                 .collect()
         };
         let mut result = Ok(());
@@ -1432,35 +1454,29 @@ impl ChunkEngine {
                     Err(std::sync::TryLockError::WouldBlock) => continue,
                 };
                 if self.cache.get(key).is_none() {
-                    mine.push((key.clone(), turn));
+                    let in_flight = share.as_mut().map(|g| g.split_off(unit));
+                    mine.push(((*key).clone(), Some((turn, in_flight))));
                 }
             }
-            // Only as many as the in-flight budget takes now; the gates of the others open
-            // untouched, for their readers.
-            // Their stored bytes: they are decoded one at a time, straight into the cache.
-            let unit = plan.chunk_elems.saturating_mul(plan.stored_esize);
-            let share = self.prefetch_share(unit, mine.len());
-            let fits = share
-                .as_ref()
-                .map_or(0, |g| Self::chunks_granted(unit, g.as_ref(), mine.len()));
-            mine.truncate(fits);
-            let keys: Vec<String> = mine.iter().map(|(k, _)| k.clone()).collect();
-            let mut turns: Vec<_> = mine.into_iter().map(|(_, turn)| Some(turn)).collect();
-            // Each gate opens as soon as its chunk is cached: a reader waiting for the first
-            // chunk does not wait for the slowest request of the batch.
+            // What the chunks left to others would have taken goes back at once.
+            drop(share);
+            let (keys, mut held): (Vec<String>, Vec<_>) = mine.into_iter().unzip();
+            // Each gate opens, and each chunk's share goes back, as soon as the chunk is
+            // cached: a reader waiting for the first chunk does not wait for the slowest
+            // request of the batch, nor the next prefetch for the whole batch.
             self.map.get_each(&keys, &mut |i, raw| {
                 if result.is_ok() {
                     result =
                         raw.and_then(|raw| self.decode_keep(plan, &keys[i], raw, true).map(drop));
                 }
-                drop(turns[i].take());
+                drop(held[i].take());
             });
         }
         let mut loading = self.loading.lock().unwrap_or_else(|e| e.into_inner());
         for (key, gate) in gates {
             // As in `load_once`: the map's clone and ours left means nobody waits.
             if Arc::strong_count(&gate) == 2 {
-                loading.remove(&key);
+                loading.remove(key);
             }
         }
         result

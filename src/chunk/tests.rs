@@ -1225,6 +1225,64 @@ fn preload_fills_the_cache_for_later_reads() {
     ));
 }
 
+/// A map that says it serves requests concurrently (as S3 does), so that prefetches come in
+/// batches of requests.
+#[derive(Debug)]
+struct BatchingMap(Arc<TestMap>);
+
+impl ZMap for BatchingMap {
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        self.0.get(key)
+    }
+    fn concurrent_gets(&self) -> usize {
+        4
+    }
+    fn put(&self, key: &str, value: &[u8]) -> Result<()> {
+        self.0.put(key, value)
+    }
+    fn delete(&self, key: &str) -> Result<()> {
+        self.0.delete(key)
+    }
+    fn search(&self, prefix: &str) -> Result<Vec<String>> {
+        self.0.search(prefix)
+    }
+    fn read_only(&self) -> bool {
+        false
+    }
+    fn describe(&self) -> String {
+        "batching test map".into()
+    }
+}
+
+/// A prefetch larger than the in-flight budget loads its chunks a budget's worth at a time,
+/// all of them, rather than the part that fitted: the rest would be left to its reader, one
+/// request at a time. Each chunk of the fixture is 24 bytes (2 x 3 int32), stored as is.
+#[test]
+fn a_prefetch_larger_than_the_in_flight_budget_loads_all_its_chunks() {
+    let (map, ds, v) = grid_fixture("<i4", ChunkOrder::C);
+    // Rows 1..3 touch chunk rows 0 and 1: 2 x 3 chunks.
+    let rows = slab(&[1, 0], &[2, 7], &[1, 1]);
+    // A batching map counts a chunk's stored bytes (24), a plain one stored and decoded (48):
+    // room for two chunks at a time either way.
+    let batching: Arc<dyn ZMap> = Arc::new(BatchingMap(Arc::clone(&map)));
+    let plain: Arc<dyn ZMap> = Arc::clone(&map) as Arc<dyn ZMap>;
+    for (zmap, limit) in [(batching, 48), (plain, 96)] {
+        let budget = ByteBudget::new(limit);
+        let mut e = ChunkEngine::new(zmap, 1 << 20);
+        e.in_flight = Some(Arc::clone(&budget));
+        e.preload(&ds, v, &rows).unwrap();
+        assert_eq!(e.stats().entries, 6);
+        assert_eq!(budget.used(), 0, "every share given back");
+        let gets = map.gets.load(Ordering::Relaxed);
+        assert_eq!(read_i32(&e, &ds, v, &rows).unwrap(), expected(&rows));
+        assert_eq!(
+            map.gets.load(Ordering::Relaxed),
+            gets,
+            "served from the cache"
+        );
+    }
+}
+
 #[test]
 fn concurrent_readers_of_a_chunk_load_it_once() {
     let (map, ds, v) = grid_fixture("<i4", ChunkOrder::C);
