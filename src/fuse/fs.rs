@@ -32,6 +32,7 @@ use crate::zmap::{Space, ZMap};
 use crate::{meta, Error, Result};
 
 use super::content;
+use super::daemon::OpenDataFile;
 use super::extents::{AppendTail, Truncation};
 use super::inodes::{parent, InodeTable};
 use super::layout::{self, FileKind, Node, Owner, Resolved};
@@ -135,6 +136,9 @@ struct Handle {
     /// object by name, and a rename may give that name to another object
     /// (`mv a old; mv b a`): this keeps the file from following the name there.
     opened: Option<Resolved>,
+    /// Counts a `data` file among those open, for as long as it is (how the allocator
+    /// treats freed memory depends on it).
+    _data_file: Option<OpenDataFile>,
 }
 
 impl Handle {
@@ -145,6 +149,7 @@ impl Handle {
             }
             _ => None,
         };
+        let data_file = matches!(node, Node::File(_, FileKind::Data)).then(OpenDataFile::new);
         Handle {
             opened,
             node,
@@ -157,6 +162,7 @@ impl Handle {
             text: None,
             opened_value: None,
             moved: Mutex::new(None),
+            _data_file: data_file,
         }
     }
 
