@@ -522,13 +522,26 @@ impl DatasetWriter {
         } else {
             v.storage.chunks.len() == v.dims.len() && !v.storage.chunks.contains(&0)
         };
-        let chunks = if chunks_ok {
+        let mut chunks = if chunks_ok {
             v.storage.chunks.clone()
         } else if v.dims.is_empty() {
             shape.iter().map(|_| 1).collect()
         } else {
             default_chunks(&dims, dtype.size)
         };
+        if old_layout && dialect == Dialect::NcZarr {
+            // netcdf-c before 4.9.3 refuses the whole dataset when a chunk is longer than its
+            // fixed dimension (a record variable's 512 made fixed by `copy -u`, a
+            // `_ChunkSizes` from CDL); the values are the same in a chunk that just fits.
+            for (chunk, &(len, unlimited)) in chunks.iter_mut().zip(&dims) {
+                if !unlimited && *chunk > len.max(1) {
+                    log::info!(
+                        "{key}: chunk {chunk} along a dimension of length {len} stored as                          {len}: netcdf-c before 4.9.3 reads no chunk longer than its dimension"
+                    );
+                    *chunk = len.max(1);
+                }
+            }
+        }
         // The engine encodes with the Zarr v2 spelling of a chain (the same bytes); the v3
         // metadata writer spells it the v3 way. A sharded chain stays sharded on Zarr v3,
         // around the inner chain spelled again for this variable's stored type.
