@@ -504,3 +504,62 @@ def test_one_stalled_request_does_not_fail_other_reads(moto, proxy, binary, env,
                 assert read_chunk(i) == values[4 * i:4 * i + 4].tobytes(), f"chunk {i}"
     finally:
         _unmount(mnt)
+
+
+def test_writes_do_not_wait_for_reads_waiting_on_the_server(moto, proxy, binary, env, tmp_path):
+    """On a rw mount, a write of values (to a chunk in the cache, or to one it fetches) does
+    not wait for other readers' GETs: with the readers' GETs held by the proxy, the writes
+    complete, and everything reads and is stored as written once the GETs go on."""
+    import netCDF4
+    from test_s3_rw import RwMount, _download
+
+    local = tmp_path / "ds.file"
+    read_values = np.arange(40 * 500, dtype="f8").reshape(40, 500) / 3
+    with netCDF4.Dataset(f"file://{local}#mode=nczarr,file", "w") as nc:
+        nc.createDimension("y", 40)
+        nc.createDimension("x", 500)
+        nc.createVariable("r", "f8", ("y", "x"), chunksizes=(4, 500))[:] = read_values
+        nc.createVariable("w", "f8", ("y", "x"), chunksizes=(4, 500))[:] = 1.0
+    prefix = f"faults-{uuid.uuid4().hex}/ds.file"
+    _upload(moto, local, prefix)
+    location = f"{proxy.endpoint}/{BUCKET}/{prefix}#mode=nczarr,s3"
+    chunk = 4 * 500 * 8
+    want = np.ones((40, 500))
+    with RwMount(binary, env, location, tmp_path / "mnt", tmp_path / "mount.log",
+                 options="rw,cache_size=1M") as m:
+        wfd = os.open(m.mnt / "w" / "data", os.O_WRONLY)
+        try:
+            assert os.pwrite(wfd, np.float64(2).tobytes(), 0) == 8  # chunk 0 is now cached
+            want[0, 0] = 2
+
+            proxy.hold_on = "/r/"
+            got: list[bytes] = []
+            reader = threading.Thread(
+                target=lambda: got.append(_read_at(m.mnt / "r" / "data", 0, 4 * chunk)))
+            reader.start()
+            proxy.wait_held()
+            writes_done = threading.Event()
+
+            def writes():
+                os.pwrite(wfd, np.float64(3).tobytes(), 8)  # cached chunk 0
+                os.pwrite(wfd, np.float64(4).tobytes(), 5 * chunk)  # chunk 5, fetched
+                writes_done.set()
+
+            threading.Thread(target=writes, daemon=True).start()
+            # Not a time limit on the writes: before the fix they waited for the release.
+            completed = writes_done.wait(30)
+            still_held = proxy.held
+            proxy.release()
+            reader.join()
+            assert completed and still_held >= 1, "the writes waited for the readers' GETs"
+            want[0, 1] = 3
+            want[20, 0] = 4
+            assert got == [read_values[:16].tobytes()]
+            assert (m.mnt / "w" / "data").read_bytes() == want.tobytes()
+        finally:
+            os.close(wfd)
+        assert m.unmount() == 0, (tmp_path / "mount.log").read_text()
+    stored = _download(moto, prefix, tmp_path / "stored.file")
+    with netCDF4.Dataset(f"file://{stored}#mode=nczarr,file") as nc:
+        assert np.array_equal(nc["w"][:], want)
+        assert np.array_equal(nc["r"][:], read_values)
