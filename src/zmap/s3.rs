@@ -394,9 +394,16 @@ impl S3Map {
                         ),
                     })
                 }
-                // The check ends within its limit; the bound is only a safeguard.
+                // The check ends within its limit. One that has not settled long after (its
+                // task gone) got no answer; requests must not wait for it forever.
                 Admit::Wait => {
-                    let _ = tokio::time::timeout(self.check_limit * 2, checked).await;
+                    if tokio::time::timeout(self.check_limit * 2, checked)
+                        .await
+                        .is_err()
+                    {
+                        self.health.settle(false, Instant::now());
+                        self.checked.notify_waiters();
+                    }
                 }
             }
         };
