@@ -4,9 +4,9 @@ Each run draws NCZARRFS_ORACLE_COUNT (default 100) datasets from a fresh base se
 the header; set NCZARRFS_SEED to reproduce). For every dataset:
 
 * `ncdump NAME.nc` must equal `nczarrfs dump NAME.file` byte for byte (both name it NAME),
-  and so must both with ncdump's `-p`, `-l`, `-g`, `-b` and `-f` options drawn at random (but
-  for the index ncdump -f f prints for a scalar, which it reads from past the end of an
-  array);
+  and so must both with ncdump's `-p`, `-l`, `-g`, `-b`, `-f`, `-w`, `-L` and `-X` options
+  drawn at random (but for the index ncdump -f f prints for a scalar, which it reads from past
+  the end of an array);
 * `nczarrfs get` of every variable must equal netCDF4-python's values from NAME.nc, and so
   must one random strided hyperslab per dataset.
 """
@@ -104,7 +104,8 @@ def test_dump_and_get_match_netcdf_c(nczarrfs, tmp_path, index):
     _same_or_fail(where, expected, ours.stdout, f"ncdump {name}.nc", f"nczarrfs dump {location}")
 
     # The same with ncdump's options drawn at random: -p (float digits, or float and double
-    # digits; 1 to 20), -l (line length, 10 and up), -g (groups), -b and -f (annotations).
+    # digits; 1 to 20), -l (line length, 10 and up), -g (groups), -b and -f (annotations), and
+    # -w, -L, -X (DAP caching, netcdf-c logging, reading into memory).
     rng = np.random.default_rng(seed)
     options = []
     if rng.random() < 0.7:
@@ -123,6 +124,8 @@ def test_dump_and_get_match_netcdf_c(nczarrfs, tmp_path, index):
         options += ["-g", ",".join(names)]
     lang = "cf"[int(rng.integers(0, 2))]
     options += [["-b", lang], ["-f", lang], ["-b", lang, "-f", lang], []][int(rng.integers(0, 4))]
+    # Options that change nothing here, which ncdump command lines may hold all the same.
+    options += [[], ["-w"], ["-L", "0"], ["-Xp"], ["-Xm"]][int(rng.integers(0, 5))]
     if options:
         expected = subprocess.run(["ncdump", *options, hpath], capture_output=True,
                                   check=True).stdout

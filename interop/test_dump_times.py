@@ -129,7 +129,8 @@ def test_times_match_ncdump(nczarrfs, tmp_path):
             rng.bit_generator.state = state
             with netCDF4.Dataset(target, "w") as nc:
                 _build(nc, rng)
-        options = [["-t"], ["-i"]][k % 2]
+        # ncdump sets the separator at each of -t and -i: the last one given wins.
+        options = [["-t"], ["-i"], ["-i", "-t"], ["-t", "-i"]][k % 4]
         if rng.random() < 0.5:
             options += ["-l", str(int(rng.integers(10, 120)))]
         want = subprocess.run(["ncdump", *options, "-n", "t", str(hpath)], capture_output=True,

@@ -284,3 +284,36 @@ def test_text_with_a_nul_byte_is_stored_as_netcdf_c_stores_it(nczarrfs, tmp_path
     assert got == want
     warned = [line for line in made.stderr.decode().splitlines() if "NUL" in line]
     assert sorted(w.split('"')[1] for w in warned) == sorted(["mid", "g", *(["s"] if strings else [])])
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_chunks_longer_than_a_fixed_dimension_are_cut_for_an_older_release(nczarrfs, tmp_path,
+                                                                           release):
+    """netcdf-c before 4.9.3 refuses a whole dataset with a chunk longer than its fixed
+    dimension: a record variable's chunk of 512 records (netcdf-c's default) made fixed by
+    `copy -u`, and `_ChunkSizes` longer than their dimension given to `gen`, must be stored so
+    that the release opens the dataset and reads the values written."""
+    python = _python(release)
+    record = tmp_path / "record.cdl"
+    record.write_text("netcdf record {\ndimensions:\n  t = UNLIMITED ;\nvariables:\n"
+                      "  double t(t) ;\n    t:_ChunkSizes = 512 ;\ndata:\n  t = 1, 2, 3 ;\n}\n")
+    source = tmp_path / "source.file"
+    made = nczarrfs("gen", "-o", str(source), str(record))
+    assert made.returncode == 0, made.stderr.decode()
+    copied = tmp_path / "copied.file"
+    done = nczarrfs("copy", "-u", "--for-netcdf-c", release, str(source), str(copied))
+    assert done.returncode == 0, done.stderr.decode()
+    got = _show(python, _nczarr(copied))
+    assert got["dims"] == {"t": [3, False]}
+    assert got["vars"]["t"]["values"] == [1.0, 2.0, 3.0]
+
+    fixed = tmp_path / "fixed.cdl"
+    fixed.write_text("netcdf fixed {\ndimensions:\n  d = 3 ;\n  e = 2 ;\nvariables:\n"
+                     "  int v(d, e) ;\n    v:_ChunkSizes = 8, 1 ;\ndata:\n"
+                     "  v = 1, 2, 3, 4, 5, 6 ;\n}\n")
+    generated = tmp_path / "generated.file"
+    made = nczarrfs("gen", "--for-netcdf-c", release, "-o", str(generated), str(fixed))
+    assert made.returncode == 0, made.stderr.decode()
+    got = _show(python, _nczarr(generated))
+    assert got["dims"] == {"d": [3, False], "e": [2, False]}
+    assert got["vars"]["v"]["values"] == [[1, 2], [3, 4], [5, 6]]

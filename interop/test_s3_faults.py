@@ -34,7 +34,9 @@ class FaultProxy:
     """Forwards HTTP requests to `upstream`, except that the next `fail` requests (or every
     request whose method is in `fail_methods`, or every request until the monotonic time
     `fail_until`) get a 503 SlowDown, and requests whose path contains `stall_on` wait `stall`
-    seconds first. PUTs whose path ends with `fail_put_on` get a 503 too."""
+    seconds first (only the next `stalls_left` of them, unless that is None). PUTs whose path
+    ends with `fail_put_on` get a 503 too. GETs whose path contains `hold_on` wait until
+    `release()` (at most a minute); `held` counts those waiting."""
 
     def __init__(self, upstream: str):
         self.upstream = urlparse(upstream)
@@ -44,6 +46,11 @@ class FaultProxy:
         self.fail_until = 0.0
         self.stall_on: str | None = None
         self.stall = 0.0
+        self.stalls_left: int | None = None
+        self.hold_on: str | None = None
+        self.held = 0
+        self.released = threading.Event()
+        self.changed = threading.Condition()
         self.served = {"503": 0, "forwarded": 0}
         self.requests: list[tuple[str, str]] = []
         self.lock = threading.Lock()
@@ -67,8 +74,23 @@ class FaultProxy:
                     if proxy.fail > 0:
                         proxy.fail -= 1
                     stall = proxy.stall if proxy.stall_on and proxy.stall_on in self.path else 0
+                    if stall and proxy.stalls_left is not None:
+                        if proxy.stalls_left > 0:
+                            proxy.stalls_left -= 1
+                        else:
+                            stall = 0
+                    hold = (self.command == "GET" and proxy.hold_on is not None
+                            and proxy.hold_on in self.path)
                 if stall:
                     time.sleep(stall)
+                if hold:
+                    with proxy.changed:
+                        proxy.held += 1
+                        proxy.changed.notify_all()
+                    proxy.released.wait(60)
+                    with proxy.changed:
+                        proxy.held -= 1
+                        proxy.changed.notify_all()
                 if failing:
                     with proxy.lock:
                         proxy.served["503"] += 1
@@ -112,7 +134,17 @@ class FaultProxy:
         self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
+    def wait_held(self, count: int = 1, timeout: float = 60) -> None:
+        """Waits until at least `count` GETs are held."""
+        with self.changed:
+            assert self.changed.wait_for(lambda: self.held >= count, timeout), "no GET held"
+
+    def release(self) -> None:
+        """Lets the held GETs (and any later ones) through."""
+        self.released.set()
+
     def close(self):
+        self.released.set()
         self.server.shutdown()
         self.server.server_close()
 
@@ -422,3 +454,112 @@ def test_a_stalled_server_is_not_asked_again_and_again(moto, proxy, binary, env,
         assert data.read_bytes() == values.tobytes()
     finally:
         _unmount(mnt)
+
+
+def test_one_stalled_request_does_not_fail_other_reads(moto, proxy, binary, env, tmp_path):
+    """One GET that runs out of time (a slow answer, a dropped connection) is not an outage:
+    reads made while it hangs succeed, and so do reads right after it failed, whether other
+    requests were answered meanwhile or a check request has to find the server answering."""
+    prefix, values = _uploaded(moto, tmp_path)
+    location = f"{proxy.endpoint}/{BUCKET}/{prefix}#mode=nczarr,s3"
+    env = dict(env, NCZARRFS_S3_TIMEOUT="2", NCZARRFS_S3_RETRIES="0")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    # Direct I/O: each read is one request of the kernel's, one GET of one chunk (4 rows).
+    res = subprocess.run([str(binary), "mount", "-o", "cache_size=0,readahead=0,direct_io",
+                          location, str(mnt)], env=env, capture_output=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    try:
+        data = mnt / "v" / "data"
+        chunk = 4 * 50 * 8
+
+        def read_chunk(i: int) -> bytes:
+            return _read_at(data, i * chunk, chunk)
+
+        assert read_chunk(0) == values[0:4].tobytes()
+        for stalled, others_meanwhile in ((5, True), (7, False)):
+            proxy.stall_on = f"/v/{stalled}.0"
+            proxy.stall = 8
+            proxy.stalls_left = 1
+            failure: list[BaseException] = []
+
+            def stalled_read():
+                try:
+                    read_chunk(stalled)
+                except OSError as e:
+                    failure.append(e)
+
+            reader = threading.Thread(target=stalled_read)
+            before = len(proxy.requests)
+            reader.start()
+            while not any(proxy.stall_on in path for _, path in proxy.requests[before:]):
+                time.sleep(0.01)
+            if others_meanwhile:
+                for i in (1, 2, 3):
+                    assert read_chunk(i) == values[4 * i:4 * i + 4].tobytes()
+            reader.join()
+            assert failure and failure[0].errno == errno.EIO, "the stalled GET must fail"
+            # Right after the stall: the server answers, so reads work.
+            for i in range(10):
+                assert read_chunk(i) == values[4 * i:4 * i + 4].tobytes(), f"chunk {i}"
+    finally:
+        _unmount(mnt)
+
+
+def test_writes_do_not_wait_for_reads_waiting_on_the_server(moto, proxy, binary, env, tmp_path):
+    """On a rw mount, a write of values (to a chunk in the cache, or to one it fetches) does
+    not wait for other readers' GETs: with the readers' GETs held by the proxy, the writes
+    complete, and everything reads and is stored as written once the GETs go on."""
+    import netCDF4
+    from test_s3_rw import RwMount, _download
+
+    local = tmp_path / "ds.file"
+    read_values = np.arange(40 * 500, dtype="f8").reshape(40, 500) / 3
+    with netCDF4.Dataset(f"file://{local}#mode=nczarr,file", "w") as nc:
+        nc.createDimension("y", 40)
+        nc.createDimension("x", 500)
+        nc.createVariable("r", "f8", ("y", "x"), chunksizes=(4, 500))[:] = read_values
+        nc.createVariable("w", "f8", ("y", "x"), chunksizes=(4, 500))[:] = 1.0
+    prefix = f"faults-{uuid.uuid4().hex}/ds.file"
+    _upload(moto, local, prefix)
+    location = f"{proxy.endpoint}/{BUCKET}/{prefix}#mode=nczarr,s3"
+    chunk = 4 * 500 * 8
+    want = np.ones((40, 500))
+    with RwMount(binary, env, location, tmp_path / "mnt", tmp_path / "mount.log",
+                 options="rw,cache_size=1M") as m:
+        wfd = os.open(m.mnt / "w" / "data", os.O_WRONLY)
+        try:
+            assert os.pwrite(wfd, np.float64(2).tobytes(), 0) == 8  # chunk 0 is now cached
+            want[0, 0] = 2
+
+            proxy.hold_on = "/r/"
+            got: list[bytes] = []
+            reader = threading.Thread(
+                target=lambda: got.append(_read_at(m.mnt / "r" / "data", 0, 4 * chunk)))
+            reader.start()
+            proxy.wait_held()
+            writes_done = threading.Event()
+
+            def writes():
+                os.pwrite(wfd, np.float64(3).tobytes(), 8)  # cached chunk 0
+                os.pwrite(wfd, np.float64(4).tobytes(), 5 * chunk)  # chunk 5, fetched
+                writes_done.set()
+
+            threading.Thread(target=writes, daemon=True).start()
+            # Not a time limit on the writes: before the fix they waited for the release.
+            completed = writes_done.wait(30)
+            still_held = proxy.held
+            proxy.release()
+            reader.join()
+            assert completed and still_held >= 1, "the writes waited for the readers' GETs"
+            want[0, 1] = 3
+            want[20, 0] = 4
+            assert got == [read_values[:16].tobytes()]
+            assert (m.mnt / "w" / "data").read_bytes() == want.tobytes()
+        finally:
+            os.close(wfd)
+        assert m.unmount() == 0, (tmp_path / "mount.log").read_text()
+    stored = _download(moto, prefix, tmp_path / "stored.file")
+    with netCDF4.Dataset(f"file://{stored}#mode=nczarr,file") as nc:
+        assert np.array_equal(nc["w"][:], want)
+        assert np.array_equal(nc["r"][:], read_values)

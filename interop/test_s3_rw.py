@@ -119,14 +119,16 @@ class RwMount:
     """`nczarrfs mount -f -o rw` of `location` on `mnt`: the daemon stays our child, so its
     exit status (non-zero when the final flush failed) can be checked after the unmount."""
 
-    def __init__(self, binary: Path, env, location: str, mnt: Path, log: Path):
+    def __init__(self, binary: Path, env, location: str, mnt: Path, log: Path,
+                 options: str = "rw"):
         self.binary, self.env, self.location, self.mnt, self.log = binary, env, location, mnt, log
+        self.options = options
         self.proc: subprocess.Popen | None = None
 
     def __enter__(self) -> "RwMount":
         self.mnt.mkdir(exist_ok=True)
         self.proc = subprocess.Popen(
-            [str(self.binary), "mount", "-f", "-o", "rw", "--log-file", str(self.log),
+            [str(self.binary), "mount", "-f", "-o", self.options, "--log-file", str(self.log),
              self.location, str(self.mnt)],
             env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 60

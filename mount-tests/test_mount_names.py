@@ -120,7 +120,7 @@ def test_names_too_long_for_a_file_are_enametoolong_on_rw_mounts(mounter, tmp_pa
     assert _netcdf_attrs(url) == before
 
 
-@pytest.mark.parametrize("entry", ["%FF", "%FE", "a%C3", "50%", "%", "%41", "glob%20al", "%2e",
+@pytest.mark.parametrize("entry", ["%FF", "%FE", "a%C3", "50%", "%%", "%41", "glob%20al", "%2e",
                                    "a%2fb", "%C3%A9"])
 def test_attribute_file_names_that_spell_no_name_are_refused(mounter, tmp_path, entry):
     url = _nczarr(tmp_path)
@@ -139,6 +139,41 @@ def test_attribute_file_names_that_spell_no_name_are_refused(mounter, tmp_path, 
     umount_and_wait(mnt)
     assert "not an attribute file name" in log.read_text()
     assert _netcdf_attrs(url) == before
+
+
+def test_the_empty_name_and_the_nul_character_are_two_attribute_files(mounter, tmp_path):
+    """zarr-python stores attributes named `""` and `"\\0"` (JSON keys may be either): the
+    mount shows them as two files, `%` and `%00`, each reading its own value; `%0` and
+    `%%` name nothing. A `rw` mount refuses to write either (netCDF names may be neither),
+    and both keep their values."""
+    import zarr
+
+    store = tmp_path / "z.zarr"
+    group = zarr.open_group(str(store), mode="w", zarr_format=2)
+    arr = group.create_array("v", shape=(2,), dtype="i4")
+    arr[:] = [1, 2]
+    arr.attrs.update({"_ARRAY_DIMENSIONS": ["d"], "": "empty", "\0": "nul"})
+    mnt = mounter.mount(str(store))
+    attrs = mnt / "v" / "@attributes"
+    assert sorted(os.listdir(attrs)) == ["%", "%00"]
+    assert (attrs / "%").read_text() == "empty"
+    assert (attrs / "%00").read_text() == "nul"
+    for other in ["%0", "%%", "%00%00"]:
+        assert not (attrs / other).exists(), other
+    umount_and_wait(mnt)
+
+    mnt = mounter.mount(str(store), "rw")
+    attrs = mnt / "v" / "@attributes"
+    for entry in ["%", "%00"]:
+        with pytest.raises(OSError) as e:
+            (attrs / entry).write_text("changed")
+        assert e.value.errno == errno.EPERM
+    assert (attrs / "%").read_text() == "empty"
+    assert (attrs / "%00").read_text() == "nul"
+    umount_and_wait(mnt)
+    attributes = dict(zarr.open_array(str(store), path="v", mode="r").attrs)
+    assert attributes[""] == "empty"
+    assert attributes["\0"] == "nul"
 
 
 def test_a_file_created_is_listed_under_its_name(mounter, tmp_path):

@@ -13,6 +13,12 @@
 //! fault per page, more than decoding into it, and freeing and allocating chunk-sized buffers
 //! leaves the allocator's arenas holding memory the cache no longer counts.
 //!
+//! Readers and writers may use the cache at once. A reader that missed a chunk and read it
+//! from storage offers it with the epoch taken before the read ([`ChunkCache::insert_read`]);
+//! it is not kept when a changed copy of that chunk has left the cache since (stored, and
+//! then evicted or dropped), or a write stored it whole: the reader may hold the bytes from
+//! before that store, and keeping them would bring back old values.
+//!
 //! One clean chunk larger than the whole cache may be kept beside it (see
 //! [`ChunkCache::keep_oversized`]): a reader going through such a chunk in small requests (the
 //! kernel's reads of a mount are at most 1 MiB) would otherwise decode it whole for each one.
@@ -43,6 +49,9 @@ pub struct CacheStats {
 struct Entry<T> {
     data: Arc<Vec<u8>>,
     dirty: Option<T>,
+    /// Whether it was ever changed while cached (then its leaving is recorded, see
+    /// [`Inner::left`]).
+    changed: bool,
 }
 
 struct Inner<T> {
@@ -56,7 +65,16 @@ struct Inner<T> {
     /// Counts the stores and drops that may make a chunk read from storage before them stale;
     /// such a chunk is not kept as the oversized one.
     epoch: u64,
+    /// The latest chunks that left the cache changed or were stored whole, with the epoch of
+    /// that moment, oldest first (at most [`LEFT_MAX`]).
+    left: VecDeque<(u64, String)>,
+    /// Records up to this epoch have been dropped from `left`.
+    left_floor: u64,
 }
+
+/// Most records kept of changed chunks that left the cache; a reader's chunk read from storage
+/// before the oldest of them is not kept.
+const LEFT_MAX: usize = 1024;
 
 /// Most bytes of spare buffers kept, whatever the cache size (beyond it they are freed).
 const SPARE_MAX: usize = 16 << 20;
@@ -109,6 +127,33 @@ impl<T> Inner<T> {
         }
     }
 
+    /// Records that the chunk of `key`, changed, left the cache (stored first) or was stored
+    /// whole: a copy a reader read from storage before then may be stale.
+    fn left(&mut self, key: &str) {
+        self.epoch += 1;
+        self.left.push_back((self.epoch, key.to_string()));
+        if self.left.len() > LEFT_MAX {
+            if let Some((epoch, _)) = self.left.pop_front() {
+                self.left_floor = epoch;
+            }
+        }
+    }
+
+    /// Whether a copy of the chunk of `key` read from storage after `epoch` may be stale.
+    fn left_since(&self, key: &str, epoch: u64) -> bool {
+        epoch < self.left_floor || self.left.iter().any(|(e, k)| *e > epoch && k == key)
+    }
+
+    /// Removes the entry of `key`, recording its leaving if it was changed.
+    fn pop(&mut self, key: &str) -> Option<Entry<T>> {
+        let e = self.lru.pop(key)?;
+        self.bytes -= e.data.len();
+        if e.changed {
+            self.left(key);
+        }
+        Some(e)
+    }
+
     /// Adds `buf` to the spare buffers, dropping the oldest ones beyond `limit` bytes.
     fn keep_spare(&mut self, buf: Vec<u8>, limit: usize) {
         if buf.len() > limit {
@@ -137,6 +182,8 @@ impl<T> ChunkCache<T> {
                 spare_bytes: 0,
                 oversized: None,
                 epoch: 0,
+                left: VecDeque::new(),
+                left_floor: 0,
             }),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
@@ -254,8 +301,32 @@ impl<T> ChunkCache<T> {
         dirty: Option<T>,
         write_back: &mut WriteBack<'_, T>,
     ) -> Result<()> {
+        self.insert_since(key, data, dirty, None, write_back)
+    }
+
+    /// Inserts `data`, the clean chunk of `key` a reader read from storage after `epoch`
+    /// ([`ChunkCache::epoch`], taken before the read), like [`ChunkCache::insert`], unless
+    /// it may be stale: a changed copy of the chunk left the cache since, or a write stored the
+    /// chunk whole. Then it is not kept (the reader still uses it: its read overlapped that
+    /// write, so it may see the values from before).
+    pub(crate) fn insert_read(&self, key: &str, data: Arc<Vec<u8>>, epoch: u64) {
+        let result = self.insert_since(key, data, None, Some(epoch), &mut |_, _, _| Ok(()));
+        debug_assert!(result.is_ok(), "a clean insert writes nothing back");
+    }
+
+    fn insert_since(
+        &self,
+        key: &str,
+        data: Arc<Vec<u8>>,
+        dirty: Option<T>,
+        read_since: Option<u64>,
+        write_back: &mut WriteBack<'_, T>,
+    ) -> Result<()> {
         let mut inner = self.lock();
         if dirty.is_none() && inner.lru.contains(key) {
+            return Ok(());
+        }
+        if read_since.is_some_and(|epoch| inner.left_since(key, epoch)) {
             return Ok(());
         }
         let replaced = inner.lru.pop(key);
@@ -273,6 +344,9 @@ impl<T> ChunkCache<T> {
             let stored = write_back(key, &data, token);
             let mut inner = self.lock();
             inner.forget_oversized(|k| k != key);
+            if replaced.as_ref().is_some_and(|e| e.changed) || stored.is_ok() {
+                inner.left(key);
+            }
             stored?;
             if self.capacity > 0 {
                 inner.oversized = Some((key.to_string(), data));
@@ -280,8 +354,16 @@ impl<T> ChunkCache<T> {
             return Ok(());
         }
         let is_dirty = dirty.is_some();
+        let changed = is_dirty || replaced.as_ref().is_some_and(|e| e.changed);
         inner.bytes += data.len();
-        inner.lru.put(key.to_string(), Entry { data, dirty });
+        inner.lru.put(
+            key.to_string(),
+            Entry {
+                data,
+                dirty,
+                changed,
+            },
+        );
         let failure = self.evict_to(
             &mut inner,
             self.capacity,
@@ -341,6 +423,9 @@ impl<T> ChunkCache<T> {
                 }
             }
             inner.bytes -= e.data.len();
+            if e.changed {
+                inner.left(&k);
+            }
             self.evictions.fetch_add(1, Ordering::Relaxed);
             // A reader may still hold it; then it is freed when that reader lets go.
             if let Ok(buf) = Arc::try_unwrap(e.data) {
@@ -411,6 +496,7 @@ impl<T> ChunkCache<T> {
             if let Some(entry) = inner.lru.get_mut(*key) {
                 change(key, Arc::make_mut(&mut entry.data).as_mut_slice());
                 entry.dirty = Some(token.clone());
+                entry.changed = true;
             }
         }
         for (key, data) in fresh.drain(..) {
@@ -421,6 +507,7 @@ impl<T> ChunkCache<T> {
             let entry = Entry {
                 data: Arc::new(data),
                 dirty: Some(token.clone()),
+                changed: true,
             };
             inner.lru.put(key, entry);
         }
@@ -539,9 +626,7 @@ impl<T> ChunkCache<T> {
                         .is_some_and(|c| Arc::ptr_eq(&c.data, data))
                     {
                         log::error!("{key}: changes dropped, they cannot be stored: {e}");
-                        if let Some(dropped) = inner.lru.pop(key) {
-                            inner.bytes -= dropped.data.len();
-                        }
+                        inner.pop(key);
                     }
                     first_error.get_or_insert(e);
                 }
@@ -574,8 +659,7 @@ impl<T> ChunkCache<T> {
         if inner.lru.peek(key).is_none_or(|e| e.dirty.is_some()) {
             return;
         }
-        if let Some(e) = inner.lru.pop(key) {
-            inner.bytes -= e.data.len();
+        if let Some(e) = inner.pop(key) {
             if let Ok(buf) = Arc::try_unwrap(e.data) {
                 let limit = self.spare_limit();
                 inner.keep_spare(buf, limit);
@@ -583,13 +667,14 @@ impl<T> ChunkCache<T> {
         }
     }
 
-    /// Forgets the entry of `key`, dirty or not (its chunk is about to be stored whole).
+    /// Forgets the entry of `key`, dirty or not, once its chunk has been stored whole.
     pub(crate) fn discard(&self, key: &str) {
         let mut inner = self.lock();
         inner.forget_oversized(|k| k != key);
         if let Some(e) = inner.lru.pop(key) {
             inner.bytes -= e.data.len();
         }
+        inner.left(key);
     }
 
     /// Drops every entry whose key starts with `prefix` (all of them for `""`), writing dirty
@@ -609,9 +694,7 @@ impl<T> ChunkCache<T> {
                     write_back(&k, &e.data, token)?;
                 }
             }
-            if let Some(e) = inner.lru.pop(&k) {
-                inner.bytes -= e.data.len();
-            }
+            inner.pop(&k);
         }
         Ok(())
     }
@@ -635,6 +718,58 @@ mod tests {
 
     fn clean(_: &str, _: &[u8], _: &u32) -> Result<()> {
         panic!("no dirty entry expected")
+    }
+
+    #[test]
+    fn a_read_that_overlapped_a_change_leaving_the_cache_is_not_kept() {
+        // Room for two 4-byte chunks.
+        let c: ChunkCache<u32> = ChunkCache::new(8);
+        let mut stored = Vec::new();
+        let mut store = |k: &str, d: &[u8], _: &u32| -> Result<()> {
+            stored.push((k.to_string(), d.to_vec()));
+            Ok(())
+        };
+        // A reader misses `a` and reads it from storage; meanwhile a write changes `a` in the
+        // cache, and later writes push it out (stored).
+        let before_read = c.epoch();
+        c.insert("a", Arc::new(vec![2; 4]), Some(1), &mut store)
+            .unwrap();
+        c.insert("b", Arc::new(vec![0; 4]), Some(1), &mut store)
+            .unwrap();
+        c.insert("c", Arc::new(vec![0; 4]), Some(1), &mut store)
+            .unwrap();
+        assert!(c.get("a").is_none());
+        assert_eq!(stored[0], ("a".to_string(), vec![2; 4]));
+        // The reader's copy may be from before the store: not kept.
+        c.insert_read("a", Arc::new(vec![1; 4]), before_read);
+        assert!(c.get("a").is_none());
+        // A copy read after the store is kept (once there is room beside the changed chunks);
+        // so is one of a chunk nobody changed.
+        let after_store = c.epoch();
+        c.discard("b");
+        c.insert_read("a", Arc::new(vec![2; 4]), after_store);
+        assert_eq!(*c.get("a").unwrap(), vec![2; 4]);
+        let c: ChunkCache<u32> = ChunkCache::new(8);
+        let before_read = c.epoch();
+        c.discard("x");
+        c.insert_read("y", Arc::new(vec![3; 4]), before_read);
+        assert!(c.get("y").is_some());
+        // A chunk stored whole while it was being read.
+        c.insert_read("x", Arc::new(vec![3; 4]), before_read);
+        assert!(c.get("x").is_none());
+    }
+
+    #[test]
+    fn a_read_older_than_the_records_kept_is_not_kept() {
+        let c: ChunkCache<u32> = ChunkCache::new(8);
+        let before_read = c.epoch();
+        for i in 0..=LEFT_MAX {
+            c.discard(&format!("k{i}"));
+        }
+        c.insert_read("other", Arc::new(vec![0; 4]), before_read);
+        assert!(c.get("other").is_none());
+        c.insert_read("other", Arc::new(vec![0; 4]), c.epoch());
+        assert!(c.get("other").is_some());
     }
 
     #[test]

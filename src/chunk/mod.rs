@@ -677,10 +677,12 @@ enum Ahead {
 
 /// Chunks of one read fetched ahead of decoding, taken by `fetch`: the ones that have arrived,
 /// and the ones still on their way, which `fetch` waits for rather than requesting again.
-#[derive(Default)]
 struct Prefetched {
     chunks: Mutex<AheadChunks>,
     arrived: Condvar,
+    /// The cache's epoch before any chunk was read, for caching them
+    /// ([`ChunkCache::insert_read`]).
+    epoch: u64,
 }
 
 #[derive(Default)]
@@ -690,6 +692,15 @@ struct AheadChunks {
 }
 
 impl Prefetched {
+    /// Nothing fetched yet; `epoch` is the cache's now.
+    fn new(epoch: u64) -> Self {
+        Prefetched {
+            chunks: Mutex::default(),
+            arrived: Condvar::new(),
+            epoch,
+        }
+    }
+
     fn chunks(&self) -> MutexGuard<'_, AheadChunks> {
         self.chunks.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -947,7 +958,7 @@ impl ChunkEngine {
         // Chunks that are not kept and land whole as contiguous blocks are decoded in place.
         let direct = !keep && !batched && plan.direct();
         let ranged = !batched && self.ranged(plan);
-        let ahead = Prefetched::default();
+        let ahead = Prefetched::new(self.cache.epoch());
         let chunk_coords = |row: &Span, rest: &[Span]| -> Vec<u64> {
             std::iter::once(row.chunk)
                 .chain(rest.iter().map(|s| s.chunk))
@@ -1230,17 +1241,17 @@ impl ChunkEngine {
             return self.fetch_inner(plan, chain, coords);
         }
         let key = plan.chunk_key(coords);
-        let early = ahead.and_then(|a| a.take(&key));
-        let raw = match early {
-            Some(Ahead::Cached(hit)) => return Ok(Some(hit)),
-            Some(Ahead::Raw(raw)) => raw?,
+        let early = ahead.and_then(|a| a.take(&key).map(|chunk| (chunk, a.epoch)));
+        let (raw, epoch) = match early {
+            Some((Ahead::Cached(hit), _)) => return Ok(Some(hit)),
+            Some((Ahead::Raw(raw), epoch)) => (raw?, epoch),
             None => match self.cache.get(&key) {
                 Some(hit) => return Ok(Some(hit)),
                 None if keep => return self.load_once(plan, &key),
-                None => self.map.get(&key)?,
+                None => return self.decode_keep(plan, &key, self.map.get(&key)?, None),
             },
         };
-        self.decode_keep(plan, &key, raw, keep)
+        self.decode_keep(plan, &key, raw, keep.then_some(epoch))
     }
 
     /// Loads the chunk at `key` into the cache, once: concurrent readers of the same chunk (a
@@ -1273,10 +1284,10 @@ impl ChunkEngine {
     fn load(&self, plan: &Arc<VarPlan>, key: &str) -> Result<Option<Arc<Vec<u8>>>> {
         let epoch = self.cache.epoch();
         let native = if plan.direct() {
-            self.load_direct(plan, key)?
+            self.load_direct(plan, key, epoch)?
         } else {
             let raw = self.map.get(key)?;
-            self.decode_keep(plan, key, raw, true)?
+            self.decode_keep(plan, key, raw, Some(epoch))?
         };
         if let Some(chunk) = &native {
             self.cache.keep_oversized(key, chunk, epoch);
@@ -1284,8 +1295,14 @@ impl ChunkEngine {
         Ok(native)
     }
 
-    /// [`ChunkEngine::load`] of a chunk that decodes in place.
-    fn load_direct(&self, plan: &Arc<VarPlan>, key: &str) -> Result<Option<Arc<Vec<u8>>>> {
+    /// [`ChunkEngine::load`] of a chunk that decodes in place, read from storage after the
+    /// cache's `epoch`.
+    fn load_direct(
+        &self,
+        plan: &Arc<VarPlan>,
+        key: &str,
+        epoch: u64,
+    ) -> Result<Option<Arc<Vec<u8>>>> {
         let len = plan.chunk_elems * plan.esize;
         let mut buf = self.cache.take_spare(len).unwrap_or_else(|| vec![0; len]);
         if !plan.read_direct(self.map.as_ref(), key, &mut buf)? {
@@ -1294,31 +1311,26 @@ impl ChunkEngine {
         }
         let native = Arc::new(buf);
         if self.cache.fits(len) {
-            self.cache
-                .insert(key, Arc::clone(&native), None, &mut |k, d, p| {
-                    self.write_back(k, d, p)
-                })?;
+            self.cache.insert_read(key, Arc::clone(&native), epoch);
         }
         Ok(Some(native))
     }
 
-    /// Decodes a stored chunk (`None`: never written) and caches it if `keep`.
+    /// Decodes a stored chunk (`None`: never written) and caches it when `kept_since` is the
+    /// cache's epoch from before it was read from storage (see [`ChunkCache::insert_read`]).
     fn decode_keep(
         &self,
         plan: &Arc<VarPlan>,
         key: &str,
         raw: Option<Vec<u8>>,
-        keep: bool,
+        kept_since: Option<u64>,
     ) -> Result<Option<Arc<Vec<u8>>>> {
         let Some(raw) = raw else {
             return Ok(None);
         };
         let native = Arc::new(plan.decode(key, raw)?);
-        if keep && self.cache.fits(native.len()) {
-            self.cache
-                .insert(key, Arc::clone(&native), None, &mut |k, d, p| {
-                    self.write_back(k, d, p)
-                })?;
+        if let Some(epoch) = kept_since.filter(|_| self.cache.fits(native.len())) {
+            self.cache.insert_read(key, Arc::clone(&native), epoch);
         }
         Ok(Some(native))
     }
@@ -1461,13 +1473,15 @@ impl ChunkEngine {
             // What the chunks left to others would have taken goes back at once.
             drop(share);
             let (keys, mut held): (Vec<String>, Vec<_>) = mine.into_iter().unzip();
+            let epoch = self.cache.epoch();
             // Each gate opens, and each chunk's share goes back, as soon as the chunk is
             // cached: a reader waiting for the first chunk does not wait for the slowest
             // request of the batch, nor the next prefetch for the whole batch.
             self.map.get_each(&keys, &mut |i, raw| {
                 if result.is_ok() {
-                    result =
-                        raw.and_then(|raw| self.decode_keep(plan, &keys[i], raw, true).map(drop));
+                    result = raw.and_then(|raw| {
+                        self.decode_keep(plan, &keys[i], raw, Some(epoch)).map(drop)
+                    });
                 }
                 drop(held[i].take());
             });
@@ -1541,6 +1555,16 @@ impl ChunkEngine {
             }
         }
         Ok(())
+    }
+
+    /// Whether `var` is a Zarr v3 array with sharding (inner chunks stored together in
+    /// shards).
+    pub fn sharded(&self, ds: &Dataset, var: VarId) -> Result<bool> {
+        Ok(self
+            .plan(ds, var)?
+            .v3
+            .as_ref()
+            .is_some_and(|c| c.is_sharded()))
     }
 
     /// Refuses `data`, the values of a write of `slab` to `var`, when the variable's stored

@@ -61,18 +61,39 @@ pub struct DumpArgs {
     #[arg(short = 'f', long = "full", value_name = "LANG", value_parser = parse_lang)]
     pub full: Option<Lang>,
     /// Values of time variables (CF `units` such as `days since 2000-01-01`, with their
-    /// `calendar`) as dates (`ncdump -t`).
-    #[arg(short = 't', long = "times")]
+    /// `calendar`) as dates (`ncdump -t`). Of `-t` and `-i`, the last given chooses the
+    /// separator, as in ncdump.
+    #[arg(short = 't', long = "times", overrides_with = "iso_times")]
     pub times: bool,
     /// The same with ISO 8601's `T` between date and time (`ncdump -i`).
-    #[arg(short = 'i', long = "iso-times")]
+    #[arg(short = 'i', long = "iso-times", overrides_with = "times")]
     pub iso_times: bool,
     /// Print only the kind of the dataset, as `ncdump -k` does (`netCDF-4`, which is what
     /// netcdf-c reports for NCZarr and Zarr).
     #[arg(short = 'k', long = "kind")]
     pub kind: bool,
+    /// Accepted for ncdump's command lines; no effect: client-side caching of DAP URLs
+    /// (`ncdump -w`).
+    #[arg(short = 'w', hide = true)]
+    pub dap_cache: bool,
+    /// Accepted for ncdump's command lines; no effect: netcdf-c's internal log level
+    /// (`ncdump -L n`, which ncdump too ignores unless netcdf-c was built with logging).
+    #[arg(short = 'L', value_name = "N", hide = true)]
+    pub netcdf_log_level: Option<u32>,
+    /// Accepted for ncdump's command lines; no effect: `-Xm` (read into memory) and `-Xp`
+    /// (which netcdf-c's ncdump accepts and ignores too).
+    #[arg(short = 'X', value_name = "m|p", hide = true, value_parser = parse_x_option)]
+    pub x_option: Option<char>,
     /// The dataset: a path or a URL.
     pub location: String,
+}
+
+/// ncdump's `-X` value: it looks at the first letter only.
+fn parse_x_option(text: &str) -> std::result::Result<char, String> {
+    match text.chars().next() {
+        Some(c @ ('m' | 'p')) => Ok(c),
+        _ => Err(format!("invalid value for -X option: {text} (m or p)")),
+    }
 }
 
 /// Runs `dump`.

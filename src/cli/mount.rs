@@ -13,10 +13,11 @@ pub struct MountArgs {
     /// An existing directory to mount it on.
     pub mountpoint: PathBuf,
     /// Mount options, comma-separated: ro (default), rw, allow_other, allow_root,
-    /// default_permissions, cache_size=BYTES[K|M|G], uid=N, gid=N, umask=OCTAL, ttl=SECONDS
-    /// (0: never re-read), threads=N, readahead=BYTES, max_read=BYTES, direct_io, nosplice,
-    /// fsname=NAME, auto_unmount, noatime/nodev/nosuid/noexec/sync/async/dirsync (kernel
-    /// flags). mount(8)'s other filesystem-independent options (defaults, nofail, nodiratime,
+    /// default_permissions, cache_size=BYTES[K|M|G|T], uid=N, gid=N, umask=OCTAL,
+    /// ttl=SECONDS (0: never re-read), threads=N, readahead=BYTES, max_read=BYTES, direct_io,
+    /// nosplice (splice: back on), fsname=NAME, auto_unmount,
+    /// noatime/atime/nodev/nosuid/noexec/sync/async/dirsync (kernel flags; of two opposite
+    /// ones the later wins). mount(8)'s other filesystem-independent options (defaults, nofail, nodiratime,
     /// user, comment=, x-*, ...) are accepted and ignored, except remount, which is refused.
     /// A flag takes no value: allow_other=0 is an error, not "off".
     #[arg(short = 'o', value_name = "OPTIONS")]

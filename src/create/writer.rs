@@ -1,7 +1,7 @@
 //! [`DatasetWriter`]: a dataset open for writing, its definitions, values and durability.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::chunk::{ChunkEngine, FailedWrite, Hyperslab};
 use crate::codec::netcdf_element_size;
@@ -42,8 +42,9 @@ pub struct DatasetWriter {
     pub(super) model: Dataset,
     pub(super) engine: ChunkEngine,
     opts: CreateOptions,
-    /// Variables that are stored, or hold values (their fill value and dtype are fixed).
-    has_data: HashSet<VarId>,
+    /// Variables that are stored, or hold values (their fill value and dtype are fixed); a
+    /// lock of its own, since writes within the shape need only shared access.
+    has_data: Mutex<HashSet<VarId>>,
     meta_dirty: bool,
     /// The unlimited dimensions as the writer found them stored, with their lengths, until it
     /// first grows them: the variables then on them may hold values past that length that
@@ -97,7 +98,7 @@ impl DatasetWriter {
             map,
             model,
             opts,
-            has_data: HashSet::new(),
+            has_data: Mutex::new(HashSet::new()),
             meta_dirty: true,
             stored_lengths: HashMap::new(),
             stored_vars: 0,
@@ -224,7 +225,7 @@ impl DatasetWriter {
             stored_vars: model.vars.len(),
             model,
             opts,
-            has_data,
+            has_data: Mutex::new(has_data),
             meta_dirty,
             stored_lengths,
         };
@@ -522,13 +523,26 @@ impl DatasetWriter {
         } else {
             v.storage.chunks.len() == v.dims.len() && !v.storage.chunks.contains(&0)
         };
-        let chunks = if chunks_ok {
+        let mut chunks = if chunks_ok {
             v.storage.chunks.clone()
         } else if v.dims.is_empty() {
             shape.iter().map(|_| 1).collect()
         } else {
             default_chunks(&dims, dtype.size)
         };
+        if old_layout && dialect == Dialect::NcZarr {
+            // netcdf-c before 4.9.3 refuses the whole dataset when a chunk is longer than its
+            // fixed dimension (a record variable's 512 made fixed by `copy -u`, a
+            // `_ChunkSizes` from CDL); the values are the same in a chunk that just fits.
+            for (chunk, &(len, unlimited)) in chunks.iter_mut().zip(&dims) {
+                if !unlimited && *chunk > len.max(1) {
+                    log::info!(
+                        "{key}: chunk {chunk} along a dimension of length {len} stored as                          {len}: netcdf-c before 4.9.3 reads no chunk longer than its dimension"
+                    );
+                    *chunk = len.max(1);
+                }
+            }
+        }
         // The engine encodes with the Zarr v2 spelling of a chain (the same bytes); the v3
         // metadata writer spells it the v3 way. A sharded chain stays sharded on Zarr v3,
         // around the inner chain spelled again for this variable's stored type.
@@ -751,7 +765,7 @@ impl DatasetWriter {
 
     fn set_fill(&mut self, v: VarId, value: Option<&AttrValue>) -> Result<()> {
         let fqn = self.model.var_fqn(v);
-        if self.has_data.contains(&v) {
+        if self.has_data_mut().contains(&v) {
             return Err(Error::NotPermitted(format!(
                 "{fqn}: the fill value of a variable already in storage cannot change (what \
                  its chunks leave unwritten reads as the old one); copy the dataset to change it"
@@ -1045,20 +1059,63 @@ impl DatasetWriter {
                 }
             }
         }
-        match self.engine.try_write(&self.model, var, slab, data) {
-            Ok(()) => {
-                self.has_data.insert(var);
-                Ok(())
-            }
-            Err(failed) if failed.in_part => {
-                self.has_data.insert(var);
-                Err(failed)
-            }
+        match self.try_write_within(var, slab, data) {
+            Ok(()) => Ok(()),
+            Err(failed) if failed.in_part => Err(failed),
             Err(failed) => {
                 growths.into_iter().rev().for_each(|g| self.ungrow(g, 0));
                 Err(failed)
             }
         }
+    }
+
+    /// [`DatasetWriter::try_write`] of a slab within the current shape, which changes no
+    /// definition and so needs only shared access: it may run beside reads (other writes
+    /// must wait for it, for the read-modify-write of elements written in part). A slab that
+    /// would grow a dimension is refused, having changed nothing.
+    pub fn try_write_within(
+        &self,
+        var: VarId,
+        slab: &Hyperslab,
+        data: &[u8],
+    ) -> std::result::Result<(), FailedWrite> {
+        let nothing = |error| FailedWrite {
+            error,
+            in_part: false,
+        };
+        if let Some((d, end)) = self.growth_needed(var, slab).map_err(nothing)?.first() {
+            return Err(nothing(Error::InvalidHyperslab(format!(
+                "write to {} up to index {} beyond dimension {} of length {}",
+                self.model.var_fqn(var),
+                end - 1,
+                self.model.dim_fqn(*d),
+                self.model.dim(*d).len
+            ))));
+        }
+        let written = self.engine.try_write(&self.model, var, slab, data);
+        if written.as_ref().map_or_else(|f| f.in_part, |()| true) {
+            self.has_data
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(var);
+        }
+        written
+    }
+
+    /// Whether writes within the shape ([`DatasetWriter::try_write_within`]) may run beside
+    /// reads of the dataset. Not with a sharded array: storing its changed inner chunks
+    /// rewrites a whole shard, index included, which a reader could see half old, half new.
+    pub fn writes_beside_reads(&self) -> Result<bool> {
+        for v in 0..self.model.vars.len() {
+            if self.engine.sharded(&self.model, VarId(v))? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    fn has_data_mut(&mut self) -> &mut HashSet<VarId> {
+        self.has_data.get_mut().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The unlimited dimensions a write of `slab` of `var` makes longer, with their new

@@ -2,8 +2,10 @@
 //! the kernel and answer them themselves, reads of `data` included; only the prefetching of
 //! chunks ahead of sequential readers runs on threads of its own.
 //!
-//! A `rw` mount serves one [`DatasetWriter`] behind a reader-writer lock: writes, metadata
-//! changes and flushes take it exclusively, data reads share it. After
+//! A `rw` mount serves one [`DatasetWriter`] behind a reader-writer lock: metadata changes,
+//! flushes and writes that grow a variable take it exclusively, data reads share it. So do
+//! the other writes of values, one at a time: the chunk cache keeps each chunk whole for the
+//! readers, and a write need not wait for reads that wait on storage (S3). After
 //! every change of the model a new [`Snapshot`] of it is published for lookups and generated
 //! files, and the kernel is told to cache nothing (zero TTLs), because one write can change the
 //! size of other files (every variable on a grown dimension) and every metadata file.
@@ -42,7 +44,7 @@ use super::slab::{element_range_slabs, slab_len};
 use super::splice::{self, Spliced};
 use super::stream::{Geometry, ReadStream};
 use super::workers::Workers;
-use super::write::{parse_attr_text, why_fixed_size, write_data};
+use super::write::{parse_attr_text, why_fixed_size, write_data, write_data_within};
 
 /// How long the kernel may cache names and attributes when the dataset is declared static.
 const STATIC_TTL: Duration = Duration::from_secs(3600);
@@ -243,6 +245,9 @@ struct Shared {
     dataset_name: String,
     /// The writer of a `rw` mount.
     writer: Option<Arc<RwLock<DatasetWriter>>>,
+    /// Taken by writes of values that share the writer's lock with reads
+    /// ([`write_data_within`]), so that they run one at a time.
+    shared_writes: Mutex<()>,
     opts: MountOptions,
     uid: u32,
     gid: u32,
@@ -445,6 +450,7 @@ impl NczarrFs {
             mode,
             dataset_name,
             writer,
+            shared_writes: Mutex::new(()),
             uid: opts.uid.unwrap_or(uid),
             gid: opts.gid.unwrap_or(gid),
             snap: RwLock::new(Arc::new(snap)),
@@ -734,6 +740,32 @@ impl Shared {
             });
         }
         result
+    }
+
+    /// Writes `data` at `offset` of the `data` file of `handle` (of variable `owner`) with the
+    /// writer's lock shared with reads ([`write_data_within`]), one such write at a time:
+    /// the bytes written, or `None` when the write needs the lock exclusively ([`Shared::change`]).
+    fn write_within(
+        &self,
+        handle: &Handle,
+        owner: &Owner,
+        offset: u64,
+        data: &[u8],
+    ) -> Option<Result<std::result::Result<usize, String>>> {
+        let writer = self.writer.as_ref()?;
+        let _turn = lock(&self.shared_writes);
+        let w = read_lock(writer);
+        let Ok(Resolved::Var(var)) = handle.owner_in(owner, w.model()) else {
+            return None;
+        };
+        let n = match write_data_within(&w, var, offset, data)? {
+            Ok(n) => n,
+            Err(e) => return Some(Err(e)),
+        };
+        if let Some(truncation) = &handle.truncation {
+            lock(truncation).wrote(offset..offset + n as u64);
+        }
+        Some(Ok(Ok(n)))
     }
 
     /// Whether netCDF allows writing an attribute `name` on `owner` at all (see
@@ -1765,28 +1797,34 @@ impl Filesystem for NczarrFs {
         // misses records another variable added to the dimension since: the daemon knows the
         // end. (Through the page cache the kernel has already placed the bytes.)
         let appending = self.direct_data && flags.0 & libc::O_APPEND != 0;
-        let result = sh.change(|w| {
-            let Resolved::Var(var) = handle.owner_in(owner, w.model())? else {
-                return Err(Error::NotFound(owner.display()));
-            };
-            let mut tail = lock(&handle.append_tail);
-            let at = if appending {
-                tail.offset(content::data_size(w.model(), var))
-            } else {
-                offset
-            };
-            let n = write_data(w, var, at, data)?;
-            if n == 0 && !data.is_empty() {
-                return Ok(Err(why_fixed_size(w.model(), var)));
-            }
-            let written = at..at + n as u64;
-            if appending {
-                tail.appended(written.clone(), content::data_size(w.model(), var));
-            }
-            if let Some(truncation) = &handle.truncation {
-                lock(truncation).wrote(written);
-            }
-            Ok(Ok(n))
+        let within = match appending {
+            false => sh.write_within(&handle, owner, offset, data),
+            true => None,
+        };
+        let result = within.unwrap_or_else(|| {
+            sh.change(|w| {
+                let Resolved::Var(var) = handle.owner_in(owner, w.model())? else {
+                    return Err(Error::NotFound(owner.display()));
+                };
+                let mut tail = lock(&handle.append_tail);
+                let at = if appending {
+                    tail.offset(content::data_size(w.model(), var))
+                } else {
+                    offset
+                };
+                let n = write_data(w, var, at, data)?;
+                if n == 0 && !data.is_empty() {
+                    return Ok(Err(why_fixed_size(w.model(), var)));
+                }
+                let written = at..at + n as u64;
+                if appending {
+                    tail.appended(written.clone(), content::data_size(w.model(), var));
+                }
+                if let Some(truncation) = &handle.truncation {
+                    lock(truncation).wrote(written);
+                }
+                Ok(Ok(n))
+            })
         });
         match result {
             Ok(Err(why)) => {

@@ -76,11 +76,13 @@ pub fn object_name(entry: &str) -> Option<&str> {
     }
 }
 
-/// The file name of an attribute: `/`, `%` and control characters percent-encoded, and the
-/// names `""`, `.` and `..` spelled `%00`, `%2E`, `%2E%2E`.
+/// The file name of an attribute: `/`, `%` and control characters percent-encoded (the NUL
+/// character as `%00`), and the names `""`, `.` and `..` spelled `%`, `%2E`, `%2E%2E`. A
+/// lone `%` is no other name's spelling: every other `%` is followed by two hexadecimal
+/// digits.
 pub fn attr_entry(name: &str) -> String {
     match name {
-        "" => "%00".to_string(),
+        "" => "%".to_string(),
         "." => "%2E".to_string(),
         ".." => "%2E%2E".to_string(),
         // Other characters, non-ASCII ones too, are file name characters as they are.
@@ -104,11 +106,11 @@ pub const NAME_MAX: usize = 255;
 
 /// Reverses [`attr_entry`]: the attribute name that file name `entry` stands for, or `None`
 /// when `attr_entry` gives no name that entry: a `%` not followed by two hexadecimal digits
-/// (`50%`), escapes of bytes that are not UTF-8 (`%FF`), or another spelling than its own
-/// (`%41` for `A`, `%2f` for `%2F`). So two file names never stand for one attribute, and a
+/// (`50%`) other than the lone `%` of the empty name, escapes of bytes that are not UTF-8
+/// (`%FF`), or another spelling than its own (`%41` for `A`, `%2f` for `%2F`). So two file names never stand for one attribute, and a
 /// file is listed under the name it was created with.
 pub fn attr_name(entry: &str) -> Option<String> {
-    if entry == "%00" {
+    if entry == "%" {
         return Some(String::new());
     }
     let name = percent_decode_str(entry).decode_utf8().ok()?;
@@ -381,7 +383,18 @@ pub(crate) mod tests {
             assert_eq!(object_name(&object_entry(name)), Some(name));
         }
         assert_eq!(object_name("@header.cdl"), None);
-        for name in ["", ".", "..", "a/b", "100%", "tab\there", "ünï", "%41"] {
+        for name in [
+            "",
+            "\0",
+            "\0\0",
+            ".",
+            "..",
+            "a/b",
+            "100%",
+            "tab\there",
+            "ünï",
+            "%41",
+        ] {
             let e = attr_entry(name);
             assert!(!e.contains('/') && e != "." && e != ".." && !e.is_empty());
             assert_eq!(attr_name(&e).as_deref(), Some(name));
@@ -389,6 +402,9 @@ pub(crate) mod tests {
         // As docs/mount.md says: only `/`, `%` and control characters are encoded.
         assert_eq!(attr_entry("ünï µ"), "ünï µ");
         assert_eq!(attr_entry("a/b%\n"), "a%2Fb%25%0A");
+        // The empty name and the NUL character are two names: two spellings.
+        assert_eq!(attr_entry(""), "%");
+        assert_eq!(attr_entry("\0"), "%00");
     }
 
     #[test]
@@ -401,7 +417,7 @@ pub(crate) mod tests {
         // as it is, lower-case hex digits.
         for entry in [
             "50%",
-            "%",
+            "%%",
             "%4",
             "%zz",
             "%41",

@@ -252,6 +252,17 @@ impl MountOptions {
             }
             "noatime" | "atime" | "nodev" | "nosuid" | "noexec" | "sync" | "async" | "dirsync" => {
                 flag()?;
+                // As mount(8), the later of two opposite flags wins (the FUSE library would
+                // refuse the pair).
+                let opposite = match key {
+                    "atime" => Some("noatime"),
+                    "noatime" => Some("atime"),
+                    "sync" => Some("async"),
+                    "async" => Some("sync"),
+                    _ => None,
+                };
+                self.kernel_flags
+                    .retain(|f| f != key && Some(f.as_str()) != opposite);
                 self.kernel_flags.push(key.to_string())
             }
             "remount" => {
@@ -343,6 +354,8 @@ mod tests {
         assert_eq!(o, MountOptions::default());
         let o = MountOptions::parse(&["noatime,nodev"]).unwrap();
         assert_eq!(o.kernel_flags, vec!["noatime", "nodev"]);
+        let o = MountOptions::parse(&["noatime,sync,nodev", "atime,async,nodev"]).unwrap();
+        assert_eq!(o.kernel_flags, vec!["atime", "async", "nodev"]);
     }
 
     #[test]

@@ -78,10 +78,35 @@ pub fn write_data(w: &mut DatasetWriter, var: VarId, offset: u64, data: &[u8]) -
     }
 }
 
+/// [`write_data`] of a write that changes no definition, with shared access to the writer
+/// (see [`DatasetWriter::try_write_within`]), so that it need not wait for reads that wait on
+/// storage: `None` when it needs exclusive access, because it ends past the end of `var`'s
+/// `data` file or the dataset's writes cannot run beside reads
+/// ([`DatasetWriter::writes_beside_reads`]). The caller lets one such write run at a time.
+pub fn write_data_within(
+    w: &DatasetWriter,
+    var: VarId,
+    offset: u64,
+    data: &[u8],
+) -> Option<Result<usize>> {
+    let ds = w.model();
+    let v = ds.vars.get(var.0)?;
+    let esz = v.element_size() as u64;
+    let size = ds.var_shape(var).iter().product::<u64>().checked_mul(esz)?;
+    let end = offset.checked_add(data.len() as u64)?;
+    if v.storage.unreadable.is_some() || esz == 0 || data.is_empty() || end > size {
+        return None;
+    }
+    if !w.writes_beside_reads().unwrap_or(false) {
+        return None;
+    }
+    Some(write_grown(w, var, offset, data).map_err(|f| f.error))
+}
+
 /// [`write_data`] of `data` at byte `offset` of `var`, which is long enough for it: the bytes
 /// taken, fewer than all when a slab after the first fails having changed nothing.
 fn write_grown(
-    w: &mut DatasetWriter,
+    w: &DatasetWriter,
     var: VarId,
     offset: u64,
     data: &[u8],
@@ -99,7 +124,7 @@ fn write_grown(
     let mut pos = 0;
     for slab in element_range_slabs(&shape, offset / esz, end.div_ceil(esz)) {
         let n = (slab_len(&slab) * esz) as usize;
-        match w.try_write(var, &slab, &buf[pos..pos + n]) {
+        match w.try_write_within(var, &slab, &buf[pos..pos + n]) {
             Ok(()) => pos += n,
             Err(failed) if failed.in_part || pos == 0 => return Err(failed),
             Err(failed) => {

@@ -40,8 +40,26 @@ pub(super) fn c_name(name: &[u8]) -> io::Result<CString> {
     CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
 }
 
+/// How many opens ([`open_at`], [`open_path`], openat2) this thread has made: tests count
+/// them to see that the work of a walk does not grow with the depth of what it walks.
+#[cfg(test)]
+pub(super) fn opens_so_far() -> u64 {
+    OPENS.with(std::cell::Cell::get)
+}
+
+#[cfg(test)]
+thread_local! {
+    static OPENS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+fn count_open() {
+    #[cfg(test)]
+    OPENS.with(|n| n.set(n.get() + 1));
+}
+
 /// `openat(dir, name, flags)`, close-on-exec.
 pub(super) fn open_at(dir: BorrowedFd<'_>, name: &CStr, flags: libc::c_int) -> io::Result<OwnedFd> {
+    count_open();
     // SAFETY: an open descriptor and a NUL-terminated name.
     let fd = unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags | libc::O_CLOEXEC) };
     if fd < 0 {
@@ -53,6 +71,7 @@ pub(super) fn open_at(dir: BorrowedFd<'_>, name: &CStr, flags: libc::c_int) -> i
 
 /// `open(path, flags)`, close-on-exec.
 pub(super) fn open_path(path: &CStr, flags: libc::c_int) -> io::Result<OwnedFd> {
+    count_open();
     // SAFETY: a NUL-terminated path.
     let fd = unsafe { libc::open(path.as_ptr(), flags | libc::O_CLOEXEC) };
     if fd < 0 {
@@ -116,6 +135,7 @@ fn openat2(
     flags: libc::c_int,
     resolve: u64,
 ) -> io::Result<OwnedFd> {
+    count_open();
     // SAFETY: open_how is plain data; all-zero is a valid value, its fields are set below.
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
     how.flags = (flags | libc::O_CLOEXEC) as u64;
@@ -161,6 +181,42 @@ pub(super) fn open_below(
             _ => Miss::Io(e),
         }),
     }
+}
+
+/// Opens the directory `rel` (relative, with plain names only) below `root` (`O_PATH`),
+/// following no symbolic link, in one system call: `openat2(RESOLVE_BENEATH |
+/// RESOLVE_NO_SYMLINKS)`, the kernel walking the names. `None` where openat2 is missing, or
+/// where a rename meanwhile kept the kernel from telling (`EAGAIN`): the caller walks the
+/// names one at a time instead. A link on the way (the last name included) is
+/// [`Miss::Link`]; a missing name, or a file on the way, [`Miss::Absent`].
+///
+/// One call rather than one per name: a directory store reaches an object's directory for
+/// every write, and with groups nested thousands deep, opening each name on the way made
+/// writing a dataset cost the square of its depth in system calls.
+pub(super) fn open_dir_without_links(
+    root: BorrowedFd<'_>,
+    rel: &Path,
+) -> Option<Result<OwnedFd, Miss>> {
+    if !has_openat2() {
+        return None;
+    }
+    let name = match c_name(rel.as_os_str().as_bytes()) {
+        Ok(name) => name,
+        Err(e) => return Some(Err(Miss::Io(e))),
+    };
+    let flags = libc::O_PATH | libc::O_DIRECTORY;
+    let resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS;
+    Some(match openat2(Some(root), &name, flags, resolve) {
+        Ok(fd) => Ok(fd),
+        Err(e) => match e.raw_os_error() {
+            Some(libc::ENOENT | libc::ENOTDIR) => Err(Miss::Absent),
+            // ELOOP: a link, not followed. EXDEV: plain names cannot leave `root`; a link
+            // made that so.
+            Some(libc::ELOOP | libc::EXDEV) => Err(Miss::Link),
+            Some(libc::EAGAIN) => return None,
+            _ => Err(Miss::Io(e)),
+        },
+    })
 }
 
 /// Opens `rel` below `root` one name at a time, following no symbolic link: a link on the
@@ -314,5 +370,68 @@ pub(super) fn remove_empty_dirs(root: BorrowedFd<'_>, dir: BorrowedFd<'_>, names
             return;
         }
         up = Some(parent);
+    }
+}
+
+/// Directories opened lately, by their paths, for opening the next directory from the
+/// nearest of them rather than from the top: a set of writes in key order then walks each
+/// directory's name about once, where walking every path from the top costs the square of
+/// the nesting depth (groups nested thousands deep made writing a dataset take minutes).
+/// Only the [`NearDirs::KEPT`] most recent stay open: in key order these are the parents a
+/// next key shares, and a path thousands deep would otherwise hold thousands of
+/// descriptors.
+///
+/// A directory is reached as it was when it was opened: callers keep one only for one set
+/// of operations, as long as a path opened at the start of the set would be used anyway.
+#[derive(Default)]
+pub(super) struct NearDirs {
+    /// The paths (as bytes: comparing `Path`s name by name costs more than the system calls
+    /// saved) and their directories, least recent first.
+    kept: Vec<(Vec<u8>, std::sync::Arc<OwnedFd>)>,
+}
+
+impl NearDirs {
+    /// How many directories stay open.
+    const KEPT: usize = 16;
+
+    /// The kept directory deepest above `path` (or at it), and the rest of `path` below it
+    /// (empty at it).
+    pub(super) fn nearest<'p>(
+        &self,
+        path: &'p Path,
+    ) -> Option<(std::sync::Arc<OwnedFd>, &'p Path)> {
+        let bytes = path.as_os_str().as_bytes();
+        self.kept
+            .iter()
+            .filter_map(|(at, dir)| Some((dir, below(bytes, at)?)))
+            .min_by_key(|(_, rest)| rest.len())
+            .map(|(dir, rest)| {
+                (
+                    std::sync::Arc::clone(dir),
+                    Path::new(std::ffi::OsStr::from_bytes(rest)),
+                )
+            })
+    }
+
+    /// Keeps `dir`, open as `path`, in place of the least recent one.
+    pub(super) fn keep(&mut self, path: &Path, dir: &std::sync::Arc<OwnedFd>) {
+        let bytes = path.as_os_str().as_bytes();
+        self.kept.retain(|(at, _)| at != bytes);
+        if self.kept.len() == Self::KEPT {
+            self.kept.remove(0);
+        }
+        self.kept.push((bytes.to_vec(), std::sync::Arc::clone(dir)));
+    }
+}
+
+/// The rest of the path `path` below `at` (empty: `at` itself), when `at` is it or one of
+/// the directories on its way; both as written, without `.` or doubled slashes.
+fn below<'p>(path: &'p [u8], at: &[u8]) -> Option<&'p [u8]> {
+    let rest = path.strip_prefix(at)?;
+    match rest {
+        [] => Some(rest),
+        [b'/', rest @ ..] if !at.is_empty() => Some(rest),
+        _ if at.is_empty() && !path.starts_with(b"/") => Some(rest),
+        _ => None,
     }
 }

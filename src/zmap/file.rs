@@ -12,7 +12,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::beneath::{self, Miss};
+use super::beneath::{self, Miss, NearDirs};
 use super::temp_files;
 use super::{validate_key, validate_prefix, ZMap};
 use crate::{Error, Result};
@@ -331,17 +331,29 @@ impl FileMap {
         }
     }
 
-    /// The directory that holds `key`'s file, open (`O_PATH`), reached from the root one
-    /// name at a time without following a symbolic link; `create`: missing directories are
-    /// made (and a missing root). `Ok(None)`: a directory is missing (when not creating).
+    /// The directory that holds `key`'s file, open (`O_PATH`), reached from the root without
+    /// following a symbolic link; `create`: missing directories are made (and a missing
+    /// root). `Ok(None)`: a directory is missing (when not creating).
     ///
     /// A directory of the dataset that is a symbolic link is refused: writing or deleting
     /// through it would land outside the dataset, wherever the link points (whoever could
-    /// plant the link chooses where). Each step looks up one name from the directory before
-    /// (`openat`): a check by whole paths costs time in the square of the nesting depth per
-    /// object, which made writing deeply nested groups take minutes, and a directory
-    /// replaced between a check by path and the write would still be followed.
+    /// plant the link chooses where). The way is opened in one system call where the kernel
+    /// can refuse every link on it ([`known_way`]); from where that stops (a directory to
+    /// make, a link to name in the error, no openat2), one name at a time from the
+    /// directory before (`openat`). Never by checking whole paths and then using them: a
+    /// directory replaced between the check and the write would still be followed.
     fn object_dir(&self, key: &str, create: bool) -> Result<Option<Arc<OwnedFd>>> {
+        self.object_dir_near(&mut NearDirs::default(), key, create)
+    }
+
+    /// [`FileMap::object_dir`], starting from the nearest of the directories `near` has
+    /// kept, and keeping the one reached there.
+    fn object_dir_near(
+        &self,
+        near: &mut NearDirs,
+        key: &str,
+        create: bool,
+    ) -> Result<Option<Arc<OwnedFd>>> {
         let root = match self.open_current_root() {
             Ok(fd) => fd,
             Err(e) if is_absent(&e) && create => {
@@ -353,10 +365,29 @@ impl FileMap {
             Err(e) => return Err(Error::io(&self.root, e)),
         };
         let segments: Vec<&str> = key.split('/').collect();
-        let mut dir = root;
+        let dirs = &segments[..segments.len() - 1];
+        let rel = dirs.join("/");
+        let rel = Path::new(&rel);
+        let (start, behind) = match near.nearest(rel) {
+            Some((dir, rest)) if rest.as_os_str().is_empty() => (dir, dirs.len()),
+            Some((dir, rest)) => {
+                let names_below = rest.as_os_str().as_bytes().split(|&b| b == b'/').count();
+                (dir, dirs.len() - names_below)
+            }
+            None => (root, 0),
+        };
+        let Some((reached, mut dir)) = known_way(start, &dirs[behind..], create) else {
+            return Ok(None);
+        };
+        let reached = behind + reached;
+        if reached == dirs.len() {
+            near.keep(rel, &dir);
+            return Ok(Some(dir));
+        }
         let mut path = self.root.clone();
+        path.extend(&dirs[..reached]);
         let flags = libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW;
-        for segment in &segments[..segments.len() - 1] {
+        for segment in &dirs[reached..] {
             path.push(segment);
             let name = beneath::c_name(segment.as_bytes()).map_err(|e| Error::io(&path, e))?;
             let mut opened = beneath::open_at(dir.as_fd(), &name, flags);
@@ -393,6 +424,7 @@ impl FileMap {
                 Err(e) => return Err(Error::io(&path, e)),
             }
         }
+        near.keep(rel, &dir);
         Ok(Some(dir))
     }
 
@@ -400,14 +432,14 @@ impl FileMap {
     /// file is created exclusively under a random name (nothing planted at its name is
     /// opened), in the directory reached by [`FileMap::object_dir`], and takes the mode and
     /// owner of the object file it replaces, as `cp` keeps them. `start_writeback`: hand its
-    /// bytes to the disk now (see `put_many`). `keep_dir`: keep the directory open for the
-    /// rename (`put_many` does not: it may stage thousands of objects).
+    /// bytes to the disk now (see `put_many`). `near`: the directories kept by the writes
+    /// before it in the same set.
     fn stage(
         &self,
+        near: &mut NearDirs,
         key: &str,
         value: &[u8],
         start_writeback: bool,
-        keep_dir: bool,
     ) -> Result<Staged> {
         self.check_writable(key)?;
         validate_key(key)?;
@@ -421,7 +453,7 @@ impl FileMap {
         let longest = parent.join(temp_name(name, &"0".repeat(temp_files::TOKEN_LEN)));
         check_path_length(key, &longest)?;
         let dir = self
-            .object_dir(key, true)?
+            .object_dir_near(near, key, true)?
             .expect("directories are made when missing");
         let c_name = beneath::c_name(name.as_bytes()).map_err(|e| Error::io(&path, e))?;
         let old =
@@ -444,11 +476,7 @@ impl FileMap {
                 }
             });
         match written {
-            Ok(()) if keep_dir => Ok(staged),
-            Ok(()) => Ok(Staged {
-                dir: None,
-                ..staged
-            }),
+            Ok(()) => Ok(staged),
             Err(e) => {
                 // The object, not its hidden temporary, which the user never named.
                 let err = Error::io(&staged.path, e);
@@ -458,16 +486,14 @@ impl FileMap {
         }
     }
 
-    /// Keeps what `key`'s file (at `path`) holds aside, under a new temporary name beside
-    /// it, for putting it back: a hard link to it, or a copy where it cannot be linked;
-    /// `None` when there is nothing there. Both are made in the directory reached by
-    /// [`FileMap::object_dir`], the copy exclusively (see `temp_files`), and neither follows
-    /// a symbolic link at the object's name (the link itself is linked, or refused).
-    fn keep_aside(&self, key: &str, path: &Path) -> Result<Option<PathBuf>> {
+    /// Keeps what `key`'s file (at `path`, in the directory `dir` that
+    /// [`FileMap::object_dir`] reached) holds aside, under a new temporary name beside it,
+    /// for putting it back: a hard link to it, or a copy where it cannot be linked; `None`
+    /// when there is nothing there. The copy is made exclusively (see `temp_files`), and
+    /// neither follows a symbolic link at the object's name (the link itself is linked, or
+    /// refused).
+    fn keep_aside(&self, dir: &OwnedFd, key: &str, path: &Path) -> Result<Option<PathBuf>> {
         let (Some(parent), Some(name)) = (path.parent(), key.rsplit('/').next()) else {
-            return Ok(None);
-        };
-        let Some(dir) = self.object_dir(key, false)? else {
             return Ok(None);
         };
         let c_name = beneath::c_name(name.as_bytes()).map_err(|e| Error::io(path, e))?;
@@ -549,6 +575,37 @@ impl FileMap {
             _ => Err(Error::io(path, not_regular())),
         }
     }
+}
+
+/// Where [`FileMap::object_dir`]'s walk down `dirs` from `start` (the root or a directory
+/// below it) goes on name by name: how many of the names are behind it, and the directory
+/// it has reached. The whole way when it opens in
+/// one call without following a link ([`beneath::open_dir_without_links`]). When it does
+/// not and `create`, the longest part of it that does, tried from the end: a writer makes a
+/// group's directory below its parent's, so that is as a rule one call more, and each
+/// directory made is tried once before it exists. `None`: a directory is missing and not
+/// to be made. From the root whenever a link, an error or a missing openat2 needs the walk
+/// name by name, which names what it meets.
+fn known_way(start: Arc<OwnedFd>, dirs: &[&str], create: bool) -> Option<(usize, Arc<OwnedFd>)> {
+    let open =
+        |n: usize| beneath::open_dir_without_links(start.as_fd(), Path::new(&dirs[..n].join("/")));
+    if dirs.is_empty() {
+        return Some((0, start));
+    }
+    match open(dirs.len()) {
+        Some(Ok(fd)) => return Some((dirs.len(), Arc::new(fd))),
+        Some(Err(Miss::Absent)) if !create => return None,
+        Some(Err(Miss::Absent)) => {}
+        _ => return Some((0, start)),
+    }
+    for reached in (1..dirs.len()).rev() {
+        match open(reached) {
+            Some(Ok(fd)) => return Some((reached, Arc::new(fd))),
+            Some(Err(Miss::Absent)) => {}
+            _ => break,
+        }
+    }
+    Some((0, start))
 }
 
 /// Reads an open object of `size` bytes (as last seen) into `buf`, replacing its contents.
@@ -645,8 +702,8 @@ fn remove_quietly(path: PathBuf) {
 
 /// An object written to its temporary file and not yet renamed into place.
 struct Staged {
-    /// The object's directory, kept open to rename in it; `None` once let go (see
-    /// [`FileMap::stage`]), the paths are used then.
+    /// The object's directory, kept open to rename in it; `None` once let go (`put_many`
+    /// does, as it may stage thousands of objects), the paths are used then.
     dir: Option<Arc<OwnedFd>>,
     /// The temporary file's name and path.
     c_temp: CString,
@@ -809,7 +866,7 @@ impl ZMap for FileMap {
     }
 
     fn put(&self, key: &str, value: &[u8]) -> Result<()> {
-        let staged = self.stage(key, value, false, true)?;
+        let staged = self.stage(&mut NearDirs::default(), key, value, false)?;
         staged.commit()
     }
 
@@ -837,10 +894,13 @@ impl ZMap for FileMap {
             staged.into_iter().for_each(Staged::discard);
             aside.into_iter().flatten().for_each(remove_quietly);
         };
+        // The directories of one set of keys, most of which share their parents.
+        let mut near = NearDirs::default();
         for (key, value) in objects {
-            let kept = self
-                .stage(key, value, true, false)
-                .and_then(|s| Ok((self.keep_aside(key, &s.path)?, s)));
+            let kept = self.stage(&mut near, key, value, true).and_then(|mut s| {
+                let dir = s.dir.take().expect("a staged object's directory is kept");
+                Ok((self.keep_aside(&dir, key, &s.path)?, s))
+            });
             match kept {
                 Ok((kept, s)) => {
                     staged.push(s);
@@ -1164,8 +1224,12 @@ mod tests {
     #[test]
     fn temporary_files_have_random_names() {
         let (_dir, map) = writable();
-        let a = map.stage("v/0", b"a", false, true).unwrap();
-        let b = map.stage("v/0", b"b", false, true).unwrap();
+        let a = map
+            .stage(&mut NearDirs::default(), "v/0", b"a", false)
+            .unwrap();
+        let b = map
+            .stage(&mut NearDirs::default(), "v/0", b"b", false)
+            .unwrap();
         let name = |s: &Staged| s.temp.file_name().unwrap().to_str().unwrap().to_string();
         let prefix = format!("{TEMP_PREFIX}0.{}.", std::process::id());
         for n in [name(&a), name(&b)] {
@@ -1301,6 +1365,40 @@ mod tests {
             .unwrap_err();
         assert!(e.to_string().contains("is a symbolic link"), "{e}");
         assert_eq!(fs::read_dir(dir.path().join("moved")).unwrap().count(), 1);
+    }
+
+    /// Writing a set of objects in groups nested hundreds deep opens about as many
+    /// directories and files as it writes objects: each directory is reached from its
+    /// parent, opened for the object before, rather than from the root name by name.
+    #[test]
+    fn a_set_of_deep_writes_opens_each_directory_about_once() {
+        const DEPTH: usize = 300;
+        let (_dir, map) = writable();
+        let mut objects = Vec::new();
+        let mut group = String::new();
+        for _ in 0..DEPTH {
+            group.push_str("g/");
+            for name in [".zgroup", ".zattrs", "v/.zarray"] {
+                objects.push((format!("{group}{name}"), name.as_bytes().to_vec()));
+            }
+        }
+        let before = beneath::opens_so_far();
+        map.put_many(&objects).unwrap();
+        let opens = beneath::opens_so_far() - before;
+        // Name by name from the root, it was one open per level for each object, twice
+        // (staging and keeping aside): about DEPTH^2 * 3 in all.
+        assert!(
+            opens <= 8 * objects.len() as u64,
+            "{opens} opens for {} objects",
+            objects.len()
+        );
+        let deepest = map.root().join(&objects.last().unwrap().0);
+        assert_eq!(fs::read(deepest).unwrap(), b"v/.zarray");
+        // Rewritten in place (each kept aside first), as deep.
+        let before = beneath::opens_so_far();
+        map.put_many(&objects).unwrap();
+        let opens = beneath::opens_so_far() - before;
+        assert!(opens <= 8 * objects.len() as u64, "{opens} opens again");
     }
 
     #[test]

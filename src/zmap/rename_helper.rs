@@ -22,7 +22,11 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use std::os::fd::{AsFd, AsRawFd};
+
+use super::beneath::{self, NearDirs};
 
 /// The command line argument that makes the binary serve as the helper.
 pub const RENAME_HELPER_COMMAND: &str = "rename-helper";
@@ -146,12 +150,57 @@ fn temporary_owner(from: &Path, to: &Path) -> Option<u32> {
 }
 
 fn rename_in_this_process(pairs: &[(PathBuf, PathBuf)]) -> (usize, Option<io::Error>) {
+    let mut near = NearDirs::default();
     for (renamed, (from, to)) in pairs.iter().enumerate() {
-        if let Err(e) = std::fs::rename(from, to) {
+        if let Err(e) = rename_near(&mut near, from, to) {
             return (renamed, Some(e));
         }
     }
     (pairs.len(), None)
+}
+
+/// `rename(from, to)`, for two names in one directory: the directory is opened from the
+/// nearest of those `near` has kept (and then kept), following symbolic links as `rename`
+/// does, and the names renamed in it. A set of renames of objects nested thousands deep
+/// would otherwise have the kernel walk each whole path, which costs the square of the
+/// depth for the set.
+fn rename_near(near: &mut NearDirs, from: &Path, to: &Path) -> io::Result<()> {
+    let (Some(dir), Some(from_name), Some(to_name)) =
+        (from.parent(), from.file_name(), to.file_name())
+    else {
+        return std::fs::rename(from, to);
+    };
+    if to.parent() != Some(dir) || dir.as_os_str().is_empty() {
+        return std::fs::rename(from, to);
+    }
+    let flags = libc::O_PATH | libc::O_DIRECTORY;
+    let fd = match near.nearest(dir) {
+        Some((fd, rest)) if rest.as_os_str().is_empty() => fd,
+        Some((fd, rest)) => Arc::new(beneath::open_at(
+            fd.as_fd(),
+            &beneath::c_name(rest.as_os_str().as_bytes())?,
+            flags,
+        )?),
+        None => Arc::new(beneath::open_path(
+            &beneath::c_name(dir.as_os_str().as_bytes())?,
+            flags,
+        )?),
+    };
+    near.keep(dir, &fd);
+    let from_name = beneath::c_name(from_name.as_bytes())?;
+    let to_name = beneath::c_name(to_name.as_bytes())?;
+    // SAFETY: an open directory descriptor and NUL-terminated names.
+    match unsafe {
+        libc::renameat(
+            fd.as_raw_fd(),
+            from_name.as_ptr(),
+            fd.as_raw_fd(),
+            to_name.as_ptr(),
+        )
+    } {
+        0 => Ok(()),
+        _ => Err(io::Error::last_os_error()),
+    }
 }
 
 /// Completes a set the helper may have partly renamed before it went: a source that is gone

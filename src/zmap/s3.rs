@@ -19,7 +19,9 @@
 //! on average (at most 15 s apart; five retries take about 3 s), until the retries or
 //! `NCZARRFS_S3_TIMEOUT` are used up: a server that went away fails a read after about that
 //! long. A server that refuses connections is asked again by
-//! the next read; one that stalled a request until its time ran out is taken as down (see
+//! the next read. A request that stalls until its time runs out, with nothing answered since
+//! it was sent, has the server checked with a HEAD request that must be answered within the
+//! connect timeout (requests wait for it); without an answer the server is taken as down (see
 //! [`super::s3_health`]): requests fail at once, except one probe per `NCZARRFS_S3_TIMEOUT`,
 //! until a probe gets an answer.
 //!
@@ -39,7 +41,7 @@ use object_store::{
 };
 
 use super::aws_config::{self, AwsSettings, EnvLookup};
-use super::s3_health::{Health, Outcome};
+use super::s3_health::{Admit, Health, Outcome};
 use super::{validate_key, validate_prefix, ZMap};
 use crate::error::quoted;
 use crate::location::S3Location;
@@ -124,7 +126,14 @@ pub struct S3Map {
     /// GETs in flight in [`ZMap::get_many`].
     concurrency: usize,
     /// Whether the server is taken as down after a stalled request.
-    health: Health,
+    health: Arc<Health>,
+    /// The same store without retries and with a short time limit, for the check of a server
+    /// that may have gone silent.
+    check_store: Arc<dyn ObjectStore>,
+    /// Time limit of a check request.
+    check_limit: Duration,
+    /// Woken when a check has settled.
+    checked: Arc<tokio::sync::Notify>,
     /// A request that fails without an answer after this long stalled (the connect timeout:
     /// a refused connection fails sooner, retries included).
     stall_after: Duration,
@@ -267,14 +276,29 @@ impl S3Map {
             // buckets are read with unsigned requests instead.
             None => builder = builder.with_skip_signature(true),
         }
-        let store =
-            builder
-                .with_client_options(client)
-                .build()
-                .map_err(|e| Error::InvalidLocation {
-                    location: description.clone(),
-                    reason: redact(&e.to_string(), &secrets),
-                })?;
+        let invalid = |e: object_store::Error| Error::InvalidLocation {
+            location: description.clone(),
+            reason: redact(&e.to_string(), &secrets),
+        };
+        let check_limit = limits.connect_timeout.min(limits.timeout);
+        let check_store = builder
+            .clone()
+            .with_retry(RetryConfig {
+                max_retries: 0,
+                ..RetryConfig::default()
+            })
+            .with_client_options(
+                client
+                    .clone()
+                    .with_timeout(check_limit)
+                    .with_connect_timeout(check_limit),
+            )
+            .build()
+            .map_err(invalid)?;
+        let store = builder
+            .with_client_options(client)
+            .build()
+            .map_err(invalid)?;
         log::debug!(
             "S3 map {description}: region {}, credentials from {}",
             settings.region,
@@ -288,7 +312,10 @@ impl S3Map {
             signed: settings.credentials.is_some(),
             read_only: !writable,
             concurrency: limits.concurrency.max(1),
-            health: Health::new(limits.timeout),
+            health: Arc::new(Health::new(limits.timeout)),
+            check_store: Arc::new(check_store),
+            check_limit,
+            checked: Arc::new(tokio::sync::Notify::new()),
             stall_after: limits.connect_timeout,
         })
     }
@@ -340,51 +367,81 @@ impl S3Map {
     }
 
     /// Sends one request (with its retries) unless the server is taken as down, which fails
-    /// at once with an error on `key`; records how the request ended.
+    /// at once with an error on `key`; records how the request ended. While the server is
+    /// being checked (see [`super::s3_health`]) the request waits for the verdict.
     async fn request<T>(
         &self,
         key: &str,
         request: impl Future<Output = object_store::Result<T>>,
     ) -> Result<object_store::Result<T>> {
-        let admission = self
-            .health
-            .admit(Instant::now())
-            .map_err(|silent| Error::Storage {
-                key: key.to_string(),
-                reason: format!(
-                    "{}: the server has not answered for {} s (a request ran out of time); \
-                     requests fail at once until one of those sent every {} s is answered",
-                    self.description,
-                    silent.as_secs(),
-                    self.health.probe_interval().as_secs()
-                ),
-            })?;
+        let admission = loop {
+            // Registered before the state is read, so that a verdict in between is not missed.
+            let mut checked = std::pin::pin!(self.checked.notified());
+            checked.as_mut().enable();
+            match self.health.admit(Instant::now()) {
+                Admit::Go(admission) => break admission,
+                Admit::Refuse(silent) => {
+                    return Err(Error::Storage {
+                        key: key.to_string(),
+                        reason: format!(
+                            "{}: the server has not answered for {} s (a request ran out of \
+                             time, and a check got no answer within {} s either); requests \
+                             fail at once until one of those sent every {} s is answered",
+                            self.description,
+                            silent.as_secs(),
+                            self.check_limit.as_secs(),
+                            self.health.probe_interval().as_secs()
+                        ),
+                    })
+                }
+                // The check ends within its limit. One that has not settled long after (its
+                // task gone) got no answer; requests must not wait for it forever.
+                Admit::Wait => {
+                    if tokio::time::timeout(self.check_limit * 2, checked)
+                        .await
+                        .is_err()
+                    {
+                        self.health.settle(false, Instant::now());
+                        self.checked.notify_waiters();
+                    }
+                }
+            }
+        };
         let started = Instant::now();
         let result = request.await;
         let outcome = match &result {
             Ok(_) => Outcome::Answered,
-            Err(e) => self.outcome_of(e, started.elapsed()),
+            Err(e) => match answered(e) {
+                true => Outcome::Answered,
+                false if timed_out(e) || started.elapsed() >= self.stall_after => Outcome::Stalled,
+                false => Outcome::Unreachable,
+            },
         };
-        self.health.record(admission, outcome, Instant::now());
+        if self.health.record(admission, outcome, Instant::now()) {
+            self.check_server();
+        }
         Ok(result)
     }
 
-    /// Whether a failed request got an answer: any error but the HTTP client's own (no
-    /// connection, no response in time) carries one.
-    fn outcome_of(&self, err: &object_store::Error, elapsed: Duration) -> Outcome {
-        use object_store::client::{HttpError, HttpErrorKind};
-        let mut source = std::error::Error::source(err);
-        while let Some(cause) = source {
-            if let Some(http) = cause.downcast_ref::<HttpError>() {
-                return if http.kind() == HttpErrorKind::Timeout || elapsed >= self.stall_after {
-                    Outcome::Stalled
-                } else {
-                    Outcome::Unreachable
-                };
-            }
-            source = cause.source();
-        }
-        Outcome::Answered
+    /// Sends the check request [`Health::record`] asked for, in the background: a HEAD of the
+    /// dataset's prefix (any answer will do, a 404 included), without retries, limited to the
+    /// connect timeout. Its verdict wakes the requests that wait for it.
+    fn check_server(&self) {
+        let health = Arc::clone(&self.health);
+        let store = Arc::clone(&self.check_store);
+        let checked = Arc::clone(&self.checked);
+        let limit = self.check_limit;
+        let path = Path::from(self.prefix.as_str());
+        tokio::spawn(async move {
+            let answer = tokio::time::timeout(limit, store.head(&path)).await;
+            let got_answer = match &answer {
+                Ok(Ok(_)) => true,
+                Ok(Err(e)) => answered(e),
+                Err(_) => false,
+            };
+            health.settle(got_answer, Instant::now());
+            checked.notify_waiters();
+        });
     }
 
     /// Stores `value` at `key` only if no object is there (a PUT with `If-None-Match: *`,
@@ -518,6 +575,30 @@ async fn body_vec_up_to(
         out.extend_from_slice(&part);
     }
     Ok(Ok(out))
+}
+
+/// The HTTP client's own error behind `err`, if it is one: no connection, or no response in
+/// time.
+fn http_error(err: &object_store::Error) -> Option<&object_store::client::HttpError> {
+    let mut source = std::error::Error::source(err);
+    while let Some(cause) = source {
+        if let Some(http) = cause.downcast_ref::<object_store::client::HttpError>() {
+            return Some(http);
+        }
+        source = cause.source();
+    }
+    None
+}
+
+/// Whether a failed request got an answer from the server: any error but the HTTP client's
+/// own carries one.
+fn answered(err: &object_store::Error) -> bool {
+    http_error(err).is_none()
+}
+
+/// Whether a failed request ran out of time waiting for the server.
+fn timed_out(err: &object_store::Error) -> bool {
+    http_error(err).is_some_and(|h| h.kind() == object_store::client::HttpErrorKind::Timeout)
 }
 
 /// Whether `endpoint` is an AWS S3 endpoint (whose region object_store works out itself).
