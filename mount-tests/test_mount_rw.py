@@ -1051,3 +1051,42 @@ def test_a_shard_flushed_after_its_variable_grew_is_read_where_its_chunks_went(m
     back = zarr.open_group(str(store), mode="r")
     assert back["v"][...].tolist() == model.tolist()
     assert np.array_equal(back["big"][...], big)
+
+
+def test_a_change_rewrites_only_the_metadata_objects_it_changes(mounter, tmp_path):
+    """Setting one attribute stores that variable's `.zattrs`, and appending a record the
+    dimension's length (the root's `.zattrs`) and the shape of the variable on it: the
+    objects of the other variables stay as netcdf-c wrote them (each change stored them all,
+    which cost time in proportion to the number of variables)."""
+    import netCDF4
+
+    store = tmp_path / "many.file"
+    url = f"file://{store}#mode=nczarr,file"
+    with netCDF4.Dataset(url, "w", format="NETCDF4") as ds:
+        ds.createDimension("x", 3)
+        ds.createDimension("t", None)
+        for i in range(30):
+            v = ds.createVariable(f"v{i}", "f4", ("x",))
+            v.units = "m"
+            v[:] = np.arange(3, dtype="f4") + i
+        ds.createVariable("r", "i4", ("t",))[:] = np.arange(2, dtype="i4")
+
+    def objects() -> dict[str, tuple[int, int]]:
+        return {str(p.relative_to(store)): (p.stat().st_ino, p.stat().st_mtime_ns)
+                for p in store.rglob(".z*")}
+
+    before = objects()
+    mnt = mounter.mount(url, "rw")
+    subprocess.run(["bash", "-c", 'echo noted > "$0"', str(mnt / "v0" / "@attributes" / "note")],
+                   check=True)
+    with open(mnt / "r" / "data", "ab") as f:
+        f.write(np.array([7], dtype="=i4").tobytes())
+    umount_and_wait(mnt)
+    after = objects()
+    assert after.keys() == before.keys()
+    changed = sorted(k for k in before if before[k] != after[k])
+    assert changed == [".zattrs", "r/.zarray", "v0/.zattrs"]
+    assert netcdf_attrs(url, "v0")["note"] == "noted"
+    with netCDF4.Dataset(url) as ds:
+        assert list(ds["r"][:]) == [0, 1, 7]
+        assert all(list(ds[f"v{i}"][:]) == [i, i + 1, i + 2] for i in range(30))

@@ -1072,3 +1072,162 @@ fn codec_words_and_hdf5_filters() {
     assert_eq!(f.compressor, Some(json!({"id": "bz2", "level": 9})));
     assert!(Codecs::from_hdf5_filter("40000").is_err());
 }
+
+/// A map that records the keys of the metadata objects stored through it.
+#[derive(Debug)]
+struct RecordingPuts {
+    inner: Arc<dyn ZMap>,
+    stored: std::sync::Mutex<Vec<String>>,
+}
+
+impl RecordingPuts {
+    /// The metadata keys stored since the last call, sorted.
+    fn take_metadata_keys(&self) -> Vec<String> {
+        let mut keys: Vec<String> = std::mem::take(&mut *self.stored.lock().unwrap())
+            .into_iter()
+            .filter(|k| {
+                let name = k.rsplit('/').next().unwrap_or(k);
+                name.starts_with(".z") || name == "zarr.json"
+            })
+            .collect();
+        keys.sort();
+        keys
+    }
+}
+
+impl ZMap for RecordingPuts {
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        self.inner.get(key)
+    }
+    fn put(&self, key: &str, value: &[u8]) -> Result<()> {
+        self.stored.lock().unwrap().push(key.to_string());
+        self.inner.put(key, value)
+    }
+    fn put_many(&self, objects: &[(String, Vec<u8>)]) -> Result<()> {
+        let mut stored = self.stored.lock().unwrap();
+        stored.extend(objects.iter().map(|(k, _)| k.clone()));
+        self.inner.put_many(objects)
+    }
+    fn delete(&self, key: &str) -> Result<()> {
+        self.inner.delete(key)
+    }
+    fn search(&self, prefix: &str) -> Result<Vec<String>> {
+        self.inner.search(prefix)
+    }
+    fn read_only(&self) -> bool {
+        false
+    }
+    fn describe(&self) -> String {
+        "recording puts".into()
+    }
+}
+
+/// One attribute set, or one record appended, stores the metadata objects that hold it (the
+/// variable's `.zattrs`; the root's dimension sizes and the shapes of the variables on the
+/// dimension), not those of every variable: that made each such change on a `rw` mount
+/// cost time in proportion to the number of variables. The first sync of a writer opened
+/// on a dataset finds what is stored by reading it; the later ones know it.
+#[test]
+fn a_change_stores_only_the_metadata_objects_it_changes() {
+    for mode in ["nczarr", "zarr", "nczarr,v3", "zarr,v3"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let (loc, mut w) = writer(tmp.path(), mode);
+        let x = w.add_dim(Dataset::ROOT, "x", 2, false).unwrap();
+        let t = w.add_dim(Dataset::ROOT, "t", 0, true).unwrap();
+        for i in 0..20 {
+            w.add_var(
+                Dataset::ROOT,
+                &format!("v{i}"),
+                NcType::Int,
+                &[x],
+                VarOptions::default(),
+            )
+            .unwrap();
+        }
+        for i in 0..2 {
+            w.add_var(
+                Dataset::ROOT,
+                &format!("r{i}"),
+                NcType::Int,
+                &[t],
+                VarOptions::default(),
+            )
+            .unwrap();
+        }
+        w.close().unwrap();
+        let v3 = mode.ends_with("v3");
+        let object = |node: &str, v2: &str| match (v3, node) {
+            (true, "") => "zarr.json".to_string(),
+            (true, _) => format!("{node}/zarr.json"),
+            (false, "") => v2.to_string(),
+            (false, _) => format!("{node}/{v2}"),
+        };
+
+        let mut w = DatasetWriter::open(&loc).unwrap();
+        let map = Arc::new(RecordingPuts {
+            inner: Arc::clone(&w.map),
+            stored: Default::default(),
+        });
+        w.engine = ChunkEngine::new(Arc::clone(&map) as Arc<dyn ZMap>, WRITER_CACHE_BYTES);
+        w.map = Arc::clone(&map) as Arc<dyn ZMap>;
+        for round in 0..2 {
+            let v = w.model().find_var(&format!("v{}", 3 + round)).unwrap();
+            w.put_attr(AttrTarget::Var(v), "note", AttrValue::Char(b"set".to_vec()))
+                .unwrap();
+            w.sync().unwrap();
+            let name = format!("v{}", 3 + round);
+            assert_eq!(
+                map.take_metadata_keys(),
+                [object(&name, ".zattrs")],
+                "{mode}, round {round}: an attribute of {name}"
+            );
+        }
+        // Pure Zarr has no unlimited dimension: `t` is read back as fixed.
+        let appends = if mode.starts_with("nczarr") {
+            1..3u64
+        } else {
+            1..1
+        };
+        let records = ["r0", "r1"].map(|name| w.model().find_var(name).unwrap());
+        for n in appends.clone() {
+            for r in &records {
+                let slab = Hyperslab {
+                    start: vec![n - 1],
+                    count: vec![1],
+                    stride: vec![1],
+                };
+                w.write(*r, &slab, &bytes(&[n as i32])).unwrap();
+            }
+            w.sync().unwrap();
+            // The root holds the dimension's length, in `_nczarr_group` (in `.zattrs` on
+            // Zarr v2).
+            let mut expected = vec![
+                object("r0", ".zarray"),
+                object("r1", ".zarray"),
+                object("", ".zattrs"),
+            ];
+            expected.sort();
+            expected.dedup();
+            assert_eq!(map.take_metadata_keys(), expected, "{mode}: record {n}");
+        }
+        w.close().unwrap();
+
+        let ds = meta::read_dataset(zmap::open(&loc, false).unwrap().as_ref(), &loc.mode).unwrap();
+        for i in [3, 4] {
+            let v = ds.find_var(&format!("v{i}")).unwrap();
+            assert_eq!(
+                ds.var(v).attr("note").map(|a| a.value.clone()),
+                Some(AttrValue::Char(b"set".to_vec())),
+                "{mode}"
+            );
+        }
+        if !appends.is_empty() {
+            let r1 = ds.find_var("r1").unwrap();
+            let mut out = vec![0u8; 8];
+            ChunkEngine::new(zmap::open(&loc, false).unwrap(), 0)
+                .read(&ds, r1, &Hyperslab::whole(&[2]), &mut out)
+                .unwrap();
+            assert_eq!(ints(&out), [1, 2], "{mode}");
+        }
+    }
+}

@@ -7,7 +7,7 @@ use crate::chunk::{ChunkEngine, FailedWrite, Hyperslab};
 use crate::codec::netcdf_element_size;
 use crate::location::{Format, Location, Storage};
 use crate::meta::writer::{
-    default_dtype, text_after_nul, text_cut_at_nul, write_metadata, Dialect,
+    default_dtype, text_after_nul, text_cut_at_nul, write_changed_metadata, Dialect, StoredMetadata,
 };
 use crate::meta::writer_v3;
 use crate::model::{
@@ -46,6 +46,8 @@ pub struct DatasetWriter {
     /// lock of its own, since writes within the shape need only shared access.
     has_data: Mutex<HashSet<VarId>>,
     meta_dirty: bool,
+    /// What the metadata objects stored are, so that a sync stores only those that changed.
+    stored_meta: StoredMetadata,
     /// The unlimited dimensions as the writer found them stored, with their lengths, until it
     /// first grows them: the variables then on them may hold values past that length that
     /// another writer stored but never recorded (see [`DatasetWriter::grow_dim`]).
@@ -100,6 +102,7 @@ impl DatasetWriter {
             opts,
             has_data: Mutex::new(HashSet::new()),
             meta_dirty: true,
+            stored_meta: StoredMetadata::nothing(),
             stored_lengths: HashMap::new(),
             stored_vars: 0,
         };
@@ -227,6 +230,7 @@ impl DatasetWriter {
             opts,
             has_data: Mutex::new(has_data),
             meta_dirty,
+            stored_meta: StoredMetadata::unknown(),
             stored_lengths,
         };
         w.fill_past_stored_shapes()?;
@@ -357,6 +361,8 @@ impl DatasetWriter {
     fn undo_new_prefix(&mut self, new: &str, before: Dataset) {
         self.model = before;
         self.meta_dirty = true;
+        // Objects were copied and deleted by other means than a rewrite of the metadata.
+        self.stored_meta = StoredMetadata::unknown();
         let undone = self
             .write_meta()
             .and_then(|()| self.map.delete(new))
@@ -876,6 +882,8 @@ impl DatasetWriter {
             self.meta_dirty = true;
             return Err(e);
         }
+        // The objects under `new` are copies made here, not by a rewrite of the metadata.
+        self.stored_meta = StoredMetadata::unknown();
         let copied = self.engine.invalidate(old).and_then(|()| {
             for key in keys_under(self.map.as_ref(), old)? {
                 let rest = &key[old.len()..];
@@ -1175,10 +1183,11 @@ impl DatasetWriter {
 
     pub(super) fn write_meta(&mut self) -> Result<()> {
         let wo = self.opts.write_options();
+        let stored = &mut self.stored_meta;
         if self.opts.zarr_version == 3 {
-            writer_v3::write_metadata(self.map.as_ref(), &self.model, &wo)?;
+            writer_v3::write_changed_metadata(self.map.as_ref(), &self.model, &wo, stored)?;
         } else {
-            write_metadata(self.map.as_ref(), &self.model, &wo)?;
+            write_changed_metadata(self.map.as_ref(), &self.model, &wo, stored)?;
         }
         self.meta_dirty = false;
         Ok(())

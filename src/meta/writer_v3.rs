@@ -24,10 +24,10 @@ use serde_json::{json, Map, Value};
 
 use super::attrs;
 use super::json::Json;
-use super::writer::WriteOptions;
 use super::writer::{
     attr_json, bare_floats, base64, default_dtype, f32_as_f64, float_json, Dialect,
 };
+use super::writer::{StoredMetadata, WriteOptions};
 use crate::error::{capped, quoted};
 use crate::model::{
     AttrValue, Attribute, ByteOrder, ChunkKeyEncoding, CodecSpec, Dataset, DtypeKind, GroupId,
@@ -44,6 +44,17 @@ const NODE: &str = "zarr.json";
 
 /// Writes every `zarr.json` of `ds` to `map` (chunks are the chunk engine's business).
 pub fn write_metadata(map: &dyn ZMap, ds: &Dataset, opts: &WriteOptions) -> Result<()> {
+    write_changed_metadata(map, ds, opts, &mut StoredMetadata::nothing())
+}
+
+/// Writes the `zarr.json` objects of `ds` that differ from what `stored` says `map` holds
+/// (see [`super::writer::write_changed_metadata`]).
+pub fn write_changed_metadata(
+    map: &dyn ZMap,
+    ds: &Dataset,
+    opts: &WriteOptions,
+    stored: &mut StoredMetadata,
+) -> Result<()> {
     let mut objects = metadata_objects(ds, opts)?;
     if opts.dialect == Dialect::Zarr {
         keep_stored_json(map, &mut objects)?;
@@ -51,7 +62,7 @@ pub fn write_metadata(map: &dyn ZMap, ds: &Dataset, opts: &WriteOptions) -> Resu
             consolidate(&mut objects);
         }
     }
-    super::writer::put_objects(map, objects)
+    super::writer::put_objects(map, objects, stored)
 }
 
 /// Pure Zarr attributes are untyped JSON that a netCDF value cannot always spell back (`true`
