@@ -19,13 +19,14 @@ SEED = int(os.environ.get("NCZARRFS_SEED") or random.SystemRandom().randrange(1,
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
-    """Under the test command (NCZARRFS_REQUIRE_S3 set: servers started, packages and tools
-    installed), every skip is a failure: an S3 server that does not answer, a server binary
-    or Python package that is missing. A failure names the run's seed (the report header
-    that also shows it is hidden under -q)."""
+    """Under the test command (NCZARRFS_REQUIRE_ALL set, and NCZARRFS_REQUIRE_S3 with the
+    servers started; packages and tools installed), every skip is a failure: an S3 server that
+    does not answer, a server binary or Python package that is missing. A failure names the
+    run's seed (the report header that also shows it is hidden under -q)."""
     outcome = yield
     report = outcome.get_result()
-    if report.skipped and os.environ.get("NCZARRFS_REQUIRE_S3"):
+    if report.skipped and (os.environ.get("NCZARRFS_REQUIRE_ALL")
+                           or os.environ.get("NCZARRFS_REQUIRE_S3")):
         report.outcome = "failed"
     if report.failed:
         report.sections.append(("nczarrfs seed", f"reproduce with NCZARRFS_SEED={SEED}"))

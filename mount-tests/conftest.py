@@ -22,6 +22,17 @@ if _spec and _spec.submodule_search_locations:
         os.environ.setdefault("HDF5_PLUGIN_PATH", str(_plugins))
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Under the test command (NCZARRFS_REQUIRE_ALL set: root, S3 servers started, packages
+    and tools installed), every skip is a failure, so that a test that did not run cannot
+    pass the stage unnoticed."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and os.environ.get("NCZARRFS_REQUIRE_ALL"):
+        report.outcome = "failed"
+
+
 def nczarrfs_binary() -> Path:
     """NCZARRFS_BIN, else the release build, else the debug build."""
     if os.environ.get("NCZARRFS_BIN"):

@@ -8,7 +8,6 @@ import errno
 import os
 import signal
 import socket
-import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +20,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from conftest import daemon_pids, is_mounted, unmount, wait_until  # noqa: E402
 from datasets import nczarr_dataset  # noqa: E402
 
-DEV_LOG = Path("/dev/log")
 # <facility * 8 + severity> of syslog(3) lines: LOG_DAEMON is 3, LOG_ERR 3, LOG_WARNING 4.
 DAEMON_ERR = "<27>"
 DAEMON_WARNING = "<28>"
@@ -48,24 +46,129 @@ def read_corrupt(mnt: Path) -> None:
         os.close(fd)
 
 
+# Sets up a private mount namespace whose /dev is a tmpfs holding the usual device nodes (bound
+# from the real /dev) and, at /dev/log, the test's socket; then keeps the namespace alive until
+# its stdin closes. The host's /dev and any syslog daemon listening there are left alone.
+NAMESPACE_SETUP = r"""
+set -e
+dev="$1"
+sock="$2"
+mount -t tmpfs -o mode=0755 nczarrfs-test-dev "$dev"
+for node in null zero full random urandom tty fuse; do
+    if [ -e "/dev/$node" ]; then
+        touch "$dev/$node"
+        mount --bind "/dev/$node" "$dev/$node"
+    fi
+done
+ln -s /proc/self/fd "$dev/fd"
+ln -s /proc/self/fd/0 "$dev/stdin"
+ln -s /proc/self/fd/1 "$dev/stdout"
+ln -s /proc/self/fd/2 "$dev/stderr"
+touch "$dev/log"
+mount --bind "$sock" "$dev/log"
+mount --move "$dev" /dev
+echo ready
+exec cat
+"""
+
+# Run inside the namespace: one file operation on a mount, printing the errno name it failed
+# with (or "ok").
+OPERATION = """
+import errno, os, sys
+op, path = sys.argv[1:]
+try:
+    if op == "read":
+        fd = os.open(path, os.O_RDONLY)
+        os.pread(fd, 100, 2 * 32 * 1024)
+    elif op == "rmdir":
+        os.rmdir(path)
+except OSError as e:
+    print(errno.errorcode[e.errno])
+else:
+    print("ok")
+"""
+
+
+class SyslogNamespace:
+    """A private mount namespace (unshare -m) whose /dev/log is the datagram socket `sock`:
+    daemons mounted in it log there, whatever syslog daemon the host runs. Its mounts are seen
+    only inside, so mounting, file operations and unmounting all go through nsenter."""
+
+    def __init__(self, binary: Path, tmp: Path):
+        self.binary = binary
+        self.tmp = tmp
+        self.mounts: list[Path] = []
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(str(tmp / "log.sock"))
+        self.sock.settimeout(0.2)
+        (tmp / "dev").mkdir()
+        self.holder = subprocess.Popen(
+            ["unshare", "--mount", "--propagation", "private", "sh", "-c", NAMESPACE_SETUP,
+             "sh", str(tmp / "dev"), str(tmp / "log.sock")],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        ready = self.holder.stdout.readline()
+        if ready != "ready\n":
+            self.holder.stdin.close()
+            err = self.holder.stderr.read()
+            self.holder.wait(timeout=10)
+            self.sock.close()
+            pytest.fail(f"cannot set up a mount namespace with a private /dev/log: {err}")
+
+    def run(self, *cmd: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["nsenter", f"--mount=/proc/{self.holder.pid}/ns/mnt", "--", *cmd],
+                              capture_output=True, text=True, timeout=60, check=False)
+
+    def is_mounted(self, path: Path) -> bool:
+        target = str(path.resolve())
+        mounts = Path(f"/proc/{self.holder.pid}/mounts").read_text()
+        return any(line.split()[1] == target for line in mounts.splitlines())
+
+    def mount(self, location: str, *options: str, log: Path | None = None) -> Path:
+        mnt = self.tmp / f"mnt{len(self.mounts) + 1}"
+        mnt.mkdir()
+        self.mounts.append(mnt)
+        args = [str(self.binary), "mount"]
+        for o in options:
+            args += ["-o", o]
+        if log is not None:
+            args += ["--log-file", str(log)]
+        r = self.run(*args, location, str(mnt))
+        assert r.returncode == 0, f"mount failed ({r.returncode}): {r.stderr}"
+        assert self.is_mounted(mnt), "nczarrfs mount exited 0 but nothing is mounted"
+        return mnt
+
+    def errno_of(self, op: str, path: Path) -> str:
+        """The errno name `op` ("read" or "rmdir") on `path` fails with inside, or "ok"."""
+        r = self.run(sys.executable, "-c", OPERATION, op, str(path))
+        assert r.returncode == 0, r.stderr
+        return r.stdout.strip()
+
+    def close(self) -> None:
+        for mnt in self.mounts:
+            pids = daemon_pids(mnt)
+            for cmd in (["fusermount3", "-u"], ["umount"], ["umount", "-l"]):
+                if not self.is_mounted(mnt):
+                    break
+                self.run(*cmd, str(mnt))
+            if not wait_until(lambda: not any(Path(f"/proc/{p}").exists() for p in pids), 20):
+                for p in pids:
+                    os.kill(p, signal.SIGKILL)
+        self.holder.stdin.close()
+        try:
+            self.holder.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.holder.kill()
+            self.holder.wait()
+        self.sock.close()
+
+
 @pytest.fixture
-def syslog_socket():
-    """A datagram socket at /dev/log standing in for the syslog daemon, removed afterwards."""
-    if DEV_LOG.exists() or DEV_LOG.is_symlink():
-        pytest.skip("/dev/log exists: a syslog daemon runs here; not replacing it")
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+def syslog_ns(binary, tmp_path):
+    ns = SyslogNamespace(binary, tmp_path)
     try:
-        sock.bind(str(DEV_LOG))
-    except OSError as e:
-        sock.close()
-        pytest.skip(f"cannot create /dev/log: {e}")
-    sock.settimeout(0.2)
-    try:
-        yield sock
+        yield ns
     finally:
-        sock.close()
-        if DEV_LOG.exists() and stat.S_ISSOCK(DEV_LOG.stat().st_mode):
-            DEV_LOG.unlink()
+        ns.close()
 
 
 def received(sock: socket.socket, want: str, timeout: float = 10.0) -> list[str]:
@@ -83,31 +186,29 @@ def received(sock: socket.socket, want: str, timeout: float = 10.0) -> list[str]
     return lines
 
 
-def test_a_daemon_logs_to_syslog_without_log_file(mounter, tmp_path, syslog_socket):
+def test_a_daemon_logs_to_syslog_without_log_file(syslog_ns, tmp_path):
     corrupt_store(tmp_path / "bad.zarr")
-    mnt = mounter.mount(str(tmp_path / "bad.zarr"))
-    read_corrupt(mnt)
-    lines = [ln for ln in received(syslog_socket, "a/2.0") if "a/2.0" in ln]
+    mnt = syslog_ns.mount(str(tmp_path / "bad.zarr"))
+    assert syslog_ns.errno_of("read", mnt / "a" / "data") == "EIO"
+    lines = [ln for ln in received(syslog_ns.sock, "a/2.0") if "a/2.0" in ln]
     assert lines, "no syslog line names the corrupt chunk"
     pid = daemon_pids(mnt)[0]
     assert lines[0].startswith(f"{DAEMON_ERR}"), lines[0]
     assert f"nczarrfs[{pid}]:" in lines[0], lines[0]
 
-    rw = mounter.mount(nczarr_dataset(tmp_path / "ds.file"), "rw")
-    with pytest.raises(OSError) as err:
-        os.rmdir(rw / "temp")
-    assert err.value.errno == errno.EPERM
-    lines = [ln for ln in received(syslog_socket, "EPERM") if "EPERM" in ln]
+    rw = syslog_ns.mount(nczarr_dataset(tmp_path / "ds.file"), "rw")
+    assert syslog_ns.errno_of("rmdir", rw / "temp") == "EPERM"
+    lines = [ln for ln in received(syslog_ns.sock, "EPERM") if "EPERM" in ln]
     assert lines and lines[0].startswith(DAEMON_WARNING) and "temp" in lines[0], lines
 
 
-def test_log_file_wins_over_syslog(mounter, tmp_path, syslog_socket):
+def test_log_file_wins_over_syslog(syslog_ns, tmp_path):
     corrupt_store(tmp_path / "bad.zarr")
     log = tmp_path / "mount.log"
-    mnt = mounter.mount(str(tmp_path / "bad.zarr"), log=log)
-    read_corrupt(mnt)
+    mnt = syslog_ns.mount(str(tmp_path / "bad.zarr"), log=log)
+    assert syslog_ns.errno_of("read", mnt / "a" / "data") == "EIO"
     assert wait_until(lambda: "a/2.0" in log.read_text())
-    assert not [ln for ln in received(syslog_socket, "a/2.0", 1.0) if "a/2.0" in ln]
+    assert not [ln for ln in received(syslog_ns.sock, "a/2.0", 1.0) if "a/2.0" in ln]
 
 
 def test_foreground_logs_to_stderr(binary, tmp_path):
