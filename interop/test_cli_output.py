@@ -4,6 +4,7 @@ dataset (a directory or an archive, not a stream)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -113,13 +114,38 @@ def test_gen_names_its_output_as_ncgen_does(tmp_path, file_name):
     assert made["gen"] == [nc.removesuffix(".nc") + ".file"]
 
 
+def assert_nczarr_v2(store: Path, arrays: list[str]) -> None:
+    """`store` is NCZarr over Zarr v2, as netcdf-c writes it: a `.zgroup` of zarr_format 2 (no
+    v3 `zarr.json`), the root `.zattrs` holding `_nczarr_superblock` and `_nczarr_group`, and
+    `_nczarr_array` in each array's `.zattrs`. `dump -h` cannot tell: it prints the same
+    header for a pure Zarr store."""
+    assert not (store / "zarr.json").exists()
+    assert json.loads((store / ".zgroup").read_text())["zarr_format"] == 2
+    root = json.loads((store / ".zattrs").read_text())
+    assert "_nczarr_superblock" in root, root
+    assert root.get("_nczarr_group", {}).get("arrays") == arrays, root
+    for name in arrays:
+        assert "_nczarr_array" in json.loads((store / name / ".zattrs").read_text()), name
+
+
 def test_copy_takes_nccopy_format_names_as_gen_does(nczarrfs, dataset, tmp_path):
-    """`-k nc4` (nccopy's and ncgen's name for netCDF-4) is NCZarr for copy as for gen."""
-    dst = tmp_path / "c.file"
-    r = nczarrfs("copy", "-k", "nc4", str(dataset), str(dst))
+    """`-k nc4` (nccopy's and ncgen's name for netCDF-4) is NCZarr for copy as for gen, from
+    an NCZarr source and from a pure Zarr one."""
+    pure = tmp_path / "pure.file"
+    r = nczarrfs("gen", "-k", "zarr", "-o", str(pure), str(tmp_path / "gp.cdl"))
     assert r.returncode == 0, r.stderr.decode()
+    assert not (pure / ".zattrs").exists()
+    made = tmp_path / "made.file"
+    r = nczarrfs("gen", "-k", "nc4", "-o", str(made), str(tmp_path / "gp.cdl"))
+    assert r.returncode == 0, r.stderr.decode()
+    assert_nczarr_v2(made, ["a"])
     src_dump = nczarrfs("dump", "-h", str(dataset)).stdout.split(b"\n", 1)[1]
-    assert nczarrfs("dump", "-h", str(dst)).stdout.split(b"\n", 1)[1] == src_dump
+    for n, src in enumerate([dataset, pure]):
+        dst = tmp_path / f"c{n}.file"
+        r = nczarrfs("copy", "-k", "nc4", str(src), str(dst))
+        assert r.returncode == 0, r.stderr.decode()
+        assert nczarrfs("dump", "-h", str(dst)).stdout.split(b"\n", 1)[1] == src_dump
+        assert_nczarr_v2(dst, ["a"])
 
 
 GRID = """netcdf grid {
