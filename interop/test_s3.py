@@ -1,9 +1,9 @@
 """Datasets on S3: stores made by netCDF4-python and zarr-python, uploaded object by object to
 local S3 servers, read by nczarrfs through S3 URLs.
 
-The oracle is nczarrfs's own reading of the same store from the local directory, which the
-other interop suites check against ncdump and zarr-python: reading through S3 must change
-nothing. The servers are started by ``scripts/s3-servers start`` (scripts/test does it): moto
+The oracles are Debian's ncdump and netCDF4-python reading the HDF5 twin of each netCDF-4
+store, zarr-python for its stores, and nczarrfs's own reading of the same store from the local
+directory: reading through S3 must change nothing. The servers are started by ``scripts/s3-servers start`` (scripts/test does it): moto
 (no authentication) and s3s-fs (checks signatures). These tests are skipped only when the
 servers do not answer.
 """
@@ -23,6 +23,8 @@ import netCDF4
 import numpy as np
 import pytest
 import zarr
+
+import twins
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -141,10 +143,22 @@ def _npy(binary, env, location: str, var: str, tmp_path: Path) -> np.ndarray:
     return np.load(io.BytesIO(out.read_bytes()), allow_pickle=False)
 
 
+def _twin(path: Path) -> Path:
+    """Where _make_netcdf4 puts the HDF5 twin of the NCZarr store `path`."""
+    return path.with_suffix(".nc")
+
+
 def _make_netcdf4(path: Path) -> list[str]:
     """An NCZarr store written by netCDF4-python (netcdf-c): groups, attributes, chunks,
-    an unlimited dimension and a fill value. Returns its variable paths."""
-    ds = netCDF4.Dataset(f"file://{path}#mode=nczarr,file", "w", format="NETCDF4")
+    an unlimited dimension and a fill value; and its HDF5 twin at _twin(path), the reference
+    for ncdump and netCDF4-python. Returns its variable paths."""
+    for target in (f"file://{path}#mode=nczarr,file", str(_twin(path))):
+        variables = _write_netcdf4(target)
+    return variables
+
+
+def _write_netcdf4(target: str) -> list[str]:
+    ds = netCDF4.Dataset(target, "w", format="NETCDF4")
     ds.title = "on S3"
     ds.createDimension("time", None)
     ds.createDimension("x", 7)
@@ -174,15 +188,26 @@ def _make_zarr(path: Path, names: list[str]) -> None:
         arr[...] = np.arange(20, dtype="<f8").reshape(5, 4) + i
 
 
-def _same_everywhere(binary, env, local: str, remote: str, variables, tmp_path):
+def _same_everywhere(binary, env, local: str, remote: str, variables, tmp_path,
+                     twin: Path | None = None):
+    """The remote store dumps and reads as the local one; with `twin` (an HDF5 file of the
+    same content), its dump is also `ncdump twin` and its values netCDF4-python's of twin."""
     expected = _ok(_run(binary, env, "dump", local), f"dump {local}")
     got = _ok(_run(binary, env, "dump", remote), f"dump {remote}")
     assert got == expected, f"dump differs:\n--- local\n{expected.decode()}\n--- s3\n{got.decode()}"
+    if twin is not None:
+        reference = subprocess.run(["ncdump", str(twin)], capture_output=True, check=True).stdout
+        assert got == reference, (
+            f"dump differs from ncdump:\n--- ncdump\n{reference.decode()}\n--- s3\n{got.decode()}")
     for var in variables:
         a = _npy(binary, env, local, var, tmp_path)
         b = _npy(binary, env, remote, var, tmp_path)
         assert a.dtype == b.dtype and a.shape == b.shape, var
         assert np.array_equal(a, b, equal_nan=a.dtype.kind == "f"), var
+        if twin is not None:
+            with netCDF4.Dataset(str(twin)) as nc:
+                want = twins.read_values(nc["/" + var.lstrip("/")])
+            assert twins.same_values(b, want), f"{var}: {b!r} != netCDF4-python's {want!r}"
 
 
 def test_netcdf4_store_on_moto(moto, binary, moto_env, tmp_path):
@@ -191,7 +216,8 @@ def test_netcdf4_store_on_moto(moto, binary, moto_env, tmp_path):
     prefix = f"py-{uuid.uuid4().hex}/ds.file"
     _upload(moto, local, prefix)
     remote = f"{MOTO}/{BUCKET}/{prefix}#mode=nczarr,s3"
-    _same_everywhere(binary, moto_env, f"file://{local}#mode=nczarr,file", remote, variables, tmp_path)
+    _same_everywhere(binary, moto_env, f"file://{local}#mode=nczarr,file", remote, variables,
+                     tmp_path, _twin(local))
 
 
 def test_zarr_store_with_awkward_keys_on_moto(moto, binary, moto_env, tmp_path):
@@ -218,7 +244,8 @@ def test_signed_access_with_environment_keys(s3s, binary, clean_env, tmp_path):
     _upload(s3s, local, prefix)
     env = dict(clean_env, AWS_ACCESS_KEY_ID=S3S_KEY, AWS_SECRET_ACCESS_KEY=S3S_SECRET)
     remote = f"{S3S}/{BUCKET}/{prefix}#mode=nczarr,s3"
-    _same_everywhere(binary, env, f"file://{local}#mode=nczarr,file", remote, variables, tmp_path)
+    _same_everywhere(binary, env, f"file://{local}#mode=nczarr,file", remote, variables, tmp_path,
+                     _twin(local))
 
 
 def test_wrong_secret_is_refused_clearly(s3s, binary, clean_env, tmp_path):
@@ -255,7 +282,8 @@ def test_named_profile_with_endpoint(s3s, binary, clean_env, tmp_path):
         AWS_SHARED_CREDENTIALS_FILE=str(credentials),
     )
     remote = f"s3://{BUCKET}/{prefix}#mode=nczarr,s3&aws.profile=local"
-    _same_everywhere(binary, env, f"file://{local}#mode=nczarr,file", remote, variables, tmp_path)
+    _same_everywhere(binary, env, f"file://{local}#mode=nczarr,file", remote, variables, tmp_path,
+                     _twin(local))
     # The same profile chosen by AWS_PROFILE.
     env_profile = dict(env, AWS_PROFILE="local")
     got = _ok(_run(binary, env_profile, "dump", "-h", f"s3://{BUCKET}/{prefix}#mode=nczarr,s3"), "AWS_PROFILE")

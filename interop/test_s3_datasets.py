@@ -4,12 +4,14 @@ directory they were made in; ``gen`` and ``copy`` to S3 and back give identical 
 zarr-python (over s3fs and over obstore) reads as well, sharded ones (``copy --shards``)
 included.
 
-The oracle is nczarrfs on the local directory, which the other suites check against ncdump,
-netCDF4-python and zarr-python: S3 must change nothing. Servers: ``scripts/s3-servers start``.
+The oracles are Debian's ncdump of the HDF5 twin and netCDF4-python (for the twins and what is
+copied back), zarr-python (for its stores), and nczarrfs on the local directory, which the other
+suites check against those tools: S3 must change nothing. Servers: ``scripts/s3-servers start``.
 """
 
 from __future__ import annotations
 
+import difflib
 import itertools
 import os
 import subprocess
@@ -111,6 +113,18 @@ def _same_mounts(binary, env, local: str, remote: str, tmp_path: Path) -> None:
             unmount(mnt)
 
 
+def _dumps_as_ncdump(binary, env, location: str, hpath: str) -> None:
+    """`nczarrfs dump location` is Debian's `ncdump` of the HDF5 twin, byte for byte (both
+    name the dataset after the last path element without its extension)."""
+    expected = subprocess.run(["ncdump", hpath], capture_output=True, check=True).stdout
+    got = _ok(_run(binary, env, "dump", location), f"dump {location}")
+    if got != expected:
+        diff = difflib.unified_diff(expected.decode(errors="replace").splitlines(keepends=True),
+                                    got.decode(errors="replace").splitlines(keepends=True),
+                                    fromfile=f"ncdump {hpath}", tofile=f"dump {location}")
+        pytest.fail("".join(diff), pytrace=False)
+
+
 def _same_everywhere(binary, env, local, remote, variables, tmp_path, mount=True):
     expected = _ok(_run(binary, env, "dump", local), f"dump {local}")
     got = _ok(_run(binary, env, "dump", remote), f"dump {remote}")
@@ -127,12 +141,13 @@ def _same_everywhere(binary, env, local, remote, variables, tmp_path, mount=True
 @pytest.mark.parametrize("index", range(TWINS))
 def test_twins_on_s3_read_and_mount_as_from_a_directory(moto, binary, env, tmp_path, index):
     seed = SEED + 1000 + index
-    zpath, _, _ = twins.write_twins(str(tmp_path), f"tw{index}", seed)
+    zpath, hpath, _ = twins.write_twins(str(tmp_path), f"tw{index}", seed)
     local = twins.nczarr_url(zpath)
     prefix = f"twins-{uuid.uuid4().hex}/tw{index}.file"
     _upload(moto, Path(zpath), prefix)
     remote = f"{MOTO}/{BUCKET}/{prefix}#mode=nczarr,s3"
     variables = _variables(local)
+    _dumps_as_ncdump(binary, env, remote, hpath)
     _same_everywhere(binary, env, local, remote, variables, tmp_path)
 
 
@@ -189,7 +204,7 @@ def test_gen_and_copy_through_s3_round_trip(request, binary, env, tmp_path, serv
     # The zarr-python comparison at the end needs a numeric variable in the root group.
     seed = next(s for s in itertools.count(SEED + 2000)
                 if any(v.kind in twins.NUMERIC_TYPES for v in twins.plan(s).vars))
-    zpath, _, _ = twins.write_twins(str(tmp_path), "src", seed)
+    zpath, hpath, _ = twins.write_twins(str(tmp_path), "src", seed)
     local = twins.nczarr_url(zpath)
     variables = _variables(local)
     base = f"{endpoint}/{BUCKET}/rt-{uuid.uuid4().hex}"
@@ -200,14 +215,16 @@ def test_gen_and_copy_through_s3_round_trip(request, binary, env, tmp_path, serv
     back = tmp_path / "back" / "src.file"
     back.parent.mkdir()
     _ok(_run(binary, env, "copy", on_s3, f"file://{back}#mode=nczarr,file"), "copy from S3")
+    _dumps_as_ncdump(binary, env, on_s3, hpath)
     _same_everywhere(binary, env, local, on_s3, variables, tmp_path, mount=False)
     _same_everywhere(binary, env, local, f"file://{back}#mode=nczarr,file", variables, tmp_path,
                      mount=False)
-    # netcdf-c reads what we wrote to S3 once it is copied home.
+    # netcdf-c reads what we wrote to S3 once it is copied home, as it reads the HDF5 twin.
     import netCDF4
 
     with netCDF4.Dataset(f"file://{back}#mode=nczarr,file") as nc:
         assert [p for p, _ in twins.walk_variables(nc)] == variables
+    assert twins.verify_twins(str(back), hpath) == []
 
     # gen from the dump's CDL straight to S3, pure Zarr and consolidated: dump equals the
     # local gen's, and zarr-python reads the values.
@@ -221,6 +238,7 @@ def test_gen_and_copy_through_s3_round_trip(request, binary, env, tmp_path, serv
     _ok(_run(binary, env, "gen", "-k", "nczarr,consolidated", "-o", gen_s3, str(cdl)), "gen S3")
     _same_everywhere(binary, env, f"file://{gen_local}#mode=nczarr,file", gen_s3, variables,
                      tmp_path, mount=False)
+    _dumps_as_ncdump(binary, env, gen_s3, hpath)
     keys = {o["Key"] for o in client.list_objects_v2(
         Bucket=BUCKET, Prefix=base.split(f"/{BUCKET}/", 1)[1] + "/gen/")["Contents"]}
     assert any(k.endswith("/.zmetadata") for k in keys), keys

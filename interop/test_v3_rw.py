@@ -17,6 +17,7 @@ import time
 import warnings
 from pathlib import Path
 
+import netCDF4
 import numpy as np
 import pytest
 import zarr
@@ -172,6 +173,16 @@ def test_copy_v2_to_v3_edit_and_back(nczarrfs, tmp_path):
     want = want.replace("int t(time, x) ;\n", 'int t(time, x) ;\n\t\tt:note = "edited" ;\n', 1)
     want = want.replace("4, 5, 6", "4, -50, 6", 1)
     assert dump == want
+    # The same from reference tools: ncgen's netCDF-4 file of the CDL, edited alike by
+    # netCDF4-python and dumped by Debian's ncdump.
+    ref = tmp_path / "rec.nc"
+    subprocess.run(["ncgen", "-k", "nc4", "-o", str(ref), str(cdl)], check=True,
+                   capture_output=True)
+    with netCDF4.Dataset(ref, "a") as nc:
+        nc["t"][1, 1] = -50
+        nc["t"].note = "edited"
+    reference = subprocess.run(["ncdump", str(ref)], capture_output=True, check=True).stdout
+    assert dump == reference.decode().split("\n", 1)[1]
 
 
 @pytest.mark.parametrize("made_by", ["zarr-python", "copy"])
