@@ -748,7 +748,13 @@ def test_sigkill_during_writes_leaves_a_readable_dataset(mounter, nczarr, tmp_pa
     writer = subprocess.Popen([sys.executable, str(script), str(mnt)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        time.sleep(2.0)
+        # The kill must land while records are being appended: wait until the writer has
+        # appended a few to the fixture's 4 (35 floats each), however slow its start.
+        record = 35 * 4
+        data = mnt / "temp" / "data"
+        assert wait_until(lambda: writer.poll() is not None
+                          or data.stat().st_size >= (4 + 3) * record, 120), "no records appended"
+        assert writer.poll() is None, "the writer stopped before the kill"
         pids = daemon_pids(mnt)
         assert pids
         for pid in pids:
