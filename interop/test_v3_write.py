@@ -142,8 +142,11 @@ CDLS = sorted(
 def test_gen_v3_dumps_like_v2_and_opens_in_zarr_python(nczarrfs, tmp_path, cdl):
     v2, v3 = tmp_path / "a.file", tmp_path / "a.zarr"
     if nczarrfs("gen", "-o", str(v2), cdl).returncode != 0:
-        # A fixture that is not ncgen input (a unit program's listing, a template): v3 refuses
-        # it too and leaves nothing behind, as v2 did.
+        # A fixture that is not ncgen input (a unit program's listing, a template): ncgen
+        # refuses it as well, v3 refuses it too and leaves nothing behind, as v2 did.
+        ncgen = subprocess.run(["ncgen", "-k", "nc4", "-o", str(tmp_path / "ncgen.nc"), cdl],
+                               capture_output=True, check=False)
+        assert ncgen.returncode != 0, f"gen refuses {cdl}, which ncgen takes"
         assert nczarrfs("gen", "-k", "nczarr,v3", "-o", str(v3), cdl).returncode != 0
         assert not v2.exists() and not v3.exists()
         return
