@@ -56,20 +56,24 @@ const SPECIAL: [&str; 13] = [
     "_SuperblockVersion",
 ];
 
+/// Whether a CDL line is one of the `ncdump -s` special attributes.
+fn is_special(line: &str) -> bool {
+    let t = line.trim_start();
+    SPECIAL.iter().any(|s| {
+        t.split_once(" = ")
+            .is_some_and(|(lhs, _)| lhs.rsplit_once(':').is_some_and(|(_, name)| name == *s))
+    })
+}
+
+/// Whether a CDL line is an `ncdump -b c` comment naming the indices of the values below.
+fn is_comment(line: &str) -> bool {
+    let t = line.trim_start();
+    t.starts_with("// ") && t.ends_with(')') && t.contains('(')
+}
+
 /// The expected text without `ncdump -s` attributes (and attribute headers left empty),
 /// without `ncdump -b c` comments, blanks normalised.
 fn normalise(cdl: &str) -> String {
-    let is_special = |line: &str| {
-        let t = line.trim_start();
-        SPECIAL.iter().any(|s| {
-            t.split_once(" = ")
-                .is_some_and(|(lhs, _)| lhs.rsplit_once(':').is_some_and(|(_, name)| name == *s))
-        })
-    };
-    let is_comment = |line: &str| {
-        let t = line.trim_start();
-        t.starts_with("// ") && t.ends_with(')') && t.contains('(')
-    };
     // `ncdump -b c` puts `// v(0, 0-2)` after an opening brace: drop it and join the brace
     // to the values that follow, as plain ncdump prints them.
     let mut joined: Vec<String> = Vec::new();
@@ -136,7 +140,20 @@ fn dump_text_with(location: &str, name: &str, special: bool) -> String {
     };
     dump(&open.model, &open.engine, name, &opts, &mut out)
         .unwrap_or_else(|e| panic!("dump {location}: {e}"));
-    String::from_utf8(out).expect("utf-8")
+    let text = String::from_utf8(out).expect("utf-8");
+    // `normalise` drops these lines from both sides of a comparison: a dump without `-s`
+    // must not print them in the first place.
+    if !special {
+        let stray: Vec<&str> = text
+            .lines()
+            .filter(|l| is_special(l) || is_comment(l))
+            .collect();
+        assert!(
+            stray.is_empty(),
+            "dump of {location} without -s prints {stray:?}"
+        );
+    }
+    text
 }
 
 /// The `ncdump -s` virtual attributes of a CDL text, `(owner:name, value)` in order, without
