@@ -1405,3 +1405,26 @@ fn chunks_larger_than_the_limit_are_unreadable_not_allocated() {
     assert!(matches!(err, Error::Unreadable { .. }), "{err}");
     assert!(err.to_string().contains("larger than"), "{err}");
 }
+
+/// A read of many rows of chunks on a map with request latency is cut into windows of rows;
+/// each window must own only its rows. Total capacity is the first-principles measure: the
+/// windows hold every part once, so their capacities add up to the number of parts.
+#[test]
+fn windows_of_rows_hold_only_their_own_rows() {
+    for (parts, size) in [
+        (20_000usize, 32usize),
+        (1, 32),
+        (64, 32),
+        (65, 32),
+        (7, 0),
+        (0, 4),
+    ] {
+        let windows = windows_of((0..parts).collect::<Vec<_>>(), size);
+        let size = size.max(1);
+        assert_eq!(windows.len(), parts.div_ceil(size));
+        assert!(windows.iter().all(|w| !w.is_empty() && w.len() <= size));
+        assert_eq!(windows.concat(), (0..parts).collect::<Vec<_>>());
+        let capacity: usize = windows.iter().map(Vec::capacity).sum();
+        assert_eq!(capacity, parts, "{parts} parts in windows of {size}");
+    }
+}
