@@ -14,6 +14,7 @@ import io
 import os
 import socket
 import subprocess
+import sys
 import uuid
 from pathlib import Path
 from urllib.parse import quote, urlparse
@@ -345,3 +346,39 @@ def test_open_fetches_each_object_once(moto, binary, moto_env, tmp_path, kind):
     requests = _requests_to_open(binary, moto_env, MOTO, f"{BUCKET}/{prefix}#mode={kind},v2,s3")
     assert [(m, p.split(f"/{prefix}/", 1)[1]) for m, p in requests] == [
         ("GET", ".zmetadata")], requests
+
+
+def test_get_of_many_small_chunks_stays_in_bounded_memory(s3s, binary, clean_env, tmp_path):
+    """A read on S3 is cut into windows of rows of chunks; each window once kept the capacity
+    of every row after it, so memory grew with the square of the chunks read (20,000 chunks of
+    one int: 168 MB for 80 KB of values). The values are netCDF4-python's; the bound is far
+    above the process's fixed cost and far below the quadratic one."""
+    n = 20_000
+    local = tmp_path / "small.file"
+    with netCDF4.Dataset(f"file://{local}#mode=nczarr,file", "w") as nc:
+        nc.createDimension("x", n)
+        v = nc.createVariable("v", "i4", ("x",), chunksizes=(1,))
+        v[::1000] = np.arange(0, n, 1000, dtype="i4")
+    with netCDF4.Dataset(f"file://{local}#mode=nczarr,file") as nc:
+        nc.set_auto_mask(False)
+        want = np.asarray(nc["v"][:], dtype="<i4")
+    prefix = f"py-{uuid.uuid4().hex}/small.file"
+    _upload(s3s, local, prefix)
+    env = dict(clean_env, AWS_ACCESS_KEY_ID=S3S_KEY, AWS_SECRET_ACCESS_KEY=S3S_SECRET)
+    out = tmp_path / "v.bin"
+    # A Python of its own runs the get, so that its children's peak is the get's alone.
+    script = (
+        "import resource, subprocess, sys\n"
+        "with open(sys.argv[1], 'wb') as out:\n"
+        "    code = subprocess.run(sys.argv[2:], stdout=out).returncode\n"
+        "print(code, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+    )
+    remote = f"{S3S}/{BUCKET}/{prefix}#mode=nczarr,s3"
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(out), str(binary), "get", remote, "v"],
+        capture_output=True, text=True, timeout=300, env=env, check=False,
+    )
+    code, peak_kib = (int(x) for x in done.stdout.split())
+    assert code == 0, done.stderr
+    assert np.array_equal(np.fromfile(out, dtype="<i4"), want)
+    assert peak_kib < 100 * 1024, f"peak RSS {peak_kib // 1024} MiB for {n} chunks of 4 bytes"
