@@ -616,3 +616,61 @@ def test_writes_do_not_wait_for_reads_waiting_on_the_server(moto, proxy, binary,
     with netCDF4.Dataset(f"file://{stored}#mode=nczarr,file") as nc:
         assert np.array_equal(nc["w"][:], want)
         assert np.array_equal(nc["r"][:], read_values)
+
+
+def test_a_prefetch_keeps_requesting_while_one_of_its_chunks_is_held(moto, proxy, binary, env,
+                                                                     tmp_path):
+    """A prefetch window larger than the mount's in-flight budget (32 MiB) gets part of it at
+    first; as its chunks arrive and their shares go back, it requests the next ones. With one
+    GET of the first part held by the proxy, the chunks after that part are still requested:
+    the prefetch does not wait for the slowest chunk of a part before asking for the rest."""
+    import netCDF4
+
+    rows, row = 24, 1 << 19  # one chunk per row, 4 MiB of float64 each (stored compressed)
+    values = np.repeat(np.arange(rows, dtype="f8"), row).reshape(rows, row)
+    local = tmp_path / "ds.file"
+    with netCDF4.Dataset(f"file://{local}#mode=nczarr,file", "w") as nc:
+        nc.createDimension("y", rows)
+        nc.createDimension("x", row)
+        nc.createVariable("v", "f8", ("y", "x"), chunksizes=(1, row), zlib=True,
+                          complevel=1)[:] = values
+    prefix = f"faults-{uuid.uuid4().hex}/ds.file"
+    _upload(moto, local, prefix)
+    location = f"{proxy.endpoint}/{BUCKET}/{prefix}#mode=nczarr,s3"
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    # A 64 MiB window (16 chunks), twice the budget; direct I/O: each read is one request.
+    res = subprocess.run([str(binary), "mount", "-o",
+                          "cache_size=256M,readahead=64M,direct_io", location, str(mnt)],
+                         env=env, capture_output=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    try:
+        data = mnt / "v" / "data"
+
+        def requested(chunk: int) -> bool:
+            return any(method == "GET" and path.endswith(f"/v/{chunk}.0")
+                       for method, path in list(proxy.requests))
+
+        proxy.hold_on = "/v/3.0"
+        # Three reads in a row confirm a sequential reader: the third one prefetches a window
+        # of 16 chunks from the reader's on (rows 1 to 16 to load), 8 within the budget at
+        # first, chunk 3 among them.
+        fd = os.open(data, os.O_RDONLY)
+        try:
+            for i in range(3):
+                assert os.pread(fd, 8, 8 * i) == values[0, i].tobytes()
+        finally:
+            os.close(fd)
+        proxy.wait_held()
+        later = range(9, 13)
+        deadline = time.monotonic() + 30
+        while not all(requested(c) for c in later) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        asked = [c for c in later if requested(c)]
+        still_held = proxy.held
+        proxy.release()
+        assert still_held == 1 and asked == list(later), (
+            f"chunks {asked} of {list(later)} requested while chunk 3 was held")
+        assert data.read_bytes() == values.tobytes()
+    finally:
+        _unmount(mnt)

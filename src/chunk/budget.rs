@@ -6,7 +6,8 @@
 //! 16 MiB window as much again. A read takes its share before it fetches anything and waits,
 //! holding nothing, while the budget is taken, in the order the reads came; a prefetch takes
 //! what is free at once and loads that part, and waits like a read only when nothing is free
-//! (see `ChunkEngine::prefetch_share`); its share goes back chunk by chunk, as each is cached.
+//! (see `ChunkEngine::prefetch_share`); its share goes back chunk by chunk, as each is cached,
+//! and on S3 each chunk cached lets it request the next (see `PreloadFeed`).
 //! One read needing more than the whole budget goes alone once nothing else is in flight.
 
 use std::collections::VecDeque;

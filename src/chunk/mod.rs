@@ -18,7 +18,7 @@ mod shard;
 mod slab;
 mod view;
 
-use std::cell::RefCell;
+use std::cell::{OnceCell, RefCell};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
@@ -32,7 +32,7 @@ pub use view::{ChunkView, StoredRun, MAX_STORED_RUNS};
 use crate::codec::{netcdf_element_size, Pipeline};
 use crate::error::quoted;
 use crate::model::{ChunkKeyEncoding, ChunkOrder, CodecSpec, Dataset, NcType, VarId, VarStorage};
-use crate::zmap::ZMap;
+use crate::zmap::{Feed, ZMap};
 use crate::{Error, Result};
 use budget::{ByteBudget, Grant};
 use cache::ChunkCache;
@@ -750,6 +750,127 @@ impl Prefetched {
     }
 }
 
+/// A prefetch's requests on a map with request latency (S3), named as the in-flight budget
+/// has room for them: as many as it has free at first, then, as each chunk is cached and its
+/// share goes back, the next ones, so that the requests in flight stay as many as the budget
+/// allows until the last chunk rather than draining after each part. When nothing is in flight
+/// and the budget is all taken, it waits, holding nothing, for one chunk's share (one chunk
+/// larger than the whole budget goes alone). It holds each chunk's loading gate until that
+/// chunk is cached, so a reader that wants it waits for it instead of requesting it again;
+/// chunks someone else is loading already are left to them. The chunks are decoded one after
+/// the other, as they arrive, on the thread of the prefetch: on rayon, it could run, while it
+/// waits, a reader's task that waits for one of the gates it holds.
+struct PreloadFeed<'a> {
+    engine: &'a ChunkEngine,
+    plan: &'a Arc<VarPlan>,
+    /// The budget a chunk takes while it is fetched and decoded.
+    unit: usize,
+    /// The chunks to load, in order.
+    keys: &'a [String],
+    /// The loading gate of each of `keys`, once it is named or left to someone else.
+    gates: &'a [OnceCell<Arc<Mutex<()>>>],
+    /// The first of `keys` not named yet.
+    next: usize,
+    /// How many more chunks `share` has room for.
+    room: usize,
+    /// The part of the budget taken and not yet given to a chunk.
+    share: Option<Grant>,
+    /// The chunks named, in order, until each arrives.
+    loads: Vec<Option<Load<'a>>>,
+    /// The first failure: nothing more is named after it.
+    result: Result<()>,
+}
+
+/// A chunk of a [`PreloadFeed`] in flight.
+struct Load<'a> {
+    /// Its place in the feed's `keys`.
+    slot: usize,
+    /// Its loading gate, locked.
+    _turn: MutexGuard<'a, ()>,
+    /// Its share of the budget.
+    _in_flight: Option<Grant>,
+    /// The cache's epoch from before it was requested.
+    epoch: u64,
+}
+
+impl Feed for PreloadFeed<'_> {
+    fn next_keys(&mut self, in_flight: usize) -> Vec<String> {
+        let mut named = Vec::new();
+        if self.result.is_err() {
+            (self.room, self.share) = (0, None);
+            return named;
+        }
+        let (engine, gates) = (self.engine, self.gates);
+        while self.next < self.keys.len() {
+            if self.room == 0 {
+                let wanted = self.keys.len() - self.next;
+                let share = if in_flight == 0 && named.is_empty() {
+                    Some(engine.prefetch_share(self.unit, wanted))
+                } else {
+                    engine.prefetch_share_now(self.unit, wanted)
+                };
+                // No room now: the next object to arrive makes some.
+                let Some((room, share)) = share else {
+                    break;
+                };
+                (self.room, self.share) = (room, share);
+            }
+            let slot = self.next;
+            self.next += 1;
+            let key = &self.keys[slot];
+            if engine.cache.contains(key) {
+                continue;
+            }
+            let gate = gates[slot].get_or_init(|| {
+                let mut loading = engine.loading.lock().unwrap_or_else(|e| e.into_inner());
+                Arc::clone(loading.entry(key.clone()).or_default())
+            });
+            let turn = match gate.try_lock() {
+                Ok(turn) => turn,
+                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => continue,
+            };
+            if engine.cache.get(key).is_some() {
+                continue;
+            }
+            self.room -= 1;
+            self.loads.push(Some(Load {
+                slot,
+                _turn: turn,
+                _in_flight: self.share.as_mut().map(|g| g.split_off(self.unit)),
+                epoch: engine.cache.epoch(),
+            }));
+            named.push(key.clone());
+        }
+        if self.next == self.keys.len() {
+            // What the chunks left to others or found cached would have taken goes back.
+            (self.room, self.share) = (0, None);
+        }
+        named
+    }
+
+    fn arrived(&mut self, index: usize, object: Result<Option<Vec<u8>>>) {
+        let Some(load) = self.loads.get_mut(index).and_then(Option::take) else {
+            return;
+        };
+        let key = &self.keys[load.slot];
+        if self.result.is_ok() {
+            self.result = object.and_then(|raw| {
+                self.engine
+                    .decode_keep(self.plan, key, raw, Some(load.epoch))
+                    .map(drop)
+            });
+        }
+        // Its gate opens, and its share goes back, as soon as it is cached: a reader waiting
+        // for it does not wait for the slowest request in flight, nor the next request.
+        let slot = load.slot;
+        drop(load);
+        if let Some(gate) = self.gates[slot].get() {
+            self.engine.done_loading(key, gate);
+        }
+    }
+}
+
 /// The budget of [`limit_bytes_in_flight`], shared by every engine made after it was set.
 static IN_FLIGHT: OnceLock<Arc<ByteBudget>> = OnceLock::new();
 
@@ -1411,14 +1532,19 @@ impl ChunkEngine {
     /// nothing (no gate a reader could be waiting for), and the caller comes back for the
     /// rest once this part is loaded.
     fn prefetch_share(&self, unit: usize, wanted: usize) -> (usize, Option<Grant>) {
+        self.prefetch_share_now(unit, wanted)
+            .unwrap_or_else(|| (1, self.in_flight.as_ref().map(|b| b.acquire(unit))))
+    }
+
+    /// [`ChunkEngine::prefetch_share`] without waiting: `None` when not even one chunk's
+    /// share is free (or a read is waiting for its own).
+    fn prefetch_share_now(&self, unit: usize, wanted: usize) -> Option<(usize, Option<Grant>)> {
         let Some(budget) = self.in_flight.as_ref().filter(|_| unit > 0) else {
-            return (wanted, None);
+            return Some((wanted, None));
         };
-        let share = budget
-            .try_acquire_part(unit.saturating_mul(wanted), unit)
-            .unwrap_or_else(|| budget.acquire(unit));
+        let share = budget.try_acquire_part(unit.saturating_mul(wanted), unit)?;
         let fits = (share.bytes() / unit).clamp(1, wanted.max(1));
-        (fits, Some(share))
+        Some((fits, Some(share)))
     }
 
     /// Whether someone is loading the chunk at `key` into the cache.
@@ -1429,83 +1555,50 @@ impl ChunkEngine {
             .contains_key(key)
     }
 
-    /// [`ChunkEngine::preload`] on a map with request latency (S3): the chunks come in
-    /// batches of concurrent requests, since rayon alone would keep only as many in flight as
-    /// there are cores; each batch is as large as the in-flight budget allows at the time
-    /// (see [`ChunkEngine::prefetch_share`]), and the next one follows until all are loaded.
+    /// [`ChunkEngine::preload`] on a map with request latency (S3): the chunks are requested
+    /// concurrently (rayon alone would keep only as many in flight as there are cores), as
+    /// many at a time as the in-flight budget has room for (see [`PreloadFeed`]).
     fn preload_batch(&self, plan: &Arc<VarPlan>, all: &[Vec<u64>]) -> Result<()> {
         // Their stored bytes: they are decoded one at a time, straight into the cache.
         let unit = plan.chunk_elems.saturating_mul(plan.stored_esize);
-        let mut todo: Vec<String> = all
+        let keys: Vec<String> = all
             .iter()
             .map(|c| plan.chunk_key(c))
             .filter(|key| !self.cache.contains(key))
             .collect();
-        while !todo.is_empty() {
-            let (fits, share) = self.prefetch_share(unit, todo.len());
-            let batch: Vec<String> = todo.drain(..fits).collect();
-            self.preload_requests(plan, &batch, unit, share)?;
-        }
-        Ok(())
-    }
-
-    /// One batch of [`ChunkEngine::preload_batch`]: requests the chunks at `keys` at once,
-    /// each counting `unit` bytes of `share`. The batch holds each chunk's loading gate until
-    /// that chunk is cached, so a reader that wants one of them waits for it instead of
-    /// requesting it again; chunks someone else is loading already are left to them. They are
-    /// decoded one after the other, as they arrive, on this thread: on rayon, it could run,
-    /// while it waits, a reader's task that waits for one of the gates it holds.
-    fn preload_requests(
-        &self,
-        plan: &Arc<VarPlan>,
-        keys: &[String],
-        unit: usize,
-        mut share: Option<Grant>,
-    ) -> Result<()> {
-        let gates: Vec<(&String, Arc<Mutex<()>>)> = {
-            let mut loading = self.loading.lock().unwrap_or_else(|e| e.into_inner());
-            keys.iter()
-                .map(|key| (key, Arc::clone(loading.entry(key.clone()).or_default())))
-                .collect()
+        let gates: Vec<OnceCell<Arc<Mutex<()>>>> = keys.iter().map(|_| OnceCell::new()).collect();
+        let mut feed = PreloadFeed {
+            engine: self,
+            plan,
+            unit,
+            keys: &keys,
+            gates: &gates,
+            next: 0,
+            room: 0,
+            share: None,
+            loads: Vec::new(),
+            result: Ok(()),
         };
-        let mut result = Ok(());
-        {
-            let mut mine = Vec::new();
-            for (key, gate) in &gates {
-                let turn = match gate.try_lock() {
-                    Ok(turn) => turn,
-                    Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-                    Err(std::sync::TryLockError::WouldBlock) => continue,
-                };
-                if self.cache.get(key).is_none() {
-                    let in_flight = share.as_mut().map(|g| g.split_off(unit));
-                    mine.push(((*key).clone(), Some((turn, in_flight))));
-                }
-            }
-            // What the chunks left to others would have taken goes back at once.
-            drop(share);
-            let (keys, mut held): (Vec<String>, Vec<_>) = mine.into_iter().unzip();
-            let epoch = self.cache.epoch();
-            // Each gate opens, and each chunk's share goes back, as soon as the chunk is
-            // cached: a reader waiting for the first chunk does not wait for the slowest
-            // request of the batch, nor the next prefetch for the whole batch.
-            self.map.get_each(&keys, &mut |i, raw| {
-                if result.is_ok() {
-                    result = raw.and_then(|raw| {
-                        self.decode_keep(plan, &keys[i], raw, Some(epoch)).map(drop)
-                    });
-                }
-                drop(held[i].take());
-            });
-        }
-        let mut loading = self.loading.lock().unwrap_or_else(|e| e.into_inner());
-        for (key, gate) in gates {
-            // As in `load_once`: the map's clone and ours left means nobody waits.
-            if Arc::strong_count(&gate) == 2 {
-                loading.remove(key);
+        self.map.get_fed(&mut feed);
+        let result = std::mem::replace(&mut feed.result, Ok(()));
+        drop(feed);
+        for (key, gate) in keys.iter().zip(&gates) {
+            if let Some(gate) = gate.get() {
+                self.done_loading(key, gate);
             }
         }
         result
+    }
+
+    /// Takes the chunk at `key` out of the chunks being loaded, unless someone else waits
+    /// for its `gate` or took it out already. The caller holds a clone of the gate and not
+    /// its lock.
+    fn done_loading(&self, key: &str, gate: &Arc<Mutex<()>>) {
+        let mut loading = self.loading.lock().unwrap_or_else(|e| e.into_inner());
+        // As in `load_once`: the map's clone and the caller's left means nobody waits.
+        if Arc::strong_count(gate) == 2 && loading.get(key).is_some_and(|g| Arc::ptr_eq(g, gate)) {
+            loading.remove(key);
+        }
     }
 
     /// Drops from the cache the chunks of `var` whose elements all lie in `[lo, hi)` (C order

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicUsize;
+use std::time::Duration;
 
 use proptest::prelude::*;
 
@@ -1266,7 +1267,9 @@ fn a_prefetch_larger_than_the_in_flight_budget_loads_all_its_chunks() {
     // room for two chunks at a time either way.
     let batching: Arc<dyn ZMap> = Arc::new(BatchingMap(Arc::clone(&map)));
     let plain: Arc<dyn ZMap> = Arc::clone(&map) as Arc<dyn ZMap>;
-    for (zmap, limit) in [(batching, 48), (plain, 96)] {
+    // A budget smaller than one chunk: each chunk goes alone.
+    let alone: Arc<dyn ZMap> = Arc::new(BatchingMap(Arc::clone(&map)));
+    for (zmap, limit) in [(batching, 48), (plain, 96), (alone, 10)] {
         let budget = ByteBudget::new(limit);
         let mut e = ChunkEngine::new(zmap, 1 << 20);
         e.in_flight = Some(Arc::clone(&budget));
@@ -1281,6 +1284,131 @@ fn a_prefetch_larger_than_the_in_flight_budget_loads_all_its_chunks() {
             "served from the cache"
         );
     }
+}
+
+/// A map that serves requests concurrently, each on a thread of its own (as S3 does with its
+/// connections), records the keys requested, and holds the request for one key until
+/// released.
+#[derive(Debug)]
+struct HoldingMap {
+    inner: Arc<TestMap>,
+    held: String,
+    /// The keys requested so far, and whether the held one is released.
+    state: Mutex<(Vec<String>, bool)>,
+    changed: Condvar,
+}
+
+impl HoldingMap {
+    fn new(inner: Arc<TestMap>, held: &str) -> Self {
+        HoldingMap {
+            inner,
+            held: held.to_string(),
+            state: Mutex::new((Vec::new(), false)),
+            changed: Condvar::new(),
+        }
+    }
+
+    /// Waits until every one of `keys` is requested (or a minute passed, so that a failure
+    /// does not hang); whether they were.
+    fn wait_requested(&self, keys: &[&str]) -> bool {
+        let missing =
+            |state: &mut (Vec<String>, bool)| !keys.iter().all(|k| state.0.iter().any(|r| r == k));
+        let state = self.state.lock().unwrap();
+        let (state, _) = self
+            .changed
+            .wait_timeout_while(state, Duration::from_secs(60), missing)
+            .unwrap();
+        keys.iter().all(|k| state.0.iter().any(|r| r == k))
+    }
+
+    fn release(&self) {
+        self.state.lock().unwrap().1 = true;
+        self.changed.notify_all();
+    }
+}
+
+impl ZMap for HoldingMap {
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        let mut state = self.state.lock().unwrap();
+        state.0.push(key.to_string());
+        self.changed.notify_all();
+        while key == self.held && !state.1 {
+            state = self.changed.wait(state).unwrap();
+        }
+        drop(state);
+        self.inner.get(key)
+    }
+    fn get_fed(&self, feed: &mut dyn Feed) {
+        let (sender, arrived) = std::sync::mpsc::channel();
+        std::thread::scope(|scope| {
+            let (mut in_flight, mut named) = (0, 0);
+            loop {
+                for key in feed.next_keys(in_flight) {
+                    let (sender, index) = (sender.clone(), named);
+                    scope.spawn(move || sender.send((index, self.get(&key))));
+                    named += 1;
+                    in_flight += 1;
+                }
+                if in_flight == 0 {
+                    break;
+                }
+                let (index, object) = arrived.recv().unwrap();
+                in_flight -= 1;
+                feed.arrived(index, object);
+            }
+        });
+    }
+    fn concurrent_gets(&self) -> usize {
+        8
+    }
+    fn put(&self, key: &str, value: &[u8]) -> Result<()> {
+        self.inner.put(key, value)
+    }
+    fn delete(&self, key: &str) -> Result<()> {
+        self.inner.delete(key)
+    }
+    fn search(&self, prefix: &str) -> Result<Vec<String>> {
+        self.inner.search(prefix)
+    }
+    fn read_only(&self) -> bool {
+        true
+    }
+    fn describe(&self) -> String {
+        "holding test map".into()
+    }
+}
+
+/// A prefetch that gets part of its chunks' budget at first requests the rest as the chunks
+/// it loaded give their shares back, one by one: with one request of the first part held,
+/// the later chunks are still requested (not after the slowest chunk of the part). Each chunk
+/// of the fixture stores 24 bytes: the budget has room for two.
+#[test]
+fn a_prefetch_requests_more_chunks_as_each_one_arrives() {
+    let (map, ds, v) = grid_fixture("<i4", ChunkOrder::C);
+    // Rows 1..3 touch chunk rows 0 and 1: 2 x 3 chunks, the first two in the first part.
+    let rows = slab(&[1, 0], &[2, 7], &[1, 1]);
+    let holding = Arc::new(HoldingMap::new(Arc::clone(&map), "v/0.0"));
+    let budget = ByteBudget::new(48);
+    let mut e = ChunkEngine::new(Arc::clone(&holding) as Arc<dyn ZMap>, 1 << 20);
+    e.in_flight = Some(Arc::clone(&budget));
+    let later = ["v/0.1", "v/0.2", "v/1.0", "v/1.1", "v/1.2"];
+    let requested_while_held = std::thread::scope(|scope| {
+        let preload = scope.spawn(|| e.preload(&ds, v, &rows));
+        let requested = holding.wait_requested(&later);
+        holding.release();
+        preload.join().unwrap().unwrap();
+        requested
+    });
+    assert!(
+        requested_while_held,
+        "requested while v/0.0 was held: {:?}",
+        holding.state.lock().unwrap().0
+    );
+    assert_eq!(e.stats().entries, 6);
+    assert_eq!(budget.used(), 0, "every share given back");
+    assert!(e.loading.lock().unwrap().is_empty(), "every gate taken out");
+    assert_eq!(read_i32(&e, &ds, v, &rows).unwrap(), expected(&rows));
+    assert_eq!(holding.state.lock().unwrap().0.len(), 6, "each chunk once");
 }
 
 #[test]

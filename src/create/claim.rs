@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use crate::interrupt;
 use crate::location::{Location, S3Location};
-use crate::zmap::{join_key, S3Map, ZMap};
+use crate::zmap::{join_key, Feed, S3Map, ZMap};
 use crate::{Error, Result};
 
 /// The marker object of a prefix being written by `gen` or `copy`: who writes it and since
@@ -279,6 +279,10 @@ impl ZMap for ClaimedPrefix {
 
     fn get_each(&self, keys: &[String], each: &mut dyn FnMut(usize, Result<Option<Vec<u8>>>)) {
         self.s3.get_each(keys, each)
+    }
+
+    fn get_fed(&self, feed: &mut dyn Feed) {
+        self.s3.get_fed(feed)
     }
 
     fn concurrent_gets(&self) -> usize {

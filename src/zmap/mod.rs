@@ -96,6 +96,20 @@ fn within_limit(key: &str, got: Result<Option<Vec<u8>>>, limit: u64) -> Result<O
     }
 }
 
+/// The reader's side of [`ZMap::get_fed`]: it names the objects to read as it has room for
+/// them, and takes each one as it arrives.
+pub trait Feed {
+    /// The keys of the objects to request next, `in_flight` of those named before being still
+    /// to come. Asked before the first request and again after each object handed over;
+    /// naming nothing while nothing is in flight ends the reads. It may wait for room when
+    /// nothing is in flight, and should not otherwise: the objects in flight would wait too.
+    fn next_keys(&mut self, in_flight: usize) -> Vec<String>;
+
+    /// The object named `index`-th (from 0, over all the keys named), or `Ok(None)` if it
+    /// does not exist: every key named gets exactly one call.
+    fn arrived(&mut self, index: usize, object: Result<Option<Vec<u8>>>);
+}
+
 /// A key/value store holding one dataset.
 pub trait ZMap: Send + Sync + Debug {
     /// Reads the whole object at `key`; `Ok(None)` if it does not exist.
@@ -154,6 +168,28 @@ pub trait ZMap: Send + Sync + Debug {
     fn get_each(&self, keys: &[String], each: &mut dyn FnMut(usize, Result<Option<Vec<u8>>>)) {
         for (i, key) in keys.iter().enumerate() {
             each(i, self.get(key));
+        }
+    }
+
+    /// Reads the objects that `feed` names, asking it for more after each one it is handed:
+    /// it can keep as many requests going as it has room for, and name the next one as soon
+    /// as an earlier one leaves room (a prefetch, whose share of memory frees chunk by chunk).
+    /// Maps with request latency (S3) run up to [`ZMap::concurrent_gets`] of them at once and
+    /// hand the objects over as they arrive, in any order; the default reads them one after
+    /// the other, in the order named.
+    fn get_fed(&self, feed: &mut dyn Feed) {
+        let mut named = std::collections::VecDeque::new();
+        let mut count = 0;
+        loop {
+            for key in feed.next_keys(named.len()) {
+                named.push_back((count, key));
+                count += 1;
+            }
+            let Some((index, key)) = named.pop_front() else {
+                return;
+            };
+            let object = self.get(&key);
+            feed.arrived(index, object);
         }
     }
 

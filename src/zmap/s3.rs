@@ -42,7 +42,7 @@ use object_store::{
 
 use super::aws_config::{self, AwsSettings, EnvLookup};
 use super::s3_health::{Admit, Health, Outcome};
-use super::{validate_key, validate_prefix, ZMap};
+use super::{validate_key, validate_prefix, Feed, ZMap};
 use crate::error::quoted;
 use crate::location::S3Location;
 use crate::{Error, Result};
@@ -694,6 +694,23 @@ fn describe_error(err: &object_store::Error, signed: bool) -> String {
     }
 }
 
+/// A [`Feed`] of keys all known at once: [`ZMap::get_each`] through [`ZMap::get_fed`].
+struct AllAtOnce<'a> {
+    /// The keys, until they are named.
+    keys: Option<&'a [String]>,
+    each: &'a mut dyn FnMut(usize, Result<Option<Vec<u8>>>),
+}
+
+impl Feed for AllAtOnce<'_> {
+    fn next_keys(&mut self, _in_flight: usize) -> Vec<String> {
+        self.keys.take().map(<[String]>::to_vec).unwrap_or_default()
+    }
+
+    fn arrived(&mut self, index: usize, object: Result<Option<Vec<u8>>>) {
+        (self.each)(index, object);
+    }
+}
+
 impl ZMap for S3Map {
     fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
         let path = self.path_of(key)?;
@@ -717,40 +734,63 @@ impl ZMap for S3Map {
         if let [key] = keys {
             return each(0, self.get(key));
         }
-        // The requests run on a helper thread and their objects come back through a channel,
-        // so that `each` (a decode, which may hold locks) runs on the caller's thread while
-        // the next objects arrive. The channel's bound holds the fetching back when `each`
-        // is slower than the network.
+        self.get_fed(&mut AllAtOnce {
+            keys: Some(keys),
+            each,
+        });
+    }
+
+    fn get_fed(&self, feed: &mut dyn Feed) {
+        // The requests run on a helper thread, which takes their keys from a channel as the
+        // feed names them, and their objects come back through another, so that the feed
+        // (a decode, which may hold locks) runs on the caller's thread while the next objects
+        // arrive. The second channel's bound holds the fetching back when the feed is slower
+        // than the network.
+        let (name, names) = tokio::sync::mpsc::unbounded_channel::<(usize, String)>();
         let (sender, arrived) = std::sync::mpsc::sync_channel(self.concurrency);
-        let mut delivered = vec![false; keys.len()];
+        let mut named: Vec<(String, bool)> = Vec::new();
         let failure = std::thread::scope(|scope| {
             let fetcher = scope.spawn(move || {
-                let requests = (0..keys.len()).map(|i| async move {
-                    let key = &keys[i];
-                    let path = self.path_of(key).map_err(|e| (i, e))?;
-                    self.fetch(key, &path, u64::MAX)
-                        .await
-                        .map(|got| (i, got))
-                        .map_err(|e| (i, e))
+                let requests = futures_util::stream::unfold(names, |mut names| async move {
+                    let next = names.recv().await?;
+                    Some((next, names))
+                })
+                .map(|(i, key)| async move {
+                    let got = match self.path_of(&key) {
+                        Ok(path) => self.fetch(&key, &path, u64::MAX).await,
+                        Err(e) => Err(e),
+                    };
+                    (i, got)
                 });
                 block_on(async move {
-                    let mut results =
-                        futures_util::stream::iter(requests).buffer_unordered(self.concurrency);
+                    let mut results = std::pin::pin!(requests.buffer_unordered(self.concurrency));
                     while let Some(result) = results.next().await {
-                        let sent = match result {
-                            Ok((i, got)) => sender.send((i, Ok(got))),
-                            Err((i, e)) => sender.send((i, Err(e))),
-                        };
-                        if sent.is_err() {
+                        if sender.send(result).is_err() {
                             break;
                         }
                     }
                 })
             });
-            for (i, result) in arrived {
-                delivered[i] = true;
-                each(i, result);
+            let mut in_flight = 0;
+            loop {
+                for key in feed.next_keys(in_flight) {
+                    // A send fails only once the fetcher has stopped: the key is then
+                    // answered with its failure below.
+                    let _ = name.send((named.len(), key.clone()));
+                    named.push((key, false));
+                    in_flight += 1;
+                }
+                if in_flight == 0 {
+                    break;
+                }
+                let Ok((i, got)) = arrived.recv() else {
+                    break;
+                };
+                in_flight -= 1;
+                named[i].1 = true;
+                feed.arrived(i, got);
             }
+            drop(name);
             match fetcher.join() {
                 Ok(Ok(())) => None,
                 Ok(Err(e)) => Some(e.to_string()),
@@ -758,11 +798,11 @@ impl ZMap for S3Map {
             }
         });
         let reason = failure.unwrap_or_else(|| "the request was abandoned".to_string());
-        for (i, key) in keys.iter().enumerate().filter(|(i, _)| !delivered[*i]) {
-            each(
+        for (i, (key, _)) in named.into_iter().enumerate().filter(|(_, (_, got))| !got) {
+            feed.arrived(
                 i,
                 Err(Error::Storage {
-                    key: key.clone(),
+                    key,
                     reason: reason.clone(),
                 }),
             );
