@@ -115,13 +115,7 @@ pub struct Token {
 
 /// Splits CDL text into tokens.
 pub fn tokenize(text: &str, file: &str) -> Result<Vec<Token>> {
-    let mut lx = Lexer {
-        chars: text.chars().collect(),
-        i: 0,
-        line: 1,
-        column: 1,
-        file,
-    };
+    let mut lx = Lexer::new(text, file);
     let mut out = Vec::new();
     loop {
         let t = lx.next_token()?;
@@ -133,8 +127,11 @@ pub fn tokenize(text: &str, file: &str) -> Result<Vec<Token>> {
     }
 }
 
-struct Lexer<'a> {
-    chars: Vec<char>,
+/// Reads CDL text one token at a time, so that no more than the token at hand is held
+/// besides the text.
+pub struct Lexer<'a> {
+    text: &'a str,
+    /// Byte offset of the next character.
     i: usize,
     line: usize,
     column: usize,
@@ -161,14 +158,25 @@ fn is_name_escape(c: char, at_start: bool) -> bool {
 
 const SECTIONS: [&str; 5] = ["dimensions", "variables", "data", "types", "group"];
 
-impl Lexer<'_> {
+impl<'a> Lexer<'a> {
+    /// A lexer at the start of `text`; `file` names it in error messages.
+    pub fn new(text: &'a str, file: &'a str) -> Self {
+        Lexer {
+            text,
+            i: 0,
+            line: 1,
+            column: 1,
+            file,
+        }
+    }
+
     fn peek(&self, k: usize) -> Option<char> {
-        self.chars.get(self.i + k).copied()
+        self.text[self.i..].chars().nth(k)
     }
 
     fn bump(&mut self) -> Option<char> {
-        let c = self.chars.get(self.i).copied()?;
-        self.i += 1;
+        let c = self.peek(0)?;
+        self.i += c.len_utf8();
         if c == '\n' {
             self.line += 1;
             self.column = 1;
@@ -228,7 +236,8 @@ impl Lexer<'_> {
         Ok(())
     }
 
-    fn next_token(&mut self) -> Result<Token> {
+    /// The next token ([`Tok::Eof`] at the end, and again after it).
+    pub fn next_token(&mut self) -> Result<Token> {
         self.skip_blanks()?;
         let pos = self.pos();
         let Some(c) = self.peek(0) else {

@@ -8,3 +8,4 @@ pub mod lexer;
 pub mod parser;
 pub mod special;
 pub mod times;
+mod values;

@@ -27,10 +27,11 @@
 //! `_nczarr_maxstrlen` and `_nczarr_default_maxstrlen` are kept as ordinary attributes, as
 //! ncgen passes them to the library unchanged.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::Path;
 
-use super::lexer::{tokenize, Number, Pos, Tok, Token};
+use super::lexer::{Lexer, Number, Pos, Tok, Token};
+use super::values::{ValueKind, ValueList};
 use crate::model::{
     element_count, AttrValue, Attribute, Dataset, DimId, GroupId, NcType, VarId, VarStorage,
     Variable,
@@ -125,7 +126,7 @@ pub struct ParsedCdl {
 /// Reads and parses a CDL file; errors name the file.
 pub fn parse_cdl_file(path: &Path) -> Result<ParsedCdl> {
     let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
-    parse_cdl(&cdl_text(bytes), &path.display().to_string())
+    parse_cdl_owned(cdl_text(bytes), &path.display().to_string())
 }
 
 /// The text of CDL read as bytes. ncdump writes char values as their bytes, which need not be
@@ -138,31 +139,64 @@ pub fn cdl_text(bytes: Vec<u8>) -> String {
 /// Parses CDL text; `file` names it in error messages. A leading byte order mark is skipped,
 /// as ncgen does.
 pub fn parse_cdl(text: &str, file: &str) -> Result<ParsedCdl> {
+    parse_cdl_with_budget(text, file, memory_budget())
+}
+
+/// [`parse_cdl`] of text it owns: the text is dropped once it is read, before the rows of
+/// the variables are built.
+pub fn parse_cdl_owned(text: String, file: &str) -> Result<ParsedCdl> {
+    let declared = read_declarations(&text, file)?;
+    drop(text);
+    declared.finish(memory_budget())
+}
+
+/// [`parse_cdl`] with the memory the rows of one variable's data section may take:
+/// `row_budget` bytes (by default half of the machine's memory). A data section whose rows
+/// would take more is refused, naming the variable.
+pub fn parse_cdl_with_budget(text: &str, file: &str, row_budget: u64) -> Result<ParsedCdl> {
+    read_declarations(text, file)?.finish(row_budget)
+}
+
+/// Reads the whole text: the dataset, and the data sections with their values converted.
+/// Errors come as they did when the text was split into tokens first: the first malformed
+/// token anywhere in the text before any other error.
+fn read_declarations<'f>(text: &str, file: &'f str) -> Result<Declared<'f>> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    let toks = tokenize(text, file)?;
     let mut p = Parser {
-        toks,
-        i: 0,
+        lexer: Lexer::new(text, file),
+        ahead: VecDeque::with_capacity(2),
+        prev: Pos::default(),
+        lex_error: None,
         file,
         ds: Dataset::new(),
         extras: Vec::new(),
         data: Vec::new(),
         globals: GlobalSpecials::default(),
     };
-    let name = p.file_header()?;
-    p.group_body(Dataset::ROOT)?;
-    p.expect(&Tok::RBrace)?;
-    if p.peek() != &Tok::Eof {
-        return Err(p.err(
-            p.pos(),
-            format!("unexpected {} after the end", p.peek().describe()),
-        ));
+    p.fill_ahead();
+    let read = p.read_all();
+    if let Some(e) = p.lex_error.take() {
+        return Err(e);
     }
-    p.finish_data()?;
-    Ok(ParsedCdl {
+    let name = match read {
+        Ok(name) => name,
+        Err(e) => {
+            // A malformed token later in the text is the error to report.
+            loop {
+                match p.lexer.next_token() {
+                    Ok(t) if t.tok == Tok::Eof => return Err(e),
+                    Ok(_) => {}
+                    Err(lexed) => return Err(lexed),
+                }
+            }
+        }
+    };
+    Ok(Declared {
+        file,
         name,
-        dataset: p.ds,
-        vars: p.extras,
+        ds: p.ds,
+        extras: p.extras,
+        data: p.data,
         globals: p.globals,
     })
 }
@@ -179,38 +213,76 @@ enum Const {
     Char(u8),
 }
 
-/// One element of a data list.
-#[derive(Debug, Clone, PartialEq)]
-enum Item {
-    Val(Const, Pos),
-    Fill(Pos),
-    Brace(Vec<Item>, Pos),
+/// One data list: the values of a data section, or of one pair of braces in it.
+#[derive(Debug)]
+struct DataList {
+    items: DataItems,
+    /// The first item out of its place, which ncgen refuses: braces among values, or a
+    /// value among the braces of an unlimited dimension.
+    misplaced: Option<Pos>,
+    /// Where the last item starts.
+    last: Pos,
 }
 
-impl Item {
-    fn pos(&self) -> Pos {
-        match self {
-            Item::Val(_, p) | Item::Fill(p) | Item::Brace(_, p) => *p,
-        }
-    }
+/// What a data list holds, as the variable's dimensions have it: braces stand for the
+/// records of an unlimited dimension after the first, and nowhere else.
+#[derive(Debug)]
+enum DataItems {
+    /// The values along the dimensions from the list's own to the last.
+    Values(ValueList),
+    /// One list per index of the dimensions up to the next unlimited one, up to the first
+    /// misplaced item (the lists after it are read, and dropped).
+    Braces(Vec<DataList>),
 }
 
-/// One element of a variable after placement: a constant, a fill marker, or one character of
-/// a string spread over a char array.
-#[derive(Debug, Clone, PartialEq)]
-enum Elem<'a> {
-    Val(&'a Const, Pos),
-    Fill,
-    Byte(u8),
+/// What a data list of a variable at a given dimension is read as.
+#[derive(Debug, Clone, Copy)]
+enum ListLevel {
+    /// Values of this kind.
+    Values(ValueKind),
+    /// Braces whose lists start at this dimension.
+    Braces(usize),
+    /// Nothing: the list is misplaced, and only its syntax is checked.
+    Skipped,
 }
 
-struct Parser<'a> {
-    toks: Vec<Token>,
-    i: usize,
-    file: &'a str,
+/// A data section: `var = list ;`.
+#[derive(Debug)]
+struct DataSection {
+    var: VarId,
+    /// Where it starts.
+    pos: Pos,
+    list: DataList,
+}
+
+/// A variable whose data list is being read.
+struct DataTarget {
+    nctype: NcType,
+    dims: Vec<DimId>,
+}
+
+struct Parser<'t, 'f> {
+    lexer: Lexer<'t>,
+    /// The current token and the one after it.
+    ahead: VecDeque<Token>,
+    /// Where the last token taken (before the end) starts.
+    prev: Pos,
+    /// The first malformed token: the text reads as ending there.
+    lex_error: Option<Error>,
+    file: &'f str,
     ds: Dataset,
     extras: Vec<VarExtras>,
-    data: Vec<(VarId, Vec<Item>, Pos)>,
+    data: Vec<DataSection>,
+    globals: GlobalSpecials,
+}
+
+/// The text read: what is left is to size the unlimited dimensions and build the rows.
+struct Declared<'f> {
+    file: &'f str,
+    name: String,
+    ds: Dataset,
+    extras: Vec<VarExtras>,
+    data: Vec<DataSection>,
     globals: GlobalSpecials,
 }
 
@@ -236,25 +308,68 @@ const GLOBAL_SPECIALS: [&str; 4] = [
     "_NCProperties",
 ];
 
-impl Parser<'_> {
+impl Parser<'_, '_> {
+    /// Reads tokens until two are ahead; after the end (or a malformed token), the end.
+    fn fill_ahead(&mut self) {
+        while self.ahead.len() < 2 {
+            let ended =
+                self.lex_error.is_some() || self.ahead.back().is_some_and(|t| t.tok == Tok::Eof);
+            let t = if ended {
+                Token {
+                    tok: Tok::Eof,
+                    pos: self.ahead.back().map(|t| t.pos).unwrap_or_default(),
+                }
+            } else {
+                match self.lexer.next_token() {
+                    Ok(t) => t,
+                    Err(e) => {
+                        self.lex_error = Some(e);
+                        continue;
+                    }
+                }
+            };
+            self.ahead.push_back(t);
+        }
+    }
+
     fn peek(&self) -> &Tok {
-        &self.toks[self.i.min(self.toks.len() - 1)].tok
+        &self.ahead[0].tok
     }
 
     fn peek_at(&self, k: usize) -> &Tok {
-        &self.toks[(self.i + k).min(self.toks.len() - 1)].tok
+        &self.ahead[k.min(1)].tok
     }
 
     fn pos(&self) -> Pos {
-        self.toks[self.i.min(self.toks.len() - 1)].pos
+        self.ahead[0].pos
     }
 
+    /// Takes the current token; at the end, the end again.
     fn next(&mut self) -> Token {
-        let t = self.toks[self.i.min(self.toks.len() - 1)].clone();
-        if self.i < self.toks.len() - 1 {
-            self.i += 1;
+        if self.ahead[0].tok == Tok::Eof {
+            return self.ahead[0].clone();
         }
+        let t = self.ahead.pop_front().unwrap_or(Token {
+            tok: Tok::Eof,
+            pos: Pos::default(),
+        });
+        self.prev = t.pos;
+        self.fill_ahead();
         t
+    }
+
+    /// The whole text: the dataset's name.
+    fn read_all(&mut self) -> Result<String> {
+        let name = self.file_header()?;
+        self.group_body(Dataset::ROOT)?;
+        self.expect(&Tok::RBrace)?;
+        if self.peek() != &Tok::Eof {
+            return Err(self.err(
+                self.pos(),
+                format!("unexpected {} after the end", self.peek().describe()),
+            ));
+        }
+        Ok(name)
     }
 
     fn err(&self, pos: Pos, reason: impl Into<String>) -> Error {
@@ -313,12 +428,7 @@ impl Parser<'_> {
         // The dataset name may be a path-like or dotted name; ncgen takes any name here.
         let name = match self.next().tok {
             Tok::Ident(s) | Tok::Path(s) => s,
-            _ => {
-                return Err(self.err(
-                    self.toks[self.i - 1].pos,
-                    "syntax error: expected the dataset name",
-                ))
-            }
+            _ => return Err(self.err(self.prev, "syntax error: expected the dataset name")),
         };
         self.expect(&Tok::LBrace)?;
         Ok(name)
@@ -498,12 +608,7 @@ impl Parser<'_> {
             match self.next().tok {
                 Tok::Comma => continue,
                 Tok::Semi => return Ok(()),
-                _ => {
-                    return Err(self.err(
-                        self.toks[self.i - 1].pos,
-                        "syntax error: expected \",\" or \";\"",
-                    ))
-                }
+                _ => return Err(self.err(self.prev, "syntax error: expected \",\" or \";\"")),
             }
         }
     }
@@ -517,17 +622,13 @@ impl Parser<'_> {
                 self.next();
                 loop {
                     let dpos = self.pos();
-                    let d = match self.next().tok {
-                        Tok::Ident(n) => self.ds.find_dim_visible(g, &n),
-                        Tok::Path(p) => self.ds.find_dim(&p),
+                    let (d, text) = match self.next().tok {
+                        Tok::Ident(n) => (self.ds.find_dim_visible(g, &n), n),
+                        Tok::Path(p) => (self.ds.find_dim(&p), p),
                         Tok::Star => return Err(self.user_types(dpos)),
                         _ => return Err(self.err(dpos, "syntax error: expected a dimension name")),
                     };
                     let Some(d) = d else {
-                        let text = match &self.toks[self.i - 1].tok {
-                            Tok::Ident(n) | Tok::Path(n) => n.clone(),
-                            _ => String::new(),
-                        };
                         return Err(self.err(dpos, format!("unknown dimension {text:?}")));
                     };
                     dims.push(d);
@@ -535,10 +636,7 @@ impl Parser<'_> {
                         Tok::Comma => continue,
                         Tok::RParen => break,
                         _ => {
-                            return Err(self.err(
-                                self.toks[self.i - 1].pos,
-                                "syntax error: expected \",\" or \")\"",
-                            ))
+                            return Err(self.err(self.prev, "syntax error: expected \",\" or \")\""))
                         }
                     }
                 }
@@ -570,12 +668,7 @@ impl Parser<'_> {
             match self.next().tok {
                 Tok::Comma => continue,
                 Tok::Semi => return Ok(()),
-                _ => {
-                    return Err(self.err(
-                        self.toks[self.i - 1].pos,
-                        "syntax error: expected \",\" or \";\"",
-                    ))
-                }
+                _ => return Err(self.err(self.prev, "syntax error: expected \",\" or \";\"")),
             }
         }
     }
@@ -633,12 +726,7 @@ impl Parser<'_> {
             match self.next().tok {
                 Tok::Comma => continue,
                 Tok::Semi => break,
-                _ => {
-                    return Err(self.err(
-                        self.toks[self.i - 1].pos,
-                        "syntax error: expected \",\" or \";\"",
-                    ))
-                }
+                _ => return Err(self.err(self.prev, "syntax error: expected \",\" or \";\"")),
             }
         }
 
@@ -1012,7 +1100,7 @@ impl Parser<'_> {
         Ok(())
     }
 
-    /// `v = values ;` in a data section.
+    /// `v = values ;` in a data section: its values are converted as they are read.
     fn data_decl(&mut self, g: GroupId) -> Result<()> {
         let pos = self.pos();
         let var = match self.next().tok {
@@ -1022,26 +1110,66 @@ impl Parser<'_> {
         };
         let var = var.map_err(|n| self.err(pos, format!("data for undefined variable {n:?}")))?;
         self.expect(&Tok::Eq)?;
-        let items = self.data_list(0)?;
+        let target = DataTarget {
+            nctype: self.ds.var(var).nctype,
+            dims: self.ds.var(var).dims.clone(),
+        };
+        let list = self.data_list(0, self.list_level(&target, 0), &target)?;
         // Data given again replaces the earlier values whole, as in ncgen.
-        self.data.retain(|(v, _, _)| *v != var);
-        self.data.push((var, items, pos));
+        self.data.retain(|d| d.var != var);
+        self.data.push(DataSection { var, pos, list });
         Ok(())
     }
 
+    /// How a data list of `target` whose values start at dimension `i` is read: values
+    /// along the dimensions up to the last, unless an unlimited one comes after `i`.
+    fn list_level(&self, target: &DataTarget, i: usize) -> ListLevel {
+        let k = next_unlimited(&self.ds, &target.dims, i);
+        if k < target.dims.len() {
+            return ListLevel::Braces(k);
+        }
+        ListLevel::Values(match target.nctype {
+            NcType::Char if target.dims.is_empty() => ValueKind::Chars { row: 1 },
+            NcType::Char => ValueKind::Chars {
+                row: char_row(&self.ds, &target.dims, i),
+            },
+            NcType::String => ValueKind::Strings,
+            t => ValueKind::Fixed(t.size()),
+        })
+    }
+
     /// A comma-separated list of data items ending at `;` (top level, `depth` 0) or `}` (not
-    /// consumed; inside `depth` braces). Braces nested deeper than a variable can have
-    /// dimensions are refused: the lists are read, measured and dropped recursively.
-    fn data_list(&mut self, depth: usize) -> Result<Vec<Item>> {
+    /// consumed; inside `depth` braces), read as `level` says. Braces nested deeper than a
+    /// variable can have dimensions are refused: the lists are read recursively.
+    fn data_list(
+        &mut self,
+        depth: usize,
+        level: ListLevel,
+        target: &DataTarget,
+    ) -> Result<DataList> {
         let top = depth == 0;
-        let mut items = Vec::new();
+        let mut list = DataList {
+            items: match level {
+                ListLevel::Values(kind) => DataItems::Values(ValueList::new(kind)),
+                ListLevel::Braces(_) | ListLevel::Skipped => DataItems::Braces(Vec::new()),
+            },
+            misplaced: None,
+            last: Pos::default(),
+        };
+        let mut count = 0u64;
         loop {
             let pos = self.pos();
-            let item = match self.next().tok {
-                Tok::Num(n) => Item::Val(Const::Num(n), pos),
-                Tok::Str(s) => Item::Val(Const::Str(s), pos),
-                Tok::Char(c) => Item::Val(Const::Char(c), pos),
-                Tok::Fill => Item::Fill(pos),
+            match self.next().tok {
+                tok @ (Tok::Num(_) | Tok::Str(_) | Tok::Char(_) | Tok::Fill) => match &mut list
+                    .items
+                {
+                    DataItems::Values(values) => self.push_value(values, tok, pos, target.nctype),
+                    DataItems::Braces(_) => {
+                        if matches!(level, ListLevel::Braces(_)) {
+                            list.misplaced.get_or_insert(pos);
+                        }
+                    }
+                },
                 Tok::LBrace if depth == MAX_DATA_BRACES => {
                     return Err(self.err(
                         pos,
@@ -1052,23 +1180,45 @@ impl Parser<'_> {
                     ))
                 }
                 Tok::LBrace => {
-                    let inner = self.data_list(depth + 1)?;
+                    let inner = match level {
+                        ListLevel::Braces(k) if list.misplaced.is_none() => {
+                            self.list_level(target, k)
+                        }
+                        ListLevel::Values(_) => {
+                            list.misplaced.get_or_insert(pos);
+                            ListLevel::Skipped
+                        }
+                        _ => ListLevel::Skipped,
+                    };
+                    let child = self.data_list(depth + 1, inner, target)?;
                     self.expect(&Tok::RBrace)?;
-                    Item::Brace(inner, pos)
+                    if let (false, DataItems::Braces(children)) =
+                        (matches!(inner, ListLevel::Skipped), &mut list.items)
+                    {
+                        children.push(child);
+                    }
                 }
-                Tok::Semi if top && items.is_empty() => return Ok(items),
+                Tok::Semi if top && count == 0 => {
+                    list.finish();
+                    return Ok(list);
+                }
                 _ => return Err(self.err(pos, "syntax error: expected a data value")),
-            };
-            items.push(item);
+            }
+            list.last = pos;
+            count += 1;
             match self.peek() {
                 Tok::Comma => {
                     self.next();
                 }
                 Tok::Semi if top => {
                     self.next();
-                    return Ok(items);
+                    list.finish();
+                    return Ok(list);
                 }
-                Tok::RBrace if !top => return Ok(items),
+                Tok::RBrace if !top => {
+                    list.finish();
+                    return Ok(list);
+                }
                 _ => {
                     return Err(self.syntax(if top {
                         "\",\" or \";\""
@@ -1080,45 +1230,115 @@ impl Parser<'_> {
         }
     }
 
-    /// Sizes the unlimited dimensions from the data, then builds every variable's values.
-    fn finish_data(&mut self) -> Result<()> {
+    /// Appends one value (or `_`) to a list of values of type `t`, converted; a value that
+    /// does not convert is kept as the list's error, reported if the value is stored.
+    fn push_value(&self, values: &mut ValueList, tok: Tok, pos: Pos, t: NcType) {
+        let c = match tok {
+            Tok::Num(n) => Const::Num(n),
+            Tok::Str(s) => Const::Str(s),
+            Tok::Char(b) => Const::Char(b),
+            _ if t == NcType::Char => return values.char_fill(),
+            _ => return values.push_fill(1),
+        };
+        match t {
+            NcType::Char => match (char_constant(&c), &c) {
+                (Some(b), _) => values.char_constant(b),
+                (None, Const::Str(s)) => values.char_string(s),
+                // Any other number is no character.
+                (None, _) => values.push_error(self.err(
+                    pos,
+                    format!("type mismatch: a number for type {}", t.cdl_name()),
+                )),
+            },
+            NcType::String => match self.to_string_value(&c, pos) {
+                Ok(s) => values.push_string(s.as_bytes()),
+                Err(e) => values.push_error(e),
+            },
+            _ => match self.to_native(&c, t, pos, values.bytes_mut()) {
+                Ok(()) => values.value_appended(),
+                Err(e) => values.push_error(e),
+            },
+        }
+    }
+}
+
+impl DataList {
+    /// Ends the list (see [`ValueList::finish`]).
+    fn finish(&mut self) {
+        if let DataItems::Values(values) = &mut self.items {
+            values.finish();
+        }
+    }
+}
+
+/// Index of the first unlimited dimension after `i`, or `dims.len()`.
+fn next_unlimited(ds: &Dataset, dims: &[DimId], i: usize) -> usize {
+    (i + 1..dims.len())
+        .find(|j| ds.dim(dims[*j]).unlimited)
+        .unwrap_or(dims.len())
+}
+
+/// The length strings are padded to a multiple of for a char variable whose values start
+/// at dimension `i`: the last dimension's length, or 1 (no padding: strings are
+/// concatenated) when the values run along the last dimension alone. (Values never start
+/// before an unlimited last dimension, whose length the data sets.)
+fn char_row(ds: &Dataset, dims: &[DimId], i: usize) -> u64 {
+    let last = dims.len() - 1;
+    if last == i {
+        1
+    } else {
+        ds.dim(dims[last]).len.max(1)
+    }
+}
+
+impl Declared<'_> {
+    fn err(&self, pos: Pos, reason: impl Into<String>) -> Error {
+        Error::Cdl {
+            file: self.file.to_string(),
+            line: pos.line,
+            column: pos.column,
+            reason: reason.into(),
+        }
+    }
+
+    /// Sizes the unlimited dimensions from the data, then builds every variable's values;
+    /// the rows of one variable may take `row_budget` bytes.
+    fn finish(mut self, row_budget: u64) -> Result<ParsedCdl> {
         let data = std::mem::take(&mut self.data);
         let mut ext: HashMap<DimId, u64> = HashMap::new();
-        for (v, items, pos) in &data {
-            let var = self.ds.var(*v);
+        for section in &data {
+            let var = self.ds.var(section.var);
             let dims = var.dims.clone();
             let is_char = var.nctype == NcType::Char;
             if dims.is_empty() {
-                self.refuse_braces(items)?;
-                let n = if is_char {
-                    char_count(items, 1)
-                } else {
-                    count_flat(items)
-                };
-                if n > 1 {
-                    return Err(self.err(*pos, "too many values for a scalar variable"));
+                if let DataItems::Values(values) = &section.list.items {
+                    self.refuse_braces(&section.list)?;
+                    if values.len() > 1 {
+                        return Err(self.err(section.pos, "too many values for a scalar variable"));
+                    }
                 }
                 continue;
             }
-            self.measure(&dims, 0, items, is_char, &mut ext)?;
+            self.measure(&dims, 0, &section.list, is_char, &mut ext)?;
         }
         for (d, n) in &ext {
             self.ds.dims[d.0].len = *n;
         }
-        for (v, _, pos) in &data {
-            let shape = self.ds.var_shape(*v);
+        for section in &data {
+            let shape = self.ds.var_shape(section.var);
             if element_count(&shape).is_none() {
                 return Err(self.err(
-                    *pos,
+                    section.pos,
                     format!(
                         "variable {}: its shape {shape:?} overflows 64-bit sizes",
-                        self.ds.var_fqn(*v)
+                        self.ds.var_fqn(section.var)
                     ),
                 ));
             }
         }
-        for (v, items, _) in &data {
-            let (bytes, width) = self.materialize(*v, items)?;
+        for section in data {
+            let v = section.var;
+            let (bytes, width) = self.materialize(section, row_budget)?;
             if let Some(w) = width {
                 self.ds.vars[v.0].string_width = w;
             }
@@ -1137,16 +1357,21 @@ impl Parser<'_> {
             let shape = self.ds.var_shape(VarId(i));
             self.ds.vars[i].storage.shape = shape;
         }
-        Ok(())
+        Ok(ParsedCdl {
+            name: self.name,
+            dataset: self.ds,
+            vars: self.extras,
+            globals: self.globals,
+        })
     }
 
-    /// Refuses braces among values that run along fixed dimensions (or the first, unlimited
-    /// one), as ncgen does ("Expected primitive found {..}"): braces stand for the records of
-    /// an unlimited dimension after the first, and nowhere else.
-    fn refuse_braces(&self, items: &[Item]) -> Result<()> {
-        match items.iter().find(|it| matches!(it, Item::Brace(..))) {
+    /// Refuses braces among values (misplaced in a list of values), as ncgen does
+    /// ("Expected primitive found {..}"): braces stand for the records of an unlimited
+    /// dimension after the first, and nowhere else.
+    fn refuse_braces(&self, list: &DataList) -> Result<()> {
+        match list.misplaced {
             Some(brace) => Err(self.err(
-                brace.pos(),
+                brace,
                 "expected a value, found \"{\": braces enclose the values of an unlimited \
                  dimension other than the first, and nothing else",
             )),
@@ -1154,52 +1379,42 @@ impl Parser<'_> {
         }
     }
 
-    /// Index of the first unlimited dimension after `i`, or `dims.len()`.
-    fn next_unlimited(&self, dims: &[DimId], i: usize) -> usize {
-        (i + 1..dims.len())
-            .find(|j| self.ds.dim(dims[*j]).unlimited)
-            .unwrap_or(dims.len())
-    }
-
     /// The product of fixed lengths, which declaration checked against overflow.
     fn fixed_product(&self, dims: &[DimId]) -> u64 {
         dims.iter().map(|d| self.ds.dim(*d).len).product()
     }
 
-    /// Pass 1: how many indices of `dims[i]` the items fill; records unlimited extents.
+    /// Pass 1: how many indices of `dims[i]` the list fills; records unlimited extents.
     fn measure(
         &self,
         dims: &[DimId],
         i: usize,
-        items: &[Item],
+        list: &DataList,
         is_char: bool,
         ext: &mut HashMap<DimId, u64>,
     ) -> Result<()> {
-        let k = self.next_unlimited(dims, i);
+        let k = next_unlimited(&self.ds, dims, i);
         let p = self.fixed_product(&dims[i + 1..k]).max(1);
-        let m = if k == dims.len() {
-            self.refuse_braces(items)?;
-            if is_char {
-                char_count(items, self.char_row(dims, i))
-            } else {
-                count_flat(items)
+        let m = match &list.items {
+            DataItems::Values(values) => {
+                self.refuse_braces(list)?;
+                values.len()
             }
-        } else {
-            for it in items {
-                match it {
-                    Item::Brace(inner, _) => self.measure(dims, k, inner, is_char, ext)?,
-                    other => {
-                        return Err(self.err(
-                            other.pos(),
-                            format!(
-                                "expected \"{{\" around the values of unlimited dimension {:?}",
-                                self.ds.dim(dims[k]).name
-                            ),
-                        ))
-                    }
+            DataItems::Braces(children) => {
+                for child in children {
+                    self.measure(dims, k, child, is_char, ext)?;
                 }
+                if let Some(at) = list.misplaced {
+                    return Err(self.err(
+                        at,
+                        format!(
+                            "expected \"{{\" around the values of unlimited dimension {:?}",
+                            self.ds.dim(dims[k]).name
+                        ),
+                    ));
+                }
+                children.len() as u64
             }
-            items.len() as u64
         };
         let n = m.div_ceil(p);
         let d = self.ds.dim(dims[i]);
@@ -1207,9 +1422,8 @@ impl Parser<'_> {
             let e = ext.entry(dims[i]).or_insert(0);
             *e = (*e).max(n);
         } else if n > d.len && !is_char {
-            let at = items.last().map(Item::pos).unwrap_or_default();
             return Err(self.err(
-                at,
+                list.last,
                 format!(
                     "too many values for dimension {:?} of length {}",
                     d.name, d.len
@@ -1219,21 +1433,16 @@ impl Parser<'_> {
         Ok(())
     }
 
-    /// The length strings are padded to a multiple of for a char variable whose values start
-    /// at dimension `i`: the last dimension's length, or 1 (no padding: strings are
-    /// concatenated) when the values run along the last dimension alone.
-    fn char_row(&self, dims: &[DimId], i: usize) -> u64 {
-        let last = dims.len() - 1;
-        if last == i {
-            1
-        } else {
-            self.ds.dim(dims[last]).len.max(1)
-        }
-    }
-
     /// Pass 2: the variable's values as native bytes (see [`VarExtras::data`]: the rows its
-    /// data section reaches), and for strings the width they are padded to.
-    fn materialize(&self, v: VarId, items: &[Item]) -> Result<(Vec<u8>, Option<usize>)> {
+    /// data section reaches), and for strings the width they are padded to. The rows take
+    /// their element size each (for strings, the width): more than `row_budget` bytes is
+    /// refused before anything is built.
+    fn materialize(
+        &self,
+        section: DataSection,
+        row_budget: u64,
+    ) -> Result<(Vec<u8>, Option<usize>)> {
+        let v = section.var;
         let var = self.ds.var(v);
         let shape = self.ds.var_shape(v);
         let described = || {
@@ -1250,40 +1459,33 @@ impl Parser<'_> {
         let Some(total) = element_count(&shape) else {
             return Err(Error::Unsupported(format!("{} (overflows)", described())));
         };
-        // The values the data section gives, by element offset: as many as it gives, whatever
-        // the variable's size.
-        let mut placed: Vec<(u64, Elem)> = Vec::new();
+        // The lists of values the data section gives: the element each starts at, how many
+        // of its elements the variable holds, and the values.
+        let mut lists: Vec<(u64, u64, ValueList)> = Vec::new();
         if var.dims.is_empty() {
-            let mut flat = Vec::new();
-            flatten(items, &mut flat);
-            let first = if var.nctype == NcType::Char {
-                char_runs(&flat, 1).into_iter().next().map(|(e, _)| e)
-            } else {
-                flat.into_iter().next()
-            };
-            placed.extend(first.map(|e| (0, e)));
+            if let DataItems::Values(values) = section.list.items {
+                lists.push((0, 1, values));
+            }
         } else if total > 0 {
             let mut strides = vec![1u64; shape.len()];
             for j in (0..shape.len().saturating_sub(1)).rev() {
                 strides[j] = strides[j + 1] * shape[j + 1];
             }
-            self.place(
-                &var.dims,
-                &shape,
-                &strides,
-                0,
-                0,
-                items,
-                var.nctype == NcType::Char,
-                &mut placed,
-            );
+            self.place(&var.dims, &shape, &strides, 0, 0, section.list, &mut lists);
         }
         // Built: the rows along the first dimension up to the last value given (all of a
         // scalar); the rows after them are left to read as fill, as ncgen leaves them.
         let row = element_count(shape.get(1..).unwrap_or_default())
             .unwrap_or(1)
             .max(1);
-        let extent = placed.iter().map(|(off, _)| off + 1).max().unwrap_or(0);
+        let extent = lists
+            .iter()
+            .map(|(base, held, values)| match values.values_before(*held) {
+                0 => 0,
+                n => base + n,
+            })
+            .max()
+            .unwrap_or(0);
         let built = if var.dims.is_empty() {
             1
         } else {
@@ -1295,119 +1497,92 @@ impl Parser<'_> {
                 described()
             )));
         }
-        // Refused with the reason rather than left to fail the allocation (an abort) or to
-        // the OOM killer.
-        let needed =
-            built.saturating_mul((std::mem::size_of::<Elem>() + var.element_size()) as u64);
-        let budget = memory_budget();
-        if needed > budget {
-            return Err(Error::Unsupported(format!(
-                "{}: building the rows its values reach would take {} MiB, more than half of \
-                 this machine's memory ({} MiB); give the values of a smaller variable, or \
-                 write them with `put`",
-                described(),
-                needed >> 20,
-                (budget * 2) >> 20
-            )));
-        }
-        let mut elems: Vec<Elem> = vec![Elem::Fill; built as usize];
-        for (off, e) in placed {
-            elems[off as usize] = e;
-        }
         let fill = self.fill_bytes(v)?;
-        if var.nctype == NcType::String {
-            let mut strs: Vec<Vec<u8>> = Vec::with_capacity(elems.len());
-            for e in &elems {
-                strs.push(match e {
-                    Elem::Val(c, pos) => self.to_string_value(c, *pos)?.into_bytes(),
-                    Elem::Fill => fill.clone(),
-                    Elem::Byte(b) => vec![*b],
-                });
-            }
-            let width = strs
+        let width = match var.nctype {
+            NcType::String => lists
                 .iter()
-                .map(Vec::len)
+                .map(|(_, _, values)| values.longest())
                 .max()
                 .unwrap_or(0)
                 .max(fill.len())
-                .max(1);
-            let mut out = Vec::with_capacity(width * strs.len());
-            for s in strs {
-                let start = out.len();
-                out.extend_from_slice(&s);
-                out.resize(start + width, 0);
-            }
-            return Ok((out, Some(width)));
+                .max(1),
+            t => t.size(),
+        };
+        // Refused with the reason rather than left to fail the allocation (an abort) or to
+        // the OOM killer.
+        let needed = built.saturating_mul(width as u64);
+        if needed > row_budget {
+            let whose = match row_budget == memory_budget() {
+                true => " (half of this machine's memory)",
+                false => "",
+            };
+            return Err(Error::Unsupported(format!(
+                "{}: building the rows its values reach would take {} MiB, more than the {} \
+                 MiB one variable's rows may take{whose}; give the values of a smaller \
+                 variable, or write them with `put`",
+                described(),
+                needed >> 20,
+                row_budget >> 20
+            )));
         }
-        let mut out = Vec::with_capacity(elems.len() * var.nctype.size());
-        for e in &elems {
-            match e {
-                Elem::Val(c, pos) => self.to_native(c, var.nctype, *pos, &mut out)?,
-                Elem::Fill => out.extend_from_slice(&fill),
-                Elem::Byte(b) => out.push(*b),
+        for (_, held, values) in &mut lists {
+            if let Some(e) = values.take_error_before(*held) {
+                return Err(e);
             }
         }
-        Ok((out, None))
+        let mut cell = fill;
+        cell.resize(width, 0);
+        if var.nctype != NcType::String && lists.len() == 1 && lists[0].0 == 0 {
+            if let Some((_, held, values)) = lists.pop() {
+                return Ok((values.into_rows(held, built, &cell), None));
+            }
+        }
+        let mut out = cell.repeat(built as usize);
+        for (base, held, values) in lists {
+            values.write_into(&mut out, base, held, width);
+        }
+        Ok((out, (var.nctype == NcType::String).then_some(width)))
     }
 
+    /// Collects the lists of values of `list`, whose values start at dimension `i` and
+    /// element `base`, with where each starts and how many of its elements the variable holds.
     #[allow(clippy::too_many_arguments)]
-    fn place<'b>(
+    fn place(
         &self,
         dims: &[DimId],
         shape: &[u64],
         strides: &[u64],
         i: usize,
         base: u64,
-        items: &'b [Item],
-        is_char: bool,
-        placed: &mut Vec<(u64, Elem<'b>)>,
+        list: DataList,
+        lists: &mut Vec<(u64, u64, ValueList)>,
     ) {
-        let k = self.next_unlimited(dims, i);
+        let k = next_unlimited(&self.ds, dims, i);
         let p: u64 = shape[i + 1..k].iter().product::<u64>().max(1);
-        // Offset of element number `e` of this level: index e/p on dim i, then e%p spread
-        // row-major over dims i+1..k.
-        let offset = |e: u64| -> Option<u64> {
-            let idx = e / p;
-            if idx >= shape[i] {
-                return None;
-            }
-            let mut off = base + idx * strides[i];
-            let mut rest = e % p;
-            for j in (i + 1..k).rev() {
-                off += (rest % shape[j]) * strides[j];
-                rest /= shape[j];
-            }
-            Some(off)
-        };
-        if k == dims.len() {
-            let mut flat = Vec::new();
-            flatten(items, &mut flat);
-            let runs = if is_char {
-                char_runs(&flat, self.char_row(dims, i))
-            } else {
-                flat.into_iter().map(|e| (e, 1)).collect()
-            };
-            // Fill is what the unplaced elements hold anyway: its runs are skipped, not placed.
-            let mut e = 0u64;
-            'runs: for (val, repeat) in runs {
-                if matches!(val, Elem::Fill) {
-                    e = e.saturating_add(repeat);
-                    continue;
-                }
-                for _ in 0..repeat {
-                    match offset(e) {
-                        Some(off) => placed.push((off, val.clone())),
-                        None => break 'runs,
+        match list.items {
+            // Along the dimensions from `i` to the last, row-major: contiguous from `base`.
+            DataItems::Values(values) => lists.push((base, shape[i].saturating_mul(p), values)),
+            DataItems::Braces(children) => {
+                // Offset of brace number `e` of this level: index e/p on dim i, then e%p
+                // spread row-major over dims i+1..k.
+                let offset = |e: u64| -> Option<u64> {
+                    let idx = e / p;
+                    if idx >= shape[i] {
+                        return None;
                     }
-                    e += 1;
-                }
-            }
-        } else {
-            for (e, it) in items.iter().enumerate() {
-                let (Some(off), Item::Brace(inner, _)) = (offset(e as u64), it) else {
-                    continue;
+                    let mut off = base + idx * strides[i];
+                    let mut rest = e % p;
+                    for j in (i + 1..k).rev() {
+                        off += (rest % shape[j]) * strides[j];
+                        rest /= shape[j];
+                    }
+                    Some(off)
                 };
-                self.place(dims, shape, strides, k, off, inner, is_char, placed);
+                for (e, child) in children.into_iter().enumerate() {
+                    if let Some(off) = offset(e as u64) {
+                        self.place(dims, shape, strides, k, off, child, lists);
+                    }
+                }
             }
         }
     }
@@ -1650,26 +1825,6 @@ fn attr_to_native(a: &AttrValue) -> Vec<u8> {
     .unwrap_or_default()
 }
 
-fn count_flat(items: &[Item]) -> u64 {
-    items
-        .iter()
-        .map(|it| match it {
-            Item::Brace(inner, _) => count_flat(inner),
-            _ => 1,
-        })
-        .sum()
-}
-
-fn flatten<'b>(items: &'b [Item], out: &mut Vec<Elem<'b>>) {
-    for it in items {
-        match it {
-            Item::Val(c, pos) => out.push(Elem::Val(c, *pos)),
-            Item::Fill(_) => out.push(Elem::Fill),
-            Item::Brace(inner, _) => flatten(inner, out),
-        }
-    }
-}
-
 /// Half of the machine's physical memory: what `gen` lets one variable's data section take.
 fn memory_budget() -> u64 {
     // SAFETY: sysconf has no preconditions.
@@ -1685,74 +1840,18 @@ fn memory_budget() -> u64 {
     }
 }
 
-/// Spreads string constants over characters, as runs of one element repeated: runs of
-/// character constants form one string, each string is padded to a multiple of `row` with
-/// the fill character (NUL unless the variable has a `_FillValue`, as ncgen does), and an
-/// empty string is `row` fill characters. The padding is one run, however long the row.
-fn char_runs<'b>(flat: &[Elem<'b>], row: u64) -> Vec<(Elem<'b>, u64)> {
-    let row = row.max(1);
-    let mut out: Vec<(Elem<'b>, u64)> = Vec::new();
-    let string = |out: &mut Vec<(Elem<'b>, u64)>, s: &[u8]| {
-        out.extend(s.iter().map(|b| (Elem::Byte(*b), 1)));
-        let len = s.len() as u64;
-        let pad = len.div_ceil(row).saturating_mul(row) - len;
-        if pad > 0 {
-            out.push((Elem::Fill, pad));
-        }
-    };
-    let mut chars: Vec<u8> = Vec::new();
-    for e in flat {
-        if let Some(b) = char_constant(e) {
-            chars.push(b);
-            continue;
-        }
-        if !chars.is_empty() {
-            string(&mut out, &chars);
-            chars.clear();
-        }
-        match e {
-            // An empty string is one row of fill, not nothing: ncdump prints an all-NUL row
-            // as `""`, and ncgen reads it back as such.
-            Elem::Val(Const::Str(s), _) if s.is_empty() => out.push((Elem::Fill, row)),
-            Elem::Val(Const::Str(s), _) => string(&mut out, s),
-            // `_` is a row of fill as `""` is, which keeps the strings after it at the start
-            // of rows. (ncgen's own count of `_` here varies with what surrounds it: `_, "ab"`
-            // starts "ab" at the last character of the first row, `"ab", _, "cd"` at the
-            // last of the second.)
-            Elem::Fill => out.push((Elem::Fill, row)),
-            other => out.push((other.clone(), 1)),
-        }
-    }
-    if !chars.is_empty() {
-        string(&mut out, &chars);
-    }
-    out
-}
-
-/// The byte a data element stands for in char data: a character constant, or a byte
-/// constant (`65b` is `A`), which ncgen takes there as a character too.
-fn char_constant(e: &Elem) -> Option<u8> {
-    match e {
-        Elem::Val(Const::Char(b), _) => Some(*b),
-        Elem::Val(
-            Const::Num(Number::Int {
-                value,
-                suffix: Some(NcType::Byte),
-                ..
-            }),
-            _,
-        ) if in_range(*value, NcType::Byte) => Some(*value as u8),
+/// The byte a constant stands for in char data: a character constant, or a byte constant
+/// (`65b` is `A`), which ncgen takes there as a character too.
+fn char_constant(c: &Const) -> Option<u8> {
+    match c {
+        Const::Char(b) => Some(*b),
+        Const::Num(Number::Int {
+            value,
+            suffix: Some(NcType::Byte),
+            ..
+        }) if in_range(*value, NcType::Byte) => Some(*value as u8),
         _ => None,
     }
-}
-
-/// Number of characters a char variable's items expand to (see [`char_runs`]).
-fn char_count(items: &[Item], row: u64) -> u64 {
-    let mut flat = Vec::new();
-    flatten(items, &mut flat);
-    char_runs(&flat, row)
-        .iter()
-        .fold(0u64, |n, (_, repeat)| n.saturating_add(*repeat))
 }
 
 #[cfg(test)]
@@ -1781,83 +1880,6 @@ mod tests {
             .collect()
     }
 
-    /// ncgen's expansion of strings over characters, element by element: the model that
-    /// [`char_runs`] must match.
-    fn expand_chars_reference<'b>(flat: &[Elem<'b>], row: u64) -> Vec<Elem<'b>> {
-        let row = row.max(1) as usize;
-        let mut out = Vec::new();
-        let mut run: Vec<u8> = Vec::new();
-        let pad = |out: &mut Vec<Elem<'b>>, start: usize| {
-            let padded = (out.len() - start).div_ceil(row) * row;
-            out.resize(start + padded, Elem::Fill);
-        };
-        for e in flat {
-            if let Elem::Val(Const::Char(b), _) = e {
-                run.push(*b);
-                continue;
-            }
-            if !run.is_empty() {
-                let start = out.len();
-                out.extend(run.drain(..).map(Elem::Byte));
-                pad(&mut out, start);
-            }
-            match e {
-                Elem::Val(Const::Str(s), _) if s.is_empty() => {
-                    out.extend(std::iter::repeat_n(Elem::Fill, row))
-                }
-                Elem::Fill => out.extend(std::iter::repeat_n(Elem::Fill, row)),
-                Elem::Val(Const::Str(s), _) => {
-                    let start = out.len();
-                    out.extend(s.iter().map(|b| Elem::Byte(*b)));
-                    pad(&mut out, start);
-                }
-                other => out.push(other.clone()),
-            }
-        }
-        if !run.is_empty() {
-            let start = out.len();
-            out.extend(run.drain(..).map(Elem::Byte));
-            pad(&mut out, start);
-        }
-        out
-    }
-
-    proptest::proptest! {
-        #[test]
-        fn char_runs_spell_the_expansion(
-            kinds in proptest::collection::vec((0u8..5, 0usize..7), 0..12),
-            row in 1u64..6,
-        ) {
-            let pos = Pos::default();
-            let items: Vec<Item> = kinds
-                .iter()
-                .map(|&(kind, len)| match kind {
-                    0 => Item::Val(Const::Char(b'a'), pos),
-                    1 => Item::Val(Const::Str(vec![b'b'; len]), pos),
-                    2 => Item::Fill(pos),
-                    3 => Item::Val(
-                        Const::Num(Number::Int {
-                            value: len as i128,
-                            suffix: None,
-                            hex: false,
-                        }),
-                        pos,
-                    ),
-                    _ => Item::Brace(vec![Item::Val(Const::Str(vec![b'c'; len]), pos)], pos),
-                })
-                .collect();
-            let mut flat = Vec::new();
-            flatten(&items, &mut flat);
-            let expanded = expand_chars_reference(&flat, row);
-            let runs: Vec<Elem> = char_runs(&flat, row)
-                .into_iter()
-                .flat_map(|(e, n)| std::iter::repeat_n(e, n as usize))
-                .collect();
-            proptest::prop_assert_eq!(&runs, &expanded);
-            proptest::prop_assert_eq!(char_count(&items, row), expanded.len() as u64);
-        }
-    }
-
     #[test]
     fn only_the_rows_the_values_reach_are_built() {
         // 2^31 doubles of which the first two are given, in rows of 3 (x) or 1 (y).
@@ -1876,23 +1898,18 @@ mod tests {
 
     #[test]
     fn a_data_section_larger_than_memory_allows_is_refused() {
-        // One value in a row of 2^30 doubles: about 43 GB to build, refused on a machine with
-        // less than twice that.
-        let text = "netcdf t {\ndimensions:\n r = 2 ;\n c = 1073741824 ;\nvariables:\n\
-                    double v(r, c) ;\ndata:\n v = 1 ;\n}";
-        let err = parse_cdl(text, "t.cdl").expect_err("refused").to_string();
+        // One string of 100 bytes in a row of 2^30 strings: 100 GiB to build, refused on a
+        // machine with less than twice that.
+        let text = format!(
+            "netcdf t {{\ndimensions:\n r = 2 ;\n c = 1073741824 ;\nvariables:\n\
+             string v(r, c) ;\ndata:\n v = \"{}\" ;\n}}",
+            "x".repeat(100)
+        );
+        let err = parse_cdl(&text, "t.cdl").expect_err("refused").to_string();
         assert!(
             err.contains("/v") && err.contains("machine's memory"),
             "{err}"
         );
-    }
-
-    #[test]
-    fn a_huge_char_row_is_counted_not_built() {
-        // A string padded to a row of 2^32 characters: counting it used to build it.
-        let pos = Pos::default();
-        let items = [Item::Val(Const::Str(b"abc".to_vec()), pos)];
-        assert_eq!(char_count(&items, 1 << 32), 1 << 32);
     }
 
     #[test]

@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::cdl::parser::{
-    cdl_text, parse_cdl, parse_cdl_file, Endianness, ParsedCdl, StorageLayout,
+    cdl_text, parse_cdl_file, parse_cdl_owned, Endianness, ParsedCdl, StorageLayout,
 };
 use crate::chunk::Hyperslab;
 use crate::create::{
@@ -62,7 +62,7 @@ pub fn run(args: GenArgs) -> Result<i32> {
         let mut bytes = Vec::new();
         std::io::Read::read_to_end(&mut std::io::stdin(), &mut bytes)
             .map_err(|e| Error::io("-", e))?;
-        parse_cdl(&cdl_text(bytes), "-")?
+        parse_cdl_owned(cdl_text(bytes), "-")?
     } else {
         parse_cdl_file(&args.cdl)?
     };
