@@ -795,6 +795,11 @@ impl Shared {
                 log::warn!("{op} {}: {e} (EPERM)", node_display(node));
                 Errno::EPERM
             }
+            // Groups nested too deeply for the directory store: refused before any change.
+            Error::PathTooLong { .. } => {
+                log::warn!("{op} {}: {e} (ENAMETOOLONG)", node_display(node));
+                Errno::ENAMETOOLONG
+            }
             _ => self.failed(node, op, e),
         }
     }

@@ -450,8 +450,7 @@ impl FileMap {
                 reason: "no file name".into(),
             });
         };
-        let longest = parent.join(temp_name(name, &"0".repeat(temp_files::TOKEN_LEN)));
-        check_path_length(key, &longest)?;
+        check_path_length(key, &longest_path(parent, name))?;
         let dir = self
             .object_dir_near(near, key, true)?
             .expect("directories are made when missing");
@@ -625,9 +624,17 @@ fn start_writeback_of(file: &fs::File) {
     }
 }
 
+/// The longest path a write of the object file `name` in the directory `parent` uses: the
+/// temporary file it is written to before it is renamed into place (whose token is as long
+/// as any).
+fn longest_path(parent: &Path, name: &str) -> PathBuf {
+    parent.join(temp_name(name, &"0".repeat(temp_files::TOKEN_LEN)))
+}
+
 /// Refuses an object whose file (`temp`, the longest path its write uses) the operating
-/// system cannot name: a path of `PATH_MAX` bytes or more, or a segment longer than
-/// `NAME_MAX`. The message names the key (deeply nested groups, as a rule) rather than
+/// system cannot name: a path of `PATH_MAX` bytes or more (the whole path, the store's own
+/// directory included: a set of objects is renamed into place by path), or a name longer
+/// than `NAME_MAX`. The message names the key (deeply nested groups, as a rule) rather than
 /// failing with a path of kilobytes.
 fn check_path_length(key: &str, temp: &Path) -> Result<()> {
     use std::os::unix::ffi::OsStrExt;
@@ -635,8 +642,9 @@ fn check_path_length(key: &str, temp: &Path) -> Result<()> {
     let bytes = temp.as_os_str().as_bytes().len();
     let reason = if bytes >= path_max {
         format!(
-            "its file's path would be {bytes} bytes long, and this system takes paths shorter \
-             than {path_max} bytes: the key has {} levels, nest its groups less deeply",
+            "its file's path would be {bytes} bytes long (as the temporary file it is written \
+             to), and this system takes paths shorter than {path_max} bytes (PATH_MAX): the \
+             key has {} levels, nest the groups less deeply or write a zip archive",
             key.split('/').count()
         )
     } else if let Some(long) = key.split('/').find(|s| s.len() > NAME_MAX) {
@@ -656,8 +664,9 @@ fn check_path_length(key: &str, temp: &Path) -> Result<()> {
     } else {
         return Ok(());
     };
-    Err(Error::Storage {
-        key: key.to_string(),
+    Err(Error::PathTooLong {
+        what: "key",
+        name: key.to_string(),
         reason,
     })
 }
@@ -868,6 +877,15 @@ impl ZMap for FileMap {
     fn put(&self, key: &str, value: &[u8]) -> Result<()> {
         let staged = self.stage(&mut NearDirs::default(), key, value, false)?;
         staged.commit()
+    }
+
+    fn check_key_storable(&self, key: &str) -> Result<()> {
+        validate_key(key)?;
+        let path = self.path_of(key);
+        match (path.parent(), key.rsplit('/').next()) {
+            (Some(parent), Some(name)) => check_path_length(key, &longest_path(parent, name)),
+            _ => Ok(()),
+        }
     }
 
     /// Writes every object to its temporary file first and only then renames them into
@@ -1337,7 +1355,7 @@ mod tests {
         let key = format!("{}.zgroup", "g/".repeat(2100));
         let e = map.put(&key, b"{}").unwrap_err().to_string();
         assert!(
-            e.contains("this system takes paths shorter than 4096 bytes: the key has 2101 levels"),
+            e.contains("takes paths shorter than 4096 bytes (PATH_MAX): the key has 2101 levels"),
             "{e}"
         );
         assert!(e.len() < 400, "{} bytes: {e}", e.len());

@@ -240,6 +240,15 @@ pub trait ZMap: Send + Sync + Debug {
     /// either the old or the new content, never a mix.
     fn put(&self, key: &str, value: &[u8]) -> Result<()>;
 
+    /// Refuses ([`Error::PathTooLong`]) a `key` that [`ZMap::put`] could not store for its
+    /// length alone: a directory store's files are bound by the system's limits on the
+    /// length of a path and of a name, zip archives and object stores take any key. Writers
+    /// ask before they store anything, so that a dataset nested too deeply is refused whole
+    /// rather than part way through.
+    fn check_key_storable(&self, _key: &str) -> Result<()> {
+        Ok(())
+    }
+
     /// Stores every `(key, value)` of `objects` as [`ZMap::put`] does, in no particular order;
     /// fails with the first error, after the requests in flight have ended (some objects may
     /// then be stored, some not). Maps with request latency (S3) send the requests
