@@ -274,6 +274,17 @@ pub trait ZMap: Send + Sync + Debug {
     /// Whether the map refuses writes.
     fn read_only(&self) -> bool;
 
+    /// This map for one pass of reads over many keys, such as reading a dataset's
+    /// metadata, which may keep what it opened on the way to a key for the keys after it: a
+    /// directory store then opens an object from its parent group's directory, not from the
+    /// root through every level above it (with groups nested thousands deep, that made
+    /// reading the metadata cost the square of the depth). What it keeps is as it was when
+    /// first opened, so a pass is for one read, not to be kept. `None`: the map itself
+    /// serves as well.
+    fn for_one_pass(&self) -> Option<Box<dyn ZMap + '_>> {
+        None
+    }
+
     /// Forgets what the map remembers of its storage when that was replaced underneath (a zip
     /// archive's index); a reader that re-reads the metadata after a while calls it first.
     fn refresh(&self) -> Result<()> {
