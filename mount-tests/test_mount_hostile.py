@@ -276,3 +276,54 @@ def test_groups_nested_thousands_deep_are_served_and_reloaded(mounter, tmp_path)
     title = mnt / "@attributes" / "title"
     assert wait_until(lambda: title.read_text() == "second", 120), log.read_text()
     assert daemon_pids(mnt) == [pid], "the daemon died"
+
+
+def _store_listing(store: Path) -> list[str]:
+    """Every file and directory below `store` (`find` walks any depth)."""
+    out = subprocess.run(["find", str(store)], capture_output=True, text=True, check=True)
+    return sorted(out.stdout.splitlines())
+
+
+def test_mkdir_too_deep_for_a_directory_store_is_enametoolong_before_any_change(
+        mounter, tmp_path):
+    """A directory store's object files must have paths shorter than PATH_MAX (4096 bytes,
+    the store's own path included). A mkdir whose group could not be stored fails with
+    ENAMETOOLONG, as mkdir of too long a path does, with a line in the log, and leaves the
+    store as it was; before, it failed with EIO after directories were made."""
+    import errno
+
+    store = tmp_path / "deep.file"
+    # Deep enough that a group of a 200-byte name one level further down cannot be
+    # stored (its temporary file's path passes 4096 bytes), while the groups made fit.
+    depth = (4096 - len(str(store)) - 150) // 2
+    cdl = tmp_path / "deep.cdl"
+    cdl.write_text("netcdf deep {\n" + "group: g {\n" * depth + "}\n" * depth + "}\n")
+    r = mounter.run("gen", "-o", str(store), str(cdl))
+    assert r.returncode == 0, r.stderr
+    before = _store_listing(store)
+    log = tmp_path / "mount.log"
+    mnt = mounter.mount(str(store), "rw", log=log)
+    # The mount's own path is too long to name from the root: walk down descriptor by
+    # descriptor, as `find` does.
+    fd = os.open(mnt, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(depth):
+            down = os.open("g", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = down
+        with pytest.raises(OSError) as refused:
+            os.mkdir("n" * 200, dir_fd=fd)
+        assert refused.value.errno == errno.ENAMETOOLONG, refused.value
+        # A short name at the same depth still fits.
+        os.mkdir("s", dir_fd=fd)
+    finally:
+        os.close(fd)
+    unmount(mnt)
+    text = log.read_text()
+    assert "mkdir" in text and "ENAMETOOLONG" in text and "PATH_MAX" in text, text
+    after = _store_listing(store)
+    assert set(before) <= set(after)
+    made = [p for p in after if p not in before]
+    # Only the short group's objects were added, and nothing of the refused one.
+    assert made and all(("/g" * depth + "/s") in p for p in made), made
+    assert not any("nnnn" in p for p in after)

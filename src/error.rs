@@ -44,6 +44,18 @@ pub enum Error {
         /// What failed.
         reason: String,
     },
+    /// A group, variable or key whose file a directory store cannot name: its path would
+    /// reach the system's `PATH_MAX`, or one of its names pass `NAME_MAX` (groups nested
+    /// too deeply, as a rule). Refused before anything is written (`ENAMETOOLONG`).
+    #[error("{what} {}: {reason}", quoted(name))]
+    PathTooLong {
+        /// `group`, `variable` or `key`.
+        what: &'static str,
+        /// The group's or variable's full name, or the key.
+        name: String,
+        /// How long the path would be, and the limit.
+        reason: String,
+    },
     /// A key that must exist does not.
     #[error("missing object {}", quoted(key))]
     MissingObject {
@@ -219,6 +231,7 @@ impl Error {
             Error::InvalidHyperslab(_) | Error::Invalid(_) => libc::EINVAL,
             Error::Unsupported(_) => libc::ENOTSUP,
             Error::Busy(_) => libc::EBUSY,
+            Error::PathTooLong { .. } => libc::ENAMETOOLONG,
             Error::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
             _ => libc::EIO,
         }

@@ -159,3 +159,45 @@ fn data_braces_deeper_than_a_variable_has_dimensions_are_refused() {
         );
     }
 }
+
+/// A directory store's files are bound by `PATH_MAX` (4096 bytes with its NUL, the whole
+/// path: the store's own directory, the key, and the temporary name a write goes through):
+/// groups nested 2000 deep pass it. The dataset is refused before anything is stored,
+/// naming the shallowest group too deep, not after every group above it was written.
+#[test]
+fn groups_too_deep_for_a_directory_store_are_refused_before_anything_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    // Some 250 bytes of the path are the store's own: groups pass the limit before the
+    // variable in the innermost one does.
+    let parent = dir.path().join("d".repeat(200));
+    std::fs::create_dir(&parent).unwrap();
+    let root = parent.join("deep.file");
+    let url = format!("file://{}#mode=nczarr,file", root.display());
+    let location = Location::parse(&url).unwrap();
+    let parsed = parse_cdl(&nested_cdl(DEPTH), "deep.cdl").unwrap();
+    let map: Arc<dyn ZMap> = Arc::new(nczarrfs::zmap::FileMap::open(&root, true).unwrap());
+    let opts = CreateOptions::from_mode(&location.mode);
+    let err = on_small_stack(|| {
+        nczarrfs::create::DatasetWriter::create_in(&location, map, opts, parsed.dataset)
+            .unwrap_err()
+    });
+    assert!(!root.exists(), "something was written: {err}");
+    let nczarrfs::Error::PathTooLong { what, name, .. } = &err else {
+        panic!("{err}");
+    };
+    assert_eq!(*what, "group");
+    // The group at level k has its `.zgroup` at ROOT/g/…/g/.zgroup, 2k + 8 bytes past the
+    // root's path, and is written through a temporary file named after it with at most
+    // 100 bytes more: the first group refused is where that passes 4095 bytes.
+    let levels = name.len() / 2;
+    assert_eq!(*name, innermost(levels));
+    let past_root = 4096 - root.as_os_str().len();
+    assert!(
+        (past_root.saturating_sub(100 + 8) / 2..=past_root / 2).contains(&levels),
+        "{levels} levels, {past_root} bytes past the root"
+    );
+    assert_eq!(err.errno(), libc::ENAMETOOLONG);
+    let message = err.to_string();
+    assert!(message.starts_with("group \"/g/g/"), "{message}");
+    assert!(message.contains("4096"), "{message}");
+}

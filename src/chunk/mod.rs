@@ -952,6 +952,20 @@ impl ChunkEngine {
         self.cache.stats()
     }
 
+    /// The zmap key of `var`'s last chunk as its stored shape is now (of its shard, in a
+    /// sharded array): the longest of its chunk keys, which a directory store checks against
+    /// the system's limit on path lengths before a writer stores anything.
+    pub fn last_chunk_key(&self, ds: &Dataset, var: VarId) -> Result<String> {
+        let plan = self.plan(ds, var)?;
+        let last: Vec<u64> = plan
+            .grid
+            .iter()
+            .zip(&plan.chunk_shape)
+            .map(|(&len, &chunk)| len.max(1).div_ceil(chunk.max(1)) - 1)
+            .collect();
+        Ok(plan.grid_key(&last))
+    }
+
     /// The plan of `var`, built on first use and rebuilt when its storage description changed.
     fn plan(&self, ds: &Dataset, var: VarId) -> Result<Arc<VarPlan>> {
         let v = ds.var(var);

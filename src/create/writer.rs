@@ -109,6 +109,7 @@ impl DatasetWriter {
         for i in 0..w.model.vars.len() {
             w.complete_storage(VarId(i))?;
         }
+        w.check_paths_storable(Dataset::ROOT)?;
         w.warn_every_text_after_nul();
         w.write_meta()?;
         w.map.flush()?;
@@ -325,10 +326,15 @@ impl DatasetWriter {
 
     /// Adds a subgroup and stores the metadata at once; when storing fails, the group is
     /// taken out again, so that the failure does not come back at every later sync (a `rw`
-    /// mount's `mkdir`).
+    /// mount's `mkdir`). A group whose objects the storage could not name (nested too
+    /// deeply for a directory store) is refused before anything is stored.
     pub fn add_group_stored(&mut self, parent: GroupId, name: &str) -> Result<GroupId> {
         let before = self.model.clone();
         let g = self.add_group(parent, name)?;
+        if let Err(e) = self.check_paths_storable(g) {
+            self.model = before;
+            return Err(e);
+        }
         // Objects already there (strays of another program) would be taken for the group's.
         let prefix = self.model.group_path(g).join("/");
         let stray = keys_under(self.map.as_ref(), &prefix).map(|keys| keys.into_iter().next());
@@ -350,6 +356,58 @@ impl DatasetWriter {
             return Err(e);
         }
         Ok(g)
+    }
+
+    /// Refuses ([`Error::PathTooLong`], naming the group or variable) the group `top` or a
+    /// group or variable below it whose objects the storage could not store for the length
+    /// of their keys: a directory store's file paths are bound by the system's `PATH_MAX`,
+    /// and groups nested some two thousand deep pass it. Asked before anything is stored, so
+    /// that such a dataset, or a `mkdir` or `mv` on a mount, fails whole and at once rather
+    /// than after everything above the deepest group was written. Groups are checked from
+    /// the top down, so the one named is the shallowest too deep. The keys checked are each
+    /// group's and variable's metadata objects and each variable's last chunk (the longest
+    /// chunk key as the variable is now; chunks of records added later are checked as they
+    /// are stored).
+    fn check_paths_storable(&self, top: GroupId) -> Result<()> {
+        let leaf = self.metadata_leaf();
+        // Each group's key prefix, made from its parent's: one path walk per group, not
+        // one per level above it.
+        let mut prefixes = HashMap::from([(top, self.model.group_path(top).join("/"))]);
+        for g in self.model.groups_preorder_from(top) {
+            let prefix = prefixes.remove(&g).unwrap_or_default();
+            self.map
+                .check_key_storable(&join_key(&[&prefix, leaf]))
+                .map_err(|e| path_too_long_of(e, "group", || self.model.group_fqn(g)))?;
+            for &v in &self.model.group(g).vars {
+                self.check_var_paths_storable(v)?;
+            }
+            for &sub in &self.model.group(g).groups {
+                let name = &self.model.group(sub).name;
+                prefixes.insert(sub, join_key(&[&prefix, name]));
+            }
+        }
+        Ok(())
+    }
+
+    /// [`DatasetWriter::check_paths_storable`] of variable `v`: its metadata objects and
+    /// its last chunk.
+    fn check_var_paths_storable(&self, v: VarId) -> Result<()> {
+        let key = &self.model.var(v).storage.key;
+        // A variable this program cannot read has no chunk key to tell.
+        let chunk = self.engine.last_chunk_key(&self.model, v).ok();
+        std::iter::once(join_key(&[key, self.metadata_leaf()]))
+            .chain(chunk)
+            .try_for_each(|key| self.map.check_key_storable(&key))
+            .map_err(|e| path_too_long_of(e, "variable", || self.model.var_fqn(v)))
+    }
+
+    /// The longest name of the metadata objects of a group or variable.
+    fn metadata_leaf(&self) -> &'static str {
+        match self.opts.zarr_version {
+            3 => "zarr.json",
+            // `.zattrs` and `.zarray` are as long.
+            _ => ".zgroup",
+        }
     }
 
     /// Puts the model `before` a failed change back and removes what the change stored
@@ -826,6 +884,10 @@ impl DatasetWriter {
         let before = self.model.clone();
         self.model.vars[var.0].name = to.to_string();
         self.model.vars[var.0].storage.key = new.clone();
+        if let Err(e) = self.check_var_paths_storable(var) {
+            self.model = before;
+            return Err(e);
+        }
         self.move_prefix(&old, &new, before)
     }
 
@@ -848,6 +910,10 @@ impl DatasetWriter {
             if let Some(rest) = v.storage.key.strip_prefix(&old_slash) {
                 v.storage.key = format!("{new}/{rest}");
             }
+        }
+        if let Err(e) = self.check_paths_storable(group) {
+            self.model = before;
+            return Err(e);
         }
         self.move_prefix(&old, &new, before)
     }
@@ -1226,6 +1292,19 @@ impl DatasetWriter {
     /// Syncs and closes.
     pub fn close(mut self) -> Result<()> {
         self.sync()
+    }
+}
+
+/// A key's [`Error::PathTooLong`] as that of the group or variable (`what`) whose key it
+/// is, named by `name`; other errors as they are.
+fn path_too_long_of(e: Error, what: &'static str, name: impl FnOnce() -> String) -> Error {
+    match e {
+        Error::PathTooLong { reason, .. } => Error::PathTooLong {
+            what,
+            name: name(),
+            reason,
+        },
+        other => other,
     }
 }
 

@@ -795,6 +795,11 @@ impl Shared {
                 log::warn!("{op} {}: {e} (EPERM)", node_display(node));
                 Errno::EPERM
             }
+            // Groups nested too deeply for the directory store: refused before any change.
+            Error::PathTooLong { .. } => {
+                log::warn!("{op} {}: {e} (ENAMETOOLONG)", node_display(node));
+                Errno::ENAMETOOLONG
+            }
             _ => self.failed(node, op, e),
         }
     }
@@ -1238,7 +1243,7 @@ fn attr_target(ds: &Dataset, owner: &Owner) -> Result<AttrTarget> {
 
 fn owner_name(owner: &Owner) -> &str {
     match owner {
-        Owner::Group(path) => path.last().map_or("", String::as_str),
+        Owner::Group(path) => path.last().unwrap_or(""),
         Owner::Var(_, name) => name,
     }
 }
@@ -2105,9 +2110,7 @@ impl Filesystem for NczarrFs {
             );
             return reply.error(Errno::EPERM);
         };
-        let mut sub = path.clone();
-        sub.push(group_name.to_string());
-        let node = Node::Dir(Owner::Group(sub));
+        let node = Node::Dir(Owner::Group(path.child(group_name)));
         let made = sh.change(|w| {
             let Some(Resolved::Group(g)) = owner.resolve(w.model()) else {
                 return Err(Error::NotFound(owner.display()));

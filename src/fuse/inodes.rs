@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use super::layout::{FileKind, Node, Owner};
+use super::layout::{FileKind, GroupPath, Node, Owner};
 
 /// Maps inode numbers to layout nodes and back. Numbers are never reused during a mount, so a
 /// node that disappears after a metadata reload keeps its number and simply stops resolving.
@@ -39,7 +39,7 @@ impl InodeTable {
             retired: HashMap::new(),
             next: Self::ROOT + 1,
         };
-        let root = Node::Dir(Owner::Group(Vec::new()));
+        let root = Node::Dir(Owner::Group(GroupPath::root()));
         t.by_ino.insert(Self::ROOT, root.clone());
         t.by_node.insert(root, Self::ROOT);
         t
@@ -115,11 +115,7 @@ impl InodeTable {
 /// The directory that holds `node` (the root is its own parent).
 pub fn parent(node: &Node) -> Node {
     match node {
-        Node::Dir(Owner::Group(path)) => {
-            let mut p = path.clone();
-            p.pop();
-            Node::Dir(Owner::Group(p))
-        }
+        Node::Dir(Owner::Group(path)) => Node::Dir(Owner::Group(path.parent())),
         Node::Dir(Owner::Var(path, _)) => Node::Dir(Owner::Group(path.clone())),
         Node::AttrDir(o) => Node::Dir(o.clone()),
         Node::File(o, FileKind::Attr(_)) => Node::AttrDir(o.clone()),
@@ -134,12 +130,12 @@ mod tests {
     #[test]
     fn interning_is_stable() {
         let mut t = InodeTable::new();
-        let v = Node::Dir(Owner::Var(vec![], "v".into()));
+        let v = Node::Dir(Owner::Var(GroupPath::root(), "v".into()));
         let a = t.intern(&v);
         assert_ne!(a, InodeTable::ROOT);
         assert_eq!(t.intern(&v), a);
         assert_eq!(t.node(a), Some(&v));
-        let root = Node::Dir(Owner::Group(vec![]));
+        let root = Node::Dir(Owner::Group(GroupPath::root()));
         assert_eq!(t.intern(&root), InodeTable::ROOT);
         assert_eq!(t.node(999), None);
     }
@@ -147,7 +143,7 @@ mod tests {
     #[test]
     fn data_inodes_are_only_data_files() {
         let mut t = InodeTable::new();
-        let owner = Owner::Var(vec![], "v".into());
+        let owner = Owner::Var(GroupPath::root(), "v".into());
         t.intern(&Node::Dir(owner.clone()));
         t.intern(&Node::File(owner.clone(), FileKind::Header));
         let data = t.intern(&Node::File(owner, FileKind::Data));
@@ -157,7 +153,7 @@ mod tests {
     #[test]
     fn a_retired_number_keeps_its_node_and_size_and_the_node_gets_a_new_one() {
         let mut t = InodeTable::new();
-        let data = Node::File(Owner::Var(vec![], "v".into()), FileKind::Data);
+        let data = Node::File(Owner::Var(GroupPath::root(), "v".into()), FileKind::Data);
         let old = t.intern(&data);
         assert_eq!(t.current_data_files(), vec![(old, data.clone())]);
         t.retire(&data, 96);
@@ -175,14 +171,14 @@ mod tests {
 
     #[test]
     fn parents() {
-        let g = Owner::Group(vec!["g".into()]);
+        let g = Owner::Group(GroupPath::root().child("g"));
         assert_eq!(
             parent(&Node::Dir(g.clone())),
-            Node::Dir(Owner::Group(vec![]))
+            Node::Dir(Owner::Group(GroupPath::root()))
         );
         let attr = Node::File(g.clone(), FileKind::Attr("a".into()));
         assert_eq!(parent(&attr), Node::AttrDir(g.clone()));
-        let v = Owner::Var(vec!["g".into()], "v".into());
+        let v = Owner::Var(GroupPath::root().child("g"), "v".into());
         assert_eq!(parent(&Node::Dir(v.clone())), Node::Dir(g.clone()));
         assert_eq!(parent(&Node::File(v.clone(), FileKind::Data)), Node::Dir(v));
     }

@@ -63,6 +63,9 @@ pub(crate) fn get_metadata(map: &dyn ZMap, key: &str) -> Result<Option<Vec<u8>>>
 }
 
 fn read(map: &dyn ZMap, mode: &Mode, summaries: bool) -> Result<Dataset> {
+    // Every group's objects are read once, each group's below its parent's.
+    let pass = map.for_one_pass();
+    let map = pass.as_deref().unwrap_or(map);
     let mut ds = read_model(map, mode, summaries)?;
     mark_unknown_codecs(&mut ds);
     Ok(ds)

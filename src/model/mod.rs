@@ -769,8 +769,13 @@ impl Dataset {
 
     /// All groups in depth-first pre-order (the order ncdump prints them), root first.
     pub fn groups_preorder(&self) -> Vec<GroupId> {
-        let mut out = Vec::with_capacity(self.groups.len());
-        let mut stack = vec![Self::ROOT];
+        self.groups_preorder_from(Self::ROOT)
+    }
+
+    /// The group `top` and the groups below it in depth-first pre-order, `top` first.
+    pub fn groups_preorder_from(&self, top: GroupId) -> Vec<GroupId> {
+        let mut out = Vec::new();
+        let mut stack = vec![top];
         while let Some(g) = stack.pop() {
             out.push(g);
             stack.extend(self.group(g).groups.iter().rev().copied());

@@ -47,19 +47,35 @@ pub(super) fn opens_so_far() -> u64 {
     OPENS.with(std::cell::Cell::get)
 }
 
+/// How many names the opens of this thread have handed the kernel to walk (`a/b/c`: three):
+/// tests count them to see that reading a tree does not walk it again from its root for
+/// every object.
+#[cfg(test)]
+pub(crate) fn names_walked_so_far() -> u64 {
+    NAMES_WALKED.with(std::cell::Cell::get)
+}
+
 #[cfg(test)]
 thread_local! {
     static OPENS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    static NAMES_WALKED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
-fn count_open() {
+/// Counts an open of `path` (see [`opens_so_far`] and [`names_walked_so_far`]).
+fn count_open(path: &CStr) {
     #[cfg(test)]
-    OPENS.with(|n| n.set(n.get() + 1));
+    {
+        let names = path.to_bytes().split(|&b| b == b'/').count() as u64;
+        OPENS.with(|n| n.set(n.get() + 1));
+        NAMES_WALKED.with(|n| n.set(n.get() + names));
+    }
+    #[cfg(not(test))]
+    let _ = path;
 }
 
 /// `openat(dir, name, flags)`, close-on-exec.
 pub(super) fn open_at(dir: BorrowedFd<'_>, name: &CStr, flags: libc::c_int) -> io::Result<OwnedFd> {
-    count_open();
+    count_open(name);
     // SAFETY: an open descriptor and a NUL-terminated name.
     let fd = unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags | libc::O_CLOEXEC) };
     if fd < 0 {
@@ -71,7 +87,7 @@ pub(super) fn open_at(dir: BorrowedFd<'_>, name: &CStr, flags: libc::c_int) -> i
 
 /// `open(path, flags)`, close-on-exec.
 pub(super) fn open_path(path: &CStr, flags: libc::c_int) -> io::Result<OwnedFd> {
-    count_open();
+    count_open(path);
     // SAFETY: a NUL-terminated path.
     let fd = unsafe { libc::open(path.as_ptr(), flags | libc::O_CLOEXEC) };
     if fd < 0 {
@@ -135,7 +151,7 @@ fn openat2(
     flags: libc::c_int,
     resolve: u64,
 ) -> io::Result<OwnedFd> {
-    count_open();
+    count_open(name);
     // SAFETY: open_how is plain data; all-zero is a valid value, its fields are set below.
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
     how.flags = (flags | libc::O_CLOEXEC) as u64;

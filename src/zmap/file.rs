@@ -17,6 +17,8 @@ use super::temp_files;
 use super::{validate_key, validate_prefix, ZMap};
 use crate::{Error, Result};
 
+mod one_pass;
+
 /// Objects up to this size (metadata) are read without asking for their length first.
 const SMALL_OBJECT: usize = 4 << 10;
 
@@ -213,7 +215,18 @@ impl FileMap {
     /// ([`Error::MetadataTooLarge`] otherwise, with nothing read past the limit).
     fn get_up_to(&self, key: &str, limit: u64) -> Result<Option<Vec<u8>>> {
         validate_key(key)?;
-        let Some(fd) = self.open_below(key, READ_FLAGS)? else {
+        let opened = self.open_below(key, READ_FLAGS)?;
+        self.read_opened(key, opened, limit)
+    }
+
+    /// [`FileMap::get_up_to`] of `key` once opened (`opened`, `None` when missing).
+    fn read_opened(
+        &self,
+        key: &str,
+        opened: Option<OwnedFd>,
+        limit: u64,
+    ) -> Result<Option<Vec<u8>>> {
+        let Some(fd) = opened else {
             return Ok(None);
         };
         match read_object(fs::File::from(fd), limit) {
@@ -450,8 +463,7 @@ impl FileMap {
                 reason: "no file name".into(),
             });
         };
-        let longest = parent.join(temp_name(name, &"0".repeat(temp_files::TOKEN_LEN)));
-        check_path_length(key, &longest)?;
+        check_path_length(key, &longest_path(parent, name))?;
         let dir = self
             .object_dir_near(near, key, true)?
             .expect("directories are made when missing");
@@ -558,6 +570,43 @@ impl FileMap {
 }
 
 impl FileMap {
+    /// Whether `opened`, what `key` opened as (`None`: nothing), is a regular file.
+    fn is_file_opened(&self, key: &str, opened: Option<OwnedFd>) -> Result<bool> {
+        let Some(fd) = opened else {
+            return Ok(false);
+        };
+        let meta = fs::File::from(fd)
+            .metadata()
+            .map_err(|e| Error::io(self.path_of(key), e))?;
+        Ok(meta.is_file())
+    }
+
+    /// The names in the directory `dir` of `prefix` (`None`: there is none) as
+    /// [`ZMap::search`] tells them: sorted, without temporary files.
+    fn names_in(&self, prefix: &str, dir: Option<OwnedFd>) -> Result<Vec<String>> {
+        let Some(dir) = dir else {
+            return Ok(Vec::new());
+        };
+        let dir_path = match prefix.is_empty() {
+            true => self.root.clone(),
+            false => self.path_of(prefix),
+        };
+        let entries = beneath::entry_names(dir).map_err(|e| Error::io(&dir_path, e))?;
+        let mut names = Vec::new();
+        for name in entries {
+            match name.to_str() {
+                Some(name) if name.starts_with(TEMP_PREFIX) => {}
+                Some(name) => names.push(name.to_string()),
+                None => log::warn!(
+                    "ignoring {}: file name is not UTF-8",
+                    dir_path.join(&name).display()
+                ),
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
     /// Opens the regular file of `key` for reading, with its path and size; `Ok(None)` when
     /// there is no such object (missing, or a directory).
     fn open_file(&self, key: &str) -> Result<Option<(fs::File, PathBuf, u64)>> {
@@ -625,9 +674,17 @@ fn start_writeback_of(file: &fs::File) {
     }
 }
 
+/// The longest path a write of the object file `name` in the directory `parent` uses: the
+/// temporary file it is written to before it is renamed into place (whose token is as long
+/// as any).
+fn longest_path(parent: &Path, name: &str) -> PathBuf {
+    parent.join(temp_name(name, &"0".repeat(temp_files::TOKEN_LEN)))
+}
+
 /// Refuses an object whose file (`temp`, the longest path its write uses) the operating
-/// system cannot name: a path of `PATH_MAX` bytes or more, or a segment longer than
-/// `NAME_MAX`. The message names the key (deeply nested groups, as a rule) rather than
+/// system cannot name: a path of `PATH_MAX` bytes or more (the whole path, the store's own
+/// directory included: a set of objects is renamed into place by path), or a name longer
+/// than `NAME_MAX`. The message names the key (deeply nested groups, as a rule) rather than
 /// failing with a path of kilobytes.
 fn check_path_length(key: &str, temp: &Path) -> Result<()> {
     use std::os::unix::ffi::OsStrExt;
@@ -635,8 +692,9 @@ fn check_path_length(key: &str, temp: &Path) -> Result<()> {
     let bytes = temp.as_os_str().as_bytes().len();
     let reason = if bytes >= path_max {
         format!(
-            "its file's path would be {bytes} bytes long, and this system takes paths shorter \
-             than {path_max} bytes: the key has {} levels, nest its groups less deeply",
+            "its file's path would be {bytes} bytes long (as the temporary file it is written \
+             to), and this system takes paths shorter than {path_max} bytes (PATH_MAX): the \
+             key has {} levels, nest the groups less deeply or write a zip archive",
             key.split('/').count()
         )
     } else if let Some(long) = key.split('/').find(|s| s.len() > NAME_MAX) {
@@ -656,8 +714,9 @@ fn check_path_length(key: &str, temp: &Path) -> Result<()> {
     } else {
         return Ok(());
     };
-    Err(Error::Storage {
-        key: key.to_string(),
+    Err(Error::PathTooLong {
+        what: "key",
+        name: key.to_string(),
         reason,
     })
 }
@@ -856,18 +915,22 @@ impl ZMap for FileMap {
 
     fn exists(&self, key: &str) -> Result<bool> {
         validate_key(key)?;
-        let Some(fd) = self.open_below(key, libc::O_PATH)? else {
-            return Ok(false);
-        };
-        let meta = fs::File::from(fd)
-            .metadata()
-            .map_err(|e| Error::io(self.path_of(key), e))?;
-        Ok(meta.is_file())
+        let opened = self.open_below(key, libc::O_PATH)?;
+        self.is_file_opened(key, opened)
     }
 
     fn put(&self, key: &str, value: &[u8]) -> Result<()> {
         let staged = self.stage(&mut NearDirs::default(), key, value, false)?;
         staged.commit()
+    }
+
+    fn check_key_storable(&self, key: &str) -> Result<()> {
+        validate_key(key)?;
+        let path = self.path_of(key);
+        match (path.parent(), key.rsplit('/').next()) {
+            (Some(parent), Some(name)) => check_path_length(key, &longest_path(parent, name)),
+            _ => Ok(()),
+        }
     }
 
     /// Writes every object to its temporary file first and only then renames them into
@@ -967,10 +1030,6 @@ impl ZMap for FileMap {
 
     fn search(&self, prefix: &str) -> Result<Vec<String>> {
         validate_prefix(prefix)?;
-        let dir_path = match prefix.is_empty() {
-            true => self.root.clone(),
-            false => self.path_of(prefix),
-        };
         let dir = match prefix.is_empty() {
             true => match self.open_current_root().and_then(|root| {
                 beneath::open_at(root.as_fd(), c".", libc::O_RDONLY | libc::O_DIRECTORY)
@@ -981,27 +1040,15 @@ impl ZMap for FileMap {
             },
             false => self.open_below(prefix, libc::O_RDONLY | libc::O_DIRECTORY)?,
         };
-        let Some(dir) = dir else {
-            return Ok(Vec::new());
-        };
-        let entries = beneath::entry_names(dir).map_err(|e| Error::io(&dir_path, e))?;
-        let mut names = Vec::new();
-        for name in entries {
-            match name.to_str() {
-                Some(name) if name.starts_with(TEMP_PREFIX) => {}
-                Some(name) => names.push(name.to_string()),
-                None => log::warn!(
-                    "ignoring {}: file name is not UTF-8",
-                    dir_path.join(&name).display()
-                ),
-            }
-        }
-        names.sort();
-        Ok(names)
+        self.names_in(prefix, dir)
     }
 
     fn read_only(&self) -> bool {
         self.read_only
+    }
+
+    fn for_one_pass(&self) -> Option<Box<dyn ZMap + '_>> {
+        Some(Box::new(one_pass::OnePass::new(self)))
     }
 
     fn describe(&self) -> String {
@@ -1337,7 +1384,7 @@ mod tests {
         let key = format!("{}.zgroup", "g/".repeat(2100));
         let e = map.put(&key, b"{}").unwrap_err().to_string();
         assert!(
-            e.contains("this system takes paths shorter than 4096 bytes: the key has 2101 levels"),
+            e.contains("takes paths shorter than 4096 bytes (PATH_MAX): the key has 2101 levels"),
             "{e}"
         );
         assert!(e.len() < 400, "{} bytes: {e}", e.len());
@@ -1399,6 +1446,40 @@ mod tests {
         map.put_many(&objects).unwrap();
         let opens = beneath::opens_so_far() - before;
         assert!(opens <= 8 * objects.len() as u64, "{opens} opens again");
+    }
+
+    /// Reading the metadata of groups nested hundreds deep walks about as many names as it
+    /// opens objects: each group's objects are opened from its directory, reached from its
+    /// parent's, rather than from the root through every level above it.
+    #[test]
+    fn reading_deep_groups_walks_each_level_about_once() {
+        const DEPTH: usize = 300;
+        let (_dir, map) = writable();
+        let mut objects = vec![(".zgroup".to_string(), br#"{"zarr_format": 2}"#.to_vec())];
+        let mut group = String::new();
+        for _ in 0..DEPTH {
+            group.push_str("g/");
+            objects.push((format!("{group}.zgroup"), objects[0].1.clone()));
+            let title = format!(r#"{{"title": "{}"}}"#, group.len() / 2);
+            objects.push((format!("{group}.zattrs"), title.into_bytes()));
+        }
+        map.put_many(&objects).unwrap();
+        let before = beneath::names_walked_so_far();
+        let ds = crate::meta::read_dataset(&map, &crate::location::Mode::default()).unwrap();
+        let walked = beneath::names_walked_so_far() - before;
+        assert_eq!(ds.groups.len(), DEPTH + 1);
+        let deepest = ds.groups_preorder()[DEPTH];
+        assert_eq!(ds.group_fqn(deepest), "/g".repeat(DEPTH));
+        let title = &ds.group(deepest).attrs[0];
+        let text = crate::model::AttrValue::Char(DEPTH.to_string().into_bytes());
+        assert_eq!((title.name.as_str(), &title.value), ("title", &text));
+        // From the root, each of the two or three objects per group walked every level
+        // above it: about DEPTH^2 in all (90,000 here).
+        assert!(
+            walked <= 10 * objects.len() as u64,
+            "{walked} names walked for {} objects",
+            objects.len()
+        );
     }
 
     #[test]

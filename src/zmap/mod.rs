@@ -276,6 +276,15 @@ pub trait ZMap: Send + Sync + Debug {
     /// either the old or the new content, never a mix.
     fn put(&self, key: &str, value: &[u8]) -> Result<()>;
 
+    /// Refuses ([`Error::PathTooLong`]) a `key` that [`ZMap::put`] could not store for its
+    /// length alone: a directory store's files are bound by the system's limits on the
+    /// length of a path and of a name, zip archives and object stores take any key. Writers
+    /// ask before they store anything, so that a dataset nested too deeply is refused whole
+    /// rather than part way through.
+    fn check_key_storable(&self, _key: &str) -> Result<()> {
+        Ok(())
+    }
+
     /// Stores every `(key, value)` of `objects` as [`ZMap::put`] does, in no particular order;
     /// fails with the first error, after the requests in flight have ended (some objects may
     /// then be stored, some not). Maps with request latency (S3) send the requests
@@ -300,6 +309,17 @@ pub trait ZMap: Send + Sync + Debug {
 
     /// Whether the map refuses writes.
     fn read_only(&self) -> bool;
+
+    /// This map for one pass of reads over many keys, such as reading a dataset's
+    /// metadata, which may keep what it opened on the way to a key for the keys after it: a
+    /// directory store then opens an object from its parent group's directory, not from the
+    /// root through every level above it (with groups nested thousands deep, that made
+    /// reading the metadata cost the square of the depth). What it keeps is as it was when
+    /// first opened, so a pass is for one read, not to be kept. `None`: the map itself
+    /// serves as well.
+    fn for_one_pass(&self) -> Option<Box<dyn ZMap + '_>> {
+        None
+    }
 
     /// Forgets what the map remembers of its storage when that was replaced underneath (a zip
     /// archive's index); a reader that re-reads the metadata after a while calls it first.
