@@ -290,9 +290,18 @@ def test_mkdir_too_deep_for_a_directory_store_is_enametoolong_before_any_change(
     the store's own path included). A mkdir whose group could not be stored fails with
     ENAMETOOLONG, as mkdir of too long a path does, with a line in the log, and leaves the
     store as it was; before, it failed with EIO after directories were made."""
+    store = tmp_path / "deep.file"
+    try:
+        _mkdir_too_deep(mounter, tmp_path, store)
+    finally:
+        # pytest's own clean-up of old temporary directories recurses and cannot remove a
+        # tree this deep (RecursionError at the end of a later session); rm can.
+        subprocess.run(["rm", "-rf", str(store)], check=True)
+
+
+def _mkdir_too_deep(mounter, tmp_path: Path, store: Path) -> None:
     import errno
 
-    store = tmp_path / "deep.file"
     # Deep enough that a group of a 200-byte name one level further down cannot be
     # stored (its temporary file's path passes 4096 bytes), while the groups made fit.
     depth = (4096 - len(str(store)) - 150) // 2
