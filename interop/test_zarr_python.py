@@ -442,3 +442,26 @@ def test_gen_takes_dump_s_of_xarray_string_variables(nczarrfs, tmp_path, mode):
     copied = nczarrfs("copy", "--codec", '[{"id": "vlen-utf8"}, {"id": "zlib", "level": 1}]',
                       str(src), str(tmp_path / "copy.file"))
     assert copied.returncode == 0, copied.stderr.decode(errors="replace")
+
+
+def test_zip_after_other_data_is_found_by_its_path(nczarrfs, tmp_path):
+    """A zip archive may follow other bytes (a self-extracting stub, `cat stub a.zip`): zip
+    readers find it from its end record. zarr-python's ZipStore reads such a file, so the
+    plain path must too, as `#mode=zarr,zip` already did."""
+    from zarr.storage import ZipStore
+
+    data = _data("<i4")
+    with ZipStore(tmp_path / "plain.zip", mode="w") as store:
+        _array(zarr.open_group(store, mode="w", zarr_format=2), "a", data, compressors=None)
+    stubbed = tmp_path / "stubbed.zip"
+    stubbed.write_bytes(b"#!/bin/sh\necho stub\nexit 0\n" + bytes(100)
+                        + (tmp_path / "plain.zip").read_bytes())
+    with ZipStore(stubbed, mode="r") as store:
+        want = zarr.open_group(store, mode="r")["a"][...]
+    assert np.array_equal(want, data)
+    assert_same(_get(nczarrfs, str(stubbed), "a", tmp_path), want, "stubbed zip by path")
+    # Bytes that are no archive at all are still refused as such.
+    other = tmp_path / "other.bin"
+    other.write_bytes(b"not an archive, though PK\x05\x06 appears inside" + bytes(40))
+    res = nczarrfs("dump", str(other))
+    assert res.returncode != 0 and b"neither a directory nor a zip archive" in res.stderr

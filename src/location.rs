@@ -1,6 +1,5 @@
 //! Dataset locations: plain paths and netcdf-c style URLs with `#mode=...` fragments.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use percent_encoding::percent_decode_str;
@@ -309,7 +308,7 @@ fn local_storage(path: PathBuf, word: Option<StorageWord>) -> Storage {
         Some(StorageWord::Zip) => Storage::Zip(path),
         Some(StorageWord::File) => Storage::File(path),
         _ => match std::fs::metadata(&path) {
-            Ok(meta) if meta.is_file() && starts_like_zip(&path) => Storage::Zip(path),
+            Ok(meta) if meta.is_file() && crate::zmap::looks_like_zip(&path) => Storage::Zip(path),
             Ok(_) => Storage::File(path),
             Err(_) => {
                 let is_zip = path
@@ -323,16 +322,6 @@ fn local_storage(path: PathBuf, word: Option<StorageWord>) -> Storage {
             }
         },
     }
-}
-
-/// Whether the file begins with a zip signature (a local file header, or the end record of an
-/// empty archive).
-fn starts_like_zip(path: &Path) -> bool {
-    let mut magic = [0u8; 4];
-    std::fs::File::open(path)
-        .and_then(|mut f| f.read_exact(&mut magic))
-        .is_ok()
-        && (magic == *b"PK\x03\x04" || magic == *b"PK\x05\x06")
 }
 
 /// Parses the part after `scheme://` of an S3 location.

@@ -335,17 +335,10 @@ fn check_replaceable(target: &Location) -> Result<()> {
     }
     match (zip, meta.is_dir()) {
         (true, true) => refuse("is a directory, not a zip archive"),
-        (true, false) => {
-            let mut magic = [0u8; 4];
-            let is_zip = std::fs::File::open(path)
-                .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
-                .is_ok()
-                && (magic == *b"PK\x03\x04" || magic == *b"PK\x05\x06");
-            match is_zip || meta.len() == 0 {
-                true => Ok(()),
-                false => refuse("exists and is not a zip archive"),
-            }
-        }
+        (true, false) => match crate::zmap::looks_like_zip(path) || meta.len() == 0 {
+            true => Ok(()),
+            false => refuse("exists and is not a zip archive"),
+        },
         // A user who names a `.zip` asks for an archive, not a directory store.
         (false, false)
             if path

@@ -34,6 +34,36 @@ const ROOT_MARKERS: [&str; 6] = [
     ".zmetadata",
 ];
 
+/// The longest a zip archive's end record can be: 22 bytes and a comment of up to 65,535.
+const END_RECORD_MAX: u64 = 22 + 65_535;
+
+/// Whether the file at `path` is a zip archive as zip readers find one: it begins with a
+/// local file header (or the end record of an empty archive), or its last 64 KiB hold an end
+/// record, as in an archive that follows other data (a self-extracting stub, `cat stub
+/// a.zip`), which zarr-python's `ZipStore`, Python's `zipfile` and `unzip` all read.
+pub fn looks_like_zip(path: &Path) -> bool {
+    let Ok(mut file) = File::open(path) else {
+        return false;
+    };
+    let mut magic = [0u8; 4];
+    if file.read_exact(&mut magic).is_ok() && (magic == *b"PK\x03\x04" || magic == *b"PK\x05\x06") {
+        return true;
+    }
+    let Ok(len) = file.metadata().map(|m| m.len()) else {
+        return false;
+    };
+    let from = len.saturating_sub(END_RECORD_MAX);
+    let mut tail = Vec::new();
+    if file.seek(SeekFrom::Start(from)).is_err() || file.read_to_end(&mut tail).is_err() {
+        return false;
+    }
+    // An end record, whose comment length reaches exactly to the end of the file.
+    tail.windows(22).enumerate().any(|(at, record)| {
+        record.starts_with(b"PK\x05\x06")
+            && at + 22 + usize::from(u16::from_le_bytes([record[20], record[21]])) == tail.len()
+    })
+}
+
 /// A dataset stored in a zip archive.
 #[derive(Debug)]
 pub struct ZipMap {
@@ -1123,6 +1153,36 @@ mod tests {
         (0..len)
             .map(|i| (i as u8).wrapping_mul(31) ^ seed)
             .collect()
+    }
+
+    /// Zip readers find an archive by its end record, which ends the file after a comment of
+    /// the length it declares; an archive after other data is found, stray signatures are not.
+    #[test]
+    fn an_archive_is_recognised_by_its_end_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut archive = Vec::new();
+        let mut writer = ZipWriter::new(io::Cursor::new(&mut archive));
+        writer.set_comment("a comment of some length");
+        writer
+            .start_file(".zgroup", SimpleFileOptions::default())
+            .unwrap();
+        writer.write_all(br#"{"zarr_format": 2}"#).unwrap();
+        writer.finish().unwrap();
+        let write = |name: &str, bytes: &[u8]| {
+            let path = dir.path().join(name);
+            fs::write(&path, bytes).unwrap();
+            path
+        };
+        assert!(looks_like_zip(&write("plain.zip", &archive)));
+        let stubbed = [b"#!/bin/sh\nexit 0\n".as_slice(), &[0; 100], &archive].concat();
+        assert!(looks_like_zip(&write("stubbed.zip", &stubbed)));
+        // Cut short, the end record's comment no longer reaches the end of the file.
+        let cut = &stubbed[..stubbed.len() - 3];
+        assert!(!looks_like_zip(&write("cut.zip", cut)));
+        let stray = [b"text PK\x05\x06 more text".as_slice(), &[0; 64]].concat();
+        assert!(!looks_like_zip(&write("stray", &stray)));
+        assert!(!looks_like_zip(&write("empty", b"")));
+        assert!(!looks_like_zip(&dir.path().join("missing")));
     }
 
     #[test]
