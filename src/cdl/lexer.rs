@@ -15,6 +15,18 @@ pub struct Pos {
     pub column: usize,
 }
 
+impl Pos {
+    /// The error at this position of the CDL file `file`.
+    pub fn error(self, file: &str, reason: impl Into<String>) -> Error {
+        Error::Cdl {
+            file: file.to_string(),
+            line: self.line,
+            column: self.column,
+            reason: reason.into(),
+        }
+    }
+}
+
 /// A numeric literal with the type its spelling implies.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Number {
@@ -194,12 +206,7 @@ impl<'a> Lexer<'a> {
     }
 
     fn err(&self, pos: Pos, reason: impl Into<String>) -> Error {
-        Error::Cdl {
-            file: self.file.to_string(),
-            line: pos.line,
-            column: pos.column,
-            reason: reason.into(),
-        }
+        pos.error(self.file, reason)
     }
 
     /// Skips white space, `//` comments to the end of the line and `/* */` comments (ncgen.l

@@ -373,12 +373,7 @@ impl Parser<'_, '_> {
     }
 
     fn err(&self, pos: Pos, reason: impl Into<String>) -> Error {
-        Error::Cdl {
-            file: self.file.to_string(),
-            line: pos.line,
-            column: pos.column,
-            reason: reason.into(),
-        }
+        pos.error(self.file, reason)
     }
 
     fn syntax(&self, expected: &str) -> Error {
@@ -1293,12 +1288,7 @@ fn char_row(ds: &Dataset, dims: &[DimId], i: usize) -> u64 {
 
 impl Declared<'_> {
     fn err(&self, pos: Pos, reason: impl Into<String>) -> Error {
-        Error::Cdl {
-            file: self.file.to_string(),
-            line: pos.line,
-            column: pos.column,
-            reason: reason.into(),
-        }
+        pos.error(self.file, reason)
     }
 
     /// Sizes the unlimited dimensions from the data, then builds every variable's values;
