@@ -948,8 +948,9 @@ impl DatasetWriter {
             self.meta_dirty = true;
             return Err(e);
         }
-        // The objects under `new` are copies made here, not by a rewrite of the metadata.
-        self.stored_meta = StoredMetadata::unknown();
+        // The objects under `new` are copies made here, not by a rewrite of the metadata;
+        // what is known of those under `old` goes at the rewrite, which no longer names them.
+        self.stored_meta.forget_under(new);
         let copied = self.engine.invalidate(old).and_then(|()| {
             for key in keys_under(self.map.as_ref(), old)? {
                 let rest = &key[old.len()..];

@@ -176,6 +176,18 @@ impl StoredMetadata {
         StoredMetadata { known: None }
     }
 
+    /// Objects under the node key `prefix` were stored by other means than a rewrite (a
+    /// renamed node's, copied to its new key): what was known of them is forgotten, so the
+    /// next rewrite stores them. What is known of the other objects stays: a rename then
+    /// rewrites the moved node's objects and those it changes (its parent's), without reading
+    /// back those of every other node.
+    pub fn forget_under(&mut self, prefix: &str) {
+        if let Some(known) = &mut self.known {
+            let under = format!("{prefix}/");
+            known.retain(|key, _| key != prefix && !key.starts_with(&under));
+        }
+    }
+
     /// Which of `encoded` (key, bytes; `values` their JSON) differ from what is stored.
     fn changed(
         &self,
