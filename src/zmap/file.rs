@@ -1482,6 +1482,25 @@ mod tests {
         );
     }
 
+    /// A shallow object is opened from the root in one open, as without a pass: opening its
+    /// directory to keep it costs more than the few names walked (a flat dataset of 1,000
+    /// variables made 3,000 opens instead of 2,000, and `dump -h` took 18% longer).
+    #[test]
+    fn a_pass_opens_shallow_objects_from_the_root() {
+        let (_dir, map) = writable();
+        let objects: Vec<(String, Vec<u8>)> = (0..20)
+            .flat_map(|i| [format!("v{i}/.zarray"), format!("v{i}/.zattrs")])
+            .map(|key| (key, b"{}".to_vec()))
+            .collect();
+        map.put_many(&objects).unwrap();
+        let pass = map.for_one_pass().unwrap();
+        let before = beneath::opens_so_far();
+        for (key, value) in &objects {
+            assert_eq!(pass.get(key).unwrap().as_ref(), Some(value), "{key}");
+        }
+        assert_eq!(beneath::opens_so_far() - before, objects.len() as u64);
+    }
+
     #[test]
     fn fifos_and_devices_in_the_store_are_refused_not_waited_on() {
         let (_dir, map) = writable();
