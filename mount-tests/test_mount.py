@@ -399,6 +399,22 @@ def test_access_follows_the_modes_stat_reports(mounter, nczarr, mode):
     assert found == ""
 
 
+def test_root_without_cap_sys_admin_is_told_what_mounting_needs(binary, tmp_path):
+    """mount(2) refuses root without CAP_SYS_ADMIN (a service's capability bounding set, a
+    container), and fuser then tries fusermount3, which the same bounding set stops. The
+    location's comma must reach fusermount3 escaped (it once read `file` as an option), and
+    the error must say which capability is missing."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    url = f"file://{REPO}/samples/weather.file#mode=nczarr,file"
+    r = subprocess.run(["setpriv", "--inh-caps=-all", "--bounding-set=-sys_admin", str(binary),
+                        "mount", url, str(mnt)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1
+    assert not is_mounted(mnt)
+    assert "unknown option" not in r.stderr, r.stderr
+    assert "Operation not permitted" in r.stderr and "CAP_SYS_ADMIN" in r.stderr, r.stderr
+
+
 def test_a_user_who_cannot_open_dev_fuse_is_told_so(binary):
     """fuser's own open of /dev/fuse failed as if the mount point were "Permission denied".
     In a mount namespace of its own, /dev/fuse is covered by a file only root may open (as a

@@ -134,3 +134,62 @@ def test_a_dead_mount_point_without_anything_under_it_is_detached(binary, servic
     stop_post(binary, service)
     assert not is_mounted(mnt)
     assert list(mnt.iterdir()) == []
+
+
+def unit_setting(key: str) -> str:
+    values = [ln.split("=", 1)[1] for ln in UNIT.read_text().splitlines()
+              if ln.startswith(f"{key}=")]
+    assert len(values) == 1, f"{key}: {values}"
+    return values[0]
+
+
+def hardened(command: list[str]) -> list[str]:
+    """`command` under the unit's CapabilityBoundingSet= and NoNewPrivileges=, which setpriv
+    applies as systemd does; the unit's system call filters need systemd itself."""
+    caps = unit_setting("CapabilityBoundingSet").split()
+    assert unit_setting("NoNewPrivileges") == "yes"
+    bounding = ",".join(["-all"] + ["+" + c.removeprefix("CAP_").lower() for c in caps])
+    return ["setpriv", "--no-new-privs", "--inh-caps=-all", f"--bounding-set={bounding}",
+            *command]
+
+
+def test_the_hardened_unit_mounts_and_writes_a_dataset_owned_by_another_user(binary, service):
+    """Root cut down to the unit's capabilities still mounts (CAP_SYS_ADMIN), writes into a
+    dataset that belongs to someone else (mode 0755/0644: CAP_DAC_OVERRIDE lets root in) and
+    gives every rewritten object back its owner (CAP_CHOWN) and mode (CAP_FOWNER, the object
+    being someone else's by then)."""
+    import netCDF4
+    import numpy as np
+
+    location = service["LOCATION"]
+    store = Path(location.removeprefix("file://").split("#")[0])
+    nobody = 65534
+    for path in [store, *store.rglob("*")]:
+        os.chown(path, nobody, nobody)
+        os.chmod(path, 0o755 if path.is_dir() else 0o644)
+    env = dict(service, OPTIONS="rw")
+    mnt = Path(env["MOUNTPOINT"])
+    daemon = subprocess.Popen(hardened(unit_command("ExecStart", binary, env)),
+                              stderr=subprocess.PIPE, text=True)
+    assert wait_until(lambda: mounts_at(mnt)[-1:] == ["fuse.nczarrfs"] or
+                      daemon.poll() is not None)
+    assert daemon.poll() is None, daemon.stderr.read()
+    status = Path(f"/proc/{daemon.pid}/status").read_text()
+    assert "NoNewPrivs:\t1" in status, status
+    # Only the unit's capabilities remain (numbers from linux/capability.h).
+    numbers = {"CAP_CHOWN": 0, "CAP_DAC_OVERRIDE": 1, "CAP_FOWNER": 3, "CAP_SYS_ADMIN": 21}
+    expected = sum(1 << numbers[c] for c in unit_setting("CapabilityBoundingSet").split())
+    bounding = next(ln for ln in status.splitlines() if ln.startswith("CapBnd:"))
+    assert int(bounding.split()[1], 16) == expected, bounding
+    with open(mnt / "counts" / "data", "r+b") as f:
+        f.write(np.arange(35, dtype="i2").tobytes())
+    (mnt / "@attributes" / "history").write_text("written by a hardened unit")
+    daemon.send_signal(signal.SIGTERM)
+    assert daemon.wait(30) == 0, daemon.stderr.read()
+    assert mounts_at(mnt) == ["tmpfs"]
+    with netCDF4.Dataset(location) as ds:
+        assert ds.history == "written by a hardened unit"
+        assert (ds["counts"][:] == np.arange(35).reshape(5, 7)).all()
+    owners = {(p.relative_to(store), p.stat().st_uid, p.stat().st_gid)
+              for p in [store, *store.rglob("*")]}
+    assert {o for o in owners if o[1:] != (nobody, nobody)} == set()

@@ -299,6 +299,15 @@ fn mount_failed(mountpoint: &Path, e: std::io::Error) -> Error {
             return Error::Invalid(format!("cannot open {DEV_FUSE}: {dev}{hint}"));
         }
     }
+    if is_root() && !may_mount() {
+        return Error::Invalid(format!(
+            "{}: {} (this process runs as root without CAP_SYS_ADMIN, which mounting needs: \
+             see the capability bounding set of its service or container)",
+            mountpoint.display(),
+            // fusermount3's message ends with a newline.
+            e.to_string().trim_end()
+        ));
+    }
     Error::io(mountpoint, e)
 }
 
@@ -463,12 +472,12 @@ fn fuser_config(location: &str, o: &MountOptions, remote: bool, splices: bool) -
     config
 }
 
-/// The source shown in /proc/mounts. fusermount3 (the mount path of users other than root,
-/// and of `auto_unmount`) splits its options at commas, so there a comma of the name (as in
-/// `#mode=nczarr,file`) and the backslash are escaped with a backslash, which it undoes.
+/// The source shown in /proc/mounts. fusermount3 (the mount path of `auto_unmount` and of a
+/// process that mount(2) refuses) splits its options at commas, so there a comma of the name
+/// (as in `#mode=nczarr,file`) and the backslash are escaped with a backslash, which it undoes.
 fn fsname(location: &str, o: &MountOptions) -> String {
     let name = o.fsname.as_deref().unwrap_or(location);
-    if o.auto_unmount || !is_root() {
+    if o.auto_unmount || !may_mount() {
         name.replace('\\', "\\\\").replace(',', "\\,")
     } else {
         name.to_string()
@@ -478,6 +487,18 @@ fn fsname(location: &str, o: &MountOptions) -> String {
 fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
+}
+
+/// Whether mount(2) admits this process: it needs CAP_SYS_ADMIN, which root can lack (a
+/// hardened service, a container), and then fuser mounts through fusermount3 instead.
+fn may_mount() -> bool {
+    const CAP_SYS_ADMIN: u32 = 21;
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("CapEff:"))
+        .and_then(|caps| u64::from_str_radix(caps.trim(), 16).ok())
+        .is_some_and(|caps| caps & (1 << CAP_SYS_ADMIN) != 0)
 }
 
 fn fuser_options(location: &str, o: &MountOptions) -> Vec<MountOption> {
