@@ -134,3 +134,22 @@ def test_unknown_variable_is_refused_and_nothing_written(nczarrfs, tmp_path):
             assert res.returncode == 1
             assert f"{name}: No such group".encode() in res.stderr
             assert not target.exists()
+
+
+def test_an_empty_list_is_refused_and_nothing_written(nczarrfs, tmp_path):
+    """`-V "$VARS"` with VARS unset names nothing; nccopy and ncdump crash on it (SIGSEGV in
+    4.9.0). Selecting nothing is never what was meant, so nothing is copied or printed."""
+    zpath, _, _ = twins.write_twins(str(tmp_path), "e", SEED)
+    target = tmp_path / "out.file"
+    for flag, what in (("-V", "variable"), ("-v", "variable"), ("-g", "group"),
+                       ("-G", "group")):
+        for empty in ("", ","):
+            res = nczarrfs("copy", flag, empty, zpath, str(target))
+            assert res.returncode == 1
+            assert f"{flag} names no {what}".encode() in res.stderr, res.stderr
+            assert not target.exists()
+    for flag, what in (("-v", "variable"), ("-g", "group")):
+        res = nczarrfs("dump", flag, "", zpath)
+        assert res.returncode == 1
+        assert res.stdout == b""
+        assert f"{flag} names no {what}".encode() in res.stderr, res.stderr

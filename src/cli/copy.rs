@@ -130,6 +130,10 @@ pub struct CopyArgs {
 
 /// Runs `copy`.
 pub fn run(args: CopyArgs) -> Result<i32> {
+    super::refuse_empty_list("-V", "variable", &args.only_vars)?;
+    super::refuse_empty_list("-v", "variable", &args.data_vars)?;
+    super::refuse_empty_list("-g", "group", &args.data_groups)?;
+    super::refuse_empty_list("-G", "group", &args.only_groups)?;
     let mut src = OpenDataset::open(&args.src, DEFAULT_CACHE_BYTES)?;
     let names = |list: &Option<Vec<String>>| -> Option<Vec<String>> {
         list.as_ref()

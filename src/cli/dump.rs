@@ -98,6 +98,8 @@ fn parse_x_option(text: &str) -> std::result::Result<char, String> {
 
 /// Runs `dump`.
 pub fn run(args: DumpArgs) -> Result<i32> {
+    super::refuse_empty_list("-v", "variable", &args.vars)?;
+    super::refuse_empty_list("-g", "group", &args.groups)?;
     let line_len = args.line_len.as_deref().map(parse_line_len).transpose()?;
     let open = OpenDataset::open(&args.location, DEFAULT_CACHE_BYTES)?;
     if args.kind {

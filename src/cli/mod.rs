@@ -67,6 +67,17 @@ fn ncgen_mode_words(words: &str) -> String {
         .join(",")
 }
 
+/// Refuses a list option (`-v`, `-g`, ...) given only empty names: `-v "$VARS"` with `VARS`
+/// unset would otherwise select nothing, silently (ncdump and nccopy crash on it).
+fn refuse_empty_list(flag: &str, what: &str, list: &Option<Vec<String>>) -> crate::Result<()> {
+    match list {
+        Some(names) if names.iter().all(|n| n.is_empty()) => Err(crate::Error::Invalid(format!(
+            "{flag} names no {what}: give at least one, or leave {flag} out"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// The complaint about a variable `name` that `ds` (at `location`) does not have: names the
 /// variables of that plain name in groups, since `get` and `put` take a path (`g/v`) where
 /// `dump -v` matches a plain name at any depth.
