@@ -502,6 +502,13 @@ def test_a_stalled_server_is_not_asked_again_and_again(moto, proxy, binary, env,
         # The requests in flight when the first one stalled, then one probe per timeout
         # (without the memory of the stall: about 300 requests in 32 s).
         assert sent <= concurrency + 1 + int(elapsed / 2), f"{sent} requests in {elapsed:.1f} s"
+        # On the proxy's clock, which a loaded machine cannot make tighter: after the requests
+        # in flight when the server stalled, each request is a probe that comes a timeout (2 s,
+        # less the clocks' granularity) after the one before.
+        arrivals = sorted(t for t, kind, _, _ in proxy.timeline
+                          if kind == "arrived" and t >= started)
+        for before, probe in zip([arrivals[0], *arrivals[concurrency:]], arrivals[concurrency:]):
+            assert probe - before >= 1.95, [round(t - arrivals[0], 2) for t in arrivals]
         proxy.stall_on = None
         time.sleep(2.5)
         assert data.read_bytes() == values.tobytes()
