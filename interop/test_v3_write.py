@@ -428,3 +428,52 @@ def test_v3_chunk_key_separator_as_asked(nczarrfs, tmp_path, command, separator)
     assert np.array_equal(zarr.open_group(str(dst), mode="r")["v"][...], values)
     got = _ok(nczarrfs("get", str(dst), "v"), "get")
     assert np.array_equal(np.frombuffer(got, dtype="=i4").reshape(3, 4), values)
+
+
+def _zstd_configuration(codecs: list) -> dict:
+    for c in codecs:
+        if c["name"] == "zstd":
+            return c["configuration"]
+        if c["name"] == "sharding_indexed":
+            return _zstd_configuration(c["configuration"]["codecs"])
+    raise AssertionError(f"no zstd in {codecs}")
+
+
+def test_a_zstd_checksum_is_kept(nczarrfs, tmp_path):
+    """zarr-python's `ZstdCodec(checksum=True)` puts a checksum in every frame, and
+    zarr-python refuses a damaged one. A copy to v3 (plain and sharded), a copy to v2, and
+    `gen` of `dump -s` keep the flag, and zarr-python then refuses a damaged chunk of each."""
+    from zarr.codecs import BytesCodec, ShardingCodec, ZstdCodec
+
+    src = tmp_path / "src.zarr"
+    root = zarr.open_group(str(src), mode="w", zarr_format=3)
+    zstd = ZstdCodec(level=1, checksum=True)
+    plain = root.create_array("plain", shape=(8,), chunks=(4,), dtype="<i4", fill_value=0,
+                              dimension_names=["x"], compressors=[zstd])
+    plain[...] = np.arange(8)
+    sharded = root.create_array("sharded", shape=(8,), chunks=(8,), dtype="<i4", fill_value=0,
+                                dimension_names=["x"], compressors=None,
+                                serializer=ShardingCodec(chunk_shape=(4,),
+                                                         codecs=[BytesCodec(), zstd]))
+    sharded[...] = np.arange(8) * 3
+    v3, v2, generated = tmp_path / "v3.zarr", tmp_path / "v2.zarr", tmp_path / "gen.zarr"
+    _ok(nczarrfs("copy", "-k", "zarr,v3", str(src), str(v3)), "copy to v3")
+    _ok(nczarrfs("copy", "-k", "zarr", str(src), str(v2)), "copy to v2")
+    cdl = tmp_path / "s.cdl"
+    cdl.write_bytes(_ok(nczarrfs("dump", "-s", str(src)), "dump -s"))
+    _ok(nczarrfs("gen", "-k", "zarr,v3", "-o", str(generated), str(cdl)), "gen")
+    for store in (v3, generated):
+        for name in ("plain", "sharded"):
+            meta = json.loads((store / name / "zarr.json").read_text())
+            assert _zstd_configuration(meta["codecs"])["checksum"] is True, (store, meta)
+    for name in ("plain", "sharded"):
+        assert json.loads((v2 / name / ".zarray").read_text())["compressor"]["checksum"] is True
+    for store, chunk in ((v3, "plain/c/0"), (generated, "plain/c/0"), (v2, "plain/0")):
+        opened = zarr.open_group(str(store), mode="r")
+        assert (opened["plain"][...] == np.arange(8)).all()
+        assert (opened["sharded"][...] == np.arange(8) * 3).all()
+        frame = bytearray((store / chunk).read_bytes())
+        frame[-1] ^= 0xFF  # the frame's checksum, its last four bytes
+        (store / chunk).write_bytes(bytes(frame))
+        with pytest.raises(Exception, match="checksum"):
+            zarr.open_group(str(store), mode="r")["plain"][0:4]

@@ -349,8 +349,15 @@ fn codec_to_v3(c: &Value, esize: usize) -> Result<Value> {
     };
     Ok(match id {
         "gzip" => json!({"name": "gzip", "configuration": {"level": int(&params, "level", 1)?}}),
-        "zstd" => json!({"name": "zstd", "configuration":
-            {"level": int(&params, "level", 0)?, "checksum": false}}),
+        "zstd" => {
+            let checksum = match params.get("checksum") {
+                None | Some(Value::Null) => false,
+                Some(Value::Bool(on)) => *on,
+                Some(_) => int(&params, "checksum", 0)? != 0,
+            };
+            json!({"name": "zstd", "configuration":
+                {"level": int(&params, "level", 0)?, "checksum": checksum}})
+        }
         "blosc" => {
             let shuffle = match int(&params, "shuffle", 1)? {
                 0 => "noshuffle",
@@ -481,7 +488,15 @@ pub fn codecs_v2(list: &[Value]) -> Result<Vec<Value>> {
                 out.extend(codecs_v2(inner)?);
                 continue;
             }
-            "gzip" | "zstd" | "crc32c" => {
+            // A zstd checksum is kept when it is on: numcodecs and netcdf-c take it in the v2
+            // form too. Off, it stays out, as netcdf-c writes zstd.
+            "zstd" => {
+                if params.get("checksum") != Some(&Value::Bool(true)) {
+                    params.remove("checksum");
+                }
+                name
+            }
+            "gzip" | "crc32c" => {
                 params.remove("checksum");
                 name
             }
