@@ -1536,3 +1536,62 @@ fn the_first_change_after_open_reads_no_metadata_again() {
         }
     }
 }
+
+/// A pure Zarr attribute stored as JSON that no netCDF type spells back (`true`, read as the
+/// ubyte 1) keeps its JSON through changes of other nodes, in its `.zattrs` and in the
+/// consolidated summary that copies it, though the writer no longer reads every node back.
+#[test]
+fn a_stored_spelling_survives_changes_of_other_nodes_in_the_summary_too() {
+    for mode in ["zarr", "zarr,consolidated"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let (loc, mut w) = writer(tmp.path(), mode);
+        let x = w.add_dim(Dataset::ROOT, "x", 2, false).unwrap();
+        for name in ["a", "b", "c"] {
+            w.add_var(
+                Dataset::ROOT,
+                name,
+                NcType::Int,
+                &[x],
+                VarOptions::default(),
+            )
+            .unwrap();
+        }
+        w.close().unwrap();
+        // As zarr-python would store it, consolidated again.
+        let root = tmp.path().join("d.file");
+        let a_attrs = json!({"_ARRAY_DIMENSIONS": ["x"], "flag": true});
+        std::fs::write(root.join("a/.zattrs"), a_attrs.to_string()).unwrap();
+        if mode.contains("consolidated") {
+            let path = root.join(".zmetadata");
+            let mut summary: Value =
+                serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+            summary["metadata"]["a/.zattrs"] = a_attrs.clone();
+            std::fs::write(&path, summary.to_string()).unwrap();
+        }
+        let mut w = DatasetWriter::open(&loc).unwrap();
+        for name in ["b", "c"] {
+            let v = w.model().find_var(name).unwrap();
+            w.put_attr(AttrTarget::Var(v), "note", AttrValue::Char(b"set".to_vec()))
+                .unwrap();
+            w.sync().unwrap();
+            let stored: Value =
+                serde_json::from_slice(&std::fs::read(root.join("a/.zattrs")).unwrap()).unwrap();
+            assert_eq!(stored, a_attrs, "{mode}, after {name}");
+            if mode.contains("consolidated") {
+                let summary: Value =
+                    serde_json::from_slice(&std::fs::read(root.join(".zmetadata")).unwrap())
+                        .unwrap();
+                assert_eq!(
+                    summary["metadata"]["a/.zattrs"], a_attrs,
+                    "{mode}, after {name}"
+                );
+                assert_eq!(
+                    summary["metadata"][format!("{name}/.zattrs")]["note"],
+                    json!("set"),
+                    "{mode}"
+                );
+            }
+        }
+        w.close().unwrap();
+    }
+}
