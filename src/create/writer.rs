@@ -131,7 +131,10 @@ impl DatasetWriter {
         }
         let map = zmap::open(location, true)?;
         map.claim_writer()?;
-        let model = meta::read_stored_objects(map.as_ref(), &location.mode)?;
+        // What the open reads is what the first rewrite compares the metadata with.
+        let recorder = meta::stored::ReadRecorder::new(map.as_ref());
+        let reading: &dyn ZMap = &recorder;
+        let model = meta::read_stored_objects(reading, &location.mode)?;
         // The model holds no metadata of a variable it cannot read (a complex or datetime
         // array), so rewriting the metadata would replace that variable's with a byte array's.
         // One unreadable only for an unknown codec keeps its chain as stored.
@@ -157,21 +160,21 @@ impl DatasetWriter {
             )));
         }
         let probe = |key: &str| -> Result<bool> {
-            Ok(map
+            Ok(reading
                 .get(key)?
                 .is_some_and(|b| String::from_utf8_lossy(&b).contains("_nczarr")))
         };
         let v3 = location.mode.zarr_version == Some(3)
             || (location.mode.zarr_version.is_none()
-                && !map.exists(".zgroup")?
-                && map.exists("zarr.json")?);
+                && !reading.exists(".zgroup")?
+                && reading.exists("zarr.json")?);
         let nczarr = match location.mode.format {
             Some(Format::NcZarr) => true,
             Some(Format::Zarr) => false,
             None if v3 => probe("zarr.json")?,
             None => model.provenance.layout.is_some(),
         };
-        if let Some((key, surrogate)) = stored_lone_surrogate(map.as_ref(), &model, v3)? {
+        if let Some((key, surrogate)) = stored_lone_surrogate(reading, &model, v3)? {
             return Err(Error::Unsupported(format!(
                 "{} cannot be opened for writing: {} holds \\u{surrogate:04x}, a lone UTF-16 \
                  surrogate (Python's json writes one), which is not Unicode: it reads as \
@@ -189,7 +192,7 @@ impl DatasetWriter {
             Dialect::Zarr
         };
         if location.mode.xarray.is_none() {
-            opts.xarray = !nczarr || probe_xarray(map.as_ref(), &model)?;
+            opts.xarray = !nczarr || probe_xarray(reading, &model)?;
         }
         if nczarr && !v3 {
             opts.layout = model.provenance.layout.unwrap_or_default();
@@ -205,8 +208,8 @@ impl DatasetWriter {
         // A consolidated summary stays, kept up to date with every change of the metadata.
         opts.consolidated = opts.consolidated
             || match v3 {
-                true => v3_root_is_consolidated(map.as_ref())?,
-                false => map.exists(".zmetadata")?,
+                true => v3_root_is_consolidated(reading)?,
+                false => reading.exists(".zmetadata")?,
             };
         let has_data = (0..model.vars.len()).map(VarId).collect();
         // A writer killed while a flush replaced a group's dimension sizes and its arrays'
@@ -222,6 +225,16 @@ impl DatasetWriter {
             .filter(|d| model.dim(*d).unlimited)
             .map(|d| (d, model.dim(d).len))
             .collect();
+        // The open reads the objects, never a consolidated summary (see
+        // `meta::read_stored_objects`): a Zarr v2 `.zmetadata` is read by the first rewrite,
+        // which replaces it when it differs from what the objects say. Nothing read from a
+        // summary is taken for what the objects hold, so a summary left stale by a writer that
+        // did not consolidate again (zarr-python editing a `.zattrs`) is made to agree with the
+        // objects, as when the first rewrite read every object back. What the open read is
+        // trusted until the first rewrite as what was read is trusted after every rewrite:
+        // `claim_writer` keeps other writers out meanwhile.
+        let unread: &[&str] = if v3 { &[] } else { &[".zmetadata"] };
+        let stored_meta = StoredMetadata::read_at_open(recorder.into_stored(), unread);
         let mut w = DatasetWriter {
             location: location.clone(),
             engine: ChunkEngine::new(Arc::clone(&map), cache_bytes),
@@ -231,7 +244,7 @@ impl DatasetWriter {
             opts,
             has_data: Mutex::new(has_data),
             meta_dirty,
-            stored_meta: StoredMetadata::unknown(),
+            stored_meta,
             stored_lengths,
         };
         w.fill_past_stored_shapes()?;

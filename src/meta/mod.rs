@@ -17,6 +17,7 @@ mod fill;
 pub mod json;
 /// A `_FillValue` attribute as one native element of a variable, if it fits its type.
 pub(crate) use fill::from_attr as fill_from_attr;
+pub mod stored;
 pub(crate) mod v3;
 pub mod writer;
 pub mod writer_v3;

@@ -43,12 +43,14 @@
 //! storage's chunk shape when it has the right rank (else one chunk), and `dtype` the
 //! storage's dtype when set (else [`default_dtype`]).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use serde_json::{json, Map, Value};
 
 use super::attrs;
 use super::json::Json;
+pub use super::stored::StoredMetadata;
+use super::stored::{json_fingerprint, Rewrite, Stored};
 
 use crate::location::{Format, Mode};
 use crate::model::{
@@ -129,93 +131,11 @@ pub fn write_changed_metadata(
     stored: &mut StoredMetadata,
 ) -> Result<()> {
     let mut objects = metadata_objects(ds, opts)?;
-    if opts.dialect == Dialect::Zarr {
-        keep_stored_attribute_json(map, &mut objects, opts)?;
-    }
-    put_objects(map, objects, stored)
-}
-
-/// What a writer knows of the metadata objects stored, so that a rewrite stores only those
-/// that changed: one attribute set on a `rw` mount, or one record appended, stored the
-/// objects of every variable, which made each such change cost time in proportion to the
-/// number of variables (17 s with 1,000).
-#[derive(Debug, Default)]
-pub struct StoredMetadata {
-    /// The fingerprint of each object as last stored, when known: the objects of the last
-    /// rewrite, whole (a key left out of it, as a renamed node's, is no longer known). When
-    /// not known, the stored objects are read and compared at the next rewrite.
-    known: Option<HashMap<String, Fingerprint>>,
-}
-
-/// Two 64-bit hashes of an object's bytes, differently salted: a changed object taken for
-/// unchanged would not be stored, so a single 64-bit hash is not enough of a margin.
-type Fingerprint = (u64, u64);
-
-fn fingerprint(bytes: &[u8]) -> Fingerprint {
-    use std::hash::{DefaultHasher, Hash, Hasher};
-    let salted = |salt: u8| {
-        let mut h = DefaultHasher::new();
-        salt.hash(&mut h);
-        bytes.hash(&mut h);
-        h.finish()
+    let rewrite = match opts.dialect {
+        Dialect::Zarr => keep_stored_attribute_json(map, &mut objects, opts, stored)?,
+        Dialect::NcZarr => Rewrite::default(),
     };
-    (salted(0), salted(1))
-}
-
-impl StoredMetadata {
-    /// Nothing is stored (a new dataset): the next rewrite stores every object.
-    pub fn nothing() -> StoredMetadata {
-        StoredMetadata {
-            known: Some(HashMap::new()),
-        }
-    }
-
-    /// What is stored is not known (a dataset opened, or changed by other means than a
-    /// rewrite): the next rewrite reads the stored objects and stores those that differ.
-    pub fn unknown() -> StoredMetadata {
-        StoredMetadata { known: None }
-    }
-
-    /// Objects under the node key `prefix` were stored by other means than a rewrite (a
-    /// renamed node's, copied to its new key): what was known of them is forgotten, so the
-    /// next rewrite stores them. What is known of the other objects stays: a rename then
-    /// rewrites the moved node's objects and those it changes (its parent's), without reading
-    /// back those of every other node.
-    pub fn forget_under(&mut self, prefix: &str) {
-        if let Some(known) = &mut self.known {
-            let under = format!("{prefix}/");
-            known.retain(|key, _| key != prefix && !key.starts_with(&under));
-        }
-    }
-
-    /// Which of `encoded` (key, bytes; `values` their JSON) differ from what is stored.
-    fn changed(
-        &self,
-        map: &dyn ZMap,
-        encoded: &[(String, Vec<u8>)],
-        values: &[Value],
-    ) -> Vec<bool> {
-        if let Some(known) = &self.known {
-            return encoded
-                .iter()
-                .map(|(key, bytes)| known.get(key) != Some(&fingerprint(bytes)))
-                .collect();
-        }
-        let keys: Vec<String> = encoded.iter().map(|(k, _)| k.clone()).collect();
-        // Stored by another writer, an object that holds the same JSON in other spelling
-        // (spacing, key order) is left as it is; anything unreadable is replaced.
-        map.get_many_metadata(&keys, METADATA_LIMIT)
-            .into_iter()
-            .zip(encoded.iter().zip(values))
-            .map(|(found, ((_, bytes), value))| match found {
-                Ok(Some(old)) => {
-                    old != *bytes
-                        && serde_json::from_slice::<Value>(&old).map_or(true, |old| old != *value)
-                }
-                _ => true,
-            })
-            .collect()
-    }
+    put_objects(map, objects, stored, rewrite)
 }
 
 /// Pure Zarr attributes are untyped JSON that a netCDF value cannot always spell back (`true`
@@ -225,18 +145,24 @@ impl StoredMetadata {
 /// Pure Zarr writes no `.zattrs` for a group or an array without attributes; one stored
 /// before their last attribute was deleted is emptied (`{}`), or the deleted attributes would
 /// come back at the next open.
+///
+/// Only the objects `stored` does not tell enough about are read: one known to be what its
+/// new JSON leaves as it is stays unread, and so does one known to be absent or empty. A
+/// consolidated summary copies every `.zattrs` as stored, so one stored in a spelling of its
+/// own is read for it. Every rewrite used to read every `.zattrs`: each change on a pure Zarr
+/// `rw` mount cost as many reads as the dataset has groups and arrays.
 fn keep_stored_attribute_json(
     map: &dyn ZMap,
     objects: &mut Vec<(String, Value)>,
     opts: &WriteOptions,
-) -> Result<()> {
+    stored: &StoredMetadata,
+) -> Result<Rewrite> {
     let is_zattrs = |k: &str| k == ".zattrs" || k.ends_with("/.zattrs");
-    let written: HashSet<String> = objects
-        .iter()
-        .map(|(k, _)| k.clone())
-        .filter(|k| is_zattrs(k))
-        .collect();
-    // Every group's and array's `.zattrs`, written now or not, in one batch of requests.
+    let mut rewrite = Rewrite::default();
+    for (key, value) in objects.iter().filter(|(k, _)| is_zattrs(k)) {
+        rewrite.accepts.insert(key.clone(), json_fingerprint(value));
+    }
+    // Every group's and array's `.zattrs`, written now or not.
     let keys: Vec<String> = objects
         .iter()
         .filter_map(|(k, _)| {
@@ -246,23 +172,44 @@ fn keep_stored_attribute_json(
             Some(format!("{prefix}.zattrs"))
         })
         .collect();
-    let mut stored = HashMap::new();
     let mut emptied = Vec::new();
-    for (key, found) in keys
+    let mut unread = Vec::new();
+    for key in keys {
+        match rewrite.accepts.get(&key) {
+            Some(accepts) if stored.must_read_to_keep(&key, *accepts, opts.consolidated) => {
+                unread.push(key)
+            }
+            Some(_) => {}
+            None => match stored.holds_more_than_empty(&key) {
+                Some(true) => emptied.push((key, json!({}))),
+                Some(false) => rewrite.unwritten.push((key.clone(), stored.of(&key))),
+                None => unread.push(key),
+            },
+        }
+    }
+    let mut old_json = HashMap::new();
+    for (key, found) in unread
         .iter()
-        .zip(map.get_many_metadata(&keys, METADATA_LIMIT))
+        .zip(map.get_many_metadata(&unread, METADATA_LIMIT))
     {
-        let Some(bytes) = found? else { continue };
-        if !written.contains(key) {
-            if bytes.iter().any(|b| !b" \t\r\n{}".contains(b)) {
-                emptied.push((key.clone(), json!({})));
+        let found = found?;
+        if !rewrite.accepts.contains_key(key) {
+            match &found {
+                Some(bytes) if bytes.iter().any(|b| !b" \t\r\n{}".contains(b)) => {
+                    emptied.push((key.clone(), json!({})));
+                    rewrite.read.insert(key.clone(), found);
+                }
+                _ => rewrite
+                    .unwritten
+                    .push((key.clone(), Stored::found(found.as_deref()))),
             }
             continue;
         }
         // An unreadable old object has nothing worth keeping: the new one replaces it.
-        if let Ok(j @ Json::Obj(_)) = Json::parse(key, &bytes) {
-            stored.insert(key.as_str(), j);
+        if let Some(Ok(j @ Json::Obj(_))) = found.as_deref().map(|b| Json::parse(key, b)) {
+            old_json.insert(key.clone(), j);
         }
+        rewrite.read.insert(key.clone(), found);
     }
     let summary_at = objects
         .iter()
@@ -277,7 +224,7 @@ fn keep_stored_attribute_json(
     };
     let mut kept = Vec::new();
     for (key, value) in objects.iter_mut() {
-        let (Some(old), Value::Object(new)) = (stored.get(key.as_str()), value) else {
+        let (Some(old), Value::Object(new)) = (old_json.get(key.as_str()), value) else {
             continue;
         };
         for (name, v) in new.iter_mut() {
@@ -297,14 +244,16 @@ fn keep_stored_attribute_json(
             }
         }
     }
-    Ok(())
+    Ok(rewrite)
 }
 
-/// Stores JSON metadata objects, in order.
+/// Stores JSON metadata objects, in order: those that differ from what `stored` and
+/// `rewrite` say is stored.
 pub(crate) fn put_objects(
     map: &dyn ZMap,
     objects: Vec<(String, Value)>,
     stored: &mut StoredMetadata,
+    mut rewrite: Rewrite,
 ) -> Result<()> {
     let (keys, values): (Vec<String>, Vec<Value>) = objects.into_iter().unzip();
     let encoded = keys
@@ -315,18 +264,16 @@ pub(crate) fn put_objects(
             Err(e) => Err(Error::json(&key, &e)),
         })
         .collect::<Result<Vec<_>>>()?;
-    let changed = stored.changed(map, &encoded, &values);
-    let fingerprints: HashMap<String, Fingerprint> = encoded
-        .iter()
-        .map(|(key, bytes)| (key.clone(), fingerprint(bytes)))
-        .collect();
-    let mut to_store: Vec<(String, Vec<u8>)> = encoded
-        .into_iter()
-        .zip(changed)
-        .filter_map(|(object, changed)| changed.then_some(object))
-        .collect();
-    // Until the objects are stored, what storage holds is not known.
-    stored.known = None;
+    let compared = stored.compare(map, &encoded, &values, &mut rewrite);
+    let mut known = Vec::with_capacity(encoded.len());
+    let mut to_store = Vec::new();
+    for ((key, bytes), (changed, object)) in encoded.into_iter().zip(compared) {
+        known.push((key.clone(), object));
+        if changed {
+            to_store.push((key, bytes));
+        }
+    }
+    stored.forget_all();
     // `.zmetadata` (last when there is one) vouches for everything else, so it is stored
     // only once all the rest is.
     let summary = match to_store.last() {
@@ -339,7 +286,7 @@ pub(crate) fn put_objects(
     if let Some((key, bytes)) = summary {
         map.put(&key, &bytes)?;
     }
-    stored.known = Some(fingerprints);
+    stored.stored(known, rewrite.unwritten);
     Ok(())
 }
 

@@ -24,10 +24,11 @@ use serde_json::{json, Map, Value};
 
 use super::attrs;
 use super::json::Json;
+use super::stored::{json_fingerprint, Rewrite, StoredMetadata};
+use super::writer::WriteOptions;
 use super::writer::{
     attr_json, bare_floats, base64, default_dtype, f32_as_f64, float_json, Dialect,
 };
-use super::writer::{StoredMetadata, WriteOptions};
 use crate::error::{capped, quoted};
 use crate::model::{
     AttrValue, Attribute, ByteOrder, ChunkKeyEncoding, CodecSpec, Dataset, DtypeKind, GroupId,
@@ -56,13 +57,11 @@ pub fn write_changed_metadata(
     stored: &mut StoredMetadata,
 ) -> Result<()> {
     let mut objects = metadata_objects(ds, opts)?;
-    if opts.dialect == Dialect::Zarr {
-        keep_stored_json(map, &mut objects)?;
-        if opts.consolidated {
-            consolidate(&mut objects);
-        }
-    }
-    super::writer::put_objects(map, objects, stored)
+    let rewrite = match opts.dialect {
+        Dialect::Zarr => keep_stored_json(map, &mut objects, opts.consolidated, stored)?,
+        Dialect::NcZarr => Rewrite::default(),
+    };
+    super::writer::put_objects(map, objects, stored, rewrite)
 }
 
 /// Pure Zarr attributes are untyped JSON that a netCDF value cannot always spell back (`true`
@@ -70,34 +69,78 @@ pub fn write_changed_metadata(
 /// array without `dimension_names`, or with `null` among them, reads with anonymous
 /// dimensions that the model names: when the metadata is rewritten, an attribute, and
 /// `dimension_names`, whose stored JSON still reads as what is about to be written keeps that
-/// JSON, as on Zarr v2.
-fn keep_stored_json(map: &dyn ZMap, objects: &mut [(String, Value)]) -> Result<()> {
-    let keys: Vec<String> = objects.iter().map(|(k, _)| k.clone()).collect();
-    let stored = map.get_many_metadata(&keys, METADATA_LIMIT);
-    for ((key, node), found) in objects.iter_mut().zip(stored) {
-        let Some(bytes) = found? else { continue };
-        // An unreadable old object has nothing worth keeping: the new one replaces it.
-        let (Ok(old @ Json::Obj(_)), Value::Object(node)) = (Json::parse(key, &bytes), node) else {
-            continue;
-        };
-        if let (Some(old_attrs), Some(Value::Object(new_attrs))) =
-            (old.get("attributes"), node.get_mut("attributes"))
-        {
-            for (name, v) in new_attrs.iter_mut() {
-                let Some(old_v) = old_attrs.get(name) else {
-                    continue;
-                };
-                let reads_as = attrs::infer(key, name, old_v)
-                    .ok()
-                    .map(|value| attr_value_json(&value, Dialect::Zarr));
-                if reads_as.as_ref() == Some(v) {
-                    *v = old_v.to_serde_keeping_bare_tokens();
-                }
+/// JSON, as on Zarr v2. The root of a `consolidated` dataset then copies every other node.
+///
+/// As on Zarr v2, only the nodes `stored` does not tell enough about are read (every rewrite
+/// used to read every node). The root of a consolidated dataset is read with any other node
+/// read: that node may change, and with it the root's copy.
+fn keep_stored_json(
+    map: &dyn ZMap,
+    objects: &mut [(String, Value)],
+    consolidated: bool,
+    stored: &StoredMetadata,
+) -> Result<Rewrite> {
+    let mut rewrite = Rewrite::default();
+    // Once consolidated again, the root's JSON is known only after the other nodes are kept.
+    let summarized = if consolidated { 1 } else { 0 };
+    let mut unread: Vec<String> = Vec::new();
+    for (key, node) in &objects[summarized..] {
+        let accepts = json_fingerprint(node);
+        if stored.must_read_to_keep(key, accepts, consolidated) {
+            unread.push(key.clone());
+        }
+        rewrite.accepts.insert(key.clone(), accepts);
+    }
+    if let Some((root, node)) = objects.first().filter(|_| consolidated) {
+        if !unread.is_empty() || stored.must_read_to_keep(root, json_fingerprint(node), false) {
+            unread.push(root.clone());
+        }
+    }
+    for (key, found) in unread
+        .iter()
+        .zip(map.get_many_metadata(&unread, METADATA_LIMIT))
+    {
+        rewrite.read.insert(key.clone(), found?);
+    }
+    for (key, node) in objects[summarized..].iter_mut() {
+        keep_node(key, node, &rewrite);
+    }
+    if consolidated {
+        consolidate(objects);
+        if let Some((root, node)) = objects.first_mut() {
+            rewrite.accepts.insert(root.clone(), json_fingerprint(node));
+            keep_node(root, node, &rewrite);
+        }
+    }
+    Ok(rewrite)
+}
+
+/// Keeps the stored JSON of `node`'s attributes and dimension names (see
+/// [`keep_stored_json`]), when the stored node was read.
+fn keep_node(key: &str, node: &mut Value, rewrite: &Rewrite) {
+    let Some(Some(bytes)) = rewrite.read.get(key) else {
+        return;
+    };
+    // An unreadable old object has nothing worth keeping: the new one replaces it.
+    let (Ok(old @ Json::Obj(_)), Value::Object(node)) = (Json::parse(key, bytes), node) else {
+        return;
+    };
+    if let (Some(old_attrs), Some(Value::Object(new_attrs))) =
+        (old.get("attributes"), node.get_mut("attributes"))
+    {
+        for (name, v) in new_attrs.iter_mut() {
+            let Some(old_v) = old_attrs.get(name) else {
+                continue;
+            };
+            let reads_as = attrs::infer(key, name, old_v)
+                .ok()
+                .map(|value| attr_value_json(&value, Dialect::Zarr));
+            if reads_as.as_ref() == Some(v) {
+                *v = old_v.to_serde_keeping_bare_tokens();
             }
         }
-        keep_dimension_names(node, &old);
     }
-    Ok(())
+    keep_dimension_names(node, &old);
 }
 
 /// Keeps the stored `dimension_names` of an array node (absent, `null`, or a list with `null`
