@@ -221,3 +221,104 @@ def test_a_failed_fsync_is_reported_again_at_close(mounter, tmp_path):
         assert np.all(netcdf_values(url)["/z"][0] == 42.0)
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def renames_dataset(path: Path) -> str:
+    """`int a(x)` = 1, 2, 3, 4; `double b(x)` = 0.5, 1.5, 2.5, 3.5; group `g` holding
+    `short w(x)` = 10, 20, 30, 40."""
+    import netCDF4
+
+    url = f"file://{path}#mode=nczarr,file"
+    with netCDF4.Dataset(url, "w") as ds:
+        ds.createDimension("x", 4)
+        ds.createVariable("a", "i4", ("x",))[:] = [1, 2, 3, 4]
+        ds.createVariable("b", "f8", ("x",))[:] = [0.5, 1.5, 2.5, 3.5]
+        ds.createGroup("g").createVariable("w", "i2", ("x",))[:] = [10, 20, 30, 40]
+    return url
+
+
+def test_a_directory_held_in_a_renamed_object_never_reaches_what_takes_its_name(
+    mounter, tmp_path
+):
+    """A directory descriptor (or a shell's working directory) in `a`, then `mv a old;
+    mv b a`. A local file system would give `old/data` through it; the mount answers
+    ENOENT, as for files open under the old name (docs/mount.md). Either way nothing may
+    reach the `a` that is now `b`. The same for a group replaced by `mv g g2; mkdir g`."""
+    url = renames_dataset(tmp_path / "ds.file")
+    mnt = mounter.mount(url, "rw")
+    held = os.open(mnt / "a", os.O_RDONLY | os.O_DIRECTORY)
+    held_group = os.open(mnt / "g", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.rename(mnt / "a", mnt / "old")
+        os.rename(mnt / "b", mnt / "a")
+        with pytest.raises(OSError) as opened:
+            os.open("data", os.O_WRONLY, dir_fd=held)
+        assert opened.value.errno == errno.ENOENT
+        with pytest.raises(OSError) as listed:
+            os.listdir(held)
+        assert listed.value.errno == errno.ENOENT
+        # A shell in `g`: the group is renamed and another made under its name.
+        shell = subprocess.run(
+            "mv ../g ../g2 && mkdir ../g && { echo hi > @attributes/note; } 2>/dev/null;"
+            " echo $?; ls w",
+            shell=True, cwd=mnt / "g", capture_output=True, text=True, check=False)
+        assert shell.stdout.splitlines()[0] != "0", shell
+        assert shell.returncode != 0, shell
+        with pytest.raises(OSError) as in_group:
+            os.open("@attributes/other", os.O_WRONLY | os.O_CREAT, dir_fd=held_group)
+        assert in_group.value.errno == errno.ENOENT
+        # The new names work, and reach the objects that have them.
+        assert np.frombuffer((mnt / "a" / "data").read_bytes(), "=f8").tolist() == [
+            0.5, 1.5, 2.5, 3.5]
+        assert np.frombuffer((mnt / "old" / "data").read_bytes(), "=i4").tolist() == [
+            1, 2, 3, 4]
+        assert sorted(os.listdir(mnt / "g")) == ["@attributes", "@header.cdl",
+                                                 "@metadata.json"]
+        assert "w" in os.listdir(mnt / "g2")
+    finally:
+        os.close(held)
+        os.close(held_group)
+    umount_and_wait(mnt)
+    import netCDF4
+
+    with netCDF4.Dataset(url) as ds:
+        assert ds["a"][:].tolist() == [0.5, 1.5, 2.5, 3.5]
+        assert ds["old"][:].tolist() == [1, 2, 3, 4]
+        assert ds["g2"]["w"][:].tolist() == [10, 20, 30, 40]
+        assert ds["g"].ncattrs() == [] and not ds["g"].variables
+
+
+def test_a_mapping_of_a_renamed_variable_never_shares_pages_with_what_takes_its_name(
+    mounter, tmp_path
+):
+    """Process X maps `a/data`; then `mv a old; mv b a`, and Y maps the new `a/data`. Y must
+    see and write `b`'s values; X's write through its old map may reach `old` (as on a
+    local file system) or be refused (as the mount does, like any file open under the old
+    name), never `b`."""
+    url = renames_dataset(tmp_path / "ds.file")
+    mnt = mounter.mount(url, "rw")
+    x = np.memmap(mnt / "a" / "data", dtype="=i4", mode="r+", shape=(4,))
+    assert x.tolist() == [1, 2, 3, 4]
+    os.rename(mnt / "a", mnt / "old")
+    os.rename(mnt / "b", mnt / "a")
+    y = np.memmap(mnt / "a" / "data", dtype="=f8", mode="r+", shape=(4,))
+    assert y.tolist() == [0.5, 1.5, 2.5, 3.5]
+    assert x.tolist() == [1, 2, 3, 4]
+    y[1] = 42.25
+    y.flush()
+    x[0] = -5
+    try:
+        x.flush()
+        x_stored = True
+    except OSError as e:
+        assert e.errno in (errno.ENOENT, errno.EIO), e
+        x_stored = False
+    assert y.tolist() == [0.5, 42.25, 2.5, 3.5]
+    del x, y
+    umount_and_wait(mnt)
+    import netCDF4
+
+    with netCDF4.Dataset(url) as ds:
+        assert ds["a"][:].tolist() == [0.5, 42.25, 2.5, 3.5]
+        old = ds["old"][:].tolist()
+        assert old == ([-5, 2, 3, 4] if x_stored else [1, 2, 3, 4])

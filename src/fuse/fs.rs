@@ -694,6 +694,24 @@ impl Shared {
         logged.len() < MAX_LOGGED && logged.insert(msg.to_string())
     }
 
+    /// Makes the inode numbers of `owners` and of what lies in them stop resolving (see
+    /// [`InodeTable::forget_within`]), and drops what is kept by those numbers.
+    fn forget_numbers_within(&self, owners: &[Owner]) {
+        let forgotten: Vec<u64> = {
+            let mut inodes = lock(&self.inodes);
+            owners
+                .iter()
+                .flat_map(|owner| inodes.forget_within(owner))
+                .collect()
+        };
+        let mut contents = lock(&self.contents);
+        let mut listings = lock(&self.listings);
+        for ino in forgotten {
+            contents.remove(&ino);
+            listings.remove(&ino);
+        }
+    }
+
     fn node(&self, ino: u64) -> Option<Node> {
         lock(&self.inodes).node(ino).cloned()
     }
@@ -1245,6 +1263,14 @@ fn owner_name(owner: &Owner) -> &str {
     match owner {
         Owner::Group(path) => path.last().unwrap_or(""),
         Owner::Var(_, name) => name,
+    }
+}
+
+/// The group or variable `owner` names once renamed `to` in its directory.
+fn renamed(owner: &Owner, to: &str) -> Owner {
+    match owner {
+        Owner::Group(path) => Owner::Group(path.parent().child(to)),
+        Owner::Var(path, _) => Owner::Var(path.clone(), to.to_string()),
     }
 }
 
@@ -2247,6 +2273,9 @@ impl Filesystem for NczarrFs {
                         Some(Resolved::Group(g)) => w.rename_group(g, to)?,
                         None => return Err(Error::NotFound(owner.display())),
                     }
+                    // Before the renamed model is published: a lookup that sees it must get
+                    // new numbers for both names.
+                    sh.forget_numbers_within(&[owner.clone(), renamed(owner, to)]);
                     w.sync()
                 })
             }
