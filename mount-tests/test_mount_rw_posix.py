@@ -111,6 +111,42 @@ def test_o_trunc_zeroes_what_is_not_written_again(mounter, dataset, tmp_path):
     assert np.array_equal(values["/z"].reshape(-1), z)
 
 
+def test_o_trunc_keeps_what_other_files_wrote_after_the_truncating_open(
+    mounter, dataset, tmp_path
+):
+    """Writer A opens `field/data` with O_TRUNC and writes; B (another descriptor, no
+    O_TRUNC) and `dd conv=notrunc` write further on and close; A writes again and closes
+    last. A local file was truncated at A's open, before the other writes, so it keeps them;
+    what nobody wrote reads zeros (the mount keeps the variable's size)."""
+    size = 256 * 128 * 8
+
+    def run(path: Path) -> None:
+        a = os.open(path, os.O_WRONLY | os.O_TRUNC)
+        try:
+            os.write(a, np.array([100.5, 101.5], "=f8").tobytes())
+            b = os.open(path, os.O_WRONLY)
+            os.pwrite(b, np.array([888.25], "=f8").tobytes(), 1000 * 8)
+            os.close(b)
+            subprocess.run(["dd", f"of={path}", "bs=8", "seek=2000", "conv=notrunc",
+                            "status=none"], input=np.array([7.0], "=f8").tobytes(), check=True)
+            os.pwrite(a, np.array([-3.0], "=f8").tobytes(), 100 * 8)
+        finally:
+            os.close(a)
+
+    local = tmp_path / "local.bin"
+    local.write_bytes(b"\x01" * size)
+    run(local)
+    expected = local.read_bytes().ljust(size, b"\0")
+    mnt = mounter.mount(dataset, "rw")
+    run(mnt / "field" / "data")
+    assert (mnt / "field" / "data").read_bytes() == expected
+    umount_and_wait(mnt)
+    field = netcdf_values(dataset)["/field"]
+    assert field.tobytes() == expected
+    assert field.reshape(-1)[[0, 1, 100, 1000, 2000]].tolist() == [100.5, 101.5, -3.0, 888.25,
+                                                                   7.0]
+
+
 def test_numpy_memmap_w_plus_starts_from_zeros_and_r_plus_keeps_the_rest(mounter, dataset):
     """numpy.memmap mode "w+" opens with O_TRUNC (a local file would read zeros, then the
     values written through the mapping); mode "r+" changes only what it writes."""

@@ -35,7 +35,7 @@ use crate::{meta, Error, Result};
 
 use super::content;
 use super::daemon::OpenDataFile;
-use super::extents::{AppendTail, Truncation};
+use super::extents::{AppendTail, OpenTruncations, Truncation};
 use super::inodes::{parent, InodeTable};
 use super::layout::{self, FileKind, Node, Owner, Resolved};
 use super::options::MountOptions;
@@ -119,8 +119,9 @@ struct Handle {
     /// Set once something was written through this handle (a flush then syncs the dataset),
     /// or from the open when the handle owes a flush anyway (a file created, or truncated).
     wrote: AtomicBool,
-    /// A `data` file opened with `O_TRUNC`: what its writes covered.
-    truncation: Option<Mutex<Truncation>>,
+    /// A `data` file opened with `O_TRUNC`: its variable, and what was written since (see
+    /// [`OpenTruncations`]).
+    truncation: Option<(VarId, Arc<Mutex<Truncation>>)>,
     /// Where this file's appends continue.
     append_tail: Mutex<AppendTail>,
     /// An attribute file opened for writing: the text it will hold, applied on flush.
@@ -196,7 +197,7 @@ fn attr_value(ds: &Dataset, owner: &Owner, name: &str) -> Option<AttrValue> {
 /// Largest run of zeros written at once where a truncated `data` file was not rewritten.
 const ZERO_PIECE: usize = 16 << 20;
 
-/// Writes zeros over what a `data` handle opened with `O_TRUNC` has not written.
+/// Writes zeros over what no handle has written since a `data` handle's open with `O_TRUNC`.
 fn zero_unwritten(w: &mut DatasetWriter, var: VarId, truncation: &Mutex<Truncation>) -> Result<()> {
     let size = content::data_size(w.model(), var);
     let gaps = lock(truncation).unwritten(size);
@@ -245,6 +246,8 @@ struct Shared {
     dataset_name: String,
     /// The writer of a `rw` mount.
     writer: Option<Arc<RwLock<DatasetWriter>>>,
+    /// The `data` files open with `O_TRUNC`, which every write of their variables reaches.
+    truncations: OpenTruncations,
     /// Taken by writes of values that share the writer's lock with reads
     /// ([`write_data_within`]), so that they run one at a time.
     shared_writes: Mutex<()>,
@@ -450,6 +453,7 @@ impl NczarrFs {
             mode,
             dataset_name,
             writer,
+            truncations: OpenTruncations::default(),
             shared_writes: Mutex::new(()),
             uid: opts.uid.unwrap_or(uid),
             gid: opts.gid.unwrap_or(gid),
@@ -780,9 +784,11 @@ impl Shared {
             Ok(n) => n,
             Err(e) => return Some(Err(e)),
         };
-        if let Some(truncation) = &handle.truncation {
-            lock(truncation).wrote(offset..offset + n as u64);
+        let written = offset..offset + n as u64;
+        if let Some((_, truncation)) = &handle.truncation {
+            lock(truncation).wrote(written.clone());
         }
+        self.truncations.wrote(var, written);
         Some(Ok(Ok(n)))
     }
 
@@ -853,7 +859,7 @@ impl Shared {
                     let Resolved::Var(var) = handle.owner_in(owner, w.model())? else {
                         return Err(Error::NotFound(owner.display()));
                     };
-                    if let Some(truncation) = &handle.truncation {
+                    if let Some((_, truncation)) = &handle.truncation {
                         zero_unwritten(w, var, truncation)?;
                     }
                     w.sync()
@@ -909,7 +915,7 @@ impl Shared {
                         // Stored when the file is flushed or closed, as a write would be.
                         Some(handle) => {
                             handle.wrote.store(true, Ordering::SeqCst);
-                            if let Some(truncation) = &handle.truncation {
+                            if let Some((_, truncation)) = &handle.truncation {
                                 lock(truncation).grew_to(size);
                             }
                         }
@@ -1632,7 +1638,7 @@ impl Filesystem for NczarrFs {
                 if truncating {
                     if let Some(Resolved::Var(var)) = owner.resolve(&snap.model) {
                         let size = content::data_size(&snap.model, var);
-                        truncation = Some(Mutex::new(Truncation::new(size)));
+                        truncation = Some((var, sh.truncations.open(var, size)));
                     }
                 }
                 let flags = if self.direct_data {
@@ -1851,9 +1857,10 @@ impl Filesystem for NczarrFs {
                 if appending {
                     tail.appended(written.clone(), content::data_size(w.model(), var));
                 }
-                if let Some(truncation) = &handle.truncation {
-                    lock(truncation).wrote(written);
+                if let Some((_, truncation)) = &handle.truncation {
+                    lock(truncation).wrote(written.clone());
                 }
+                sh.truncations.wrote(var, written);
                 Ok(Ok(n))
             })
         });
@@ -1921,10 +1928,16 @@ impl Filesystem for NczarrFs {
         reply: ReplyEmpty,
     ) {
         let fh = fh.0;
-        let handle = lock(&self.shared.handles).remove(&fh);
-        match handle.map(|h| self.shared.commit(&h, false)) {
-            Some(Err(errno)) => reply.error(errno),
-            _ => reply.ok(),
+        let Some(handle) = lock(&self.shared.handles).remove(&fh) else {
+            return reply.ok();
+        };
+        let committed = self.shared.commit(&handle, false);
+        if let Some((var, truncation)) = &handle.truncation {
+            self.shared.truncations.close(*var, truncation);
+        }
+        match committed {
+            Err(errno) => reply.error(errno),
+            Ok(()) => reply.ok(),
         }
     }
 
