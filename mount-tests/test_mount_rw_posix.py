@@ -227,6 +227,42 @@ def test_growth_by_ftruncate_and_posix_fallocate_is_stored(mounter, dataset):
     umount_and_wait(mnt)
 
 
+def test_growth_that_ends_inside_an_element_makes_it_one_whole_fill_value(mounter, tmp_path):
+    """netCDF4-python writes `double r(t)`, 5 records in chunks of 3: netcdf-c declares its
+    default fill rounded (`9.96921e+36`) and fills the rest of the chunks it writes with the
+    exact NC_FILL_DOUBLE. `truncate -s 44` (and `ftruncate` to 81, inside record 10) grow
+    `r` by whole records of fill: each new element must be one whole fill value, which
+    netCDF4-python masks, not a mix of the two spellings."""
+    import netCDF4
+
+    url = f"file://{tmp_path / 'ds.file'}#mode=nczarr,file"
+    with netCDF4.Dataset(url, "w") as ds:
+        ds.createDimension("t", None)
+        ds.createVariable("r", "f8", ("t",), chunksizes=(3,))[0:5] = np.arange(5.0)
+    fills = {9.969209968386869e36, float(np.float64(9.96921e36))}
+    mnt = mounter.mount(url, "rw")
+    data = mnt / "r" / "data"
+    subprocess.run(["truncate", "-s", "44", str(data)], check=True)
+    assert data.stat().st_size == 48
+    assert np.frombuffer(data.read_bytes()[40:], "=f8")[0] in fills
+    fd = os.open(data, os.O_WRONLY)
+    try:
+        os.ftruncate(fd, 81)
+    finally:
+        os.close(fd)
+    assert data.stat().st_size == 88
+    assert all(x in fills for x in np.frombuffer(data.read_bytes()[40:], "=f8"))
+    umount_and_wait(mnt)
+    with netCDF4.Dataset(url) as ds:
+        r = ds["r"]
+        values = r[:]
+        assert values[:5].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+        # Record 5 shares chunk 1 with netcdf-c's records: its exact fill, masked.
+        assert np.ma.is_masked(values[5])
+        r.set_auto_mask(False)
+        assert all(x in fills for x in r[5:].tolist()), r[5:].tolist()
+
+
 def test_a_failed_fsync_is_reported_again_at_close(mounter, tmp_path):
     """On a full disk `fsync` fails with ENOSPC; nothing was stored, so the `close` that
     follows must fail too, and the value must be stored once there is room."""

@@ -44,7 +44,7 @@ use super::slab::{element_range_slabs, slab_len};
 use super::splice::{self, Spliced};
 use super::stream::{Geometry, ReadStream};
 use super::workers::Workers;
-use super::write::{parse_attr_text, why_fixed_size, write_data, write_data_within};
+use super::write::{grow_data, parse_attr_text, why_fixed_size, write_data, write_data_within};
 
 /// How long the kernel may cache names and attributes when the dataset is declared static.
 const STATIC_TTL: Duration = Duration::from_secs(3600);
@@ -905,10 +905,7 @@ impl Shared {
                     if size == current {
                         return Ok(None);
                     }
-                    // Growing writes the last byte's element back as it reads (fill).
-                    let mut last = vec![0u8; 1];
-                    read_data_writer(w, var, size - 1, &mut last)?;
-                    if write_data(w, var, size - 1, &last)? != 1 {
+                    if !grow_data(w, var, size)? {
                         return Ok(Some(why_fixed_size(w.model(), var)));
                     }
                     match handle {
@@ -1278,30 +1275,6 @@ fn renamed(owner: &Owner, to: &str) -> Owner {
         Owner::Group(path) => Owner::Group(path.parent().child(to)),
         Owner::Var(path, _) => Owner::Var(path.clone(), to.to_string()),
     }
-}
-
-/// Reads `out.len()` bytes at `offset` of `var`'s `data` through a writer (seeing its writes);
-/// bytes past the end read as fill.
-fn read_data_writer(w: &DatasetWriter, var: VarId, offset: u64, out: &mut [u8]) -> Result<()> {
-    let ds = w.model();
-    let esz = ds.var(var).element_size() as u64;
-    let shape = ds.var_shape(var);
-    let total: u64 = shape.iter().product();
-    let index = offset / esz.max(1);
-    let mut elem = match ds.var(var).storage.fill_value.clone() {
-        Some(f) => f,
-        None => vec![0u8; esz as usize],
-    };
-    if index < total {
-        if let Some(slab) = element_range_slabs(&shape, index, index + 1).pop() {
-            w.read(var, &slab, &mut elem)?;
-        }
-    }
-    let at = (offset % esz.max(1)) as usize;
-    for (i, b) in out.iter_mut().enumerate() {
-        *b = elem.get(at + i).copied().unwrap_or(0);
-    }
-    Ok(())
 }
 
 /// Reads bytes `[offset, offset + len)` of a variable's `data` (clipped to its size).
