@@ -10,6 +10,7 @@ import errno
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -261,6 +262,34 @@ def test_growth_that_ends_inside_an_element_makes_it_one_whole_fill_value(mounte
         assert np.ma.is_masked(values[5])
         r.set_auto_mask(False)
         assert all(x in fills for x in r[5:].tolist()), r[5:].tolist()
+
+
+def test_a_write_of_values_moves_the_mtime_of_data_so_rsync_copies_it(mounter, dataset,
+                                                                      tmp_path):
+    """POSIX: a write updates the file's mtime and ctime. rsync's quick check (size and mtime,
+    to the second) skips a file whose mtime did not move, so a mirror of the mount would
+    keep the old values. Other files keep their times."""
+    mnt = mounter.mount(dataset, "rw")
+    backup = tmp_path / "backup"
+    subprocess.run(["rsync", "-a", f"{mnt}/", f"{backup}/"], check=True)
+    before = {name: (mnt / name / "data").stat() for name in ("field", "z")}
+    header = (mnt / "field" / "@header.cdl").stat()
+    # rsync compares whole seconds: the write must come in a later second than the mtime.
+    while int(time.time()) <= before["field"].st_mtime:
+        time.sleep(0.05)
+    subprocess.run(["dd", f"of={mnt / 'field' / 'data'}", "bs=8", "seek=3", "conv=notrunc",
+                    "status=none"], input=np.array([7.5], "=f8").tobytes(), check=True)
+    after = (mnt / "field" / "data").stat()
+    assert after.st_mtime_ns > before["field"].st_mtime_ns
+    assert after.st_ctime_ns > before["field"].st_ctime_ns
+    assert after.st_size == before["field"].st_size
+    assert (mnt / "z" / "data").stat().st_mtime_ns == before["z"].st_mtime_ns
+    assert (mnt / "field" / "@header.cdl").stat().st_mtime_ns == header.st_mtime_ns
+    subprocess.run(["rsync", "-a", f"{mnt}/", f"{backup}/"], check=True)
+    copied = np.frombuffer((backup / "field" / "data").read_bytes(), "=f8")
+    assert copied[3] == 7.5
+    umount_and_wait(mnt)
+    assert netcdf_values(dataset)["/field"].reshape(-1)[3] == 7.5
 
 
 def test_a_failed_fsync_is_reported_again_at_close(mounter, tmp_path):

@@ -197,10 +197,16 @@ fn attr_value(ds: &Dataset, owner: &Owner, name: &str) -> Option<AttrValue> {
 /// Largest run of zeros written at once where a truncated `data` file was not rewritten.
 const ZERO_PIECE: usize = 16 << 20;
 
-/// Writes zeros over what no handle has written since a `data` handle's open with `O_TRUNC`.
-fn zero_unwritten(w: &mut DatasetWriter, var: VarId, truncation: &Mutex<Truncation>) -> Result<()> {
+/// Writes zeros over what no handle has written since a `data` handle's open with `O_TRUNC`;
+/// whether there was any such byte.
+fn zero_unwritten(
+    w: &mut DatasetWriter,
+    var: VarId,
+    truncation: &Mutex<Truncation>,
+) -> Result<bool> {
     let size = content::data_size(w.model(), var);
     let gaps = lock(truncation).unwritten(size);
+    let any = !gaps.is_empty();
     let mut zeros = Vec::new();
     for gap in gaps {
         let mut at = gap.start;
@@ -215,7 +221,7 @@ fn zero_unwritten(w: &mut DatasetWriter, var: VarId, truncation: &Mutex<Truncati
             at += written;
         }
     }
-    Ok(())
+    Ok(any)
 }
 
 /// The attribute that an attribute file opened for writing as `opened_as` stands for now,
@@ -246,6 +252,10 @@ struct Shared {
     dataset_name: String,
     /// The writer of a `rw` mount.
     writer: Option<Arc<RwLock<DatasetWriter>>>,
+    /// When each variable's values were last written through a `rw` mount: the mtime of its
+    /// `data` file from then on (unless the metadata changed later), so that `rsync` and
+    /// `make` see the change. Only the metadata has times in storage.
+    values_written: Mutex<HashMap<VarId, SystemTime>>,
     /// The `data` files open with `O_TRUNC`, which every write of their variables reaches.
     truncations: OpenTruncations,
     /// Taken by writes of values that share the writer's lock with reads
@@ -453,6 +463,7 @@ impl NczarrFs {
             mode,
             dataset_name,
             writer,
+            values_written: Mutex::new(HashMap::new()),
             truncations: OpenTruncations::default(),
             shared_writes: Mutex::new(()),
             uid: opts.uid.unwrap_or(uid),
@@ -716,6 +727,11 @@ impl Shared {
         }
     }
 
+    /// Notes that `var`'s values were just written (see [`Shared::values_written`]).
+    fn wrote_values(&self, var: VarId) {
+        lock(&self.values_written).insert(var, SystemTime::now());
+    }
+
     fn node(&self, ino: u64) -> Option<Node> {
         lock(&self.inodes).node(ino).cloned()
     }
@@ -789,6 +805,7 @@ impl Shared {
             lock(truncation).wrote(written.clone());
         }
         self.truncations.wrote(var, written);
+        self.wrote_values(var);
         Some(Ok(Ok(n)))
     }
 
@@ -860,7 +877,9 @@ impl Shared {
                         return Err(Error::NotFound(owner.display()));
                     };
                     if let Some((_, truncation)) = &handle.truncation {
-                        zero_unwritten(w, var, truncation)?;
+                        if zero_unwritten(w, var, truncation)? {
+                            self.wrote_values(var);
+                        }
                     }
                     w.sync()
                 })
@@ -1098,18 +1117,24 @@ impl Shared {
             return None;
         }
         let w = if self.writable(node) { 0o200 } else { 0 };
+        let mut modified = snap.changed;
         let (kind, size, perm) = match node {
             Node::Dir(_) | Node::AttrDir(_) => (FileType::Directory, 0, 0o555 | w),
             Node::File(owner, FileKind::Data) => match owner.resolve(&snap.model) {
-                Some(Resolved::Var(v)) => (
-                    FileType::RegularFile,
-                    // A retired number keeps its size: the kernel's size of the file that
-                    // descriptors opened before read through.
-                    lock(&self.inodes)
-                        .retired_size(ino)
-                        .unwrap_or_else(|| self.data_file_size(node, &snap.model, v)),
-                    0o444 | w,
-                ),
+                Some(Resolved::Var(v)) => {
+                    if let Some(written) = lock(&self.values_written).get(&v) {
+                        modified = modified.max(*written);
+                    }
+                    (
+                        FileType::RegularFile,
+                        // A retired number keeps its size: the kernel's size of the file that
+                        // descriptors opened before read through.
+                        lock(&self.inodes)
+                            .retired_size(ino)
+                            .unwrap_or_else(|| self.data_file_size(node, &snap.model, v)),
+                        0o444 | w,
+                    )
+                }
                 _ => return None,
             },
             Node::File(..) => {
@@ -1130,8 +1155,8 @@ impl Shared {
             size,
             blocks: size.div_ceil(512),
             atime: snap.changed,
-            mtime: snap.changed,
-            ctime: snap.changed,
+            mtime: modified,
+            ctime: modified,
             crtime: snap.changed,
             kind,
             perm: perm & !(self.opts.umask as u16),
@@ -1834,6 +1859,7 @@ impl Filesystem for NczarrFs {
                     lock(truncation).wrote(written.clone());
                 }
                 sh.truncations.wrote(var, written);
+                sh.wrote_values(var);
                 Ok(Ok(n))
             })
         });
