@@ -1,9 +1,14 @@
-//! Byte extents a `rw` mount remembers between writes to `data` files: what a handle opened
-//! with `O_TRUNC` has written (the rest reads zeros once it is flushed, as in a truncated file),
-//! and where appends through an open file continue when the last one ended inside a record.
+//! Byte extents a `rw` mount remembers between writes to `data` files: what was written since
+//! a handle opened with `O_TRUNC` (the rest reads zeros once it is flushed, as in a truncated
+//! file), and where appends through an open file continue when the last one ended inside a
+//! record.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::model::VarId;
 
 /// Disjoint, non-adjacent byte ranges.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -55,9 +60,10 @@ impl RangeSet {
     }
 }
 
-/// What a `data` handle opened with `O_TRUNC` has covered. netCDF cannot shrink a variable,
-/// so the file keeps its size; what the handle leaves unwritten becomes zeros when it is
-/// flushed, as a truncated file reads zeros past what was written again. `cp` relies on that:
+/// What was written since a `data` handle opened with `O_TRUNC`, through it or any other.
+/// netCDF cannot shrink a variable, so the file keeps its size; what is left unwritten becomes
+/// zeros when the handle is flushed, as a truncated file reads zeros past what was written
+/// again. `cp` relies on that:
 /// it skips the holes of a sparse source, expecting the target to read zeros there.
 #[derive(Debug)]
 pub struct Truncation {
@@ -82,6 +88,13 @@ impl Truncation {
         self.covered.insert(range);
     }
 
+    /// Another handle wrote `range` after this one's open: on a local file the truncation
+    /// came first, so those bytes keep what was written. (The file's end is not this
+    /// handle's doing, so it stays.)
+    pub fn overwritten(&mut self, range: Range<u64>) {
+        self.covered.insert(range);
+    }
+
     /// The handle grew the file to `size` (a truncate): the new bytes are a hole.
     pub fn grew_to(&mut self, size: u64) {
         self.end = self.end.max(size);
@@ -93,6 +106,62 @@ impl Truncation {
     pub fn unwritten(&self, size: u64) -> Vec<Range<u64>> {
         self.covered.gaps(self.end.min(size))
     }
+}
+
+/// The [`Truncation`]s of the `data` files open now, by variable, so that a write through
+/// any handle counts as written for every truncating open of its variable before it.
+#[derive(Debug, Default)]
+pub struct OpenTruncations {
+    /// How many are open: a write looks no further while none is.
+    count: AtomicUsize,
+    by_var: Mutex<HashMap<VarId, Vec<Arc<Mutex<Truncation>>>>>,
+}
+
+impl OpenTruncations {
+    /// A handle opened `var`'s file of `size` bytes with `O_TRUNC`: its truncation, open
+    /// until [`OpenTruncations::close`].
+    pub fn open(&self, var: VarId, size: u64) -> Arc<Mutex<Truncation>> {
+        let truncation = Arc::new(Mutex::new(Truncation::new(size)));
+        lock(&self.by_var)
+            .entry(var)
+            .or_default()
+            .push(Arc::clone(&truncation));
+        self.count.fetch_add(1, Ordering::SeqCst);
+        truncation
+    }
+
+    /// The handle of `truncation` (opened on `var`) is closed.
+    pub fn close(&self, var: VarId, truncation: &Arc<Mutex<Truncation>>) {
+        let mut by_var = lock(&self.by_var);
+        let Some(open) = by_var.get_mut(&var) else {
+            return;
+        };
+        let before = open.len();
+        open.retain(|t| !Arc::ptr_eq(t, truncation));
+        if open.len() < before {
+            self.count.fetch_sub(1, Ordering::SeqCst);
+        }
+        if open.is_empty() {
+            by_var.remove(&var);
+        }
+    }
+
+    /// Some handle wrote `range` of `var`'s file: every truncation of it open now keeps
+    /// those bytes.
+    pub fn wrote(&self, var: VarId, range: Range<u64>) {
+        if self.count.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        if let Some(open) = lock(&self.by_var).get(&var) {
+            for truncation in open {
+                lock(truncation).overwritten(range.clone());
+            }
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Where the next append through one open file continues when its last one ended inside a
@@ -171,6 +240,37 @@ mod tests {
         // Grown by a truncate, then by a sibling variable's records: only the former is its.
         t.grew_to(150);
         assert_eq!(t.unwritten(200), vec![100..150]);
+    }
+
+    #[test]
+    fn writes_through_any_handle_count_for_every_open_truncation_of_their_variable() {
+        let open = OpenTruncations::default();
+        let (v, w) = (VarId(0), VarId(1));
+        // Nothing open: a write is no one's.
+        open.wrote(v, 0..4);
+        let a = open.open(v, 40);
+        let other = open.open(w, 40);
+        lock(&a).wrote(0..8);
+        open.wrote(v, 0..8);
+        // Another handle writes bytes 32..36 after the truncating open, and past the end.
+        open.wrote(v, 32..36);
+        open.wrote(v, 40..44);
+        assert_eq!(lock(&a).unwritten(48), vec![8..32, 36..40]);
+        assert_eq!(lock(&other).unwritten(48), vec![0..40]);
+        // A second truncating open of `v` is truncated after those writes.
+        let b = open.open(v, 44);
+        open.wrote(v, 16..20);
+        assert_eq!(lock(&a).unwritten(48), vec![8..16, 20..32, 36..40]);
+        assert_eq!(lock(&b).unwritten(48), vec![0..16, 20..44]);
+        open.close(v, &a);
+        open.close(v, &a);
+        open.wrote(v, 0..48);
+        assert_eq!(lock(&a).unwritten(48), vec![8..16, 20..32, 36..40]);
+        assert_eq!(lock(&b).unwritten(48), vec![]);
+        open.close(v, &b);
+        open.close(w, &other);
+        assert_eq!(open.count.load(Ordering::SeqCst), 0);
+        assert!(lock(&open.by_var).is_empty());
     }
 
     #[test]

@@ -35,7 +35,7 @@ use crate::{meta, Error, Result};
 
 use super::content;
 use super::daemon::OpenDataFile;
-use super::extents::{AppendTail, Truncation};
+use super::extents::{AppendTail, OpenTruncations, Truncation};
 use super::inodes::{parent, InodeTable};
 use super::layout::{self, FileKind, Node, Owner, Resolved};
 use super::options::MountOptions;
@@ -44,7 +44,7 @@ use super::slab::{element_range_slabs, slab_len};
 use super::splice::{self, Spliced};
 use super::stream::{Geometry, ReadStream};
 use super::workers::Workers;
-use super::write::{parse_attr_text, why_fixed_size, write_data, write_data_within};
+use super::write::{grow_data, parse_attr_text, why_fixed_size, write_data, write_data_within};
 
 /// How long the kernel may cache names and attributes when the dataset is declared static.
 const STATIC_TTL: Duration = Duration::from_secs(3600);
@@ -119,8 +119,9 @@ struct Handle {
     /// Set once something was written through this handle (a flush then syncs the dataset),
     /// or from the open when the handle owes a flush anyway (a file created, or truncated).
     wrote: AtomicBool,
-    /// A `data` file opened with `O_TRUNC`: what its writes covered.
-    truncation: Option<Mutex<Truncation>>,
+    /// A `data` file opened with `O_TRUNC`: its variable, and what was written since (see
+    /// [`OpenTruncations`]).
+    truncation: Option<(VarId, Arc<Mutex<Truncation>>)>,
     /// Where this file's appends continue.
     append_tail: Mutex<AppendTail>,
     /// An attribute file opened for writing: the text it will hold, applied on flush.
@@ -196,10 +197,16 @@ fn attr_value(ds: &Dataset, owner: &Owner, name: &str) -> Option<AttrValue> {
 /// Largest run of zeros written at once where a truncated `data` file was not rewritten.
 const ZERO_PIECE: usize = 16 << 20;
 
-/// Writes zeros over what a `data` handle opened with `O_TRUNC` has not written.
-fn zero_unwritten(w: &mut DatasetWriter, var: VarId, truncation: &Mutex<Truncation>) -> Result<()> {
+/// Writes zeros over what no handle has written since a `data` handle's open with `O_TRUNC`;
+/// whether there was any such byte.
+fn zero_unwritten(
+    w: &mut DatasetWriter,
+    var: VarId,
+    truncation: &Mutex<Truncation>,
+) -> Result<bool> {
     let size = content::data_size(w.model(), var);
     let gaps = lock(truncation).unwritten(size);
+    let any = !gaps.is_empty();
     let mut zeros = Vec::new();
     for gap in gaps {
         let mut at = gap.start;
@@ -214,7 +221,7 @@ fn zero_unwritten(w: &mut DatasetWriter, var: VarId, truncation: &Mutex<Truncati
             at += written;
         }
     }
-    Ok(())
+    Ok(any)
 }
 
 /// The attribute that an attribute file opened for writing as `opened_as` stands for now,
@@ -245,6 +252,12 @@ struct Shared {
     dataset_name: String,
     /// The writer of a `rw` mount.
     writer: Option<Arc<RwLock<DatasetWriter>>>,
+    /// When each variable's values were last written through a `rw` mount: the mtime of its
+    /// `data` file from then on (unless the metadata changed later), so that `rsync` and
+    /// `make` see the change. Only the metadata has times in storage.
+    values_written: Mutex<HashMap<VarId, SystemTime>>,
+    /// The `data` files open with `O_TRUNC`, which every write of their variables reaches.
+    truncations: OpenTruncations,
     /// Taken by writes of values that share the writer's lock with reads
     /// ([`write_data_within`]), so that they run one at a time.
     shared_writes: Mutex<()>,
@@ -450,6 +463,8 @@ impl NczarrFs {
             mode,
             dataset_name,
             writer,
+            values_written: Mutex::new(HashMap::new()),
+            truncations: OpenTruncations::default(),
             shared_writes: Mutex::new(()),
             uid: opts.uid.unwrap_or(uid),
             gid: opts.gid.unwrap_or(gid),
@@ -694,6 +709,29 @@ impl Shared {
         logged.len() < MAX_LOGGED && logged.insert(msg.to_string())
     }
 
+    /// Makes the inode numbers of `owners` and of what lies in them stop resolving (see
+    /// [`InodeTable::forget_within`]), and drops what is kept by those numbers.
+    fn forget_numbers_within(&self, owners: &[Owner]) {
+        let forgotten: Vec<u64> = {
+            let mut inodes = lock(&self.inodes);
+            owners
+                .iter()
+                .flat_map(|owner| inodes.forget_within(owner))
+                .collect()
+        };
+        let mut contents = lock(&self.contents);
+        let mut listings = lock(&self.listings);
+        for ino in forgotten {
+            contents.remove(&ino);
+            listings.remove(&ino);
+        }
+    }
+
+    /// Notes that `var`'s values were just written (see [`Shared::values_written`]).
+    fn wrote_values(&self, var: VarId) {
+        lock(&self.values_written).insert(var, SystemTime::now());
+    }
+
     fn node(&self, ino: u64) -> Option<Node> {
         lock(&self.inodes).node(ino).cloned()
     }
@@ -762,9 +800,12 @@ impl Shared {
             Ok(n) => n,
             Err(e) => return Some(Err(e)),
         };
-        if let Some(truncation) = &handle.truncation {
-            lock(truncation).wrote(offset..offset + n as u64);
+        let written = offset..offset + n as u64;
+        if let Some((_, truncation)) = &handle.truncation {
+            lock(truncation).wrote(written.clone());
         }
+        self.truncations.wrote(var, written);
+        self.wrote_values(var);
         Some(Ok(Ok(n)))
     }
 
@@ -835,8 +876,10 @@ impl Shared {
                     let Resolved::Var(var) = handle.owner_in(owner, w.model())? else {
                         return Err(Error::NotFound(owner.display()));
                     };
-                    if let Some(truncation) = &handle.truncation {
-                        zero_unwritten(w, var, truncation)?;
+                    if let Some((_, truncation)) = &handle.truncation {
+                        if zero_unwritten(w, var, truncation)? {
+                            self.wrote_values(var);
+                        }
                     }
                     w.sync()
                 })
@@ -881,17 +924,14 @@ impl Shared {
                     if size == current {
                         return Ok(None);
                     }
-                    // Growing writes the last byte's element back as it reads (fill).
-                    let mut last = vec![0u8; 1];
-                    read_data_writer(w, var, size - 1, &mut last)?;
-                    if write_data(w, var, size - 1, &last)? != 1 {
+                    if !grow_data(w, var, size)? {
                         return Ok(Some(why_fixed_size(w.model(), var)));
                     }
                     match handle {
                         // Stored when the file is flushed or closed, as a write would be.
                         Some(handle) => {
                             handle.wrote.store(true, Ordering::SeqCst);
-                            if let Some(truncation) = &handle.truncation {
+                            if let Some((_, truncation)) = &handle.truncation {
                                 lock(truncation).grew_to(size);
                             }
                         }
@@ -1077,18 +1117,24 @@ impl Shared {
             return None;
         }
         let w = if self.writable(node) { 0o200 } else { 0 };
+        let mut modified = snap.changed;
         let (kind, size, perm) = match node {
             Node::Dir(_) | Node::AttrDir(_) => (FileType::Directory, 0, 0o555 | w),
             Node::File(owner, FileKind::Data) => match owner.resolve(&snap.model) {
-                Some(Resolved::Var(v)) => (
-                    FileType::RegularFile,
-                    // A retired number keeps its size: the kernel's size of the file that
-                    // descriptors opened before read through.
-                    lock(&self.inodes)
-                        .retired_size(ino)
-                        .unwrap_or_else(|| self.data_file_size(node, &snap.model, v)),
-                    0o444 | w,
-                ),
+                Some(Resolved::Var(v)) => {
+                    if let Some(written) = lock(&self.values_written).get(&v) {
+                        modified = modified.max(*written);
+                    }
+                    (
+                        FileType::RegularFile,
+                        // A retired number keeps its size: the kernel's size of the file that
+                        // descriptors opened before read through.
+                        lock(&self.inodes)
+                            .retired_size(ino)
+                            .unwrap_or_else(|| self.data_file_size(node, &snap.model, v)),
+                        0o444 | w,
+                    )
+                }
                 _ => return None,
             },
             Node::File(..) => {
@@ -1109,8 +1155,8 @@ impl Shared {
             size,
             blocks: size.div_ceil(512),
             atime: snap.changed,
-            mtime: snap.changed,
-            ctime: snap.changed,
+            mtime: modified,
+            ctime: modified,
             crtime: snap.changed,
             kind,
             perm: perm & !(self.opts.umask as u16),
@@ -1248,28 +1294,12 @@ fn owner_name(owner: &Owner) -> &str {
     }
 }
 
-/// Reads `out.len()` bytes at `offset` of `var`'s `data` through a writer (seeing its writes);
-/// bytes past the end read as fill.
-fn read_data_writer(w: &DatasetWriter, var: VarId, offset: u64, out: &mut [u8]) -> Result<()> {
-    let ds = w.model();
-    let esz = ds.var(var).element_size() as u64;
-    let shape = ds.var_shape(var);
-    let total: u64 = shape.iter().product();
-    let index = offset / esz.max(1);
-    let mut elem = match ds.var(var).storage.fill_value.clone() {
-        Some(f) => f,
-        None => vec![0u8; esz as usize],
-    };
-    if index < total {
-        if let Some(slab) = element_range_slabs(&shape, index, index + 1).pop() {
-            w.read(var, &slab, &mut elem)?;
-        }
+/// The group or variable `owner` names once renamed `to` in its directory.
+fn renamed(owner: &Owner, to: &str) -> Owner {
+    match owner {
+        Owner::Group(path) => Owner::Group(path.parent().child(to)),
+        Owner::Var(path, _) => Owner::Var(path.clone(), to.to_string()),
     }
-    let at = (offset % esz.max(1)) as usize;
-    for (i, b) in out.iter_mut().enumerate() {
-        *b = elem.get(at + i).copied().unwrap_or(0);
-    }
-    Ok(())
 }
 
 /// Reads bytes `[offset, offset + len)` of a variable's `data` (clipped to its size).
@@ -1606,7 +1636,7 @@ impl Filesystem for NczarrFs {
                 if truncating {
                     if let Some(Resolved::Var(var)) = owner.resolve(&snap.model) {
                         let size = content::data_size(&snap.model, var);
-                        truncation = Some(Mutex::new(Truncation::new(size)));
+                        truncation = Some((var, sh.truncations.open(var, size)));
                     }
                 }
                 let flags = if self.direct_data {
@@ -1825,9 +1855,11 @@ impl Filesystem for NczarrFs {
                 if appending {
                     tail.appended(written.clone(), content::data_size(w.model(), var));
                 }
-                if let Some(truncation) = &handle.truncation {
-                    lock(truncation).wrote(written);
+                if let Some((_, truncation)) = &handle.truncation {
+                    lock(truncation).wrote(written.clone());
                 }
+                sh.truncations.wrote(var, written);
+                sh.wrote_values(var);
                 Ok(Ok(n))
             })
         });
@@ -1895,10 +1927,16 @@ impl Filesystem for NczarrFs {
         reply: ReplyEmpty,
     ) {
         let fh = fh.0;
-        let handle = lock(&self.shared.handles).remove(&fh);
-        match handle.map(|h| self.shared.commit(&h, false)) {
-            Some(Err(errno)) => reply.error(errno),
-            _ => reply.ok(),
+        let Some(handle) = lock(&self.shared.handles).remove(&fh) else {
+            return reply.ok();
+        };
+        let committed = self.shared.commit(&handle, false);
+        if let Some((var, truncation)) = &handle.truncation {
+            self.shared.truncations.close(*var, truncation);
+        }
+        match committed {
+            Err(errno) => reply.error(errno),
+            Ok(()) => reply.ok(),
         }
     }
 
@@ -2247,6 +2285,9 @@ impl Filesystem for NczarrFs {
                         Some(Resolved::Group(g)) => w.rename_group(g, to)?,
                         None => return Err(Error::NotFound(owner.display())),
                     }
+                    // Before the renamed model is published: a lookup that sees it must get
+                    // new numbers for both names.
+                    sh.forget_numbers_within(&[owner.clone(), renamed(owner, to)]);
                     w.sync()
                 })
             }

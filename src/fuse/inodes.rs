@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use super::layout::{FileKind, GroupPath, Node, Owner};
+use super::layout::{FileKind, GroupPath, Node, Owner, Subtree};
 
 /// Maps inode numbers to layout nodes and back. Numbers are never reused during a mount, so a
 /// node that disappears after a metadata reload keeps its number and simply stops resolving.
@@ -63,6 +63,39 @@ impl InodeTable {
         if let Some(ino) = self.by_node.remove(node) {
             self.retired.insert(ino, size);
         }
+    }
+
+    /// Makes every number handed out for `owner` and what lies in it (its directory, files,
+    /// `@attributes` and attribute files; for a group, every group and variable below it
+    /// too) stop resolving, and returns them. The next lookup of a name there gets a new
+    /// number. A rename needs this for the old name and the new: numbers name paths, so a
+    /// directory held open or a page cache of the old object would otherwise reach whatever
+    /// takes the name next (`mv a old; mv b a`).
+    pub fn forget_within(&mut self, owner: &Owner) -> Vec<u64> {
+        let mut below = match owner {
+            Owner::Group(path) => Some(Subtree::new(path)),
+            Owner::Var(..) => None,
+        };
+        let mut forgotten = Vec::new();
+        for (ino, node) in &self.by_ino {
+            let (Node::Dir(o) | Node::AttrDir(o) | Node::File(o, _)) = node;
+            let inside = match (&mut below, o) {
+                (None, _) => o == owner,
+                (Some(below), Owner::Group(path) | Owner::Var(path, _)) => below.contains(path),
+            };
+            if inside && *ino != Self::ROOT {
+                forgotten.push(*ino);
+            }
+        }
+        for ino in &forgotten {
+            if let Some(node) = self.by_ino.remove(ino) {
+                if self.by_node.get(&node) == Some(ino) {
+                    self.by_node.remove(&node);
+                }
+            }
+            self.retired.remove(ino);
+        }
+        forgotten
     }
 
     /// The size `ino` had when it was retired; `None` for a current number.
@@ -126,6 +159,7 @@ pub fn parent(node: &Node) -> Node {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashMap;
 
     #[test]
     fn interning_is_stable() {
@@ -167,6 +201,91 @@ mod tests {
         let mut all = t.data_inodes();
         all.sort();
         assert_eq!(all, vec![old, new]);
+    }
+
+    #[test]
+    fn a_renamed_object_and_its_new_name_lose_their_numbers_and_nothing_else_does() {
+        let mut t = InodeTable::new();
+        let root = GroupPath::root();
+        let g = root.child("g");
+        let var = |group: &GroupPath, name: &str| Owner::Var(group.clone(), name.into());
+        let nodes_of = |owner: Owner| {
+            vec![
+                Node::Dir(owner.clone()),
+                Node::AttrDir(owner.clone()),
+                Node::File(owner.clone(), FileKind::Attr("units".into())),
+                Node::File(owner, FileKind::Header),
+            ]
+        };
+        let mut numbers = HashMap::new();
+        for owner in [
+            var(&root, "v"),
+            var(&root, "vv"),
+            var(&root, "v2"),
+            Owner::Group(g.clone()),
+            var(&g, "v"),
+            Owner::Group(g.child("h")),
+            var(&g.child("h"), "w"),
+            Owner::Group(root.child("g2")),
+            Owner::Group(root.child("gg")),
+        ] {
+            for node in nodes_of(owner) {
+                numbers.insert(node.clone(), t.intern(&node));
+            }
+        }
+        let data = Node::File(var(&root, "v"), FileKind::Data);
+        let retired = t.intern(&data);
+        t.retire(&data, 8);
+        numbers.insert(data.clone(), t.intern(&data));
+        let forgotten = |t: &mut InodeTable, owner: &Owner| {
+            let mut inos = t.forget_within(owner);
+            inos.sort();
+            inos
+        };
+        let numbers_of = |owners: &[Owner]| {
+            let mut inos: Vec<u64> = numbers
+                .iter()
+                .filter(|(node, _)| {
+                    let (Node::Dir(o) | Node::AttrDir(o) | Node::File(o, _)) = node;
+                    owners.contains(o)
+                })
+                .map(|(_, ino)| *ino)
+                .collect();
+            inos.push(retired);
+            inos.sort();
+            inos
+        };
+        // `mv v vv`: a variable, its files, attributes and retired numbers; not `v2`, not the
+        // `v` of group `g`.
+        let mut both = forgotten(&mut t, &var(&root, "v"));
+        both.extend(forgotten(&mut t, &var(&root, "vv")));
+        both.sort();
+        assert_eq!(both, numbers_of(&[var(&root, "v"), var(&root, "vv")]));
+        assert_eq!(t.node(retired), None);
+        assert_eq!(t.retired_size(retired), None);
+        assert_eq!(t.ino_of(&data), None);
+        let fresh = t.intern(&data);
+        assert!(numbers.values().all(|ino| *ino != fresh));
+        // `mv g g3`: everything below `g`, not `g2` or `gg`.
+        let mut inos = forgotten(&mut t, &Owner::Group(g.clone()));
+        inos.retain(|ino| *ino != retired);
+        let mut want = numbers_of(&[
+            Owner::Group(g.clone()),
+            var(&g, "v"),
+            Owner::Group(g.child("h")),
+            var(&g.child("h"), "w"),
+        ]);
+        want.retain(|ino| *ino != retired);
+        assert_eq!(inos, want);
+        for owner in [var(&root, "v2"), Owner::Group(root.child("gg"))] {
+            let dir = Node::Dir(owner);
+            assert_eq!(t.ino_of(&dir), numbers.get(&dir).copied());
+            assert_eq!(t.node(numbers[&dir]), Some(&dir));
+        }
+        assert_eq!(
+            t.node(InodeTable::ROOT),
+            Some(&Node::Dir(Owner::Group(root)))
+        );
     }
 
     #[test]

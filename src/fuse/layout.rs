@@ -2,6 +2,7 @@
 //! directory holds and what each name resolves to. Nodes are named by path, not by model
 //! index, so that they survive a metadata reload; nothing here knows about inodes.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
@@ -89,6 +90,53 @@ impl GroupPath {
 
     fn hash_value(&self) -> u64 {
         self.0.as_ref().map_or(0, |link| link.hash)
+    }
+}
+
+/// The groups at or below one group: tells whether paths lie there, remembering the answer
+/// for every link it walks up, so that a sweep over the paths of every node looked up so
+/// far costs each link once, however deep the groups nest (walking each path up to the
+/// group's depth would cost the square of the depth).
+pub struct Subtree {
+    top: GroupPath,
+    /// Answers by link; the path kept with each keeps its link (and so its address) alive.
+    known: HashMap<*const PathLink, (GroupPath, bool)>,
+}
+
+impl Subtree {
+    /// The groups at or below `top`.
+    pub fn new(top: &GroupPath) -> Self {
+        Subtree {
+            top: top.clone(),
+            known: HashMap::new(),
+        }
+    }
+
+    /// Whether `path` is the top group or lies below it.
+    pub fn contains(&mut self, path: &GroupPath) -> bool {
+        let depth = self.top.len();
+        let mut walked = Vec::new();
+        let mut at = path;
+        let inside = loop {
+            if at.len() <= depth {
+                // Paths of equal depth compare in one step when they share links.
+                break at.len() == depth && *at == self.top;
+            }
+            let Some(link) = &at.0 else {
+                break false;
+            };
+            if let Some((_, known)) = self.known.get(&Arc::as_ptr(link)) {
+                break *known;
+            }
+            walked.push(at.clone());
+            at = &link.parent;
+        };
+        for path in walked {
+            if let Some(id) = path.0.as_ref().map(Arc::as_ptr) {
+                self.known.insert(id, (path, inside));
+            }
+        }
+        inside
     }
 }
 
@@ -462,6 +510,55 @@ pub(crate) mod tests {
                 assert_eq!(GroupPath::root().parent(), GroupPath::root());
                 drop((deep, apart, parent));
                 drop(child);
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+    }
+
+    /// Which paths lie in a subtree, among paths made apart or sharing links; and a sweep
+    /// over every group of a chain 100,000 deep is quick (walking each path up to the top of
+    /// the subtree would take 5 * 10^9 steps).
+    #[test]
+    fn subtrees_hold_their_top_and_what_lies_below_it() {
+        let g = GroupPath::root().child("g");
+        let mut below_g = Subtree::new(&g);
+        for inside in [g.clone(), g.child("h"), g.child("h").child("g")] {
+            assert!(below_g.contains(&inside), "{inside:?}");
+        }
+        let apart: GroupPath = ["g", "h", "i"].into_iter().collect();
+        assert!(below_g.contains(&apart));
+        for outside in [
+            GroupPath::root(),
+            GroupPath::root().child("gg"),
+            GroupPath::root().child("h").child("g"),
+            ["h", "g", "x"].into_iter().collect(),
+        ] {
+            assert!(!below_g.contains(&outside), "{outside:?}");
+        }
+        let mut everything = Subtree::new(&GroupPath::root());
+        assert!(everything.contains(&GroupPath::root()) && everything.contains(&apart));
+
+        const DEPTH: usize = 100_000;
+        std::thread::Builder::new()
+            .stack_size(256 << 10)
+            .spawn(|| {
+                let mut chain = vec![GroupPath::root()];
+                for _ in 0..DEPTH {
+                    let next = chain.last().unwrap().child("g");
+                    chain.push(next);
+                }
+                let mut below = Subtree::new(&chain[2]);
+                let inside = chain.iter().filter(|p| below.contains(p)).count();
+                assert_eq!(inside, DEPTH - 1);
+                // Made apart from the chain: compared, not found by its links.
+                let apart: GroupPath = std::iter::repeat_n("g", 3).collect();
+                assert!(below.contains(&apart.child("g")));
+                let beside: GroupPath = ["g", "h", "g"].into_iter().collect();
+                assert!(!below.contains(&beside));
+                drop(below);
+                // The last owner lets go of a link at a time.
+                while chain.pop().is_some() {}
             })
             .unwrap()
             .join()

@@ -78,6 +78,37 @@ pub fn write_data(w: &mut DatasetWriter, var: VarId, offset: u64, data: &[u8]) -
     }
 }
 
+/// Grows `var`'s `data` file to `size` bytes or more without writing a value (`truncate`,
+/// `posix_fallocate`): the unlimited first dimension is extended to cover the whole record
+/// that byte `size - 1` lies in, so every new element holds one whole fill value, as the
+/// records a write adds past its end do. Writing back what the last new byte reads would
+/// merge the declared fill into an element whose chunk may hold another spelling of it
+/// (netcdf-c's exact default fill), making a value that is neither. `false` when the
+/// variable cannot grow (the caller's `EFBIG`, logged with [`why_fixed_size`]).
+pub fn grow_data(w: &mut DatasetWriter, var: VarId, size: u64) -> Result<bool> {
+    let ds = w.model();
+    let v = ds
+        .vars
+        .get(var.0)
+        .ok_or_else(|| Error::NotFound(format!("variable #{}", var.0)))?;
+    if let Some(why) = &v.storage.unreadable {
+        return Err(Error::Unsupported(format!("{}: {why}", ds.var_fqn(var))));
+    }
+    let esz = v.element_size() as u64;
+    let shape = ds.var_shape(var);
+    let record_elems: u64 = shape.iter().skip(1).product();
+    if shape.iter().product::<u64>().saturating_mul(esz) >= size {
+        return Ok(true);
+    }
+    match growing_dim(ds, var) {
+        Some(dim) if esz > 0 && record_elems > 0 => {
+            w.grow_dim(dim, size.div_ceil(esz).div_ceil(record_elems))?;
+            Ok(true)
+        }
+        _ => Ok(false),
+    }
+}
+
 /// [`write_data`] of a write that changes no definition, with shared access to the writer
 /// (see [`DatasetWriter::try_write_within`]), so that it need not wait for reads that wait on
 /// storage: `None` when it needs exclusive access, because it ends past the end of `var`'s
