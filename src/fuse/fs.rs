@@ -811,6 +811,10 @@ impl Shared {
         if self.writer.is_none() || !(wrote || always) {
             return Ok(());
         }
+        if always {
+            // An fsync asks a server held as down at once rather than fail from memory.
+            self.map.probe_if_down();
+        }
         let result = match (&handle.node, &handle.text) {
             (Node::File(owner, FileKind::Attr(opened_as)), Some(text)) if wrote => {
                 let moved = lock(&handle.moved).clone();
@@ -1470,6 +1474,8 @@ impl Filesystem for NczarrFs {
     }
 
     fn destroy(&mut self) {
+        // The last chance to store the changes: a server held as down is asked at once.
+        self.shared.map.probe_if_down();
         let flushed = match &self.shared.writer {
             Some(w) => write_lock(w).sync(),
             None => self.shared.map.flush(),

@@ -327,6 +327,13 @@ pub trait ZMap: Send + Sync + Debug {
         Ok(())
     }
 
+    /// Asks a remote server that the map holds as down (it stopped answering, and requests
+    /// fail at once until a probe is answered: see the S3 map) at once, with one request
+    /// bounded by the request timeout, rather than when the next probe is due: for an `fsync`
+    /// or the final flush at unmount, which must not give up on a server that is back. Maps
+    /// without such a state do nothing.
+    fn probe_if_down(&self) {}
+
     /// The local file system that holds the map, if there is one (not for object stores).
     fn local_space(&self) -> Option<Space> {
         None

@@ -955,6 +955,27 @@ impl ZMap for S3Map {
         self.read_only
     }
 
+    fn probe_if_down(&self) {
+        if !self.health.probe_now(Instant::now()) {
+            return;
+        }
+        // A HEAD of the prefix: any answer, a 404 included, takes the server as up again
+        // (`request` records it), and so does a connection refused at once.
+        let path = Path::from(self.prefix.as_str());
+        match block_on(self.request(&self.prefix, self.store.head(&path))) {
+            Ok(Ok(Ok(_))) => log::info!("{}: the server answers again", self.description),
+            Ok(Ok(Err(e))) if answered(&e) => {
+                log::info!("{}: the server answers again", self.description)
+            }
+            Ok(Ok(Err(e))) => log::info!(
+                "{}: the server is still down: {}",
+                self.description,
+                redact(&describe_error(&e, self.signed), &self.secrets)
+            ),
+            Ok(Err(e)) | Err(e) => log::info!("{e}"),
+        }
+    }
+
     fn describe(&self) -> String {
         self.description.clone()
     }

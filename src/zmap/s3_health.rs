@@ -127,6 +127,21 @@ impl Health {
         })
     }
 
+    /// Makes the next request a probe at once when the server is taken as down and no probe
+    /// is under way, instead of when the next one is due; whether the server is down. For a
+    /// flush that must not give up on a server that came back since the last probe.
+    pub fn probe_now(&self, now: Instant) -> bool {
+        match &mut self.lock().phase {
+            Phase::Down(d) => {
+                if !d.probe_in_flight {
+                    d.next_probe = d.next_probe.min(now);
+                }
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Records how an admitted request ended. Returns true when the server must now be
     /// checked: the request stalled and nothing was answered since it was sent. The caller
     /// then sends a check request and hands its result to [`Health::settle`]; requests wait
@@ -284,6 +299,25 @@ mod tests {
         assert!(!health.record(probe, Outcome::Answered, next));
         assert!(matches!(health.admit(next), Admit::Go(_)));
         assert!(matches!(health.admit(next), Admit::Go(_)));
+    }
+
+    #[test]
+    fn a_probe_asked_for_now_goes_before_it_is_due() {
+        let health = Health::new(INTERVAL);
+        let t0 = Instant::now();
+        assert!(!health.probe_now(t0), "a server that is up needs no probe");
+        let a = go(&health, t0);
+        assert!(health.record(a, Outcome::Stalled, t0));
+        health.settle(false, t0);
+        let t1 = t0 + Duration::from_secs(1);
+        assert!(refused(&health, t1).is_some());
+        assert!(health.probe_now(t1));
+        let probe = go(&health, t1);
+        // One probe at a time, even asked for.
+        assert!(health.probe_now(t1));
+        assert!(refused(&health, t1).is_some());
+        assert!(!health.record(probe, Outcome::Answered, t1));
+        assert!(matches!(health.admit(t1), Admit::Go(_)));
     }
 
     #[test]

@@ -1,0 +1,133 @@
+"""Writes to S3 under faults: a rw mount whose server stalled and came back stores its
+changes at the unmount and at an `fsync` (it asks the server then rather than fail from what
+it remembers); a write-back that failed is not restarted by every following write; a `gen`
+whose claim marker was stored but whose answer was lost goes on.
+
+Faults come from the FaultProxy of test_s3_faults.py in front of moto. Expected values are
+what netCDF4-python reads from the stored objects, compared with the bytes written.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from test_s3 import BUCKET, MOTO, _ok, _run
+from test_s3_faults import binary, env, moto, proxy  # noqa: F401 (fixtures)
+from test_s3_rw import RwMount, _download
+
+# A float variable of 4 rows of 4, one row per chunk, and an untouched integer variable.
+CDL = """netcdf t {
+dimensions:
+  t = UNLIMITED ;
+  x = 4 ;
+variables:
+  float v(t, x) ;
+    v:_ChunkSizes = 1, 4 ;
+  int f(x) ;
+data:
+  v = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16 ;
+  f = 1, 2, 3, 4 ;
+}
+"""
+INITIAL = np.arange(1, 17, dtype="<f4").reshape(4, 4)
+
+
+def _generated(binary, env, tmp_path: Path, cdl: str = CDL) -> str:  # noqa: F811
+    """A new dataset on moto (written directly, not through the proxy): its prefix."""
+    prefix = f"write-faults-{uuid.uuid4().hex}/ds.file"
+    source = tmp_path / "t.cdl"
+    source.write_text(cdl)
+    _ok(_run(binary, env, "gen", "-o", f"{MOTO}/{BUCKET}/{prefix}#mode=nczarr,s3", str(source)),
+        "gen")
+    return prefix
+
+
+def _stored_v(client, prefix: str, tmp_path: Path) -> np.ndarray:
+    import netCDF4
+
+    local = _download(client, prefix, tmp_path / f"stored-{uuid.uuid4().hex}")
+    with netCDF4.Dataset(f"file://{local}#mode=nczarr,file") as nc:
+        nc.set_auto_mask(False)
+        return np.asarray(nc["v"][:])
+
+
+def _expect_eio(op) -> None:
+    with pytest.raises(OSError) as info:
+        op()
+    assert info.value.errno == errno.EIO, info.value
+
+
+def _stall_until_down(proxy, data: Path, row: int, values: bytes) -> None:  # noqa: F811
+    """Writes `values` to row `row` of the mounted `data` file while every request stalls:
+    the fsync runs out of time, the check that follows gets no answer, so the mount takes
+    the server as down, and the close fails from that memory. Then the server answers
+    again."""
+    proxy.stall_on = "/"
+    proxy.stall = 120
+    fd = os.open(data, os.O_WRONLY)
+    try:
+        assert os.pwrite(fd, values, row * 16) == len(values)
+        _expect_eio(lambda: os.fsync(fd))
+        before = len(proxy.requests)
+    finally:
+        _expect_eio(lambda: os.close(fd))
+    puts = [path for method, path in proxy.requests[before:] if method == "PUT"]
+    assert not puts, f"the close sent {puts} to a server held as down"
+    proxy.stall_on = None
+
+
+# A probe of a server held as down is due a timeout after the last one: long enough for the
+# steps after the server came back to run before it.
+TIMEOUTS = {"NCZARRFS_S3_TIMEOUT": "10", "NCZARRFS_S3_CONNECT_TIMEOUT": "1",
+            "NCZARRFS_S3_RETRIES": "1"}
+
+
+def test_unmount_after_the_server_came_back_stores_the_changes(moto, proxy, binary, env,  # noqa: F811
+                                                               tmp_path):
+    prefix = _generated(binary, env, tmp_path)
+    env = dict(env, **TIMEOUTS)
+    location = f"{proxy.endpoint}/{BUCKET}/{prefix}#mode=nczarr,s3"
+    log = tmp_path / "mount.log"
+    row = np.full(4, 9.5, dtype="<f4")
+    with RwMount(binary, env, location, tmp_path / "mnt", log) as m:
+        data = m.mnt / "v" / "data"
+        assert data.read_bytes() == INITIAL.tobytes()
+        _stall_until_down(proxy, data, 1, row.tobytes())
+        before = len(proxy.requests)
+        status = m.unmount()
+    text = log.read_text()
+    assert status == 0, f"the final flush gave up on a server that answers:\n{text}"
+    assert any(method == "PUT" for method, _ in proxy.requests[before:]), proxy.requests[before:]
+    want = INITIAL.copy()
+    want[1] = row
+    assert np.array_equal(_stored_v(moto, prefix, tmp_path), want)
+
+
+def test_fsync_after_the_server_came_back_stores_the_changes(moto, proxy, binary, env,  # noqa: F811
+                                                             tmp_path):
+    prefix = _generated(binary, env, tmp_path)
+    env = dict(env, **TIMEOUTS)
+    location = f"{proxy.endpoint}/{BUCKET}/{prefix}#mode=nczarr,s3"
+    log = tmp_path / "mount.log"
+    row = np.full(4, -3.25, dtype="<f4")
+    with RwMount(binary, env, location, tmp_path / "mnt", log) as m:
+        data = m.mnt / "v" / "data"
+        assert data.read_bytes() == INITIAL.tobytes()
+        _stall_until_down(proxy, data, 2, row.tobytes())
+        fd = os.open(data, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        want = INITIAL.copy()
+        want[2] = row
+        # Stored by the fsync, before the unmount.
+        assert np.array_equal(_stored_v(moto, prefix, tmp_path), want)
+        assert m.unmount() == 0, log.read_text()
