@@ -1,7 +1,6 @@
 """Writes to S3 under faults: a rw mount whose server stalled and came back stores its
 changes at the unmount and at an `fsync` (it asks the server then rather than fail from what
-it remembers); a write-back that failed is not restarted by every following write; a `gen`
-whose claim marker was stored but whose answer was lost goes on.
+it remembers); a write-back that failed is not restarted by every following write.
 
 Faults come from the FaultProxy of test_s3_faults.py in front of moto. Expected values are
 what netCDF4-python reads from the stored objects, compared with the bytes written.
@@ -131,3 +130,69 @@ def test_fsync_after_the_server_came_back_stores_the_changes(moto, proxy, binary
         # Stored by the fsync, before the unmount.
         assert np.array_equal(_stored_v(moto, prefix, tmp_path), want)
         assert m.unmount() == 0, log.read_text()
+
+
+# netcdf-c's default float fill (netcdf.h: NC_FILL_FLOAT).
+FILL_FLOAT = np.float32(9.9692099683868690e36)
+
+
+def test_a_refused_write_back_is_not_restarted_by_every_write(moto, proxy, binary, env,  # noqa: F811
+                                                              tmp_path):
+    """Credentials that expired (403 ExpiredToken on every PUT) while a stream of appends fills
+    the cache with changed chunks: the write-back that fails is tried again only after a
+    window (a 32nd of the timeout at first, 2 s here), not by each following write, and its
+    failure is logged with the server's error. Once the server takes the PUTs again, the
+    unmount stores every byte a write reported written."""
+    record = 64
+    initial = np.arange(record, dtype="<f4")
+    cdl = ("netcdf big {\ndimensions:\n  t = UNLIMITED ;\n  x = 64 ;\nvariables:\n"
+           "  float v(t, x) ;\n    v:_ChunkSizes = 1, 64 ;\ndata:\n  v = "
+           + ", ".join(str(x) for x in initial) + " ;\n}\n")
+    prefix = _generated(binary, env, tmp_path, cdl)
+    env = dict(env, NCZARRFS_S3_TIMEOUT="64", NCZARRFS_S3_RETRIES="1")
+    window = 64 / 32
+    location = f"{proxy.endpoint}/{BUCKET}/{prefix}#mode=nczarr,s3"
+    log = tmp_path / "mount.log"
+    written = []
+    with RwMount(binary, env, location, tmp_path / "mnt", log, options="rw,cache_size=64K") as m:
+        data = m.mnt / "v" / "data"
+        proxy.fail_methods = {"PUT"}
+        proxy.fail_status, proxy.fail_code = 403, "ExpiredToken"
+        start = len(proxy.timeline)
+        fd = os.open(data, os.O_WRONLY | os.O_APPEND)
+        try:
+            # 256 chunks of 256 bytes fill the cache: about 65 appends of 1000 bytes.
+            for i in range(80):
+                values = np.arange(250, dtype="<f4") + 1000 * (i + 1)
+                try:
+                    n = os.write(fd, values.tobytes())
+                except OSError as e:
+                    assert e.errno == errno.EIO, e
+                    break
+                assert n % 4 == 0
+                written.append(values[:n // 4])
+                if n < len(values) * 4:
+                    break
+            writes_done = len(proxy.timeline)
+            # The failure shows in the log while the writes run, before any flush.
+            text = log.read_text()
+            assert "ExpiredToken" in text and "not stored" in text, text
+        finally:
+            _expect_eio(lambda: os.close(fd))
+        puts: dict[str, list[float]] = {}
+        for t, event, method, path in proxy.timeline[start:writes_done]:
+            if event == "arrived" and method == "PUT":
+                puts.setdefault(path, []).append(t)
+        assert puts, "no write-back was tried"
+        for path, times in puts.items():
+            gaps = [b - a for a, b in zip(times, times[1:])]
+            assert all(gap >= window - 0.05 for gap in gaps), (
+                f"{path} sent again after {min(gaps):.3f} s ({len(times)} PUTs)")
+        proxy.fail_methods = set()
+        assert m.unmount() == 0, log.read_text()
+    flat = np.concatenate([initial, *written])
+    want = np.full(-(-len(flat) // record) * record, FILL_FLOAT, dtype="<f4")
+    want[:len(flat)] = flat
+    assert len(flat) > 100 * record, "the writes stopped before the cache was half full"
+    assert np.array_equal(_stored_v(moto, prefix, tmp_path).ravel(), want)
+

@@ -319,6 +319,10 @@ impl ZMap for ClaimedPrefix {
         false
     }
 
+    fn write_back_backoff(&self) -> Option<std::time::Duration> {
+        self.s3.write_back_backoff()
+    }
+
     fn describe(&self) -> String {
         self.s3.describe()
     }

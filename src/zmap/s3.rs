@@ -955,6 +955,11 @@ impl ZMap for S3Map {
         self.read_only
     }
 
+    /// The request timeout, which also bounds one write-back's retries.
+    fn write_back_backoff(&self) -> Option<Duration> {
+        Some(self.health.probe_interval())
+    }
+
     fn probe_if_down(&self) {
         if !self.health.probe_now(Instant::now()) {
             return;
