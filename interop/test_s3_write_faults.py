@@ -1,6 +1,7 @@
 """Writes to S3 under faults: a rw mount whose server stalled and came back stores its
 changes at the unmount and at an `fsync` (it asks the server then rather than fail from what
-it remembers); a write-back that failed is not restarted by every following write.
+it remembers); a write-back that failed is not restarted by every following write; a `gen`
+whose claim marker was stored but whose answer was lost goes on.
 
 Faults come from the FaultProxy of test_s3_faults.py in front of moto. Expected values are
 what netCDF4-python reads from the stored objects, compared with the bytes written.
@@ -195,4 +196,23 @@ def test_a_refused_write_back_is_not_restarted_by_every_write(moto, proxy, binar
     want[:len(flat)] = flat
     assert len(flat) > 100 * record, "the writes stopped before the cache was half full"
     assert np.array_equal(_stored_v(moto, prefix, tmp_path).ravel(), want)
+
+
+def test_a_claim_whose_answer_was_lost_goes_on(moto, proxy, binary, env, tmp_path):  # noqa: F811
+    """The server stores the `.nczarrfs-writing` marker of a `gen`, but the connection is
+    reset before its answer: the marker read back is this run's own, so the run goes on, and
+    removes the marker once the dataset is complete."""
+    prefix = f"write-faults-{uuid.uuid4().hex}/ds.file"
+    source = tmp_path / "t.cdl"
+    source.write_text(CDL)
+    proxy.reset_after_on = ".nczarrfs-writing"
+    proxy.resets_left = 1
+    res = _run(binary, env, "gen", "-o", f"{proxy.endpoint}/{BUCKET}/{prefix}#mode=nczarr,s3",
+               str(source))
+    assert proxy.resets_left == 0, "the marker's PUT was not reset"
+    _ok(res, "gen whose claim's answer was lost")
+    keys = [o["Key"] for o in moto.list_objects_v2(Bucket=BUCKET, Prefix=prefix + "/")
+            .get("Contents", [])]
+    assert f"{prefix}/.nczarrfs-writing" not in keys, keys
+    assert np.array_equal(_stored_v(moto, prefix, tmp_path), INITIAL)
 
