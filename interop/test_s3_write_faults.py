@@ -1,7 +1,8 @@
 """Writes to S3 under faults: a rw mount whose server stalled and came back stores its
 changes at the unmount and at an `fsync` (it asks the server then rather than fail from what
 it remembers); a write-back that failed is not restarted by every following write; a `gen`
-whose claim marker was stored but whose answer was lost goes on.
+whose claim marker was stored but whose answer was lost goes on; a stopped server (connections
+refused) is not reported as one that hangs.
 
 Faults come from the FaultProxy of test_s3_faults.py in front of moto. Expected values are
 what netCDF4-python reads from the stored objects, compared with the bytes written.
@@ -18,9 +19,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from test_s3 import BUCKET, MOTO, _ok, _run
+from test_s3 import BUCKET, MOTO, S3S_KEY, S3S_SECRET, _ok, _run
 from test_s3_faults import binary, env, moto, proxy  # noqa: F401 (fixtures)
-from test_s3_rw import RwMount, _download
+from test_s3_rw import RwMount, _download, _env, private_s3s  # noqa: F401 (fixture)
 
 # A float variable of 4 rows of 4, one row per chunk, and an untouched integer variable.
 CDL = """netcdf t {
@@ -196,6 +197,38 @@ def test_a_refused_write_back_is_not_restarted_by_every_write(moto, proxy, binar
     want[:len(flat)] = flat
     assert len(flat) > 100 * record, "the writes stopped before the cache was half full"
     assert np.array_equal(_stored_v(moto, prefix, tmp_path).ravel(), want)
+
+
+def test_a_stopped_server_is_not_reported_as_one_that_hangs(private_s3s, binary, tmp_path):
+    """Connections refused (the server stopped): each fsync's PUT is retried until its
+    retries are used up, which takes longer than the connect timeout, but a refused
+    connection is no stall. The errors say the connection was refused, never that a request
+    ran out of time, and the server is not held as down: every fsync asks it again."""
+    private_s3s.start()
+    env = _env(tmp_path, S3S_KEY, S3S_SECRET, NCZARRFS_S3_TIMEOUT="4",
+               NCZARRFS_S3_CONNECT_TIMEOUT="1", NCZARRFS_S3_RETRIES="10")
+    location = f"{private_s3s.endpoint}/{BUCKET}/stopped/ds.file#mode=nczarr,s3"
+    source = tmp_path / "t.cdl"
+    source.write_text(CDL)
+    _ok(_run(binary, env, "gen", "-o", location, str(source)), "gen")
+    log = tmp_path / "mount.log"
+    with RwMount(binary, env, location, tmp_path / "mnt", log) as m:
+        data = m.mnt / "v" / "data"
+        assert data.read_bytes() == INITIAL.tobytes()
+        private_s3s.stop()
+        fd = os.open(data, os.O_WRONLY)
+        try:
+            assert os.pwrite(fd, np.full(4, 9.5, dtype="<f4").tobytes(), 16) == 16
+            for _ in range(2):
+                _expect_eio(lambda: os.fsync(fd))
+        finally:
+            _expect_eio(lambda: os.close(fd))
+        text = log.read_text()
+        flushes = [line for line in text.splitlines() if "flush /v/data" in line]
+        assert len(flushes) >= 3, text
+        assert all("Connection refused" in line for line in flushes), text
+        assert "out of time" not in text and "taken as down" not in text, text
+        assert m.unmount() != 0
 
 
 def test_a_claim_whose_answer_was_lost_goes_on(moto, proxy, binary, env, tmp_path):  # noqa: F811
