@@ -54,7 +54,8 @@ class FaultProxy:
     """Forwards HTTP requests to `upstream`, except that the next `fail` requests (or every
     request whose method is in `fail_methods`, or every request until the monotonic time
     `fail_until`) get a 503 SlowDown, and requests whose path contains `stall_on` wait `stall`
-    seconds first (only the next `stalls_left` of them, unless that is None), or until the
+    seconds first (only the next `stalls_left` of them, unless that is None; only those of
+    `stall_methods`, unless that is None), or until the
     client hangs up, which `abandoned` counts. PUTs whose path ends with `fail_put_on` get a
     503 too. The failing answer is `fail_status` with the S3 error code `fail_code` (503
     SlowDown unless changed: 403 ExpiredToken stands for credentials that expired). GETs whose
@@ -76,6 +77,7 @@ class FaultProxy:
         self.reset_after_on: str | None = None
         self.resets_left = 0
         self.stall_on: str | None = None
+        self.stall_methods: set[str] | None = None
         self.stall = 0.0
         self.stalls_left: int | None = None
         self.hold_on: str | None = None
@@ -109,6 +111,8 @@ class FaultProxy:
                     if proxy.fail > 0:
                         proxy.fail -= 1
                     stall = proxy.stall if proxy.stall_on and proxy.stall_on in self.path else 0
+                    if proxy.stall_methods is not None and self.command not in proxy.stall_methods:
+                        stall = 0
                     if stall and proxy.stalls_left is not None:
                         if proxy.stalls_left > 0:
                             proxy.stalls_left -= 1

@@ -249,3 +249,54 @@ def test_a_claim_whose_answer_was_lost_goes_on(moto, proxy, binary, env, tmp_pat
     assert f"{prefix}/.nczarrfs-writing" not in keys, keys
     assert np.array_equal(_stored_v(moto, prefix, tmp_path), INITIAL)
 
+
+
+def test_reads_do_not_wait_for_a_flush_stuck_on_the_server(moto, proxy, binary, env,  # noqa: F811
+                                                           tmp_path):
+    """PUTs stall while GETs are answered: a writer's fsync waits for its PUT until the
+    timeout. Meanwhile another process reads a variable nobody wrote (its chunk fetched from
+    the server) and the generated header, and both are done while the PUT still hangs: the
+    flush stores the chunks without the lock that reads take."""
+    prefix = _generated(binary, env, tmp_path)
+    env = dict(env, NCZARRFS_S3_TIMEOUT="30", NCZARRFS_S3_CONNECT_TIMEOUT="1",
+               NCZARRFS_S3_RETRIES="1")
+    location = f"{proxy.endpoint}/{BUCKET}/{prefix}#mode=nczarr,s3"
+    log = tmp_path / "mount.log"
+    row = np.full(4, 7.5, dtype="<f4")
+    with RwMount(binary, env, location, tmp_path / "mnt", log) as m:
+        data = m.mnt / "v" / "data"
+        assert data.read_bytes() == INITIAL.tobytes()
+        proxy.stall_on, proxy.stall_methods, proxy.stall = "/v/", {"PUT"}, 120
+        fd = os.open(data, os.O_WRONLY)
+        fsync_failed = threading.Event()
+
+        def fsync():
+            assert os.pwrite(fd, row.tobytes(), 3 * 16) == 16
+            _expect_eio(lambda: os.fsync(fd))
+            fsync_failed.set()
+
+        writer = threading.Thread(target=fsync)
+        writer.start()
+        try:
+            while not any(method == "PUT" and "/v/" in path
+                          for method, path in list(proxy.requests)):
+                assert writer.is_alive(), "the fsync ended before its PUT reached the server"
+                threading.Event().wait(0.01)
+            f = (m.mnt / "f" / "data").read_bytes()
+            header = (m.mnt / "@header.cdl").read_text()
+            # Done before the stalled PUT was given up.
+            assert not fsync_failed.is_set() and proxy.abandoned == 0, \
+                "the reads waited for the flush"
+            assert f == np.arange(1, 5, dtype="<i4").tobytes()
+            assert "float v(t, x)" in header, header
+        finally:
+            writer.join()
+            proxy.stall_on = None
+        want = INITIAL.copy()
+        want[3] = row
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        assert m.unmount() == 0, log.read_text()
+    assert np.array_equal(_stored_v(moto, prefix, tmp_path), want)
