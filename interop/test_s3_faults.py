@@ -14,6 +14,7 @@ import http.client
 import os
 import select
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -53,11 +54,17 @@ class FaultProxy:
     """Forwards HTTP requests to `upstream`, except that the next `fail` requests (or every
     request whose method is in `fail_methods`, or every request until the monotonic time
     `fail_until`) get a 503 SlowDown, and requests whose path contains `stall_on` wait `stall`
-    seconds first (only the next `stalls_left` of them, unless that is None), or until the
+    seconds first (only the next `stalls_left` of them, unless that is None; only those of
+    `stall_methods`, unless that is None), or until the
     client hangs up, which `abandoned` counts. PUTs whose path ends with `fail_put_on` get a
-    503 too. GETs whose path contains `hold_on` wait until `release()` (at most a minute);
-    `held` counts those waiting. `timeline` records, on the proxy's monotonic clock, each
-    request's arrival and each 503 answer as (time, "arrived" or "503", method, path)."""
+    503 too. The failing answer is `fail_status` with the S3 error code `fail_code` (503
+    SlowDown unless changed: 403 ExpiredToken stands for credentials that expired). GETs whose
+    path contains `hold_on` wait until `release()` (at most a minute); `held` counts those
+    waiting. The next `resets_left` requests whose path contains `reset_after_on` are
+    forwarded, and then the connection is reset instead of answered: the server did the
+    request, the client never learns it. `timeline` records, on the proxy's monotonic clock,
+    each request's arrival and each failing answer as (time, "arrived" or "503", method,
+    path)."""
 
     def __init__(self, upstream: str):
         self.upstream = urlparse(upstream)
@@ -65,7 +72,12 @@ class FaultProxy:
         self.fail_put_on: str | None = None
         self.fail_methods: set[str] = set()
         self.fail_until = 0.0
+        self.fail_status = 503
+        self.fail_code = "SlowDown"
+        self.reset_after_on: str | None = None
+        self.resets_left = 0
         self.stall_on: str | None = None
+        self.stall_methods: set[str] | None = None
         self.stall = 0.0
         self.stalls_left: int | None = None
         self.hold_on: str | None = None
@@ -99,6 +111,8 @@ class FaultProxy:
                     if proxy.fail > 0:
                         proxy.fail -= 1
                     stall = proxy.stall if proxy.stall_on and proxy.stall_on in self.path else 0
+                    if proxy.stall_methods is not None and self.command not in proxy.stall_methods:
+                        stall = 0
                     if stall and proxy.stalls_left is not None:
                         if proxy.stalls_left > 0:
                             proxy.stalls_left -= 1
@@ -106,6 +120,11 @@ class FaultProxy:
                             stall = 0
                     hold = (self.command == "GET" and proxy.hold_on is not None
                             and proxy.hold_on in self.path)
+                    reset = (proxy.reset_after_on is not None and proxy.resets_left > 0
+                             and proxy.reset_after_on in self.path)
+                    if reset:
+                        proxy.resets_left -= 1
+                    status, code = proxy.fail_status, proxy.fail_code
                 if stall and _hangs_up_within(self.connection, stall):
                     with proxy.lock:
                         proxy.abandoned += 1
@@ -124,9 +143,9 @@ class FaultProxy:
                         proxy.served["503"] += 1
                         # Before the answer is sent: the client cannot start waiting earlier.
                         proxy.timeline.append((time.monotonic(), "503", self.command, self.path))
-                    data = (b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>SlowDown</Code>"
-                            b"<Message>Please reduce your request rate.</Message></Error>")
-                    self.send_response(503)
+                    data = (b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>"
+                            + code.encode() + b"</Code><Message>injected fault</Message></Error>")
+                    self.send_response(status)
                     self.send_header("Content-Type", "application/xml")
                     self.send_header("Content-Length", str(len(data)))
                     self.end_headers()
@@ -141,6 +160,15 @@ class FaultProxy:
                 data = resp.read()
                 with proxy.lock:
                     proxy.served["forwarded"] += 1
+                if reset:
+                    # An RST rather than a FIN: the client must not take the request as unsent.
+                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                               struct.pack("ii", 1, 0))
+                    self.close_connection = True
+                    conn.close()
+                    # Closed here, before the server's shutdown(SHUT_WR) could send a FIN.
+                    os.close(self.connection.detach())
+                    return
                 self.send_response(resp.status)
                 for k, v in resp.getheaders():
                     if k.lower() not in ("transfer-encoding", "connection", "content-length"):

@@ -395,6 +395,13 @@ def test_server_gone_with_dirty_chunks(private_s3s, binary, tmp_path):
         temp_bytes[4 * Y * X * 2:4 * Y * X * 2 + len(second)] = second
         # Reads still see the writes: they wait in the cache.
         assert data.read_bytes() == bytes(temp_bytes)
+        # Each close's release tries once more after the close returned, while reads go on:
+        # five failed flushes in all (the fsync, then a flush and a release per close) before
+        # the server may come back unseen by them.
+        deadline = time.monotonic() + 120
+        while log.read_text().count("ERROR nczarrfs::fuse::fs] flush /temp/data") < 5:
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
 
         private_s3s.start()
         assert _objects(client, prefix) == stored, "a failed flush changed the stored dataset"

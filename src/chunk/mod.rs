@@ -8,12 +8,15 @@
 //! when the engine is dropped, and together (encoded in parallel) once they fill half the
 //! cache. A write makes room for its chunks in the cache before changing any, so that one
 //! failing for room (storage refusing the chunks it would evict) changes nothing. A large
-//! write stores the chunks it covers whole at once, in parallel, bypassing the cache.
+//! write stores the chunks it covers whole at once, in parallel, bypassing the cache. A
+//! write-back that storage refused is not tried again by the writes that follow until a
+//! window has passed (see [`pacing`]).
 
 mod beyond;
 mod budget;
 mod cache;
 mod convert;
+mod pacing;
 mod shard;
 mod slab;
 mod view;
@@ -37,6 +40,7 @@ use crate::{Error, Result};
 use budget::{ByteBudget, Grant};
 use cache::ChunkCache;
 use convert::Conversion;
+use pacing::WriteBackPacing;
 use slab::{Mapping, Span};
 
 /// A hyperslab: per dimension, the first index, the number of indices and the step.
@@ -897,18 +901,21 @@ pub struct ChunkEngine {
     /// [`limit_bytes_in_flight`]); `None`: unbounded. A share is taken once, by the public
     /// entry point (`read`, `view`, `preload`), never by a thread that already holds one.
     in_flight: Option<Arc<ByteBudget>>,
+    /// Failed write-backs, which writes do not restart at once.
+    pacing: WriteBackPacing,
 }
 
 impl ChunkEngine {
     /// An engine over `map` whose cache holds at most `cache_bytes` of decoded chunks.
     pub fn new(map: Arc<dyn ZMap>, cache_bytes: usize) -> Self {
         ChunkEngine {
-            map,
             cache: ChunkCache::new(cache_bytes),
             plans: Mutex::new(HashMap::new()),
             write_lock: Mutex::new(()),
             loading: Mutex::new(HashMap::new()),
             in_flight: IN_FLIGHT.get().cloned(),
+            pacing: WriteBackPacing::new(map.write_back_backoff()),
+            map,
         }
     }
 
@@ -1017,6 +1024,34 @@ impl ChunkEngine {
             }
         }
         results
+    }
+
+    /// [`ChunkEngine::write_back`] for a write that needs room: refused at once while a
+    /// failed write-back's window lasts, and a failure starts the next window.
+    fn write_back_paced(&self, key: &str, data: &[u8], plan: &Arc<VarPlan>) -> Result<()> {
+        self.pacing.may_try(std::time::Instant::now())?;
+        let stored = self.write_back(key, data, plan);
+        self.paced(stored.as_ref().err());
+        stored
+    }
+
+    /// Records how a write's attempt to store changed chunks ended, logging a failure: at
+    /// most one per window, as writes try at most once per window.
+    fn paced(&self, failure: Option<&Error>) {
+        match failure {
+            None => self.pacing.stored(),
+            Some(e) => {
+                if let Some(window) = self.pacing.failed(e, std::time::Instant::now()) {
+                    log::warn!(
+                        "changed chunks of {} not stored: {e}; writes leave them alone for                          {} s (an fsync or close tries at once)",
+                        self.map.describe(),
+                        window.as_secs_f64()
+                    );
+                } else {
+                    log::debug!("changed chunks not stored yet: {e}");
+                }
+            }
+        }
     }
 
     /// Encodes and stores one dirty chunk.
@@ -1824,7 +1859,7 @@ impl ChunkEngine {
             (Vec::new(), all)
         };
         let chunk_len = plan.chunk_elems * plan.esize;
-        let mut write_back = |k: &str, d: &[u8], p: &Arc<VarPlan>| self.write_back(k, d, p);
+        let mut write_back = |k: &str, d: &[u8], p: &Arc<VarPlan>| self.write_back_paced(k, d, p);
         // The chunks changed in the cache, in groups that each fit in it: one group, unless
         // the write is larger than the cache. Room for the first is made before anything is
         // stored, so that a full cache of chunks that cannot be stored fails the write first.
@@ -1887,15 +1922,15 @@ impl ChunkEngine {
         // such a stream is done with, are stored together instead, encoded in parallel. The
         // write has taken effect: chunks that cannot be stored now stay cached, and the next
         // flush reports them.
-        if self.cache.dirty_bytes() * 2 > self.cache.capacity() {
+        if self.cache.dirty_bytes() * 2 > self.cache.capacity()
+            && self.pacing.may_try(std::time::Instant::now()).is_ok()
+        {
             let early =
                 self.cache
                     .flush_batched(&|k| !touched.contains(k), &inner_chunk_batch, &|batch| {
                         self.write_back_batch(batch)
                     });
-            if let Err(e) = early {
-                log::debug!("changed chunks not stored yet: {e}");
-            }
+            self.paced(early.as_ref().err());
         }
         Ok(())
     }
@@ -2148,12 +2183,20 @@ impl ChunkEngine {
     pub fn flush(&self) -> Result<()> {
         // Taken outside the pool, as in `write`.
         let _guard = self.write_lock.lock().unwrap_or_else(|e| e.into_inner());
-        io_parallel(self.map.concurrent_gets(), || {
+        let flushed = io_parallel(self.map.concurrent_gets(), || {
             self.cache
                 .flush_batched(&|_| true, &inner_chunk_batch, &|batch| {
                     self.write_back_batch(batch)
                 })
-        })
+        });
+        // Asked for, so tried whatever the pacing says; its caller reports a failure.
+        match &flushed {
+            Ok(()) => self.pacing.stored(),
+            Err(e) => {
+                self.pacing.failed(e, std::time::Instant::now());
+            }
+        }
+        flushed
     }
 
     /// Forgets cached chunks (and variable plans) whose keys start with `prefix`, after

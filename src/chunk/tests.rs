@@ -16,6 +16,10 @@ struct TestMap {
     gets: AtomicUsize,
     /// Puts fail with ENOSPC, as on a full disk.
     full: AtomicBool,
+    /// Puts asked for, stored or not.
+    puts: AtomicUsize,
+    /// What [`ZMap::write_back_backoff`] says (a remote server's pacing).
+    backoff: Option<Duration>,
 }
 
 impl TestMap {
@@ -33,6 +37,7 @@ impl ZMap for TestMap {
         Ok(self.object(key))
     }
     fn put(&self, key: &str, value: &[u8]) -> Result<()> {
+        self.puts.fetch_add(1, Ordering::Relaxed);
         if self.full.load(Ordering::Relaxed) {
             return Err(Error::io(
                 key,
@@ -54,6 +59,9 @@ impl ZMap for TestMap {
     }
     fn describe(&self) -> String {
         "test map".into()
+    }
+    fn write_back_backoff(&self) -> Option<Duration> {
+        self.backoff
     }
 }
 
@@ -834,6 +842,57 @@ fn a_write_without_room_on_a_full_disk_fails_and_changes_nothing() {
     assert_eq!(i32s(&map.object("v/0").unwrap()), vec![100, 101, 9, 9]);
     assert_eq!(i32s(&map.object("v/1").unwrap()), vec![104, 9, 9, 9]);
     assert_eq!(map.objects.lock().unwrap().len(), 2);
+}
+
+/// On storage that paces failed write-backs (a remote server), writes that need room after a
+/// write-back failed fail at once with its error instead of sending the changed chunks again,
+/// until the window ends; a flush asked for tries at once, and a stored one ends the pacing.
+#[test]
+fn a_refused_write_back_is_not_restarted_by_every_write() {
+    let (plain, ds, v) = ints_by_four();
+    let map = Arc::new(TestMap {
+        objects: Mutex::new(plain.objects.lock().unwrap().clone()),
+        backoff: Some(Duration::from_secs(3600)),
+        ..TestMap::default()
+    });
+    let e = engine(&map, 32); // two chunks
+    let one = |x: u64, value: i32| e.try_write(&ds, v, &slab(&[x], &[1], &[1]), &ints(&[value]));
+    map.full.store(true, Ordering::Relaxed);
+    one(0, 100).unwrap();
+    // Past half the cache: the early store of chunk 0 is tried, once.
+    one(4, 104).unwrap();
+    let tried = map.puts.load(Ordering::Relaxed);
+    assert_eq!(tried, 1);
+    for i in 0..1000u64 {
+        let failed = one(8 + (i % 14) * 4, 1).unwrap_err();
+        assert!(!failed.in_part);
+        assert!(
+            failed.error.to_string().contains("No space left"),
+            "{}",
+            failed.error
+        );
+    }
+    assert_eq!(
+        map.puts.load(Ordering::Relaxed),
+        tried,
+        "writes sent the chunks again"
+    );
+    // Writes to cached chunks need no room and still work.
+    one(1, 101).unwrap();
+    assert!(e.flush().is_err());
+    assert!(
+        map.puts.load(Ordering::Relaxed) > tried,
+        "the flush was not tried"
+    );
+    map.full.store(false, Ordering::Relaxed);
+    e.flush().unwrap();
+    assert_eq!(i32s(&map.object("v/0").unwrap()), vec![100, 101, 9, 9]);
+    assert_eq!(i32s(&map.object("v/1").unwrap()), vec![104, 9, 9, 9]);
+    // Stored: writes that need room store chunks at once again.
+    one(8, 108).unwrap();
+    one(12, 112).unwrap();
+    one(16, 116).unwrap();
+    assert_eq!(i32s(&map.object("v/2").unwrap()), vec![108, 9, 9, 9]);
 }
 
 /// A write larger than the cache goes through it group by group: one that fails after a

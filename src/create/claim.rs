@@ -59,10 +59,32 @@ impl ClaimedPrefix {
         let map = Arc::new(S3Map::open(s3, true)?);
         check_empty_prefix(target, map.as_ref(), &[])?;
         let marker = marker_contents();
-        if !map.put_new(WRITING_MARKER, marker.as_bytes())?
-            && map.get(WRITING_MARKER)?.as_deref() != Some(marker.as_bytes())
-        {
-            return Err(claimed_by_another(target, map.as_ref()));
+        let ours = |map: &S3Map| -> Result<bool> {
+            Ok(map.get(WRITING_MARKER)?.as_deref() == Some(marker.as_bytes()))
+        };
+        match map.put_new(WRITING_MARKER, marker.as_bytes()) {
+            Ok(true) => {}
+            // A retry of a PUT whose answer was lost finds this run's own marker.
+            Ok(false) if ours(&map)? => {}
+            Ok(false) => return Err(claimed_by_another(target, map.as_ref())),
+            // The server may have stored the marker and the answer been lost (a connection
+            // reset, a timeout): the marker read back tells. Another run's is left alone.
+            Err(put_failed) => match ours(&map) {
+                Ok(true) => log::info!(
+                    "{}: the answer to the claim was lost, but the marker stored is this                      run's: {put_failed}",
+                    map.describe()
+                ),
+                Ok(false) => return Err(put_failed),
+                Err(e) => {
+                    return Err(Error::Storage {
+                        key: WRITING_MARKER.to_string(),
+                        reason: format!(
+                            "{put_failed}; whether the marker was stored is unknown (reading                              it back failed: {e}): if {WRITING_MARKER} names this process                              ({}), delete it",
+                            std::process::id()
+                        ),
+                    })
+                }
+            },
         }
         let claimed = Arc::new(ClaimedPrefix {
             s3: map,
@@ -317,6 +339,10 @@ impl ZMap for ClaimedPrefix {
 
     fn read_only(&self) -> bool {
         false
+    }
+
+    fn write_back_backoff(&self) -> Option<std::time::Duration> {
+        self.s3.write_back_backoff()
     }
 
     fn describe(&self) -> String {

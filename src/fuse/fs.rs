@@ -852,6 +852,10 @@ impl Shared {
         if self.writer.is_none() || !(wrote || always) {
             return Ok(());
         }
+        if always {
+            // An fsync asks a server held as down at once rather than fail from memory.
+            self.map.probe_if_down();
+        }
         let result = match (&handle.node, &handle.text) {
             (Node::File(owner, FileKind::Attr(opened_as)), Some(text)) if wrote => {
                 let moved = lock(&handle.moved).clone();
@@ -884,7 +888,9 @@ impl Shared {
                     w.sync()
                 })
             }
-            _ => self.change(DatasetWriter::sync),
+            _ => self
+                .store_chunks_beside_reads()
+                .and_then(|()| self.change(DatasetWriter::sync)),
         };
         result.map_err(|e| {
             if !matches!(e, Error::Invalid(_) | Error::NotPermitted(_)) {
@@ -893,6 +899,24 @@ impl Shared {
             }
             self.refused(&handle.node, "flush", &e)
         })
+    }
+
+    /// Stores the changed chunks with the writer's lock shared, as reads take it, so that they
+    /// need not wait for a server that does not answer: the store works on a snapshot of the
+    /// changed chunks and marks clean only those not changed meanwhile. The exclusive sync
+    /// that follows stores what changed meanwhile, then the metadata. Not for sharded arrays,
+    /// whose shards a reader could see half replaced (see
+    /// [`DatasetWriter::writes_beside_reads`]): their sync stores everything exclusively.
+    fn store_chunks_beside_reads(&self) -> Result<()> {
+        let Some(writer) = &self.writer else {
+            return Ok(());
+        };
+        let w = read_lock(writer);
+        // A variable whose storage cannot be told leaves it to the exclusive sync, as a write.
+        if !w.writes_beside_reads().unwrap_or(false) {
+            return Ok(());
+        }
+        w.engine().flush()
     }
 
     /// `truncate` of a file to `size`: a data file may keep its size or grow (as a write
@@ -1500,6 +1524,8 @@ impl Filesystem for NczarrFs {
     }
 
     fn destroy(&mut self) {
+        // The last chance to store the changes: a server held as down is asked at once.
+        self.shared.map.probe_if_down();
         let flushed = match &self.shared.writer {
             Some(w) => write_lock(w).sync(),
             None => self.shared.map.flush(),

@@ -327,6 +327,23 @@ pub trait ZMap: Send + Sync + Debug {
         Ok(())
     }
 
+    /// Asks a remote server that the map holds as down (it stopped answering, and requests
+    /// fail at once until a probe is answered: see the S3 map) at once, with one request
+    /// bounded by the request timeout, rather than when the next probe is due: for an `fsync`
+    /// or the final flush at unmount, which must not give up on a server that is back. Maps
+    /// without such a state do nothing.
+    fn probe_if_down(&self) {}
+
+    /// The longest a writer leaves changed chunks that storage refused alone before it tries
+    /// to store them again, for a write that needs room (the wait starts at a 32nd of this
+    /// and doubles with each failure in a row; an `fsync` or `close` tries at once): each attempt
+    /// costs a remote server a request per chunk, and the writer the requests' retries.
+    /// `None`: writers try again at once (local storage fails at once and costs nothing to
+    /// ask again).
+    fn write_back_backoff(&self) -> Option<std::time::Duration> {
+        None
+    }
+
     /// The local file system that holds the map, if there is one (not for object stores).
     fn local_space(&self) -> Option<Space> {
         None

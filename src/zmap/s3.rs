@@ -18,10 +18,11 @@
 //! A failed request is retried after 100 ms, then after delays drawn at random that double
 //! on average (at most 15 s apart; five retries take about 3 s), until the retries or
 //! `NCZARRFS_S3_TIMEOUT` are used up: a server that went away fails a read after about that
-//! long. A server that refuses connections is asked again by
-//! the next read. A request that stalls until its time runs out, with nothing answered since
-//! it was sent, has the server checked with a HEAD request that must be answered within the
-//! connect timeout (requests wait for it); without an answer the server is taken as down (see
+//! long. A server that refuses connections is asked again by the next read, however long the
+//! retries of one request took: a refused connection is not a stall. A request that stalls
+//! until its time runs out, with nothing answered since it was sent, has the server checked
+//! with a HEAD request that must be answered within the connect timeout (requests wait for
+//! it); when the check is neither answered nor refused, the server is taken as down (see
 //! [`super::s3_health`]): requests fail at once, except one probe per `NCZARRFS_S3_TIMEOUT`,
 //! until a probe gets an answer.
 //!
@@ -384,9 +385,10 @@ impl S3Map {
                     return Err(Error::Storage {
                         key: key.to_string(),
                         reason: format!(
-                            "{}: the server has not answered for {} s (a request ran out of \
-                             time, and a check got no answer within {} s either); requests \
-                             fail at once until one of those sent every {} s is answered",
+                            "{}: the server is taken as down, no request answered for {} s (one \
+                             ran out of time, and a check got no answer within {} s either); \
+                             requests fail at once until a probe, sent at most every {} s, is \
+                             answered",
                             self.description,
                             silent.as_secs(),
                             self.check_limit.as_secs(),
@@ -401,7 +403,7 @@ impl S3Map {
                         .await
                         .is_err()
                     {
-                        self.health.settle(false, Instant::now());
+                        self.health.settle(Outcome::Stalled, Instant::now());
                         self.checked.notify_waiters();
                     }
                 }
@@ -411,11 +413,7 @@ impl S3Map {
         let result = request.await;
         let outcome = match &result {
             Ok(_) => Outcome::Answered,
-            Err(e) => match answered(e) {
-                true => Outcome::Answered,
-                false if timed_out(e) || started.elapsed() >= self.stall_after => Outcome::Stalled,
-                false => Outcome::Unreachable,
-            },
+            Err(e) => outcome_of(e, started.elapsed() >= self.stall_after),
         };
         if self.health.record(admission, outcome, Instant::now()) {
             self.check_server();
@@ -434,12 +432,12 @@ impl S3Map {
         let path = Path::from(self.prefix.as_str());
         tokio::spawn(async move {
             let answer = tokio::time::timeout(limit, store.head(&path)).await;
-            let got_answer = match &answer {
-                Ok(Ok(_)) => true,
-                Ok(Err(e)) => answered(e),
-                Err(_) => false,
+            let verdict = match &answer {
+                Ok(Ok(_)) => Outcome::Answered,
+                Ok(Err(e)) => outcome_of(e, false),
+                Err(_) => Outcome::Stalled,
             };
-            health.settle(got_answer, Instant::now());
+            health.settle(verdict, Instant::now());
             checked.notify_waiters();
         });
     }
@@ -599,6 +597,28 @@ fn answered(err: &object_store::Error) -> bool {
 /// Whether a failed request ran out of time waiting for the server.
 fn timed_out(err: &object_store::Error) -> bool {
     http_error(err).is_some_and(|h| h.kind() == object_store::client::HttpErrorKind::Timeout)
+}
+
+/// Whether a failed request found no server to connect to (connection refused, no route):
+/// an answer of sorts, at once, which a timeout is not.
+fn refused(err: &object_store::Error) -> bool {
+    http_error(err).is_some_and(|h| h.kind() == object_store::client::HttpErrorKind::Connect)
+}
+
+/// How a request that failed with `err` ended for the server's health; `slow` says whether
+/// it failed only after the time a connection takes at most. A refused connection is never a
+/// stall, however long the retries of the request took: the server, or its host, said no at
+/// once each time, and asking again costs as little.
+fn outcome_of(err: &object_store::Error, slow: bool) -> Outcome {
+    if answered(err) {
+        Outcome::Answered
+    } else if refused(err) {
+        Outcome::Unreachable
+    } else if timed_out(err) || slow {
+        Outcome::Stalled
+    } else {
+        Outcome::Unreachable
+    }
 }
 
 /// Whether `endpoint` is an AWS S3 endpoint (whose region object_store works out itself).
@@ -953,6 +973,32 @@ impl ZMap for S3Map {
 
     fn read_only(&self) -> bool {
         self.read_only
+    }
+
+    /// The request timeout, which also bounds one write-back's retries.
+    fn write_back_backoff(&self) -> Option<Duration> {
+        Some(self.health.probe_interval())
+    }
+
+    fn probe_if_down(&self) {
+        if !self.health.probe_now(Instant::now()) {
+            return;
+        }
+        // A HEAD of the prefix: any answer, a 404 included, takes the server as up again
+        // (`request` records it), and so does a connection refused at once.
+        let path = Path::from(self.prefix.as_str());
+        match block_on(self.request(&self.prefix, self.store.head(&path))) {
+            Ok(Ok(Ok(_))) => log::info!("{}: the server answers again", self.description),
+            Ok(Ok(Err(e))) if answered(&e) => {
+                log::info!("{}: the server answers again", self.description)
+            }
+            Ok(Ok(Err(e))) => log::info!(
+                "{}: the server is still down: {}",
+                self.description,
+                redact(&describe_error(&e, self.signed), &self.secrets)
+            ),
+            Ok(Err(e)) | Err(e) => log::info!("{e}"),
+        }
     }
 
     fn describe(&self) -> String {

@@ -13,6 +13,10 @@
 //! sent; then a cheap check request (a HEAD with a short time limit, see
 //! [`Health::record`]) decides, and requests wait for its verdict rather than risk a whole
 //! timeout each. The server is taken as down only when the check gets no answer either.
+//!
+//! A refused connection is no stall: it fails at once, so asking again costs little, and a
+//! server that refuses a check or a probe (stopped, or restarting) is not held as down: the
+//! requests that follow go to it, and fail at once or succeed by themselves.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -127,6 +131,21 @@ impl Health {
         })
     }
 
+    /// Makes the next request a probe at once when the server is taken as down and no probe
+    /// is under way, instead of when the next one is due; whether the server is down. For a
+    /// flush that must not give up on a server that came back since the last probe.
+    pub fn probe_now(&self, now: Instant) -> bool {
+        match &mut self.lock().phase {
+            Phase::Down(d) => {
+                if !d.probe_in_flight {
+                    d.next_probe = d.next_probe.min(now);
+                }
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Records how an admitted request ended. Returns true when the server must now be
     /// checked: the request stalled and nothing was answered since it was sent. The caller
     /// then sends a check request and hands its result to [`Health::settle`]; requests wait
@@ -163,33 +182,33 @@ impl Health {
                 }
             }
             Outcome::Unreachable => {
-                if let (true, Phase::Down(d)) = (probe, &mut state.phase) {
-                    d.probe_in_flight = false;
-                    d.next_probe = now + self.probe_interval;
+                if let (true, Phase::Down(_)) = (probe, &state.phase) {
+                    state.phase = Phase::Up;
                 }
                 false
             }
         }
     }
 
-    /// Ends the check [`Health::record`] asked for: `answered` is whether the server answered
-    /// the check request. Unanswered, the server is taken as down since the stalled request
-    /// was sent.
-    pub fn settle(&self, answered: bool, now: Instant) {
+    /// Ends the check [`Health::record`] asked for with how the check request ended. Only a
+    /// check that stalled too takes the server as down, since the stalled request was sent.
+    pub fn settle(&self, check: Outcome, now: Instant) {
         let mut state = self.lock();
         let Phase::Checking { since } = state.phase else {
             return;
         };
-        if answered {
-            state.last_answer = Some(now);
-            state.phase = Phase::Up;
-        } else {
-            state.phase = Phase::Down(Down {
+        state.phase = match check {
+            Outcome::Answered => {
+                state.last_answer = Some(now);
+                Phase::Up
+            }
+            Outcome::Unreachable => Phase::Up,
+            Outcome::Stalled => Phase::Down(Down {
                 since,
                 next_probe: now + self.probe_interval,
                 probe_in_flight: false,
-            });
-        }
+            }),
+        };
     }
 }
 
@@ -248,7 +267,7 @@ mod tests {
         assert!(health.record(slow, Outcome::Stalled, t1));
         // Requests wait for the check; so do others that stall meanwhile, unchecked again.
         assert!(matches!(health.admit(t1), Admit::Wait));
-        health.settle(true, t1 + Duration::from_millis(5));
+        health.settle(Outcome::Answered, t1 + Duration::from_millis(5));
         assert!(matches!(health.admit(t1), Admit::Go(_)));
     }
 
@@ -261,7 +280,7 @@ mod tests {
         assert!(health.record(first, Outcome::Stalled, t0 + Duration::from_secs(30)));
         // A request already on its way when the first stalled ends as it ends.
         assert!(!health.record(second, Outcome::Stalled, t0 + Duration::from_secs(31)));
-        health.settle(false, t0 + Duration::from_secs(35));
+        health.settle(Outcome::Stalled, t0 + Duration::from_secs(35));
 
         // Silent since the first stalled request was sent.
         assert_eq!(
@@ -287,6 +306,25 @@ mod tests {
     }
 
     #[test]
+    fn a_probe_asked_for_now_goes_before_it_is_due() {
+        let health = Health::new(INTERVAL);
+        let t0 = Instant::now();
+        assert!(!health.probe_now(t0), "a server that is up needs no probe");
+        let a = go(&health, t0);
+        assert!(health.record(a, Outcome::Stalled, t0));
+        health.settle(Outcome::Stalled, t0);
+        let t1 = t0 + Duration::from_secs(1);
+        assert!(refused(&health, t1).is_some());
+        assert!(health.probe_now(t1));
+        let probe = go(&health, t1);
+        // One probe at a time, even asked for.
+        assert!(health.probe_now(t1));
+        assert!(refused(&health, t1).is_some());
+        assert!(!health.record(probe, Outcome::Answered, t1));
+        assert!(matches!(health.admit(t1), Admit::Go(_)));
+    }
+
+    #[test]
     fn refused_connections_do_not_take_the_server_down() {
         let health = Health::new(INTERVAL);
         let t0 = Instant::now();
@@ -301,13 +339,31 @@ mod tests {
         let t0 = Instant::now();
         let a = go(&health, t0);
         assert!(health.record(a, Outcome::Stalled, t0));
-        health.settle(false, t0);
+        health.settle(Outcome::Stalled, t0);
         let t1 = t0 + INTERVAL;
         drop(go(&health, t1));
         let probe = go(&health, t1);
-        // A probe that finds the server refusing connections waits the interval again.
-        assert!(!health.record(probe, Outcome::Unreachable, t1));
+        assert!(!health.record(probe, Outcome::Stalled, t1));
         assert!(refused(&health, t1).is_some());
         assert!(matches!(health.admit(t1 + INTERVAL), Admit::Go(_)));
+    }
+
+    #[test]
+    fn a_refused_check_or_probe_does_not_hold_the_server_down() {
+        let health = Health::new(INTERVAL);
+        let t0 = Instant::now();
+        let slow = go(&health, t0);
+        assert!(health.record(slow, Outcome::Stalled, t0));
+        // The check finds the server refusing connections: stopped, not hung.
+        health.settle(Outcome::Unreachable, t0);
+        assert!(matches!(health.admit(t0), Admit::Go(_)));
+
+        let slow = go(&health, t0);
+        assert!(health.record(slow, Outcome::Stalled, t0));
+        health.settle(Outcome::Stalled, t0);
+        let t1 = t0 + INTERVAL;
+        let probe = go(&health, t1);
+        assert!(!health.record(probe, Outcome::Unreachable, t1));
+        assert!(matches!(health.admit(t1), Admit::Go(_)));
     }
 }
