@@ -35,7 +35,11 @@ pub const SYNC_BYTES: u64 = 256 << 20;
 
 /// Arguments of `copy`.
 #[derive(Debug, clap::Args)]
+#[command(disable_help_flag = true)]
 pub struct CopyArgs {
+    /// Print help (`-h` is nccopy's chunk cache size).
+    #[arg(long, action = clap::ArgAction::Help)]
+    pub help: Option<bool>,
     /// Source dataset (path or URL).
     pub src: String,
     /// Target dataset (path or URL). A local dataset there is replaced; anything else local is
@@ -126,6 +130,49 @@ pub struct CopyArgs {
     /// Default: the layout of 4.9.3 and later.
     #[arg(long = "for-netcdf-c", value_name = "VERSION")]
     pub for_netcdf_c: Option<String>,
+    /// Size in bytes of the cache of decoded source chunks, which a copy that changes the
+    /// chunking reads through (nccopy -h: a number with an optional K, M, G, T or P for
+    /// 10^3 to 10^15, such as 64M; default 256 MiB).
+    #[arg(short = 'h', long = "cache-size", value_name = "SIZE", value_parser = parse_nccopy_size)]
+    pub cache_size: Option<usize>,
+}
+
+/// A size as nccopy reads `-h`: a decimal number (`strtod`'s) followed by nothing or by a
+/// multiplier whose first letter counts (`K` 10^3, `M` 10^6, `G` 10^9, `T` 10^12, `P` 10^15,
+/// either case, so `64MB` is 64 000 000 bytes).
+fn parse_nccopy_size(text: &str) -> std::result::Result<usize, String> {
+    let bad = || {
+        format!(
+            "{}: a size is a number with an optional K, M, G, T or P (such as 4194304 or 64M)",
+            quoted(text)
+        )
+    };
+    let number_end = text
+        .find(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | 'e' | 'E' | '+' | '-')))
+        .unwrap_or(text.len());
+    // The longest prefix that is a number: in `4e` or `2E`, the `e` is not an exponent.
+    let (number, rest) = (1..=number_end)
+        .rev()
+        .find_map(|end| {
+            let value = text[..end].parse::<f64>().ok()?;
+            Some((value, &text[end..]))
+        })
+        .ok_or_else(bad)?;
+    let scale = match rest.chars().next().map(|c| c.to_ascii_uppercase()) {
+        None => 1.0,
+        Some('K') => 1e3,
+        Some('M') => 1e6,
+        Some('G') => 1e9,
+        Some('T') => 1e12,
+        Some('P') => 1e15,
+        Some(_) => return Err(bad()),
+    };
+    let bytes = number * scale;
+    if !(0.0..=usize::MAX as f64).contains(&bytes) {
+        return Err(bad());
+    }
+    // As nccopy converts it: the fraction of a byte goes.
+    Ok(bytes as usize)
 }
 
 /// Runs `copy`.
@@ -134,7 +181,8 @@ pub fn run(args: CopyArgs) -> Result<i32> {
     super::refuse_empty_list("-v", "variable", &args.data_vars)?;
     super::refuse_empty_list("-g", "group", &args.data_groups)?;
     super::refuse_empty_list("-G", "group", &args.only_groups)?;
-    let mut src = OpenDataset::open(&args.src, DEFAULT_CACHE_BYTES)?;
+    let cache_bytes = args.cache_size.unwrap_or(DEFAULT_CACHE_BYTES);
+    let mut src = OpenDataset::open(&args.src, cache_bytes)?;
     let names = |list: &Option<Vec<String>>| -> Option<Vec<String>> {
         list.as_ref()
             .map(|l| l.iter().filter(|s| !s.is_empty()).cloned().collect())
@@ -176,7 +224,7 @@ pub fn run(args: CopyArgs) -> Result<i32> {
         narrowed = true;
     }
     if narrowed {
-        src.engine = ChunkEngine::new(Arc::clone(&src.map), DEFAULT_CACHE_BYTES);
+        src.engine = ChunkEngine::new(Arc::clone(&src.map), cache_bytes);
     }
     let in_wanted_group = |v: VarId| {
         wanted_groups
@@ -1193,6 +1241,51 @@ impl Progress {
 mod tests {
     use super::*;
     use crate::create::DatasetWriter;
+    use clap::Parser;
+
+    fn parse_copy(args: &[&str]) -> std::result::Result<CopyArgs, clap::Error> {
+        let cli =
+            super::super::Cli::try_parse_from(["nczarrfs", "copy"].iter().chain(args).copied())?;
+        match cli.command {
+            super::super::Command::Copy(a) => Ok(a),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn dash_h_is_nccopys_chunk_cache_size_and_help_stays() {
+        let a = parse_copy(&["-h", "4194304", "in", "out"]).unwrap();
+        assert_eq!(a.cache_size, Some(4_194_304));
+        assert_eq!((a.src.as_str(), a.dst.as_str()), ("in", "out"));
+        let a = parse_copy(&["in", "out", "-h", "64M"]).unwrap();
+        assert_eq!(a.cache_size, Some(64_000_000));
+        let help = parse_copy(&["--help"]).unwrap_err();
+        assert_eq!(help.kind(), clap::error::ErrorKind::DisplayHelp);
+        // A value is required: `-h` alone is not help.
+        let e = parse_copy(&["-h", "in", "out"]).unwrap_err();
+        assert_ne!(e.kind(), clap::error::ErrorKind::DisplayHelp);
+    }
+
+    #[test]
+    fn sizes_read_as_nccopy_reads_them() {
+        // nccopy's double_with_suffix: decimal multipliers, the first letter counts.
+        for (text, bytes) in [
+            ("0", 0),
+            ("4194304", 4_194_304),
+            ("4k", 4_000),
+            ("4K", 4_000),
+            ("1.5M", 1_500_000),
+            ("64MB", 64_000_000),
+            ("2g", 2_000_000_000),
+            ("1e6", 1_000_000),
+            ("2.7", 2),
+        ] {
+            assert_eq!(parse_nccopy_size(text), Ok(bytes), "{text}");
+        }
+        for bad in ["", "x", "4X", "-5", "4 M", "M"] {
+            assert!(parse_nccopy_size(bad).is_err(), "{bad}");
+        }
+    }
 
     fn covered(shape: &[u64], chunks: &[u64], esize: usize) -> u64 {
         let s = slabs(shape, chunks, esize);
