@@ -46,11 +46,9 @@ pub struct CopyArgs {
     /// refused (a Zarr array too, and any place inside a Zarr dataset, the source's own
     /// included), and so is an S3 prefix that holds any object.
     pub dst: String,
-    /// Mode words for the target, comma-separated: `nczarr` (default) or `zarr`, `v2`
-    /// (default) or `v3`, `noxarray`, `consolidated`, `zip`, `file`. nccopy's `-k nc4` /
-    /// `netCDF-4` mean `nczarr`.
-    #[arg(short = 'k', long = "mode", value_name = "WORDS")]
-    pub mode: Option<String>,
+    /// The kind of the target: `-k` and nccopy's format flags.
+    #[command(flatten)]
+    pub kind: super::KindArgs,
     /// Chunking, in nccopy's -c forms: `dim/n,dim2/m` per dimension (a plain name is the
     /// root group's dimension, `/g/d` group g's), `dim/` for the dimension's whole length, or
     /// `var:n,m` per variable (which wins over a dimension's). May be repeated. nccopy's
@@ -248,8 +246,8 @@ pub fn run(args: CopyArgs) -> Result<i32> {
     };
     super::refuse_standard_output(&args.dst)?;
     let mut dst = Location::parse(&args.dst)?;
-    if let Some(w) = &args.mode {
-        apply_mode_words(&mut dst, &super::ncgen_mode_words(w))?;
+    if let Some(w) = args.kind.mode_words()? {
+        apply_mode_words(&mut dst, &w)?;
     }
     if let Some(separator) = args.dimension_separator.filter(|s| !matches!(s, '.' | '/')) {
         return Err(Error::Invalid(format!(

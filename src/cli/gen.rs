@@ -31,10 +31,9 @@ pub struct GenArgs {
     /// `netcdf NAME` line, as ncgen names its `.nc` file.
     #[arg(short = 'o', long = "output", value_name = "LOCATION")]
     pub output: Option<String>,
-    /// Mode words, comma-separated: `nczarr` (default) or `zarr`, `v2` (default) or `v3`,
-    /// `noxarray`, `consolidated`, `zip`, `file`. ncgen's `-k nc4` / `netCDF-4` mean `nczarr`.
-    #[arg(short = 'k', long = "mode", value_name = "WORDS")]
-    pub mode: Option<String>,
+    /// The kind of dataset: `-k` and ncgen's format flags.
+    #[command(flatten)]
+    pub kind: super::KindArgs,
     /// Chunk key separator: `.` or `/` (default: `.` on Zarr v2, as netcdf-c and zarr-python
     /// write; `/` on Zarr v3, whose `default` chunk key encoding takes either).
     #[arg(long, value_name = "SEP")]
@@ -66,7 +65,7 @@ pub fn run(args: GenArgs) -> Result<i32> {
     } else {
         parse_cdl_file(&args.cdl)?
     };
-    let words = args.mode.as_deref().map(super::ncgen_mode_words);
+    let words = args.kind.mode_words()?;
     let has = |word: &str| {
         words
             .as_deref()
