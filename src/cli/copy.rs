@@ -51,7 +51,8 @@ pub struct CopyArgs {
     pub kind: super::KindArgs,
     /// Chunking, in nccopy's -c forms: `dim/n,dim2/m` per dimension (a plain name is the
     /// root group's dimension, `/g/d` group g's), `dim/` for the dimension's whole length, or
-    /// `var:n,m` per variable (which wins over a dimension's). May be repeated. nccopy's
+    /// `var:n,m` per variable (which wins over a dimension's). Repeated, as in nccopy,
+    /// variables' add up and of dimension lists the last counts. nccopy's
     /// forms for unchunked storage (`/`, `var:`, `var:contiguous`) are refused: NCZarr
     /// stores every variable in chunks.
     #[arg(short = 'c', long = "chunks", value_name = "SPEC")]
@@ -421,7 +422,7 @@ fn vars_named(ds: &Dataset, fqns: &[String]) -> Vec<VarId> {
 /// chunk grid becomes the shard grid and their chain one `sharding_indexed` codec around the
 /// chain their chunks had.
 fn shard_model(ds: &mut Dataset, specs: &[String]) -> Result<()> {
-    let sharding = parse_chunk_specs("--shards", specs)?;
+    let sharding = parse_chunk_specs("--shards", specs, DimensionLists::AddUp)?;
     check_spec_names("--shards", ds, &sharding)?;
     for i in 0..ds.vars.len() {
         let id = VarId(i);
@@ -831,7 +832,7 @@ fn check_spec_names(option: &str, ds: &Dataset, specs: &[ChunkSpec]) -> Result<(
 /// variable's lengths must fit it (one per dimension, none longer than a fixed dimension),
 /// even where the variable is left out.
 fn chunk_plan(src: &Dataset, specs: &[String]) -> Result<Vec<ChunkSpec>> {
-    let plan = parse_chunk_specs("--chunks", specs)?;
+    let plan = parse_chunk_specs("--chunks", specs, DimensionLists::LastCounts)?;
     check_spec_names("--chunks", src, &plan)?;
     for spec in &plan {
         if let ChunkSpec::Var(name, lengths) = spec {
@@ -852,12 +853,27 @@ fn chunk_plan(src: &Dataset, specs: &[String]) -> Result<Vec<ChunkSpec>> {
     Ok(plan)
 }
 
+/// How arguments of dimension items (`dim/n,dim2/m`) given one after another combine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DimensionLists {
+    /// The last replaces those before it, as in nccopy's `-c` (Debian's 4.9.0 keeps only the
+    /// last argument of dimensions, while arguments of a variable add up).
+    LastCounts,
+    /// They add up (`--shards`, which nccopy does not have).
+    AddUp,
+}
+
 /// The items of `option` (`--chunks` or `--shards`), in nccopy's `-c` forms. An item is the
 /// variable form `var:n,m` when a list of lengths follows its last `:`; otherwise it is a list
 /// of `dim/n` or `dim/`, so that names holding `:` (which netCDF allows) work in either form.
 /// nccopy's forms for contiguous storage (`/`, `var:`, `var:contiguous`, `var:compact`) are
-/// refused: every NCZarr variable is stored in chunks.
-fn parse_chunk_specs(option: &str, specs: &[String]) -> Result<Vec<ChunkSpec>> {
+/// refused: every NCZarr variable is stored in chunks. `repeats` says how arguments of
+/// dimension items combine.
+fn parse_chunk_specs(
+    option: &str,
+    specs: &[String],
+    repeats: DimensionLists,
+) -> Result<Vec<ChunkSpec>> {
     let lengths = |list: &str| -> Option<Vec<u64>> {
         list.split(',')
             .map(|n| n.trim().parse::<u64>().ok().filter(|n| *n > 0))
@@ -898,6 +914,9 @@ fn parse_chunk_specs(option: &str, specs: &[String]) -> Result<Vec<ChunkSpec>> {
                 // A list that is not lengths: a bad variable form, not a dimension.
                 return Err(bad());
             }
+        }
+        if repeats == DimensionLists::LastCounts {
+            out.retain(|s| matches!(s, ChunkSpec::Var(..)));
         }
         for item in spec.split(',').filter(|s| !s.trim().is_empty()) {
             let (dim, n) = item.rsplit_once('/').ok_or_else(bad)?;
@@ -1437,7 +1456,12 @@ mod tests {
 
     #[test]
     fn chunk_specs_in_nccopy_forms() {
-        let s = parse_chunk_specs("--chunks", &["time/1,lat/10".into(), "v:2,3".into()]).unwrap();
+        let s = parse_chunk_specs(
+            "--chunks",
+            &["time/1,lat/10".into(), "v:2,3".into()],
+            DimensionLists::LastCounts,
+        )
+        .unwrap();
         assert_eq!(
             s,
             vec![
@@ -1447,7 +1471,8 @@ mod tests {
             ]
         );
         // `dim/`: the whole dimension.
-        let s = parse_chunk_specs("--chunks", &["t/,w/5".into()]).unwrap();
+        let s =
+            parse_chunk_specs("--chunks", &["t/,w/5".into()], DimensionLists::LastCounts).unwrap();
         assert_eq!(
             s,
             vec![
@@ -1456,14 +1481,14 @@ mod tests {
             ]
         );
         for bad in ["lat", "v:0", "v:2,x", "/5", "t/x", "t/0"] {
-            match parse_chunk_specs("--chunks", &[bad.into()]) {
+            match parse_chunk_specs("--chunks", &[bad.into()], DimensionLists::LastCounts) {
                 Err(Error::Invalid(m)) => assert!(m.contains("dim/ for the whole"), "{bad}: {m}"),
                 other => panic!("{bad}: {other:?}"),
             }
         }
         // nccopy's unchunked storage: NCZarr has none.
         for unchunked in ["/", "v:", "v:contiguous", "v:compact", "a:b:"] {
-            match parse_chunk_specs("--chunks", &[unchunked.into()]) {
+            match parse_chunk_specs("--chunks", &[unchunked.into()], DimensionLists::LastCounts) {
                 Err(Error::Unsupported(m)) => {
                     assert!(m.contains("NCZarr does not have"), "{unchunked}: {m}")
                 }
@@ -1471,8 +1496,12 @@ mod tests {
             }
         }
         // Names may hold `:`.
-        let s =
-            parse_chunk_specs("--shards", &["time:count/3,x/2".into(), "a:b:4,5".into()]).unwrap();
+        let s = parse_chunk_specs(
+            "--shards",
+            &["time:count/3,x/2".into(), "a:b:4,5".into()],
+            DimensionLists::AddUp,
+        )
+        .unwrap();
         assert_eq!(
             s,
             vec![
@@ -1487,20 +1516,57 @@ mod tests {
     /// the first).
     #[test]
     fn chunk_specs_name_each_thing_once() {
-        for specs in [
-            vec!["x/1,x/3"],
-            vec!["x/1", "x/3"],
-            vec!["v:1", "v:2"],
-            vec!["x/1,y/2", "y/2"],
+        for (specs, repeats) in [
+            (vec!["x/1,x/3"], DimensionLists::LastCounts),
+            (vec!["v:1", "v:2"], DimensionLists::LastCounts),
+            (vec!["x/1", "x/3"], DimensionLists::AddUp),
+            (vec!["x/1,y/2", "y/2"], DimensionLists::AddUp),
         ] {
             let specs: Vec<String> = specs.into_iter().map(String::from).collect();
-            match parse_chunk_specs("--chunks", &specs) {
+            match parse_chunk_specs("--chunks", &specs, repeats) {
                 Err(Error::Invalid(m)) => assert!(m.contains("more than once"), "{m}"),
                 other => panic!("{specs:?}: {other:?}"),
             }
         }
         let specs = ["x/1".to_string(), "x:2".to_string()];
-        assert_eq!(parse_chunk_specs("--chunks", &specs).unwrap().len(), 2);
+        assert_eq!(
+            parse_chunk_specs("--chunks", &specs, DimensionLists::LastCounts)
+                .unwrap()
+                .len(),
+            2
+        );
+    }
+
+    /// Debian's nccopy 4.9.0 keeps the dimensions of the last `-c` that gives any
+    /// (`-c t/2 -c x/5` chunks `r(t, x)` as `3, 5` from `3, 7`), while those giving a
+    /// variable's add up.
+    #[test]
+    fn the_last_chunks_argument_of_dimensions_counts() {
+        let specs: Vec<String> = ["t/2", "r:4,4", "x/5,y/", "q:1,1"]
+            .into_iter()
+            .map(String::from)
+            .collect();
+        let dims = |repeats| {
+            parse_chunk_specs("--chunks", &specs, repeats)
+                .unwrap()
+                .into_iter()
+                .map(|s| match s {
+                    ChunkSpec::Dim(d, n) => format!("{d}/{n:?}"),
+                    ChunkSpec::Var(v, n) => format!("{v}:{n:?}"),
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            dims(DimensionLists::LastCounts),
+            ["r:[4, 4]", "x/Some(5)", "y/None", "q:[1, 1]"]
+        );
+        assert_eq!(
+            dims(DimensionLists::AddUp),
+            ["t/Some(2)", "r:[4, 4]", "x/Some(5)", "y/None", "q:[1, 1]"]
+        );
+        // A dimension named again in a later argument is no longer twice.
+        let specs = ["x/1".to_string(), "x/3".to_string()];
+        assert!(parse_chunk_specs("--chunks", &specs, DimensionLists::LastCounts).is_ok());
     }
 
     /// A chunk longer than a fixed dimension is refused in both forms, as Debian's nccopy
