@@ -150,3 +150,110 @@ def test_netcdf_c_keeps_no_classic_model_in_nczarr(tmp_path):
         trees.append({p.relative_to(path): p.read_bytes() for p in path.rglob("*")
                       if p.is_file()})
     assert trees[0] == trees[1]
+
+
+# 2-D floats and doubles, without scalars (whose `-f f` index ncdump prints from past the end
+# of its array).
+NUMBERS_CDL = """netcdf n {
+dimensions: r = 2, c = 3 ;
+variables:
+  double b(r, c) ;
+  float f(r, c) ;
+data:
+  b = 0, 0.333333333333333, 0.666666666666667, 1, 1.33333333333333, 1.66666666666667 ;
+  f = 0.1, 0.2, 0.3333333, 1.5, 2.25, 3.125 ;
+}
+"""
+
+
+@pytest.fixture
+def number_twins(nczarrfs, tmp_path) -> tuple[Path, Path]:
+    cdl = tmp_path / "n.cdl"
+    cdl.write_text(NUMBERS_CDL)
+    nc, store = tmp_path / "n.nc", tmp_path / "n.file"
+    subprocess.run(["ncgen", "-k", "nc4", "-o", str(nc), str(cdl)], check=True)
+    r = nczarrfs("gen", "-o", str(store), str(cdl))
+    assert r.returncode == 0, r.stderr
+    return nc, store
+
+
+@pytest.mark.parametrize("options", [
+    "-p 3 -p 3,5", "-p 3,5 -p 3", "-p ,5", "-p ,", "-p 3,5,7", "-p 3x", "-p 3,5x", "-p 4,-7",
+    "-b c -b f", "-f c -f f", "-b c -f f", "-f f -b c", "-b f -f c", "-f c -b c -b f",
+    "-l 20 -l 30", "-n a -n b", "-h -h", "-c -c", "-t -t", "-k -x", "-x -k", "-k -k",
+    "-p 3,0", "-p 3,", "-p 3,,5", "-p x",
+])
+def test_dump_takes_repeated_and_combined_options_as_ncdump(nczarrfs, number_twins, options):
+    """Where ncdump takes the options, the output is the same; where it refuses them
+    (`-p 3,0`, `-p 3,`, `-p x`), so does `dump`, with the exit status of a command-line
+    error."""
+    nc, store = number_twins
+    want = _ncdump(*options.split(), str(nc))
+    got = nczarrfs("dump", *options.split(), str(store))
+    if want.returncode == 0 and not want.stderr:
+        assert got.returncode == 0, got.stderr
+        assert got.stdout == want.stdout
+    else:
+        assert got.returncode == 2, got.stderr
+        assert got.stdout == b""
+
+
+def test_dump_x_is_refused_as_by_ncdump(nczarrfs, number_twins):
+    nc, store = number_twins
+    want = _ncdump("-x", str(nc))
+    assert want.returncode == 1 and b"NcML" in want.stderr
+    got = nczarrfs("dump", "-x", str(store))
+    assert got.returncode == 1
+    assert b"NcML" in got.stderr
+    assert got.stdout == b""
+
+
+@pytest.fixture
+def record_twins(tmp_path) -> tuple[Path, Path]:
+    """Root `a`, `b`, `c` along (t unlimited, x), and `w(t)` in group `g`: as HDF5 and NCZarr."""
+    nc, store = tmp_path / "t.nc", tmp_path / "t.file"
+    for target in (str(nc), nczarr_url(str(store))):
+        with netCDF4.Dataset(target, "w") as d:
+            d.createDimension("t", None)
+            d.createDimension("x", 4)
+            for name in "abc":
+                d.createVariable(name, "i4", ("t", "x"))[0:2] = [[0, 1, 2, 3], [4, 5, 6, 7]]
+            d.createGroup("g").createVariable("w", "i4", ("t",))[0:2] = [1, 2]
+    return nc, store
+
+
+def _deflation(text: bytes) -> list[bytes]:
+    return [line.strip() for line in text.splitlines()
+            if b"_DeflateLevel" in line or b"_Shuffle" in line]
+
+
+# (options, the `dump -v` list of the variables whose data the copy holds; None: all)
+COPY_REPEATS = [
+    ("-d 1 -d 0", None), ("-d 0 -d 1", None), ("-d 1 -s -s", None), ("-u -u", None),
+    ("-k nc4 -k nc4", None), ("-h 1M -h 2M", None),
+    ("-V a,b -v b", "b"), ("-v b -V a,b", None), ("-V a -V b", None), ("-v a -v b", "b"),
+    ("-G g -g /", "a,b,c"), ("-g / -G g", "w"), ("-G / -G g", "w"), ("-g g -g /", "a,b,c"),
+]
+
+
+@pytest.mark.parametrize("options,copied", COPY_REPEATS)
+def test_copy_takes_repeated_and_combined_options_as_nccopy(nczarrfs, record_twins, tmp_path,
+                                                            options, copied):
+    """The last of an option, or of `-V`/`-v` and of `-G`/`-g`, counts: the same variables
+    are defined, the same ones hold data, and the same deflation is used. (nccopy leaves the
+    variables without data uninitialized, `copy` at their fill: only the copied data are
+    compared.)"""
+    nc, store = record_twins
+    theirs, ours = tmp_path / "nccopy.nc", tmp_path / "copy.file"
+    r = subprocess.run(["nccopy", *options.split(), str(nc), str(theirs)], capture_output=True)
+    assert r.returncode == 0, r.stderr
+    r = nczarrfs("copy", *options.split(), str(store), str(ours))
+    assert r.returncode == 0, r.stderr
+    assert nczarrfs("dump", "-h", "-n", "o", str(ours)).stdout == \
+        _ncdump("-h", "-n", "o", str(theirs)).stdout
+    data = ["-v", copied] if copied else []
+    want = _ncdump(*data, "-n", "o", str(theirs))
+    assert want.returncode == 0, want.stderr
+    assert nczarrfs("dump", *data, "-n", "o", str(ours)).stdout == want.stdout
+    assert _deflation(nczarrfs("dump", "-hs", str(ours)).stdout) == \
+        _deflation(_ncdump("-hs", str(theirs)).stdout)

@@ -33,9 +33,11 @@ pub const SLAB_BYTES: u64 = 32 << 20;
 /// The target is synced after this many bytes.
 pub const SYNC_BYTES: u64 = 256 << 20;
 
-/// Arguments of `copy`.
+/// Arguments of `copy`. As in nccopy, an option given again replaces what it gave before
+/// (`-d 1 -d 0` is `-d 0`), and so does `-V` for `-v` and `-G` for `-g`, and the reverse; only
+/// `-c` (see there) and `--shards` add up.
 #[derive(Debug, clap::Args)]
-#[command(disable_help_flag = true)]
+#[command(disable_help_flag = true, args_override_self = true)]
 pub struct CopyArgs {
     /// Print help (`-h` is nccopy's chunk cache size).
     #[arg(long, action = clap::ArgAction::Help)]
@@ -80,12 +82,14 @@ pub struct CopyArgs {
     #[arg(long = "shards", value_name = "SPEC")]
     pub shards: Vec<String>,
     /// Only these variables, definitions and data (nccopy -V): names (in every group), `g/v`
-    /// or full names `/g/v`, comma-separated. Groups, dimensions and attributes all stay.
+    /// or full names `/g/v`, comma-separated. Groups, dimensions and attributes all stay. Of
+    /// `-V` and `-v`, the last given counts, with its list alone.
     #[arg(
         short = 'V',
         long = "only-vars",
         value_name = "VARS",
-        value_delimiter = ','
+        value_delimiter = ',',
+        overrides_with_all = VARIABLE_LISTS
     )]
     pub only_vars: Option<Vec<String>>,
     /// Data only for these variables (nccopy -v); the others are defined and hold their fill
@@ -94,7 +98,8 @@ pub struct CopyArgs {
         short = 'v',
         long = "data-vars",
         value_name = "VARS",
-        value_delimiter = ','
+        value_delimiter = ',',
+        overrides_with_all = VARIABLE_LISTS
     )]
     pub data_vars: Option<Vec<String>>,
     /// Data only for the variables of these groups (nccopy -g): full names (`/g/h`, `/` for
@@ -104,18 +109,20 @@ pub struct CopyArgs {
         short = 'g',
         long = "data-groups",
         value_name = "GROUPS",
-        value_delimiter = ','
+        value_delimiter = ',',
+        overrides_with_all = GROUP_LISTS
     )]
     pub data_groups: Option<Vec<String>>,
     /// Only these groups (nccopy -G), named as for `-g`: other groups go with all they hold,
     /// the root group's definitions always stay, and only the variables of the listed groups
-    /// get data (those of the root only if `/` is listed).
+    /// get data (those of the root only if `/` is listed). Of `-G` and `-g`, the last given
+    /// counts, with its list alone.
     #[arg(
         short = 'G',
         long = "only-groups",
         value_name = "GROUPS",
         value_delimiter = ',',
-        conflicts_with = "data_groups"
+        overrides_with_all = GROUP_LISTS
     )]
     pub only_groups: Option<Vec<String>>,
     /// Unlimited dimensions become fixed ones of their current length (nccopy -u); one of
@@ -135,6 +142,11 @@ pub struct CopyArgs {
     #[arg(short = 'h', long = "cache-size", value_name = "SIZE", value_parser = parse_nccopy_size)]
     pub cache_size: Option<usize>,
 }
+
+/// `-V` and `-v`, which share one list in nccopy: the last given counts.
+const VARIABLE_LISTS: [&str; 2] = ["only_vars", "data_vars"];
+/// `-G` and `-g`, likewise.
+const GROUP_LISTS: [&str; 2] = ["only_groups", "data_groups"];
 
 /// A size as nccopy reads `-h`: a decimal number (`strtod`'s) followed by nothing or by a
 /// multiplier whose first letter counts (`K` 10^3, `M` 10^6, `G` 10^9, `T` 10^12, `P` 10^15,
@@ -1281,6 +1293,36 @@ mod tests {
         // A value is required: `-h` alone is not help.
         let e = parse_copy(&["-h", "in", "out"]).unwrap_err();
         assert_ne!(e.kind(), clap::error::ErrorKind::DisplayHelp);
+    }
+
+    #[test]
+    fn options_given_again_replace_what_they_gave_as_in_nccopy() {
+        let a = parse_copy(&["-d", "1", "-d", "0", "-s", "-s", "-u", "-u", "a", "b"]).unwrap();
+        assert_eq!(
+            (a.deflate, a.shuffle, a.fix_unlimited),
+            (Some(0), true, true)
+        );
+        let a = parse_copy(&["-V", "a,b", "-v", "b", "a", "b"]).unwrap();
+        assert_eq!(
+            (a.only_vars, a.data_vars),
+            (None, Some(vec!["b".to_string()]))
+        );
+        let a = parse_copy(&["-v", "b", "-V", "a,b", "a", "b"]).unwrap();
+        assert_eq!(a.only_vars.unwrap(), ["a", "b"]);
+        assert_eq!(a.data_vars, None);
+        let a = parse_copy(&["-V", "a", "-V", "b", "a", "b"]).unwrap();
+        assert_eq!(a.only_vars.unwrap(), ["b"]);
+        let a = parse_copy(&["-G", "g", "-g", "/", "a", "b"]).unwrap();
+        assert_eq!(
+            (a.only_groups, a.data_groups),
+            (None, Some(vec!["/".to_string()]))
+        );
+        let a = parse_copy(&["-g", "/", "-G", "g,h", "a", "b"]).unwrap();
+        assert_eq!(a.only_groups.unwrap(), ["g", "h"]);
+        assert_eq!(a.data_groups, None);
+        // -c and --shards add up.
+        let a = parse_copy(&["-c", "t/2", "-c", "v:1", "a", "b"]).unwrap();
+        assert_eq!(a.chunks, ["t/2", "v:1"]);
     }
 
     #[test]
