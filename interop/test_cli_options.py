@@ -12,6 +12,7 @@ from pathlib import Path
 import netCDF4
 import pytest
 
+from conftest import nczarrfs_binary
 from twins import nczarr_url
 
 INT_CDL = "netcdf x { dimensions: d = 3 ; variables: int v(d) ; data: v = 1, 2, 3 ; }\n"
@@ -257,3 +258,55 @@ def test_copy_takes_repeated_and_combined_options_as_nccopy(nczarrfs, record_twi
     assert nczarrfs("dump", *data, "-n", "o", str(ours)).stdout == want.stdout
     assert _deflation(nczarrfs("dump", "-hs", str(ours)).stdout) == \
         _deflation(_ncdump("-hs", str(theirs)).stdout)
+
+
+def _in(tmp_path: Path, cmd: list[str], stdin: Path | None = None):
+    with open(stdin or "/dev/null", "rb") as f:
+        return subprocess.run(cmd, cwd=tmp_path, stdin=f, capture_output=True, check=False)
+
+
+@pytest.mark.parametrize("options", [["-b"], ["-l", "b"], ["-b", "-4"], []])
+@pytest.mark.parametrize("from_stdin", [False, True], ids=["file", "stdin"])
+def test_gen_takes_ncgens_binary_output_and_standard_input(nczarrfs, tmp_path, options,
+                                                           from_stdin):
+    """`ncgen -b -o R x.cdl`, `ncgen -l b ...` and `ncgen -o R < x.cdl` (no file named: ncgen
+    reads standard input) make the dataset: so does `gen`, with the same content."""
+    cdl = tmp_path / "x.cdl"
+    cdl.write_text(INT_CDL)
+    source = ([], cdl) if from_stdin else (["x.cdl"], None)
+    r = _in(tmp_path, ["ncgen", *options, "-k", "nc4", "-o", "R.nc", *source[0]], source[1])
+    assert r.returncode == 0, r.stderr
+    r = _in(tmp_path, [str(nczarrfs_binary()), "gen", *options, "-o", "R.file", *source[0]],
+            source[1])
+    assert r.returncode == 0, r.stderr
+    want = _ncdump(str(tmp_path / "R.nc")).stdout
+    assert _data_section(nczarrfs("dump", str(tmp_path / "R.file")).stdout) == \
+        _data_section(want)
+
+
+def test_gen_reads_standard_input_named_as_ncgen_names_it(nczarrfs, tmp_path):
+    """Without a file nor `-o`, ncgen -b names its output after `netcdf x`: `x.nc`."""
+    cdl = tmp_path / "input.cdl"
+    cdl.write_text(INT_CDL)
+    assert _in(tmp_path, ["ncgen", "-b"], cdl).returncode == 0
+    assert (tmp_path / "x.nc").exists()
+    r = _in(tmp_path, [str(nczarrfs_binary()), "gen"], cdl)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "x.file").is_dir()
+
+
+@pytest.mark.parametrize("options,ncgen_takes", [
+    (["-b", "-l", "b"], False), (["-b", "-b"], False), (["-l", "b", "-l", "b"], False),
+    (["-l", "binary"], False), (["-l", "c"], True), (["-l", "f77"], True),
+    (["-l", "java"], True),
+])
+def test_gen_refuses_other_languages_and_repeats(nczarrfs, tmp_path, options, ncgen_takes):
+    """ncgen wants one language, once; its program languages (`-l c`, ...) write code, which
+    `gen` does not: refused as command-line errors, nothing written."""
+    cdl = tmp_path / "x.cdl"
+    cdl.write_text(INT_CDL)
+    r = _in(tmp_path, ["ncgen", *options, "-o", "R.nc", "x.cdl"])
+    assert (r.returncode == 0) == ncgen_takes, r.stderr
+    r = nczarrfs("gen", *options, "-o", str(tmp_path / "R.file"), str(cdl))
+    assert r.returncode == 2, r.stderr
+    assert not (tmp_path / "R.file").exists()
