@@ -77,6 +77,15 @@ AGREED = [
     ("-c t/2 -c r:10,10", True),
     ("-c /g/b:4,3 -c /g/t/7", True),
     ("-c /g/t/7 -c /g/b:4,3", True),
+    # Of dimension lists the last counts; variables' add up, and win in any order.
+    ("-c t/2 -c x/5", True),
+    ("-c x/5 -c t/2", True),
+    ("-c t/2,x/5 -c /g/t/7", True),
+    ("-c r:10,10 -c t/2 -c x/5", True),
+    ("-c t/2 -c r:10,10 -c x/5", True),
+    ("-c t/2 -c x/5 -c r:10,10", True),
+    ("-c t/2 -c t/4", True),
+    ("-c r:10,10 -c /g/b:4,3 -c x/5", True),
     ("-V r -c /g/b:4,3", True),  # a variable -V leaves out
     ("-V r -c t/5", True),
     ("-u -c t/30,x/40", False),  # r and k: 9600-byte chunks

@@ -33,23 +33,28 @@ pub const SLAB_BYTES: u64 = 32 << 20;
 /// The target is synced after this many bytes.
 pub const SYNC_BYTES: u64 = 256 << 20;
 
-/// Arguments of `copy`.
+/// Arguments of `copy`. As in nccopy, an option given again replaces what it gave before
+/// (`-d 1 -d 0` is `-d 0`), and so does `-V` for `-v` and `-G` for `-g`, and the reverse; only
+/// `-c` (see there) and `--shards` add up.
 #[derive(Debug, clap::Args)]
+#[command(disable_help_flag = true, args_override_self = true)]
 pub struct CopyArgs {
+    /// Print help (`-h` is nccopy's chunk cache size).
+    #[arg(long, action = clap::ArgAction::Help)]
+    pub help: Option<bool>,
     /// Source dataset (path or URL).
     pub src: String,
     /// Target dataset (path or URL). A local dataset there is replaced; anything else local is
     /// refused (a Zarr array too, and any place inside a Zarr dataset, the source's own
     /// included), and so is an S3 prefix that holds any object.
     pub dst: String,
-    /// Mode words for the target, comma-separated: `nczarr` (default) or `zarr`, `v2`
-    /// (default) or `v3`, `noxarray`, `consolidated`, `zip`, `file`. nccopy's `-k nc4` /
-    /// `netCDF-4` mean `nczarr`.
-    #[arg(short = 'k', long = "mode", value_name = "WORDS")]
-    pub mode: Option<String>,
+    /// The kind of the target: `-k` and nccopy's format flags.
+    #[command(flatten)]
+    pub kind: super::KindArgs,
     /// Chunking, in nccopy's -c forms: `dim/n,dim2/m` per dimension (a plain name is the
     /// root group's dimension, `/g/d` group g's), `dim/` for the dimension's whole length, or
-    /// `var:n,m` per variable (which wins over a dimension's). May be repeated. nccopy's
+    /// `var:n,m` per variable (which wins over a dimension's). Repeated, as in nccopy,
+    /// variables' add up and of dimension lists the last counts. nccopy's
     /// forms for unchunked storage (`/`, `var:`, `var:contiguous`) are refused: NCZarr
     /// stores every variable in chunks.
     #[arg(short = 'c', long = "chunks", value_name = "SPEC")]
@@ -77,12 +82,14 @@ pub struct CopyArgs {
     #[arg(long = "shards", value_name = "SPEC")]
     pub shards: Vec<String>,
     /// Only these variables, definitions and data (nccopy -V): names (in every group), `g/v`
-    /// or full names `/g/v`, comma-separated. Groups, dimensions and attributes all stay.
+    /// or full names `/g/v`, comma-separated. Groups, dimensions and attributes all stay. Of
+    /// `-V` and `-v`, the last given counts, with its list alone.
     #[arg(
         short = 'V',
         long = "only-vars",
         value_name = "VARS",
-        value_delimiter = ','
+        value_delimiter = ',',
+        overrides_with_all = VARIABLE_LISTS
     )]
     pub only_vars: Option<Vec<String>>,
     /// Data only for these variables (nccopy -v); the others are defined and hold their fill
@@ -91,7 +98,8 @@ pub struct CopyArgs {
         short = 'v',
         long = "data-vars",
         value_name = "VARS",
-        value_delimiter = ','
+        value_delimiter = ',',
+        overrides_with_all = VARIABLE_LISTS
     )]
     pub data_vars: Option<Vec<String>>,
     /// Data only for the variables of these groups (nccopy -g): full names (`/g/h`, `/` for
@@ -101,18 +109,20 @@ pub struct CopyArgs {
         short = 'g',
         long = "data-groups",
         value_name = "GROUPS",
-        value_delimiter = ','
+        value_delimiter = ',',
+        overrides_with_all = GROUP_LISTS
     )]
     pub data_groups: Option<Vec<String>>,
     /// Only these groups (nccopy -G), named as for `-g`: other groups go with all they hold,
     /// the root group's definitions always stay, and only the variables of the listed groups
-    /// get data (those of the root only if `/` is listed).
+    /// get data (those of the root only if `/` is listed). Of `-G` and `-g`, the last given
+    /// counts, with its list alone.
     #[arg(
         short = 'G',
         long = "only-groups",
         value_name = "GROUPS",
         value_delimiter = ',',
-        conflicts_with = "data_groups"
+        overrides_with_all = GROUP_LISTS
     )]
     pub only_groups: Option<Vec<String>>,
     /// Unlimited dimensions become fixed ones of their current length (nccopy -u); one of
@@ -126,6 +136,54 @@ pub struct CopyArgs {
     /// Default: the layout of 4.9.3 and later.
     #[arg(long = "for-netcdf-c", value_name = "VERSION")]
     pub for_netcdf_c: Option<String>,
+    /// Size in bytes of the cache of decoded source chunks, which a copy that changes the
+    /// chunking reads through (nccopy -h: a number with an optional K, M, G, T or P for
+    /// 10^3 to 10^15, such as 64M; default 256 MiB).
+    #[arg(short = 'h', long = "cache-size", value_name = "SIZE", value_parser = parse_nccopy_size)]
+    pub cache_size: Option<usize>,
+}
+
+/// `-V` and `-v`, which share one list in nccopy: the last given counts.
+const VARIABLE_LISTS: [&str; 2] = ["only_vars", "data_vars"];
+/// `-G` and `-g`, likewise.
+const GROUP_LISTS: [&str; 2] = ["only_groups", "data_groups"];
+
+/// A size as nccopy reads `-h`: a decimal number (`strtod`'s) followed by nothing or by a
+/// multiplier whose first letter counts (`K` 10^3, `M` 10^6, `G` 10^9, `T` 10^12, `P` 10^15,
+/// either case, so `64MB` is 64 000 000 bytes).
+fn parse_nccopy_size(text: &str) -> std::result::Result<usize, String> {
+    let bad = || {
+        format!(
+            "{}: a size is a number with an optional K, M, G, T or P (such as 4194304 or 64M)",
+            quoted(text)
+        )
+    };
+    let number_end = text
+        .find(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | 'e' | 'E' | '+' | '-')))
+        .unwrap_or(text.len());
+    // The longest prefix that is a number: in `4e` or `2E`, the `e` is not an exponent.
+    let (number, rest) = (1..=number_end)
+        .rev()
+        .find_map(|end| {
+            let value = text[..end].parse::<f64>().ok()?;
+            Some((value, &text[end..]))
+        })
+        .ok_or_else(bad)?;
+    let scale = match rest.chars().next().map(|c| c.to_ascii_uppercase()) {
+        None => 1.0,
+        Some('K') => 1e3,
+        Some('M') => 1e6,
+        Some('G') => 1e9,
+        Some('T') => 1e12,
+        Some('P') => 1e15,
+        Some(_) => return Err(bad()),
+    };
+    let bytes = number * scale;
+    if !(0.0..=usize::MAX as f64).contains(&bytes) {
+        return Err(bad());
+    }
+    // As nccopy converts it: the fraction of a byte goes.
+    Ok(bytes as usize)
 }
 
 /// Runs `copy`.
@@ -134,7 +192,8 @@ pub fn run(args: CopyArgs) -> Result<i32> {
     super::refuse_empty_list("-v", "variable", &args.data_vars)?;
     super::refuse_empty_list("-g", "group", &args.data_groups)?;
     super::refuse_empty_list("-G", "group", &args.only_groups)?;
-    let mut src = OpenDataset::open(&args.src, DEFAULT_CACHE_BYTES)?;
+    let cache_bytes = args.cache_size.unwrap_or(DEFAULT_CACHE_BYTES);
+    let mut src = OpenDataset::open(&args.src, cache_bytes)?;
     let names = |list: &Option<Vec<String>>| -> Option<Vec<String>> {
         list.as_ref()
             .map(|l| l.iter().filter(|s| !s.is_empty()).cloned().collect())
@@ -176,7 +235,7 @@ pub fn run(args: CopyArgs) -> Result<i32> {
         narrowed = true;
     }
     if narrowed {
-        src.engine = ChunkEngine::new(Arc::clone(&src.map), DEFAULT_CACHE_BYTES);
+        src.engine = ChunkEngine::new(Arc::clone(&src.map), cache_bytes);
     }
     let in_wanted_group = |v: VarId| {
         wanted_groups
@@ -200,8 +259,8 @@ pub fn run(args: CopyArgs) -> Result<i32> {
     };
     super::refuse_standard_output(&args.dst)?;
     let mut dst = Location::parse(&args.dst)?;
-    if let Some(w) = &args.mode {
-        apply_mode_words(&mut dst, &super::ncgen_mode_words(w))?;
+    if let Some(w) = args.kind.mode_words()? {
+        apply_mode_words(&mut dst, &w)?;
     }
     if let Some(separator) = args.dimension_separator.filter(|s| !matches!(s, '.' | '/')) {
         return Err(Error::Invalid(format!(
@@ -375,7 +434,7 @@ fn vars_named(ds: &Dataset, fqns: &[String]) -> Vec<VarId> {
 /// chunk grid becomes the shard grid and their chain one `sharding_indexed` codec around the
 /// chain their chunks had.
 fn shard_model(ds: &mut Dataset, specs: &[String]) -> Result<()> {
-    let sharding = parse_chunk_specs("--shards", specs)?;
+    let sharding = parse_chunk_specs("--shards", specs, DimensionLists::AddUp)?;
     check_spec_names("--shards", ds, &sharding)?;
     for i in 0..ds.vars.len() {
         let id = VarId(i);
@@ -785,7 +844,7 @@ fn check_spec_names(option: &str, ds: &Dataset, specs: &[ChunkSpec]) -> Result<(
 /// variable's lengths must fit it (one per dimension, none longer than a fixed dimension),
 /// even where the variable is left out.
 fn chunk_plan(src: &Dataset, specs: &[String]) -> Result<Vec<ChunkSpec>> {
-    let plan = parse_chunk_specs("--chunks", specs)?;
+    let plan = parse_chunk_specs("--chunks", specs, DimensionLists::LastCounts)?;
     check_spec_names("--chunks", src, &plan)?;
     for spec in &plan {
         if let ChunkSpec::Var(name, lengths) = spec {
@@ -806,12 +865,27 @@ fn chunk_plan(src: &Dataset, specs: &[String]) -> Result<Vec<ChunkSpec>> {
     Ok(plan)
 }
 
+/// How arguments of dimension items (`dim/n,dim2/m`) given one after another combine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DimensionLists {
+    /// The last replaces those before it, as in nccopy's `-c` (Debian's 4.9.0 keeps only the
+    /// last argument of dimensions, while arguments of a variable add up).
+    LastCounts,
+    /// They add up (`--shards`, which nccopy does not have).
+    AddUp,
+}
+
 /// The items of `option` (`--chunks` or `--shards`), in nccopy's `-c` forms. An item is the
 /// variable form `var:n,m` when a list of lengths follows its last `:`; otherwise it is a list
 /// of `dim/n` or `dim/`, so that names holding `:` (which netCDF allows) work in either form.
 /// nccopy's forms for contiguous storage (`/`, `var:`, `var:contiguous`, `var:compact`) are
-/// refused: every NCZarr variable is stored in chunks.
-fn parse_chunk_specs(option: &str, specs: &[String]) -> Result<Vec<ChunkSpec>> {
+/// refused: every NCZarr variable is stored in chunks. `repeats` says how arguments of
+/// dimension items combine.
+fn parse_chunk_specs(
+    option: &str,
+    specs: &[String],
+    repeats: DimensionLists,
+) -> Result<Vec<ChunkSpec>> {
     let lengths = |list: &str| -> Option<Vec<u64>> {
         list.split(',')
             .map(|n| n.trim().parse::<u64>().ok().filter(|n| *n > 0))
@@ -852,6 +926,9 @@ fn parse_chunk_specs(option: &str, specs: &[String]) -> Result<Vec<ChunkSpec>> {
                 // A list that is not lengths: a bad variable form, not a dimension.
                 return Err(bad());
             }
+        }
+        if repeats == DimensionLists::LastCounts {
+            out.retain(|s| matches!(s, ChunkSpec::Var(..)));
         }
         for item in spec.split(',').filter(|s| !s.trim().is_empty()) {
             let (dim, n) = item.rsplit_once('/').ok_or_else(bad)?;
@@ -1193,6 +1270,81 @@ impl Progress {
 mod tests {
     use super::*;
     use crate::create::DatasetWriter;
+    use clap::Parser;
+
+    fn parse_copy(args: &[&str]) -> std::result::Result<CopyArgs, clap::Error> {
+        let cli =
+            super::super::Cli::try_parse_from(["nczarrfs", "copy"].iter().chain(args).copied())?;
+        match cli.command {
+            super::super::Command::Copy(a) => Ok(a),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn dash_h_is_nccopys_chunk_cache_size_and_help_stays() {
+        let a = parse_copy(&["-h", "4194304", "in", "out"]).unwrap();
+        assert_eq!(a.cache_size, Some(4_194_304));
+        assert_eq!((a.src.as_str(), a.dst.as_str()), ("in", "out"));
+        let a = parse_copy(&["in", "out", "-h", "64M"]).unwrap();
+        assert_eq!(a.cache_size, Some(64_000_000));
+        let help = parse_copy(&["--help"]).unwrap_err();
+        assert_eq!(help.kind(), clap::error::ErrorKind::DisplayHelp);
+        // A value is required: `-h` alone is not help.
+        let e = parse_copy(&["-h", "in", "out"]).unwrap_err();
+        assert_ne!(e.kind(), clap::error::ErrorKind::DisplayHelp);
+    }
+
+    #[test]
+    fn options_given_again_replace_what_they_gave_as_in_nccopy() {
+        let a = parse_copy(&["-d", "1", "-d", "0", "-s", "-s", "-u", "-u", "a", "b"]).unwrap();
+        assert_eq!(
+            (a.deflate, a.shuffle, a.fix_unlimited),
+            (Some(0), true, true)
+        );
+        let a = parse_copy(&["-V", "a,b", "-v", "b", "a", "b"]).unwrap();
+        assert_eq!(
+            (a.only_vars, a.data_vars),
+            (None, Some(vec!["b".to_string()]))
+        );
+        let a = parse_copy(&["-v", "b", "-V", "a,b", "a", "b"]).unwrap();
+        assert_eq!(a.only_vars.unwrap(), ["a", "b"]);
+        assert_eq!(a.data_vars, None);
+        let a = parse_copy(&["-V", "a", "-V", "b", "a", "b"]).unwrap();
+        assert_eq!(a.only_vars.unwrap(), ["b"]);
+        let a = parse_copy(&["-G", "g", "-g", "/", "a", "b"]).unwrap();
+        assert_eq!(
+            (a.only_groups, a.data_groups),
+            (None, Some(vec!["/".to_string()]))
+        );
+        let a = parse_copy(&["-g", "/", "-G", "g,h", "a", "b"]).unwrap();
+        assert_eq!(a.only_groups.unwrap(), ["g", "h"]);
+        assert_eq!(a.data_groups, None);
+        // -c and --shards add up.
+        let a = parse_copy(&["-c", "t/2", "-c", "v:1", "a", "b"]).unwrap();
+        assert_eq!(a.chunks, ["t/2", "v:1"]);
+    }
+
+    #[test]
+    fn sizes_read_as_nccopy_reads_them() {
+        // nccopy's double_with_suffix: decimal multipliers, the first letter counts.
+        for (text, bytes) in [
+            ("0", 0),
+            ("4194304", 4_194_304),
+            ("4k", 4_000),
+            ("4K", 4_000),
+            ("1.5M", 1_500_000),
+            ("64MB", 64_000_000),
+            ("2g", 2_000_000_000),
+            ("1e6", 1_000_000),
+            ("2.7", 2),
+        ] {
+            assert_eq!(parse_nccopy_size(text), Ok(bytes), "{text}");
+        }
+        for bad in ["", "x", "4X", "-5", "4 M", "M"] {
+            assert!(parse_nccopy_size(bad).is_err(), "{bad}");
+        }
+    }
 
     fn covered(shape: &[u64], chunks: &[u64], esize: usize) -> u64 {
         let s = slabs(shape, chunks, esize);
@@ -1346,7 +1498,12 @@ mod tests {
 
     #[test]
     fn chunk_specs_in_nccopy_forms() {
-        let s = parse_chunk_specs("--chunks", &["time/1,lat/10".into(), "v:2,3".into()]).unwrap();
+        let s = parse_chunk_specs(
+            "--chunks",
+            &["time/1,lat/10".into(), "v:2,3".into()],
+            DimensionLists::LastCounts,
+        )
+        .unwrap();
         assert_eq!(
             s,
             vec![
@@ -1356,7 +1513,8 @@ mod tests {
             ]
         );
         // `dim/`: the whole dimension.
-        let s = parse_chunk_specs("--chunks", &["t/,w/5".into()]).unwrap();
+        let s =
+            parse_chunk_specs("--chunks", &["t/,w/5".into()], DimensionLists::LastCounts).unwrap();
         assert_eq!(
             s,
             vec![
@@ -1365,14 +1523,14 @@ mod tests {
             ]
         );
         for bad in ["lat", "v:0", "v:2,x", "/5", "t/x", "t/0"] {
-            match parse_chunk_specs("--chunks", &[bad.into()]) {
+            match parse_chunk_specs("--chunks", &[bad.into()], DimensionLists::LastCounts) {
                 Err(Error::Invalid(m)) => assert!(m.contains("dim/ for the whole"), "{bad}: {m}"),
                 other => panic!("{bad}: {other:?}"),
             }
         }
         // nccopy's unchunked storage: NCZarr has none.
         for unchunked in ["/", "v:", "v:contiguous", "v:compact", "a:b:"] {
-            match parse_chunk_specs("--chunks", &[unchunked.into()]) {
+            match parse_chunk_specs("--chunks", &[unchunked.into()], DimensionLists::LastCounts) {
                 Err(Error::Unsupported(m)) => {
                     assert!(m.contains("NCZarr does not have"), "{unchunked}: {m}")
                 }
@@ -1380,8 +1538,12 @@ mod tests {
             }
         }
         // Names may hold `:`.
-        let s =
-            parse_chunk_specs("--shards", &["time:count/3,x/2".into(), "a:b:4,5".into()]).unwrap();
+        let s = parse_chunk_specs(
+            "--shards",
+            &["time:count/3,x/2".into(), "a:b:4,5".into()],
+            DimensionLists::AddUp,
+        )
+        .unwrap();
         assert_eq!(
             s,
             vec![
@@ -1396,20 +1558,57 @@ mod tests {
     /// the first).
     #[test]
     fn chunk_specs_name_each_thing_once() {
-        for specs in [
-            vec!["x/1,x/3"],
-            vec!["x/1", "x/3"],
-            vec!["v:1", "v:2"],
-            vec!["x/1,y/2", "y/2"],
+        for (specs, repeats) in [
+            (vec!["x/1,x/3"], DimensionLists::LastCounts),
+            (vec!["v:1", "v:2"], DimensionLists::LastCounts),
+            (vec!["x/1", "x/3"], DimensionLists::AddUp),
+            (vec!["x/1,y/2", "y/2"], DimensionLists::AddUp),
         ] {
             let specs: Vec<String> = specs.into_iter().map(String::from).collect();
-            match parse_chunk_specs("--chunks", &specs) {
+            match parse_chunk_specs("--chunks", &specs, repeats) {
                 Err(Error::Invalid(m)) => assert!(m.contains("more than once"), "{m}"),
                 other => panic!("{specs:?}: {other:?}"),
             }
         }
         let specs = ["x/1".to_string(), "x:2".to_string()];
-        assert_eq!(parse_chunk_specs("--chunks", &specs).unwrap().len(), 2);
+        assert_eq!(
+            parse_chunk_specs("--chunks", &specs, DimensionLists::LastCounts)
+                .unwrap()
+                .len(),
+            2
+        );
+    }
+
+    /// Debian's nccopy 4.9.0 keeps the dimensions of the last `-c` that gives any
+    /// (`-c t/2 -c x/5` chunks `r(t, x)` as `3, 5` from `3, 7`), while those giving a
+    /// variable's add up.
+    #[test]
+    fn the_last_chunks_argument_of_dimensions_counts() {
+        let specs: Vec<String> = ["t/2", "r:4,4", "x/5,y/", "q:1,1"]
+            .into_iter()
+            .map(String::from)
+            .collect();
+        let dims = |repeats| {
+            parse_chunk_specs("--chunks", &specs, repeats)
+                .unwrap()
+                .into_iter()
+                .map(|s| match s {
+                    ChunkSpec::Dim(d, n) => format!("{d}/{n:?}"),
+                    ChunkSpec::Var(v, n) => format!("{v}:{n:?}"),
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            dims(DimensionLists::LastCounts),
+            ["r:[4, 4]", "x/Some(5)", "y/None", "q:[1, 1]"]
+        );
+        assert_eq!(
+            dims(DimensionLists::AddUp),
+            ["t/Some(2)", "r:[4, 4]", "x/Some(5)", "y/None", "q:[1, 1]"]
+        );
+        // A dimension named again in a later argument is no longer twice.
+        let specs = ["x/1".to_string(), "x/3".to_string()];
+        assert!(parse_chunk_specs("--chunks", &specs, DimensionLists::LastCounts).is_ok());
     }
 
     /// A chunk longer than a fixed dimension is refused in both forms, as Debian's nccopy

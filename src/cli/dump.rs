@@ -7,9 +7,10 @@ use crate::dataset::{OpenDataset, DEFAULT_CACHE_BYTES};
 use crate::error::quoted;
 use crate::{Error, Result};
 
-/// Arguments of `dump`.
+/// Arguments of `dump`. As in ncdump, an option given again replaces what it gave before
+/// (`-p 3 -p 5` is `-p 5`), but for `-v` and `-g`, whose lists add up.
 #[derive(Debug, clap::Args)]
-#[command(disable_help_flag = true)]
+#[command(disable_help_flag = true, args_override_self = true)]
 pub struct DumpArgs {
     /// Print help (`-h` means header only, as in ncdump).
     #[arg(long, action = clap::ArgAction::Help)]
@@ -42,8 +43,14 @@ pub struct DumpArgs {
     pub all_filters: bool,
     /// Significant digits of floating-point values: `F` for floats, `F,D` for floats and
     /// doubles (1 to 20; `ncdump -p`). A type given digits ignores `C_format` attributes.
-    #[arg(short = 'p', long = "precision", value_name = "F[,D]", value_parser = parse_precision)]
-    pub precision: Option<(usize, Option<usize>)>,
+    #[arg(
+        short = 'p',
+        long = "precision",
+        value_name = "F[,D]",
+        value_parser = parse_precision,
+        allow_hyphen_values = true
+    )]
+    pub precision: Option<Precision>,
     /// Maximum line length of the data section (at least 10; default 80; `ncdump -l`).
     // Checked in `run`, so that a bad length gets ncdump's message rather than clap's.
     #[arg(
@@ -53,13 +60,9 @@ pub struct DumpArgs {
         allow_hyphen_values = true
     )]
     pub line_len: Option<String>,
-    /// Brief comments in the data: the indices of each row, `c` (C: from 0, slowest first) or
-    /// `f` (Fortran: from 1, fastest first) (`ncdump -b`).
-    #[arg(short = 'b', long = "brief", value_name = "LANG", value_parser = parse_lang)]
-    pub brief: Option<Lang>,
-    /// Full comments in the data: the indices of every value, `c` or `f` (`ncdump -f`).
-    #[arg(short = 'f', long = "full", value_name = "LANG", value_parser = parse_lang)]
-    pub full: Option<Lang>,
+    /// `-b` and `-f`: comments with the indices of the data.
+    #[command(flatten)]
+    pub comments: Comments,
     /// Values of time variables (CF `units` such as `days since 2000-01-01`, with their
     /// `calendar`) as dates (`ncdump -t`). Of `-t` and `-i`, the last given chooses the
     /// separator, as in ncdump.
@@ -72,6 +75,10 @@ pub struct DumpArgs {
     /// netcdf-c reports for NCZarr and Zarr).
     #[arg(short = 'k', long = "kind")]
     pub kind: bool,
+    /// ncdump's NcML output, which it permits for the netCDF classic model only: refused
+    /// (NCZarr is netCDF-4), but with `-k`, which prints the kind, as in ncdump.
+    #[arg(short = 'x', hide = true)]
+    pub ncml: bool,
     /// Accepted for ncdump's command lines; no effect: client-side caching of DAP URLs
     /// (`ncdump -w`).
     #[arg(short = 'w', hide = true)]
@@ -106,19 +113,18 @@ pub fn run(args: DumpArgs) -> Result<i32> {
         println!("netCDF-4");
         return Ok(0);
     }
-    let annotate = match (args.brief, args.full) {
-        (None, None) => None,
-        (Some(b), Some(f)) if b != f => {
-            return Err(Error::Invalid(
-                "-b and -f must name the same language (c or f)".into(),
-            ))
-        }
-        (b, f) => Some(Annotate {
-            brief: b.is_some(),
-            full: f.is_some(),
-            fortran: b.or(f) == Some(Lang::Fortran),
-        }),
-    };
+    if args.ncml {
+        return Err(Error::Unsupported(
+            "NcML output (-x) is permitted for the netCDF classic model only, as in ncdump, \
+             and NCZarr is netCDF-4"
+                .into(),
+        ));
+    }
+    let annotate = args.comments.lang.map(|lang| Annotate {
+        brief: args.comments.brief,
+        full: args.comments.full,
+        fortran: lang == Lang::Fortran,
+    });
     let opts = DumpOptions {
         header_only: args.header_only,
         coords_only: args.coords_only,
@@ -128,8 +134,8 @@ pub fn run(args: DumpArgs) -> Result<i32> {
         name: args.name,
         special: args.special,
         all_filters: args.all_filters,
-        float_digits: args.precision.map(|p| p.0),
-        double_digits: args.precision.and_then(|p| p.1),
+        float_digits: args.precision.and_then(|p| p.float),
+        double_digits: args.precision.and_then(|p| p.double),
         line_len,
         annotate,
         times: if args.iso_times {
@@ -161,18 +167,146 @@ const MAX_DIGITS: usize = 20;
 /// Shortest line length `-l` accepts, as ncdump.
 const MIN_LINE_LEN: usize = 10;
 
-/// `-p F[,D]`: digits of floats and, if given, doubles.
-fn parse_precision(text: &str) -> std::result::Result<(usize, Option<usize>), String> {
-    let digits = |part: &str, what: &str| match part.trim().parse::<usize>() {
-        Ok(n) if (1..=MAX_DIGITS).contains(&n) => Ok(n),
+/// The digits `-p` gives: of floats, and of doubles (only with floats).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Precision {
+    /// Significant digits of floats, if given.
+    pub float: Option<usize>,
+    /// Significant digits of doubles, if given.
+    pub double: Option<usize>,
+}
+
+/// `-p F[,D]`, read as ncdump 4.9 reads it: F is the integer `strtol` reads at the start
+/// (what follows it is ignored unless it is `,`), D the one after that comma (what follows D,
+/// such as `,7`, is ignored); a text that starts with `,` gives neither (`-p ,5` changes
+/// nothing), and F without D leaves doubles alone.
+fn parse_precision(text: &str) -> std::result::Result<Precision, String> {
+    let digits = |n: Option<i64>, what: &str| match n {
+        Some(n) if (1..=MAX_DIGITS as i64).contains(&n) => Ok(n as usize),
         _ => Err(format!(
             "{}: {what} significant digits must be 1 to {MAX_DIGITS}",
-            quoted(part)
+            quoted(text)
         )),
     };
-    match text.split_once(',') {
-        Some((f, d)) => Ok((digits(f, "float")?, Some(digits(d, "double")?))),
-        None => Ok((digits(text, "float")?, None)),
+    if text.is_empty() || text.starts_with(',') {
+        return Ok(Precision {
+            float: None,
+            double: None,
+        });
+    }
+    let (float, rest) = strtol(text);
+    let float = digits(Some(float), "float")?;
+    let double = match rest.strip_prefix(',') {
+        // ncdump refuses a D without digits (`3,`, `3,x`) as 0.
+        Some(d) => Some(digits(strtol_digits(d), "double")?),
+        None => None,
+    };
+    Ok(Precision {
+        float: Some(float),
+        double,
+    })
+}
+
+/// C's `strtol(text, &end, 10)`: the integer at the start of `text` (after blanks, with a
+/// sign), 0 when there is none, and the rest; saturated rather than wrapped.
+fn strtol(text: &str) -> (i64, &str) {
+    let trimmed = text.trim_start();
+    let sign_len = usize::from(trimmed.starts_with(['-', '+']));
+    let digits_end = trimmed[sign_len..]
+        .find(|c: char| !c.is_ascii_digit())
+        .map_or(trimmed.len(), |i| i + sign_len);
+    if digits_end == sign_len {
+        return (0, text);
+    }
+    let number = &trimmed[..digits_end];
+    let value = number.parse().unwrap_or(match number.starts_with('-') {
+        true => i64::MIN,
+        false => i64::MAX,
+    });
+    (value, &trimmed[digits_end..])
+}
+
+/// [`strtol`]'s integer, or `None` where it reads no digits.
+fn strtol_digits(text: &str) -> Option<i64> {
+    let (value, rest) = strtol(text);
+    (rest.len() < text.len()).then_some(value)
+}
+
+/// `-b LANG` and `-f LANG`, as ncdump reads them: each turns its comments on, and the
+/// language of the last one given counts (`-b c -f f` gives both comments, in Fortran's
+/// conventions).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Comments {
+    /// `-b`: a comment with the indices of each row.
+    pub brief: bool,
+    /// `-f`: a comment with the indices of every value.
+    pub full: bool,
+    /// The language of the last of them.
+    pub lang: Option<Lang>,
+}
+
+/// The id of the `-b` argument.
+const BRIEF: &str = "brief";
+/// The id of the `-f` argument.
+const FULL: &str = "full";
+
+impl clap::FromArgMatches for Comments {
+    fn from_arg_matches(matches: &clap::ArgMatches) -> std::result::Result<Self, clap::Error> {
+        // The value given last on the command line, with its position there.
+        let last = |id: &str| -> Option<(usize, Lang)> {
+            let index = matches.indices_of(id)?.max()?;
+            let lang = matches.get_many::<Lang>(id)?.next_back().copied()?;
+            Some((index, lang))
+        };
+        let (brief, full) = (last(BRIEF), last(FULL));
+        Ok(Comments {
+            brief: brief.is_some(),
+            full: full.is_some(),
+            lang: brief
+                .into_iter()
+                .chain(full)
+                .max_by_key(|(i, _)| *i)
+                .map(|(_, l)| l),
+        })
+    }
+
+    fn update_from_arg_matches(
+        &mut self,
+        matches: &clap::ArgMatches,
+    ) -> std::result::Result<(), clap::Error> {
+        *self = Self::from_arg_matches(matches)?;
+        Ok(())
+    }
+}
+
+impl clap::Args for Comments {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        // Appended rather than replaced when given again, to see which came last.
+        let lang_arg = |id: &'static str, short: char, help: &'static str| {
+            clap::Arg::new(id)
+                .short(short)
+                .long(id)
+                .value_name("LANG")
+                .value_parser(parse_lang)
+                .action(clap::ArgAction::Append)
+                .help(help)
+        };
+        cmd.arg(lang_arg(
+            BRIEF,
+            'b',
+            "Brief comments in the data: the indices of each row, `c` (C: from 0, slowest \
+             first) or `f` (Fortran: from 1, fastest first) (`ncdump -b`). Of -b and -f, the \
+             last given sets the language",
+        ))
+        .arg(lang_arg(
+            FULL,
+            'f',
+            "Full comments in the data: the indices of every value, `c` or `f` (`ncdump -f`)",
+        ))
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
     }
 }
 
@@ -197,12 +331,7 @@ fn parse_lang(text: &str) -> std::result::Result<Lang, String> {
 /// `-l LEN`, read as ncdump reads it (`strtol`: the leading integer, 0 when there is none)
 /// and refused in its words below the shortest length.
 fn parse_line_len(text: &str) -> Result<usize> {
-    let text = text.trim_start();
-    let sign_len = usize::from(text.starts_with(['-', '+']));
-    let digits_end = text[sign_len..]
-        .find(|c: char| !c.is_ascii_digit())
-        .map_or(text.len(), |i| i + sign_len);
-    let n: i64 = text[..digits_end].parse().unwrap_or(0);
+    let (n, _) = strtol(text);
     match usize::try_from(n) {
         Ok(n) if n >= MIN_LINE_LEN => Ok(n),
         _ => Err(Error::Invalid(format!(
@@ -217,9 +346,28 @@ mod tests {
 
     #[test]
     fn precision_and_line_length_bounds_are_ncdumps() {
-        assert_eq!(parse_precision("3"), Ok((3, None)));
-        assert_eq!(parse_precision("3,20"), Ok((3, Some(20))));
-        for bad in ["0", "21", "3,0", "3,", "a", ""] {
+        let p = |float, double| Ok(Precision { float, double });
+        assert_eq!(parse_precision("3"), p(Some(3), None));
+        assert_eq!(parse_precision("3,20"), p(Some(3), Some(20)));
+        // Debian's ncdump 4.9.0: `,5` changes nothing; what follows the numbers is ignored.
+        assert_eq!(parse_precision(",5"), p(None, None));
+        assert_eq!(parse_precision(","), p(None, None));
+        assert_eq!(parse_precision(""), p(None, None));
+        assert_eq!(parse_precision("3,5,7"), p(Some(3), Some(5)));
+        assert_eq!(parse_precision("3x"), p(Some(3), None));
+        assert_eq!(parse_precision("3,5x"), p(Some(3), Some(5)));
+        assert_eq!(parse_precision(" 4, 6"), p(Some(4), Some(6)));
+        for bad in [
+            "0",
+            "21",
+            "3,0",
+            "3,",
+            "3,x",
+            "3,,5",
+            "a",
+            "-5",
+            "3,99999999999999999999",
+        ] {
             assert!(parse_precision(bad).is_err(), "{bad}");
         }
         assert_eq!(parse_line_len("10").ok(), Some(10));
@@ -231,5 +379,66 @@ mod tests {
                 format!("unreasonably small line length specified: {n}")
             );
         }
+    }
+
+    fn parse_dump(args: &[&str]) -> DumpArgs {
+        use clap::Parser;
+        let cli = crate::cli::Cli::try_parse_from(
+            ["nczarrfs", "dump"]
+                .iter()
+                .chain(args)
+                .chain(&["ds.file"])
+                .copied(),
+        )
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        match cli.command {
+            crate::cli::Command::Dump(a) => a,
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn options_given_again_replace_what_they_gave_as_in_ncdump() {
+        let a = parse_dump(&["-p", "3", "-p", "3,5"]);
+        assert_eq!(a.precision.and_then(|p| p.double), Some(5));
+        let a = parse_dump(&["-p", "3,5", "-p", "4"]);
+        assert_eq!(
+            a.precision,
+            Some(Precision {
+                float: Some(4),
+                double: None
+            })
+        );
+        let a = parse_dump(&["-l", "20", "-l", "30", "-h", "-h", "-n", "a", "-n", "b"]);
+        assert_eq!(
+            (a.line_len.as_deref(), a.name.as_deref()),
+            (Some("30"), Some("b"))
+        );
+        // -v and -g lists add up (documented: ncdump keeps the last).
+        let a = parse_dump(&["-v", "a", "-v", "b,c"]);
+        assert_eq!(a.vars.unwrap(), ["a", "b", "c"]);
+    }
+
+    #[test]
+    fn the_last_of_b_and_f_sets_the_language_and_both_comment() {
+        let c = |args: &[&str]| {
+            let c = parse_dump(args).comments;
+            (c.brief, c.full, c.lang)
+        };
+        assert_eq!(c(&[]), (false, false, None));
+        assert_eq!(
+            c(&["-b", "c", "-b", "f"]),
+            (true, false, Some(Lang::Fortran))
+        );
+        assert_eq!(c(&["-f", "f", "-f", "c"]), (false, true, Some(Lang::C)));
+        assert_eq!(
+            c(&["-b", "c", "-f", "f"]),
+            (true, true, Some(Lang::Fortran))
+        );
+        assert_eq!(c(&["-f", "f", "-b", "c"]), (true, true, Some(Lang::C)));
+        assert_eq!(
+            c(&["-bc", "-ff", "-bfortran"]),
+            (true, true, Some(Lang::Fortran))
+        );
     }
 }

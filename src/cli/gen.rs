@@ -31,10 +31,9 @@ pub struct GenArgs {
     /// `netcdf NAME` line, as ncgen names its `.nc` file.
     #[arg(short = 'o', long = "output", value_name = "LOCATION")]
     pub output: Option<String>,
-    /// Mode words, comma-separated: `nczarr` (default) or `zarr`, `v2` (default) or `v3`,
-    /// `noxarray`, `consolidated`, `zip`, `file`. ncgen's `-k nc4` / `netCDF-4` mean `nczarr`.
-    #[arg(short = 'k', long = "mode", value_name = "WORDS")]
-    pub mode: Option<String>,
+    /// The kind of dataset: `-k` and ncgen's format flags.
+    #[command(flatten)]
+    pub kind: super::KindArgs,
     /// Chunk key separator: `.` or `/` (default: `.` on Zarr v2, as netcdf-c and zarr-python
     /// write; `/` on Zarr v3, whose `default` chunk key encoding takes either).
     #[arg(long, value_name = "SEP")]
@@ -52,21 +51,46 @@ pub struct GenArgs {
     /// Default: the layout of 4.9.3 and later.
     #[arg(long = "for-netcdf-c", value_name = "VERSION")]
     pub for_netcdf_c: Option<String>,
-    /// The CDL file (`-` for standard input).
-    pub cdl: PathBuf,
+    /// Binary output, that is the dataset, which is what `gen` writes (`ncgen -b`).
+    #[arg(short = 'b', conflicts_with = "language")]
+    pub binary: bool,
+    /// Output language: `b` (binary: the dataset), the only one `gen` writes (`ncgen -l b`;
+    /// ncgen's `c`, `f77` and `java` programs are not written).
+    #[arg(short = 'l', value_name = "b", value_parser = parse_language)]
+    pub language: Option<String>,
+    /// The CDL file (`-`, or none, for standard input, as ncgen reads it).
+    pub cdl: Option<PathBuf>,
+}
+
+/// ncgen's `-l` languages: only `b`, the dataset itself, is written; its program
+/// languages are refused by name.
+fn parse_language(text: &str) -> std::result::Result<String, String> {
+    match text {
+        "b" => Ok(text.to_string()),
+        "c" | "C" | "f77" | "fortran77" | "j" | "java" => Err(format!(
+            "ncgen's -l {text} writes a program that would make the dataset; gen makes the \
+             dataset itself, as with -l b"
+        )),
+        _ => Err(format!(
+            "output language {} is not b, the only one gen writes (ncgen also has c, f77 \
+             and java, for programs)",
+            quoted(text)
+        )),
+    }
 }
 
 /// Runs `gen`.
 pub fn run(args: GenArgs) -> Result<i32> {
-    let parsed = if args.cdl.as_os_str() == "-" {
+    let cdl = args.cdl.unwrap_or_else(|| PathBuf::from("-"));
+    let parsed = if cdl.as_os_str() == "-" {
         let mut bytes = Vec::new();
         std::io::Read::read_to_end(&mut std::io::stdin(), &mut bytes)
             .map_err(|e| Error::io("-", e))?;
         parse_cdl_owned(cdl_text(bytes), "-")?
     } else {
-        parse_cdl_file(&args.cdl)?
+        parse_cdl_file(&cdl)?
     };
-    let words = args.mode.as_deref().map(super::ncgen_mode_words);
+    let words = args.kind.mode_words()?;
     let has = |word: &str| {
         words
             .as_deref()
@@ -75,7 +99,7 @@ pub fn run(args: GenArgs) -> Result<i32> {
     let (zarr, zip) = (has("zarr"), has("zip"));
     let output = match &args.output {
         Some(o) => o.clone(),
-        None => default_output(&args.cdl, &parsed.name, zarr, zip),
+        None => default_output(&cdl, &parsed.name, zarr, zip),
     };
     super::refuse_standard_output(&output)?;
     let mut location = Location::parse(&output)?;
@@ -376,6 +400,35 @@ pub(super) fn rewidth(values: &[u8], old: usize, new: usize) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn parse_gen(args: &[&str]) -> std::result::Result<GenArgs, clap::Error> {
+        use clap::Parser;
+        let cli = crate::cli::Cli::try_parse_from(["nczarrfs", "gen"].iter().chain(args).copied())?;
+        match cli.command {
+            crate::cli::Command::Gen(a) => Ok(a),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    /// Debian's ncgen 4.9.0 takes `-b` and `-l b`, one of them once, and reads standard
+    /// input when no file is named.
+    #[test]
+    fn ncgen_binary_output_options_and_standard_input_are_taken() {
+        let a = parse_gen(&["-b", "-o", "R", "x.cdl"]).unwrap();
+        assert_eq!(a.cdl.as_deref(), Some(Path::new("x.cdl")));
+        assert!(parse_gen(&["-l", "b", "-o", "R", "x.cdl"]).is_ok());
+        assert_eq!(parse_gen(&["-o", "R"]).unwrap().cdl, None);
+        for refused in [
+            &["-l", "c", "x.cdl"][..],
+            &["-l", "java", "x.cdl"],
+            &["-l", "binary", "x.cdl"],
+            &["-b", "-l", "b", "x.cdl"],
+            &["-b", "-b", "x.cdl"],
+        ] {
+            let e = parse_gen(refused).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{refused:?}");
+        }
+    }
 
     #[test]
     fn output_named_after_the_cdl_file_like_ncgen() {

@@ -54,17 +54,101 @@ pub enum Command {
     },
 }
 
-/// `-k` words with ncgen's and nccopy's format names (`nc4`, `4`, `netCDF-4`, ...) read as
-/// `nczarr`; every other word as typed, so that a message quotes it as the user wrote it.
-fn ncgen_mode_words(words: &str) -> String {
+/// The ids of [`KindArgs`]'s options: of them, the last given counts, as in ncgen and nccopy.
+const KIND_OPTIONS: [&str; 6] = [
+    "mode",
+    "netcdf4",
+    "netcdf4_classic",
+    "classic",
+    "offset64",
+    "cdf5",
+];
+
+/// The kind of dataset `gen` and `copy` write: `-k` mode words, and ncgen's and nccopy's
+/// format flags (`-4`, `-7`, `-3`, `-6`, `-5`), of which the last given counts.
+#[derive(Debug, clap::Args)]
+pub struct KindArgs {
+    /// Mode words, comma-separated: `nczarr` (default) or `zarr`, `v2` (default) or `v3`,
+    /// `noxarray`, `consolidated`, `zip`, `file`. ncgen's and nccopy's netCDF-4 names (`nc4`,
+    /// `netCDF-4`, `3`, `enhanced`, `hdf5`) mean `nczarr`; their classic model (`nc7`, `4`)
+    /// and netCDF-3 kinds are refused.
+    #[arg(short = 'k', long = "mode", value_name = "WORDS", overrides_with_all = KIND_OPTIONS)]
+    pub mode: Option<String>,
+    /// netCDF-4, that is NCZarr: ncgen's and nccopy's `-4`, the same as `-k nc4`.
+    #[arg(short = '4', overrides_with_all = KIND_OPTIONS)]
+    pub netcdf4: bool,
+    /// ncgen's and nccopy's netCDF-4 classic model (`-k nc7`): refused.
+    #[arg(short = '7', hide = true, overrides_with_all = KIND_OPTIONS)]
+    pub netcdf4_classic: bool,
+    /// ncgen's and nccopy's netCDF-3 classic format (`-k nc3`): refused.
+    #[arg(short = '3', hide = true, overrides_with_all = KIND_OPTIONS)]
+    pub classic: bool,
+    /// ncgen's and nccopy's 64-bit offset format (`-k nc6`): refused.
+    #[arg(short = '6', hide = true, overrides_with_all = KIND_OPTIONS)]
+    pub offset64: bool,
+    /// ncgen's CDF-5 format (`-k nc5`): refused.
+    #[arg(short = '5', hide = true, overrides_with_all = KIND_OPTIONS)]
+    pub cdf5: bool,
+}
+
+impl KindArgs {
+    /// The mode words to apply, ncgen's and nccopy's netCDF-4 names read as `nczarr`; `None`
+    /// when no kind was given. Their other kinds are refused, since nothing written here is
+    /// one of them.
+    pub fn mode_words(&self) -> Result<Option<String>> {
+        let flag = [
+            (self.netcdf4, "-4"),
+            (self.netcdf4_classic, "-7"),
+            (self.classic, "-3"),
+            (self.offset64, "-6"),
+            (self.cdf5, "-5"),
+        ]
+        .into_iter()
+        .find_map(|(given, flag)| given.then_some(flag));
+        match (&self.mode, flag) {
+            (Some(words), _) => ncgen_mode_words(words).map(Some),
+            (None, Some(flag)) => ncgen_mode_words(flag).map(Some),
+            (None, None) => Ok(None),
+        }
+    }
+}
+
+/// `-k` words with ncgen's and nccopy's netCDF-4 names (`nc4`, `3`, `netCDF-4`, ...) read as
+/// `nczarr`, every other word as typed, so that a message quotes it as the user wrote it;
+/// their names of the classic model and of the netCDF-3 formats are refused, with what to
+/// give instead. (ncgen and nccopy match the names case-sensitively; these are matched in any
+/// case, as mode words are.)
+fn ncgen_mode_words(words: &str) -> Result<String> {
     words
         .split(',')
         .map(|w| match w.trim().to_ascii_lowercase().as_str() {
-            "nc4" | "netcdf-4" | "netcdf4" | "4" | "hdf5" => "nczarr",
-            _ => w,
+            "nc4" | "netcdf-4" | "netcdf4" | "3" | "hdf5" | "enhanced" | "-4" => Ok("nczarr"),
+            "nc7"
+            | "4"
+            | "netcdf-4 classic model"
+            | "netcdf-4-classic"
+            | "netcdf-4_classic"
+            | "netcdf4_classic"
+            | "hdf5-nc3"
+            | "enhanced-nc3"
+            | "-7" => Err(crate::Error::Unsupported(format!(
+                "{} is ncgen's and nccopy's netCDF-4 classic model, which NCZarr does not \
+                     record (netcdf-c ignores it there and reads such a dataset back as \
+                     netCDF-4): for netCDF-4 give -k nc4 (ncgen's and nccopy's -k 3, -4)",
+                crate::error::quoted(w)
+            ))),
+            "classic" | "nc3" | "1" | "64-bit offset" | "64-bit-offset" | "nc6" | "2" | "5"
+            | "cdf5" | "cdf-5" | "nc5" | "64-bit-data" | "64-bit data" | "-3" | "-6" | "-5" => {
+                Err(crate::Error::Unsupported(format!(
+                    "{} is a netCDF-3 format, which nczarrfs does not write: it writes NCZarr \
+                     and Zarr, of netCDF-4's data model (-k nc4, the default)",
+                    crate::error::quoted(w)
+                )))
+            }
+            _ => Ok(w),
         })
-        .collect::<Vec<_>>()
-        .join(",")
+        .collect::<Result<Vec<_>>>()
+        .map(|words| words.join(","))
 }
 
 /// Refuses a list option (`-v`, `-g`, ...) given only empty names: `-v "$VARS"` with `VARS`
@@ -159,16 +243,87 @@ pub fn run(cli: Cli) -> Result<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
 
     #[test]
-    fn ncgen_format_names_are_nczarr_and_other_words_stay_as_typed() {
-        assert_eq!(ncgen_mode_words("nc4,zip"), "nczarr,zip");
-        assert_eq!(ncgen_mode_words("netCDF-4,V3"), "nczarr,V3");
+    fn ncgen_netcdf4_names_are_nczarr_and_other_words_stay_as_typed() {
+        // Debian's ncgen and nccopy 4.9.0: `-k 3`, `enhanced`, `hdf5` make netCDF-4.
+        assert_eq!(ncgen_mode_words("nc4,zip").unwrap(), "nczarr,zip");
+        assert_eq!(ncgen_mode_words("netCDF-4,V3").unwrap(), "nczarr,V3");
+        for word in ["3", "enhanced", "hdf5", "netCDF4", "-4"] {
+            assert_eq!(ncgen_mode_words(word).unwrap(), "nczarr", "{word}");
+        }
         let mut loc = crate::location::Location::parse("/tmp/x.file").unwrap();
-        let err = crate::create::apply_mode_words(&mut loc, &ncgen_mode_words("netCDF-4-classic"))
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("\"netCDF-4-classic\""), "{err}");
+        let err =
+            crate::create::apply_mode_words(&mut loc, &ncgen_mode_words("nczarr,bogus").unwrap())
+                .unwrap_err()
+                .to_string();
+        assert!(err.contains("bogus"), "{err}");
+    }
+
+    #[test]
+    fn classic_model_and_netcdf3_kinds_are_refused() {
+        // ncgen's and nccopy's `-k 4` is the classic model, not netCDF-4.
+        for word in [
+            "4",
+            "nc7",
+            "netCDF-4 classic model",
+            "netCDF-4-classic",
+            "-7",
+        ] {
+            let err = ncgen_mode_words(&format!("{word},zip"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("classic model") && err.contains("-k nc4"),
+                "{err}"
+            );
+        }
+        for word in [
+            "1",
+            "2",
+            "5",
+            "classic",
+            "64-bit offset",
+            "cdf5",
+            "-3",
+            "-6",
+        ] {
+            let err = ncgen_mode_words(word).unwrap_err().to_string();
+            assert!(err.contains("netCDF-3 format"), "{err}");
+        }
+    }
+
+    fn kind(args: &[&str]) -> Result<Option<String>> {
+        let cli =
+            Cli::try_parse_from(["nczarrfs", "gen"].iter().chain(args).copied()).expect("parsed");
+        match cli.command {
+            Command::Gen(g) => g.kind.mode_words(),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_last_kind_option_counts_as_in_ncgen_and_nccopy() {
+        assert_eq!(kind(&["x.cdl"]).unwrap(), None);
+        assert_eq!(kind(&["-4", "x.cdl"]).unwrap().as_deref(), Some("nczarr"));
+        assert_eq!(
+            kind(&["-7", "-k", "nc4", "x.cdl"]).unwrap().as_deref(),
+            Some("nczarr")
+        );
+        assert_eq!(
+            kind(&["-k", "nc7", "-4", "x.cdl"]).unwrap().as_deref(),
+            Some("nczarr")
+        );
+        assert_eq!(
+            kind(&["-k", "zip", "-k", "zarr", "x.cdl"])
+                .unwrap()
+                .as_deref(),
+            Some("zarr")
+        );
+        assert!(kind(&["-4", "-k", "nc7", "x.cdl"]).is_err());
+        assert!(kind(&["-k", "nc4", "-7", "x.cdl"]).is_err());
+        assert!(kind(&["-4", "-3", "x.cdl"]).is_err());
     }
 
     #[test]
