@@ -22,6 +22,7 @@ use crate::create::{
 use crate::dataset::{OpenDataset, DEFAULT_CACHE_BYTES};
 use crate::error::quoted;
 use crate::location::Location;
+use crate::meta::writer_v3::ShardIndex;
 use crate::model::{
     AttrValue, ByteOrder, CodecSpec, Dataset, DimId, Dimension, DtypeKind, GroupId, NcType,
     NczarrLayout, VarId, Variable, NC_MAX_NAME,
@@ -442,13 +443,26 @@ fn shard_model(ds: &mut Dataset, specs: &[String]) -> Result<()> {
         if v.dims.is_empty() {
             continue;
         }
-        // A variable that keeps its source's shards: its chunks are the inner ones.
-        let (chunks, chain) = match &v.storage.codecs {
+        // A variable that keeps its source's shards: its chunks are the inner ones, and
+        // shards made anew keep the source's index layout.
+        let (chunks, chain, index) = match &v.storage.codecs {
             CodecSpec::V3(list) => match meta::writer_v3::shard_chunk_shape(list) {
-                Some(inner) => (inner, flat_chain(list, &ds.var_fqn(id))?),
-                None => (v.storage.chunks.clone(), v.storage.codecs.clone()),
+                Some(inner) => (
+                    inner,
+                    flat_chain(list, &ds.var_fqn(id))?,
+                    ShardIndex::of(list).unwrap_or_default(),
+                ),
+                None => (
+                    v.storage.chunks.clone(),
+                    v.storage.codecs.clone(),
+                    ShardIndex::default(),
+                ),
             },
-            CodecSpec::V2 { .. } => (v.storage.chunks.clone(), v.storage.codecs.clone()),
+            CodecSpec::V2 { .. } => (
+                v.storage.chunks.clone(),
+                v.storage.codecs.clone(),
+                ShardIndex::default(),
+            ),
         };
         let mut shards = v.storage.chunks.clone();
         for spec in &sharding {
@@ -499,7 +513,7 @@ fn shard_model(ds: &mut Dataset, specs: &[String]) -> Result<()> {
         }
         // The writer spells the inner chain again for the stored type (its byte order).
         let dtype = meta::writer_v3::v3_dtype(v.nctype, v.string_width, false);
-        let codecs = meta::writer_v3::sharded(&chain, &dtype, &chunks)
+        let codecs = meta::writer_v3::sharded(&chain, &dtype, &chunks, &index)
             .map_err(|e| Error::Unsupported(format!("--shards: {fqn}: {e}")))?;
         let st = &mut ds.vars[i].storage;
         st.codecs = codecs;
@@ -665,10 +679,11 @@ fn target_model(
                 let flat = flat_chain(list, &fqn)?;
                 let inner = meta::writer_v3::shard_chunk_shape(list)
                     .filter(|_| keep_shards && chunks == v.storage.chunks);
+                let index = ShardIndex::of(list).unwrap_or_default();
                 match inner {
                     Some(inner) => {
                         let dtype = meta::writer_v3::v3_dtype(v.nctype, v.string_width, false);
-                        meta::writer_v3::sharded(&flat, &dtype, &inner)?
+                        meta::writer_v3::sharded(&flat, &dtype, &inner, &index)?
                     }
                     None => flat,
                 }
