@@ -12,6 +12,9 @@
   (plain and sharded), come back whole.
 - `copy --shards` writes shards that zarr-python 3 reads with the shard and chunk shapes asked
   for and the HDF5 twin's values; the copy dumps as the original and goes back to v2 unchanged.
+- A copy of zarr-python's sharded arrays keeps their shard layout (index at the start or the
+  end, with or without `crc32c`, inner chunks and codecs), also when `--codec` or `-d` chooses
+  the inner chain; zarr-python reads the source's values from it.
 """
 
 from __future__ import annotations
@@ -567,3 +570,32 @@ def test_a_copy_keeps_the_shard_layout(nczarrfs, tmp_path, location, index_codec
         body = (index_len, len(shard)) if location == "start" else (0, len(shard) - index_len)
         for offset, nbytes in stored:
             assert body[0] <= offset and offset + nbytes <= body[1], (out, offset, nbytes)
+
+
+@pytest.mark.parametrize("choice", [["--codec", "zlib:3"], ["-d", "1"]], ids=["codec", "deflate"])
+def test_a_chosen_chain_keeps_the_shards(nczarrfs, tmp_path, choice):
+    """`copy --codec` or `-d` of a sharded array to Zarr v3 keeps its shards (and their index
+    layout) and compresses its inner chunks with the chain chosen; zarr-python reads the
+    source's values from the copy."""
+    from zarr.codecs import BytesCodec, ShardingCodec
+
+    src = tmp_path / "src.zarr"
+    root = zarr.open_group(str(src), mode="w", zarr_format=3)
+    v = root.create_array("v", shape=(10, 12), chunks=(4, 6), dtype="<i4", fill_value=0,
+                          dimension_names=["y", "x"], compressors=None,
+                          serializer=ShardingCodec(chunk_shape=(2, 3), codecs=[BytesCodec()],
+                                                   index_codecs=[BytesCodec()],
+                                                   index_location="start"))
+    values = np.arange(120, dtype="<i4").reshape(10, 12)
+    v[...] = values
+    out = tmp_path / "out.zarr"
+    _ok(nczarrfs("copy", "-k", "zarr,v3", *choice, str(src), str(out)), f"copy {choice}")
+    copied = zarr.open_array(str(out / "v"), mode="r")
+    assert (copied.shards, copied.chunks) == ((4, 6), (2, 3))
+    assert np.array_equal(copied[...], values)
+    config = json.loads((out / "v" / "zarr.json").read_text())["codecs"][0]["configuration"]
+    assert config["index_location"] == "start"
+    assert config["index_codecs"] == [{"name": "bytes", "configuration": {"endian": "little"}}]
+    level = 3 if choice[0] == "--codec" else 1
+    zlib = {"name": "numcodecs.zlib", "configuration": {"level": level}}
+    assert config["codecs"][1:] == [zlib], config["codecs"]

@@ -602,7 +602,8 @@ fn flat_chain(list: &[serde_json::Value], fqn: &str) -> Result<CodecSpec> {
 /// The dataset `copy` makes of `src`, with the target's dimensions `dims` (`-u` fixes
 /// unlimited ones): its chunks as `chunking` (`--chunks`, checked by [`chunk_plan`]) says,
 /// its chains `codecs` (or its own); a sharded source variable stays sharded on a Zarr v3
-/// target (`keep_shards`) when neither its chunks nor its chain change.
+/// target (`keep_shards`) when its chunks do not change, `codecs` then being the chain of
+/// its inner chunks.
 fn target_model(
     src: &Dataset,
     dims: &[Dimension],
@@ -660,7 +661,7 @@ fn target_model(
                 _ => {}
             }
         }
-        let codecs = match (codecs, &v.storage.codecs) {
+        let chain = match (codecs, &v.storage.codecs) {
             (Some(c), _) => c.spec(),
             // Object strings are copied as fixed-width strings, as netcdf-c stores them.
             (
@@ -675,19 +676,24 @@ fn target_model(
             },
             (None, CodecSpec::V2 { .. }) => v.storage.codecs.clone(),
             // Written with the equivalent numcodecs chain (as Zarr v2, or spelled as v3).
-            (None, CodecSpec::V3(list)) => {
-                let flat = flat_chain(list, &fqn)?;
+            (None, CodecSpec::V3(list)) => flat_chain(list, &fqn)?,
+        };
+        // A sharded source keeps its shards around the chain of its inner chunks, its own
+        // or the one `--codec` or `-d` chose.
+        let codecs = match &v.storage.codecs {
+            CodecSpec::V3(list) => {
                 let inner = meta::writer_v3::shard_chunk_shape(list)
                     .filter(|_| keep_shards && chunks == v.storage.chunks);
-                let index = ShardIndex::of(list).unwrap_or_default();
                 match inner {
                     Some(inner) => {
                         let dtype = meta::writer_v3::v3_dtype(v.nctype, v.string_width, false);
-                        meta::writer_v3::sharded(&flat, &dtype, &inner, &index)?
+                        let index = ShardIndex::of(list).unwrap_or_default();
+                        meta::writer_v3::sharded(&chain, &dtype, &inner, &index)?
                     }
-                    None => flat,
+                    None => chain,
                 }
             }
+            CodecSpec::V2 { .. } => chain,
         };
         let big = v
             .storage
