@@ -12,6 +12,9 @@
   (plain and sharded), come back whole.
 - `copy --shards` writes shards that zarr-python 3 reads with the shard and chunk shapes asked
   for and the HDF5 twin's values; the copy dumps as the original and goes back to v2 unchanged.
+- A copy of zarr-python's sharded arrays keeps their shard layout (index at the start or the
+  end, with or without `crc32c`, inner chunks and codecs), also when `--codec` or `-d` chooses
+  the inner chain; zarr-python reads the source's values from it.
 """
 
 from __future__ import annotations
@@ -477,3 +480,122 @@ def test_a_zstd_checksum_is_kept(nczarrfs, tmp_path):
         (store / chunk).write_bytes(bytes(frame))
         with pytest.raises(Exception, match="checksum"):
             zarr.open_group(str(store), mode="r")["plain"][0:4]
+
+
+def _shard_index(shard: bytes, inner_chunks: int, config: dict) -> list[tuple[int, int]]:
+    """The (offset, length) pairs of a shard's index, located and decoded as the sharding
+    specification lays it out: 16 bytes per inner chunk in the `bytes` codec's byte order,
+    then 4 per `crc32c`, at the `index_location` end of the shard."""
+    codecs = config["index_codecs"]
+    size = 16 * inner_chunks + 4 * sum(c["name"] == "crc32c" for c in codecs)
+    raw = shard[:size] if config["index_location"] == "start" else shard[-size:]
+    endian = codecs[0].get("configuration", {}).get("endian", "little")
+    words = np.frombuffer(raw[: 16 * inner_chunks], dtype=">u8" if endian == "big" else "<u8")
+    return [(int(o), int(n)) for o, n in words.reshape(-1, 2)]
+
+
+@pytest.mark.parametrize("location", ["start", "end"])
+@pytest.mark.parametrize("index_codecs", ["crc32c", "bare", "big_crc32c"])
+def test_a_copy_keeps_the_shard_layout(nczarrfs, tmp_path, location, index_codecs):
+    """zarr-python writes shards with the index at the start or the end, checksummed or not
+    (and in either byte order): a copy to Zarr v3, to NCZarr v3, and with the shards made
+    anew by `--shards`, keeps the source's index layout, inner chunks and inner codecs, and
+    zarr-python reads the source's values from it."""
+    from zarr.codecs import (BytesCodec, Crc32cCodec, ShardingCodec, VLenUTF8Codec,
+                             ZstdCodec)
+
+    endian = "big" if index_codecs.startswith("big") else "little"
+    index = [BytesCodec(endian=endian)] + ([Crc32cCodec()] if "crc32c" in index_codecs else [])
+    src = tmp_path / "src.zarr"
+    root = zarr.open_group(str(src), mode="w", zarr_format=3)
+    inner = [BytesCodec(endian="big"), ZstdCodec(level=2, checksum=True), Crc32cCodec()]
+    # Shards of 4 x 6 over 10 x 12: a partial last row of shards, and inner chunks holding
+    # only the fill value, which zarr-python leaves out of the index.
+    v = root.create_array("v", shape=(10, 12), chunks=(4, 6), dtype="<f8", fill_value=-1.0,
+                          dimension_names=["y", "x"], compressors=None,
+                          serializer=ShardingCodec(chunk_shape=(2, 3), codecs=inner,
+                                                   index_codecs=index,
+                                                   index_location=location))
+    values = np.arange(120, dtype="<f8").reshape(10, 12) / 7
+    values[0:2, 0:3] = -1.0
+    v[...] = values
+    s = root.create_array("s", shape=(5,), chunks=(4,), dtype=str, fill_value="",
+                          dimension_names=["n"], compressors=None,
+                          serializer=ShardingCodec(chunk_shape=(2,),
+                                                   codecs=[VLenUTF8Codec()],
+                                                   index_codecs=index,
+                                                   index_location=location))
+    texts = ["a", "bé", "", "longer text", "z"]
+    s[...] = texts
+    source_meta = {name: json.loads((src / name / "zarr.json").read_text())["codecs"][0]
+                   for name in ("v", "s")}
+    assert source_meta["v"]["configuration"]["index_location"] == location
+
+    copies = []
+    for mode, extra in [("zarr,v3", []), ("nczarr,v3", []),
+                        ("zarr,v3", ["--shards", "v:8,12", "--shards", "s:6"])]:
+        out = tmp_path / f"copy{len(copies)}.zarr"
+        _ok(nczarrfs("copy", "-k", mode, *extra, str(src), str(out)), f"copy {mode} {extra}")
+        copies.append((out, mode, extra))
+    for out, mode, extra in copies:
+        opened = zarr.open_group(str(out), mode="r")
+        assert np.array_equal(opened["v"][...], values), (out, extra)
+        assert opened["s"][...].tolist() == texts, (out, extra)
+        for name, shards in (("v", (4, 6)), ("s", (4,))):
+            if extra:
+                shards = {"v": (8, 12), "s": (6,)}[name]
+            assert opened[name].shards == shards, (out, name)
+            codec = json.loads((out / name / "zarr.json").read_text())["codecs"]
+            assert len(codec) == 1 and codec[0]["name"] == "sharding_indexed", codec
+            config, source = codec[0]["configuration"], source_meta[name]["configuration"]
+            for field in ("index_location", "index_codecs", "chunk_shape"):
+                assert config[field] == source[field], (out, name, field)
+        copied_v = json.loads((out / "v" / "zarr.json").read_text())["codecs"][0]
+        assert copied_v["configuration"]["codecs"] == source_meta["v"]["configuration"]["codecs"]
+        # The first shard's stored bytes are laid out as its metadata says: every inner
+        # chunk lies beside the index, not over it. In pure Zarr the one holding only the
+        # fill value is left out; NCZarr has no fill value here (the source has no
+        # `_FillValue`), so there it is stored.
+        config = copied_v["configuration"]
+        rows, columns = opened["v"].shards
+        per_shard = rows // 2 * (columns // 3)
+        shard = (out / "v" / "c" / "0" / "0").read_bytes()
+        entries = _shard_index(shard, per_shard, config)
+        missing = (2**64 - 1, 2**64 - 1)
+        assert (entries[0] == missing) == (mode == "zarr,v3"), (out, entries)
+        stored = [entry for entry in entries if entry != missing]
+        index_len = len(shard) - sum(n for _, n in stored)
+        checksums = sum(c["name"] == "crc32c" for c in config["index_codecs"])
+        assert index_len == 16 * per_shard + 4 * checksums, (out, index_len)
+        body = (index_len, len(shard)) if location == "start" else (0, len(shard) - index_len)
+        for offset, nbytes in stored:
+            assert body[0] <= offset and offset + nbytes <= body[1], (out, offset, nbytes)
+
+
+@pytest.mark.parametrize("choice", [["--codec", "zlib:3"], ["-d", "1"]], ids=["codec", "deflate"])
+def test_a_chosen_chain_keeps_the_shards(nczarrfs, tmp_path, choice):
+    """`copy --codec` or `-d` of a sharded array to Zarr v3 keeps its shards (and their index
+    layout) and compresses its inner chunks with the chain chosen; zarr-python reads the
+    source's values from the copy."""
+    from zarr.codecs import BytesCodec, ShardingCodec
+
+    src = tmp_path / "src.zarr"
+    root = zarr.open_group(str(src), mode="w", zarr_format=3)
+    v = root.create_array("v", shape=(10, 12), chunks=(4, 6), dtype="<i4", fill_value=0,
+                          dimension_names=["y", "x"], compressors=None,
+                          serializer=ShardingCodec(chunk_shape=(2, 3), codecs=[BytesCodec()],
+                                                   index_codecs=[BytesCodec()],
+                                                   index_location="start"))
+    values = np.arange(120, dtype="<i4").reshape(10, 12)
+    v[...] = values
+    out = tmp_path / "out.zarr"
+    _ok(nczarrfs("copy", "-k", "zarr,v3", *choice, str(src), str(out)), f"copy {choice}")
+    copied = zarr.open_array(str(out / "v"), mode="r")
+    assert (copied.shards, copied.chunks) == ((4, 6), (2, 3))
+    assert np.array_equal(copied[...], values)
+    config = json.loads((out / "v" / "zarr.json").read_text())["codecs"][0]["configuration"]
+    assert config["index_location"] == "start"
+    assert config["index_codecs"] == [{"name": "bytes", "configuration": {"endian": "little"}}]
+    level = 3 if choice[0] == "--codec" else 1
+    zlib = {"name": "numcodecs.zlib", "configuration": {"level": level}}
+    assert config["codecs"][1:] == [zlib], config["codecs"]

@@ -22,6 +22,7 @@ use crate::create::{
 use crate::dataset::{OpenDataset, DEFAULT_CACHE_BYTES};
 use crate::error::quoted;
 use crate::location::Location;
+use crate::meta::writer_v3::ShardIndex;
 use crate::model::{
     AttrValue, ByteOrder, CodecSpec, Dataset, DimId, Dimension, DtypeKind, GroupId, NcType,
     NczarrLayout, VarId, Variable, NC_MAX_NAME,
@@ -442,13 +443,26 @@ fn shard_model(ds: &mut Dataset, specs: &[String]) -> Result<()> {
         if v.dims.is_empty() {
             continue;
         }
-        // A variable that keeps its source's shards: its chunks are the inner ones.
-        let (chunks, chain) = match &v.storage.codecs {
+        // A variable that keeps its source's shards: its chunks are the inner ones, and
+        // shards made anew keep the source's index layout.
+        let (chunks, chain, index) = match &v.storage.codecs {
             CodecSpec::V3(list) => match meta::writer_v3::shard_chunk_shape(list) {
-                Some(inner) => (inner, flat_chain(list, &ds.var_fqn(id))?),
-                None => (v.storage.chunks.clone(), v.storage.codecs.clone()),
+                Some(inner) => (
+                    inner,
+                    flat_chain(list, &ds.var_fqn(id))?,
+                    ShardIndex::of(list).unwrap_or_default(),
+                ),
+                None => (
+                    v.storage.chunks.clone(),
+                    v.storage.codecs.clone(),
+                    ShardIndex::default(),
+                ),
             },
-            CodecSpec::V2 { .. } => (v.storage.chunks.clone(), v.storage.codecs.clone()),
+            CodecSpec::V2 { .. } => (
+                v.storage.chunks.clone(),
+                v.storage.codecs.clone(),
+                ShardIndex::default(),
+            ),
         };
         let mut shards = v.storage.chunks.clone();
         for spec in &sharding {
@@ -499,7 +513,7 @@ fn shard_model(ds: &mut Dataset, specs: &[String]) -> Result<()> {
         }
         // The writer spells the inner chain again for the stored type (its byte order).
         let dtype = meta::writer_v3::v3_dtype(v.nctype, v.string_width, false);
-        let codecs = meta::writer_v3::sharded(&chain, &dtype, &chunks)
+        let codecs = meta::writer_v3::sharded(&chain, &dtype, &chunks, &index)
             .map_err(|e| Error::Unsupported(format!("--shards: {fqn}: {e}")))?;
         let st = &mut ds.vars[i].storage;
         st.codecs = codecs;
@@ -588,7 +602,8 @@ fn flat_chain(list: &[serde_json::Value], fqn: &str) -> Result<CodecSpec> {
 /// The dataset `copy` makes of `src`, with the target's dimensions `dims` (`-u` fixes
 /// unlimited ones): its chunks as `chunking` (`--chunks`, checked by [`chunk_plan`]) says,
 /// its chains `codecs` (or its own); a sharded source variable stays sharded on a Zarr v3
-/// target (`keep_shards`) when neither its chunks nor its chain change.
+/// target (`keep_shards`) when its chunks do not change, `codecs` then being the chain of
+/// its inner chunks.
 fn target_model(
     src: &Dataset,
     dims: &[Dimension],
@@ -646,7 +661,7 @@ fn target_model(
                 _ => {}
             }
         }
-        let codecs = match (codecs, &v.storage.codecs) {
+        let chain = match (codecs, &v.storage.codecs) {
             (Some(c), _) => c.spec(),
             // Object strings are copied as fixed-width strings, as netcdf-c stores them.
             (
@@ -661,18 +676,24 @@ fn target_model(
             },
             (None, CodecSpec::V2 { .. }) => v.storage.codecs.clone(),
             // Written with the equivalent numcodecs chain (as Zarr v2, or spelled as v3).
-            (None, CodecSpec::V3(list)) => {
-                let flat = flat_chain(list, &fqn)?;
+            (None, CodecSpec::V3(list)) => flat_chain(list, &fqn)?,
+        };
+        // A sharded source keeps its shards around the chain of its inner chunks, its own
+        // or the one `--codec` or `-d` chose.
+        let codecs = match &v.storage.codecs {
+            CodecSpec::V3(list) => {
                 let inner = meta::writer_v3::shard_chunk_shape(list)
                     .filter(|_| keep_shards && chunks == v.storage.chunks);
                 match inner {
                     Some(inner) => {
                         let dtype = meta::writer_v3::v3_dtype(v.nctype, v.string_width, false);
-                        meta::writer_v3::sharded(&flat, &dtype, &inner)?
+                        let index = ShardIndex::of(list).unwrap_or_default();
+                        meta::writer_v3::sharded(&chain, &dtype, &inner, &index)?
                     }
-                    None => flat,
+                    None => chain,
                 }
             }
+            CodecSpec::V2 { .. } => chain,
         };
         let big = v
             .storage

@@ -771,7 +771,13 @@ fn records_a_failed_writer_stored_past_the_length_read_as_fill_when_it_grows() {
         if sharded {
             let st = &mut w.model.vars[a.0].storage;
             let dtype = st.dtype.clone().unwrap();
-            st.codecs = writer_v3::sharded(&CodecSpec::default(), &dtype, &[4, 2]).unwrap();
+            st.codecs = writer_v3::sharded(
+                &CodecSpec::default(),
+                &dtype,
+                &[4, 2],
+                &writer_v3::ShardIndex::default(),
+            )
+            .unwrap();
             st.chunks = vec![12, 2];
         }
         w.write(a, &rows(0, 6, 2), &bytes(&[1; 12])).unwrap();

@@ -630,6 +630,10 @@ impl DatasetWriter {
             ),
             spec => (spec.clone(), None),
         };
+        let shard_index = match &v.storage.codecs {
+            CodecSpec::V3(list) => writer_v3::ShardIndex::of(list).unwrap_or_default(),
+            CodecSpec::V2 { .. } => writer_v3::ShardIndex::default(),
+        };
         if v.dims.is_empty() && flat != CodecSpec::default() {
             // As netcdf-c, which stores scalars uncompressed (and cannot open some
             // compressed ones, blosc's).
@@ -652,7 +656,7 @@ impl DatasetWriter {
             check_numcodecs_chain(&fqn, &flat, chunk_elems * dtype.size as u64, dtype.size)?;
         }
         v.storage.codecs = match inner {
-            Some(inner) => writer_v3::sharded(&flat, &dtype, &inner)?,
+            Some(inner) => writer_v3::sharded(&flat, &dtype, &inner, &shard_index)?,
             None => flat,
         };
         if v.nctype == NcType::String && v3 {

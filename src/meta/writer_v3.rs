@@ -440,20 +440,68 @@ fn codec_to_v3(c: &Value, esize: usize) -> Result<Value> {
     })
 }
 
+/// Where a shard's index lies and how it is encoded: a sharded chain's `index_location` and
+/// `index_codecs`. The chunk engine reads and writes every layout Zarr v3 allows for an index
+/// of fixed size (`bytes` in either byte order, then any number of `crc32c`), so a copy of a
+/// sharded array keeps its source's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShardIndex {
+    /// `index_codecs`, as the source spelled them.
+    pub codecs: Vec<Value>,
+    /// Whether the index precedes the inner chunks (`"index_location": "start"`).
+    pub at_start: bool,
+}
+
+impl Default for ShardIndex {
+    /// At the end of each shard, little-endian with `crc32c`, as zarr-python 3 writes by
+    /// default.
+    fn default() -> Self {
+        ShardIndex {
+            codecs: vec![
+                json!({"name": "bytes", "configuration": {"endian": "little"}}),
+                json!({"name": "crc32c"}),
+            ],
+            at_start: false,
+        }
+    }
+}
+
+impl ShardIndex {
+    /// The index layout of a chain that is one `sharding_indexed` codec (as
+    /// [`shard_chunk_shape`] takes it); `None` for any other chain. A missing
+    /// `index_location` is the specification's default, the end; missing `index_codecs`
+    /// are [`ShardIndex::default`]'s, as the chunk engine reads them.
+    pub fn of(list: &[Value]) -> Option<ShardIndex> {
+        shard_chunk_shape(list)?;
+        let config = list[0].get("configuration");
+        let default = ShardIndex::default();
+        let codecs = match config.and_then(|c| c.get("index_codecs")) {
+            Some(Value::Array(codecs)) => codecs.clone(),
+            _ => default.codecs,
+        };
+        let location = config.and_then(|c| c.get("index_location"));
+        Some(ShardIndex {
+            codecs,
+            at_start: location.and_then(Value::as_str) == Some("start"),
+        })
+    }
+}
+
 /// The chain of an array stored in shards whose inner chunks have `inner_chunks` and are
-/// encoded with `spec`: one `sharding_indexed` codec, its index at the end of each shard and
-/// checksummed with `crc32c`, as zarr-python 3 writes with `shards=`.
-pub fn sharded(spec: &CodecSpec, dtype: &ZarrDtype, inner_chunks: &[u64]) -> Result<CodecSpec> {
+/// encoded with `spec`: one `sharding_indexed` codec, its index laid out as `index` says.
+pub fn sharded(
+    spec: &CodecSpec,
+    dtype: &ZarrDtype,
+    inner_chunks: &[u64],
+    index: &ShardIndex,
+) -> Result<CodecSpec> {
     Ok(CodecSpec::V3(vec![json!({
         "name": "sharding_indexed",
         "configuration": {
             "chunk_shape": inner_chunks,
             "codecs": codecs_v3(spec, dtype)?,
-            "index_codecs": [
-                {"name": "bytes", "configuration": {"endian": "little"}},
-                {"name": "crc32c"},
-            ],
-            "index_location": "end",
+            "index_codecs": index.codecs,
+            "index_location": if index.at_start { "start" } else { "end" },
         },
     })]))
 }
@@ -920,6 +968,35 @@ mod tests {
             codecs_v2(&[json!({"name": "fancy"})]),
             Err(Error::Unsupported(_))
         ));
+    }
+
+    #[test]
+    fn shards_keep_their_index_layout() {
+        let dtype = v3_dtype(NcType::Int, 0, false);
+        let inner = vec![json!({"name": "bytes", "configuration": {"endian": "little"}})];
+        // zarr-python's `ShardingCodec(index_location="start", index_codecs=[BytesCodec()])`.
+        let source = [json!({"name": "sharding_indexed", "configuration": {
+            "chunk_shape": [2], "codecs": inner,
+            "index_codecs": [{"name": "bytes", "configuration": {"endian": "big"}}],
+            "index_location": "start"}})];
+        let index = ShardIndex::of(&source).unwrap();
+        let again = sharded(&CodecSpec::default(), &dtype, &[2], &index).unwrap();
+        assert_eq!(again, CodecSpec::V3(source.to_vec()));
+        // The specification's defaults where the source says nothing.
+        let bare = [json!({"name": "sharding_indexed", "configuration": {
+            "chunk_shape": [2], "codecs": inner}})];
+        assert_eq!(ShardIndex::of(&bare), Some(ShardIndex::default()));
+        let CodecSpec::V3(made) =
+            sharded(&CodecSpec::default(), &dtype, &[2], &ShardIndex::default()).unwrap()
+        else {
+            panic!("not a v3 chain")
+        };
+        assert_eq!(made[0]["configuration"]["index_location"], json!("end"));
+        assert_eq!(
+            made[0]["configuration"]["index_codecs"],
+            json!([{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}])
+        );
+        assert_eq!(ShardIndex::of(&inner), None);
     }
 
     #[test]
