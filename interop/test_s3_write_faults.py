@@ -134,6 +134,91 @@ def test_fsync_after_the_server_came_back_stores_the_changes(moto, proxy, binary
         assert m.unmount() == 0, log.read_text()
 
 
+# After _stall_until_down, failed stores in a row (the fsync, the close's flush and its
+# release) leave a pacing window of 4 / 32 of the timeout (1.25 s here) during which a close
+# sends no probe; waited out so that the next close probes, well before the probe the server
+# held as down would get anyway (a timeout after the check).
+PACING_WINDOW_AFTER_STALL = 2.0
+
+
+def _write_row(data: Path, row: int, values: bytes):
+    """Opens the mounted `data`, writes `values` to row `row`: the open descriptor."""
+    fd = os.open(data, os.O_WRONLY)
+    assert os.pwrite(fd, values, row * 16) == len(values)
+    return fd
+
+
+def test_close_after_the_server_came_back_stores_the_changes(moto, proxy, binary, env,  # noqa: F811
+                                                             tmp_path):
+    """A close does not fail from the memory of a server held as down: it probes the server
+    at once, and finding it back, stores the changed chunks (those of the earlier failed
+    close too) before it returns."""
+    prefix = _generated(binary, env, tmp_path)
+    env = dict(env, **TIMEOUTS)
+    location = f"{proxy.endpoint}/{BUCKET}/{prefix}#mode=nczarr,s3"
+    log = tmp_path / "mount.log"
+    earlier, later = np.full(4, 9.5, dtype="<f4"), np.full(4, -1.5, dtype="<f4")
+    with RwMount(binary, env, location, tmp_path / "mnt", log) as m:
+        data = m.mnt / "v" / "data"
+        assert data.read_bytes() == INITIAL.tobytes()
+        _stall_until_down(proxy, data, 1, earlier.tobytes())
+        threading.Event().wait(PACING_WINDOW_AFTER_STALL)
+        fd = _write_row(data, 2, later.tobytes())
+        before = len(proxy.requests)
+        os.close(fd)
+        sent = proxy.requests[before:]
+        assert ("HEAD" in [method for method, _ in sent]
+                and any(method == "PUT" and "/v/" in path for method, path in sent)), sent
+        want = INITIAL.copy()
+        want[1], want[2] = earlier, later
+        # Stored by the close, before the unmount.
+        assert np.array_equal(_stored_v(moto, prefix, tmp_path), want)
+        assert m.unmount() == 0, log.read_text()
+
+
+def test_closes_while_the_server_stays_down_wait_once_per_window(moto, proxy, binary, env,  # noqa: F811
+                                                                 tmp_path):
+    """A close while the server still does not answer sends one probe, fails with EIO and
+    logs why; the closes right after it (within the pacing window its failure starts) send
+    nothing and fail at once, saying that they sent no probe. Once the server is back, an
+    fsync stores every row those closes failed to store."""
+    prefix = _generated(binary, env, tmp_path)
+    env = dict(env, **TIMEOUTS)
+    location = f"{proxy.endpoint}/{BUCKET}/{prefix}#mode=nczarr,s3"
+    log = tmp_path / "mount.log"
+    rows = {1: 9.5, 2: -1.5, 3: 0.25, 0: 42.0}
+    with RwMount(binary, env, location, tmp_path / "mnt", log) as m:
+        data = m.mnt / "v" / "data"
+        assert data.read_bytes() == INITIAL.tobytes()
+        _stall_until_down(proxy, data, 1, np.full(4, rows[1], dtype="<f4").tobytes())
+        proxy.stall_on = "/"
+        threading.Event().wait(PACING_WINDOW_AFTER_STALL)
+        fd = _write_row(data, 2, np.full(4, rows[2], dtype="<f4").tobytes())
+        before = len(proxy.requests)
+        _expect_eio(lambda: os.close(fd))
+        probed = proxy.requests[before:]
+        assert [method for method, _ in probed] == ["HEAD"], probed
+        before = len(proxy.requests)
+        for row in (3, 0):
+            fd = _write_row(data, row, np.full(4, rows[row], dtype="<f4").tobytes())
+            _expect_eio(lambda: os.close(fd))
+        assert proxy.requests[before:] == [], "a close within the window sent requests"
+        text = log.read_text()
+        assert "sent no probe" in text, text
+        assert len([line for line in text.splitlines() if "flush /v/data" in line]) >= 4, text
+        proxy.stall_on = None
+        fd = os.open(data, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        want = INITIAL.copy()
+        for row, value in rows.items():
+            want[row] = value
+        assert np.array_equal(_stored_v(moto, prefix, tmp_path), want)
+        assert m.unmount() == 0, log.read_text()
+
+
 # netcdf-c's default float fill (netcdf.h: NC_FILL_FLOAT).
 FILL_FLOAT = np.float32(9.9692099683868690e36)
 

@@ -852,10 +852,26 @@ impl Shared {
         if self.writer.is_none() || !(wrote || always) {
             return Ok(());
         }
-        if always {
-            // An fsync asks a server held as down at once rather than fail from memory.
+        // An fsync asks a server held as down at once rather than fail from memory; so does a
+        // close, but only once the pacing window of the last failed store has passed (see
+        // `ChunkEngine::storage_may_wait`): closes come in bursts, the kernel's release after
+        // a failed flush flushes again, and a silent server would cost each a whole timeout.
+        let not_asked = if always {
             self.map.probe_if_down();
-        }
+            None
+        } else {
+            let paced = self
+                .writer
+                .as_ref()
+                .map_or(Ok(()), |w| read_lock(w).engine().storage_may_wait());
+            match paced {
+                Ok(()) => {
+                    self.map.probe_if_down();
+                    None
+                }
+                Err(why) => Some(why),
+            }
+        };
         let result = match (&handle.node, &handle.text) {
             (Node::File(owner, FileKind::Attr(opened_as)), Some(text)) if wrote => {
                 let moved = lock(&handle.moved).clone();
@@ -896,6 +912,12 @@ impl Shared {
             if !matches!(e, Error::Invalid(_) | Error::NotPermitted(_)) {
                 // Not stored: the next flush, fsync or close must try again, and report.
                 handle.wrote.store(true, Ordering::SeqCst);
+                if let Some(why) = &not_asked {
+                    log::warn!(
+                        "flush {}: the close sent no probe to a server held as down: {why}",
+                        node_display(&handle.node)
+                    );
+                }
             }
             self.refused(&handle.node, "flush", &e)
         })
