@@ -385,3 +385,68 @@ def test_reads_do_not_wait_for_a_flush_stuck_on_the_server(moto, proxy, binary, 
             os.close(fd)
         assert m.unmount() == 0, log.read_text()
     assert np.array_equal(_stored_v(moto, prefix, tmp_path), want)
+
+
+def test_reads_do_not_wait_for_a_shard_store_stuck_on_the_server(moto, proxy, binary, env,  # noqa: F811
+                                                                  tmp_path):
+    """As above for a Zarr v3 dataset with a sharded array: the flush rewrites the shard
+    whose inner chunk was written while its PUT hangs, and reads of another array and of
+    the generated header are done meanwhile. Once the server takes PUTs again, zarr-python
+    reads every inner chunk of the shard from the bucket: the written one and those kept."""
+    import zarr
+
+    from test_s3 import _upload
+
+    store = tmp_path / "s.zarr"
+    root = zarr.open_group(str(store), mode="w", zarr_format=3)
+    sharded = root.create_array("s", shape=(8,), chunks=(2,), shards=(8,), dtype="<i4",
+                                fill_value=0, dimension_names=["x"])
+    sharded[...] = np.arange(1, 9, dtype="<i4")
+    plain = root.create_array("f", shape=(4,), chunks=(4,), dtype="<i4", fill_value=0,
+                              dimension_names=["y"])
+    plain[...] = np.arange(10, 14, dtype="<i4")
+    prefix = f"write-faults-{uuid.uuid4().hex}/s.zarr"
+    _upload(moto, store, prefix)
+    env = dict(env, NCZARRFS_S3_TIMEOUT="30", NCZARRFS_S3_CONNECT_TIMEOUT="1",
+               NCZARRFS_S3_RETRIES="1")
+    location = f"{proxy.endpoint}/{BUCKET}/{prefix}#mode=zarr,s3"
+    log = tmp_path / "mount.log"
+    with RwMount(binary, env, location, tmp_path / "mnt", log) as m:
+        data = m.mnt / "s" / "data"
+        assert data.read_bytes() == np.arange(1, 9, dtype="<i4").tobytes()
+        proxy.stall_on, proxy.stall_methods, proxy.stall = "/s/", {"PUT"}, 120
+        fd = os.open(data, os.O_WRONLY)
+        fsync_failed = threading.Event()
+
+        def fsync():
+            # Inner chunk 1 (elements 2 and 3) of the array's only shard.
+            assert os.pwrite(fd, np.array([-2, -3], dtype="<i4").tobytes(), 2 * 4) == 8
+            _expect_eio(lambda: os.fsync(fd))
+            fsync_failed.set()
+
+        writer = threading.Thread(target=fsync)
+        writer.start()
+        try:
+            while not any(method == "PUT" and "/s/" in path
+                          for method, path in list(proxy.requests)):
+                assert writer.is_alive(), "the fsync ended before its PUT reached the server"
+                threading.Event().wait(0.01)
+            f = (m.mnt / "f" / "data").read_bytes()
+            header = (m.mnt / "@header.cdl").read_text()
+            # Done before the stalled PUT was given up.
+            assert not fsync_failed.is_set() and proxy.abandoned == 0, \
+                "the reads waited for the flush"
+            assert f == np.arange(10, 14, dtype="<i4").tobytes()
+            assert "int s(x)" in header, header
+        finally:
+            writer.join()
+            proxy.stall_on = None
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        assert m.unmount() == 0, log.read_text()
+    local = _download(moto, prefix, tmp_path / "stored.zarr")
+    want = np.arange(1, 9, dtype="<i4")
+    want[2:4] = [-2, -3]
+    np.testing.assert_array_equal(zarr.open_array(str(local / "s"), mode="r")[...], want)

@@ -926,19 +926,18 @@ impl Shared {
     /// Stores the changed chunks with the writer's lock shared, as reads take it, so that they
     /// need not wait for a server that does not answer: the store works on a snapshot of the
     /// changed chunks and marks clean only those not changed meanwhile. The exclusive sync
-    /// that follows stores what changed meanwhile, then the metadata. Not for sharded arrays,
-    /// whose shards a reader could see half replaced (see
-    /// [`DatasetWriter::writes_beside_reads`]): their sync stores everything exclusively.
+    /// that follows stores what changed meanwhile, then the metadata. Sharded arrays too: a
+    /// shard's read-modify-write holds its array's rewrite lock from reading the stored shard
+    /// to updating the index kept for readers, so a reader never pairs an old index with a
+    /// new shard, and stores of inner chunks of one shard take turns, each keeping the
+    /// others' chunks. No write of values runs beside this store on such a dataset (they hold
+    /// the writer's lock exclusively: see [`DatasetWriter::writes_beside_reads`]), and a
+    /// changed inner chunk stays in the cache, for readers, until it is stored.
     fn store_chunks_beside_reads(&self) -> Result<()> {
         let Some(writer) = &self.writer else {
             return Ok(());
         };
-        let w = read_lock(writer);
-        // A variable whose storage cannot be told leaves it to the exclusive sync, as a write.
-        if !w.writes_beside_reads().unwrap_or(false) {
-            return Ok(());
-        }
-        w.engine().flush()
+        read_lock(writer).engine().flush()
     }
 
     /// `truncate` of a file to `size`: a data file may keep its size or grow (as a write
