@@ -134,6 +134,91 @@ def test_fsync_after_the_server_came_back_stores_the_changes(moto, proxy, binary
         assert m.unmount() == 0, log.read_text()
 
 
+# After _stall_until_down, failed stores in a row (the fsync, the close's flush and its
+# release) leave a pacing window of 4 / 32 of the timeout (1.25 s here) during which a close
+# sends no probe; waited out so that the next close probes, well before the probe the server
+# held as down would get anyway (a timeout after the check).
+PACING_WINDOW_AFTER_STALL = 2.0
+
+
+def _write_row(data: Path, row: int, values: bytes):
+    """Opens the mounted `data`, writes `values` to row `row`: the open descriptor."""
+    fd = os.open(data, os.O_WRONLY)
+    assert os.pwrite(fd, values, row * 16) == len(values)
+    return fd
+
+
+def test_close_after_the_server_came_back_stores_the_changes(moto, proxy, binary, env,  # noqa: F811
+                                                             tmp_path):
+    """A close does not fail from the memory of a server held as down: it probes the server
+    at once, and finding it back, stores the changed chunks (those of the earlier failed
+    close too) before it returns."""
+    prefix = _generated(binary, env, tmp_path)
+    env = dict(env, **TIMEOUTS)
+    location = f"{proxy.endpoint}/{BUCKET}/{prefix}#mode=nczarr,s3"
+    log = tmp_path / "mount.log"
+    earlier, later = np.full(4, 9.5, dtype="<f4"), np.full(4, -1.5, dtype="<f4")
+    with RwMount(binary, env, location, tmp_path / "mnt", log) as m:
+        data = m.mnt / "v" / "data"
+        assert data.read_bytes() == INITIAL.tobytes()
+        _stall_until_down(proxy, data, 1, earlier.tobytes())
+        threading.Event().wait(PACING_WINDOW_AFTER_STALL)
+        fd = _write_row(data, 2, later.tobytes())
+        before = len(proxy.requests)
+        os.close(fd)
+        sent = proxy.requests[before:]
+        assert ("HEAD" in [method for method, _ in sent]
+                and any(method == "PUT" and "/v/" in path for method, path in sent)), sent
+        want = INITIAL.copy()
+        want[1], want[2] = earlier, later
+        # Stored by the close, before the unmount.
+        assert np.array_equal(_stored_v(moto, prefix, tmp_path), want)
+        assert m.unmount() == 0, log.read_text()
+
+
+def test_closes_while_the_server_stays_down_wait_once_per_window(moto, proxy, binary, env,  # noqa: F811
+                                                                 tmp_path):
+    """A close while the server still does not answer sends one probe, fails with EIO and
+    logs why; the closes right after it (within the pacing window its failure starts) send
+    nothing and fail at once, saying that they sent no probe. Once the server is back, an
+    fsync stores every row those closes failed to store."""
+    prefix = _generated(binary, env, tmp_path)
+    env = dict(env, **TIMEOUTS)
+    location = f"{proxy.endpoint}/{BUCKET}/{prefix}#mode=nczarr,s3"
+    log = tmp_path / "mount.log"
+    rows = {1: 9.5, 2: -1.5, 3: 0.25, 0: 42.0}
+    with RwMount(binary, env, location, tmp_path / "mnt", log) as m:
+        data = m.mnt / "v" / "data"
+        assert data.read_bytes() == INITIAL.tobytes()
+        _stall_until_down(proxy, data, 1, np.full(4, rows[1], dtype="<f4").tobytes())
+        proxy.stall_on = "/"
+        threading.Event().wait(PACING_WINDOW_AFTER_STALL)
+        fd = _write_row(data, 2, np.full(4, rows[2], dtype="<f4").tobytes())
+        before = len(proxy.requests)
+        _expect_eio(lambda: os.close(fd))
+        probed = proxy.requests[before:]
+        assert [method for method, _ in probed] == ["HEAD"], probed
+        before = len(proxy.requests)
+        for row in (3, 0):
+            fd = _write_row(data, row, np.full(4, rows[row], dtype="<f4").tobytes())
+            _expect_eio(lambda: os.close(fd))
+        assert proxy.requests[before:] == [], "a close within the window sent requests"
+        text = log.read_text()
+        assert "sent no probe" in text, text
+        assert len([line for line in text.splitlines() if "flush /v/data" in line]) >= 4, text
+        proxy.stall_on = None
+        fd = os.open(data, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        want = INITIAL.copy()
+        for row, value in rows.items():
+            want[row] = value
+        assert np.array_equal(_stored_v(moto, prefix, tmp_path), want)
+        assert m.unmount() == 0, log.read_text()
+
+
 # netcdf-c's default float fill (netcdf.h: NC_FILL_FLOAT).
 FILL_FLOAT = np.float32(9.9692099683868690e36)
 
@@ -300,3 +385,68 @@ def test_reads_do_not_wait_for_a_flush_stuck_on_the_server(moto, proxy, binary, 
             os.close(fd)
         assert m.unmount() == 0, log.read_text()
     assert np.array_equal(_stored_v(moto, prefix, tmp_path), want)
+
+
+def test_reads_do_not_wait_for_a_shard_store_stuck_on_the_server(moto, proxy, binary, env,  # noqa: F811
+                                                                  tmp_path):
+    """As above for a Zarr v3 dataset with a sharded array: the flush rewrites the shard
+    whose inner chunk was written while its PUT hangs, and reads of another array and of
+    the generated header are done meanwhile. Once the server takes PUTs again, zarr-python
+    reads every inner chunk of the shard from the bucket: the written one and those kept."""
+    import zarr
+
+    from test_s3 import _upload
+
+    store = tmp_path / "s.zarr"
+    root = zarr.open_group(str(store), mode="w", zarr_format=3)
+    sharded = root.create_array("s", shape=(8,), chunks=(2,), shards=(8,), dtype="<i4",
+                                fill_value=0, dimension_names=["x"])
+    sharded[...] = np.arange(1, 9, dtype="<i4")
+    plain = root.create_array("f", shape=(4,), chunks=(4,), dtype="<i4", fill_value=0,
+                              dimension_names=["y"])
+    plain[...] = np.arange(10, 14, dtype="<i4")
+    prefix = f"write-faults-{uuid.uuid4().hex}/s.zarr"
+    _upload(moto, store, prefix)
+    env = dict(env, NCZARRFS_S3_TIMEOUT="30", NCZARRFS_S3_CONNECT_TIMEOUT="1",
+               NCZARRFS_S3_RETRIES="1")
+    location = f"{proxy.endpoint}/{BUCKET}/{prefix}#mode=zarr,s3"
+    log = tmp_path / "mount.log"
+    with RwMount(binary, env, location, tmp_path / "mnt", log) as m:
+        data = m.mnt / "s" / "data"
+        assert data.read_bytes() == np.arange(1, 9, dtype="<i4").tobytes()
+        proxy.stall_on, proxy.stall_methods, proxy.stall = "/s/", {"PUT"}, 120
+        fd = os.open(data, os.O_WRONLY)
+        fsync_failed = threading.Event()
+
+        def fsync():
+            # Inner chunk 1 (elements 2 and 3) of the array's only shard.
+            assert os.pwrite(fd, np.array([-2, -3], dtype="<i4").tobytes(), 2 * 4) == 8
+            _expect_eio(lambda: os.fsync(fd))
+            fsync_failed.set()
+
+        writer = threading.Thread(target=fsync)
+        writer.start()
+        try:
+            while not any(method == "PUT" and "/s/" in path
+                          for method, path in list(proxy.requests)):
+                assert writer.is_alive(), "the fsync ended before its PUT reached the server"
+                threading.Event().wait(0.01)
+            f = (m.mnt / "f" / "data").read_bytes()
+            header = (m.mnt / "@header.cdl").read_text()
+            # Done before the stalled PUT was given up.
+            assert not fsync_failed.is_set() and proxy.abandoned == 0, \
+                "the reads waited for the flush"
+            assert f == np.arange(10, 14, dtype="<i4").tobytes()
+            assert "int s(x)" in header, header
+        finally:
+            writer.join()
+            proxy.stall_on = None
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        assert m.unmount() == 0, log.read_text()
+    local = _download(moto, prefix, tmp_path / "stored.zarr")
+    want = np.arange(1, 9, dtype="<i4")
+    want[2:4] = [-2, -3]
+    np.testing.assert_array_equal(zarr.open_array(str(local / "s"), mode="r")[...], want)

@@ -1043,7 +1043,8 @@ impl ChunkEngine {
             Some(e) => {
                 if let Some(window) = self.pacing.failed(e, std::time::Instant::now()) {
                     log::warn!(
-                        "changed chunks of {} not stored: {e}; writes leave them alone for                          {} s (an fsync or close tries at once)",
+                        "changed chunks of {} not stored: {e}; writes leave them alone for \
+                         {} s (an fsync or close tries at once)",
                         self.map.describe(),
                         window.as_secs_f64()
                     );
@@ -2183,6 +2184,11 @@ impl ChunkEngine {
     pub fn flush(&self) -> Result<()> {
         // Taken outside the pool, as in `write`.
         let _guard = self.write_lock.lock().unwrap_or_else(|e| e.into_inner());
+        if self.cache.dirty_bytes() == 0 {
+            // Nothing was asked of storage, so nothing learnt of it: a failure remembered by
+            // the pacing stays remembered (the metadata that a sync stores next may fail too).
+            return Ok(());
+        }
         let flushed = io_parallel(self.map.concurrent_gets(), || {
             self.cache
                 .flush_batched(&|_| true, &inner_chunk_batch, &|batch| {
@@ -2197,6 +2203,20 @@ impl ChunkEngine {
             }
         }
         flushed
+    }
+
+    /// Whether a flush that is not insisted on (a `close`, unlike an `fsync` or the unmount)
+    /// may wait for storage held as unreachable to answer a probe: `Err` with the last failed
+    /// store while its window lasts (see [`pacing`]). So a burst of closes while a server stays
+    /// silent costs at most one bounded wait per window, not a timeout each.
+    pub fn storage_may_wait(&self) -> Result<()> {
+        self.pacing.may_try(std::time::Instant::now())
+    }
+
+    /// Records that storing what a sync owes besides the changed chunks (the metadata)
+    /// failed: as a failed write-back, it starts or lengthens the pacing window.
+    pub fn store_failed(&self, error: &Error) {
+        self.pacing.failed(error, std::time::Instant::now());
     }
 
     /// Forgets cached chunks (and variable plans) whose keys start with `prefix`, after

@@ -9,7 +9,13 @@
 //! once with that error. Each failure in a row doubles the window, from a 32nd of the map's
 //! limit ([`crate::zmap::ZMap::write_back_backoff`]) up to that limit; a store that succeeds
 //! ends it.
-//! A flush asked for (`fsync`, `close`, the unmount) always tries.
+//! A flush asked for (`fsync`, `close`, the unmount) always tries. A `close` respects the
+//! window in one way: it asks a server held as down (see the S3 map) for an
+//! answer at once only after the window, as an `fsync` always does. A close is not insisted
+//! on as an fsync is, programs close many files in a row, and the kernel's release after a
+//! failed close flushes again: each of them waiting a whole timeout on a silent server would
+//! stall every closer, while one bounded wait per window still lets a close store the
+//! changes soon after the server came back.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -60,9 +66,9 @@ impl WriteBackPacing {
             Some(f) if now < f.at + f.window => Err(Error::Storage {
                 key: f.key.clone(),
                 reason: format!(
-                    "{} (storing changed chunks failed so {} s ago; writes that need them \
-                     stored fail at once until it is tried again, {} s after that failure, \
-                     or by an fsync or close)",
+                    "{} (a store failed {} s ago; until {} s after that failure, writes that \
+                     need changed chunks stored fail at once, and a close does not wait for a \
+                     server held as down; an fsync asks it at once)",
                     f.reason,
                     now.saturating_duration_since(f.at).as_secs(),
                     f.window.as_secs()

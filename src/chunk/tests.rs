@@ -895,6 +895,41 @@ fn a_refused_write_back_is_not_restarted_by_every_write() {
     assert_eq!(i32s(&map.object("v/2").unwrap()), vec![108, 9, 9, 9]);
 }
 
+/// A close may wait for storage held as down only outside the window of a failed store; a
+/// flush with nothing to store learns nothing of the storage and keeps the window, while a
+/// failed store of the metadata starts one as a failed chunk store does, and a stored flush
+/// ends it.
+#[test]
+fn a_close_waits_for_storage_only_outside_the_window_of_a_failed_store() {
+    let (plain, ds, v) = ints_by_four();
+    let map = Arc::new(TestMap {
+        objects: Mutex::new(plain.objects.lock().unwrap().clone()),
+        backoff: Some(Duration::from_secs(3600)),
+        ..TestMap::default()
+    });
+    let e = engine(&map, 64);
+    assert!(e.storage_may_wait().is_ok());
+    e.try_write(&ds, v, &slab(&[0], &[1], &[1]), &ints(&[100]))
+        .unwrap();
+    map.full.store(true, Ordering::Relaxed);
+    assert!(e.flush().is_err());
+    let why = e.storage_may_wait().unwrap_err().to_string();
+    assert!(
+        why.contains("No space left") && why.contains("close"),
+        "{why}"
+    );
+    map.full.store(false, Ordering::Relaxed);
+    e.flush().unwrap();
+    assert!(e.storage_may_wait().is_ok());
+    // The metadata refused after every chunk was stored: an empty flush forgets nothing.
+    e.store_failed(&Error::Storage {
+        key: ".zattrs".into(),
+        reason: "the server is taken as down".into(),
+    });
+    e.flush().unwrap();
+    assert!(e.storage_may_wait().is_err());
+}
+
 /// A write larger than the cache goes through it group by group: one that fails after a
 /// group took effect says so; a failed store of whole chunks keeps the changes cached for
 /// them.

@@ -1295,10 +1295,18 @@ impl DatasetWriter {
     /// flush (a zip archive is rewritten here).
     pub fn sync(&mut self) -> Result<()> {
         self.engine.flush()?;
-        if self.meta_dirty {
-            self.write_meta()?;
+        let rest = if self.meta_dirty {
+            self.write_meta()
+        } else {
+            Ok(())
         }
-        self.map.flush()
+        .and_then(|()| self.map.flush());
+        if let Err(e) = &rest {
+            // Paced as a failed chunk store is, so that a burst of closes of attribute files
+            // does not wait on a silent server once each.
+            self.engine.store_failed(e);
+        }
+        rest
     }
 
     /// Whether the model changed since the metadata was last stored (a mount shows this

@@ -852,10 +852,26 @@ impl Shared {
         if self.writer.is_none() || !(wrote || always) {
             return Ok(());
         }
-        if always {
-            // An fsync asks a server held as down at once rather than fail from memory.
+        // An fsync asks a server held as down at once rather than fail from memory; so does a
+        // close, but only once the pacing window of the last failed store has passed (see
+        // `ChunkEngine::storage_may_wait`): closes come in bursts, the kernel's release after
+        // a failed flush flushes again, and a silent server would cost each a whole timeout.
+        let not_asked = if always {
             self.map.probe_if_down();
-        }
+            None
+        } else {
+            let paced = self
+                .writer
+                .as_ref()
+                .map_or(Ok(()), |w| read_lock(w).engine().storage_may_wait());
+            match paced {
+                Ok(()) => {
+                    self.map.probe_if_down();
+                    None
+                }
+                Err(why) => Some(why),
+            }
+        };
         let result = match (&handle.node, &handle.text) {
             (Node::File(owner, FileKind::Attr(opened_as)), Some(text)) if wrote => {
                 let moved = lock(&handle.moved).clone();
@@ -896,6 +912,12 @@ impl Shared {
             if !matches!(e, Error::Invalid(_) | Error::NotPermitted(_)) {
                 // Not stored: the next flush, fsync or close must try again, and report.
                 handle.wrote.store(true, Ordering::SeqCst);
+                if let Some(why) = &not_asked {
+                    log::warn!(
+                        "flush {}: the close sent no probe to a server held as down: {why}",
+                        node_display(&handle.node)
+                    );
+                }
             }
             self.refused(&handle.node, "flush", &e)
         })
@@ -904,19 +926,18 @@ impl Shared {
     /// Stores the changed chunks with the writer's lock shared, as reads take it, so that they
     /// need not wait for a server that does not answer: the store works on a snapshot of the
     /// changed chunks and marks clean only those not changed meanwhile. The exclusive sync
-    /// that follows stores what changed meanwhile, then the metadata. Not for sharded arrays,
-    /// whose shards a reader could see half replaced (see
-    /// [`DatasetWriter::writes_beside_reads`]): their sync stores everything exclusively.
+    /// that follows stores what changed meanwhile, then the metadata. Sharded arrays too: a
+    /// shard's read-modify-write holds its array's rewrite lock from reading the stored shard
+    /// to updating the index kept for readers, so a reader never pairs an old index with a
+    /// new shard, and stores of inner chunks of one shard take turns, each keeping the
+    /// others' chunks. No write of values runs beside this store on such a dataset (they hold
+    /// the writer's lock exclusively: see [`DatasetWriter::writes_beside_reads`]), and a
+    /// changed inner chunk stays in the cache, for readers, until it is stored.
     fn store_chunks_beside_reads(&self) -> Result<()> {
         let Some(writer) = &self.writer else {
             return Ok(());
         };
-        let w = read_lock(writer);
-        // A variable whose storage cannot be told leaves it to the exclusive sync, as a write.
-        if !w.writes_beside_reads().unwrap_or(false) {
-            return Ok(());
-        }
-        w.engine().flush()
+        read_lock(writer).engine().flush()
     }
 
     /// `truncate` of a file to `size`: a data file may keep its size or grow (as a write

@@ -329,9 +329,10 @@ pub trait ZMap: Send + Sync + Debug {
 
     /// Asks a remote server that the map holds as down (it stopped answering, and requests
     /// fail at once until a probe is answered: see the S3 map) at once, with one request
-    /// bounded by the request timeout, rather than when the next probe is due: for an `fsync`
-    /// or the final flush at unmount, which must not give up on a server that is back. Maps
-    /// without such a state do nothing.
+    /// bounded by the request timeout, rather than when the next probe is due: for an
+    /// `fsync`, a `close` (once the window of a failed store has passed: see
+    /// [`crate::chunk::ChunkEngine::storage_may_wait`]) or the final flush at unmount, which
+    /// must not give up on a server that is back. Maps without such a state do nothing.
     fn probe_if_down(&self) {}
 
     /// The longest a writer leaves changed chunks that storage refused alone before it tries
