@@ -891,24 +891,32 @@ impl V3Chain {
         for (inner, bytes) in encoded {
             parts[*inner] = bytes.as_deref();
         }
-        let index = if parts.iter().all(Option::is_none) {
+        let stored = if parts.iter().all(Option::is_none) {
             // A whole rewrite did not look whether there was a shard; deleting an absent
             // object is no error in any map.
             if old.is_some() || whole {
-                map.delete(shard_key)?;
+                map.delete(shard_key)
+            } else {
+                Ok(())
             }
-            None
+            .map(|()| None)
         } else {
             let (shard, words) = sh.assemble(&parts)?;
-            map.put(shard_key, &shard)?;
-            Some(Arc::new(words))
+            map.put(shard_key, &shard).map(|()| Some(Arc::new(words)))
         };
-        sh.state
-            .indices
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(shard_key.to_string(), index);
-        Ok(())
+        let mut indices = sh.state.indices.lock().unwrap_or_else(|e| e.into_inner());
+        match stored {
+            Ok(index) => {
+                indices.insert(shard_key.to_string(), index);
+                Ok(())
+            }
+            Err(e) => {
+                // A failed store may still have been kept (an answer lost on the way back),
+                // so which shard the map holds is unknown: the index is read again with it.
+                indices.remove(shard_key);
+                Err(e)
+            }
+        }
     }
 }
 
@@ -1076,12 +1084,27 @@ mod tests {
 
     /// A map that records every read (ranged or not) and every store, to check that sharded
     /// reads are partial and sharded writes store each shard once; read-only unless
-    /// `writable`.
+    /// `writable`. While `answers_lost`, a store is kept but reported failed, as when the
+    /// server's answer never arrives.
     #[derive(Debug)]
     struct Counting {
         inner: MemoryMap,
         log: Mutex<Vec<String>>,
         writable: bool,
+        answers_lost: std::sync::atomic::AtomicBool,
+    }
+
+    impl Counting {
+        fn answer(&self, key: &str, stored: Result<()>) -> Result<()> {
+            stored?;
+            if self.answers_lost.load(std::sync::atomic::Ordering::SeqCst) {
+                return Err(Error::Storage {
+                    key: key.to_string(),
+                    reason: "answer lost".into(),
+                });
+            }
+            Ok(())
+        }
     }
 
     impl ZMap for Counting {
@@ -1102,11 +1125,11 @@ mod tests {
         }
         fn put(&self, key: &str, value: &[u8]) -> Result<()> {
             self.log.lock().unwrap().push(format!("put {key}"));
-            self.inner.put(key, value)
+            self.answer(key, self.inner.put(key, value))
         }
         fn delete(&self, key: &str) -> Result<()> {
             self.log.lock().unwrap().push(format!("delete {key}"));
-            self.inner.delete(key)
+            self.answer(key, self.inner.delete(key))
         }
         fn search(&self, prefix: &str) -> Result<Vec<String>> {
             self.inner.search(prefix)
@@ -1175,6 +1198,7 @@ mod tests {
             inner: map,
             log: Mutex::new(Vec::new()),
             writable: false,
+            answers_lost: Default::default(),
         }
     }
 
@@ -1598,6 +1622,40 @@ mod tests {
         write_i32(&engine, &ds, Hyperslab::whole(&[4, 4]), &[-1; 16]);
         assert_eq!(shard_ops(), ["delete a/c/0/0"]);
         assert_eq!(map.inner.get("a/c/0/0").unwrap(), None);
+    }
+
+    #[test]
+    fn a_shard_whose_store_answer_was_lost_is_read_with_its_stored_index() {
+        let mut store = sharded_store(true);
+        store.writable = true;
+        let map = Arc::new(store);
+        let ds = read_dataset(map.as_ref(), &Mode::default()).unwrap();
+        let engine = ChunkEngine::new(Arc::clone(&map) as Arc<dyn ZMap>, 0);
+        // The stored shard's index is read and kept.
+        let old: Vec<i32> = (0..16)
+            .map(|k| if k / 4 >= 2 && k % 4 < 2 { -1 } else { k })
+            .collect();
+        assert_eq!(read_i32(&engine, &ds, Hyperslab::whole(&[4, 4])), old);
+        // Rows 0-1 rewritten: the server keeps the new shard, whose inner chunks lie elsewhere
+        // than in the old one, but the answer is lost.
+        map.answers_lost
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let rows: Vec<i32> = (100..108).collect();
+        let slab = Hyperslab {
+            start: vec![0, 0],
+            count: vec![2, 4],
+            stride: vec![1, 1],
+        };
+        let data: Vec<u8> = rows.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let var = ds.find_var("a").unwrap();
+        assert!(engine.write(&ds, var, &slab, &data).is_err());
+        map.answers_lost
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+        // What the server holds is read whole by the same engine (no room in its cache for
+        // inner chunks): the new shard through its own index, not the one kept before.
+        let mut stored = old;
+        stored[..8].copy_from_slice(&rows);
+        assert_eq!(read_i32(&engine, &ds, Hyperslab::whole(&[4, 4])), stored);
     }
 
     #[test]
