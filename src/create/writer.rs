@@ -129,7 +129,16 @@ impl DatasetWriter {
         if let Storage::File(p) | Storage::Zip(p) = &location.storage {
             std::fs::metadata(p).map_err(|e| Error::io(p, e))?;
         }
-        let map = zmap::open(location, true)?;
+        Self::open_in(location, zmap::open(location, true)?, cache_bytes)
+    }
+
+    /// Like [`DatasetWriter::open_with_cache`], writing through `map`, the storage of
+    /// `location`.
+    pub fn open_in(
+        location: &Location,
+        map: Arc<dyn ZMap>,
+        cache_bytes: usize,
+    ) -> Result<DatasetWriter> {
         map.claim_writer()?;
         // What the open reads is what the first rewrite compares the metadata with.
         let recorder = meta::stored::ReadRecorder::new(map.as_ref());
@@ -191,8 +200,10 @@ impl DatasetWriter {
         } else {
             Dialect::Zarr
         };
+        // The Zarr v3 writer names dimensions in `dimension_names`, never in xarray's
+        // `_ARRAY_DIMENSIONS`, so only Zarr v2 asks whether the dataset has them.
         if location.mode.xarray.is_none() {
-            opts.xarray = !nczarr || probe_xarray(reading, &model)?;
+            opts.xarray = !nczarr || (!v3 && probe_xarray(&recorder, &model)?);
         }
         if nczarr && !v3 {
             opts.layout = model.provenance.layout.unwrap_or_default();
@@ -1383,14 +1394,19 @@ fn stored_lone_surrogate(
     Ok(None)
 }
 
-/// Whether an opened NCZarr dataset carries `_ARRAY_DIMENSIONS` (so rewrites keep it).
-fn probe_xarray(map: &dyn ZMap, model: &Dataset) -> Result<bool> {
-    match model.vars.first() {
-        None => Ok(true),
-        Some(v) => Ok(map
-            .get(&join_key(&[&v.storage.key, ".zattrs"]))?
-            .is_some_and(|b| String::from_utf8_lossy(&b).contains("_ARRAY_DIMENSIONS"))),
+/// Whether an opened NCZarr dataset carries `_ARRAY_DIMENSIONS` (so rewrites keep it), as the
+/// `.zattrs` of its first variable that the open read says.
+fn probe_xarray(opened: &meta::stored::ReadRecorder, model: &Dataset) -> Result<bool> {
+    let Some(v) = model.vars.first() else {
+        return Ok(true);
+    };
+    let key = join_key(&[&v.storage.key, ".zattrs"]);
+    if let Some(names) = opened.names_xarray_dims(&key) {
+        return Ok(names);
     }
+    Ok(opened
+        .get(&key)?
+        .is_some_and(|b| meta::stored::names_xarray_dims(&b)))
 }
 
 fn padded(mut bytes: Vec<u8>, size: usize) -> Vec<u8> {

@@ -6,7 +6,7 @@
 //! dataset starts from the objects its open read ([`ReadRecorder`]), so its first change reads
 //! nothing again; one that stores objects knows what it stored.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex};
 
@@ -306,45 +306,135 @@ impl StoredMetadata {
 
 /// A map that records what is read through it of the metadata objects a writer stores, so
 /// that a writer opened on a dataset starts from what its open read instead of reading every
-/// object again at its first change.
+/// object again at its first change. What it learnt also answers the questions a writer's open
+/// asks once the model is read (which format and dialect to keep writing, whether the dataset
+/// is consolidated, whether it names xarray's dimensions) without asking storage again: an
+/// object asked for a second time, or asked whether it exists, costs no request.
 #[derive(Debug)]
 pub struct ReadRecorder<'a> {
     inner: Box<dyn ZMap + 'a>,
-    seen: Arc<Mutex<HashMap<String, Stored>>>,
+    record: Arc<Mutex<Record>>,
+}
+
+/// What a [`ReadRecorder`] learnt, shared with the recorder of each one-pass map it hands out.
+#[derive(Debug, Default)]
+struct Record {
+    /// Every metadata object read, by its fingerprints, or as absent.
+    stored: HashMap<String, Stored>,
+    /// The root's metadata objects as read (`None`: absent). They are the few that a writer's
+    /// open looks at again; the others are kept only as fingerprints.
+    root: HashMap<String, Option<Vec<u8>>>,
+    /// The `.zattrs` objects read that name xarray's `_ARRAY_DIMENSIONS`.
+    xarray_dims: HashSet<String>,
 }
 
 /// A borrowed map as an owned one, for [`ReadRecorder`].
 #[derive(Debug)]
 struct Borrowed<'a>(&'a dyn ZMap);
 
+/// Whether the bytes of a `.zattrs` object name xarray's `_ARRAY_DIMENSIONS`.
+pub(crate) fn names_xarray_dims(bytes: &[u8]) -> bool {
+    const NAME: &[u8] = b"_ARRAY_DIMENSIONS";
+    bytes.windows(NAME.len()).any(|w| w == NAME)
+}
+
+/// Whether `key` is that of a metadata object a writer stores.
+fn is_metadata(key: &str) -> bool {
+    let leaf = key.rsplit('/').next().unwrap_or(key);
+    matches!(
+        leaf,
+        ".zgroup" | ".zattrs" | ".zarray" | ".zmetadata" | "zarr.json"
+    )
+}
+
 impl<'a> ReadRecorder<'a> {
     /// Records the reads of `map`.
     pub fn new(map: &'a dyn ZMap) -> Self {
         ReadRecorder {
             inner: Box::new(Borrowed(map)),
-            seen: Arc::default(),
+            record: Arc::default(),
         }
     }
 
     /// What was read: every metadata object by its fingerprints, or as absent.
     pub(crate) fn into_stored(self) -> HashMap<String, Stored> {
-        let seen = std::mem::take(&mut *self.seen.lock().unwrap_or_else(|e| e.into_inner()));
-        seen
+        std::mem::take(&mut self.lock().stored)
+    }
+
+    /// Whether the `.zattrs` object at `key` names xarray's `_ARRAY_DIMENSIONS`; `None` when
+    /// it was not read.
+    pub(crate) fn names_xarray_dims(&self, key: &str) -> Option<bool> {
+        let record = self.lock();
+        record
+            .stored
+            .contains_key(key)
+            .then(|| record.xarray_dims.contains(key))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Record> {
+        self.record.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn record(&self, key: &str, got: &Result<Option<Vec<u8>>>) {
-        let leaf = key.rsplit('/').next().unwrap_or(key);
-        if !matches!(
-            leaf,
-            ".zgroup" | ".zattrs" | ".zarray" | ".zmetadata" | "zarr.json"
-        ) {
+        if !is_metadata(key) {
             return;
         }
         // A failed read tells nothing.
         let Ok(found) = got else { return };
         let stored = Stored::found(found.as_deref());
-        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
-        seen.insert(key.to_string(), stored);
+        let mut record = self.lock();
+        if !key.contains('/') {
+            record.root.insert(key.to_string(), found.clone());
+        }
+        if key.ends_with(".zattrs") && found.as_deref().is_some_and(names_xarray_dims) {
+            record.xarray_dims.insert(key.to_string());
+        }
+        record.stored.insert(key.to_string(), stored);
+    }
+
+    /// The root object at `key` as read before, refused as a metadata read is when longer
+    /// than `limit`; `None` when it was not read.
+    fn read_before(&self, key: &str, limit: Option<u64>) -> Option<Result<Option<Vec<u8>>>> {
+        let bytes = self.lock().root.get(key)?.clone();
+        Some(match (bytes, limit) {
+            (Some(b), Some(limit)) if b.len() as u64 > limit => Err(
+                crate::zmap::metadata_too_large(key, Some(b.len() as u64), limit),
+            ),
+            (bytes, _) => Ok(bytes),
+        })
+    }
+
+    /// `keys` read as `fetch` reads those not read before, in one call.
+    fn read_many(
+        &self,
+        keys: &[String],
+        limit: Option<u64>,
+        fetch: impl FnOnce(&[String]) -> Vec<Result<Option<Vec<u8>>>>,
+    ) -> Vec<Result<Option<Vec<u8>>>> {
+        let before: Vec<Option<Result<Option<Vec<u8>>>>> =
+            keys.iter().map(|k| self.read_before(k, limit)).collect();
+        let unread: Vec<String> = keys
+            .iter()
+            .zip(&before)
+            .filter(|(_, b)| b.is_none())
+            .map(|(k, _)| k.clone())
+            .collect();
+        let mut fetched = if unread.is_empty() {
+            Vec::new()
+        } else {
+            fetch(&unread)
+        }
+        .into_iter();
+        keys.iter()
+            .zip(before)
+            .map(|(key, before)| {
+                before.unwrap_or_else(|| {
+                    let got = fetched.next().unwrap_or(Ok(None));
+                    self.record(key, &got);
+                    got
+                })
+            })
+            .collect()
     }
 }
 
@@ -365,9 +455,6 @@ macro_rules! pass_through {
         }
         fn partial_reads_are_cheap(&self) -> bool {
             self.$inner.partial_reads_are_cheap()
-        }
-        fn exists(&self, key: &str) -> Result<bool> {
-            self.$inner.exists(key)
         }
         fn put(&self, key: &str, value: &[u8]) -> Result<()> {
             self.$inner.put(key, value)
@@ -403,6 +490,9 @@ impl ZMap for Borrowed<'_> {
     fn get_many_metadata(&self, keys: &[String], limit: u64) -> Vec<Result<Option<Vec<u8>>>> {
         self.0.get_many_metadata(keys, limit)
     }
+    fn exists(&self, key: &str) -> Result<bool> {
+        self.0.exists(key)
+    }
     fn for_one_pass(&self) -> Option<Box<dyn ZMap + '_>> {
         self.0.for_one_pass()
     }
@@ -411,31 +501,44 @@ impl ZMap for Borrowed<'_> {
 
 impl ZMap for ReadRecorder<'_> {
     fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        if let Some(got) = self.read_before(key, None) {
+            return got;
+        }
         let got = self.inner.get(key);
         self.record(key, &got);
         got
     }
     fn get_metadata(&self, key: &str, limit: u64) -> Result<Option<Vec<u8>>> {
+        if let Some(got) = self.read_before(key, Some(limit)) {
+            return got;
+        }
         let got = self.inner.get_metadata(key, limit);
         self.record(key, &got);
         got
     }
     fn get_many(&self, keys: &[String]) -> Vec<Result<Option<Vec<u8>>>> {
-        let got = self.inner.get_many(keys);
-        keys.iter().zip(&got).for_each(|(k, g)| self.record(k, g));
-        got
+        self.read_many(keys, None, |unread| self.inner.get_many(unread))
     }
     fn get_many_metadata(&self, keys: &[String], limit: u64) -> Vec<Result<Option<Vec<u8>>>> {
-        let got = self.inner.get_many_metadata(keys, limit);
-        keys.iter().zip(&got).for_each(|(k, g)| self.record(k, g));
-        got
+        self.read_many(keys, Some(limit), |unread| {
+            self.inner.get_many_metadata(unread, limit)
+        })
+    }
+    /// Answered from what was read when the object at `key` was.
+    fn exists(&self, key: &str) -> Result<bool> {
+        match self.lock().stored.get(key) {
+            Some(Stored::Object(_)) => return Ok(true),
+            Some(Stored::Absent) => return Ok(false),
+            Some(Stored::Unread) | None => {}
+        }
+        self.inner.exists(key)
     }
     /// The inner map's pass, its reads recorded here too.
     fn for_one_pass(&self) -> Option<Box<dyn ZMap + '_>> {
         let pass = self.inner.for_one_pass()?;
         Some(Box::new(ReadRecorder {
             inner: pass,
-            seen: Arc::clone(&self.seen),
+            record: Arc::clone(&self.record),
         }))
     }
     pass_through!(inner);
