@@ -19,7 +19,8 @@ use crate::create::{
 use crate::error::quoted;
 use crate::location::Location;
 use crate::meta::writer::default_dtype;
-use crate::model::{AttrValue, ByteOrder, Dataset, NcType, VarId};
+use crate::model::quantize::{Quantize, QuantizeMode};
+use crate::model::{AttrValue, Attribute, ByteOrder, Dataset, NcType, VarId};
 use crate::{Error, Result};
 
 /// Arguments of `gen`.
@@ -275,11 +276,23 @@ fn prepare(parsed: ParsedCdl, no_fill: bool) -> Result<(Dataset, Vec<Option<Vec<
         let sp = extras.special;
         let mut values = extras.data;
         let var = &mut dataset.vars[i];
-        if let Some(q) = &sp.quantize {
-            return Err(Error::Unsupported(format!(
-                "{fqn}: {} (quantization) is not implemented",
-                q.0
-            )));
+        if let Some((name, precision)) = &sp.quantize {
+            // As ncgen: nc_def_var_quantize, which records the setting in the attribute
+            // (after the others, where netcdf-c writes it) and quantizes the values written.
+            let mode = QuantizeMode::from_attribute(name)
+                .expect("the parser takes only the quantization attributes");
+            let quantize = Quantize::new(mode, *precision, var.nctype)
+                .map_err(|e| Error::Invalid(format!("{fqn}: {e}")))?;
+            var.attrs.push(Attribute {
+                name: name.clone(),
+                value: quantize.attribute_value(),
+            });
+            if let Some(values) = values.as_mut() {
+                let fill = var.attr("_FillValue").and_then(|a| {
+                    crate::meta::fill_from_attr(&a.value, var.nctype, var.element_size())
+                });
+                quantize.apply(var.nctype, values, fill.as_deref());
+            }
         }
         if let Some(chunks) = &sp.chunk_sizes {
             if chunks.len() != var.dims.len() || chunks.contains(&0) {

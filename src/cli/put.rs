@@ -20,6 +20,7 @@ use super::get::{check_strides, check_within, join, npy_descr, parse_indices, to
 use crate::chunk::{parse_size, Hyperslab};
 use crate::create::{DatasetWriter, WRITER_CACHE_BYTES};
 use crate::location::Location;
+use crate::model::quantize::Quantize;
 use crate::model::{Dataset, NcType, VarId};
 use crate::{Error, Result};
 
@@ -113,6 +114,24 @@ pub fn run(args: PutArgs) -> Result<i32> {
             want.map_or_else(|| "more".to_string(), |n| n.to_string()),
         )));
     }
+    // netcdf-c quantizes every write to a variable that has a quantization attribute,
+    // after the dataset is reopened as well, over the values of one call.
+    let quantized;
+    let values = match Quantize::of_variable(w.model().var(var))
+        .map_err(|e| Error::Invalid(format!("{}: {e}", w.model().var_fqn(var))))?
+    {
+        Some(quantize) => {
+            let v = w.model().var(var);
+            let fill = v
+                .attr("_FillValue")
+                .and_then(|a| crate::meta::fill_from_attr(&a.value, v.nctype, v.element_size()));
+            let mut copy = values.to_vec();
+            quantize.apply(v.nctype, &mut copy, fill.as_deref());
+            quantized = copy;
+            &quantized[..]
+        }
+        None => values,
+    };
     w.write(var, &slab, values)?;
     w.close()?;
     Ok(0)

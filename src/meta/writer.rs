@@ -53,6 +53,7 @@ pub use super::stored::StoredMetadata;
 use super::stored::{json_fingerprint, Rewrite, Stored};
 
 use crate::location::{Format, Mode};
+use crate::model::quantize::QuantizeMode;
 use crate::model::{
     AttrValue, Attribute, ByteOrder, ChunkKeyEncoding, ChunkOrder, CodecSpec, Dataset, DimId,
     DtypeKind, GroupId, NcType, NczarrLayout, VarId, ZarrDtype,
@@ -995,7 +996,14 @@ fn var_attrs(ds: &Dataset, v: VarId, opts: &WriteOptions) -> Result<Map<String, 
     let mut obj = Map::new();
     let mut types = Map::new();
     let nczarr = opts.dialect == Dialect::NcZarr;
-    put_attrs(&mut obj, &mut types, &var.attrs, opts);
+    // netcdf-c writes the attribute of a quantized variable after `_ARRAY_DIMENSIONS`, and
+    // without a type: it is its own, read back by name.
+    let (quantize, user): (Vec<Attribute>, Vec<Attribute>) = var
+        .attrs
+        .iter()
+        .cloned()
+        .partition(|a| QuantizeMode::from_attribute(&a.name).is_some());
+    put_attrs(&mut obj, &mut types, &user, opts);
     if opts.xarray {
         let names: Vec<&str> = if var.dims.is_empty() && nczarr {
             // netcdf-c names the `[1]` shape of a scalar `_scalar_` (since 4.9.1).
@@ -1007,6 +1015,9 @@ fn var_attrs(ds: &Dataset, v: VarId, opts: &WriteOptions) -> Result<Map<String, 
             var.dims.iter().map(|d| ds.dim(*d).name.as_str()).collect()
         };
         obj.insert("_ARRAY_DIMENSIONS".into(), json!(names));
+    }
+    for a in &quantize {
+        obj.insert(a.name.clone(), attr_value_json(&a.value, opts));
     }
     if !nczarr {
         return Ok(obj);

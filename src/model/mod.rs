@@ -6,6 +6,7 @@
 //! order is the vector order within each group's lists, which is the order ncdump shows.
 
 mod index;
+pub mod quantize;
 mod types;
 
 use std::borrow::Cow;
