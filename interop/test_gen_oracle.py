@@ -662,3 +662,110 @@ def test_gen_zarr_v2_leaves_default_fills_unmasked_for_xarray(nczarrfs, tmp_path
             w = np.array([x.decode() if isinstance(x, bytes) else x for x in w.flat], dtype=object)
             g = np.array([x.decode() if isinstance(x, bytes) else x for x in g.flat], dtype=object)
         np.testing.assert_array_equal(g, w, err_msg=name)
+
+
+NIL_CDL = """netcdf nil {
+dimensions:
+\td = 3 ;
+variables:
+\tstring s(d) ;
+\t\tstring s:a = NIL, "x" ;
+\tstring t ;
+\t\tt:_FillValue = NIL ;
+\tstring u(d) ;
+data:
+
+ s = NIL, "a", NIL ;
+
+ u = "b", nil, Nil ;
+}
+"""
+
+
+def test_gen_stores_nil_as_netcdf_c_stores_a_null_string(nczarrfs, tmp_path):
+    """`NIL`, the ncgen man page's null string, in string data, a string attribute and a
+    string `_FillValue`: netCDF4-python reads ncgen's null strings as '', and netcdf-c stores
+    a null string in NCZarr as "" (it has no other), so gen's dataset reads as ncgen's, and
+    dumps as ncgen's dataset of the same CDL with "" for NIL."""
+    cdl = tmp_path / "nil.cdl"
+    cdl.write_text(NIL_CDL)
+    ref = tmp_path / "nil.nc"
+    subprocess.run(["ncgen", "-k", "nc4", "-o", str(ref), str(cdl)], check=True)
+    ours = tmp_path / "nil.file"
+    _gen(nczarrfs, cdl, ours, "nczarr")
+
+    def read(url: str):
+        with netCDF4.Dataset(url) as nc:
+            return ([np.asarray(nc[v][...]).tolist() for v in ("s", "t", "u")], nc["s"].a,
+                    nc["t"].getncattr("_FillValue"))
+
+    want = read(str(ref))
+    assert want == ([["", "a", ""], "", ["b", "", ""]], ["", "x"], "")
+    assert read(f"file://{ours}#mode=nczarr,file") == want
+
+    empty = tmp_path / "e.cdl"
+    empty.write_text(re.sub(r"\b(NIL|nil|Nil)\b", '""', NIL_CDL).replace("netcdf nil", "netcdf e"))
+    empty_ref = tmp_path / "e.nc"
+    subprocess.run(["ncgen", "-k", "nc4", "-o", str(empty_ref), str(empty)], check=True)
+    want_dump = subprocess.run(["ncdump", str(empty_ref)], check=True,
+                               capture_output=True).stdout.replace(b"netcdf e {", b"netcdf nil {", 1)
+    assert nczarrfs("dump", str(ours)).stdout == want_dump
+
+
+@pytest.mark.parametrize("declaration", [
+    "char c(d) ;\ndata:\n c = NIL ;\n",
+    "int i(d) ;\ndata:\n i = 1, NIL ;\n",
+    "char c(d) ;\n\t\tchar c:a = NIL ;\n",
+    "int i(d) ;\n\t\tint i:a = NIL ;\n",
+    "string s(d) ;\n\t\ts:a = NIL ;\n",
+])
+def test_gen_refuses_nil_where_ncgen_refuses_it(nczarrfs, tmp_path, declaration):
+    """NIL is for string variables and typed string attributes only."""
+    cdl = tmp_path / "bad.cdl"
+    cdl.write_text(f"netcdf bad {{\ndimensions:\n\td = 2 ;\nvariables:\n\t{declaration}}}\n")
+    oracle = subprocess.run(["ncgen", "-k", "nc4", "-o", str(tmp_path / "bad.nc"), str(cdl)],
+                            capture_output=True, check=False)
+    assert oracle.returncode != 0
+    res = nczarrfs("gen", "-o", str(tmp_path / "bad.file"), str(cdl))
+    assert res.returncode == 1
+    assert b"NIL" in res.stderr, res.stderr.decode()
+
+
+def test_gen_stores_an_empty_string_in_a_scalar_char_as_ncgen_does(nczarrfs, tmp_path):
+    """A scalar char given `""` holds the NUL, whatever its fill, as ncgen stores it (and as
+    ncdump prints a scalar holding the NUL, so such a dump reads back unchanged)."""
+    _gen_dumps_as_ncgen(
+        nczarrfs, tmp_path, "scalar_empty",
+        b'netcdf scalar_empty {\nvariables:\n\tchar cs ;\n\t\tcs:_FillValue = "x" ;\n'
+        b'\tchar ct ;\n\t\tct:_FillValue = "x" ;\ndata:\n\n cs = "" ;\n\n ct = _ ;\n}\n')
+    with netCDF4.Dataset(f"file://{tmp_path / 'scalar_empty.file'}#mode=nczarr,file") as nc:
+        nc.set_auto_mask(False)
+        assert nc["cs"][...].tobytes() == b"\0"
+        assert nc["ct"][...].tobytes() == b"x"
+
+
+def test_gen_cuts_char_data_longer_than_its_variable_with_a_warning(nczarrfs, tmp_path):
+    """The ncgen man page's rule for character data: each string is padded to a multiple of
+    the last dimension, and "if S is longer than Dx * Dn, then truncate and generate a
+    warning" (Debian's ncgen 4.9.0 crashes on this CDL). Too many numbers are refused."""
+    cdl = tmp_path / "long.cdl"
+    cdl.write_text('netcdf long {\ndimensions: d = 3 ; e = 2 ;\nvariables: char c(d) ; '
+                   'char m(e, d) ;\ndata: c = "abcde" ; m = "ab", "cdef" ;\n}\n')
+    out = tmp_path / "long.file"
+    res = nczarrfs("gen", "-o", str(out), str(cdl))
+    assert res.returncode == 0, res.stderr.decode()
+    warnings = res.stderr.decode().splitlines()
+    assert len(warnings) == 2, warnings
+    assert '"/c"' in warnings[0] and warnings[0].endswith('dropped 2: "de"'), warnings
+    assert '"/m"' in warnings[1] and warnings[1].endswith('dropped 1: "f"'), warnings
+    with netCDF4.Dataset(f"file://{out}#mode=nczarr,file") as nc:
+        nc.set_auto_mask(False)
+        assert nc["c"][...].tobytes() == b"abc"
+        assert nc["m"][...].tobytes() == b"ab\0cde"
+
+    numbers = tmp_path / "numbers.cdl"
+    numbers.write_text("netcdf numbers {\ndimensions: d = 3 ;\nvariables: int v(d) ;\n"
+                       "data: v = 1, 2, 3, 4 ;\n}\n")
+    res = nczarrfs("gen", "-o", str(tmp_path / "numbers.file"), str(numbers))
+    assert res.returncode == 1
+    assert b'too many values for dimension "d" of length 3' in res.stderr

@@ -15,8 +15,11 @@
 //!   along that dimension alone (a 1-D variable, or the innermost braces of an unlimited last
 //!   dimension), in which case strings are just concatenated (`c(2) = "a", "b"` is `ab`).
 //!   An empty string, and `_`, stand for one row of fill (one character when strings are
-//!   concatenated).
-//!   Characters beyond the variable's size are dropped, as ncgen does with a warning.
+//!   concatenated), but a scalar's `""` is the NUL, as ncgen stores it.
+//!   Characters beyond the variable's size are dropped with a warning, the man page's rule
+//!   (ncgen 4.9.0 crashes there); too many numbers are an error.
+//! - `NIL` (a null string) is taken in `string` data and attributes only, and stored as "",
+//!   as netcdf-c stores a null string in NCZarr.
 //! - Unlimited dimensions after the first are given with `{ }`: each braced list holds the
 //!   values of one index of the enclosing dimensions, and an unlimited dimension's length is
 //!   the largest record count any variable gives it.
@@ -121,6 +124,9 @@ pub struct ParsedCdl {
     pub vars: Vec<VarExtras>,
     /// Dataset-wide special attributes.
     pub globals: GlobalSpecials,
+    /// Warnings about what the CDL gives that is not stored (char data longer than its
+    /// variable), each naming its place in the file and the variable.
+    pub warnings: Vec<String>,
 }
 
 /// Reads and parses a CDL file; errors name the file.
@@ -211,7 +217,20 @@ enum Const {
     Num(Number),
     Str(Vec<u8>),
     Char(u8),
+    /// `NIL`, the null string: only `string` variables and attributes take it.
+    Nil,
 }
+
+/// Whether a name is ncgen's `NIL` constant (its lexer's `NIL|nil|Nil`), read as such where
+/// a value is expected; elsewhere it stays a name.
+fn is_nil(name: &str) -> bool {
+    matches!(name, "NIL" | "nil" | "Nil")
+}
+
+/// ncgen's refusal of `NIL` anywhere but in a `string` variable or attribute.
+const NIL_NOT_STRING: &str =
+    "type mismatch: NIL (a null string) can only be given to variables or attributes of type \
+     string";
 
 /// One data list: the values of a data section, or of one pair of braces in it.
 #[derive(Debug)]
@@ -708,6 +727,7 @@ impl Parser<'_, '_> {
                 Tok::Num(n) => Const::Num(n),
                 Tok::Str(s) => Const::Str(s),
                 Tok::Char(c) => Const::Char(c),
+                Tok::Ident(n) if is_nil(&n) => Const::Nil,
                 Tok::Fill => {
                     return Err(self.err(
                         pos,
@@ -947,6 +967,7 @@ impl Parser<'_, '_> {
                                 self.err(*pos, "type mismatch: a number in a char attribute")
                             )
                         }
+                        Const::Nil => return Err(self.err(*pos, NIL_NOT_STRING)),
                     }
                 }
                 Ok(AttrValue::Char(out))
@@ -969,6 +990,13 @@ impl Parser<'_, '_> {
     }
 
     fn untyped_attr(&self, values: &[(Const, Pos)]) -> Result<AttrValue> {
+        // ncgen refuses it too ("Non-simple list of values for untyped attribute").
+        if let Some((_, pos)) = values.iter().find(|(c, _)| *c == Const::Nil) {
+            return Err(self.err(
+                *pos,
+                "an untyped attribute cannot hold NIL: declare it as `string`",
+            ));
+        }
         let any_str = values.iter().any(|(c, _)| matches!(c, Const::Str(_)));
         let all_chars = values.iter().all(|(c, _)| matches!(c, Const::Char(_)));
         if any_str || all_chars {
@@ -991,7 +1019,7 @@ impl Parser<'_, '_> {
                     ints.push(suffix.unwrap_or_else(|| natural_int_type(*value)));
                 }
                 Const::Char(_) => ints.push(NcType::Byte),
-                Const::Str(_) => {
+                Const::Str(_) | Const::Nil => {
                     return Err(
                         self.err(*pos, "type mismatch: numbers and strings in one attribute")
                     )
@@ -1026,6 +1054,9 @@ impl Parser<'_, '_> {
             Const::Str(s) => s.clone(),
             Const::Char(b) => vec![*b],
             Const::Num(_) => return Err(self.err(pos, "type mismatch: a number for a string")),
+            // NCZarr has no null string: netcdf-c stores one as "" (in data and in attribute
+            // JSON alike), and reads it back as "".
+            Const::Nil => Vec::new(),
         };
         String::from_utf8(bytes).map_err(|_| self.err(pos, "string constant is not valid UTF-8"))
     }
@@ -1055,6 +1086,7 @@ impl Parser<'_, '_> {
                 Const::Num(Number::Float { value, .. }) => *value,
                 Const::Char(_) => return Err(mismatch("a character constant")),
                 Const::Str(_) => return Err(mismatch("a string")),
+                Const::Nil => return Err(self.err(pos, NIL_NOT_STRING)),
             };
             if t == NcType::Float {
                 // Rounded to the nearest float, as ncgen does: FLT_MAX written with more
@@ -1068,6 +1100,7 @@ impl Parser<'_, '_> {
         if t == NcType::Char {
             match c {
                 Const::Char(b) => out.push(*b),
+                Const::Nil => return Err(self.err(pos, NIL_NOT_STRING)),
                 _ => return Err(mismatch("a number")),
             }
             return Ok(());
@@ -1083,6 +1116,7 @@ impl Parser<'_, '_> {
             }
             Const::Char(b) => *b as i128,
             Const::Str(_) => return Err(mismatch("a string")),
+            Const::Nil => return Err(self.err(pos, NIL_NOT_STRING)),
         };
         if !in_range(v, t) {
             return Err(self.err(
@@ -1155,10 +1189,8 @@ impl Parser<'_, '_> {
         loop {
             let pos = self.pos();
             match self.next().tok {
-                tok @ (Tok::Num(_) | Tok::Str(_) | Tok::Char(_) | Tok::Fill) => match &mut list
-                    .items
-                {
-                    DataItems::Values(values) => self.push_value(values, tok, pos, target.nctype),
+                tok if is_data_value(&tok) => match &mut list.items {
+                    DataItems::Values(values) => self.push_value(values, tok, pos, target),
                     DataItems::Braces(_) => {
                         if matches!(level, ListLevel::Braces(_)) {
                             list.misplaced.get_or_insert(pos);
@@ -1225,20 +1257,28 @@ impl Parser<'_, '_> {
         }
     }
 
-    /// Appends one value (or `_`) to a list of values of type `t`, converted; a value that
-    /// does not convert is kept as the list's error, reported if the value is stored.
-    fn push_value(&self, values: &mut ValueList, tok: Tok, pos: Pos, t: NcType) {
+    /// Appends one value (or `_`) to a list of values of `target`'s type, converted; a value
+    /// that does not convert is kept as the list's error, reported if the value is stored.
+    fn push_value(&self, values: &mut ValueList, tok: Tok, pos: Pos, target: &DataTarget) {
+        let t = target.nctype;
         let c = match tok {
             Tok::Num(n) => Const::Num(n),
             Tok::Str(s) => Const::Str(s),
             Tok::Char(b) => Const::Char(b),
+            Tok::Ident(_) => Const::Nil,
             _ if t == NcType::Char => return values.char_fill(),
             _ => return values.push_fill(1),
         };
         match t {
             NcType::Char => match (char_constant(&c), &c) {
                 (Some(b), _) => values.char_constant(b),
+                // A scalar's `""` is the NUL, as ncgen stores it and ncdump prints a scalar
+                // holding a NUL (whatever its fill), so that such a dump reads back as it was.
+                (None, Const::Str(s)) if s.is_empty() && target.dims.is_empty() => {
+                    values.char_constant(0)
+                }
                 (None, Const::Str(s)) => values.char_string(s),
+                (None, Const::Nil) => values.push_error(self.err(pos, NIL_NOT_STRING)),
                 // Any other number is no character.
                 (None, _) => values.push_error(self.err(
                     pos,
@@ -1263,6 +1303,41 @@ impl DataList {
         if let DataItems::Values(values) = &mut self.items {
             values.finish();
         }
+    }
+}
+
+/// The characters of char data that its variable does not hold: how many, and the first
+/// few for the warning.
+#[derive(Debug, Default)]
+struct DroppedChars {
+    count: u64,
+    sample: Vec<u8>,
+}
+
+impl DroppedChars {
+    /// How many characters of the warning show what was dropped.
+    const SAMPLE_LEN: usize = 40;
+
+    /// Counts the characters of `values` from element `start` on.
+    fn count_from(&mut self, values: &ValueList, start: u64) {
+        self.count += values.chars_from(start, &mut self.sample, Self::SAMPLE_LEN);
+    }
+
+    /// Counts every character of `list`, braces included.
+    fn count_all(&mut self, list: &DataList) {
+        match &list.items {
+            DataItems::Values(values) => self.count_from(values, 0),
+            DataItems::Braces(children) => children.iter().for_each(|c| self.count_all(c)),
+        }
+    }
+}
+
+/// Whether a token of a data list is a value: a constant, `_` or `NIL`.
+fn is_data_value(tok: &Tok) -> bool {
+    match tok {
+        Tok::Num(_) | Tok::Str(_) | Tok::Char(_) | Tok::Fill => true,
+        Tok::Ident(name) => is_nil(name),
+        _ => false,
     }
 }
 
@@ -1296,24 +1371,36 @@ impl Declared<'_> {
     fn finish(mut self, row_budget: u64) -> Result<ParsedCdl> {
         let data = std::mem::take(&mut self.data);
         let mut ext: HashMap<DimId, u64> = HashMap::new();
+        let mut cut = Vec::new();
         for section in &data {
             let var = self.ds.var(section.var);
             let dims = var.dims.clone();
             let is_char = var.nctype == NcType::Char;
+            let mut dropped = DroppedChars::default();
             if dims.is_empty() {
                 if let DataItems::Values(values) = &section.list.items {
                     self.refuse_braces(&section.list)?;
-                    if values.len() > 1 {
+                    if values.len() > 1 && !is_char {
                         return Err(self.err(section.pos, "too many values for a scalar variable"));
                     }
+                    if is_char {
+                        dropped.count_from(values, 1);
+                    }
                 }
-                continue;
+            } else {
+                self.measure(&dims, 0, &section.list, is_char, &mut ext, &mut dropped)?;
             }
-            self.measure(&dims, 0, &section.list, is_char, &mut ext)?;
+            if dropped.count > 0 {
+                cut.push((section, dropped));
+            }
         }
         for (d, n) in &ext {
             self.ds.dims[d.0].len = *n;
         }
+        let warnings = cut
+            .iter()
+            .map(|(section, dropped)| self.dropped_warning(section, dropped))
+            .collect();
         for section in &data {
             let shape = self.ds.var_shape(section.var);
             if element_count(&shape).is_none() {
@@ -1352,7 +1439,30 @@ impl Declared<'_> {
             dataset: self.ds,
             vars: self.extras,
             globals: self.globals,
+            warnings,
         })
+    }
+
+    /// The warning that char data of `section` is cut: the ncgen man page's rule for
+    /// character data ("if S is longer than the variable, truncate and generate a warning").
+    fn dropped_warning(&self, section: &DataSection, dropped: &DroppedChars) -> String {
+        let shape = self.ds.var_shape(section.var);
+        let mut text = Vec::new();
+        super::fmt::escape_text(&dropped.sample, &mut text);
+        let more = match dropped.count > dropped.sample.len() as u64 {
+            true => "…",
+            false => "",
+        };
+        format!(
+            "{}:{}:{}: char data longer than variable {} ({} characters): dropped {}: \"{}\"{more}",
+            self.file,
+            section.pos.line,
+            section.pos.column,
+            crate::error::quoted(&self.ds.var_fqn(section.var)),
+            shape.iter().product::<u64>(),
+            dropped.count,
+            String::from_utf8_lossy(&text),
+        )
     }
 
     /// Refuses braces among values (misplaced in a list of values), as ncgen does
@@ -1374,7 +1484,9 @@ impl Declared<'_> {
         dims.iter().map(|d| self.ds.dim(*d).len).product()
     }
 
-    /// Pass 1: how many indices of `dims[i]` the list fills; records unlimited extents.
+    /// Pass 1: how many indices of `dims[i]` the list fills; records unlimited extents. Char
+    /// data beyond a fixed dimension is counted in `dropped` (and extends no unlimited
+    /// dimension); other values beyond it are an error.
     fn measure(
         &self,
         dims: &[DimId],
@@ -1382,17 +1494,31 @@ impl Declared<'_> {
         list: &DataList,
         is_char: bool,
         ext: &mut HashMap<DimId, u64>,
+        dropped: &mut DroppedChars,
     ) -> Result<()> {
         let k = next_unlimited(&self.ds, dims, i);
         let p = self.fixed_product(&dims[i + 1..k]).max(1);
+        let d = self.ds.dim(dims[i]);
+        // The first element (or braced list) beyond a fixed dimension.
+        let held = match d.unlimited {
+            true => u64::MAX,
+            false => d.len.saturating_mul(p),
+        };
         let m = match &list.items {
             DataItems::Values(values) => {
                 self.refuse_braces(list)?;
+                if is_char {
+                    dropped.count_from(values, held);
+                }
                 values.len()
             }
             DataItems::Braces(children) => {
-                for child in children {
-                    self.measure(dims, k, child, is_char, ext)?;
+                for (e, child) in children.iter().enumerate() {
+                    if is_char && e as u64 >= held {
+                        dropped.count_all(child);
+                    } else {
+                        self.measure(dims, k, child, is_char, ext, dropped)?;
+                    }
                 }
                 if let Some(at) = list.misplaced {
                     return Err(self.err(
@@ -1407,7 +1533,6 @@ impl Declared<'_> {
             }
         };
         let n = m.div_ceil(p);
-        let d = self.ds.dim(dims[i]);
         if d.unlimited {
             let e = ext.entry(dims[i]).or_insert(0);
             *e = (*e).max(n);
@@ -1630,7 +1755,7 @@ fn join_text(values: &[(Const, Pos)]) -> Option<String> {
         match c {
             Const::Str(b) => s.extend_from_slice(b),
             Const::Char(b) => s.push(*b),
-            Const::Num(_) => return None,
+            Const::Num(_) | Const::Nil => return None,
         }
     }
     String::from_utf8(s).ok()
@@ -1924,6 +2049,103 @@ mod tests {
         assert_eq!(data(&p, "e"), b"axxxxxxxbxxx");
         // Along the last dimension alone, strings are concatenated and `_` is one character.
         assert_eq!(data(&p, "c"), b"axbx");
+    }
+
+    #[test]
+    fn char_data_longer_than_its_variable_is_cut_with_a_warning() {
+        // The ncgen man page: each string is padded to a multiple of the last dimension, and
+        // "if S is longer than Dx * Dn, then truncate and generate a warning".
+        let p = parse(
+            "netcdf t {\ndimensions: d = 3 ; e = 2 ; u = unlimited ;\n\
+             variables: char c(d) ; char m(e, d) ; char s ; char f(e, d) ; char b(e, u) ;\n\
+             data: c = \"abcde\" ;\n m = \"ab\", \"cdef\" ;\n s = \"xy\" ;\n\
+             f = \"abc\", \"def\", \"\", _ ;\n b = {\"p\"}, {\"q\"}, {\"rst\"} ;\n}",
+        );
+        assert_eq!(data(&p, "c"), b"abc");
+        assert_eq!(data(&p, "m"), b"ab\0cde");
+        assert_eq!(data(&p, "s"), b"x");
+        assert_eq!(data(&p, "f"), b"abcdef");
+        // The braced list beyond `e` is dropped, and does not lengthen `u`.
+        assert_eq!(data(&p, "b"), b"pq");
+        assert_eq!(
+            p.warnings,
+            [
+                "t.cdl:4:7: char data longer than variable \"/c\" (3 characters): dropped 2: \"de\"",
+                "t.cdl:5:2: char data longer than variable \"/m\" (6 characters): dropped 1: \"f\"",
+                "t.cdl:6:2: char data longer than variable \"/s\" (1 characters): dropped 1: \"y\"",
+                "t.cdl:8:2: char data longer than variable \"/b\" (2 characters): dropped 3: \"rst\"",
+            ]
+        );
+        // Rows of fill beyond the variable (`f`) lose nothing, and warn of nothing; the
+        // warning shows the first 40 characters dropped.
+        let long = format!(
+            "netcdf t {{\ndimensions: d = 2 ;\nvariables: char c(d) ;\ndata: c = \"{}\" ;\n}}",
+            "z".repeat(100)
+        );
+        let w = &parse(&long).warnings;
+        assert!(
+            w.len() == 1 && w[0].ends_with(&format!("dropped 98: \"{}\"…", "z".repeat(40))),
+            "{w:?}"
+        );
+    }
+
+    #[test]
+    fn an_empty_string_is_a_nul_in_a_scalar_char() {
+        // As Debian ncgen 4.9.0 stores it, whatever the fill: ncdump prints a scalar holding
+        // a NUL as `""`, which must read back as that NUL.
+        let p = parse(
+            "netcdf t {\nvariables: char s ; char f ;\n s:_FillValue = \"x\" ;\n\
+             f:_FillValue = \"x\" ;\ndata: s = \"\" ; f = _ ;\n}",
+        );
+        assert_eq!(data(&p, "s"), b"\0");
+        assert_eq!(data(&p, "f"), b"x");
+    }
+
+    #[test]
+    fn nil_is_the_empty_string_in_string_data_and_attributes() {
+        // netcdf-c stores a null string as "" in NCZarr, data and attribute JSON alike.
+        let p = parse(
+            "netcdf t {\ndimensions: d = 3 ;\nvariables: string s(d) ; string t ;\n\
+             string s:a = NIL, \"x\" ; t:_FillValue = nil ; int NIL ;\n\
+             data: s = NIL, \"a\", Nil ; NIL = 1 ;\n}",
+        );
+        let s = p.dataset.find_var("s").unwrap();
+        assert_eq!(data(&p, "s"), b"\0a\0");
+        assert_eq!(
+            p.dataset.var(s).attr("a").unwrap().value,
+            AttrValue::Str(vec![String::new(), "x".into()])
+        );
+        let t = p.dataset.find_var("t").unwrap();
+        assert_eq!(
+            p.dataset.var(t).attr("_FillValue").unwrap().value,
+            AttrValue::Str(vec![String::new()])
+        );
+        // Where a name is expected, NIL is a name.
+        assert_eq!(ints(&data(&p, "NIL")), [1]);
+    }
+
+    #[test]
+    fn nil_is_refused_but_for_strings() {
+        // As ncgen refuses them ("NIL data can only be assigned to variables or attributes of
+        // type string", "Non-simple list of values for untyped attribute").
+        for (decl, reason) in [
+            ("char c(d) ; data: c = NIL ;", "NIL (a null string)"),
+            ("int i(d) ; data: i = 1, NIL ;", "NIL (a null string)"),
+            ("char c(d) ; char c:a = NIL ;", "NIL (a null string)"),
+            ("int i(d) ; int i:a = NIL ;", "NIL (a null string)"),
+            (
+                "int i(d) ; i:a = \"x\", NIL ;",
+                "untyped attribute cannot hold NIL",
+            ),
+            (
+                "string s(d) ; s:a = NIL ;",
+                "untyped attribute cannot hold NIL",
+            ),
+        ] {
+            let text = format!("netcdf t {{\ndimensions: d = 2 ;\nvariables: {decl}\n}}");
+            let err = parse_cdl(&text, "t.cdl").expect_err(decl).to_string();
+            assert!(err.contains(reason), "{decl}: {err}");
+        }
     }
 
     #[test]

@@ -202,6 +202,23 @@ impl ValueList {
         }
     }
 
+    /// Characters only: how many of the elements from `start` on are characters rather than
+    /// fill, with the first of them appended to `sample` until it holds `sample_len` bytes.
+    pub(super) fn chars_from(&self, start: u64, sample: &mut Vec<u8>, sample_len: usize) -> u64 {
+        let mut count = 0;
+        self.for_each_run_of_values(|element, value, n| {
+            let skip = start.saturating_sub(element).min(n);
+            let (first, n) = ((value + skip) as usize, n - skip);
+            if n == 0 {
+                return;
+            }
+            let take = (sample_len.saturating_sub(sample.len()) as u64).min(n) as usize;
+            sample.extend_from_slice(&self.bytes[first..first + take]);
+            count += n;
+        });
+        count
+    }
+
     /// The first element among the first `limit` that is not a value of the variable's type.
     pub(super) fn take_error_before(&mut self, limit: u64) -> Option<Error> {
         match self.first_error.take() {
@@ -425,6 +442,25 @@ mod tests {
                 .collect();
             proptest::prop_assert_eq!(rows, expanded);
         }
+    }
+
+    #[test]
+    fn chars_from_counts_the_characters_past_a_place() {
+        // Rows of 3: "ab" + fill, "cdef" + fill to 6, then `_` (a row of fill), then "g".
+        let mut list = ValueList::new(ValueKind::Chars { row: 3 });
+        list.char_string(b"ab");
+        list.char_string(b"cdef");
+        list.char_fill();
+        list.char_string(b"g");
+        list.finish();
+        let mut sample = Vec::new();
+        assert_eq!(list.chars_from(6, &mut sample, 10), 2);
+        assert_eq!(sample, b"fg");
+        sample.clear();
+        assert_eq!(list.chars_from(1, &mut sample, 3), 6);
+        assert_eq!(sample, b"bcd");
+        assert_eq!(list.chars_from(12, &mut Vec::new(), 3), 1);
+        assert_eq!(list.chars_from(15, &mut Vec::new(), 3), 0);
     }
 
     #[test]

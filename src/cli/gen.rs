@@ -91,6 +91,9 @@ pub fn run(args: GenArgs) -> Result<i32> {
     } else {
         parse_cdl_file(&cdl)?
     };
+    for warning in &parsed.warnings {
+        log::warn!("{warning}");
+    }
     let words = args.kind.mode_words()?;
     let has = |word: &str| {
         words
@@ -264,6 +267,7 @@ fn prepare(parsed: ParsedCdl, no_fill: bool) -> Result<(Dataset, Vec<Option<Vec<
         vars,
         name: _,
         globals: _,
+        warnings: _,
     } = parsed;
     let default_maxstrlen = attr_int(
         &dataset.group(Dataset::ROOT).attrs,
