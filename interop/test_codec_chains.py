@@ -79,8 +79,20 @@ def test_copy_to_nczarr_shuffles_as_netcdf_c_does(nczarrfs, tmp_path, elementsiz
     assert _netcdf_values(chosen, "v") == values.tolist()
 
 
+def _netcdf_zstd_level(path, var: str):
+    """netCDF4-python's `filters()["complevel"]` of a zstd variable of an NCZarr dataset."""
+    read = (f"import netCDF4\nwith netCDF4.Dataset('file://{path}#mode=nczarr,file') as nc:"
+            f"\n    f = nc[{var!r}].filters()\n    assert f['zstd'], f\n    print(f['complevel'])")
+    out = subprocess.run([sys.executable, "-c", read], capture_output=True, text=True,
+                         env={**os.environ, "HDF5_PLUGIN_PATH": PLUGINS}, timeout=60)
+    assert out.returncode == 0, out.stderr[-500:]
+    return int(out.stdout)
+
+
 @pytest.mark.parametrize("level", [-1, -5])
-def test_copy_to_nczarr_of_a_negative_zstd_level_opens_in_netcdf_c(nczarrfs, tmp_path, level):
+def test_copy_to_nczarr_of_a_negative_zstd_level_keeps_it_for_netcdf_c(nczarrfs, tmp_path, level):
+    """netcdf-c refuses a negative number as a zstd level: the copy stores the level as
+    netcdf-c writes it (unsigned), which netCDF4-python opens and reports as the level."""
     values = np.arange(6, dtype="<i4")
     src = tmp_path / "src.zarr"
     _v2_array(src, values, chunks=(6,), compressors=numcodecs.Zstd(level=level))
@@ -88,8 +100,66 @@ def test_copy_to_nczarr_of_a_negative_zstd_level_opens_in_netcdf_c(nczarrfs, tmp
         target = tmp_path / f"copy{len(args)}.file"
         res = nczarrfs("copy", *args, str(src), str(target))
         assert res.returncode == 0, res.stderr.decode()
-        assert b"zstd level" in res.stderr
         assert _netcdf_values(target, "v") == values.tolist()
+        assert _netcdf_zstd_level(target, "v") == level
+
+
+@pytest.mark.parametrize("level", [-1, -5])
+def test_negative_zstd_levels_netcdf_c_writes_are_read(nczarrfs, tmp_path, level):
+    """netCDF4-python (netcdf-c 4.10.1) stores complevel=-5 as {"id": "zstd", "level":
+    4294967291}: get, dump -s and copies read it as the level netcdf-c means."""
+    src = tmp_path / "src.file"
+    twin = tmp_path / "twin.nc"
+    for target in (f"file://{src}#mode=nczarr,file", str(twin)):
+        with netCDF4.Dataset(target, "w") as nc:
+            nc.createDimension("x", 50)
+            v = nc.createVariable("v", "f4", ("x",), compression="zstd", complevel=level)
+            v[:] = np.arange(50) % 7 * 0.5
+    assert json.loads((src / "v" / ".zarray").read_text())["compressor"]["level"] == 2**32 + level
+    want = _netcdf_values(src, "v")
+    res = nczarrfs("get", str(src), "v")
+    assert res.returncode == 0, res.stderr.decode()
+    assert np.frombuffer(res.stdout, "<f4").tolist() == want
+    # ncdump -s of the netCDF-4 twin prints the level as HDF5 holds it.
+    ncdump = subprocess.run(["ncdump", "-hs", str(twin)], capture_output=True, text=True,
+                            check=True).stdout
+    want_filter = next(ln.strip() for ln in ncdump.splitlines() if ":_Filter" in ln)
+    res = nczarrfs("dump", "-hs", str(src))
+    assert res.returncode == 0, res.stderr.decode()
+    assert want_filter in res.stdout.decode()
+    copy = tmp_path / "copy.file"
+    res = nczarrfs("copy", str(src), str(copy))
+    assert res.returncode == 0, res.stderr.decode()
+    assert _netcdf_values(copy, "v") == want
+    assert _netcdf_zstd_level(copy, "v") == level
+    pure = tmp_path / "copy.zarr"
+    res = nczarrfs("copy", "-k", "zarr", str(src), str(pure))
+    assert res.returncode == 0, res.stderr.decode()
+    assert zarr.open_array(str(pure / "v"), mode="r")[:].tolist() == want
+    # numcodecs' -5 prints as ncdump prints netcdf-c's.
+    zsrc = tmp_path / "z.zarr"
+    _v2_array(zsrc, np.arange(6, dtype="<f4"), chunks=(6,), compressors=numcodecs.Zstd(level))
+    res = nczarrfs("dump", "-hs", str(zsrc))
+    assert res.returncode == 0, res.stderr.decode()
+    assert want_filter in res.stdout.decode()
+
+
+def test_copy_to_nczarr_leaves_out_a_shuffle_of_1_byte_elements(nczarrfs, tmp_path):
+    """numcodecs' Shuffle(1) changes nothing, but netcdf-c would shuffle by the type size
+    wherever the chain has one: the NCZarr copy leaves it out rather than refusing a shuffle
+    after the compressor that only its rewrite made."""
+    src = tmp_path / "src.zarr"
+    _v2_array(src, np.arange(50, dtype="<i4"), chunks=(20,), compressors=None,
+              filters=[numcodecs.Shuffle(4), numcodecs.Zlib(1), numcodecs.Shuffle(1)])
+    want = zarr.open_array(str(src / "v"), mode="r")[:].tolist()
+    target = tmp_path / "copy.file"
+    res = nczarrfs("copy", str(src), str(target))
+    assert res.returncode == 0, res.stderr.decode()
+    assert _netcdf_values(target, "v") == want
+    pure = tmp_path / "copy.zarr"
+    res = nczarrfs("copy", "-k", "zarr", str(src), str(pure))
+    assert res.returncode == 0, res.stderr.decode()
+    assert zarr.open_array(str(pure / "v"), mode="r")[:].tolist() == want
 
 
 @pytest.mark.parametrize("mode", ["zarr,v3", "nczarr,v3"])

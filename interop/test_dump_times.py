@@ -141,3 +141,34 @@ def test_times_match_ncdump(nczarrfs, tmp_path):
         if problem:
             failures.append(problem)
     assert not failures, "\n".join(failures[:3]) + f"\n({len(failures)} of {COUNT} differ)"
+
+
+def test_values_that_are_no_time_print_as_plain_dump_prints_them(nczarrfs, tmp_path):
+    """xarray's NaT (int64 -2^63, no fill value) and a double of 1e300 are no date (Debian's
+    `ncdump -t` prints undefined bytes for them): `dump -t` prints them as plain ncdump does,
+    between the dates of the other values, in the data and in an attribute's date comment."""
+    zpath, hpath = tmp_path / "t.file", tmp_path / "t.nc"
+    for target in (twins.nczarr_url(str(zpath)), str(hpath)):
+        with netCDF4.Dataset(target, "w") as nc:
+            nc.createDimension("n", 2)
+            t = nc.createVariable("time", "i8", ("n",), fill_value=False)
+            t.units = "hours since 2000-01-01 00:00:00"
+            t[:] = [np.iinfo("i8").min, 60]
+            d = nc.createVariable("d", "f8", ("n",), fill_value=False)
+            d.units = "days since 2000-01-01"
+            d.valid_range = np.array([1.0, 1e300])
+            d[:] = [1e300, 1]
+    plain = subprocess.run(["ncdump", str(hpath)], capture_output=True, check=True).stdout
+    lines = dict(ln.strip().split(" = ", 1) for ln in plain.decode().splitlines()
+                 if " = " in ln)
+    nat, _ = lines["time"].rstrip(" ;").split(", ")
+    big, _ = lines["d"].rstrip(" ;").split(", ")
+    _, big_attr = lines["d:valid_range"].rstrip(" ;").split(", ")
+    assert (nat, big) == ("-9223372036854775808", "1e+300")  # the stored values
+    got = nczarrfs("dump", "-t", str(zpath))
+    assert got.returncode == 0, got.stderr.decode()
+    text = got.stdout.decode()
+    # 60 hours and 1 day after 2000-01-01.
+    assert f' time = {nat}, "2000-01-03 12" ;\n' in text, text
+    assert f' d = {big}, "2000-01-02" ;\n' in text, text
+    assert f'd:valid_range = 1., {big_attr} ; // "2000-01-02", {big_attr}\n' in text, text

@@ -323,3 +323,43 @@ def test_a_lone_surrogate_is_read_with_a_warning_and_never_rewritten(nczarrfs, t
     assert _attr_names(store) == before
     assert zarr.open_group(str(store), mode="r")["v"][:].tolist() == [1, 2]
     json.loads((store / "v" / ".zattrs").read_text())
+
+
+SPECIAL_VALUE_WORDS = ["nan", "NaN", "Infinity", "nanf", "NaNf", "Infinityf", "Inff",
+                       "DoubleInf", "FloatInf"]
+
+
+def test_names_that_are_special_value_words_go_through_dump_and_gen(nczarrfs, tmp_path):
+    """netCDF allows a dimension, variable or attribute named `nan` or `Infinity` (not
+    `-Infinity`: a name starts with a letter, digit or `_`), which ncdump prints bare, as
+    `dump` does; ncgen refuses that CDL, `gen` reads the words as names there and as values
+    where a value is expected."""
+    src, back = tmp_path / "src.file", tmp_path / "back.file"
+    with netCDF4.Dataset(_nczarr(src), "w") as nc:
+        for i, word in enumerate(SPECIAL_VALUE_WORDS):
+            nc.createDimension(word, i + 1)
+            v = nc.createVariable(word, "f8", (word,), fill_value=False)
+            v[:] = [np.nan, np.inf, 1.5, -np.inf, 0, 1, 2, 3, 4][:i + 1]
+            v.setncattr(SPECIAL_VALUE_WORDS[-1 - i], np.array([np.inf, -np.inf, np.nan]))
+        with pytest.raises(Exception, match="illegal characters"):
+            nc.createVariable("-Infinity", "f8", ())
+    cdl = tmp_path / "dump.cdl"
+    dumped = nczarrfs("dump", str(src))
+    assert dumped.returncode == 0, dumped.stderr.decode()
+    cdl.write_bytes(dumped.stdout)
+    assert b"\tdouble nan(nan) ;\n\t\tnan:FloatInf = Infinity, -Infinity, NaN ;" in dumped.stdout
+    assert not _ncgen_accepts(cdl, tmp_path)
+    res = nczarrfs("gen", "-o", str(back), str(cdl))
+    assert res.returncode == 0, res.stderr.decode()
+    with netCDF4.Dataset(_nczarr(src)) as want, netCDF4.Dataset(_nczarr(back)) as got:
+        assert list(got.dimensions) == list(want.dimensions) == SPECIAL_VALUE_WORDS
+        assert {d.name: len(d) for d in got.dimensions.values()} == \
+            {d.name: len(d) for d in want.dimensions.values()}
+        assert list(got.variables) == SPECIAL_VALUE_WORDS
+        for word in SPECIAL_VALUE_WORDS:
+            g, w = got[word], want[word]
+            assert g.dimensions == w.dimensions == (word,)
+            np.testing.assert_array_equal(g[:].data, w[:].data)
+            assert g.ncattrs() == w.ncattrs()
+            for a in w.ncattrs():
+                np.testing.assert_array_equal(g.getncattr(a), w.getncattr(a))

@@ -553,6 +553,33 @@ def test_a_variable_with_an_unknown_codec_is_named_unreadable(mounter, tmp_path)
     assert root["a"][:].tolist() == [1, 2, 3, 4]
 
 
+def test_a_codec_parameter_nczarrfs_refuses_is_named_unreadable(mounter, tmp_path):
+    """A known codec with a parameter nczarrfs does not take (zlib level 10, which numcodecs
+    decodes, as decoding ignores the level) fails every read: the metadata says why, as it
+    does for an unknown codec, where it said null."""
+    import numcodecs
+    import zarr
+
+    loc = tmp_path / "level.zarr"
+    root = zarr.open_group(str(loc), mode="w", zarr_format=2)
+    a = root.create_array("a", shape=(4,), chunks=(2,), dtype="<i4",
+                          compressors=numcodecs.Zlib(level=9),
+                          attributes={"_ARRAY_DIMENSIONS": ["x"]})
+    a[:] = [1, 2, 3, 4]
+    zarray = loc / "a" / ".zarray"
+    meta = json.loads(zarray.read_text())
+    meta["compressor"]["level"] = 10
+    zarray.write_text(json.dumps(meta))
+    assert zarr.open_array(str(loc / "a"), mode="r")[:].tolist() == [1, 2, 3, 4]
+    mnt = mounter.mount(str(loc))
+    why = json.loads((mnt / "a" / "@metadata.json").read_text())["unreadable"]
+    assert why is not None and "zlib" in why and '"level" = 10' in why, why
+    with pytest.raises(OSError) as err:
+        (mnt / "a" / "data").read_bytes()
+    assert err.value.errno == errno.EIO
+    unmount(mnt)
+
+
 def test_demo_takes_a_relative_mount_point_from_the_callers_directory(binary, tmp_path):
     """`scripts/demo mm` run from a directory mounts at that directory's `mm`, as any command
     takes a relative path, not in the repository. A copy of the repository with a `cargo` that

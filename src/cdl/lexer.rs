@@ -92,6 +92,19 @@ pub enum Tok {
 }
 
 impl Tok {
+    /// The token where a value is expected: ncgen's words for special values (`NaN`,
+    /// `Infinityf`, `DoubleInf`, ...) are numbers there, and names where a name is
+    /// expected (netCDF allows a variable `nan`, and ncdump prints its name bare).
+    pub fn into_value(self) -> Tok {
+        match self {
+            Tok::Ident(word) => match special_number(&word) {
+                Some(n) => Tok::Num(n),
+                None => Tok::Ident(word),
+            },
+            other => other,
+        }
+    }
+
     /// A short description for error messages.
     pub fn describe(&self) -> String {
         match self {
@@ -309,8 +322,6 @@ impl<'a> Lexer<'a> {
                     Tok::Section(word)
                 } else if name == "_" {
                     Tok::Fill
-                } else if let Some(n) = special_number(&name) {
-                    Tok::Num(n)
                 } else {
                     Tok::Ident(name)
                 }
@@ -660,8 +671,14 @@ mod tests {
                 Tok::Eof
             ]
         );
+        let values = |text| {
+            toks(text)
+                .into_iter()
+                .map(Tok::into_value)
+                .collect::<Vec<_>>()
+        };
         assert_eq!(
-            toks("Inff -Inff FloatInf DoubleInf 1.5L 1.5e3l"),
+            values("Inff -Inff FloatInf DoubleInf 1.5L 1.5e3l"),
             vec![
                 fl(f64::INFINITY, true),
                 fl(f64::NEG_INFINITY, true),
@@ -672,7 +689,8 @@ mod tests {
                 Tok::Eof
             ]
         );
-        match &toks("NaNf -Infinity Infinityf")[..] {
+        assert_eq!(toks("NaNf")[0], Tok::Ident("NaNf".into()));
+        match &values("NaNf -Infinity Infinityf")[..] {
             [Tok::Num(Number::Float {
                 value: a,
                 single: true,

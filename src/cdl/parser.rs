@@ -723,7 +723,7 @@ impl Parser<'_, '_> {
         let mut values = Vec::new();
         loop {
             let pos = self.pos();
-            let c = match self.next().tok {
+            let c = match self.next().tok.into_value() {
                 Tok::Num(n) => Const::Num(n),
                 Tok::Str(s) => Const::Str(s),
                 Tok::Char(c) => Const::Char(c),
@@ -1188,7 +1188,7 @@ impl Parser<'_, '_> {
         let mut count = 0u64;
         loop {
             let pos = self.pos();
-            match self.next().tok {
+            match self.next().tok.into_value() {
                 tok if is_data_value(&tok) => match &mut list.items {
                     DataItems::Values(values) => self.push_value(values, tok, pos, target),
                     DataItems::Braces(_) => {
@@ -2025,6 +2025,47 @@ mod tests {
             err.contains("/v") && err.contains("machine's memory"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn special_value_words_are_names_where_a_name_is_expected() {
+        // As ncdump prints a dataset with these names (bare); values stay numbers.
+        let p = parse(
+            "netcdf t {\ndimensions:\n\tInfinity = 2 ;\nvariables:\n\tfloat nan(Infinity) ;\n\
+             \t\tnan:NaN = NaN ;\n\t\tnan:Infinity = Infinity, -Infinity ;\n\
+             \t\tnan:_FillValue = NaNf ;\n\tdouble NaNf(Infinity) ;\n\t\tNaNf:nanf = 1. ;\n\
+             \tint Infinityf ;\n\t\tInfinityf:DoubleInf = 1 ;\n\
+             \n// global attributes:\n\t\t:Inff = \"x\" ;\ndata:\n\n nan = nan, Infinityf ;\n\n\
+             NaNf = -Infinity, _ ;\n\n Infinityf = 3 ;\n}\n",
+        );
+        let ds = &p.dataset;
+        let nan = ds.find_var("nan").unwrap();
+        assert_eq!(ds.dim(ds.var(nan).dims[0]).name, "Infinity");
+        let attrs = &ds.var(nan).attrs;
+        let names: Vec<&str> = attrs.iter().map(|a| a.name.as_str()).collect();
+        assert_eq!(names, ["NaN", "Infinity", "_FillValue"]);
+        match &attrs[1].value {
+            AttrValue::Double(v) => assert_eq!(v, &[f64::INFINITY, f64::NEG_INFINITY]),
+            other => panic!("{other:?}"),
+        }
+        let floats: Vec<f32> = data(&p, "nan")
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        assert!(
+            floats[0].is_nan() && floats[1] == f32::INFINITY,
+            "{floats:?}"
+        );
+        let nanf = ds.find_var("NaNf").unwrap();
+        assert_eq!(ds.var(nanf).attrs[0].name, "nanf");
+        assert_eq!(
+            f64::from_le_bytes(data(&p, "NaNf")[..8].try_into().unwrap()),
+            f64::NEG_INFINITY
+        );
+        let infinityf = ds.find_var("Infinityf").unwrap();
+        assert_eq!(ds.var(infinityf).attrs[0].name, "DoubleInf");
+        assert_eq!(ints(&data(&p, "Infinityf")), [3]);
+        assert_eq!(ds.group(Dataset::ROOT).attrs[0].name, "Inff");
     }
 
     #[test]

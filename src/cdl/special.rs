@@ -195,7 +195,14 @@ fn hdf5_filter(codec: &Value, var: &Variable) -> Option<Hdf5Filter> {
         "shuffle" => (SHUFFLE, vec![typesize]),
         "fletcher32" => (FLETCHER32, vec![]),
         "bz2" => (307, vec![int("level", 9)]),
-        "zstd" => (32015, vec![int("level", 3)]),
+        // A negative level (numcodecs' -5) as netcdf-c stores and ncdump prints it.
+        "zstd" => match codec_param(codec, "level").and_then(Value::as_i64) {
+            Some(level) if level < 0 => {
+                let level = crate::codec::netcdf_c_zstd_level(level);
+                (32015, vec![level.unsigned_abs()])
+            }
+            _ => (32015, vec![int("level", 3)]),
+        },
         "blosc" => {
             let cname = codec_param(codec, "cname").and_then(Value::as_str);
             let compressor = ["blosclz", "lz4", "lz4hc", "snappy", "zlib", "zstd"]

@@ -885,7 +885,11 @@ impl<'w> Cdl<'w> {
             let values = attr_numbers(&a.value);
             let wrap = values.len() > 2;
             for (i, x) in values.iter().enumerate() {
-                let mut text = tu.format(*x, sep);
+                let mut text = tu.format(*x, sep).unwrap_or_else(|| {
+                    let mut plain = Vec::new();
+                    write_attr_cdl_with(&a.value.element(i), self.prec, &mut plain);
+                    String::from_utf8_lossy(&plain).into_owned()
+                });
                 if i + 1 < values.len() {
                     text.push(',');
                 }
@@ -1020,10 +1024,11 @@ impl<'w> Cdl<'w> {
                     piece.clear();
                     if is_fill(var.nctype, &fill, val) {
                         piece.push(b'_');
-                    } else if let Some((tu, sep)) = &times {
-                        piece.extend_from_slice(
-                            tu.format(number_at(var.nctype, val), *sep).as_bytes(),
-                        );
+                    } else if let Some(date) = times
+                        .as_ref()
+                        .and_then(|(tu, sep)| tu.format(number_at(var.nctype, val), *sep))
+                    {
+                        piece.extend_from_slice(date.as_bytes());
                     } else {
                         format_value(var.nctype, cfmt.as_ref(), prec, val, &mut piece);
                     }

@@ -878,6 +878,17 @@ impl Feed for PreloadFeed<'_> {
 /// The budget of [`limit_bytes_in_flight`], shared by every engine made after it was set.
 static IN_FLIGHT: OnceLock<Arc<ByteBudget>> = OnceLock::new();
 
+/// Why every read of `var`'s values fails, or `None` when they can be read: what the
+/// engine refuses the variable for before fetching a chunk (an unsupported dtype or codec, a
+/// codec parameter it cannot take, an invalid chunk grid), as a mount's metadata reports it.
+pub fn unreadable_reason(ds: &Dataset, var: VarId) -> Option<String> {
+    match VarPlan::build(ds, var) {
+        Ok(_) => None,
+        Err(Error::Unreadable { reason, .. }) => Some(reason),
+        Err(e) => Some(e.to_string()),
+    }
+}
+
 /// Limits the bytes that chunks hold outside the caches of this process's engines while they
 /// are fetched and decoded (their stored bytes and their decoded values) to about `bytes`, for
 /// the engines made from now on: reads wait for their share, prefetches load what fits and go on as room frees.

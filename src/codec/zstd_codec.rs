@@ -49,15 +49,33 @@ pub struct Zstd {
     checksum: bool,
 }
 
+/// The level a stored zstd `level` means. netcdf-c stores a negative level as its unsigned
+/// 32-bit two's complement (-5 as 4294967291) and reads it back so; numcodecs stores it as
+/// it is. Any other level is the level itself.
+pub fn zstd_level_meant(stored: i64) -> i64 {
+    match u32::try_from(stored) {
+        Ok(n) if stored > i64::from(i32::MAX) => i64::from(n as i32),
+        _ => stored,
+    }
+}
+
+/// The `level` netcdf-c stores for zstd level `level` (see [`zstd_level_meant`]): a negative one
+/// as its unsigned 32-bit two's complement, the only form netcdf-c opens.
+pub fn netcdf_c_zstd_level(level: i64) -> i64 {
+    let level = level.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32;
+    i64::from(level as u32)
+}
+
 impl Zstd {
-    /// From `{"id": "zstd", "level": N, "checksum": false}`. numcodecs takes any level and
-    /// libzstd clamps it to its range when compressing (decompressing ignores it), so a
-    /// level beyond the range is accepted here too, and clamped in [`Codec::encode`].
+    /// From `{"id": "zstd", "level": N, "checksum": false}`. Decompressing ignores the
+    /// level, so any integer is read, as numcodecs reads it: netcdf-c's unsigned form of a
+    /// negative level means that level ([`zstd_level_meant`]), and libzstd clamps a level beyond
+    /// its range when compressing, as [`Codec::encode`] does here.
     pub fn from_config(cfg: &Config<'_>) -> Result<Self> {
-        let level = cfg.int_in("level", 0, i64::from(i32::MIN)..=i64::from(i32::MAX))?;
+        let level = zstd_level_meant(cfg.int_in("level", 0, i64::MIN..=i64::MAX)?);
         let checksum = cfg.int_in("checksum", 0, 0..=1)? == 1;
         Ok(Zstd {
-            level: i32::try_from(level).map_err(|_| cfg.error("level out of range"))?,
+            level: level.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32,
             checksum,
         })
     }
@@ -172,6 +190,34 @@ mod tests {
         let below = zstd(json!({"id": "zstd", "level": -200000}));
         let enc = below.encode(data.clone()).unwrap();
         assert_eq!(below.decode(enc).unwrap(), data);
+    }
+
+    #[test]
+    fn netcdf_c_unsigned_negative_levels_are_read_as_the_negative_level() {
+        // netcdf-c 4.10.1 (netCDF4-python complevel=-5) stores {"id": "zstd", "level":
+        // 4294967291}; its chunks decode whatever the level.
+        let stored = zstd(json!({"id": "zstd", "level": 4294967291u64}));
+        assert_eq!(stored.level, -5);
+        let data: Vec<u8> = (0..4000u32).map(|i| (i % 13) as u8).collect();
+        let minus_5 = zstd::bulk::compress(&data, -5).unwrap();
+        assert_eq!(stored.encode(data.clone()).unwrap(), minus_5);
+        assert_eq!(stored.decode(minus_5).unwrap(), data);
+        assert_eq!(
+            zstd(json!({"id": "zstd", "level": 4294967295u64})).level,
+            -1
+        );
+        // 2^31 - 1 is a level above the range (clamped when writing), not a negative one.
+        assert_eq!(
+            zstd(json!({"id": "zstd", "level": 2147483647})).level,
+            i32::MAX
+        );
+        assert_eq!(
+            zstd(json!({"id": "zstd", "level": 1u64 << 40})).level,
+            i32::MAX
+        );
+        assert_eq!(netcdf_c_zstd_level(-5), 4294967291);
+        assert_eq!(netcdf_c_zstd_level(-1), 4294967295);
+        assert_eq!(zstd_level_meant(netcdf_c_zstd_level(-131072)), -131072);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use serde_json::{json, Value};
 
-use crate::codec::{NETCDF_STRING_ELEMENT, NUMCODECS_ELEMENTSIZE};
+use crate::codec::{netcdf_c_zstd_level, NETCDF_STRING_ELEMENT, NUMCODECS_ELEMENTSIZE};
 use crate::meta::writer_v3;
 use crate::model::CodecSpec;
 use crate::{Error, Result};
@@ -273,11 +273,15 @@ pub const NETCDF_CODECS: [&str; 7] = [
 pub const BLOSC_CNAMES: [&str; 5] = ["blosclz", "lz4", "lz4hc", "zlib", "zstd"];
 
 /// A chain of an NCZarr variable as netcdf-c reads it, the values unchanged: a shuffle by
-/// another element size than the type's becomes netcdf-c's `elementsize: 0` (netcdf-c
-/// shuffles by the type size whatever the metadata says, so it would decode other values),
-/// a negative zstd level becomes 1 (netcdf-c refuses to open a dataset holding one). Other
-/// codecs netcdf-c lacks are kept, with a warning naming the variable it will not read.
-/// `element_size` is what netcdf-c shuffles the variable by ([`netcdf_element_size`]).
+/// 1-byte elements (which changes nothing) is left out and one by another element size than
+/// the type's becomes netcdf-c's `elementsize: 0` (netcdf-c shuffles by the type size
+/// whatever the metadata says, so it would decode other values), and a negative zstd level
+/// is stored as netcdf-c stores it ([`netcdf_c_zstd_level`]; netcdf-c refuses to open a
+/// dataset holding a negative number). Other codecs netcdf-c lacks are kept, with a warning
+/// naming the variable it will not read. `element_size` is what netcdf-c shuffles the
+/// variable by ([`netcdf_element_size`]).
+///
+/// [`netcdf_element_size`]: crate::codec::netcdf_element_size
 pub(super) fn for_netcdf_c(fqn: &str, codecs: CodecSpec, element_size: usize) -> CodecSpec {
     let CodecSpec::V2 {
         filters,
@@ -286,13 +290,20 @@ pub(super) fn for_netcdf_c(fqn: &str, codecs: CodecSpec, element_size: usize) ->
     else {
         return codecs;
     };
-    let readable = |c: Value| -> Value {
+    let readable = |c: Value| -> Option<Value> {
         let int = |key: &str| c.get(key).and_then(Value::as_i64);
         match codec_id(&c) {
             "shuffle" => {
                 let n = c
                     .get("elementsize")
                     .map_or(Some(NUMCODECS_ELEMENTSIZE as i64), |n| n.as_i64());
+                if n == Some(1) && element_size != 1 {
+                    log::info!(
+                        "{fqn}: its shuffle of 1-byte elements, which changes nothing, is left \
+                         out (netcdf-c would shuffle by the type size {element_size})"
+                    );
+                    return None;
+                }
                 if n.is_some_and(|n| n != 0 && n != element_size as i64) {
                     log::warn!(
                         "{fqn}: shuffled by its type size {element_size}, not {} (netcdf-c \
@@ -300,30 +311,40 @@ pub(super) fn for_netcdf_c(fqn: &str, codecs: CodecSpec, element_size: usize) ->
                          are the same",
                         n.unwrap_or_default()
                     );
-                    return json!({"id": "shuffle", "elementsize": 0});
+                    return Some(json!({"id": "shuffle", "elementsize": 0}));
                 }
-                c
+                Some(c)
             }
-            "zstd" if int("level").is_some_and(|l| l < 0) => {
-                log::warn!(
-                    "{fqn}: zstd level {} stored as 1 (netcdf-c cannot open a dataset holding \
-                     a negative zstd level); the values are the same",
-                    int("level").unwrap_or_default()
-                );
-                let mut c = c.clone();
-                c["level"] = json!(1);
-                c
-            }
+            "zstd" => match int("level") {
+                Some(level) if level < 0 => {
+                    let stored = netcdf_c_zstd_level(level);
+                    log::info!(
+                        "{fqn}: zstd level {level} stored as {stored}, the form netcdf-c \
+                         writes and reads (zarr-python reads the values but cannot write \
+                         with that level)"
+                    );
+                    let mut c = c.clone();
+                    c["level"] = json!(stored);
+                    Some(c)
+                }
+                _ => Some(c),
+            },
             id if !NETCDF_CODECS.contains(&id) => {
                 log::warn!("{fqn}: netcdf-c has no codec {id}, so it will not read this variable");
-                c
+                Some(c)
             }
-            _ => c,
+            _ => Some(c),
         }
     };
-    CodecSpec::V2 {
-        filters: filters.into_iter().map(readable).collect(),
-        compressor: compressor.map(readable),
+    let filters: Vec<Value> = filters.into_iter().filter_map(readable).collect();
+    match compressor.and_then(readable) {
+        Some(compressor) => CodecSpec::V2 {
+            filters,
+            compressor: Some(compressor),
+        },
+        // A chain kept whole in the filters (as zarr-python may write it) whose last filter
+        // is now a compressor stores it as netcdf-c does, as the compressor.
+        None => Codecs::from_chain(filters).spec(),
     }
 }
 

@@ -974,16 +974,47 @@ fn nczarr_shuffles_by_the_type_size_as_netcdf_c_does() {
 }
 
 #[test]
-fn nczarr_stores_a_negative_zstd_level_as_1() {
-    let compressor = |mode| match stored_chain(mode, NcType::Int, "zstd:-5").unwrap() {
+fn nczarr_stores_a_negative_zstd_level_as_netcdf_c_does() {
+    let compressor = |mode, codecs| match stored_chain(mode, NcType::Int, codecs).unwrap() {
         CodecSpec::V2 { compressor, .. } => compressor,
         CodecSpec::V3(_) => panic!("not a v2 chain"),
     };
+    // netCDF4-python's complevel=-5 (netcdf-c 4.10.1) stores 2^32 - 5.
+    let netcdf_c_minus_5 = Some(json!({"id": "zstd", "level": 4294967291u64}));
+    assert_eq!(compressor("nczarr", "zstd:-5"), netcdf_c_minus_5);
+    let stored_by_netcdf_c = r#"[{"id": "zstd", "level": 4294967291}]"#;
+    assert_eq!(compressor("nczarr", stored_by_netcdf_c), netcdf_c_minus_5);
+    // numcodecs writes the level as it is.
     assert_eq!(
-        compressor("nczarr"),
-        Some(json!({"id": "zstd", "level": 1}))
+        compressor("zarr", "zstd:-5"),
+        Some(json!({"id": "zstd", "level": -5}))
     );
-    assert_eq!(compressor("zarr"), Some(json!({"id": "zstd", "level": -5})));
+}
+
+#[test]
+fn nczarr_leaves_out_a_shuffle_of_1_byte_elements() {
+    // zarr-python's [Shuffle(4), Zlib(1), Shuffle(1)]: the last shuffle changes nothing, and
+    // netcdf-c would shuffle by the type size there, after the compressor.
+    let chain = r#"[{"id": "shuffle", "elementsize": 4}, {"id": "zlib", "level": 1},
+                    {"id": "shuffle", "elementsize": 1}]"#;
+    assert_eq!(
+        stored_chain("nczarr", NcType::Int, chain).unwrap(),
+        CodecSpec::V2 {
+            filters: vec![json!({"id": "shuffle", "elementsize": 4})],
+            compressor: Some(json!({"id": "zlib", "level": 1})),
+        }
+    );
+    // Pure Zarr keeps it, as numcodecs reads it; so does a byte variable, which netcdf-c
+    // shuffles by 1 byte too.
+    let CodecSpec::V2 { filters, .. } = stored_chain("zarr", NcType::Int, chain).unwrap() else {
+        panic!("not a v2 chain")
+    };
+    assert_eq!(filters.len(), 3);
+    let one = r#"[{"id": "shuffle", "elementsize": 1}]"#;
+    let CodecSpec::V2 { filters, .. } = stored_chain("nczarr", NcType::Byte, one).unwrap() else {
+        panic!("not a v2 chain")
+    };
+    assert_eq!(filters, [json!({"id": "shuffle", "elementsize": 1})]);
 }
 
 #[test]

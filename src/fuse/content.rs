@@ -148,7 +148,7 @@ fn var_json(ds: &Dataset, v: VarId) -> Value {
         },
         "codecs": codecs,
         "fill_value": fill,
-        "unreadable": st.unreadable,
+        "unreadable": crate::chunk::unreadable_reason(ds, v),
         "attributes": attrs_json(&var.attrs),
     })
 }
@@ -279,6 +279,28 @@ mod tests {
         assert_eq!(s["shape"], json!([]));
         assert_eq!(s["data_size"], 4);
         assert_eq!(s["fill_value"], Value::Null);
+    }
+
+    #[test]
+    fn var_metadata_names_why_reads_fail() {
+        let mut ds = sample();
+        ds.vars[0].storage.dtype = crate::model::ZarrDtype::parse("<f4");
+        ds.vars[0].storage.chunks = vec![1, 3];
+        ds.vars[0].storage.shape = vec![2, 3];
+        let unreadable = |ds: &Dataset| {
+            let v: Value = serde_json::from_slice(&metadata(ds, Resolved::Var(VarId(0)))).unwrap();
+            v["unreadable"].clone()
+        };
+        assert_eq!(unreadable(&ds), Value::Null);
+        // A known codec with a parameter that fails only when the chain is built, not an
+        // unknown codec the dataset's reader marks.
+        ds.vars[0].storage.codecs = CodecSpec::V2 {
+            filters: Vec::new(),
+            compressor: Some(json!({"id": "zlib", "level": "high"})),
+        };
+        let why = unreadable(&ds);
+        let why = why.as_str().unwrap();
+        assert!(why.contains("zlib") && why.contains("\"high\""), "{why}");
     }
 
     #[test]

@@ -316,6 +316,27 @@ impl AttrValue {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// The value at `i` alone (the character at `i` for `char`); empty past the end.
+    pub fn element(&self, i: usize) -> AttrValue {
+        fn one<T: Clone>(v: &[T], i: usize) -> Vec<T> {
+            v.get(i..=i).unwrap_or_default().to_vec()
+        }
+        match self {
+            AttrValue::Byte(v) => AttrValue::Byte(one(v, i)),
+            AttrValue::UByte(v) => AttrValue::UByte(one(v, i)),
+            AttrValue::Short(v) => AttrValue::Short(one(v, i)),
+            AttrValue::UShort(v) => AttrValue::UShort(one(v, i)),
+            AttrValue::Int(v) => AttrValue::Int(one(v, i)),
+            AttrValue::UInt(v) => AttrValue::UInt(one(v, i)),
+            AttrValue::Int64(v) => AttrValue::Int64(one(v, i)),
+            AttrValue::UInt64(v) => AttrValue::UInt64(one(v, i)),
+            AttrValue::Float(v) => AttrValue::Float(one(v, i)),
+            AttrValue::Double(v) => AttrValue::Double(one(v, i)),
+            AttrValue::Char(v) => AttrValue::Char(one(v, i)),
+            AttrValue::Str(v) => AttrValue::Str(one(v, i)),
+        }
+    }
 }
 
 #[cfg(test)]
