@@ -138,3 +138,31 @@ fn the_helper_refuses_to_rename_what_is_no_temporary_file_of_its_writer() {
         "{message}"
     );
 }
+
+/// The helper's command line names its writer (so that other writers can tell whose
+/// temporary files it may still rename); a helper naming another process than the one that
+/// started it serves nothing.
+#[test]
+fn the_helper_serves_only_the_writer_its_command_line_names() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_nczarrfs"))
+        .args(["rename-helper", "1"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let message = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        message.contains("serves only the process that started it"),
+        "{message}"
+    );
+    let own = std::process::Command::new(env!("CARGO_BIN_EXE_nczarrfs"))
+        .args(["rename-helper", &std::process::id().to_string()])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        own.status.success(),
+        "{}",
+        String::from_utf8_lossy(&own.stderr)
+    );
+}

@@ -44,7 +44,11 @@ pub enum Command {
     /// Internal, started by the commands that write: renames the writer's temporary
     /// metadata files into place in sets that a kill of the writer cannot cut.
     #[command(name = crate::zmap::RENAME_HELPER_COMMAND, hide = true)]
-    RenameHelper,
+    RenameHelper {
+        /// The process id of the writer it serves (its parent), which its command line
+        /// shows so that other writers can tell whose temporary files it may still rename.
+        writer: Option<u32>,
+    },
     /// Internal, started by an interrupted `gen` or `copy`: removes its staging paths
     /// (`.NAME.nczarrfs-PID.TOKEN`, PID being that process) once it has exited; refuses any other.
     #[command(name = crate::interrupt::REMOVE_STAGING_COMMAND, hide = true)]
@@ -231,7 +235,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::DetachDead(args) => mount::detach_dead(args),
         Command::Gen(args) => gen::run(args),
         Command::Copy(args) => copy::run(args),
-        Command::RenameHelper => crate::zmap::serve_renames().map(|()| 0),
+        Command::RenameHelper { writer } => crate::zmap::serve_renames(writer).map(|()| 0),
         Command::RemoveStaging { paths } => {
             crate::interrupt::serve_remove_staging(&paths).map(|()| 0)
         }

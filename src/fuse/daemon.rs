@@ -78,7 +78,16 @@ fn serve(req: MountRequest, log: Option<File>, ready: &mut Option<File>) -> Resu
         .spawn({
             let handle = handle.clone();
             let notifier = session.notifier();
-            move || signal_loop(signals, &mountpoint, &handle, &notifier)
+            let log_file = req.log_file.clone();
+            move || {
+                signal_loop(
+                    signals,
+                    &mountpoint,
+                    log_file.as_deref(),
+                    &handle,
+                    &notifier,
+                )
+            }
         })
         .map_err(|e| Error::Invalid(format!("cannot start the signal thread: {e}")))?;
     if let (false, Some(ttl)) = (req.options.read_write, req.options.ttl) {
@@ -556,6 +565,8 @@ fn daemonize(mut req: MountRequest, log: Option<File>) -> Result<i32> {
     let cwd = std::env::current_dir().map_err(|e| Error::io(".", e))?;
     req.location = absolute_location(&req.location, &cwd);
     req.mountpoint = cwd.join(&req.mountpoint);
+    // Reopened by path on SIGUSR1 and SIGHUP.
+    req.log_file = req.log_file.map(|path| cwd.join(path));
     let mut fds = [0; 2];
     // SAFETY: pipe2 writes two fds into the array.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -671,12 +682,46 @@ fn redirect_stderr(file: &File) -> Result<()> {
     Ok(())
 }
 
+/// The signals that stop a mount as SIGTERM does: it unmounts (lazily if busy), stores every
+/// change and exits. They are all the signals whose default action ends the process, but for
+/// SIGKILL, which cannot be caught, those of a fault in the process itself (SIGSEGV, SIGBUS,
+/// SIGFPE, SIGILL, SIGTRAP, SIGSYS, SIGABRT), and those handled otherwise below (SIGHUP,
+/// SIGUSR1, SIGUSR2; SIGPIPE is ignored, as in every Rust program). Without this, a SIGQUIT
+/// (`Ctrl-\` in the terminal of a `-f` mount), a SIGXCPU from a CPU time limit or a stray
+/// SIGALRM killed the daemon at once, with the changes in its cache lost and the mount point
+/// left dead. The real-time signals, which end a process too, are added by [`block_signals`].
+const STOP_SIGNALS: [libc::c_int; 11] = [
+    libc::SIGTERM,
+    libc::SIGINT,
+    libc::SIGQUIT,
+    libc::SIGALRM,
+    libc::SIGVTALRM,
+    libc::SIGPROF,
+    libc::SIGXCPU,
+    libc::SIGXFSZ,
+    libc::SIGIO,
+    libc::SIGPWR,
+    libc::SIGSTKFLT,
+];
+
+/// The signals that reopen the log file (`--log-file`), so that a log rotation tool can move
+/// it away and have the daemon write to a new one: SIGUSR1, and SIGHUP, which also re-reads
+/// the metadata of a read-only mount.
+const REOPEN_SIGNALS: [libc::c_int; 2] = [libc::SIGUSR1, libc::SIGHUP];
+
+/// Blocks, in this thread and so in every thread started after, every signal that
+/// [`signal_loop`] handles, and returns them as a set for it to wait on.
 fn block_signals() -> libc::sigset_t {
+    let realtime = libc::SIGRTMIN()..=libc::SIGRTMAX();
     // SAFETY: sigset manipulation on a local, then a mask change for this thread.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
-        for s in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+        let handled = STOP_SIGNALS
+            .into_iter()
+            .chain(REOPEN_SIGNALS)
+            .chain(realtime);
+        for s in handled.chain([libc::SIGUSR2]) {
             libc::sigaddset(&mut set, s);
         }
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
@@ -684,11 +729,39 @@ fn block_signals() -> libc::sigset_t {
     }
 }
 
-/// Waits for signals: SIGHUP re-reads the metadata (and drops what the kernel cached), SIGTERM
-/// and SIGINT unmount (which ends the session loop, which flushes).
+/// The name of signal `sig` (`SIGQUIT`, `SIGRTMIN+3`), for log lines, as signal(7) names it.
+fn signal_name(sig: libc::c_int) -> String {
+    let name = match sig {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGUSR1 => "SIGUSR1",
+        libc::SIGUSR2 => "SIGUSR2",
+        libc::SIGALRM => "SIGALRM",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGSTKFLT => "SIGSTKFLT",
+        libc::SIGXCPU => "SIGXCPU",
+        libc::SIGXFSZ => "SIGXFSZ",
+        libc::SIGVTALRM => "SIGVTALRM",
+        libc::SIGPROF => "SIGPROF",
+        libc::SIGIO => "SIGIO",
+        libc::SIGPWR => "SIGPWR",
+        _ if sig == libc::SIGRTMIN() => "SIGRTMIN",
+        _ if sig == libc::SIGRTMAX() => "SIGRTMAX",
+        _ if sig > libc::SIGRTMIN() => return format!("SIGRTMIN+{}", sig - libc::SIGRTMIN()),
+        _ => return format!("signal {sig}"),
+    };
+    name.to_string()
+}
+
+/// Waits for signals: SIGHUP re-reads the metadata (and drops what the kernel cached) and
+/// reopens the log file, SIGUSR1 reopens the log file, SIGUSR2 is ignored, and every other
+/// signal that would end the process ([`STOP_SIGNALS`], the real-time ones) unmounts, which
+/// ends the session loop, which stores every change.
 fn signal_loop(
     set: libc::sigset_t,
     mountpoint: &Path,
+    log_file: Option<&Path>,
     refresh: &MountHandle,
     notifier: &fuser::Notifier,
 ) {
@@ -698,27 +771,66 @@ fn signal_loop(
         if unsafe { libc::sigwait(&set, &mut sig) } != 0 {
             continue;
         }
+        let name = signal_name(sig);
+        if REOPEN_SIGNALS.contains(&sig) {
+            reopen_log_file(&name, log_file);
+        }
         if sig == libc::SIGHUP {
-            log::info!("SIGHUP: re-reading metadata");
-            // On a thread of its own: a reload may wait out a stalled server, and a SIGTERM
-            // meanwhile must still unmount at once.
-            let (refresh, notifier) = (refresh.clone(), notifier.clone());
-            let reload = move || {
-                if let Err(e) = refresh.reload_now(&notifier) {
-                    log::debug!("SIGHUP: the kernel takes no notifications ({e})");
-                }
-            };
-            if let Err(e) = std::thread::Builder::new()
-                .name("nczarrfs-reload".into())
-                .spawn(reload)
-            {
-                log::error!("SIGHUP: cannot start a thread to re-read the metadata: {e}");
-            }
+            reload_on_sighup(refresh, notifier);
+        }
+        if sig == libc::SIGUSR2 {
+            log::warn!("{name}: ignored (SIGUSR1 or SIGHUP reopen the log file)");
+        }
+        if REOPEN_SIGNALS.contains(&sig) || sig == libc::SIGUSR2 {
             continue;
         }
-        log::info!("signal {sig}: unmounting {}", mountpoint.display());
+        match sig {
+            // What a service manager or a terminal sends to stop a program: no warning.
+            libc::SIGTERM | libc::SIGINT => {
+                log::info!("{name}: unmounting {}", mountpoint.display())
+            }
+            _ => log::warn!(
+                "{name}: unmounting {} and storing every change, as for SIGTERM",
+                mountpoint.display()
+            ),
+        }
         unmount(mountpoint);
         return;
+    }
+}
+
+/// Re-reads the metadata of a read-only mount (a `rw` mount is the dataset's only writer, and
+/// has nothing to re-read), on a thread of its own: a reload may wait out a stalled server,
+/// and a SIGTERM meanwhile must still unmount at once.
+fn reload_on_sighup(refresh: &MountHandle, notifier: &fuser::Notifier) {
+    log::info!("SIGHUP: re-reading metadata");
+    let (refresh, notifier) = (refresh.clone(), notifier.clone());
+    let reload = move || {
+        if let Err(e) = refresh.reload_now(&notifier) {
+            log::debug!("SIGHUP: the kernel takes no notifications ({e})");
+        }
+    };
+    if let Err(e) = std::thread::Builder::new()
+        .name("nczarrfs-reload".into())
+        .spawn(reload)
+    {
+        log::error!("SIGHUP: cannot start a thread to re-read the metadata: {e}");
+    }
+}
+
+/// Opens the log file `path` again and makes it where log lines go, for `signal`: after a log
+/// rotation tool has renamed the file, lines go on into a new one at the same path instead of
+/// the renamed one. When it cannot be opened, lines go on into the old file, which says why.
+fn reopen_log_file(signal: &str, path: Option<&Path>) {
+    let Some(path) = path else {
+        log::info!("{signal}: no log file to reopen (logs go to syslog or stderr)");
+        return;
+    };
+    match open_log_file(path).and_then(|file| redirect_stderr(&file)) {
+        Ok(()) => log::info!("{signal}: log file {} reopened", path.display()),
+        Err(e) => {
+            log::error!("{signal}: cannot reopen the log file, logging on into the old one: {e}")
+        }
     }
 }
 
@@ -804,6 +916,15 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn signals_are_named_as_signal_7_names_them() {
+        assert_eq!(signal_name(libc::SIGQUIT), "SIGQUIT");
+        assert_eq!(signal_name(libc::SIGRTMIN()), "SIGRTMIN");
+        assert_eq!(signal_name(libc::SIGRTMIN() + 3), "SIGRTMIN+3");
+        assert_eq!(signal_name(libc::SIGRTMAX()), "SIGRTMAX");
+        assert_eq!(signal_name(libc::SIGKILL), "signal 9");
+    }
 
     #[test]
     fn relative_locations_become_absolute() {

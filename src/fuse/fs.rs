@@ -111,7 +111,12 @@ const PREFETCH_THREADS: usize = 2;
 #[derive(Debug)]
 struct Handle {
     node: Node,
-    snap: Arc<Snapshot>,
+    /// On a read-only mount, the snapshot the file was opened in, whose view of its variable
+    /// a reader keeps (see [`Shared::read_snapshot`]). `None` on a `rw` mount, whose files
+    /// always read the newest: each metadata change (creating an attribute file is one)
+    /// makes a snapshot with a copy of the whole model, and a handle holding it would keep
+    /// that copy alive for as long as the file stays open, one per file.
+    snap: Option<Arc<Snapshot>>,
     /// Generated content, for everything but `data`.
     content: Option<Arc<Vec<u8>>>,
     /// Where a reader of `data` is heading (what to prefetch and release).
@@ -156,7 +161,7 @@ impl Handle {
         Handle {
             opened,
             node,
-            snap,
+            snap: (!writable_mount).then_some(snap),
             content: None,
             stream: Mutex::new(ReadStream::default()),
             wrote: AtomicBool::new(false),
@@ -383,9 +388,9 @@ impl MountHandle {
             return Ok(());
         }
         let mut snaps = vec![Arc::clone(&read_lock(&sh.snap))];
-        for h in lock(&sh.handles).values() {
-            if !snaps.iter().any(|s| Arc::ptr_eq(s, &h.snap)) {
-                snaps.push(Arc::clone(&h.snap));
+        for snap in lock(&sh.handles).values().filter_map(|h| h.snap.as_ref()) {
+            if !snaps.iter().any(|s| Arc::ptr_eq(s, snap)) {
+                snaps.push(Arc::clone(snap));
             }
         }
         for snap in &snaps {
@@ -1041,12 +1046,13 @@ impl Shared {
     /// file's size, for every reader, until its attribute timeout.
     fn read_snapshot(&self, handle: &Handle, owner: &Owner) -> Arc<Snapshot> {
         let newest = self.snapshot();
-        if self.writer.is_some() || Arc::ptr_eq(&newest, &handle.snap) {
-            return newest;
-        }
-        match data_view_kept(owner, &handle.snap.model, &newest.model) {
+        let opened = match &handle.snap {
+            Some(opened) if !Arc::ptr_eq(&newest, opened) => opened,
+            _ => return newest,
+        };
+        match data_view_kept(owner, &opened.model, &newest.model) {
             true => newest,
-            false => Arc::clone(&handle.snap),
+            false => Arc::clone(opened),
         }
     }
 

@@ -285,6 +285,16 @@ fn missed(dir: BorrowedFd<'_>, name: &CStr, e: io::Error) -> Miss {
 
 /// The names in the directory open as `dir` (`.` and `..` left out).
 pub(super) fn entry_names(dir: OwnedFd) -> io::Result<Vec<OsString>> {
+    Ok(typed_entries(dir)?
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect())
+}
+
+/// The entries of the directory open as `dir` (`.` and `..` left out), each with its type as
+/// `readdir` gives it (`libc::DT_DIR`, `libc::DT_REG`, ..., or `libc::DT_UNKNOWN` on a file
+/// system that does not tell).
+pub(super) fn typed_entries(dir: OwnedFd) -> io::Result<Vec<(OsString, u8)>> {
     use std::os::fd::IntoRawFd;
     let fd = dir.into_raw_fd();
     // SAFETY: fdopendir takes over the descriptor (closedir closes it) when it succeeds.
@@ -295,7 +305,7 @@ pub(super) fn entry_names(dir: OwnedFd) -> io::Result<Vec<OsString>> {
         unsafe { libc::close(fd) };
         return Err(e);
     }
-    let mut names = Vec::new();
+    let mut entries = Vec::new();
     let result = loop {
         // SAFETY: errno is this thread's; readdir sets it only on failure.
         unsafe { *libc::__errno_location() = 0 };
@@ -310,14 +320,19 @@ pub(super) fn entry_names(dir: OwnedFd) -> io::Result<Vec<OsString>> {
         }
         // SAFETY: readdir returned an entry whose name is NUL-terminated, valid until the
         // next readdir on `stream`; it is copied at once.
-        let name = unsafe { CStr::from_ptr((*entry).d_name.as_ptr()) }.to_bytes();
+        let (name, kind) = unsafe {
+            (
+                CStr::from_ptr((*entry).d_name.as_ptr()).to_bytes(),
+                (*entry).d_type,
+            )
+        };
         if name != b"." && name != b".." {
-            names.push(OsString::from_vec(name.to_vec()));
+            entries.push((OsString::from_vec(name.to_vec()), kind));
         }
     };
     // SAFETY: `stream` is open and not used after this.
     unsafe { libc::closedir(stream) };
-    result.map(|()| names)
+    result.map(|()| entries)
 }
 
 /// Removes `name` in the directory open as `dir`: a file or symbolic link (never followed),

@@ -101,6 +101,15 @@ fn temp_name(name: &str, token: &str) -> String {
     format!("{TEMP_PREFIX}{name}.{}.{token}", std::process::id())
 }
 
+/// The process that made the temporary file `file_name` (named as [`temp_name`] names them),
+/// or `None` when it is not named so.
+fn temp_writer(file_name: &str) -> Option<u32> {
+    let (rest, token) = file_name.strip_prefix(TEMP_PREFIX)?.rsplit_once('.')?;
+    let (_, pid) = rest.rsplit_once('.')?;
+    let digits = !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit());
+    (digits && super::temp_files::is_token(token)).then(|| pid.parse().ok())?
+}
+
 /// A dataset stored as a directory tree.
 ///
 /// Symbolic links inside the dataset are followed by reads only as far as they stay inside
@@ -754,6 +763,110 @@ fn check_can_write_in(dir: &Path) -> Result<()> {
     }
 }
 
+impl FileMap {
+    /// Removes the temporary files (`.nczarrfs-tmp.NAME.PID.TOKEN`) that earlier writers left
+    /// in the dataset: a writer killed (SIGKILL, a crash) between writing its temporary files
+    /// and renaming them, or one whose storing failed and whose temporary files could not be
+    /// removed then. Readers ignore them, but zarr-python warns about each one at every
+    /// listing, and they would pile up.
+    ///
+    /// Called only with the writer lock held ([`ZMap::claim_writer`]): every other writer
+    /// that takes the lock is then shut out, so a temporary file here is either this
+    /// process's own or one that no writer will ever rename. That holds only under the lock:
+    /// without it, a file could belong to a live writer that is about to rename it. As a
+    /// second safeguard a file is removed only when the process named in it has ended, and
+    /// is not being served by a rename helper (which completes a set of renames after its
+    /// writer was killed: removing its files then would cut the set short). Symbolic links
+    /// to directories are not followed: what they lead to is not this dataset.
+    fn remove_leftover_temporaries(&self) {
+        let dir_flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW;
+        let root = match self
+            .open_current_root()
+            .and_then(|root| beneath::open_at(root.as_fd(), c".", dir_flags))
+        {
+            Ok(root) => root,
+            Err(e) => {
+                log::debug!(
+                    "{}: not swept for temporary files: {e}",
+                    self.root.display()
+                );
+                return;
+            }
+        };
+        let mut helpers = None;
+        let mut removed = 0usize;
+        // Depth first: one open directory per level.
+        let mut pending = vec![(root, self.root.clone())];
+        while let Some((dir, path)) = pending.pop() {
+            let entries = match dir.try_clone().and_then(beneath::typed_entries) {
+                Ok(entries) => entries,
+                Err(e) => {
+                    log::warn!("{}: not swept for temporary files: {e}", path.display());
+                    continue;
+                }
+            };
+            for (name, kind) in entries {
+                let Ok(c_name) = beneath::c_name(name.as_bytes()) else {
+                    continue;
+                };
+                if let Some(writer) = name.to_str().and_then(temp_writer) {
+                    let mut served = || {
+                        helpers
+                            .get_or_insert_with(super::rename_helper::writers_served)
+                            .contains(&writer)
+                    };
+                    let leftover = writer != std::process::id()
+                        && crate::interrupt::has_ended(writer)
+                        && !served();
+                    // SAFETY: an open directory descriptor and a NUL-terminated name; a
+                    // temporary file is a file (or a link kept aside), never a directory.
+                    if leftover
+                        && unsafe { libc::unlinkat(dir.as_raw_fd(), c_name.as_ptr(), 0) } == 0
+                    {
+                        removed += 1;
+                    }
+                    continue;
+                }
+                if !matches!(kind, libc::DT_DIR | libc::DT_UNKNOWN) {
+                    continue;
+                }
+                match beneath::open_at(dir.as_fd(), &c_name, dir_flags) {
+                    Ok(sub) => pending.push((sub, path.join(&name))),
+                    Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTDIR | libc::ELOOP)) => {}
+                    Err(e) => log::warn!(
+                        "{}: not swept for temporary files: {e}",
+                        path.join(&name).display()
+                    ),
+                }
+            }
+        }
+        if removed > 0 {
+            log::info!(
+                "{}: removed {removed} temporary files left by earlier writers",
+                self.root.display()
+            );
+        }
+    }
+
+    /// Removes the temporary files `temps` (each beside the object file of its key) through
+    /// the dataset's root directory kept open, not by their paths: a store that failed
+    /// because the dataset was renamed meanwhile left them where the paths no longer lead.
+    fn remove_temporaries<'k>(&self, temps: impl IntoIterator<Item = (&'k str, PathBuf)>) {
+        let mut near = NearDirs::default();
+        for (key, temp) in temps {
+            let dir = self.object_dir_near(&mut near, key, false);
+            let name = temp.file_name().map(|n| beneath::c_name(n.as_bytes()));
+            match (dir, name) {
+                (Ok(Some(dir)), Some(Ok(name))) => {
+                    // SAFETY: an open directory descriptor and a NUL-terminated name.
+                    unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), 0) };
+                }
+                _ => remove_quietly(temp),
+            }
+        }
+    }
+}
+
 /// Best effort: a temporary file left behind is hidden from listings, the lesser problem.
 fn remove_quietly(path: PathBuf) {
     let _ = fs::remove_file(path);
@@ -953,9 +1066,17 @@ impl ZMap for FileMap {
     fn put_many(&self, objects: &[(String, Vec<u8>)]) -> Result<()> {
         let mut staged = Vec::with_capacity(objects.len());
         let mut aside = Vec::with_capacity(objects.len());
-        let give_up = |staged: Vec<Staged>, aside: Vec<Option<PathBuf>>| {
-            staged.into_iter().for_each(Staged::discard);
-            aside.into_iter().flatten().for_each(remove_quietly);
+        // After a failure: removes the temporary files not renamed into place (`staged`, of
+        // the objects from the `first`), and the objects kept aside (`aside`, of the objects
+        // from the first).
+        let give_up = |first: usize, staged: Vec<Staged>, aside: Vec<Option<PathBuf>>| {
+            let keys = objects.iter().map(|(key, _)| key.as_str());
+            self.remove_temporaries(
+                keys.clone()
+                    .skip(first)
+                    .zip(staged.into_iter().map(|s| s.temp))
+                    .chain(keys.zip(aside).filter_map(|(k, a)| Some((k, a?)))),
+            );
         };
         // The directories of one set of keys, most of which share their parents.
         let mut near = NearDirs::default();
@@ -970,7 +1091,7 @@ impl ZMap for FileMap {
                     aside.push(kept);
                 }
                 Err(e) => {
-                    give_up(staged, aside);
+                    give_up(0, staged, aside);
                     return Err(e);
                 }
             }
@@ -981,7 +1102,8 @@ impl ZMap for FileMap {
             .collect();
         let (renamed, error) = super::rename_helper::rename_in_order(&pairs);
         let Some(e) = error.filter(|_| renamed < staged.len()) else {
-            give_up(Vec::new(), aside);
+            // Just renamed by these paths: they lead to the dataset.
+            aside.into_iter().flatten().for_each(remove_quietly);
             return Ok(());
         };
         let err = Error::io(&staged[renamed].path, e);
@@ -999,7 +1121,7 @@ impl ZMap for FileMap {
                 );
             }
         }
-        give_up(staged.split_off(renamed), aside);
+        give_up(renamed, staged.split_off(renamed), aside);
         Err(err)
     }
 
@@ -1063,6 +1185,7 @@ impl ZMap for FileMap {
         if claim.is_none() {
             check_can_write_in(&self.root)?;
             *claim = Some(super::lock_exclusively(&self.root)?);
+            self.remove_leftover_temporaries();
         }
         Ok(())
     }
@@ -1762,6 +1885,94 @@ mod tests {
         map.put_many(&objects).unwrap();
         assert_eq!(map.get("g/.zattrs").unwrap().unwrap(), b"new");
         assert_eq!(map.get("g/v/.zarray").unwrap().unwrap(), b"{}");
+    }
+
+    /// Every name below `root` that is one of this module's temporary files.
+    fn temporaries_below(root: &Path) -> Vec<PathBuf> {
+        let mut found = Vec::new();
+        let mut pending = vec![root.to_path_buf()];
+        while let Some(dir) = pending.pop() {
+            for entry in fs::read_dir(&dir).unwrap().flatten() {
+                if entry.file_name().to_string_lossy().starts_with(TEMP_PREFIX) {
+                    found.push(entry.path());
+                } else if entry.file_type().unwrap().is_dir() {
+                    pending.push(entry.path());
+                }
+            }
+        }
+        found.sort();
+        found
+    }
+
+    #[test]
+    fn a_failed_set_removes_its_temporary_files_from_a_dataset_moved_meanwhile() {
+        let (dir, map) = writable();
+        map.put("g/.zattrs", b"old").unwrap();
+        map.put(".zgroup", b"{}").unwrap();
+        let moved = dir.path().join("moved.file");
+        fs::rename(map.root(), &moved).unwrap();
+        let objects = vec![
+            ("g/.zattrs".to_string(), b"new".to_vec()),
+            (".zgroup".to_string(), b"{ }".to_vec()),
+        ];
+        assert!(map.put_many(&objects).is_err());
+        assert_eq!(temporaries_below(&moved), Vec::<PathBuf>::new());
+        assert_eq!(fs::read(moved.join("g/.zattrs")).unwrap(), b"old");
+    }
+
+    #[test]
+    fn temporary_files_are_told_by_their_name() {
+        let token = "0123456789abcdef";
+        assert_eq!(
+            temp_writer(&format!("{TEMP_PREFIX}.zattrs.42.{token}")),
+            Some(42)
+        );
+        assert_eq!(temp_writer(&format!("{TEMP_PREFIX}a.b.7.{token}")), Some(7));
+        assert_eq!(temp_writer(&format!("{TEMP_PREFIX}.zattrs.42.0123")), None);
+        assert_eq!(
+            temp_writer(&format!("{TEMP_PREFIX}.zattrs.x2.{token}")),
+            None
+        );
+        assert_eq!(temp_writer(&format!(".zattrs.42.{token}")), None);
+        let mine = temp_name(".zarray", token);
+        assert_eq!(temp_writer(&mine), Some(std::process::id()));
+    }
+
+    #[test]
+    fn the_writer_removes_the_temporary_files_of_ended_writers_only() {
+        let (dir, map) = writable();
+        map.put("g/v/.zarray", b"{}").unwrap();
+        map.put(".zattrs", b"{}").unwrap();
+        let mut ended = std::process::Command::new("true").spawn().unwrap();
+        let ended_pid = ended.id();
+        ended.wait().unwrap();
+        let token = temp_files::random_token;
+        let root = map.root().to_path_buf();
+        let left = [
+            root.join(format!("{TEMP_PREFIX}.zattrs.{ended_pid}.{}", token())),
+            root.join(format!("g/v/{TEMP_PREFIX}.zarray.{ended_pid}.{}", token())),
+        ];
+        fs::hard_link(root.join(".zattrs"), &left[0]).unwrap();
+        fs::write(&left[1], b"{").unwrap();
+        // Not left over: this process's own, and a name not made by a writer.
+        let kept = [
+            root.join(format!("g/{}", temp_name(".zattrs", &token()))),
+            root.join(format!("{TEMP_PREFIX}notes")),
+        ];
+        kept.iter().for_each(|p| fs::write(p, b"x").unwrap());
+        // Outside the dataset, behind a link to a directory: not this dataset's.
+        let outside = dir.path().join("outside");
+        fs::create_dir(&outside).unwrap();
+        let beyond = outside.join(format!("{TEMP_PREFIX}.zarray.{ended_pid}.{}", token()));
+        fs::write(&beyond, b"x").unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("linked")).unwrap();
+
+        map.claim_writer().unwrap();
+        let mut expected = kept.to_vec();
+        expected.sort();
+        assert_eq!(temporaries_below(&root), expected);
+        assert!(beyond.exists());
+        assert_eq!(fs::read(root.join(".zattrs")).unwrap(), b"{}");
     }
 
     #[test]

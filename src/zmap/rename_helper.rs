@@ -52,13 +52,19 @@ pub fn stop_rename_helper() {
 
 /// Serves as the helper: renames each set read from stdin and answers on stdout, until
 /// stdin ends. A set cut short by the end of stdin (its writer died while sending it) is
-/// not applied.
-pub fn serve_renames() -> crate::Result<()> {
+/// not applied. `named_writer`, the writer its command line names, must be its parent.
+pub fn serve_renames(named_writer: Option<u32>) -> crate::Result<()> {
     for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
         // SAFETY: ignoring a signal installs no handler code.
         unsafe { libc::signal(signal, libc::SIG_IGN) };
     }
     let writer = std::os::unix::process::parent_id();
+    if named_writer.is_some_and(|named| named != writer) {
+        return Err(crate::Error::Invalid(format!(
+            "nczarrfs {RENAME_HELPER_COMMAND} is internal: it serves only the process that \
+             started it ({writer}), which its command line names"
+        )));
+    }
     let mut input = BufReader::new(io::stdin().lock());
     let mut output = io::stdout().lock();
     let reading = |e| crate::Error::io("rename helper: standard input", e);
@@ -92,6 +98,28 @@ pub fn serve_renames() -> crate::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The writers (process ids) whose rename helpers are running, found by their command lines
+/// (`nczarrfs rename-helper PID`). A helper goes on renaming a set after its writer has
+/// died, so the writer's temporary files are not left over while it runs.
+pub(super) fn writers_served() -> Vec<u32> {
+    let Ok(processes) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    processes
+        .flatten()
+        .filter_map(|process| std::fs::read(process.path().join("cmdline")).ok())
+        .filter_map(|cmdline| {
+            let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+            match args.as_slice() {
+                [_, command, writer, ..] if *command == RENAME_HELPER_COMMAND.as_bytes() => {
+                    std::str::from_utf8(writer).ok()?.parse().ok()
+                }
+                _ => None,
+            }
+        })
+        .collect()
 }
 
 /// Renames every `(from, to)` pair in order, stopping at the first failure: through the
@@ -228,6 +256,8 @@ impl Helper {
         let mut child = Command::new(program)
             .arg0("nczarrfs")
             .arg(RENAME_HELPER_COMMAND)
+            // Names the writer served, for `writers_served`.
+            .arg(std::process::id().to_string())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()?;
