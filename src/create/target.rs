@@ -11,7 +11,7 @@ use super::{CreateOptions, DatasetWriter};
 use crate::interrupt;
 use crate::location::{Location, Storage};
 use crate::model::Dataset;
-use crate::zmap::ZMap;
+use crate::zmap::{WriterLock, ZMap};
 use crate::{Error, Result};
 
 /// Applies `mode=` words (`nczarr`, `zarr`, `xarray`, `noxarray`, `consolidated`, `file`,
@@ -71,6 +71,10 @@ pub struct Staging {
     _withdraw_on_signal: Option<interrupt::RegisteredCleanup>,
     /// A local staging path, removed if a signal ends the process before it is published.
     _on_signal: Option<interrupt::Registered>,
+    /// The writer lock of the local dataset to be replaced, held from before the new one is
+    /// made until it is in place: a `rw` mount or a `put` of it would otherwise go on
+    /// writing the new dataset from its view of the old one.
+    _replaced: Option<WriterLock>,
 }
 
 impl Staging {
@@ -92,8 +96,12 @@ impl Staging {
         };
         let target = &target;
         check_replaceable(target)?;
+        let mut replaced = None;
         if let Storage::File(p) | Storage::Zip(p) = &target.storage {
             check_can_create(p)?;
+            if p.exists() {
+                replaced = Some(WriterLock::acquire(p)?);
+            }
         }
         let claimed = match &target.storage {
             Storage::S3(s3) => Some(ClaimedPrefix::claim(target, s3)?),
@@ -133,6 +141,7 @@ impl Staging {
             _withdraw_on_signal: claimed.as_ref().map(ClaimedPrefix::withdraw_on_signals),
             claimed,
             _on_signal: on_signal,
+            _replaced: replaced,
         })
     }
 

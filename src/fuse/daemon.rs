@@ -240,6 +240,11 @@ impl Drop for OpenDataFile {
 fn setup(req: &MountRequest) -> Result<(Session<NczarrFs>, PathBuf, MountHandle)> {
     crate::chunk::limit_bytes_in_flight(BYTES_IN_FLIGHT);
     let mountpoint = checked_mountpoint(&req.mountpoint)?;
+    if let Ok(Storage::File(dataset) | Storage::Zip(dataset)) =
+        Location::parse(&req.location).map(|l| l.storage)
+    {
+        check_apart_from_dataset(&mountpoint, &dataset)?;
+    }
     let fs = if req.options.read_write {
         let location = Location::parse(&req.location)?;
         NczarrFs::new_rw(
@@ -367,6 +372,39 @@ fn checked_mountpoint(path: &Path) -> Result<PathBuf> {
         }
     }
     Ok(mountpoint)
+}
+
+/// Refuses a mount point (canonical) that is the local dataset's directory, lies inside it or
+/// holds it, compared by real paths and by device and inode (a bind mount of one seen at
+/// another path). The daemon reaches the dataset by its path, which the mount would then lead
+/// into the mount itself: reads found the mount's own files there instead of the chunks and
+/// silently gave fill values, a `rw` mount stored a write reported as failed, and its
+/// metadata renames waited on the mount forever (an unkillable hang).
+fn check_apart_from_dataset(mountpoint: &Path, dataset: &Path) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    // A missing dataset is reported by its open, with the error `dump` gives.
+    let Ok(real) = std::fs::canonicalize(dataset) else {
+        return Ok(());
+    };
+    let identity = |p: &Path| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
+    let among_ancestors = |of: &Path, who: &Path| {
+        identity(who).is_some_and(|id| of.ancestors().skip(1).any(|a| identity(a) == Some(id)))
+    };
+    let relation = if real == mountpoint || identity(&real) == identity(mountpoint) {
+        "is the dataset's own directory"
+    } else if mountpoint.starts_with(&real) || among_ancestors(mountpoint, &real) {
+        "is inside the dataset"
+    } else if real.starts_with(mountpoint) || among_ancestors(&real, mountpoint) {
+        "holds the dataset"
+    } else {
+        return Ok(());
+    };
+    Err(Error::Invalid(format!(
+        "mount point {} {relation} {}: the mount would hide the dataset from this daemon, \
+         which reads and writes it by its path; choose a mount point outside the dataset",
+        mountpoint.display(),
+        real.display()
+    )))
 }
 
 /// Detaches the mount at `path` if it is the dead mount of an nczarrfs daemon (the kernel
@@ -892,6 +930,32 @@ pub(super) fn sd_notify(state: &str) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn mount_points_at_in_or_around_the_dataset_are_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().canonicalize().unwrap();
+        let ds = root.join("x/ds.file");
+        std::fs::create_dir_all(ds.join("a")).unwrap();
+        std::fs::create_dir_all(root.join("elsewhere")).unwrap();
+        std::os::unix::fs::symlink(&ds, root.join("link")).unwrap();
+        for (mountpoint, why) in [
+            (ds.clone(), "own directory"),
+            (ds.join("a"), "inside"),
+            (root.join("x"), "holds"),
+            (root.clone(), "holds"),
+        ] {
+            let err = super::check_apart_from_dataset(&mountpoint, &root.join("link"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(why), "{}: {err}", mountpoint.display());
+        }
+        super::check_apart_from_dataset(&root.join("elsewhere"), &ds).unwrap();
+        let zip = root.join("elsewhere/ds.zip");
+        std::fs::write(&zip, b"").unwrap();
+        assert!(super::check_apart_from_dataset(&root.join("elsewhere"), &zip).is_err());
+        super::check_apart_from_dataset(&root.join("x"), &zip).unwrap();
+    }
+
     /// The index taken for `mi_option_purge_delay` is that option (its default is 1000 ms,
     /// which no neighbouring option has), and it is 0 while two or more `data` files are open.
     #[test]

@@ -133,8 +133,12 @@ pub struct FileMap {
     /// Whether [`FileMap::create_new`] made the root directory: the map then keeps working in
     /// that directory, whatever is put at its name afterwards.
     made_root: bool,
-    /// The root directory, locked while a writer holds its claim.
-    writer_claim: std::sync::Mutex<Option<fs::File>>,
+    /// The root directory, locked while a writer holds its claim (see [`super::WriterLock`]).
+    writer_claim: std::sync::Mutex<Option<super::WriterLock>>,
+    /// The device and inode of the directory the claim locked: a writer works there only,
+    /// never in a directory that replaced it at the root's path, which another writer may
+    /// hold (see [`FileMap::open_root`]).
+    claimed_root: std::sync::OnceLock<(u64, u64)>,
 }
 
 /// Why a plain file is not a dataset: a netCDF file (HDF5 or classic) is named as such, since
@@ -184,6 +188,7 @@ impl FileMap {
             root_dir: std::sync::Mutex::new(None),
             made_root: false,
             writer_claim: std::sync::Mutex::new(None),
+            claimed_root: std::sync::OnceLock::new(),
         })
     }
 
@@ -206,6 +211,7 @@ impl FileMap {
             root_dir: std::sync::Mutex::new(Some(Arc::new(made))),
             made_root: true,
             writer_claim: std::sync::Mutex::new(None),
+            claimed_root: std::sync::OnceLock::new(),
         })
     }
 
@@ -251,7 +257,10 @@ impl FileMap {
     }
 
     /// The root directory, open (`O_PATH`) for the operations below it: the one kept open,
-    /// or opened by its path now.
+    /// or opened by its path now. A writer's map refuses (`EBUSY`) a directory at the path
+    /// that is not the one its claim locked: the dataset was replaced (by `gen`, `copy` or
+    /// another program), and writing the new one from this writer's view of the old one
+    /// would corrupt it.
     fn open_root(&self) -> io::Result<Arc<OwnedFd>> {
         let mut slot = self.root_slot();
         if let Some(root) = &*slot {
@@ -261,6 +270,16 @@ impl FileMap {
             &self.c_root,
             libc::O_PATH | libc::O_DIRECTORY,
         )?);
+        if let Some(&claimed) = self.claimed_root.get() {
+            if beneath::identity(root.as_fd())? != claimed {
+                log::error!(
+                    "{}: the dataset was replaced or removed by another program while this \
+                     process was writing it; nothing more is written there",
+                    self.root.display()
+                );
+                return Err(io::Error::from_raw_os_error(libc::EBUSY));
+            }
+        }
         *slot = Some(Arc::clone(&root));
         Ok(root)
     }
@@ -378,7 +397,7 @@ impl FileMap {
     ) -> Result<Option<Arc<OwnedFd>>> {
         let root = match self.open_current_root() {
             Ok(fd) => fd,
-            Err(e) if is_absent(&e) && create => {
+            Err(e) if is_absent(&e) && create && self.claimed_root.get().is_none() => {
                 fs::create_dir_all(&self.root).map_err(|e| Error::io(&self.root, e))?;
                 self.open_root().map_err(|e| Error::io(&self.root, e))?
             }
@@ -1184,7 +1203,15 @@ impl ZMap for FileMap {
         let mut claim = self.writer_claim.lock().unwrap_or_else(|e| e.into_inner());
         if claim.is_none() {
             check_can_write_in(&self.root)?;
-            *claim = Some(super::lock_exclusively(&self.root)?);
+            let lock = super::WriterLock::acquire(&self.root)?;
+            let locked = lock.identity()?;
+            // From now on the map works in the locked directory, whatever is put at its path.
+            let root =
+                beneath::open_at(lock.file().as_fd(), c".", libc::O_PATH | libc::O_DIRECTORY)
+                    .map_err(|e| Error::io(&self.root, e))?;
+            *self.root_slot() = Some(Arc::new(root));
+            let _ = self.claimed_root.set(locked);
+            *claim = Some(lock);
             self.remove_leftover_temporaries();
         }
         Ok(())

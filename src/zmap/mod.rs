@@ -15,6 +15,7 @@ mod rename_helper;
 mod s3;
 mod s3_health;
 pub(crate) mod temp_files;
+mod writer_lock;
 mod zip;
 
 use std::fmt::Debug;
@@ -29,6 +30,7 @@ pub use self::rename_helper::{
     serve_renames, stop_rename_helper, use_rename_helper, RENAME_HELPER_COMMAND,
 };
 pub use self::s3::{S3Limits, S3Map};
+pub use self::writer_lock::WriterLock;
 pub use self::zip::{looks_like_zip, ZipMap};
 
 /// The size of a file system, in bytes (see [`ZMap::local_space`]).
@@ -372,21 +374,8 @@ fn lock_exclusively(path: &std::path::Path) -> Result<std::fs::File> {
 
 /// Locks the open `file` (at `path`, which messages name) as [`lock_exclusively`] does.
 fn lock_file(file: std::fs::File, path: &std::path::Path) -> Result<std::fs::File> {
-    use std::os::fd::AsRawFd;
-    // SAFETY: flock only reads the descriptor, which `file` owns and keeps open.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-        return Ok(file);
-    }
-    let e = std::io::Error::last_os_error();
-    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-        return Err(Error::Busy(format!(
-            "{}: another process is writing this dataset (a rw mount, also one detached by \
-             `umount -l` that still serves an open file, or a put); two writers would each \
-             store the metadata as they see it and lose the other's records",
-            path.display()
-        )));
-    }
-    Err(Error::io(path, e))
+    writer_lock::lock(&file, path, writer_lock::Mode::Exclusive)?;
+    Ok(file)
 }
 
 /// Where `path` leads when it is a symbolic link (followed as far as links go, relative ones

@@ -1,0 +1,289 @@
+"""One writer per dataset: gen and copy against a rw mount, a dataset replaced under a rw
+mount, writers of nested pure Zarr groups, mount points that would hide the dataset from its
+own daemon, and the writer right after `fusermount3 -u`. netCDF4-python and zarr-python read
+what was stored."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from conftest import daemon_pids, is_mounted, unmount, wait_until  # noqa: E402
+from datasets import nczarr_dataset  # noqa: E402
+
+BUSY = "another process is writing this"
+
+CDL = """netcdf other {
+dimensions:
+    n = 3 ;
+variables:
+    int z(n) ;
+data:
+    z = 7, 8, 9 ;
+}
+"""
+
+
+def umount_and_wait(mnt: Path) -> None:
+    pids = daemon_pids(mnt)
+    unmount(mnt)
+    assert not is_mounted(mnt)
+    assert wait_until(lambda: not any(Path(f"/proc/{p}").exists() for p in pids), 30)
+
+
+def write_attribute(mnt: Path, name: str, text: str, group: str = "") -> None:
+    """Creates an attribute file, which stores the metadata when closed."""
+    path = mnt / group / "@attributes" / name if group else mnt / "@attributes" / name
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def netcdf_content(url: str) -> tuple[set, dict]:
+    import netCDF4
+
+    with netCDF4.Dataset(url) as ds:
+        return set(ds.variables), {k: ds.getncattr(k) for k in ds.ncattrs()}
+
+
+def test_gen_and_copy_do_not_replace_a_dataset_a_rw_mount_writes(mounter, tmp_path):
+    """gen and copy used to replace the dataset under a rw mount, which then rewrote the new
+    dataset's metadata from its view of the old one (netCDF4-python could not open it)."""
+    path = tmp_path / "ds.file"
+    url = nczarr_dataset(path)
+    source = tmp_path / "src.file"
+    made = mounter.run("gen", "-o", str(source), "-", input=CDL)
+    assert made.returncode == 0, made.stderr
+    mnt = mounter.mount(url, "rw")
+    gen = mounter.run("gen", "-o", str(path), "-", input=CDL)
+    assert gen.returncode == 1 and BUSY in gen.stderr, gen
+    copied = mounter.run("copy", str(source), str(path))
+    assert copied.returncode == 1 and BUSY in copied.stderr, copied
+    write_attribute(mnt, "late", "forty-two")
+    umount_and_wait(mnt)
+    names, attrs = netcdf_content(url)
+    assert {"time", "temp", "counts", "flags", "big", "scalar"} <= names
+    assert attrs["late"] == "forty-two"
+    assert attrs["title"] == "mount test"
+    # With the writer gone, the dataset can be replaced.
+    copied = mounter.run("copy", str(source), str(path))
+    assert copied.returncode == 0, copied.stderr
+    assert netcdf_content(f"file://{path}#mode=nczarr,file")[0] == {"z"}
+
+
+def test_gen_refuses_to_replace_a_zip_archive_a_rw_mount_writes(mounter, tmp_path):
+    archive = tmp_path / "ds.zip"
+    made = mounter.run("gen", "-k", "zip", "-o", str(archive), "-", input=CDL)
+    assert made.returncode == 0, made.stderr
+    url = f"file://{archive}#mode=nczarr,zip"
+    mnt = mounter.mount(url, "rw")
+    gen = mounter.run("gen", "-k", "zip", "-o", str(archive), "-",
+                      input=CDL.replace("7, 8, 9", "1, 1, 1"))
+    assert gen.returncode == 1 and BUSY in gen.stderr, gen
+    write_attribute(mnt, "late", "kept")
+    umount_and_wait(mnt)
+    import zarr
+
+    with zarr.storage.ZipStore(archive, mode="r") as store:
+        # netcdf-c's zip layout: the dataset is in a folder named as the archive.
+        group = zarr.open_group(store, mode="r", path="ds", zarr_format=2)
+        assert group["z"][:].tolist() == [7, 8, 9]
+        assert group.attrs["late"] == "kept"
+
+
+def test_a_rw_mount_stops_writing_a_dataset_replaced_under_it(mounter, tmp_path):
+    """Another program replaces the dataset (new directory at the path, old one removed):
+    the mount's metadata stores fail with EBUSY instead of rewriting the new dataset from the
+    old one's view, so a writer of the new dataset loses nothing."""
+    path = tmp_path / "ds.file"
+    url = nczarr_dataset(path)
+    replacement = tmp_path / "new.file"
+    made = mounter.run("gen", "-o", str(replacement), "-", input=CDL)
+    assert made.returncode == 0, made.stderr
+    first = mounter.mount(url, "rw")
+    os.rename(path, tmp_path / "old.file")
+    os.rename(replacement, path)
+    shutil.rmtree(tmp_path / "old.file")
+    with pytest.raises(OSError) as refused:
+        write_attribute(first, "from_first", "lost")
+    assert refused.value.errno == errno.EBUSY
+    second = mounter.mount(url, "rw")
+    write_attribute(second, "from_second", "kept")
+    with pytest.raises(OSError) as again:
+        write_attribute(first, "from_first_again", "lost")
+    assert again.value.errno == errno.EBUSY
+    umount_and_wait(second)
+    umount_and_wait(first)
+    import netCDF4
+
+    with netCDF4.Dataset(url) as ds:
+        assert set(ds.variables) == {"z"}
+        assert ds["z"][:].tolist() == [7, 8, 9]
+        assert {k: ds.getncattr(k) for k in ds.ncattrs()} == {"from_second": "kept"}
+
+
+@pytest.fixture
+def pure_zarr(tmp_path) -> Path:
+    """A zarr-python v2 store with groups `sub` (holding `deep`) and `side`, each with an
+    array."""
+    import zarr
+
+    path = tmp_path / "pz.zarr"
+    root = zarr.open_group(str(path), mode="w", zarr_format=2)
+    root.attrs["level"] = "root"
+    for name in ("sub", "side", "sub/deep"):
+        g = root.create_group(name)
+        a = g.create_array("v", shape=(4,), chunks=(2,), dtype="<i4", fill_value=0)
+        a[:] = np.arange(4, dtype="<i4")
+        a.attrs["_ARRAY_DIMENSIONS"] = ["n"]
+    return path
+
+
+def put(mounter, location: str, var: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(mounter.binary), "put", location, var, "--start", "1",
+                           "--count", "1", "-i", "-"],
+                          input=np.int32(99).tobytes(), capture_output=True, timeout=60,
+                          check=False)
+
+
+def test_writers_of_nested_zarr_groups_exclude_each_other(mounter, pure_zarr):
+    """A rw mount of a pure Zarr root and one of its subgroup were both accepted; the root's
+    mount then rewrote the subgroup's attributes from its own view, losing the other's."""
+    root = str(pure_zarr)
+    sub = str(pure_zarr / "sub")
+    deep = str(pure_zarr / "sub" / "deep")
+    m_root = mounter.mount(root, "rw")
+    for location in (sub, deep):
+        nested = mounter.run("mount", "-o", "rw", location, str(mounter.mountpoint()))
+        assert nested.returncode == 1 and BUSY in nested.stderr, nested
+        refused = put(mounter, location, "v")
+        assert refused.returncode == 1 and BUSY.encode() in refused.stderr, refused
+    write_attribute(m_root, "r1", "one", group="sub")
+    umount_and_wait(m_root)
+
+    m_sub = mounter.mount(sub, "rw")
+    for location in (root, deep):
+        other = mounter.run("mount", "-o", "rw", location, str(mounter.mountpoint()))
+        assert other.returncode == 1 and BUSY in other.stderr, other
+        refused = put(mounter, location, "v" if location == deep else "sub/v")
+        assert refused.returncode == 1 and BUSY.encode() in refused.stderr, refused
+    gen = mounter.run("gen", "-k", "zarr", "-o", root, "-", input=CDL)
+    assert gen.returncode == 1 and BUSY in gen.stderr, gen
+    # A group beside it is another writer's.
+    m_side = mounter.mount(str(pure_zarr / "side"), "rw")
+    write_attribute(m_side, "s", "side")
+    write_attribute(m_sub, "s1", "two")
+    umount_and_wait(m_side)
+    umount_and_wait(m_sub)
+    stored = put(mounter, sub, "deep/v")
+    assert stored.returncode == 0, stored.stderr
+
+    import zarr
+
+    group = zarr.open_group(root, mode="r")
+    assert dict(group["sub"].attrs) == {"r1": "one", "s1": "two"}
+    assert dict(group["side"].attrs) == {"s": "side"}
+    assert dict(group.attrs) == {"level": "root"}
+    assert group["sub/deep/v"][:].tolist() == [0, 99, 2, 3]
+    assert group["sub/v"][:].tolist() == [0, 1, 2, 3]
+
+
+def test_mount_points_that_hide_the_dataset_are_refused(mounter, tmp_path):
+    """A mount point inside the dataset made reads of its chunks see the mount (silent fill
+    values) and stored a write reported as failed; one equal to the dataset's directory or
+    holding it hung the first metadata change, unkillably. Only the refusal is tried here."""
+    path = tmp_path / "x" / "ds.file"
+    path.parent.mkdir()
+    url = nczarr_dataset(path)
+    (tmp_path / "link").symlink_to(path)
+    archive = tmp_path / "z" / "ds.zip"
+    archive.parent.mkdir()
+    made = mounter.run("gen", "-k", "zip", "-o", str(archive), "-", input=CDL)
+    assert made.returncode == 0, made.stderr
+    cases = [
+        (str(path), path / "temp", "inside"),
+        (url, path / "sub", "inside"),
+        (str(tmp_path / "link"), path / "counts", "inside"),
+        (str(path), path, "own directory"),
+        (str(tmp_path / "link"), path, "own directory"),
+        (str(path), path.parent, "holds"),
+        (str(path), tmp_path, "holds"),
+        (str(archive), archive.parent, "holds"),
+    ]
+    bound = tmp_path / "bound"
+    bound.mkdir()
+    if subprocess.run(["mount", "--bind", str(path), str(bound)],
+                      capture_output=True).returncode == 0:
+        cases += [(str(path), bound / "temp", "inside"), (str(bound), path / "flags", "inside")]
+    try:
+        for options in (["-o", "ro"], ["-o", "rw"]):
+            for location, mountpoint, why in cases:
+                r = mounter.run("mount", *options, location, str(mountpoint))
+                mounted = is_mounted(mountpoint)
+                if mounted:
+                    mounter.mounts.append(mountpoint)
+                assert r.returncode == 1 and not mounted, (location, mountpoint, r)
+                assert why in r.stderr and "choose a mount point outside" in r.stderr, r.stderr
+    finally:
+        if is_mounted(bound):
+            subprocess.run(["umount", str(bound)], check=False)
+    import netCDF4
+
+    with netCDF4.Dataset(url) as ds:
+        assert ds["counts"][:].tolist() == (np.arange(35).reshape(5, 7) * -3).tolist()
+
+
+def test_the_next_writer_after_fusermount3_u_is_not_refused(mounter, tmp_path, binary):
+    """`fusermount3 -u` returns before the daemon has stored its last changes and let go of
+    the lock: the next writer used to be refused, naming a writer that no longer exists. It
+    now waits for that daemon."""
+    import netCDF4
+
+    path = tmp_path / "big.file"
+    url = f"file://{path}#mode=nczarr,file"
+    width = 1 << 18
+    with netCDF4.Dataset(url, "w", format="NETCDF4") as ds:
+        ds.createDimension("t", None)
+        ds.createDimension("x", width)
+        ds.createVariable("v", "i4", ("t", "x"), chunksizes=(1, width))
+    mnt = mounter.mountpoint()
+    for run in range(4):
+        r = mounter.run("mount", "-o", "rw,cache_size=1G", url, str(mnt))
+        assert r.returncode == 0, (run, r.stderr)
+        fd = os.open(mnt / "v" / "data", os.O_WRONLY)
+        try:
+            block = np.full(1 << 18, run + 1, dtype="<i4").tobytes()
+            for k in range(64):
+                os.pwrite(fd, block, k << 20)
+        finally:
+            os.close(fd)
+        subprocess.run(["fusermount3", "-u", str(mnt)], check=True, timeout=60)
+        # The next writer, at once: a put, or another rw mount.
+        if run % 2:
+            stored = subprocess.run(
+                [str(binary), "put", url, "v", "--start", f"{run},0", "--count", "1,1",
+                 "-i", "-"], input=np.int32(-run).tobytes(), capture_output=True, timeout=60,
+                check=False)
+            assert stored.returncode == 0, (run, stored.stderr)
+        else:
+            again = mounter.run("mount", "-o", "rw", url, str(mnt))
+            assert again.returncode == 0, (run, again.stderr)
+            umount_and_wait(mnt)
+    with netCDF4.Dataset(url) as ds:
+        v = ds["v"][:]
+    # Every run rewrote all 64 records; the last put wrote one value after the last run.
+    expected = np.full((64, width), 4, dtype="i4")
+    expected[3, 0] = -3
+    assert v.shape == expected.shape
+    assert np.array_equal(np.asarray(v), expected)
