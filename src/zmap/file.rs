@@ -139,6 +139,22 @@ pub struct FileMap {
     /// never in a directory that replaced it at the root's path, which another writer may
     /// hold (see [`FileMap::open_root`]).
     claimed_root: std::sync::OnceLock<(u64, u64)>,
+    /// The sweep for earlier writers' temporary files started by the claim, waited for when
+    /// the map is dropped.
+    sweep: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Drop for FileMap {
+    fn drop(&mut self) {
+        let sweep = self
+            .sweep
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(sweep) = sweep {
+            let _ = sweep.join();
+        }
+    }
 }
 
 /// Why a plain file is not a dataset: a netCDF file (HDF5 or classic) is named as such, since
@@ -189,6 +205,7 @@ impl FileMap {
             made_root: false,
             writer_claim: std::sync::Mutex::new(None),
             claimed_root: std::sync::OnceLock::new(),
+            sweep: std::sync::Mutex::new(None),
         })
     }
 
@@ -212,6 +229,7 @@ impl FileMap {
             made_root: true,
             writer_claim: std::sync::Mutex::new(None),
             claimed_root: std::sync::OnceLock::new(),
+            sweep: std::sync::Mutex::new(None),
         })
     }
 
@@ -797,6 +815,11 @@ impl FileMap {
     /// is not being served by a rename helper (which completes a set of renames after its
     /// writer was killed: removing its files then would cut the set short). Symbolic links
     /// to directories are not followed: what they lead to is not this dataset.
+    ///
+    /// The sweep reads every directory of the dataset (about half a second per million
+    /// object files), so it runs on a thread of its own: a writer's open does not wait for
+    /// it. The map waits for it when dropped, so that a short-lived writer (`put`) still
+    /// finishes it.
     fn remove_leftover_temporaries(&self) {
         let dir_flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW;
         let root = match self
@@ -812,61 +835,18 @@ impl FileMap {
                 return;
             }
         };
-        let mut helpers = None;
-        let mut removed = 0usize;
-        // Depth first: one open directory per level.
-        let mut pending = vec![(root, self.root.clone())];
-        while let Some((dir, path)) = pending.pop() {
-            let entries = match dir.try_clone().and_then(beneath::typed_entries) {
-                Ok(entries) => entries,
-                Err(e) => {
-                    log::warn!("{}: not swept for temporary files: {e}", path.display());
-                    continue;
-                }
-            };
-            for (name, kind) in entries {
-                let Ok(c_name) = beneath::c_name(name.as_bytes()) else {
-                    continue;
-                };
-                if let Some(writer) = name.to_str().and_then(temp_writer) {
-                    let mut served = || {
-                        helpers
-                            .get_or_insert_with(super::rename_helper::writers_served)
-                            .contains(&writer)
-                    };
-                    let leftover = writer != std::process::id()
-                        && crate::interrupt::has_ended(writer)
-                        && !served();
-                    // SAFETY: an open directory descriptor and a NUL-terminated name; a
-                    // temporary file is a file (or a link kept aside), never a directory.
-                    if leftover
-                        && unsafe { libc::unlinkat(dir.as_raw_fd(), c_name.as_ptr(), 0) } == 0
-                    {
-                        removed += 1;
-                    }
-                    continue;
-                }
-                if !matches!(kind, libc::DT_DIR | libc::DT_UNKNOWN) {
-                    continue;
-                }
-                match beneath::open_at(dir.as_fd(), &c_name, dir_flags) {
-                    Ok(sub) => pending.push((sub, path.join(&name))),
-                    Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTDIR | libc::ELOOP)) => {}
-                    Err(e) => log::warn!(
-                        "{}: not swept for temporary files: {e}",
-                        path.join(&name).display()
-                    ),
-                }
-            }
-        }
-        if removed > 0 {
-            log::info!(
-                "{}: removed {removed} temporary files left by earlier writers",
+        let path = self.root.clone();
+        let sweep = std::thread::Builder::new()
+            .name("nczarrfs-sweep".into())
+            .spawn(move || sweep_temporaries(root, path));
+        match sweep {
+            Ok(sweep) => *self.sweep.lock().unwrap_or_else(|e| e.into_inner()) = Some(sweep),
+            Err(e) => log::warn!(
+                "{}: not swept for temporary files: no thread: {e}",
                 self.root.display()
-            );
+            ),
         }
     }
-
     /// Removes the temporary files `temps` (each beside the object file of its key) through
     /// the dataset's root directory kept open, not by their paths: a store that failed
     /// because the dataset was renamed meanwhile left them where the paths no longer lead.
@@ -883,6 +863,63 @@ impl FileMap {
                 _ => remove_quietly(temp),
             }
         }
+    }
+}
+
+/// The sweep of [`FileMap::remove_leftover_temporaries`], from the dataset's root directory
+/// `root` (open) at `root_path` (for messages).
+fn sweep_temporaries(root: OwnedFd, root_path: PathBuf) {
+    let dir_flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW;
+    let mut helpers = None;
+    let mut removed = 0usize;
+    // Depth first: one open directory per level.
+    let mut pending = vec![(root, root_path.clone())];
+    while let Some((dir, path)) = pending.pop() {
+        let entries = match dir.try_clone().and_then(beneath::typed_entries) {
+            Ok(entries) => entries,
+            Err(e) => {
+                log::warn!("{}: not swept for temporary files: {e}", path.display());
+                continue;
+            }
+        };
+        for (name, kind) in entries {
+            let Ok(c_name) = beneath::c_name(name.as_bytes()) else {
+                continue;
+            };
+            if let Some(writer) = name.to_str().and_then(temp_writer) {
+                let mut served = || {
+                    helpers
+                        .get_or_insert_with(super::rename_helper::writers_served)
+                        .contains(&writer)
+                };
+                let leftover = writer != std::process::id()
+                    && crate::interrupt::has_ended(writer)
+                    && !served();
+                // SAFETY: an open directory descriptor and a NUL-terminated name; a
+                // temporary file is a file (or a link kept aside), never a directory.
+                if leftover && unsafe { libc::unlinkat(dir.as_raw_fd(), c_name.as_ptr(), 0) } == 0 {
+                    removed += 1;
+                }
+                continue;
+            }
+            if !matches!(kind, libc::DT_DIR | libc::DT_UNKNOWN) {
+                continue;
+            }
+            match beneath::open_at(dir.as_fd(), &c_name, dir_flags) {
+                Ok(sub) => pending.push((sub, path.join(&name))),
+                Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTDIR | libc::ELOOP)) => {}
+                Err(e) => log::warn!(
+                    "{}: not swept for temporary files: {e}",
+                    path.join(&name).display()
+                ),
+            }
+        }
+    }
+    if removed > 0 {
+        log::info!(
+            "{}: removed {removed} temporary files left by earlier writers",
+            root_path.display()
+        );
     }
 }
 
@@ -1995,6 +2032,8 @@ mod tests {
         std::os::unix::fs::symlink(&outside, root.join("linked")).unwrap();
 
         map.claim_writer().unwrap();
+        // The sweep runs on its own thread; dropping the map waits for it.
+        drop(map);
         let mut expected = kept.to_vec();
         expected.sort();
         assert_eq!(temporaries_below(&root), expected);
