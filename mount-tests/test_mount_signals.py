@@ -93,6 +93,10 @@ def test_log_rotation_signals_reopen_the_log_file(mounter, tmp_path, monkeypatch
     refuse_something(mnt)
     assert wait_until(lambda: "EPERM" in log.read_text(), 20), log.read_text()
     assert rotated.read_text() == before
+    # The rotated file is let go, so that logrotate's removal of it frees its space.
+    held = [fd for p in pids for fd in Path(f"/proc/{p}/fd").iterdir()
+            if os.readlink(fd) == str(rotated)]
+    assert held == [], f"the daemon still holds the rotated log open: {held}"
     assert all(Path(f"/proc/{p}").exists() for p in pids), f"{name} ended the daemon"
     assert is_mounted(mnt)
     unmount(mnt)

@@ -58,8 +58,9 @@ pub fn mount(req: MountRequest) -> Result<i32> {
 /// the pipe on which a daemon tells its parent that the mount is up ("OK"). It is taken when
 /// used: a daemon whose `ready` is still there when this fails writes the error to it.
 fn serve(req: MountRequest, log: Option<File>, ready: &mut Option<File>) -> Result<i32> {
-    match &log {
-        Some(file) => redirect_stderr(file)?,
+    match log {
+        // Only fd 2 keeps it open, so that a reopen after a rotation lets the old file go.
+        Some(file) => redirect_stderr(&file)?,
         // A daemon's stderr is /dev/null.
         _ if ready.is_some() => super::logging::to_syslog(),
         _ => {}
