@@ -125,6 +125,28 @@ def test_the_dead_mount_of_a_killed_daemon_is_detached_and_only_it(binary, servi
     assert mounts_at(mnt) == ["tmpfs"]
 
 
+def test_a_dead_mount_reached_through_a_symbolic_link_is_detached_and_restart_mounts(
+        binary, service):
+    """MOUNTPOINT a symbolic link to the directory, as `mount` accepts it: the cleanup must
+    find the dead mount where the link leads, or every restart is refused there."""
+    mnt = Path(service["MOUNTPOINT"])
+    link = mnt.parent / "link"
+    link.symlink_to(mnt)
+    env = dict(service, MOUNTPOINT=str(link))
+    daemon = start(binary, env)
+    assert mounts_at(mnt) == ["tmpfs", "fuse.nczarrfs"]
+    daemon.kill()
+    daemon.wait(30)
+    r = stop_post(binary, env)
+    assert "detached the dead mount" in r.stderr
+    assert mounts_at(mnt) == ["tmpfs"]
+    assert (mnt / "file").read_text() == "precious"
+    restarted = start(binary, env)
+    assert mounts_at(mnt) == ["tmpfs", "fuse.nczarrfs"], restarted.stderr.read()
+    restarted.send_signal(signal.SIGTERM)
+    assert restarted.wait(30) == 0, restarted.stderr.read()
+
+
 def test_a_dead_mount_point_without_anything_under_it_is_detached(binary, service):
     mnt = Path(service["MOUNTPOINT"])
     subprocess.run(["umount", str(mnt)], check=True)

@@ -52,10 +52,10 @@ pub struct DetachDeadArgs {
 
 /// Runs `detach-dead`: says on stderr when it detached a mount, and nothing otherwise.
 pub fn detach_dead(args: DetachDeadArgs) -> Result<i32> {
-    if fuse::detach_dead(&args.mountpoint)? {
+    if let Some(mountpoint) = fuse::detach_dead(&args.mountpoint)? {
         eprintln!(
             "nczarrfs: detached the dead mount at {}",
-            args.mountpoint.display()
+            mountpoint.display()
         );
     }
     Ok(0)

@@ -411,8 +411,10 @@ fn check_apart_from_dataset(mountpoint: &Path, dataset: &Path) -> Result<()> {
 /// answers every access to it with `ENOTCONN`) and leaves every other mount alone: a live
 /// mount, whether of nczarrfs or of another filesystem, and whatever lies under the dead one.
 /// This is the cleanup a service manager runs after a daemon stopped, which must not undo a
-/// mount the daemon did not make. Returns whether a mount was detached.
-pub fn detach_dead(path: &Path) -> Result<bool> {
+/// mount the daemon did not make. Returns the mount point detached, `None` when `path` leads
+/// to no dead mount; an error when it does but that mount cannot be detached here (not of
+/// nczarrfs, or not found), since a service that counted on it would not mount again.
+pub fn detach_dead(path: &Path) -> Result<Option<PathBuf>> {
     use std::os::unix::ffi::OsStrExt;
     let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
         .map_err(|_| Error::Invalid(format!("{}: NUL in the path", path.display())))?;
@@ -424,29 +426,29 @@ pub fn detach_dead(path: &Path) -> Result<bool> {
         libc::statvfs(c_path.as_ptr(), &mut st) == 0
     };
     if alive || std::io::Error::last_os_error().raw_os_error() != Some(libc::ENOTCONN) {
-        return Ok(false);
+        return Ok(None);
     }
-    // The dead mount point itself cannot be resolved (every lookup in it fails), its parent
-    // can.
-    let name = path.file_name().ok_or_else(|| {
-        Error::Invalid(format!(
-            "{}: name the mount point by a path that ends in its name",
-            path.display()
-        ))
-    })?;
-    let parent = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let mountpoint = parent
-        .canonicalize()
-        .map_err(|e| Error::io(parent, e))?
-        .join(name);
+    let mountpoint = dead_mount_point(path)?;
     let mounts = std::fs::read_to_string("/proc/self/mountinfo")
         .map_err(|e| Error::io("/proc/self/mountinfo", e))?;
     match topmost_mount_at(&mounts, &mountpoint) {
         Some((_, fstype)) if fstype == "fuse.nczarrfs" => {}
-        _ => return Ok(false),
+        Some((source, fstype)) => {
+            return Err(Error::Invalid(format!(
+                "{} leads to the dead mount of {source} ({fstype}) at {}, which is not \
+                 nczarrfs's: left alone (fusermount3 -u or umount -l detaches it)",
+                path.display(),
+                mountpoint.display()
+            )))
+        }
+        None => {
+            return Err(Error::Invalid(format!(
+                "{} leads to a dead mount (transport endpoint is not connected), but no mount \
+                 is recorded at {}: nothing detached",
+                path.display(),
+                mountpoint.display()
+            )))
+        }
     }
     let c = std::ffi::CString::new(mountpoint.as_os_str().as_bytes())
         .map_err(|_| Error::Invalid(format!("{}: NUL in the path", mountpoint.display())))?;
@@ -454,7 +456,42 @@ pub fn detach_dead(path: &Path) -> Result<bool> {
     if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } != 0 {
         return Err(Error::io(&mountpoint, std::io::Error::last_os_error()));
     }
-    Ok(true)
+    Ok(Some(mountpoint))
+}
+
+/// As many symbolic links as the kernel follows in one path (MAXSYMLINKS).
+const MAX_SYMLINK_HOPS: usize = 40;
+
+/// The absolute path of the directory `path` names, as mount(8) and the kernel resolve it,
+/// following symbolic links in every component, the last included, for a `path` whose
+/// target is a dead mount. `canonicalize` cannot resolve that target itself (every lookup in
+/// it fails), so each parent is resolved instead, and a last component that is a link is
+/// followed by hand.
+fn dead_mount_point(path: &Path) -> Result<PathBuf> {
+    let mut path = path.to_path_buf();
+    for _ in 0..MAX_SYMLINK_HOPS {
+        let name = path.file_name().ok_or_else(|| {
+            Error::Invalid(format!(
+                "{}: name the mount point by a path that ends in its name",
+                path.display()
+            ))
+        })?;
+        let parent = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        let parent = parent.canonicalize().map_err(|e| Error::io(parent, e))?;
+        let resolved = parent.join(name);
+        // A relative target is relative to the link's directory; an absolute one replaces it.
+        match std::fs::read_link(&resolved) {
+            Ok(target) => path = parent.join(target),
+            Err(_) => return Ok(resolved),
+        }
+    }
+    Err(Error::io(
+        &path,
+        std::io::Error::from_raw_os_error(libc::ELOOP),
+    ))
 }
 
 /// The source and type of the last mount (the one on top) at `mountpoint` in the text of
@@ -1067,6 +1104,27 @@ mod tests {
         assert!(v.contains(&MountOption::NoAtime));
         assert!(v.contains(&MountOption::FSName("loc".into())));
         assert!(v.contains(&MountOption::CUSTOM("max_read=1048576".into())));
+    }
+
+    #[test]
+    fn a_mount_point_named_through_symbolic_links_is_resolved_to_their_target() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().canonicalize().unwrap().join("real");
+        std::fs::create_dir_all(real.join("obs")).unwrap();
+        // A link to the mount point, a relative link to that link, a link to its parent.
+        std::os::unix::fs::symlink(real.join("obs"), dir.path().join("obs")).unwrap();
+        std::os::unix::fs::symlink("obs", dir.path().join("again")).unwrap();
+        std::os::unix::fs::symlink("real", dir.path().join("up")).unwrap();
+        for named in ["obs", "again", "up/obs", "real/obs", "real/../obs/"] {
+            assert_eq!(
+                dead_mount_point(&dir.path().join(named)).unwrap(),
+                real.join("obs"),
+                "{named}"
+            );
+        }
+        std::os::unix::fs::symlink("loop", dir.path().join("loop")).unwrap();
+        let e = dead_mount_point(&dir.path().join("loop")).unwrap_err();
+        assert!(e.to_string().contains("symbolic links"), "{e}");
     }
 
     #[test]
