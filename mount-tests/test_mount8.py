@@ -1,6 +1,6 @@
-"""mount(8) integration: `scripts/install` puts the helper at /sbin/mount.nczarrfs, then
-`mount -t nczarrfs` and an fstab line (`mount --fstab FILE DIR`) mount datasets. Needs root;
-whatever was at /sbin/mount.nczarrfs before is put back afterwards."""
+"""mount(8) integration: `scripts/install` puts the helper at /sbin/mount.nczarrfs (and
+/sbin/mount.fuse.nczarrfs), then `mount -t nczarrfs` and an fstab line (`mount --fstab FILE
+DIR`) mount datasets. Needs root; whatever was at those paths before is put back afterwards."""
 
 from __future__ import annotations
 
@@ -18,20 +18,23 @@ from conftest import REPO, daemon_pids, is_mounted, unmount, wait_until  # noqa:
 from datasets import nczarr_dataset  # noqa: E402
 
 HELPER = Path("/sbin/mount.nczarrfs")
+# What mount(8) runs for the type fuse.nczarrfs, the type the kernel records.
+FUSE_HELPER = Path("/sbin/mount.fuse.nczarrfs")
 
 
 @pytest.fixture
 def installed(binary, tmp_path):
     """Runs scripts/install (no build, no systemd units) with the binary under test installed
-    in a temporary prefix and the helper in /sbin; yields the prefix."""
+    in a temporary prefix and the helpers in /sbin; yields the prefix."""
     if os.geteuid() != 0:
         pytest.skip("installing into /sbin needs root")
     if shutil.which("mount") is None:
         pytest.fail("mount(8) is missing: install the Debian package mount")
-    backup = None
-    if HELPER.exists():
-        backup = tmp_path / "mount.nczarrfs.before"
-        shutil.copy2(HELPER, backup)
+    backups = {}
+    for helper in (HELPER, FUSE_HELPER):
+        if helper.exists() or helper.is_symlink():
+            backups[helper] = tmp_path / f"{helper.name}.before"
+            shutil.copy2(helper, backups[helper], follow_symlinks=False)
     prefix = tmp_path / "prefix"
     env = dict(os.environ, PREFIX=str(prefix), NCZARRFS_BIN=str(Path(binary).resolve()))
     try:
@@ -42,10 +45,10 @@ def installed(binary, tmp_path):
         assert os.access(prefix / "bin" / "nczarrfs", os.X_OK)
         yield prefix
     finally:
-        if backup is not None:
-            shutil.copy2(backup, HELPER)
-        else:
-            HELPER.unlink(missing_ok=True)
+        for helper in (HELPER, FUSE_HELPER):
+            helper.unlink(missing_ok=True)
+            if helper in backups:
+                shutil.copy2(backups[helper], helper, follow_symlinks=False)
 
 
 def mount8(*args: str) -> subprocess.CompletedProcess:
@@ -99,5 +102,39 @@ def test_fstab_line(installed, tmp_path):
             opts = [ln.split()[3] for ln in f if ln.split()[1] == str(mnt.resolve())]
         assert opts and "ro" in opts[0].split(",") and "noatime" in opts[0].split(","), opts
         check_and_umount(mnt, tmp_path / "ds.file", log)
+    finally:
+        unmount(mnt)
+
+
+def test_mount_t_fuse_nczarrfs_the_type_the_kernel_shows(installed, tmp_path):
+    """The type /proc/mounts and findmnt show, so the one in an fstab line copied from there:
+    mount(8) looks for /sbin/mount.fuse.nczarrfs, and without it runs mount.fuse3, which
+    runs `nczarrfs SOURCE DIR -o OPTIONS`."""
+    nczarr_dataset(tmp_path / "ds.file")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    log = tmp_path / "mount.log"
+    try:
+        r = mount8("-t", "fuse.nczarrfs", str(tmp_path / "ds.file"), str(mnt),
+                   "-o", f"ro,nofail,log_file={log}")
+        assert r.returncode == 0, r.stderr
+        check_and_umount(mnt, tmp_path / "ds.file", log)
+    finally:
+        unmount(mnt)
+
+
+def test_remount_is_refused_with_the_reason(installed, tmp_path):
+    """`mount -o remount` takes the type from mountinfo (fuse.nczarrfs), as `systemctl reload`
+    of a mount unit does: the helper must answer it, with the documented refusal."""
+    nczarr_dataset(tmp_path / "ds.file")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    try:
+        r = mount8("-t", "nczarrfs", str(tmp_path / "ds.file"), str(mnt), "-o", "ro")
+        assert r.returncode == 0, r.stderr
+        r = mount8("-o", "remount,ro", str(mnt))
+        assert r.returncode != 0
+        assert "cannot be changed; unmount it and mount again" in r.stderr, r.stderr
+        assert (mnt / "@attributes" / "title").read_text() == "mount test"
     finally:
         unmount(mnt)
