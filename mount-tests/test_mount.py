@@ -489,7 +489,7 @@ def test_mount_helper_takes_every_o_and_refuses_t_without_a_type(binary, tmp_pat
     r = subprocess.run([helper, nczarr, str(mnt), "-t"], env=env, capture_output=True,
                        text=True, timeout=60)
     assert (r.returncode, r.stderr) == (
-        1, "usage: mount.nczarrfs LOCATION MOUNTPOINT [-sfnv] [-o OPTIONS]\n")
+        1, "usage: mount.nczarrfs LOCATION MOUNTPOINT [-sfnv] [-N NAMESPACE] [-o OPTIONS]\n")
     try:
         r = subprocess.run([helper, nczarr, str(mnt), "-o", "ro", "-ofsname=first", "-o",
                             "noexec"], env=env, capture_output=True, text=True, timeout=60)

@@ -138,3 +138,32 @@ def test_remount_is_refused_with_the_reason(installed, tmp_path):
         assert (mnt / "@attributes" / "title").read_text() == "mount test"
     finally:
         unmount(mnt)
+
+
+def test_mount_N_mounts_in_the_namespace_given(installed, tmp_path):
+    """mount(8)'s -N NS: it passes `-N /proc/PID/fd/N` to the helper and leaves switching
+    to it (mount(8), EXTERNAL HELPERS). The mount must appear there, and only there."""
+    nczarr_dataset(tmp_path / "ds.file")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    holder = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sleep", "600"])
+    try:
+        ns = Path(f"/proc/{holder.pid}/ns/mnt")
+        assert wait_until(lambda: ns.exists() and os.readlink(ns) != os.readlink(
+            "/proc/self/ns/mnt")), "no namespace of its own"
+        r = mount8("-N", str(ns), "-t", "nczarrfs", str(tmp_path / "ds.file"), str(mnt),
+                   "-o", "ro")
+        assert r.returncode == 0, r.stderr
+        assert not is_mounted(mnt)
+        inside = ["nsenter", "-t", str(holder.pid), "-m", "--"]
+        r = subprocess.run([*inside, "findmnt", "-n", "-o", "FSTYPE", str(mnt)],
+                           capture_output=True, text=True)
+        assert r.stdout.strip() == "fuse.nczarrfs", r
+        r = subprocess.run([*inside, "cat", str(mnt / "@attributes" / "title")],
+                           capture_output=True, text=True)
+        assert r.stdout == "mount test", r
+        r = subprocess.run([*inside, "umount", str(mnt)], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+    finally:
+        holder.kill()
+        holder.wait()

@@ -29,6 +29,11 @@ pub struct MountArgs {
     /// logs to syslog, `-f` to stderr).
     #[arg(long, value_name = "PATH")]
     pub log_file: Option<PathBuf>,
+    /// Mount in this mount namespace (a file such as /proc/PID/ns/mnt), as mount(8)'s -N
+    /// does; LOCATION, MOUNTPOINT and the log file are then paths in that namespace, relative
+    /// ones taken from its root.
+    #[arg(short = 'N', long, value_name = "NS")]
+    pub namespace: Option<PathBuf>,
 }
 
 /// Runs `mount`.
@@ -40,6 +45,7 @@ pub fn run(args: MountArgs) -> Result<i32> {
         options,
         foreground: args.foreground,
         log_file: args.log_file,
+        namespace: args.namespace,
     })
 }
 

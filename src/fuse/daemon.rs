@@ -31,11 +31,17 @@ pub struct MountRequest {
     pub foreground: bool,
     /// Where log lines go (default: stderr in the foreground, syslog for a daemon).
     pub log_file: Option<PathBuf>,
+    /// The mount namespace to mount in (`/proc/PID/ns/mnt` or a descriptor of one under
+    /// `/proc/PID/fd/`), as mount(8)'s `-N`; every path is then one of that namespace.
+    pub namespace: Option<PathBuf>,
 }
 
 /// Mounts as requested and returns the exit code. Without `foreground` this returns in the
 /// calling process once a daemon has the mount up (or has failed, with its error).
 pub fn mount(req: MountRequest) -> Result<i32> {
+    if let Some(namespace) = &req.namespace {
+        enter_mount_namespace(namespace)?;
+    }
     let o = &req.options;
     if o.auto_unmount && !(o.allow_other || o.allow_root || is_root()) {
         return Err(Error::Invalid(
@@ -52,6 +58,22 @@ pub fn mount(req: MountRequest) -> Result<i32> {
     } else {
         daemonize(req, log)
     }
+}
+
+/// Moves this process into the mount namespace `path` names. The kernel allows that only
+/// while the process has one thread, which the command line has until it serves; it also
+/// makes the namespace's root the root and working directory.
+fn enter_mount_namespace(path: &Path) -> Result<()> {
+    let namespace = File::open(path).map_err(|e| Error::io(path, e))?;
+    // SAFETY: setns with a descriptor owned here.
+    if unsafe { libc::setns(namespace.as_raw_fd(), libc::CLONE_NEWNS) } != 0 {
+        return Err(Error::Invalid(format!(
+            "cannot enter the mount namespace {}: {}",
+            path.display(),
+            std::io::Error::last_os_error()
+        )));
+    }
+    Ok(())
 }
 
 /// Mounts and serves until unmounted, in this process, logging to `log` if given; `ready` is
