@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -167,3 +168,26 @@ def test_mount_N_mounts_in_the_namespace_given(installed, tmp_path):
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_fstab_values_with_commas_quoted_as_mount8_quotes_them(installed, tmp_path):
+    """fstab and mount(8) quote a value that holds a comma (mount(8): context="...:c1,c2");
+    libmount passes it on quoted, and the comma must not split the option."""
+    nczarr_dataset(tmp_path / "ds.file")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    log = tmp_path / "obs,2024.log"
+    fstab = tmp_path / "fstab"
+    fstab.write_text(f'{tmp_path / "ds.file"}  {mnt}  nczarrfs  '
+                     f'ro,fsname="obs,2024",log_file="{log}"  0 0\n')
+    try:
+        r = mount8("--fstab", str(fstab), str(mnt))
+        assert r.returncode == 0, r.stderr
+        r = subprocess.run(["findmnt", "-n", "-o", "SOURCE", str(mnt)], capture_output=True,
+                           text=True)
+        assert r.stdout.strip() == "obs,2024", r
+        assert (mnt / "@attributes" / "title").read_text() == "mount test"
+        os.kill(daemon_pids(mnt)[0], signal.SIGUSR2)
+        assert wait_until(lambda: log.exists() and "SIGUSR2" in log.read_text())
+    finally:
+        unmount(mnt)

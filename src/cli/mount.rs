@@ -15,11 +15,12 @@ pub struct MountArgs {
     /// Mount options, comma-separated: ro (default), rw, allow_other, allow_root,
     /// default_permissions, cache_size=BYTES[K|M|G|T], uid=N, gid=N, umask=OCTAL,
     /// ttl=SECONDS (0: never re-read), threads=N, readahead=BYTES, max_read=BYTES, direct_io,
-    /// nosplice (splice: back on), fsname=NAME, auto_unmount,
+    /// nosplice (splice: back on), fsname=NAME, auto_unmount, log_file=PATH (as --log-file),
     /// noatime/atime/nodev/nosuid/noexec/sync/async/dirsync (kernel flags; of two opposite
     /// ones the later wins). mount(8)'s other filesystem-independent options (defaults, nofail, nodiratime,
     /// user, comment=, x-*, ...) are accepted and ignored, except remount, which is refused.
-    /// A flag takes no value: allow_other=0 is an error, not "off".
+    /// A flag takes no value: allow_other=0 is an error, not "off". A value holding a comma
+    /// is quoted, as in fstab (fsname="obs,2024"), or escaped, as for libfuse (obs\,2024).
     #[arg(short = 'o', value_name = "OPTIONS")]
     pub options: Vec<String>,
     /// Stay in the foreground (default: become a daemon once the mount is ready).
@@ -39,12 +40,22 @@ pub struct MountArgs {
 /// Runs `mount`.
 pub fn run(args: MountArgs) -> Result<i32> {
     let options = MountOptions::parse(&args.options)?;
+    let log_file = match (args.log_file, options.log_file.clone()) {
+        (Some(flag), Some(option)) if flag != option => {
+            return Err(crate::Error::Invalid(format!(
+                "two log files given: --log-file {} and -o log_file={}; give one",
+                flag.display(),
+                option.display()
+            )))
+        }
+        (flag, option) => flag.or(option),
+    };
     fuse::mount(MountRequest {
         location: args.location,
         mountpoint: args.mountpoint,
         options,
         foreground: args.foreground,
-        log_file: args.log_file,
+        log_file,
         namespace: args.namespace,
     })
 }
