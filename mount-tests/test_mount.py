@@ -210,6 +210,47 @@ def test_umount_stops_the_daemon(mounter, nczarr):
     assert wait_until(lambda: not Path(f"/proc/{pids[0]}").exists()), "daemon still running"
 
 
+def descriptors_of(pid: int) -> list[str]:
+    return [os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()]
+
+
+def test_a_daemon_keeps_no_descriptor_of_its_caller(mounter, nczarr):
+    """daemon(7): a daemon closes what it inherited beyond stdin, stdout and stderr. Kept, a
+    pipe open in the caller beside stdout (`nczarrfs mount ... 7>&1 | cat`) had its reader
+    wait for the end of the mount."""
+    mnt = mounter.mountpoint()
+    read_end, write_end = os.pipe()
+    try:
+        r = mounter.run("mount", "-o", "ro", nczarr, str(mnt), pass_fds=(write_end,))
+    finally:
+        os.close(write_end)
+    assert r.returncode == 0, r.stderr
+    pipe = os.readlink(f"/proc/self/fd/{read_end}")
+    (daemon,) = daemon_pids(mnt)
+    assert pipe not in descriptors_of(daemon)
+    # No writer is left, so the reader sees the end at once.
+    assert os.read(read_end, 1) == b""
+    os.close(read_end)
+    assert (mnt / "@attributes" / "title").read_text() == "mount test"
+
+
+def test_in_the_foreground_the_callers_descriptors_stay_open(binary, tmp_path, nczarr):
+    """`-f` is an ordinary program, not a daemon: what it inherits it keeps."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    read_end, write_end = os.pipe()
+    p = subprocess.Popen([str(binary), "mount", "-f", nczarr, str(mnt)], pass_fds=(write_end,))
+    try:
+        assert wait_until(lambda: is_mounted(mnt) or p.poll() is not None)
+        assert os.readlink(f"/proc/self/fd/{write_end}") in descriptors_of(p.pid)
+    finally:
+        os.close(write_end)
+        os.close(read_end)
+        p.send_signal(signal.SIGTERM)
+        p.wait(30)
+        unmount(mnt)
+
+
 def test_auto_unmount_clears_the_mount_point_of_a_killed_daemon(mounter, nczarr):
     mnt = mounter.mount(nczarr, "auto_unmount")
     # This mount goes through fusermount3, which splits options at commas: the location's

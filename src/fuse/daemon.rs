@@ -677,6 +677,11 @@ fn daemonize(mut req: MountRequest, log: Option<File>) -> Result<i32> {
         -1 => Err(Error::io("fork", std::io::Error::last_os_error())),
         0 => {
             drop(reader);
+            let own = [
+                Some(writer.as_raw_fd()),
+                log.as_ref().map(|f| f.as_raw_fd()),
+            ];
+            close_inherited_descriptors(&own.into_iter().flatten().collect::<Vec<_>>());
             let mut ready = Some(writer);
             let served = detach().and_then(|()| serve(req, log, &mut ready));
             let code = served.unwrap_or_else(|e| {
@@ -743,6 +748,50 @@ fn detach() -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Closes every descriptor above the standard streams but `own` (those this process opened
+/// for the daemon), as daemon(7) asks: one inherited from the caller (a pipe it reads to its
+/// end, as `$(...)` or `| cat` do when it is open beside stdout, a lock file, a socket) would
+/// otherwise stay open, and its reader waiting, as long as the mount.
+fn close_inherited_descriptors(own: &[std::os::fd::RawFd]) {
+    let mut own: Vec<u32> = own
+        .iter()
+        .filter_map(|&fd| u32::try_from(fd).ok())
+        .collect();
+    own.sort_unstable();
+    let mut first = 3;
+    for fd in own {
+        if fd >= first {
+            close_descriptors(first, fd - 1);
+            first = fd + 1;
+        }
+    }
+    close_descriptors(first, u32::MAX);
+}
+
+/// Closes descriptors `first` to `last` (an empty range when `last < first`).
+fn close_descriptors(first: u32, last: u32) {
+    if last < first {
+        return;
+    }
+    // SAFETY: closes only descriptors no object of this process owns: the caller keeps out
+    // every one it uses.
+    if unsafe { libc::close_range(first, last, 0) } == 0 {
+        return;
+    }
+    // Kernels before 5.9 have no close_range: close those open, one by one (listed first,
+    // since the listing has a descriptor of its own).
+    let open: Vec<u32> = std::fs::read_dir("/proc/self/fd")
+        .into_iter()
+        .flatten()
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|fd| (first..=last).contains(fd))
+        .collect();
+    for fd in open {
+        // SAFETY: as above.
+        unsafe { libc::close(fd as libc::c_int) };
+    }
 }
 
 /// A plain relative path made absolute (the daemon runs in `/`); URLs are left alone.
