@@ -341,6 +341,19 @@ def test_a_missing_mount_point_is_named_as_the_mount_point(mounter, nczarr, tmp_
     assert f"mount point {missing}: No such file or directory" in r.stderr, r.stderr
 
 
+def test_nofail_forgives_only_a_dataset_that_does_not_exist(mounter, tmp_path):
+    """As mount(8)'s nofail for a device that does not exist: the command succeeds quietly
+    with nothing mounted. Anything else that fails a mount still fails it."""
+    mnt = mounter.mountpoint()
+    r = mounter.run("mount", "-o", "ro,nofail", str(tmp_path / "missing.file"), str(mnt))
+    assert (r.returncode, r.stderr) == (0, "")
+    assert not is_mounted(mnt)
+    (tmp_path / "empty").mkdir()
+    r = mounter.run("mount", "-o", "ro,nofail", str(tmp_path / "empty"), str(mnt))
+    assert r.returncode == 1 and r.stderr.startswith("nczarrfs: "), r.stderr
+    assert not is_mounted(mnt)
+
+
 def test_not_a_dataset_is_refused(mounter, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()

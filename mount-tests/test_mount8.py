@@ -191,3 +191,25 @@ def test_fstab_values_with_commas_quoted_as_mount8_quotes_them(installed, tmp_pa
         assert wait_until(lambda: log.exists() and "SIGUSR2" in log.read_text())
     finally:
         unmount(mnt)
+
+
+def test_nofail_skips_a_dataset_that_does_not_exist_as_mount8_skips_a_device(installed,
+                                                                              tmp_path):
+    """mount(8): nofail, "Do not report errors for this device if it does not exist". The
+    reference is mount(8) itself with the same fstab line for ext4: `mount -a` says nothing
+    and succeeds. Without nofail the missing dataset is an error."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    missing = tmp_path / "missing.file"
+    outcomes = {}
+    for fstype, options in [("ext4", "ro,nofail"), ("nczarrfs", "ro,nofail"),
+                            ("nczarrfs", "ro")]:
+        fstab = tmp_path / "fstab"
+        fstab.write_text(f"{missing}  {mnt}  {fstype}  {options}  0 0\n")
+        r = mount8("-a", "--fstab", str(fstab))
+        outcomes[fstype, options] = (r.returncode, r.stderr)
+        assert not is_mounted(mnt)
+    assert outcomes["ext4", "ro,nofail"] == (0, "")
+    assert outcomes["nczarrfs", "ro,nofail"] == outcomes["ext4", "ro,nofail"]
+    code, stderr = outcomes["nczarrfs", "ro"]
+    assert code != 0 and str(missing) in stderr, outcomes

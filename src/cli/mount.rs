@@ -17,7 +17,8 @@ pub struct MountArgs {
     /// ttl=SECONDS (0: never re-read), threads=N, readahead=BYTES, max_read=BYTES, direct_io,
     /// nosplice (splice: back on), fsname=NAME, auto_unmount, log_file=PATH (as --log-file),
     /// noatime/atime/nodev/nosuid/noexec/sync/async/dirsync (kernel flags; of two opposite
-    /// ones the later wins). mount(8)'s other filesystem-independent options (defaults, nofail, nodiratime,
+    /// ones the later wins), nofail (a dataset path with nothing at it: exit 0, nothing
+    /// mounted). mount(8)'s other filesystem-independent options (defaults, nodiratime,
     /// user, comment=, x-*, ...) are accepted and ignored, except remount, which is refused.
     /// A flag takes no value: allow_other=0 is an error, not "off". A value holding a comma
     /// is quoted, as in fstab (fsname="obs,2024"), or escaped, as for libfuse (obs\,2024).

@@ -42,6 +42,13 @@ pub fn mount(req: MountRequest) -> Result<i32> {
     if let Some(namespace) = &req.namespace {
         enter_mount_namespace(namespace)?;
     }
+    if req.options.nofail && dataset_is_missing(&req.location) {
+        log::info!(
+            "{}: no such dataset; nothing mounted (nofail)",
+            req.location
+        );
+        return Ok(0);
+    }
     let o = &req.options;
     if o.auto_unmount && !(o.allow_other || o.allow_root || is_root()) {
         return Err(Error::Invalid(
@@ -57,6 +64,17 @@ pub fn mount(req: MountRequest) -> Result<i32> {
         serve(req, log, &mut None)
     } else {
         daemonize(req, log)
+    }
+}
+
+/// Whether `location` is a path (a directory, a zip archive, a `file://` URL) at which
+/// nothing exists: what `nofail` forgives, as mount(8) forgives a device that does not
+/// exist. A path that cannot be checked (permissions) is not missing, and an S3 dataset
+/// never is, since one that does not answer cannot be told from one that does not exist.
+fn dataset_is_missing(location: &str) -> bool {
+    match Location::parse(location).map(|l| l.storage) {
+        Ok(Storage::File(path) | Storage::Zip(path)) => matches!(path.try_exists(), Ok(false)),
+        _ => false,
     }
 }
 
@@ -1196,6 +1214,24 @@ mod tests {
         std::os::unix::fs::symlink("loop", dir.path().join("loop")).unwrap();
         let e = dead_mount_point(&dir.path().join("loop")).unwrap_err();
         assert!(e.to_string().contains("symbolic links"), "{e}");
+    }
+
+    #[test]
+    fn only_a_path_with_nothing_at_it_is_a_missing_dataset() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing.file");
+        assert!(dataset_is_missing(missing.to_str().unwrap()));
+        assert!(dataset_is_missing(&format!(
+            "file://{}#mode=nczarr,zip",
+            missing.display()
+        )));
+        std::os::unix::fs::symlink(&missing, dir.path().join("dangling")).unwrap();
+        assert!(dataset_is_missing(
+            dir.path().join("dangling").to_str().unwrap()
+        ));
+        // Something that is there, dataset or not, is not missing: opening it tells.
+        assert!(!dataset_is_missing(dir.path().to_str().unwrap()));
+        assert!(!dataset_is_missing("s3://bucket/missing#mode=nczarr,s3"));
     }
 
     #[test]

@@ -61,6 +61,9 @@ pub struct MountOptions {
     /// `log_file=`: the file log lines are appended to, as `--log-file` (the spelling of
     /// fstab lines and of the systemd unit's `OPTIONS=`).
     pub log_file: Option<PathBuf>,
+    /// `nofail`: a dataset that does not exist is not an error, as mount(8) reads `nofail`
+    /// for a device that does not exist: nothing is mounted and the command succeeds.
+    pub nofail: bool,
 }
 
 impl Default for MountOptions {
@@ -84,6 +87,7 @@ impl Default for MountOptions {
             kernel_flags: Vec::new(),
             auto_unmount: false,
             log_file: None,
+            nofail: false,
         }
     }
 }
@@ -286,11 +290,15 @@ impl MountOptions {
             // helper. None means anything here: atime is never updated (times are those of
             // the dataset's last change), the layout has no symbolic links, the kernel no
             // longer has mandatory locks, and nothing reads i_version of a FUSE file.
-            "dev" | "suid" | "exec" | "auto" | "noauto" | "nofail" | "_netdev" | "nouser"
-            | "users" | "owner" | "group" | "defaults" | "relatime" | "norelatime"
-            | "strictatime" | "nostrictatime" | "lazytime" | "nolazytime" | "diratime"
-            | "nodiratime" | "iversion" | "noiversion" | "mand" | "nomand" | "symfollow"
-            | "nosymfollow" | "loud" | "silent" => flag()?,
+            "nofail" => {
+                flag()?;
+                self.nofail = true
+            }
+            "dev" | "suid" | "exec" | "auto" | "noauto" | "_netdev" | "nouser" | "users"
+            | "owner" | "group" | "defaults" | "relatime" | "norelatime" | "strictatime"
+            | "nostrictatime" | "lazytime" | "nolazytime" | "diratime" | "nodiratime"
+            | "iversion" | "noiversion" | "mand" | "nomand" | "symfollow" | "nosymfollow"
+            | "loud" | "silent" => flag()?,
             // mount(8) passes `user=NAME` for an fstab line with `user` mounted by NAME.
             "user" => {}
             // Comments and SELinux labels (which FUSE mounts do not take).
@@ -415,11 +423,11 @@ mod tests {
 
     #[test]
     fn generic_mount8_options_are_ignored() {
-        let o = MountOptions::parse(&[
-            "ro,dev,suid,exec,auto,nofail,_netdev,x-systemd.automount,defaults",
-        ])
-        .unwrap();
+        let o =
+            MountOptions::parse(&["ro,dev,suid,exec,auto,_netdev,x-systemd.automount,defaults"])
+                .unwrap();
         assert_eq!(o, MountOptions::default());
+        assert!(MountOptions::parse(&["ro,nofail"]).unwrap().nofail);
         let o = MountOptions::parse(&["noatime,nodev"]).unwrap();
         assert_eq!(o.kernel_flags, vec!["noatime", "nodev"]);
         let o = MountOptions::parse(&["noatime,sync,nodev", "atime,async,nodev"]).unwrap();
