@@ -158,6 +158,28 @@ def test_a_dead_mount_point_without_anything_under_it_is_detached(binary, servic
     assert list(mnt.iterdir()) == []
 
 
+def test_the_unit_logs_to_the_file_its_options_name(binary, service, tmp_path):
+    """The unit's only settings are LOCATION, MOUNTPOINT and OPTIONS: a log file is
+    `log_file=PATH` among the options, reopened by its path on `systemctl reload` (SIGHUP)."""
+    log = tmp_path / "obs.log"
+    env = dict(service, OPTIONS=f"ro,log_file={log}")
+    mnt = Path(env["MOUNTPOINT"])
+    daemon = start(binary, env)
+    try:
+        assert daemon.poll() is None, daemon.stderr.read()
+        daemon.send_signal(signal.SIGUSR2)
+        assert wait_until(lambda: log.exists() and "SIGUSR2" in log.read_text())
+        log.rename(tmp_path / "obs.log.1")
+        daemon.send_signal(signal.SIGHUP)
+        assert wait_until(log.exists)
+        daemon.send_signal(signal.SIGUSR2)
+        assert wait_until(lambda: "SIGUSR2" in log.read_text())
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+    assert daemon.wait(30) == 0, daemon.stderr.read()
+    assert mounts_at(mnt) == ["tmpfs"]
+
+
 def unit_setting(key: str) -> str:
     values = [ln.split("=", 1)[1] for ln in UNIT.read_text().splitlines()
               if ln.startswith(f"{key}=")]
