@@ -210,6 +210,47 @@ def test_umount_stops_the_daemon(mounter, nczarr):
     assert wait_until(lambda: not Path(f"/proc/{pids[0]}").exists()), "daemon still running"
 
 
+def descriptors_of(pid: int) -> list[str]:
+    return [os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()]
+
+
+def test_a_daemon_keeps_no_descriptor_of_its_caller(mounter, nczarr):
+    """daemon(7): a daemon closes what it inherited beyond stdin, stdout and stderr. Kept, a
+    pipe open in the caller beside stdout (`nczarrfs mount ... 7>&1 | cat`) had its reader
+    wait for the end of the mount."""
+    mnt = mounter.mountpoint()
+    read_end, write_end = os.pipe()
+    try:
+        r = mounter.run("mount", "-o", "ro", nczarr, str(mnt), pass_fds=(write_end,))
+    finally:
+        os.close(write_end)
+    assert r.returncode == 0, r.stderr
+    pipe = os.readlink(f"/proc/self/fd/{read_end}")
+    (daemon,) = daemon_pids(mnt)
+    assert pipe not in descriptors_of(daemon)
+    # No writer is left, so the reader sees the end at once.
+    assert os.read(read_end, 1) == b""
+    os.close(read_end)
+    assert (mnt / "@attributes" / "title").read_text() == "mount test"
+
+
+def test_in_the_foreground_the_callers_descriptors_stay_open(binary, tmp_path, nczarr):
+    """`-f` is an ordinary program, not a daemon: what it inherits it keeps."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    read_end, write_end = os.pipe()
+    p = subprocess.Popen([str(binary), "mount", "-f", nczarr, str(mnt)], pass_fds=(write_end,))
+    try:
+        assert wait_until(lambda: is_mounted(mnt) or p.poll() is not None)
+        assert os.readlink(f"/proc/self/fd/{write_end}") in descriptors_of(p.pid)
+    finally:
+        os.close(write_end)
+        os.close(read_end)
+        p.send_signal(signal.SIGTERM)
+        p.wait(30)
+        unmount(mnt)
+
+
 def test_auto_unmount_clears_the_mount_point_of_a_killed_daemon(mounter, nczarr):
     mnt = mounter.mount(nczarr, "auto_unmount")
     # This mount goes through fusermount3, which splits options at commas: the location's
@@ -298,6 +339,19 @@ def test_a_missing_mount_point_is_named_as_the_mount_point(mounter, nczarr, tmp_
     r = mounter.run("mount", nczarr, str(missing))
     assert r.returncode == 1
     assert f"mount point {missing}: No such file or directory" in r.stderr, r.stderr
+
+
+def test_nofail_forgives_only_a_dataset_that_does_not_exist(mounter, tmp_path):
+    """As mount(8)'s nofail for a device that does not exist: the command succeeds quietly
+    with nothing mounted. Anything else that fails a mount still fails it."""
+    mnt = mounter.mountpoint()
+    r = mounter.run("mount", "-o", "ro,nofail", str(tmp_path / "missing.file"), str(mnt))
+    assert (r.returncode, r.stderr) == (0, "")
+    assert not is_mounted(mnt)
+    (tmp_path / "empty").mkdir()
+    r = mounter.run("mount", "-o", "ro,nofail", str(tmp_path / "empty"), str(mnt))
+    assert r.returncode == 1 and r.stderr.startswith("nczarrfs: "), r.stderr
+    assert not is_mounted(mnt)
 
 
 def test_not_a_dataset_is_refused(mounter, tmp_path):
@@ -489,7 +543,7 @@ def test_mount_helper_takes_every_o_and_refuses_t_without_a_type(binary, tmp_pat
     r = subprocess.run([helper, nczarr, str(mnt), "-t"], env=env, capture_output=True,
                        text=True, timeout=60)
     assert (r.returncode, r.stderr) == (
-        1, "usage: mount.nczarrfs LOCATION MOUNTPOINT [-sfnv] [-o OPTIONS]\n")
+        1, "usage: mount.nczarrfs LOCATION MOUNTPOINT [-sfnv] [-N NAMESPACE] [-o OPTIONS]\n")
     try:
         r = subprocess.run([helper, nczarr, str(mnt), "-o", "ro", "-ofsname=first", "-o",
                             "noexec"], env=env, capture_output=True, text=True, timeout=60)

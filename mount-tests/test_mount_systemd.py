@@ -125,6 +125,28 @@ def test_the_dead_mount_of_a_killed_daemon_is_detached_and_only_it(binary, servi
     assert mounts_at(mnt) == ["tmpfs"]
 
 
+def test_a_dead_mount_reached_through_a_symbolic_link_is_detached_and_restart_mounts(
+        binary, service):
+    """MOUNTPOINT a symbolic link to the directory, as `mount` accepts it: the cleanup must
+    find the dead mount where the link leads, or every restart is refused there."""
+    mnt = Path(service["MOUNTPOINT"])
+    link = mnt.parent / "link"
+    link.symlink_to(mnt)
+    env = dict(service, MOUNTPOINT=str(link))
+    daemon = start(binary, env)
+    assert mounts_at(mnt) == ["tmpfs", "fuse.nczarrfs"]
+    daemon.kill()
+    daemon.wait(30)
+    r = stop_post(binary, env)
+    assert "detached the dead mount" in r.stderr
+    assert mounts_at(mnt) == ["tmpfs"]
+    assert (mnt / "file").read_text() == "precious"
+    restarted = start(binary, env)
+    assert mounts_at(mnt) == ["tmpfs", "fuse.nczarrfs"], restarted.stderr.read()
+    restarted.send_signal(signal.SIGTERM)
+    assert restarted.wait(30) == 0, restarted.stderr.read()
+
+
 def test_a_dead_mount_point_without_anything_under_it_is_detached(binary, service):
     mnt = Path(service["MOUNTPOINT"])
     subprocess.run(["umount", str(mnt)], check=True)
@@ -134,6 +156,28 @@ def test_a_dead_mount_point_without_anything_under_it_is_detached(binary, servic
     stop_post(binary, service)
     assert not is_mounted(mnt)
     assert list(mnt.iterdir()) == []
+
+
+def test_the_unit_logs_to_the_file_its_options_name(binary, service, tmp_path):
+    """The unit's only settings are LOCATION, MOUNTPOINT and OPTIONS: a log file is
+    `log_file=PATH` among the options, reopened by its path on `systemctl reload` (SIGHUP)."""
+    log = tmp_path / "obs.log"
+    env = dict(service, OPTIONS=f"ro,log_file={log}")
+    mnt = Path(env["MOUNTPOINT"])
+    daemon = start(binary, env)
+    try:
+        assert daemon.poll() is None, daemon.stderr.read()
+        daemon.send_signal(signal.SIGUSR2)
+        assert wait_until(lambda: log.exists() and "SIGUSR2" in log.read_text())
+        log.rename(tmp_path / "obs.log.1")
+        daemon.send_signal(signal.SIGHUP)
+        assert wait_until(log.exists)
+        daemon.send_signal(signal.SIGUSR2)
+        assert wait_until(lambda: "SIGUSR2" in log.read_text())
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+    assert daemon.wait(30) == 0, daemon.stderr.read()
+    assert mounts_at(mnt) == ["tmpfs"]
 
 
 def unit_setting(key: str) -> str:

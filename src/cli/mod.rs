@@ -33,9 +33,10 @@ pub enum Command {
     Put(put::PutArgs),
     /// Serve a dataset as a FUSE filesystem.
     Mount(mount::MountArgs),
-    /// Detach MOUNTPOINT if it is the dead mount of an nczarrfs daemon that died without
-    /// unmounting ("Transport endpoint is not connected"); leave any other mount alone. For
-    /// a service manager's cleanup after the daemon stopped.
+    /// Detach MOUNTPOINT (or the directory a symbolic link there leads to) if it is the dead
+    /// mount of an nczarrfs daemon that died without unmounting ("Transport endpoint is not
+    /// connected"); leave any other mount alone, and fail if it leads to a dead mount that it
+    /// leaves. For a service manager's cleanup after the daemon stopped.
     DetachDead(mount::DetachDeadArgs),
     /// Create a dataset from a CDL file, like ncgen.
     Gen(gen::GenArgs),

@@ -31,11 +31,24 @@ pub struct MountRequest {
     pub foreground: bool,
     /// Where log lines go (default: stderr in the foreground, syslog for a daemon).
     pub log_file: Option<PathBuf>,
+    /// The mount namespace to mount in (`/proc/PID/ns/mnt` or a descriptor of one under
+    /// `/proc/PID/fd/`), as mount(8)'s `-N`; every path is then one of that namespace.
+    pub namespace: Option<PathBuf>,
 }
 
 /// Mounts as requested and returns the exit code. Without `foreground` this returns in the
 /// calling process once a daemon has the mount up (or has failed, with its error).
 pub fn mount(req: MountRequest) -> Result<i32> {
+    if let Some(namespace) = &req.namespace {
+        enter_mount_namespace(namespace)?;
+    }
+    if req.options.nofail && dataset_is_missing(&req.location) {
+        log::info!(
+            "{}: no such dataset; nothing mounted (nofail)",
+            req.location
+        );
+        return Ok(0);
+    }
     let o = &req.options;
     if o.auto_unmount && !(o.allow_other || o.allow_root || is_root()) {
         return Err(Error::Invalid(
@@ -52,6 +65,33 @@ pub fn mount(req: MountRequest) -> Result<i32> {
     } else {
         daemonize(req, log)
     }
+}
+
+/// Whether `location` is a path (a directory, a zip archive, a `file://` URL) at which
+/// nothing exists: what `nofail` forgives, as mount(8) forgives a device that does not
+/// exist. A path that cannot be checked (permissions) is not missing, and an S3 dataset
+/// never is, since one that does not answer cannot be told from one that does not exist.
+fn dataset_is_missing(location: &str) -> bool {
+    match Location::parse(location).map(|l| l.storage) {
+        Ok(Storage::File(path) | Storage::Zip(path)) => matches!(path.try_exists(), Ok(false)),
+        _ => false,
+    }
+}
+
+/// Moves this process into the mount namespace `path` names. The kernel allows that only
+/// while the process has one thread, which the command line has until it serves; it also
+/// makes the namespace's root the root and working directory.
+fn enter_mount_namespace(path: &Path) -> Result<()> {
+    let namespace = File::open(path).map_err(|e| Error::io(path, e))?;
+    // SAFETY: setns with a descriptor owned here.
+    if unsafe { libc::setns(namespace.as_raw_fd(), libc::CLONE_NEWNS) } != 0 {
+        return Err(Error::Invalid(format!(
+            "cannot enter the mount namespace {}: {}",
+            path.display(),
+            std::io::Error::last_os_error()
+        )));
+    }
+    Ok(())
 }
 
 /// Mounts and serves until unmounted, in this process, logging to `log` if given; `ready` is
@@ -412,8 +452,10 @@ fn check_apart_from_dataset(mountpoint: &Path, dataset: &Path) -> Result<()> {
 /// answers every access to it with `ENOTCONN`) and leaves every other mount alone: a live
 /// mount, whether of nczarrfs or of another filesystem, and whatever lies under the dead one.
 /// This is the cleanup a service manager runs after a daemon stopped, which must not undo a
-/// mount the daemon did not make. Returns whether a mount was detached.
-pub fn detach_dead(path: &Path) -> Result<bool> {
+/// mount the daemon did not make. Returns the mount point detached, `None` when `path` leads
+/// to no dead mount; an error when it does but that mount cannot be detached here (not of
+/// nczarrfs, or not found), since a service that counted on it would not mount again.
+pub fn detach_dead(path: &Path) -> Result<Option<PathBuf>> {
     use std::os::unix::ffi::OsStrExt;
     let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
         .map_err(|_| Error::Invalid(format!("{}: NUL in the path", path.display())))?;
@@ -425,29 +467,29 @@ pub fn detach_dead(path: &Path) -> Result<bool> {
         libc::statvfs(c_path.as_ptr(), &mut st) == 0
     };
     if alive || std::io::Error::last_os_error().raw_os_error() != Some(libc::ENOTCONN) {
-        return Ok(false);
+        return Ok(None);
     }
-    // The dead mount point itself cannot be resolved (every lookup in it fails), its parent
-    // can.
-    let name = path.file_name().ok_or_else(|| {
-        Error::Invalid(format!(
-            "{}: name the mount point by a path that ends in its name",
-            path.display()
-        ))
-    })?;
-    let parent = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let mountpoint = parent
-        .canonicalize()
-        .map_err(|e| Error::io(parent, e))?
-        .join(name);
+    let mountpoint = dead_mount_point(path)?;
     let mounts = std::fs::read_to_string("/proc/self/mountinfo")
         .map_err(|e| Error::io("/proc/self/mountinfo", e))?;
     match topmost_mount_at(&mounts, &mountpoint) {
         Some((_, fstype)) if fstype == "fuse.nczarrfs" => {}
-        _ => return Ok(false),
+        Some((source, fstype)) => {
+            return Err(Error::Invalid(format!(
+                "{} leads to the dead mount of {source} ({fstype}) at {}, which is not \
+                 nczarrfs's: left alone (fusermount3 -u or umount -l detaches it)",
+                path.display(),
+                mountpoint.display()
+            )))
+        }
+        None => {
+            return Err(Error::Invalid(format!(
+                "{} leads to a dead mount (transport endpoint is not connected), but no mount \
+                 is recorded at {}: nothing detached",
+                path.display(),
+                mountpoint.display()
+            )))
+        }
     }
     let c = std::ffi::CString::new(mountpoint.as_os_str().as_bytes())
         .map_err(|_| Error::Invalid(format!("{}: NUL in the path", mountpoint.display())))?;
@@ -455,7 +497,42 @@ pub fn detach_dead(path: &Path) -> Result<bool> {
     if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } != 0 {
         return Err(Error::io(&mountpoint, std::io::Error::last_os_error()));
     }
-    Ok(true)
+    Ok(Some(mountpoint))
+}
+
+/// As many symbolic links as the kernel follows in one path (MAXSYMLINKS).
+const MAX_SYMLINK_HOPS: usize = 40;
+
+/// The absolute path of the directory `path` names, as mount(8) and the kernel resolve it,
+/// following symbolic links in every component, the last included, for a `path` whose
+/// target is a dead mount. `canonicalize` cannot resolve that target itself (every lookup in
+/// it fails), so each parent is resolved instead, and a last component that is a link is
+/// followed by hand.
+fn dead_mount_point(path: &Path) -> Result<PathBuf> {
+    let mut path = path.to_path_buf();
+    for _ in 0..MAX_SYMLINK_HOPS {
+        let name = path.file_name().ok_or_else(|| {
+            Error::Invalid(format!(
+                "{}: name the mount point by a path that ends in its name",
+                path.display()
+            ))
+        })?;
+        let parent = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        let parent = parent.canonicalize().map_err(|e| Error::io(parent, e))?;
+        let resolved = parent.join(name);
+        // A relative target is relative to the link's directory; an absolute one replaces it.
+        match std::fs::read_link(&resolved) {
+            Ok(target) => path = parent.join(target),
+            Err(_) => return Ok(resolved),
+        }
+    }
+    Err(Error::io(
+        &path,
+        std::io::Error::from_raw_os_error(libc::ELOOP),
+    ))
 }
 
 /// The source and type of the last mount (the one on top) at `mountpoint` in the text of
@@ -619,6 +696,11 @@ fn daemonize(mut req: MountRequest, log: Option<File>) -> Result<i32> {
         -1 => Err(Error::io("fork", std::io::Error::last_os_error())),
         0 => {
             drop(reader);
+            let own = [
+                Some(writer.as_raw_fd()),
+                log.as_ref().map(|f| f.as_raw_fd()),
+            ];
+            close_inherited_descriptors(&own.into_iter().flatten().collect::<Vec<_>>());
             let mut ready = Some(writer);
             let served = detach().and_then(|()| serve(req, log, &mut ready));
             let code = served.unwrap_or_else(|e| {
@@ -685,6 +767,50 @@ fn detach() -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Closes every descriptor above the standard streams but `own` (those this process opened
+/// for the daemon), as daemon(7) asks: one inherited from the caller (a pipe it reads to its
+/// end, as `$(...)` or `| cat` do when it is open beside stdout, a lock file, a socket) would
+/// otherwise stay open, and its reader waiting, as long as the mount.
+fn close_inherited_descriptors(own: &[std::os::fd::RawFd]) {
+    let mut own: Vec<u32> = own
+        .iter()
+        .filter_map(|&fd| u32::try_from(fd).ok())
+        .collect();
+    own.sort_unstable();
+    let mut first = 3;
+    for fd in own {
+        if fd >= first {
+            close_descriptors(first, fd - 1);
+            first = fd + 1;
+        }
+    }
+    close_descriptors(first, u32::MAX);
+}
+
+/// Closes descriptors `first` to `last` (an empty range when `last < first`).
+fn close_descriptors(first: u32, last: u32) {
+    if last < first {
+        return;
+    }
+    // SAFETY: closes only descriptors no object of this process owns: the caller keeps out
+    // every one it uses.
+    if unsafe { libc::close_range(first, last, 0) } == 0 {
+        return;
+    }
+    // Kernels before 5.9 have no close_range: close those open, one by one (listed first,
+    // since the listing has a descriptor of its own).
+    let open: Vec<u32> = std::fs::read_dir("/proc/self/fd")
+        .into_iter()
+        .flatten()
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|fd| (first..=last).contains(fd))
+        .collect();
+    for fd in open {
+        // SAFETY: as above.
+        unsafe { libc::close(fd as libc::c_int) };
+    }
 }
 
 /// A plain relative path made absolute (the daemon runs in `/`); URLs are left alone.
@@ -1068,6 +1194,45 @@ mod tests {
         assert!(v.contains(&MountOption::NoAtime));
         assert!(v.contains(&MountOption::FSName("loc".into())));
         assert!(v.contains(&MountOption::CUSTOM("max_read=1048576".into())));
+    }
+
+    #[test]
+    fn a_mount_point_named_through_symbolic_links_is_resolved_to_their_target() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().canonicalize().unwrap().join("real");
+        std::fs::create_dir_all(real.join("obs")).unwrap();
+        // A link to the mount point, a relative link to that link, a link to its parent.
+        std::os::unix::fs::symlink(real.join("obs"), dir.path().join("obs")).unwrap();
+        std::os::unix::fs::symlink("obs", dir.path().join("again")).unwrap();
+        std::os::unix::fs::symlink("real", dir.path().join("up")).unwrap();
+        for named in ["obs", "again", "up/obs", "real/obs", "real/../obs/"] {
+            assert_eq!(
+                dead_mount_point(&dir.path().join(named)).unwrap(),
+                real.join("obs"),
+                "{named}"
+            );
+        }
+        std::os::unix::fs::symlink("loop", dir.path().join("loop")).unwrap();
+        let e = dead_mount_point(&dir.path().join("loop")).unwrap_err();
+        assert!(e.to_string().contains("symbolic links"), "{e}");
+    }
+
+    #[test]
+    fn only_a_path_with_nothing_at_it_is_a_missing_dataset() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing.file");
+        assert!(dataset_is_missing(missing.to_str().unwrap()));
+        assert!(dataset_is_missing(&format!(
+            "file://{}#mode=nczarr,zip",
+            missing.display()
+        )));
+        std::os::unix::fs::symlink(&missing, dir.path().join("dangling")).unwrap();
+        assert!(dataset_is_missing(
+            dir.path().join("dangling").to_str().unwrap()
+        ));
+        // Something that is there, dataset or not, is not missing: opening it tells.
+        assert!(!dataset_is_missing(dir.path().to_str().unwrap()));
+        assert!(!dataset_is_missing("s3://bucket/missing#mode=nczarr,s3"));
     }
 
     #[test]

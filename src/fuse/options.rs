@@ -1,5 +1,6 @@
 //! The `-o` mount options of `nczarrfs mount` and of `mount -t nczarrfs`.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::{Error, Result};
@@ -57,6 +58,12 @@ pub struct MountOptions {
     /// by fusermount3, which watches it, instead of leaving a dead mount point ("Transport
     /// endpoint is not connected").
     pub auto_unmount: bool,
+    /// `log_file=`: the file log lines are appended to, as `--log-file` (the spelling of
+    /// fstab lines and of the systemd unit's `OPTIONS=`).
+    pub log_file: Option<PathBuf>,
+    /// `nofail`: a dataset that does not exist is not an error, as mount(8) reads `nofail`
+    /// for a device that does not exist: nothing is mounted and the command succeeds.
+    pub nofail: bool,
 }
 
 impl Default for MountOptions {
@@ -79,6 +86,8 @@ impl Default for MountOptions {
             fsname: None,
             kernel_flags: Vec::new(),
             auto_unmount: false,
+            log_file: None,
+            nofail: false,
         }
     }
 }
@@ -108,12 +117,13 @@ impl MountOptions {
         self.threads.unwrap_or(default)
     }
 
-    /// Parses every `-o` argument (each a comma-separated list), later keywords winning.
+    /// Parses every `-o` argument (each a comma-separated list, see [`split_option_list`]),
+    /// later keywords winning.
     pub fn parse<S: AsRef<str>>(lists: &[S]) -> Result<MountOptions> {
         let mut opts = MountOptions::default();
         for list in lists {
-            for item in list.as_ref().split(',').filter(|s| !s.is_empty()) {
-                opts.apply(item)?;
+            for item in split_option_list(list.as_ref())? {
+                opts.apply(&item)?;
             }
         }
         Ok(opts)
@@ -250,6 +260,10 @@ impl MountOptions {
                 flag()?;
                 self.auto_unmount = true
             }
+            "log_file" => match need(value)? {
+                "" => return Err(bad("")),
+                v => self.log_file = Some(PathBuf::from(v)),
+            },
             "noatime" | "atime" | "nodev" | "nosuid" | "noexec" | "sync" | "async" | "dirsync" => {
                 flag()?;
                 // As mount(8), the later of two opposite flags wins (the FUSE library would
@@ -276,11 +290,15 @@ impl MountOptions {
             // helper. None means anything here: atime is never updated (times are those of
             // the dataset's last change), the layout has no symbolic links, the kernel no
             // longer has mandatory locks, and nothing reads i_version of a FUSE file.
-            "dev" | "suid" | "exec" | "auto" | "noauto" | "nofail" | "_netdev" | "nouser"
-            | "users" | "owner" | "group" | "defaults" | "relatime" | "norelatime"
-            | "strictatime" | "nostrictatime" | "lazytime" | "nolazytime" | "diratime"
-            | "nodiratime" | "iversion" | "noiversion" | "mand" | "nomand" | "symfollow"
-            | "nosymfollow" | "loud" | "silent" => flag()?,
+            "nofail" => {
+                flag()?;
+                self.nofail = true
+            }
+            "dev" | "suid" | "exec" | "auto" | "noauto" | "_netdev" | "nouser" | "users"
+            | "owner" | "group" | "defaults" | "relatime" | "norelatime" | "strictatime"
+            | "nostrictatime" | "lazytime" | "nolazytime" | "diratime" | "nodiratime"
+            | "iversion" | "noiversion" | "mand" | "nomand" | "symfollow" | "nosymfollow"
+            | "loud" | "silent" => flag()?,
             // mount(8) passes `user=NAME` for an fstab line with `user` mounted by NAME.
             "user" => {}
             // Comments and SELinux labels (which FUSE mounts do not take).
@@ -292,6 +310,64 @@ impl MountOptions {
         }
         Ok(())
     }
+}
+
+/// The options of a comma-separated list, split as mount(8) and libfuse split them: a comma
+/// between double quotes (`fsname="obs,2024"`, as fstab and mount(8) quote a value, which
+/// libmount passes on quoted) or after a backslash (`fsname=obs\,2024`, libfuse's escape) is
+/// part of the option. The quotes and escaping backslashes are taken out; `\NNN` is the byte
+/// of octal value NNN, as in libfuse. Empty options are dropped.
+fn split_option_list(list: &str) -> Result<Vec<String>> {
+    let mut options = Vec::new();
+    let mut option = Vec::new();
+    let mut quoted = false;
+    let mut bytes = list.bytes().peekable();
+    while let Some(byte) = bytes.next() {
+        match byte {
+            b'\\' => {
+                let Some(escaped) = bytes.next() else {
+                    return Err(Error::Invalid(format!(
+                        "mount options {list:?} end in a lone backslash"
+                    )));
+                };
+                let mut octal = [escaped, 0, 0];
+                let is_octal = matches!(escaped, b'0'..=b'3')
+                    && (1..3).all(|i| match bytes.peek() {
+                        Some(&d @ b'0'..=b'7') => {
+                            octal[i] = d;
+                            bytes.next();
+                            true
+                        }
+                        _ => false,
+                    });
+                match is_octal {
+                    true => option.push(octal.iter().fold(0, |n, d| n * 8 + (d - b'0'))),
+                    // Digits taken as far as they went are ordinary characters.
+                    false => option.extend(octal.iter().take_while(|&&d| d != 0)),
+                }
+            }
+            b'"' => quoted = !quoted,
+            b',' if !quoted => options.push(std::mem::take(&mut option)),
+            _ => option.push(byte),
+        }
+    }
+    if quoted {
+        return Err(Error::Invalid(format!(
+            "mount options {list:?} open a double quote that they do not close"
+        )));
+    }
+    options.push(option);
+    options
+        .into_iter()
+        .filter(|o| !o.is_empty())
+        .map(|o| {
+            String::from_utf8(o).map_err(|_| {
+                Error::Invalid(format!(
+                    "mount options {list:?} give a byte that is not UTF-8 in octal"
+                ))
+            })
+        })
+        .collect()
 }
 
 /// A byte count through the engine's parser (`64K`, `256M`, `1G`).
@@ -347,11 +423,11 @@ mod tests {
 
     #[test]
     fn generic_mount8_options_are_ignored() {
-        let o = MountOptions::parse(&[
-            "ro,dev,suid,exec,auto,nofail,_netdev,x-systemd.automount,defaults",
-        ])
-        .unwrap();
+        let o =
+            MountOptions::parse(&["ro,dev,suid,exec,auto,_netdev,x-systemd.automount,defaults"])
+                .unwrap();
         assert_eq!(o, MountOptions::default());
+        assert!(MountOptions::parse(&["ro,nofail"]).unwrap().nofail);
         let o = MountOptions::parse(&["noatime,nodev"]).unwrap();
         assert_eq!(o.kernel_flags, vec!["noatime", "nodev"]);
         let o = MountOptions::parse(&["noatime,sync,nodev", "atime,async,nodev"]).unwrap();
@@ -464,6 +540,50 @@ mod tests {
             "threads=0",
             "umask=9",
         ] {
+            assert!(MountOptions::parse(&[bad]).is_err(), "{bad} accepted");
+        }
+    }
+
+    #[test]
+    fn commas_quoted_as_in_mount8_or_escaped_as_in_libfuse_stay_in_the_value() {
+        for list in [
+            r#"ro,fsname="obs,2024""#,
+            r#"ro,"fsname=obs,2024""#,
+            r"ro,fsname=obs\,2024",
+            r"ro,fsname=obs\0542024",
+        ] {
+            let o = MountOptions::parse(&[list]).unwrap();
+            assert_eq!(o.fsname.as_deref(), Some("obs,2024"), "{list}");
+            assert!(!o.read_write, "{list}");
+        }
+        // mount(8)'s own example of a quoted value.
+        let o = MountOptions::parse(&[
+            r#"context="system_u:object_r:removable_t:s0:c1,c2",rw,log_file="/var/log/a,b.log""#,
+        ])
+        .unwrap();
+        assert!(o.read_write);
+        assert_eq!(o.log_file, Some(PathBuf::from("/var/log/a,b.log")));
+        let o = MountOptions::parse(&[r#"fsname=back\\slash\"quote"#]).unwrap();
+        assert_eq!(o.fsname.as_deref(), Some(r#"back\slash"quote"#));
+        // libfuse: a backslash before anything else keeps that character; \4 is no octal.
+        let o = MountOptions::parse(&[r"fsname=a\b\4x\17"]).unwrap();
+        assert_eq!(o.fsname.as_deref(), Some("ab4x17"));
+        for (bad, says) in [
+            (r#"ro,fsname="obs,2024"#, "do not close"),
+            (r"ro,fsname=obs\", "lone backslash"),
+            (r"fsname=\377", "not UTF-8"),
+        ] {
+            let e = MountOptions::parse(&[bad]).unwrap_err().to_string();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+        assert!(MountOptions::parse(&[r#"ro,,"",rw"#]).unwrap().read_write);
+    }
+
+    #[test]
+    fn log_file_names_a_path() {
+        let o = MountOptions::parse(&["ro,log_file=/var/log/obs.log"]).unwrap();
+        assert_eq!(o.log_file, Some(PathBuf::from("/var/log/obs.log")));
+        for bad in ["log_file", "log_file="] {
             assert!(MountOptions::parse(&[bad]).is_err(), "{bad} accepted");
         }
     }
