@@ -361,11 +361,19 @@ fn split_option_list(list: &str) -> Result<Vec<String>> {
         .into_iter()
         .filter(|o| !o.is_empty())
         .map(|o| {
-            String::from_utf8(o).map_err(|_| {
+            let option = String::from_utf8(o).map_err(|_| {
                 Error::Invalid(format!(
                     "mount options {list:?} give a byte that is not UTF-8 in octal"
                 ))
-            })
+            })?;
+            // No path, name or number holds one, and the kernel's option string ends at it.
+            if option.contains('\0') {
+                return Err(Error::Invalid(format!(
+                    "mount option {:?} holds a NUL byte (\\000), which no value may",
+                    option.split('=').next().unwrap_or_default()
+                )));
+            }
+            Ok(option)
         })
         .collect()
 }
@@ -572,6 +580,7 @@ mod tests {
             (r#"ro,fsname="obs,2024"#, "do not close"),
             (r"ro,fsname=obs\", "lone backslash"),
             (r"fsname=\377", "not UTF-8"),
+            (r"ro,fsname=obs\0002024", "\"fsname\" holds a NUL byte"),
         ] {
             let e = MountOptions::parse(&[bad]).unwrap_err().to_string();
             assert!(e.contains(says), "{bad}: {e}");
