@@ -1,6 +1,6 @@
 //! `nczarrfs mount`: serve a dataset as a FUSE filesystem.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::fuse::{self, MountOptions, MountRequest};
 use crate::Result;
@@ -38,11 +38,30 @@ pub struct MountArgs {
     pub namespace: Option<PathBuf>,
 }
 
+/// Whether the paths `a` and `b` name one file: the same path but for `.` components, or
+/// the same existing file (through links, `..` or another spelling).
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let plain = |p: &Path| -> PathBuf {
+        let p = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+        p.components()
+            .filter(|c| *c != std::path::Component::CurDir)
+            .collect()
+    };
+    if plain(a) == plain(b) {
+        return true;
+    }
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
+        _ => false,
+    }
+}
+
 /// Runs `mount`.
 pub fn run(args: MountArgs) -> Result<i32> {
     let options = MountOptions::parse(&args.options)?;
     let log_file = match (args.log_file, options.log_file.clone()) {
-        (Some(flag), Some(option)) if flag != option => {
+        (Some(flag), Some(option)) if !same_file(&flag, &option) => {
             return Err(crate::Error::Invalid(format!(
                 "two log files given: --log-file {} and -o log_file={}; give one",
                 flag.display(),
@@ -77,4 +96,22 @@ pub fn detach_dead(args: DetachDeadArgs) -> Result<i32> {
         );
     }
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_log_file_spelt_two_ways_is_one_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("obs.log");
+        assert!(same_file(Path::new("./obs.log"), Path::new("obs.log")));
+        assert!(same_file(&log, &dir.path().join(".").join("obs.log")));
+        std::fs::write(&log, b"").unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        assert!(same_file(&log, &dir.path().join("sub/../obs.log")));
+        assert!(!same_file(&log, &dir.path().join("other.log")));
+        assert!(!same_file(Path::new("a.log"), Path::new("b.log")));
+    }
 }
