@@ -352,6 +352,10 @@ def test_nofail_forgives_only_a_dataset_that_does_not_exist(mounter, tmp_path):
     r = mounter.run("mount", "-o", "ro,nofail", str(tmp_path / "empty"), str(mnt))
     assert r.returncode == 1 and r.stderr.startswith("nczarrfs: "), r.stderr
     assert not is_mounted(mnt)
+    # mount(8) with nofail still says "mount point does not exist" for a missing device.
+    r = mounter.run("mount", "-o", "ro,nofail", str(tmp_path / "missing.file"),
+                    str(tmp_path / "no-mount-point"))
+    assert r.returncode == 1 and "no-mount-point" in r.stderr, r.stderr
 
 
 def test_not_a_dataset_is_refused(mounter, tmp_path):

@@ -263,3 +263,18 @@ def test_a_log_file_that_cannot_be_opened_is_named_with_its_error(binary, tmp_pa
             assert not daemon_pids(mnt)
     finally:
         unmount(mnt)
+
+
+def test_a_foreground_mount_that_fails_says_why_on_stderr_and_in_its_log(binary, tmp_path):
+    """`-f` with a log file (the systemd unit with `log_file=` in its options): the reason a
+    mount fails reaches the caller's stderr (the journal), not only the log file."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    log = tmp_path / "obs.log"
+    missing = tmp_path / "missing.file"
+    r = subprocess.run([str(binary), "mount", "-f", "-o", f"ro,log_file={log}", str(missing),
+                        str(mnt)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1
+    assert r.stderr.startswith(f"nczarrfs: {missing}: {os.strerror(errno.ENOENT)}"), r.stderr
+    assert str(missing) in log.read_text()
+    assert not is_mounted(mnt)

@@ -42,13 +42,6 @@ pub fn mount(req: MountRequest) -> Result<i32> {
     if let Some(namespace) = &req.namespace {
         enter_mount_namespace(namespace)?;
     }
-    if req.options.nofail && dataset_is_missing(&req.location) {
-        log::info!(
-            "{}: no such dataset; nothing mounted (nofail)",
-            req.location
-        );
-        return Ok(0);
-    }
     let o = &req.options;
     if o.auto_unmount && !(o.allow_other || o.allow_root || is_root()) {
         return Err(Error::Invalid(
@@ -60,6 +53,15 @@ pub fn mount(req: MountRequest) -> Result<i32> {
     // Opened here, before a daemon is forked, so that a log file that cannot be opened is
     // reported to the caller as it is in the foreground.
     let log = req.log_file.as_deref().map(open_log_file).transpose()?;
+    // Only the missing dataset is forgiven: every other fault of the request still is one.
+    if req.options.nofail && dataset_is_missing(&req.location) {
+        checked_mountpoint(&req.mountpoint)?;
+        log::info!(
+            "{}: no such dataset; nothing mounted (nofail)",
+            req.location
+        );
+        return Ok(0);
+    }
     if req.foreground {
         serve(req, log, &mut None)
     } else {
@@ -98,6 +100,12 @@ fn enter_mount_namespace(path: &Path) -> Result<()> {
 /// the pipe on which a daemon tells its parent that the mount is up ("OK"). It is taken when
 /// used: a daemon whose `ready` is still there when this fails writes the error to it.
 fn serve(req: MountRequest, log: Option<File>, ready: &mut Option<File>) -> Result<i32> {
+    // In the foreground the caller's stderr (a terminal, a service's journal) is where a
+    // failure to mount is told; the log file takes the lines once the mount is up.
+    let caller_stderr = match (&log, ready.is_none()) {
+        (Some(_), true) => std::io::stderr().as_fd().try_clone_to_owned().ok(),
+        _ => None,
+    };
     match log {
         // Only fd 2 keeps it open, so that a reopen after a rotation lets the old file go.
         Some(file) => redirect_stderr(&file)?,
@@ -108,7 +116,17 @@ fn serve(req: MountRequest, log: Option<File>, ready: &mut Option<File>) -> Resu
     // Before any thread exists, so that every thread inherits the mask and only the signal
     // thread ever sees these signals.
     let signals = block_signals();
-    let (session, mountpoint, handle) = setup(&req)?;
+    let (session, mountpoint, handle) = match setup(&req) {
+        Ok(setup) => setup,
+        Err(e) => {
+            if caller_stderr.is_some() {
+                log::error!("{e}");
+            }
+            restore_stderr(caller_stderr);
+            return Err(e);
+        }
+    };
+    drop(caller_stderr);
     if let Some(mut pipe) = ready.take() {
         let _ = pipe.write_all(b"OK");
     }
@@ -836,6 +854,15 @@ fn open_log_file(path: &Path) -> Result<File> {
         .append(true)
         .open(path)
         .map_err(|e| Error::io(path, e))
+}
+
+/// Makes `saved` (the caller's stderr, kept aside) stderr again, after logging the error
+/// that ends a foreground mount into the log file, so that the caller is told too.
+fn restore_stderr(saved: Option<std::os::fd::OwnedFd>) {
+    if let Some(saved) = saved {
+        // SAFETY: dup2 of a descriptor owned here onto stderr.
+        unsafe { libc::dup2(saved.as_raw_fd(), 2) };
+    }
 }
 
 /// Makes stderr, where log lines go, the log file `file`.
