@@ -398,8 +398,10 @@ fn codec_to_v3(c: &Value, esize: usize) -> Result<Value> {
                 Some(Value::Bool(on)) => *on,
                 Some(_) => int(&params, "checksum", 0)? != 0,
             };
-            json!({"name": "zstd", "configuration":
-                {"level": int(&params, "level", 0)?, "checksum": checksum}})
+            // The signed level, not netcdf-c's unsigned form of a negative one (a netcdf-c
+            // NCZarr source's 4294967291), which zarr-python 3 refuses.
+            let level = crate::codec::zarr_v3_zstd_level(int(&params, "level", 0)?);
+            json!({"name": "zstd", "configuration": {"level": level, "checksum": checksum}})
         }
         "blosc" => {
             let shuffle = match int(&params, "shuffle", 1)? {
