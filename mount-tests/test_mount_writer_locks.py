@@ -102,22 +102,35 @@ def test_gen_refuses_to_replace_a_zip_archive_a_rw_mount_writes(mounter, tmp_pat
         assert group.attrs["late"] == "kept"
 
 
-def test_a_rw_mount_stops_writing_a_dataset_replaced_under_it(mounter, tmp_path):
-    """Another program replaces the dataset (new directory at the path, old one removed):
-    the mount's metadata stores fail with EBUSY instead of rewriting the new dataset from the
-    old one's view, so a writer of the new dataset loses nothing."""
+REPLACED = "the dataset was replaced or removed by another program"
+
+
+@pytest.mark.parametrize("old_one", ["removed", "kept"])
+def test_a_rw_mount_stops_writing_a_dataset_replaced_under_it(mounter, tmp_path, old_one):
+    """Another program replaces the dataset (new directory at the path, the old one removed,
+    or kept under another name): the mount's metadata stores fail with EBUSY instead of
+    rewriting the new dataset from the old one's view, so a writer of the new dataset loses
+    nothing. Each failed store is logged once, naming the replacement."""
     path = tmp_path / "ds.file"
     url = nczarr_dataset(path)
     replacement = tmp_path / "new.file"
     made = mounter.run("gen", "-o", str(replacement), "-", input=CDL)
     assert made.returncode == 0, made.stderr
-    first = mounter.mount(url, "rw")
+    log = tmp_path / "first.log"
+    first = mounter.mount(url, "rw", log=log)
     os.rename(path, tmp_path / "old.file")
     os.rename(replacement, path)
-    shutil.rmtree(tmp_path / "old.file")
+    if old_one == "removed":
+        shutil.rmtree(tmp_path / "old.file")
     with pytest.raises(OSError) as refused:
         write_attribute(first, "from_first", "lost")
     assert refused.value.errno == errno.EBUSY
+    errors = [line for line in log.read_text().splitlines() if " ERROR " in line]
+    assert errors, log.read_text()
+    # One line per failed store, each naming the replacement; nothing names a file as
+    # missing.
+    assert all(line.count(REPLACED) == 1 for line in errors), errors
+    assert all("attributes/from_first" in line for line in errors), errors
     second = mounter.mount(url, "rw")
     write_attribute(second, "from_second", "kept")
     with pytest.raises(OSError) as again:
