@@ -300,3 +300,60 @@ def test_the_next_writer_after_fusermount3_u_is_not_refused(mounter, tmp_path, b
     expected[3, 0] = -3
     assert v.shape == expected.shape
     assert np.array_equal(np.asarray(v), expected)
+
+
+CONNECTIONS = Path("/sys/fs/fuse/connections")
+
+
+def fuse_connection_of(mnt: Path) -> int:
+    """The FUSE connection number of the mount at `mnt`: the minor of its device `0:N`."""
+    target = str(mnt.resolve())
+    devices = [line.split()[2] for line in Path("/proc/self/mountinfo").read_text().splitlines()
+               if line.split()[4] == target]
+    assert devices and devices[-1].startswith("0:"), devices
+    return int(devices[-1].split(":")[1])
+
+
+def test_a_writer_waits_for_an_unmounted_daemon_whose_connection_number_is_taken(
+        mounter, tmp_path, binary):
+    """The kernel gives the number of an ended FUSE connection to the next FUSE mount: a
+    writer waiting for an unmounted daemon still storing its last changes used to take such
+    a mount for the daemon's own, and was refused at once as if by a live writer. The daemon,
+    stopped (SIGSTOP) in place of a slow last store, is waited for until it goes on."""
+    import signal
+    import threading
+
+    if not CONNECTIONS.is_dir() or not any(CONNECTIONS.iterdir()):
+        pytest.skip(f"the FUSE control filesystem is not mounted on {CONNECTIONS}")
+    path = tmp_path / "ds.file"
+    other = tmp_path / "other.file"
+    for target in (path, other):
+        made = mounter.run("gen", "-o", str(target), "-", input=CDL)
+        assert made.returncode == 0, made.stderr
+    mnt = mounter.mount(str(path), "rw")
+    [daemon] = daemon_pids(mnt)
+    number = fuse_connection_of(mnt)
+    resume = threading.Timer(1.0, os.kill, (daemon, signal.SIGCONT))
+    os.kill(daemon, signal.SIGSTOP)
+    try:
+        subprocess.run(["fusermount3", "-u", str(mnt)], check=True, timeout=60)
+        # The lowest free number goes to the next mount: at most `number` mounts take it
+        # (or another program's mount does meanwhile).
+        taken = False
+        for _ in range(number + 8):
+            mounter.mount(str(other))
+            taken = (CONNECTIONS / str(number)).exists()
+            if taken:
+                break
+        assert taken, f"no FUSE mount took the connection number {number}"
+        resume.start()
+        put = subprocess.run([str(binary), "put", str(path), "z", "--count", "1", "-i", "-"],
+                             input=np.int32(42).tobytes(), capture_output=True, timeout=60,
+                             check=False)
+    finally:
+        resume.cancel()
+        os.kill(daemon, signal.SIGCONT)
+    assert put.returncode == 0, put.stderr
+    shown = mounter.run("dump", "-v", "z", str(path))
+    assert shown.returncode == 0, shown.stderr
+    assert "z = 42, 8, 9 ;" in shown.stdout, shown.stdout
