@@ -144,6 +144,60 @@ def test_negative_zstd_levels_netcdf_c_writes_are_read(nczarrfs, tmp_path, level
     assert want_filter in res.stdout.decode()
 
 
+def _zarr_v3_zstd(path, var: str):
+    """zarr-python 3's zstd codec of a Zarr v3 array: it opens the array and parses the level
+    (refusing one above 22, as netcdf-c's unsigned 4294967291 for -5)."""
+    from zarr.codecs import ZstdCodec
+
+    array = zarr.open_array(str(path / var), mode="r")
+    assert array.metadata.zarr_format == 3
+    [codec] = [c for c in array.compressors if isinstance(c, ZstdCodec)]
+    return array, codec
+
+
+@pytest.mark.parametrize("level", [-1, -5])
+def test_negative_zstd_levels_on_zarr_v3_are_signed(nczarrfs, tmp_path, level):
+    """netcdf-c writes no Zarr v3, so its unsigned form of a negative level serves no reader
+    there: every v3 target stores the signed level, which zarr-python 3 opens; the NCZarr v2
+    copy keeps netcdf-c's form."""
+    want = (np.arange(50) % 7 * 0.5).tolist()
+    src = tmp_path / "netcdf-c.file"
+    with netCDF4.Dataset(f"file://{src}#mode=nczarr,file", "w") as nc:
+        nc.createDimension("x", 50)
+        nc.createVariable("v", "f4", ("x",), compression="zstd", complevel=level)[:] = want
+    assert json.loads((src / "v" / ".zarray").read_text())["compressor"]["level"] == 2**32 + level
+    plain = _int_source(nczarrfs, tmp_path)
+    cdl = tmp_path / "dump.cdl"
+    dump = nczarrfs("dump", "-s", str(src))
+    assert dump.returncode == 0, dump.stderr.decode()
+    assert f'_Filter = "32015,{2**32 + level}"'.encode() in dump.stdout
+    cdl.write_bytes(dump.stdout)
+    writes = [
+        (["copy", "-k", "zarr,v3", str(src)], "v", want),
+        (["copy", "-k", "nczarr,v3", str(src)], "v", want),
+        (["copy", "-k", "nczarr,v3", "--codec", f"zstd:{level}", "-V", "i", str(plain)], "i",
+         list(range(1, 7))),
+        (["copy", "-k", "zarr,v3", "--codec", f"zstd:{level}", "-V", "i", str(plain)], "i",
+         list(range(1, 7))),
+        (["gen", "-k", "v3", "-o"], "v", want),
+        (["gen", "-k", "zarr,v3", "-o"], "v", want),
+    ]
+    for n, (args, var, values) in enumerate(writes):
+        target = tmp_path / f"t{n}.zarr"
+        args = [*args, str(target), str(cdl)] if args[0] == "gen" else [*args, str(target)]
+        res = nczarrfs(*args)
+        assert res.returncode == 0, res.stderr.decode()
+        array, codec = _zarr_v3_zstd(target, var)
+        assert codec.level == level, args
+        assert array[:].tolist() == values, args
+    # netcdf-c reads the NCZarr v2 copy, in its own form.
+    v2 = tmp_path / "v2.file"
+    res = nczarrfs("copy", "-k", "nczarr", str(src), str(v2))
+    assert res.returncode == 0, res.stderr.decode()
+    assert json.loads((v2 / "v" / ".zarray").read_text())["compressor"]["level"] == 2**32 + level
+    assert _netcdf_values(v2, "v") == want
+
+
 def test_copy_to_nczarr_leaves_out_a_shuffle_of_1_byte_elements(nczarrfs, tmp_path):
     """numcodecs' Shuffle(1) changes nothing, but netcdf-c would shuffle by the type size
     wherever the chain has one: the NCZarr copy leaves it out rather than refusing a shuffle

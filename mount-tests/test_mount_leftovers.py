@@ -6,6 +6,7 @@ zarr-python, which warns about every such file at each listing, is the oracle fo
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 import subprocess
@@ -121,8 +122,9 @@ def test_put_removes_what_ended_writers_left_and_spares_a_live_ones(binary, tmp_
 
 
 def test_failed_flushes_leave_no_temporary_files(mounter, tmp_path):
-    """The dataset renamed under a rw mount: every metadata flush fails (ENOENT at close, as
-    it should), and must take its temporary files with it."""
+    """The dataset renamed under a rw mount: every metadata flush fails (EBUSY at close: the
+    dataset's path no longer leads to the directory the mount locked), and must take its
+    temporary files with it."""
     root = tmp_path / "ds.file"
     location = nczarr_dataset(root)
     rw = mounter.mount(location, "rw")
@@ -130,9 +132,10 @@ def test_failed_flushes_leave_no_temporary_files(mounter, tmp_path):
     moved = tmp_path / "moved.file"
     root.rename(moved)
     for i in range(3):
-        with pytest.raises(FileNotFoundError):
+        with pytest.raises(OSError) as refused:
             with open(rw / "@attributes" / f"att{i}", "w") as f:
                 f.write(f"{i}\n")
+        assert refused.value.errno == errno.EBUSY
     unmount(rw)
     assert wait_until(lambda: not any(Path(f"/proc/{p}").exists() for p in pids), 30)
     assert not is_mounted(rw)

@@ -1096,3 +1096,45 @@ def test_a_change_rewrites_only_the_metadata_objects_it_changes(mounter, tmp_pat
     with netCDF4.Dataset(url) as ds:
         assert list(ds["r"][:]) == [0, 1, 7]
         assert all(list(ds[f"v{i}"][:]) == [i, i + 1, i + 2] for i in range(30))
+
+
+@pytest.mark.parametrize("consolidated", [False, True])
+def test_zarr_python_v3_arrays_a_change_leaves_alone_are_not_rewritten(
+        mounter, tmp_path, consolidated):
+    """zarr-python 3 writes `"storage_transformers": []` in every array's `zarr.json`, which
+    means the same as leaving it out, as nczarrfs does: setting one array's attribute stores
+    that array's `zarr.json` (and a consolidated root) only, so an attribute zarr-python
+    (which takes no lock) added meanwhile to another array stays. (Of a consolidated
+    dataset, the mount knows the other arrays as the root's summary has them, which such an
+    addition leaves behind: it adds none there.)"""
+    import zarr
+
+    store = tmp_path / "v3.zarr"
+    root = zarr.open_group(str(store), mode="w", zarr_format=3)
+    sub = root.create_group("sub")
+    for parent, name in [(root, "a"), (root, "b"), (sub, "c")]:
+        parent.create_array(name, shape=(4,), dtype="f4", chunks=(2,),
+                            dimension_names=["x"])[:] = 1
+    if consolidated:
+        zarr.consolidate_metadata(str(store))
+    assert json.loads((store / "b" / "zarr.json").read_text())["storage_transformers"] == []
+
+    def objects() -> dict[str, bytes]:
+        return {str(p.relative_to(store)): p.read_bytes() for p in store.rglob("zarr.json")}
+
+    mnt = mounter.mount(str(store), "rw")
+    assert {"a", "b", "sub"} <= set(os.listdir(mnt))
+    if not consolidated:
+        zarr.open_array(str(store / "b"), mode="r+").attrs["added_by_zarr_python"] = 1
+    before = objects()
+    (mnt / "a" / "@attributes" / "mine").write_text("hello")
+    umount_and_wait(mnt)
+    after = objects()
+    changed = sorted(k for k in before if before[k] != after[k])
+    assert changed == (["a/zarr.json", "zarr.json"] if consolidated else ["a/zarr.json"])
+    back = zarr.open_group(str(store), mode="r", use_consolidated=False)
+    if not consolidated:
+        assert back["b"].attrs["added_by_zarr_python"] == 1
+    assert back["a"].attrs["mine"] == "hello"
+    assert zarr.open_group(str(store), mode="r")["a"].attrs["mine"] == "hello"
+    assert back["sub/c"][:].tolist() == [1, 1, 1, 1]

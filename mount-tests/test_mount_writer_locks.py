@@ -102,22 +102,35 @@ def test_gen_refuses_to_replace_a_zip_archive_a_rw_mount_writes(mounter, tmp_pat
         assert group.attrs["late"] == "kept"
 
 
-def test_a_rw_mount_stops_writing_a_dataset_replaced_under_it(mounter, tmp_path):
-    """Another program replaces the dataset (new directory at the path, old one removed):
-    the mount's metadata stores fail with EBUSY instead of rewriting the new dataset from the
-    old one's view, so a writer of the new dataset loses nothing."""
+REPLACED = "the dataset was replaced or removed by another program"
+
+
+@pytest.mark.parametrize("old_one", ["removed", "kept"])
+def test_a_rw_mount_stops_writing_a_dataset_replaced_under_it(mounter, tmp_path, old_one):
+    """Another program replaces the dataset (new directory at the path, the old one removed,
+    or kept under another name): the mount's metadata stores fail with EBUSY instead of
+    rewriting the new dataset from the old one's view, so a writer of the new dataset loses
+    nothing. Each failed store is logged once, naming the replacement."""
     path = tmp_path / "ds.file"
     url = nczarr_dataset(path)
     replacement = tmp_path / "new.file"
     made = mounter.run("gen", "-o", str(replacement), "-", input=CDL)
     assert made.returncode == 0, made.stderr
-    first = mounter.mount(url, "rw")
+    log = tmp_path / "first.log"
+    first = mounter.mount(url, "rw", log=log)
     os.rename(path, tmp_path / "old.file")
     os.rename(replacement, path)
-    shutil.rmtree(tmp_path / "old.file")
+    if old_one == "removed":
+        shutil.rmtree(tmp_path / "old.file")
     with pytest.raises(OSError) as refused:
         write_attribute(first, "from_first", "lost")
     assert refused.value.errno == errno.EBUSY
+    errors = [line for line in log.read_text().splitlines() if " ERROR " in line]
+    assert errors, log.read_text()
+    # One line per failed store, each naming the replacement; nothing names a file as
+    # missing.
+    assert all(line.count(REPLACED) == 1 for line in errors), errors
+    assert all("attributes/from_first" in line for line in errors), errors
     second = mounter.mount(url, "rw")
     write_attribute(second, "from_second", "kept")
     with pytest.raises(OSError) as again:
@@ -287,3 +300,62 @@ def test_the_next_writer_after_fusermount3_u_is_not_refused(mounter, tmp_path, b
     expected[3, 0] = -3
     assert v.shape == expected.shape
     assert np.array_equal(np.asarray(v), expected)
+
+
+CONNECTIONS = Path("/sys/fs/fuse/connections")
+
+
+def fuse_connection_of(mnt: Path) -> int:
+    """The FUSE connection number of the mount at `mnt`: the minor of its device `0:N`."""
+    target = str(mnt.resolve())
+    devices = [line.split()[2] for line in Path("/proc/self/mountinfo").read_text().splitlines()
+               if line.split()[4] == target]
+    assert devices and devices[-1].startswith("0:"), devices
+    return int(devices[-1].split(":")[1])
+
+
+def test_a_writer_waits_for_an_unmounted_daemon_whose_connection_number_is_taken(
+        mounter, tmp_path, binary):
+    """The kernel gives the number of an ended FUSE connection to the next FUSE mount: a
+    writer waiting for an unmounted daemon still storing its last changes used to take such
+    a mount for the daemon's own, and was refused at once as if by a live writer. The daemon,
+    stopped (SIGSTOP) in place of a slow last store, is waited for until it goes on."""
+    import signal
+    import threading
+
+    mounts = [line.split()[1:3] for line in Path("/proc/self/mounts").read_text().splitlines()]
+    if [str(CONNECTIONS), "fusectl"] not in mounts:
+        # What the daemon's check reads; systemd mounts it at boot, as root may here.
+        subprocess.run(["mount", "-t", "fusectl", "fusectl", str(CONNECTIONS)], check=True)
+    path = tmp_path / "ds.file"
+    other = tmp_path / "other.file"
+    for target in (path, other):
+        made = mounter.run("gen", "-o", str(target), "-", input=CDL)
+        assert made.returncode == 0, made.stderr
+    mnt = mounter.mount(str(path), "rw")
+    [daemon] = daemon_pids(mnt)
+    number = fuse_connection_of(mnt)
+    resume = threading.Timer(1.0, os.kill, (daemon, signal.SIGCONT))
+    os.kill(daemon, signal.SIGSTOP)
+    try:
+        subprocess.run(["fusermount3", "-u", str(mnt)], check=True, timeout=60)
+        # The lowest free number goes to the next mount: at most `number` mounts take it
+        # (or another program's mount does meanwhile).
+        taken = False
+        for _ in range(number + 8):
+            mounter.mount(str(other))
+            taken = (CONNECTIONS / str(number)).exists()
+            if taken:
+                break
+        assert taken, f"no FUSE mount took the connection number {number}"
+        resume.start()
+        put = subprocess.run([str(binary), "put", str(path), "z", "--count", "1", "-i", "-"],
+                             input=np.int32(42).tobytes(), capture_output=True, timeout=60,
+                             check=False)
+    finally:
+        resume.cancel()
+        os.kill(daemon, signal.SIGCONT)
+    assert put.returncode == 0, put.stderr
+    shown = mounter.run("dump", "-v", "z", str(path))
+    assert shown.returncode == 0, shown.stderr
+    assert "z = 42, 8, 9 ;" in shown.stdout, shown.stdout

@@ -28,7 +28,7 @@ pub use checksum::{Checksum, ChecksumKind};
 pub use deflate::{Gzip, Zlib};
 pub use lz4::Lz4;
 pub use shuffle::{netcdf_element_size, Shuffle, NETCDF_STRING_ELEMENT, NUMCODECS_ELEMENTSIZE};
-pub use zstd_codec::{netcdf_c_zstd_level, zstd_level_meant, Zstd};
+pub use zstd_codec::{netcdf_c_zstd_level, zarr_v3_zstd_level, zstd_level_meant, Zstd};
 
 /// One bytes-to-bytes transformation of a chunk.
 pub trait Codec: Send + Sync + Debug {

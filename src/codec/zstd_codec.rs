@@ -66,6 +66,17 @@ pub fn netcdf_c_zstd_level(level: i64) -> i64 {
     i64::from(level as u32)
 }
 
+/// The `level` of a Zarr v3 `zstd` codec for stored zstd level `stored`: the level it means
+/// ([`zstd_level_meant`], so netcdf-c's unsigned form is the negative level again), within
+/// libzstd's range as compressing clamps it. zarr-python 3 refuses a v3 level above 22, and
+/// no netcdf-c writes Zarr v3, so its unsigned form has no reader to serve there.
+pub fn zarr_v3_zstd_level(stored: i64) -> i64 {
+    zstd_level_meant(stored).clamp(
+        i64::from(zstd::zstd_safe::min_c_level()),
+        i64::from(zstd::zstd_safe::max_c_level()),
+    )
+}
+
 impl Zstd {
     /// From `{"id": "zstd", "level": N, "checksum": false}`. Decompressing ignores the
     /// level, so any integer is read, as numcodecs reads it: netcdf-c's unsigned form of a
@@ -218,6 +229,19 @@ mod tests {
         assert_eq!(netcdf_c_zstd_level(-5), 4294967291);
         assert_eq!(netcdf_c_zstd_level(-1), 4294967295);
         assert_eq!(zstd_level_meant(netcdf_c_zstd_level(-131072)), -131072);
+    }
+
+    #[test]
+    fn zarr_v3_levels_are_signed_and_within_libzstd_range() {
+        // zarr-python 3's ZstdCodec takes any integer up to 22; libzstd's levels run from
+        // -131072 (ZSTD_minCLevel) to 22 (ZSTD_maxCLevel), and it clamps others to them.
+        assert_eq!(zarr_v3_zstd_level(4294967291), -5);
+        assert_eq!(zarr_v3_zstd_level(4294967295), -1);
+        assert_eq!(zarr_v3_zstd_level(-5), -5);
+        assert_eq!(zarr_v3_zstd_level(3), 3);
+        assert_eq!(zarr_v3_zstd_level(22), 22);
+        assert_eq!(zarr_v3_zstd_level(23), 22);
+        assert_eq!(zarr_v3_zstd_level(-200000), -131072);
     }
 
     #[test]

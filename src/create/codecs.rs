@@ -275,14 +275,20 @@ pub const BLOSC_CNAMES: [&str; 5] = ["blosclz", "lz4", "lz4hc", "zlib", "zstd"];
 /// A chain of an NCZarr variable as netcdf-c reads it, the values unchanged: a shuffle by
 /// 1-byte elements (which changes nothing) is left out and one by another element size than
 /// the type's becomes netcdf-c's `elementsize: 0` (netcdf-c shuffles by the type size
-/// whatever the metadata says, so it would decode other values), and a negative zstd level
-/// is stored as netcdf-c stores it ([`netcdf_c_zstd_level`]; netcdf-c refuses to open a
-/// dataset holding a negative number). Other codecs netcdf-c lacks are kept, with a warning
-/// naming the variable it will not read. `element_size` is what netcdf-c shuffles the
-/// variable by ([`netcdf_element_size`]).
+/// whatever the metadata says, so it would decode other values), and on Zarr v2 a negative
+/// zstd level is stored as netcdf-c stores it ([`netcdf_c_zstd_level`]; netcdf-c refuses to
+/// open a dataset holding a negative number). On Zarr v3 (`zarr_version` 3), which netcdf-c
+/// does not write, the level stays signed, the only form zarr-python 3 opens. Other codecs
+/// netcdf-c lacks are kept, with a warning naming the variable it will not read.
+/// `element_size` is what netcdf-c shuffles the variable by ([`netcdf_element_size`]).
 ///
 /// [`netcdf_element_size`]: crate::codec::netcdf_element_size
-pub(super) fn for_netcdf_c(fqn: &str, codecs: CodecSpec, element_size: usize) -> CodecSpec {
+pub(super) fn for_netcdf_c(
+    fqn: &str,
+    codecs: CodecSpec,
+    element_size: usize,
+    zarr_version: u8,
+) -> CodecSpec {
     let CodecSpec::V2 {
         filters,
         compressor,
@@ -316,7 +322,7 @@ pub(super) fn for_netcdf_c(fqn: &str, codecs: CodecSpec, element_size: usize) ->
                 Some(c)
             }
             "zstd" => match int("level") {
-                Some(level) if level < 0 => {
+                Some(level) if level < 0 && zarr_version == 2 => {
                     let stored = netcdf_c_zstd_level(level);
                     log::info!(
                         "{fqn}: zstd level {level} stored as {stored}, the form netcdf-c \

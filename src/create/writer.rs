@@ -661,7 +661,8 @@ impl DatasetWriter {
             flat = without_shuffle(flat);
         }
         if dialect == Dialect::NcZarr {
-            flat = for_netcdf_c(&fqn, flat, netcdf_element_size(v.nctype, dtype.size));
+            let element_size = netcdf_element_size(v.nctype, dtype.size);
+            flat = for_netcdf_c(&fqn, flat, element_size, self.opts.zarr_version);
         }
         if !(v.nctype == NcType::String && v3) {
             check_numcodecs_chain(&fqn, &flat, chunk_elems * dtype.size as u64, dtype.size)?;

@@ -6,13 +6,14 @@ use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
 use fuser::{Config, MountOption, Session, SessionACL};
 
 use crate::create::DatasetWriter;
 use crate::dataset::OpenDataset;
 use crate::location::{Location, Storage};
+use crate::zmap::FUSE_CONNECTIONS;
 use crate::{Error, Result};
 
 use super::fs::{MountHandle, NczarrFs};
@@ -338,6 +339,7 @@ fn setup(req: &MountRequest) -> Result<(Session<NczarrFs>, PathBuf, MountHandle)
         }
     }
     handle.end_process_when_destroyed(lost_at_unmount(req, &mountpoint));
+    hold_connection_control(&mountpoint);
     // After INIT (done by `Session::new`), whose reply would reset it.
     if let Some(path) = readahead_file(&mountpoint) {
         write_readahead(&path, options.max_read.map_or(1024, |n| (n / 1024).max(4)));
@@ -422,7 +424,7 @@ fn checked_mountpoint(path: &Path) -> Result<PathBuf> {
     let mountpoint = path.canonicalize().map_err(|e| Error::io(path, e))?;
     // Unreadable mountinfo (no /proc) is no reason to refuse: the kernel still mounts.
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    if let Some((source, fstype)) = topmost_mount_at(&mounts, &mountpoint) {
+    if let Some(MountedAt { source, fstype, .. }) = topmost_mount_at(&mounts, &mountpoint) {
         if fstype == "fuse.nczarrfs" {
             return Err(Error::Invalid(format!(
                 "{source} is mounted on {} already: unmount it first",
@@ -491,8 +493,8 @@ pub fn detach_dead(path: &Path) -> Result<Option<PathBuf>> {
     let mounts = std::fs::read_to_string("/proc/self/mountinfo")
         .map_err(|e| Error::io("/proc/self/mountinfo", e))?;
     match topmost_mount_at(&mounts, &mountpoint) {
-        Some((_, fstype)) if fstype == "fuse.nczarrfs" => {}
-        Some((source, fstype)) => {
+        Some(mounted) if mounted.fstype == "fuse.nczarrfs" => {}
+        Some(MountedAt { source, fstype, .. }) => {
             return Err(Error::Invalid(format!(
                 "{} leads to the dead mount of {source} ({fstype}) at {}, which is not \
                  nczarrfs's: left alone (fusermount3 -u or umount -l detaches it)",
@@ -553,9 +555,20 @@ fn dead_mount_point(path: &Path) -> Result<PathBuf> {
     ))
 }
 
-/// The source and type of the last mount (the one on top) at `mountpoint` in the text of
-/// /proc/self/mountinfo, whose fields escape space, tab, newline and backslash in octal.
-fn topmost_mount_at(mountinfo: &str, mountpoint: &Path) -> Option<(String, String)> {
+/// A mount as a line of /proc/self/mountinfo shows it.
+#[derive(Debug, PartialEq, Eq)]
+struct MountedAt {
+    /// The device of its filesystem, `MAJOR:MINOR`.
+    device: String,
+    /// Its source (`fsname=` of a FUSE mount).
+    source: String,
+    /// Its filesystem type (`fuse.nczarrfs`).
+    fstype: String,
+}
+
+/// The last mount (the one on top) at `mountpoint` in the text of /proc/self/mountinfo,
+/// whose fields escape space, tab, newline and backslash in octal.
+fn topmost_mount_at(mountinfo: &str, mountpoint: &Path) -> Option<MountedAt> {
     use std::os::unix::ffi::OsStrExt;
     let unescape = |field: &str| -> Vec<u8> {
         let bytes = field.as_bytes();
@@ -582,15 +595,47 @@ fn topmost_mount_at(mountinfo: &str, mountpoint: &Path) -> Option<(String, Strin
     let target = mountpoint.as_os_str().as_bytes();
     mountinfo.lines().rev().find_map(|line| {
         let (mount, fs) = line.split_once(" - ")?;
-        let point = mount.split(' ').nth(4)?;
+        let mut mount = mount.split(' ');
+        let device = mount.nth(2)?;
+        let point = mount.nth(1)?;
         let mut fs = fs.split(' ');
         let fstype = fs.next()?;
         let source = fs.next()?;
-        (unescape(point) == target).then(|| {
-            let source = String::from_utf8_lossy(&unescape(source)).into_owned();
-            (source, fstype.to_string())
+        (unescape(point) == target).then(|| MountedAt {
+            device: device.to_string(),
+            source: String::from_utf8_lossy(&unescape(source)).into_owned(),
+            fstype: fstype.to_string(),
         })
     })
+}
+
+/// This daemon's FUSE connection's directory under [`FUSE_CONNECTIONS`], held open for the
+/// daemon's life (see [`hold_connection_control`]).
+static CONNECTION_CONTROL: OnceLock<File> = OnceLock::new();
+
+/// Opens the directory of the FUSE connection just mounted at `mountpoint` (canonical) under
+/// [`FUSE_CONNECTIONS`], and holds it open. The kernel removes that directory once the
+/// connection's last mount is gone (a lazily detached one once its last file is closed), and
+/// the descriptor this daemon holds then reads as `… (deleted)` in /proc/PID/fd, whatever
+/// mount takes the connection's number next: a writer that finds this daemon holding the
+/// dataset's lock tells by it that the daemon serves no mount any more and is only storing
+/// its last changes (see `zmap::writer_lock`). Without that control filesystem mounted,
+/// nothing is held.
+fn hold_connection_control(mountpoint: &Path) {
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    // An anonymous device `0:N`: N is the connection's number.
+    let number = topmost_mount_at(&mounts, mountpoint)
+        .and_then(|m| m.device.strip_prefix("0:")?.parse::<u32>().ok());
+    let Some(number) = number else {
+        log::debug!("{}: no FUSE connection found", mountpoint.display());
+        return;
+    };
+    match File::open(Path::new(FUSE_CONNECTIONS).join(number.to_string())) {
+        Ok(dir) => {
+            let _ = CONNECTION_CONTROL.set(dir);
+        }
+        Err(e) => log::debug!("{FUSE_CONNECTIONS}/{number}: not held open: {e}"),
+    }
 }
 
 /// The session's mount options and threads. Each thread reads requests from the FUSE device
@@ -1270,13 +1315,18 @@ mod tests {
 42 41 0:41 / /mnt/a\\040b ro,nosuid,nodev shared:21 - fuse.nczarrfs /srv/x\\134y.zarr ro
 43 22 0:42 / /mnt/c rw shared:22 - fuse.nczarrfs /srv/c rw
 ";
+        let mounted = |device: &str, source: &str, fstype: &str| MountedAt {
+            device: device.to_string(),
+            source: source.to_string(),
+            fstype: fstype.to_string(),
+        };
         assert_eq!(
             topmost_mount_at(mountinfo, Path::new("/mnt/a b")),
-            Some((r"/srv/x\y.zarr".to_string(), "fuse.nczarrfs".to_string()))
+            Some(mounted("0:41", r"/srv/x\y.zarr", "fuse.nczarrfs"))
         );
         assert_eq!(
             topmost_mount_at(mountinfo, Path::new("/")),
-            Some(("/dev/sda1".to_string(), "ext4".to_string()))
+            Some(mounted("8:1", "/dev/sda1", "ext4"))
         );
         assert_eq!(topmost_mount_at(mountinfo, Path::new("/mnt")), None);
     }

@@ -73,6 +73,25 @@ pub(crate) fn json_fingerprint(value: &Value) -> Fingerprint {
     (salted(0), salted(1))
 }
 
+/// Leaves out of a stored node what means the same as its absence, which nczarrfs does not
+/// write: a Zarr v3 array's empty `storage_transformers` (zarr-python 3 writes `[]` in every
+/// array's `zarr.json`). Without this, every such array would count as changed, and the
+/// first change of a `rw` mount would store them all. Returns whether anything was left out.
+pub(crate) fn leave_out_implied(node: &mut Value) -> bool {
+    let Value::Object(members) = node else {
+        return false;
+    };
+    let empty = |v: &Value| v.as_array().is_some_and(Vec::is_empty);
+    if members.get(STORAGE_TRANSFORMERS).is_some_and(empty) {
+        members.remove(STORAGE_TRANSFORMERS);
+        return true;
+    }
+    false
+}
+
+/// A Zarr v3 array's `storage_transformers` member.
+pub(crate) const STORAGE_TRANSFORMERS: &str = "storage_transformers";
+
 /// What is known of one stored metadata object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Stored {
@@ -103,13 +122,15 @@ impl Stored {
     pub(crate) fn found(bytes: Option<&[u8]>) -> Stored {
         match bytes {
             None => Stored::Absent,
-            Some(bytes) => Stored::Object(StoredObject {
-                bytes: fingerprint(bytes),
-                accepts: serde_json::from_slice::<Value>(bytes)
-                    .ok()
-                    .map(|v| json_fingerprint(&v)),
-                holds_accepted: true,
-            }),
+            Some(bytes) => {
+                let mut json = serde_json::from_slice::<Value>(bytes).ok();
+                let left_out = json.as_mut().is_some_and(leave_out_implied);
+                Stored::Object(StoredObject {
+                    bytes: fingerprint(bytes),
+                    accepts: json.as_ref().map(json_fingerprint),
+                    holds_accepted: !left_out,
+                })
+            }
         }
     }
 }
@@ -259,10 +280,14 @@ impl StoredMetadata {
                 };
                 if let Some(found) = rewrite.read.get(key) {
                     if let Some(old) = found {
-                        let same = old == bytes
-                            || serde_json::from_slice::<Value>(old).is_ok_and(|old| old == *value);
-                        if same {
+                        let old_json = serde_json::from_slice::<Value>(old).ok();
+                        if old == bytes || old_json.as_ref() == Some(value) {
                             return unchanged(fingerprint(old), value_fp == accepts);
+                        }
+                        if let Some(mut old_json) = old_json {
+                            if leave_out_implied(&mut old_json) && old_json == *value {
+                                return unchanged(fingerprint(old), false);
+                            }
                         }
                     }
                 } else if let Some(Stored::Object(o)) = known.and_then(|k| k.get(key)) {
@@ -581,5 +606,52 @@ mod tests {
             json_fingerprint(&json!(null)),
             json_fingerprint(&json!(false))
         );
+    }
+
+    #[test]
+    fn an_empty_storage_transformers_list_is_the_same_array() {
+        // zarr-python 3 writes `"storage_transformers": []`; nczarrfs leaves the member out.
+        let written = json!({"zarr_format": 3, "node_type": "array", "shape": [4]});
+        let mut zarr_python = written.clone();
+        zarr_python["storage_transformers"] = json!([]);
+        let stored = serde_json::to_vec_pretty(&zarr_python).unwrap();
+        let encoded = [(
+            "a/zarr.json".to_string(),
+            serde_json::to_vec(&written).unwrap(),
+        )];
+        let map = crate::zmap::MemoryMap::new();
+        map.insert("a/zarr.json", stored.clone()).unwrap();
+        // Known from the open's read, and read back when nothing is known.
+        let at_open = HashMap::from([(encoded[0].0.clone(), Stored::found(Some(&stored)))]);
+        for known in [
+            StoredMetadata::read_at_open(at_open, &[]),
+            StoredMetadata::unknown(),
+        ] {
+            let compared = known.compare(
+                &map,
+                &encoded,
+                std::slice::from_ref(&written),
+                &mut Rewrite::default(),
+            );
+            assert!(!compared[0].0, "rewritten");
+        }
+        // A transformer is another array.
+        let mut transformed = zarr_python.clone();
+        transformed["storage_transformers"] = json!([{"name": "x"}]);
+        let stored = serde_json::to_vec(&transformed).unwrap();
+        map.insert("a/zarr.json", stored.clone()).unwrap();
+        let at_open = HashMap::from([(encoded[0].0.clone(), Stored::found(Some(&stored)))]);
+        for known in [
+            StoredMetadata::read_at_open(at_open, &[]),
+            StoredMetadata::unknown(),
+        ] {
+            let compared = known.compare(
+                &map,
+                &encoded,
+                std::slice::from_ref(&written),
+                &mut Rewrite::default(),
+            );
+            assert!(compared[0].0, "not rewritten");
+        }
     }
 }

@@ -24,7 +24,7 @@ use serde_json::{json, Map, Value};
 
 use super::attrs;
 use super::json::Json;
-use super::stored::{json_fingerprint, Rewrite, StoredMetadata};
+use super::stored::{json_fingerprint, Rewrite, StoredMetadata, STORAGE_TRANSFORMERS};
 use super::writer::WriteOptions;
 use super::writer::{
     attr_json, bare_floats, base64, default_dtype, f32_as_f64, float_json, Dialect,
@@ -141,6 +141,13 @@ fn keep_node(key: &str, node: &mut Value, rewrite: &Rewrite) {
         }
     }
     keep_dimension_names(node, &old);
+    // An empty `storage_transformers` means the same as none (see `leave_out_implied`): a
+    // node written again keeps zarr-python's spelling of it.
+    if let Some(Json::Arr(t)) = old.get(STORAGE_TRANSFORMERS) {
+        if t.is_empty() && node.get("node_type") == Some(&json!("array")) {
+            node.insert(STORAGE_TRANSFORMERS.into(), json!([]));
+        }
+    }
 }
 
 /// Keeps the stored `dimension_names` of an array node (absent, `null`, or a list with `null`
@@ -398,8 +405,10 @@ fn codec_to_v3(c: &Value, esize: usize) -> Result<Value> {
                 Some(Value::Bool(on)) => *on,
                 Some(_) => int(&params, "checksum", 0)? != 0,
             };
-            json!({"name": "zstd", "configuration":
-                {"level": int(&params, "level", 0)?, "checksum": checksum}})
+            // The signed level, not netcdf-c's unsigned form of a negative one (a netcdf-c
+            // NCZarr source's 4294967291), which zarr-python 3 refuses.
+            let level = crate::codec::zarr_v3_zstd_level(int(&params, "level", 0)?);
+            json!({"name": "zstd", "configuration": {"level": level, "checksum": checksum}})
         }
         "blosc" => {
             let shuffle = match int(&params, "shuffle", 1)? {

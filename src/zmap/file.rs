@@ -175,6 +175,12 @@ fn not_a_store_reason(path: &Path) -> String {
     )
 }
 
+/// What [`FileMap::open_root`] finds at the root's path of a writer's map when it is not the
+/// directory the writer's claim locked (see [`FileMap::root_error`]).
+#[derive(Debug, thiserror::Error)]
+#[error("the dataset's path leads to another directory than the one this writer locked")]
+struct ReplacedRoot;
+
 /// The complaint about a root directory path with a NUL byte.
 fn nul_in(path: &Path) -> Error {
     Error::io(path, io::ErrorKind::InvalidInput.into())
@@ -275,10 +281,10 @@ impl FileMap {
     }
 
     /// The root directory, open (`O_PATH`) for the operations below it: the one kept open,
-    /// or opened by its path now. A writer's map refuses (`EBUSY`) a directory at the path
-    /// that is not the one its claim locked: the dataset was replaced (by `gen`, `copy` or
-    /// another program), and writing the new one from this writer's view of the old one
-    /// would corrupt it.
+    /// or opened by its path now. A writer's map refuses ([`ReplacedRoot`]) a directory at
+    /// the path that is not the one its claim locked: the dataset was replaced (by `gen`,
+    /// `copy` or another program), and writing the new one from this writer's view of the
+    /// old one would corrupt it.
     fn open_root(&self) -> io::Result<Arc<OwnedFd>> {
         let mut slot = self.root_slot();
         if let Some(root) = &*slot {
@@ -290,16 +296,50 @@ impl FileMap {
         )?);
         if let Some(&claimed) = self.claimed_root.get() {
             if beneath::identity(root.as_fd())? != claimed {
-                log::error!(
-                    "{}: the dataset was replaced or removed by another program while this \
-                     process was writing it; nothing more is written there",
-                    self.root.display()
-                );
-                return Err(io::Error::from_raw_os_error(libc::EBUSY));
+                return Err(io::Error::new(io::ErrorKind::ResourceBusy, ReplacedRoot));
             }
         }
         *slot = Some(Arc::clone(&root));
         Ok(root)
+    }
+
+    /// `e`, an error of [`FileMap::open_root`], as the map's error (see
+    /// [`FileMap::replaced`]).
+    fn root_error(&self, e: io::Error) -> Error {
+        match e.get_ref().is_some_and(|inner| inner.is::<ReplacedRoot>()) {
+            true => self.replaced(),
+            false => Error::io(&self.root, e),
+        }
+    }
+
+    /// The error of a writer whose dataset was replaced: [`Error::Busy`] (`EBUSY`), saying
+    /// why, so that the one line a caller logs for each failed store explains it; it names
+    /// the error as the writing program sees it, as an I/O error would.
+    fn replaced(&self) -> Error {
+        Error::Busy(format!(
+            "{}: Device or resource busy: the dataset was replaced or removed by another \
+             program while this process was writing it; nothing more is written there",
+            self.root.display()
+        ))
+    }
+
+    /// Refuses, as [`FileMap::open_root`] does, a writer's store by path when the root's
+    /// path no longer leads to the directory its claim locked. The map works in that
+    /// directory, kept open, even once another program has moved it aside (`mv ds ds.old;
+    /// cp -a ds.old ds`); renames by path would then look for its temporary files in the
+    /// replacement.
+    fn check_root_path(&self) -> Result<()> {
+        let Some(&claimed) = self.claimed_root.get() else {
+            return Ok(());
+        };
+        let at_path = beneath::open_path(&self.c_root, libc::O_PATH | libc::O_DIRECTORY)
+            .and_then(|root| beneath::identity(root.as_fd()));
+        match at_path {
+            Ok(found) if found == claimed => Ok(()),
+            Ok(_) => Err(self.replaced()),
+            Err(e) if is_absent(&e) => Err(self.replaced()),
+            Err(e) => Err(Error::io(&self.root, e)),
+        }
     }
 
     /// Whether the root directory kept open as `root` has been removed (a dataset deleted, or
@@ -334,7 +374,7 @@ impl FileMap {
             let root = match self.open_root() {
                 Ok(fd) => fd,
                 Err(e) if is_absent(&e) => return Ok(None),
-                Err(e) => return Err(Error::io(&self.root, e)),
+                Err(e) => return Err(self.root_error(e)),
             };
             return match beneath::open_below(root.as_fd(), Path::new(key), flags) {
                 Ok(fd) => Ok(Some(fd)),
@@ -417,11 +457,13 @@ impl FileMap {
             Ok(fd) => fd,
             Err(e) if is_absent(&e) && create && self.claimed_root.get().is_none() => {
                 fs::create_dir_all(&self.root).map_err(|e| Error::io(&self.root, e))?;
-                self.open_root().map_err(|e| Error::io(&self.root, e))?
+                self.open_root().map_err(|e| self.root_error(e))?
             }
+            // The directory a writer locked was removed: nothing is made in its place.
+            Err(e) if is_absent(&e) && create => return Err(self.replaced()),
             // A dataset not written yet has nothing to delete.
             Err(e) if is_absent(&e) => return Ok(None),
-            Err(e) => return Err(Error::io(&self.root, e)),
+            Err(e) => return Err(self.root_error(e)),
         };
         let segments: Vec<&str> = key.split('/').collect();
         let dirs = &segments[..segments.len() - 1];
@@ -1152,6 +1194,10 @@ impl ZMap for FileMap {
                 }
             }
         }
+        if let Err(e) = self.check_root_path() {
+            give_up(0, staged, aside);
+            return Err(e);
+        }
         let pairs: Vec<(PathBuf, PathBuf)> = staged
             .iter()
             .map(|s| (s.temp.clone(), s.path.clone()))
@@ -1162,7 +1208,12 @@ impl ZMap for FileMap {
             aside.into_iter().flatten().for_each(remove_quietly);
             return Ok(());
         };
-        let err = Error::io(&staged[renamed].path, e);
+        // Replaced between the check and the renames, the dataset is named as the cause, not
+        // a temporary file missing from the replacement.
+        let err = self
+            .check_root_path()
+            .err()
+            .unwrap_or_else(|| Error::io(&staged[renamed].path, e));
         for (s, kept) in staged[..renamed].iter().zip(&aside).rev() {
             let undone = match kept {
                 Some(old) => fs::rename(old, &s.path),
@@ -1214,7 +1265,7 @@ impl ZMap for FileMap {
             }) {
                 Ok(fd) => Some(fd),
                 Err(e) if is_absent(&e) => None,
-                Err(e) => return Err(Error::io(&self.root, e)),
+                Err(e) => return Err(self.root_error(e)),
             },
             false => self.open_below(prefix, libc::O_RDONLY | libc::O_DIRECTORY)?,
         };
@@ -1982,6 +2033,59 @@ mod tests {
         assert!(map.put_many(&objects).is_err());
         assert_eq!(temporaries_below(&moved), Vec::<PathBuf>::new());
         assert_eq!(fs::read(moved.join("g/.zattrs")).unwrap(), b"old");
+    }
+
+    /// Copies the directory `from` to `to` (files and directories only), as `cp -a` would.
+    fn copy_tree(from: &Path, to: &Path) {
+        fs::create_dir(to).unwrap();
+        for entry in fs::read_dir(from).unwrap() {
+            let entry = entry.unwrap();
+            match entry.file_type().unwrap().is_dir() {
+                true => copy_tree(&entry.path(), &to.join(entry.file_name())),
+                false => drop(fs::copy(entry.path(), to.join(entry.file_name())).unwrap()),
+            }
+        }
+    }
+
+    #[test]
+    fn a_writer_refuses_to_store_metadata_once_its_dataset_is_replaced() {
+        let objects = vec![
+            ("g/.zattrs".to_string(), b"new".to_vec()),
+            (".zgroup".to_string(), b"{ }".to_vec()),
+        ];
+        let replaced_or_removed = |e: Error| {
+            assert!(matches!(e, Error::Busy(_)), "{e}");
+            assert_eq!(e.errno(), libc::EBUSY);
+            assert!(
+                e.to_string()
+                    .contains("replaced or removed by another program"),
+                "{e}"
+            );
+        };
+        // Moved aside and copied back (`mv ds ds.old; cp -a ds.old ds`): the kept directory
+        // still exists, and the renames by path would look for the temporary files in the
+        // copy.
+        let (dir, map) = writable();
+        map.put("g/.zattrs", b"old").unwrap();
+        map.put(".zgroup", b"{}").unwrap();
+        map.claim_writer().unwrap();
+        let aside = dir.path().join("ds.old");
+        fs::rename(map.root(), &aside).unwrap();
+        copy_tree(&aside, map.root());
+        replaced_or_removed(map.put_many(&objects).unwrap_err());
+        for kept in [&aside, map.root()] {
+            assert_eq!(fs::read(kept.join("g/.zattrs")).unwrap(), b"old");
+            assert_eq!(fs::read(kept.join(".zgroup")).unwrap(), b"{}");
+            assert_eq!(temporaries_below(kept), Vec::<PathBuf>::new());
+        }
+        // Removed: refused too, the chunks as well, and nothing is made at the path.
+        let (_dir, map) = writable();
+        map.put(".zgroup", b"{}").unwrap();
+        map.claim_writer().unwrap();
+        fs::remove_dir_all(map.root()).unwrap();
+        replaced_or_removed(map.put_many(&objects).unwrap_err());
+        replaced_or_removed(map.put("v/0", b"x").unwrap_err());
+        assert!(!map.root().exists());
     }
 
     #[test]

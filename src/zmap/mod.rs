@@ -30,7 +30,7 @@ pub use self::rename_helper::{
     serve_renames, stop_rename_helper, use_rename_helper, RENAME_HELPER_COMMAND,
 };
 pub use self::s3::{S3Limits, S3Map};
-pub use self::writer_lock::WriterLock;
+pub use self::writer_lock::{WriterLock, FUSE_CONNECTIONS};
 pub use self::zip::{looks_like_zip, ZipMap};
 
 /// The size of a file system, in bytes (see [`ZMap::local_space`]).

@@ -17,7 +17,9 @@
 //! daemon has stored the last changes; `fusermount3 -u` returns before that. A writer that
 //! finds the lock held by a daemon whose FUSE connection is gone waits for it (at most
 //! [`GONE_MOUNT_WAIT`]), so that `fusermount3 -u M && nczarrfs put …` works every time; a
-//! writer that is still live is refused at once.
+//! writer that is still live is refused at once. A daemon's connection is told by the
+//! connection's control directory it holds open, not by the connection's number, which the
+//! kernel gives to the next mount (see [`serves_no_mount`]).
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
@@ -214,12 +216,13 @@ fn parse_lock_holders(locks: &str, (dev, ino): Identity) -> Vec<libc::pid_t> {
         .collect()
 }
 
+/// Where the kernel's FUSE control filesystem (fusectl) shows each FUSE connection as a
+/// directory named by its number, from its first mount until its last one is gone.
+pub const FUSE_CONNECTIONS: &str = "/sys/fs/fuse/connections";
+
 /// Whether `pid` is the daemon of an nczarrfs mount that no longer serves a mount, or a process
-/// that is exiting: what holds the lock then is its last flush and exit. A daemon closes its FUSE device once the kernel
-/// has let go of its mount; while it has the device open, the connection the device is for
-/// (in its `/proc/PID/fdinfo`, `fuse_connection:`, on recent kernels) must have ended (its
-/// mounts unmounted, a lazily detached one included once its last open file closed). A
-/// connection that cannot be told counts as live.
+/// that is exiting: what holds the lock then is its last flush and exit (see
+/// [`serves_no_mount`]).
 fn mount_is_gone(pid: libc::pid_t) -> bool {
     let argv = match std::fs::read(format!("/proc/{pid}/cmdline")) {
         Ok(argv) => argv,
@@ -237,21 +240,90 @@ fn mount_is_gone(pid: libc::pid_t) -> bool {
     let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
         return false;
     };
-    for fd in fds.flatten() {
-        if std::fs::read_link(fd.path()).ok().as_deref() != Some(Path::new("/dev/fuse")) {
-            continue;
+    let held: Vec<DaemonFd> = fds
+        .flatten()
+        .filter_map(|fd| {
+            let link = std::fs::read_link(fd.path()).ok()?;
+            DaemonFd::of(&link, || {
+                let info = format!("/proc/{pid}/fdinfo/{}", fd.file_name().to_string_lossy());
+                std::fs::read_to_string(info).unwrap_or_default()
+            })
+        })
+        .collect();
+    serves_no_mount(&held, connection_is_live)
+}
+
+/// A descriptor of a mount daemon that tells whether it still serves a mount.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DaemonFd {
+    /// `/dev/fuse`, of the connection numbered as its fdinfo says (`fuse_connection:`, on
+    /// recent kernels), if it does.
+    Device(Option<u32>),
+    /// The directory of its connection under [`FUSE_CONNECTIONS`], which the daemon holds
+    /// open; `removed` once the kernel has removed it (`… (deleted)`).
+    Control {
+        /// Whether the link reads `… (deleted)`.
+        removed: bool,
+    },
+}
+
+impl DaemonFd {
+    /// The descriptor whose /proc/PID/fd link is `link`, `fdinfo` reading its fdinfo; `None`
+    /// for one that tells nothing of the mount.
+    fn of(link: &Path, fdinfo: impl FnOnce() -> String) -> Option<DaemonFd> {
+        if link == Path::new("/dev/fuse") {
+            return Some(DaemonFd::Device(fuse_connection(&fdinfo())));
         }
-        let info = std::fs::read_to_string(format!(
-            "/proc/{pid}/fdinfo/{}",
-            fd.file_name().to_string_lossy()
-        ))
-        .unwrap_or_default();
-        match fuse_connection(&info) {
-            Some(connection) if !connection_is_live(connection) => {}
-            _ => return false,
-        }
+        let rest = link
+            .as_os_str()
+            .as_bytes()
+            .strip_prefix(FUSE_CONNECTIONS.as_bytes())?
+            .strip_prefix(b"/")?;
+        let removed = rest.ends_with(b" (deleted)");
+        let name = rest.strip_suffix(b" (deleted)").unwrap_or(rest);
+        // Its connection's directory, not a file in it.
+        let is_connection = !name.is_empty() && name.iter().all(u8::is_ascii_digit);
+        is_connection.then_some(DaemonFd::Control { removed })
     }
-    true
+}
+
+/// Whether a mount daemon holding the descriptors `held` serves no mount any more, so that
+/// what it does now is store its last changes and exit. It does not once it has closed its
+/// FUSE device. While it holds the device open, the connection must have ended: its mounts
+/// unmounted, a lazily detached one included once its last open file closed.
+///
+/// The connection's number cannot tell that alone: the kernel gives it to the next mount
+/// once the connection has ended, and a writer waiting for the daemon was refused at once
+/// as if by a live one when any FUSE mount came up meanwhile. So a daemon holds its
+/// connection's directory under [`FUSE_CONNECTIONS`] open, which the kernel removes when
+/// the connection ends: that descriptor, never reused, tells. A daemon without it (the
+/// control filesystem is not mounted) is judged by the number (`connection_is_live`), which
+/// a mount reusing it still fools into a refusal; a number that cannot be read counts as
+/// live.
+fn serves_no_mount(held: &[DaemonFd], connection_is_live: impl Fn(u32) -> bool) -> bool {
+    let devices: Vec<Option<u32>> = held
+        .iter()
+        .filter_map(|fd| match fd {
+            DaemonFd::Device(number) => Some(*number),
+            DaemonFd::Control { .. } => None,
+        })
+        .collect();
+    let controls: Vec<bool> = held
+        .iter()
+        .filter_map(|fd| match fd {
+            DaemonFd::Control { removed } => Some(*removed),
+            DaemonFd::Device(_) => None,
+        })
+        .collect();
+    if devices.is_empty() {
+        return true;
+    }
+    if !controls.is_empty() {
+        return controls.iter().all(|removed| *removed);
+    }
+    devices
+        .iter()
+        .all(|number| number.is_some_and(|n| !connection_is_live(n)))
 }
 
 /// Whether the command line `argv` (NUL-separated, as /proc/PID/cmdline has it) runs
@@ -273,12 +345,11 @@ fn fuse_connection(fdinfo: &str) -> Option<u32> {
         .and_then(|n| n.trim().parse().ok())
 }
 
-/// Whether the FUSE connection `number` (the minor device number of its mount) still has a
-/// mount: its directory under /sys/fs/fuse/connections, which lives until the last mount of
+/// Whether a FUSE connection numbered `number` (the minor device number of its mount) has a
+/// mount, which may be a later connection's that took the number: its directory under /sys/fs/fuse/connections, which lives until the last mount of
 /// the connection is gone (lazily detached ones included), or, where that control filesystem
 /// is not mounted, its device in /proc/self/mountinfo.
 fn connection_is_live(number: u32) -> bool {
-    const CONTROL: &str = "/sys/fs/fuse/connections";
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let fields = |line: &'_ str| -> Option<(String, String, String)> {
         let (mount, fs) = line.split_once(" - ")?;
@@ -290,9 +361,11 @@ fn connection_is_live(number: u32) -> bool {
     let control_mounted = mounts
         .lines()
         .filter_map(fields)
-        .any(|(_, point, fstype)| point == CONTROL && fstype == "fusectl");
+        .any(|(_, point, fstype)| point == FUSE_CONNECTIONS && fstype == "fusectl");
     if control_mounted {
-        return Path::new(CONTROL).join(number.to_string()).exists();
+        return Path::new(FUSE_CONNECTIONS)
+            .join(number.to_string())
+            .exists();
     }
     let device = format!("0:{number}");
     mounts
@@ -380,6 +453,40 @@ mod tests {
         assert!(!is_mount_daemon(b"nczarrfs\0put\0ds\0mount\0-i\0-\0"));
         assert!(!is_mount_daemon(b"python3\0mount\0"));
         assert!(!is_mount_daemon(b""));
+    }
+
+    #[test]
+    fn a_daemon_whose_connection_number_another_mount_took_serves_no_mount() {
+        // /proc/PID/fd and fdinfo of an unmounted daemon (kernel 6.18), after a new FUSE mount
+        // took its connection's number, 39: /sys/fs/fuse/connections/39 exists again.
+        let fdinfo = "pos:\t0\nflags:\t02100002\nmnt_id:\t24\nino:\t90\nfuse_connection:\t39\n";
+        let fd = |link: &str| DaemonFd::of(Path::new(link), || fdinfo.to_string());
+        let device = fd("/dev/fuse");
+        assert_eq!(device, Some(DaemonFd::Device(Some(39))));
+        let removed = fd("/sys/fs/fuse/connections/39 (deleted)");
+        assert_eq!(removed, Some(DaemonFd::Control { removed: true }));
+        let kept = fd("/sys/fs/fuse/connections/39");
+        assert_eq!(kept, Some(DaemonFd::Control { removed: false }));
+        assert_eq!(fd("/sys/fs/fuse/connections/39/waiting"), None);
+        assert_eq!(fd("/tmp/ds"), None);
+        let number_is_live = |n: u32| n == 39;
+        let held = |fds: &[Option<DaemonFd>]| fds.iter().flatten().copied().collect::<Vec<_>>();
+        // Its own connection's directory is gone: the live number is another mount's.
+        assert!(serves_no_mount(
+            &held(&[device, device, removed]),
+            number_is_live
+        ));
+        // Mounted, or lazily detached and still serving an open file.
+        assert!(!serves_no_mount(
+            &held(&[device, device, kept]),
+            number_is_live
+        ));
+        // Its device closed.
+        assert!(serves_no_mount(&held(&[kept]), number_is_live));
+        // Without the directory (no control filesystem), the number decides.
+        assert!(!serves_no_mount(&held(&[device]), number_is_live));
+        assert!(serves_no_mount(&held(&[device]), |_| false));
+        assert!(!serves_no_mount(&[DaemonFd::Device(None)], |_| false));
     }
 
     #[test]
