@@ -5,6 +5,7 @@ dataset (a directory or an archive, not a stream)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -42,6 +43,28 @@ def test_a_closed_pipe_ends_the_output_quietly(dataset, command):
     assert p.wait(timeout=60) == 0, err.decode()
     assert err == b""
     assert len(first) == 10
+
+
+@pytest.mark.parametrize("flags", [["-k"], ["-h"], []])
+def test_dump_to_a_pipe_closed_before_it_writes_ends_quietly(dataset, flags):
+    """The reader gone before the first byte (`dump -k DS | true`): EPIPE at the first write."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        r = subprocess.run([str(nczarrfs_binary()), "dump", *flags, str(dataset)],
+                           stdout=write_end, stderr=subprocess.PIPE, timeout=60)
+    finally:
+        os.close(write_end)
+    assert (r.returncode, r.stderr) == (0, b"")
+
+
+@pytest.mark.parametrize("flags", [["-k"], ["-h"], []])
+def test_dump_to_a_full_device_fails(dataset, flags):
+    with open("/dev/full", "wb") as full:
+        r = subprocess.run([str(nczarrfs_binary()), "dump", *flags, str(dataset)], stdout=full,
+                           stderr=subprocess.PIPE, timeout=60)
+    assert r.returncode == 1
+    assert r.stderr.decode().startswith("nczarrfs: ") and "No space left" in r.stderr.decode()
 
 
 def test_get_dash_o_dash_is_standard_output(nczarrfs, dataset, tmp_path):

@@ -110,8 +110,14 @@ pub fn run(args: DumpArgs) -> Result<i32> {
     let line_len = args.line_len.as_deref().map(parse_line_len).transpose()?;
     let open = OpenDataset::open(&args.location, DEFAULT_CACHE_BYTES)?;
     if args.kind {
-        println!("netCDF-4");
-        return Ok(0);
+        let mut out = std::io::stdout().lock();
+        return match writeln!(out, "netCDF-4").and_then(|()| out.flush()) {
+            // A closed pipe ends the output quietly, as below.
+            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+                Err(Error::io("standard output", e))
+            }
+            _ => Ok(0),
+        };
     }
     if args.ncml {
         return Err(Error::Unsupported(
