@@ -226,3 +226,20 @@ def test_a_negative_value_is_refused_by_its_option(nczarrfs, tmp_path, command, 
                        input=b"", capture_output=True, timeout=60, check=False)
     assert r.returncode == 1, r.stderr.decode()
     assert says in r.stderr.decode(), r.stderr.decode()
+
+
+@pytest.mark.parametrize("spelling", ["same", "link", "url"])
+def test_copy_onto_its_own_source_is_refused_as_nccopy_refuses(nczarrfs, dataset, tmp_path,
+                                                                 spelling):
+    oracle = tmp_path / "o.nc"
+    subprocess.run(["ncgen", "-4", "-o", str(oracle), str(tmp_path / "gp.cdl")], check=True)
+    r = subprocess.run(["nccopy", str(oracle), str(oracle)], capture_output=True, text=True)
+    assert r.returncode == 1 and "overwrite input" in r.stderr
+    notes = dataset / "NOTES.txt"
+    notes.write_text("kept\n")
+    (tmp_path / "link.file").symlink_to(dataset.name)
+    target = {"same": str(dataset), "link": str(tmp_path / "link.file"),
+              "url": f"file://{dataset}#mode=nczarr,file"}[spelling]
+    r = nczarrfs("copy", str(dataset), target)
+    assert r.returncode == 1 and b"overwrite the input" in r.stderr, r.stderr.decode()
+    assert notes.read_text() == "kept\n"

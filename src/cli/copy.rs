@@ -21,7 +21,7 @@ use crate::create::{
 };
 use crate::dataset::{OpenDataset, DEFAULT_CACHE_BYTES};
 use crate::error::quoted;
-use crate::location::Location;
+use crate::location::{Location, Storage};
 use crate::meta::writer_v3::ShardIndex;
 use crate::model::{
     AttrValue, ByteOrder, CodecSpec, Dataset, DimId, Dimension, DtypeKind, GroupId, NcType,
@@ -187,6 +187,27 @@ fn parse_nccopy_size(text: &str) -> std::result::Result<usize, String> {
     Ok(bytes as usize)
 }
 
+/// Refuses a target that is the source itself (through a link, another spelling or a URL),
+/// as nccopy does: the copy would replace the dataset it reads, and whatever else is in it.
+fn refuse_copy_onto_itself(src: &Location, dst: &Location) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let node = |path: &std::path::Path| std::fs::metadata(path).map(|m| (m.dev(), m.ino())).ok();
+    let same = match (&src.storage, &dst.storage) {
+        (Storage::File(a) | Storage::Zip(a), Storage::File(b) | Storage::Zip(b)) => {
+            node(a).is_some() && node(a) == node(b)
+        }
+        (Storage::S3(a), Storage::S3(b)) => a == b,
+        _ => false,
+    };
+    match same {
+        true => Err(Error::Invalid(format!(
+            "{}: the output would overwrite the input {} (the same dataset)",
+            dst.original, src.original
+        ))),
+        false => Ok(()),
+    }
+}
+
 /// Runs `copy`.
 pub fn run(args: CopyArgs) -> Result<i32> {
     super::refuse_empty_list("-V", "variable", &args.only_vars)?;
@@ -260,6 +281,7 @@ pub fn run(args: CopyArgs) -> Result<i32> {
     };
     super::refuse_standard_output(&args.dst)?;
     let mut dst = Location::parse(&args.dst)?;
+    refuse_copy_onto_itself(&src.location, &dst)?;
     if let Some(w) = args.kind.mode_words()? {
         apply_mode_words(&mut dst, &w)?;
     }
