@@ -177,3 +177,48 @@ def test_staging_left_by_a_dead_process_is_removed_by_the_next_copy(source, tmp_
     assert not left[0].exists()
     assert left[1].exists() and left[2].exists()
     assert np.array_equal(_values(dst)["a"], _values(source)["a"])
+
+
+def _get_temporaries(out: Path) -> list[Path]:
+    return sorted(out.parent.glob(f".{out.name}.nczarrfs-get.*"))
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP],
+                         ids=["SIGINT", "SIGTERM", "SIGHUP"])
+def test_a_signal_during_get_o_leaves_no_temporary_file(source, tmp_path, sig):
+    """As an interrupted cp leaves only the file it was named: `get -o` writes into a hidden
+    temporary file beside its output, which the signal must take with the process."""
+    binary = str(nczarrfs_binary())
+    out = tmp_path / "out.raw"
+    out.write_bytes(b"before")
+    for i in range(3):
+        p = subprocess.Popen([binary, "get", str(source), "a", "-o", str(out)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 30
+        while not _get_temporaries(out) and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.0005)
+        p.send_signal(sig)
+        p.wait()
+        if p.returncode == 0:
+            continue  # finished before the signal: nothing to check this round
+        assert p.returncode == -sig, (p.returncode, p.stderr.read().decode())
+        assert _get_temporaries(out) == [], f"round {i}"
+        assert out.read_bytes() == b"before"
+        return
+    pytest.fail("every get finished before its signal")
+
+
+def test_get_o_removes_the_temporary_files_of_killed_gets(source, tmp_path):
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    out = tmp_path / "out.raw"
+    token = "0123456789abcdef"
+    killed = tmp_path / f".out.raw.nczarrfs-get.{dead.pid}.{token}"
+    live = tmp_path / f".out.raw.nczarrfs-get.{os.getpid()}.{token}"
+    for f in (killed, live):
+        f.write_bytes(b"partial")
+    subprocess.run([str(nczarrfs_binary()), "get", str(source), "a", "--count", "1,1,1",
+                    "-o", str(out)], check=True, capture_output=True)
+    assert not killed.exists()
+    assert live.exists()
+    assert out.stat().st_size > 0

@@ -115,6 +115,8 @@ struct OutputFile {
     path: PathBuf,
     /// The temporary file to rename to `path`, when there is one.
     staged: Option<PathBuf>,
+    /// Removes the temporary file if a signal (Ctrl-C, SIGTERM, SIGHUP) ends the process.
+    _removed_on_signal: Option<crate::interrupt::RegisteredCleanup>,
 }
 
 impl OutputFile {
@@ -125,6 +127,7 @@ impl OutputFile {
                 file: File::create(path).map_err(|e| Error::io(path, e))?,
                 path: path.to_path_buf(),
                 staged: None,
+                _removed_on_signal: None,
             })
         };
         let existing = match std::fs::symlink_metadata(path) {
@@ -153,8 +156,9 @@ impl OutputFile {
         };
         let name = name.to_string_lossy();
         let pid = std::process::id();
+        remove_ended_gets_files(dir, &name);
         let (file, temp) = match crate::zmap::temp_files::create_in(dir, |token| {
-            format!(".{name}.nczarrfs-get.{pid}.{token}")
+            format!(".{name}{GET_TEMP_INFIX}{pid}.{token}")
         }) {
             Ok(created) => created,
             // A directory we may not create in: the file itself is still writable.
@@ -164,10 +168,18 @@ impl OutputFile {
             // The replaced file's permissions stay.
             let _ = file.set_permissions(m.permissions());
         }
+        let removed_on_signal = crate::interrupt::on_signal(std::sync::Arc::new({
+            let temp = temp.clone();
+            // The writes still in progress then go to a file without a name.
+            move || {
+                let _ = std::fs::remove_file(&temp);
+            }
+        }));
         Ok(OutputFile {
             file,
             path: path.to_path_buf(),
             staged: Some(temp),
+            _removed_on_signal: Some(removed_on_signal),
         })
     }
 
@@ -179,7 +191,8 @@ impl OutputFile {
         let Some(temp) = &self.staged else {
             return Ok(());
         };
-        let renamed = std::fs::rename(temp, &self.path).map_err(|e| self.error(e));
+        let renamed = crate::interrupt::while_publishing(|| std::fs::rename(temp, &self.path))
+            .map_err(|e| self.error(e));
         if renamed.is_err() {
             self.discard();
         }
@@ -190,6 +203,33 @@ impl OutputFile {
     fn discard(self) {
         if let Some(temp) = &self.staged {
             let _ = std::fs::remove_file(temp);
+        }
+    }
+}
+
+/// What the temporary file of a `get -o NAME` is named: `.NAME` this `PID.TOKEN`.
+const GET_TEMP_INFIX: &str = ".nczarrfs-get.";
+
+/// Removes the temporary files in `dir` that earlier `get -o NAME`s left when they were
+/// killed (SIGKILL, a crash: the other signals remove their own), those of processes that
+/// have ended. Best effort: one left is only hidden clutter.
+fn remove_ended_gets_files(dir: &std::path::Path, name: &str) {
+    let prefix = format!(".{name}{GET_TEMP_INFIX}");
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let file_name = entry.file_name();
+        let Some((pid, token)) = file_name
+            .to_str()
+            .and_then(|n| n.strip_prefix(&prefix))
+            .and_then(|rest| rest.split_once('.'))
+        else {
+            continue;
+        };
+        let ended = pid.parse().is_ok_and(crate::interrupt::has_ended);
+        if ended && crate::zmap::temp_files::is_token(token) {
+            let _ = std::fs::remove_file(entry.path());
         }
     }
 }

@@ -213,7 +213,10 @@ fn without_default_fill_in_zarr_v2(var: &mut crate::model::Variable) {
 
 /// Runs the parsed command line; returns the process exit code.
 pub fn run(cli: Cli) -> Result<i32> {
-    if matches!(cli.command, Command::Gen(_) | Command::Copy(_)) {
+    if matches!(
+        cli.command,
+        Command::Gen(_) | Command::Copy(_) | Command::Get(_)
+    ) {
         // Before any thread starts, so that all of them leave the signals to one.
         crate::interrupt::remove_staging_on_signals();
     }
