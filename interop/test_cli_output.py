@@ -224,7 +224,8 @@ def test_a_negative_value_is_refused_by_its_option(nczarrfs, tmp_path, command, 
     assert nczarrfs("gen", "-o", str(path), str(tmp_path / "grid.cdl")).returncode == 0
     r = subprocess.run([str(nczarrfs_binary()), command, str(path), "v", option, value],
                        input=b"", capture_output=True, timeout=60, check=False)
-    assert r.returncode == 1, r.stderr.decode()
+    # A value of the wrong form: 2, as for what the parser itself refuses (README).
+    assert r.returncode == 2, r.stderr.decode()
     assert says in r.stderr.decode(), r.stderr.decode()
 
 
@@ -243,3 +244,27 @@ def test_copy_onto_its_own_source_is_refused_as_nccopy_refuses(nczarrfs, dataset
     r = nczarrfs("copy", str(dataset), target)
     assert r.returncode == 1 and b"overwrite the input" in r.stderr, r.stderr.decode()
     assert notes.read_text() == "kept\n"
+
+
+@pytest.mark.parametrize("args, says", [
+    (["get", "{ds}", "a", "--cache-size", "xyz"], 'invalid size "xyz"'),
+    (["get", "{ds}", "a", "--start", "a"], '--start: "a" is not a non-negative integer'),
+    (["copy", "--dimension-separator", "x", "{ds}", "{out}"], "dimension separator"),
+    (["copy", "-k", "bogus", "{ds}", "{out}"], "bogus"),
+    (["gen", "-k", "bogus", "-o", "{out}", "{cdl}"], "bogus"),
+    (["copy", "-c", "garbage", "{ds}", "{out}"], 'invalid --chunks "garbage"'),
+    (["copy", "--codec", "nope", "{ds}", "{out}"], 'invalid codec "nope"'),
+])
+def test_an_option_value_of_the_wrong_form_exits_2(dataset, tmp_path, args, says):
+    """README, exit status: 2 for a command line that cannot be parsed (an unknown option, a
+    value of the wrong form), as the command line parser's own refusals (`copy -d x`)."""
+    out = tmp_path / "out.file"
+    fill = {"ds": str(dataset), "out": str(out), "cdl": str(tmp_path / "gp.cdl")}
+    r = subprocess.run([str(nczarrfs_binary()), *(a.format(**fill) for a in args)],
+                       capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith("nczarrfs: ") and says in r.stderr, r.stderr
+    assert not out.exists()
+    parser = subprocess.run([str(nczarrfs_binary()), "copy", "-d", "x", str(dataset), str(out)],
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert parser.returncode == 2

@@ -173,6 +173,10 @@ pub enum Error {
     /// A request that is malformed (bad option, bad value).
     #[error("{0}")]
     Invalid(String),
+    /// A command line option whose value has the wrong form (`--cache-size xyz`): exit status
+    /// 2, as for the options the command line parser itself refuses.
+    #[error("{0}")]
+    Usage(String),
     /// A dataset that another process is writing (see [`crate::zmap::ZMap::claim_writer`]).
     #[error("{0}")]
     Busy(String),
@@ -195,6 +199,14 @@ pub enum Error {
 }
 
 impl Error {
+    /// This error, as the refusal of a command line option's value ([`Error::Usage`]).
+    pub fn into_usage(self) -> Error {
+        match self {
+            Error::Usage(_) => self,
+            other => Error::Usage(other.to_string()),
+        }
+    }
+
     /// Builds [`Error::Io`] for `path`.
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io {

@@ -18,7 +18,8 @@ fn main() {
             // Not eprintln!, which panics when stderr is a closed pipe: the exit status
             // still tells.
             let _ = writeln!(std::io::stderr(), "nczarrfs: {err}");
-            std::process::exit(1);
+            let usage = matches!(err, nczarrfs::Error::Usage(_));
+            std::process::exit(if usage { 2 } else { 1 });
         }
     }
 }

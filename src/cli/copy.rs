@@ -283,10 +283,10 @@ pub fn run(args: CopyArgs) -> Result<i32> {
     let mut dst = Location::parse(&args.dst)?;
     refuse_copy_onto_itself(&src.location, &dst)?;
     if let Some(w) = args.kind.mode_words()? {
-        apply_mode_words(&mut dst, &w)?;
+        apply_mode_words(&mut dst, &w).map_err(Error::into_usage)?;
     }
     if let Some(separator) = args.dimension_separator.filter(|s| !matches!(s, '.' | '/')) {
-        return Err(Error::Invalid(format!(
+        return Err(Error::Usage(format!(
             "dimension separator must be '.' or '/', not {}",
             quoted(&separator.to_string())
         )));
@@ -299,7 +299,7 @@ pub fn run(args: CopyArgs) -> Result<i32> {
     let codecs = match (&args.codec, args.deflate, args.shuffle) {
         (Some(c), _, _) => {
             let mut chain = Codecs::netcdf(None, args.shuffle, false).chain();
-            chain.extend(Codecs::parse(c)?.chain());
+            chain.extend(Codecs::parse(c).map_err(Error::into_usage)?.chain());
             chain.extend(Codecs::netcdf(args.deflate.filter(|d| *d > 0), false, false).chain());
             Some(Codecs::from_chain(chain))
         }
@@ -937,7 +937,7 @@ fn parse_chunk_specs(
     let mut out = Vec::new();
     for spec in specs {
         let bad = || {
-            Error::Invalid(format!(
+            Error::Usage(format!(
                 "invalid {option} {} (forms: dim/n,dim2/m, dim/ for the whole dimension, or \
                  var:n,m)",
                 quoted(spec)
@@ -1567,7 +1567,7 @@ mod tests {
         );
         for bad in ["lat", "v:0", "v:2,x", "/5", "t/x", "t/0"] {
             match parse_chunk_specs("--chunks", &[bad.into()], DimensionLists::LastCounts) {
-                Err(Error::Invalid(m)) => assert!(m.contains("dim/ for the whole"), "{bad}: {m}"),
+                Err(Error::Usage(m)) => assert!(m.contains("dim/ for the whole"), "{bad}: {m}"),
                 other => panic!("{bad}: {other:?}"),
             }
         }

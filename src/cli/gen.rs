@@ -108,10 +108,10 @@ pub fn run(args: GenArgs) -> Result<i32> {
     super::refuse_standard_output(&output)?;
     let mut location = Location::parse(&output)?;
     if let Some(w) = &words {
-        apply_mode_words(&mut location, w)?;
+        apply_mode_words(&mut location, w).map_err(Error::into_usage)?;
     }
     if let Some(separator) = args.dimension_separator.filter(|s| !matches!(s, '.' | '/')) {
-        return Err(Error::Invalid(format!(
+        return Err(Error::Usage(format!(
             "dimension separator must be '.' or '/', not {}",
             quoted(&separator.to_string())
         )));

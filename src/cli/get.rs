@@ -53,7 +53,7 @@ const ALIGNED_BLOCKS: u64 = 4;
 /// Runs `get`.
 pub fn run(args: GetArgs) -> Result<i32> {
     let cache = match &args.cache_size {
-        Some(s) => parse_size(s)?,
+        Some(s) => parse_size(s).map_err(Error::into_usage)?,
         None => 0,
     };
     let open = OpenDataset::open(&args.location, cache)?;
@@ -350,7 +350,7 @@ pub(super) fn parse_indices(
         text.split(',')
             .map(|p| {
                 p.trim().parse::<u64>().map_err(|_| {
-                    Error::Invalid(format!(
+                    Error::Usage(format!(
                         "--{what}: {} is not a non-negative integer",
                         quoted(p)
                     ))
