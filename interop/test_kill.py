@@ -222,3 +222,53 @@ def test_get_o_removes_the_temporary_files_of_killed_gets(source, tmp_path):
     assert not killed.exists()
     assert live.exists()
     assert out.stat().st_size > 0
+
+
+def test_get_o_keeps_the_temporary_file_of_a_get_it_cannot_see(source, tmp_path):
+    """A get in another PID namespace (another container on a shared volume) has no entry in
+    this /proc, so its process number says nothing: its lock on the file tells it is alive."""
+    if shutil.which("unshare") is None:
+        pytest.fail("unshare (util-linux) is needed for this test")
+    binary = str(nczarrfs_binary())
+    out = tmp_path / "out.raw"
+    whole = subprocess.run([binary, "get", str(source), "a"], check=True,
+                           capture_output=True).stdout
+    for _ in range(5):
+        out.unlink(missing_ok=True)
+        live = subprocess.Popen([binary, "get", str(source), "a", "-o", str(out)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 30
+        while not _get_temporaries(out) and live.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.0005)
+        live.send_signal(signal.SIGSTOP)
+        try:
+            temporaries = _get_temporaries(out)
+            if not temporaries:
+                continue  # finished before it could be stopped: try again
+            other = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", binary,
+                                    "get", str(source), "a", "--count", "1,1,1", "-o", str(out)],
+                                   capture_output=True)
+            assert other.returncode == 0, other.stderr.decode()
+            assert all(t.exists() for t in temporaries)
+        finally:
+            live.send_signal(signal.SIGCONT)
+            _, err = live.communicate(timeout=120)
+        assert live.returncode == 0, err.decode()
+        assert out.read_bytes() == whole
+        return
+    pytest.fail("every get finished before it could be stopped")
+
+
+def test_get_o_keeps_a_locked_temporary_file_of_an_ended_process(source, tmp_path):
+    import fcntl
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    out = tmp_path / "out.raw"
+    held = tmp_path / f".out.raw.nczarrfs-get.{dead.pid}.0123456789abcdef"
+    held.write_bytes(b"partial")
+    with open(held, "rb") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        subprocess.run([str(nczarrfs_binary()), "get", str(source), "a", "--count", "1,1,1",
+                        "-o", str(out)], check=True, capture_output=True)
+        assert held.exists()

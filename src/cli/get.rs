@@ -2,6 +2,7 @@
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
+use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::sync::mpsc;
 
@@ -164,6 +165,11 @@ impl OutputFile {
             // A directory we may not create in: the file itself is still writable.
             Err(_) => return in_place(),
         };
+        // Held until this process ends: what tells the next `get -o` that the file is in use,
+        // where the process number cannot (a get in another PID namespace, on another NFS
+        // client). The moment between the creation and the lock is one system call.
+        // SAFETY: flock only reads the descriptor, which `file` owns.
+        unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
         if let Some(m) = existing {
             // The replaced file's permissions stay.
             let _ = file.set_permissions(m.permissions());
@@ -211,8 +217,9 @@ impl OutputFile {
 const GET_TEMP_INFIX: &str = ".nczarrfs-get.";
 
 /// Removes the temporary files in `dir` that earlier `get -o NAME`s left when they were
-/// killed (SIGKILL, a crash: the other signals remove their own), those of processes that
-/// have ended. Best effort: one left is only hidden clutter.
+/// killed (SIGKILL, a crash: the other signals remove their own): those of processes that
+/// have ended and that no process holds locked (a get whose process this one cannot see
+/// holds its file's lock). Best effort: one left is only hidden clutter.
 fn remove_ended_gets_files(dir: &std::path::Path, name: &str) {
     let prefix = format!(".{name}{GET_TEMP_INFIX}");
     let Ok(entries) = std::fs::read_dir(dir) else {
@@ -228,10 +235,20 @@ fn remove_ended_gets_files(dir: &std::path::Path, name: &str) {
             continue;
         };
         let ended = pid.parse().is_ok_and(crate::interrupt::has_ended);
-        if ended && crate::zmap::temp_files::is_token(token) {
+        if ended && crate::zmap::temp_files::is_token(token) && is_unlocked(&entry.path()) {
             let _ = std::fs::remove_file(entry.path());
         }
     }
+}
+
+/// Whether no process holds a lock on the file at `path` (one that cannot be opened is
+/// taken as held: it is left alone).
+fn is_unlocked(path: &std::path::Path) -> bool {
+    let Ok(file) = File::open(path) else {
+        return false;
+    };
+    // SAFETY: flock only reads the descriptor, which `file` owns; the lock taken goes with it.
+    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
 }
 
 /// Builds the hyperslab of `var` from the options: missing `start` is 0, `stride` 1, and
