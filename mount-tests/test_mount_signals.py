@@ -106,6 +106,35 @@ def test_log_rotation_signals_reopen_the_log_file(mounter, tmp_path, monkeypatch
         assert ds.getncattr("after_rotation") == "yes"
 
 
+@pytest.mark.parametrize("fd", [3, 4])
+def test_a_log_file_handed_over_as_a_descriptor_survives_a_reopen(binary, tmp_path, monkeypatch,
+                                                                 fd):
+    """`--log-file /dev/fd/N` with N the caller's descriptor (a pipe or file handed to the
+    daemon): the reopen at SIGHUP opens that path again, so N must still be the caller's
+    file then, not one the daemon opened since (its dataset directory, /dev/fuse)."""
+    monkeypatch.setenv("RUST_LOG", "info")
+    location = nczarr_dataset(tmp_path / "ds.file")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    log = tmp_path / "caller.log"
+    # The shell opens the log at descriptor `fd` for the command, as a caller hands it over.
+    r = subprocess.run(["sh", "-c", f'exec "$0" mount --log-file /dev/fd/{fd} "$1" "$2" '
+                        f'{fd}>>"$3"', str(binary), location, str(mnt), str(log)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    try:
+        pids = daemon_pids(mnt)
+        for pid in pids:
+            os.kill(pid, signal.SIGHUP)
+        assert wait_until(lambda: "reopened" in log.read_text(), 20), log.read_text()
+        assert (mnt / "@attributes" / "title").read_text() == "mount test"
+    finally:
+        unmount(mnt)
+    assert wait_until(lambda: not any(Path(f"/proc/{p}").exists() for p in pids), 30)
+    text = log.read_text()
+    assert "unmounted" in text and "cannot reopen" not in text, text
+
+
 def test_sigusr1_without_a_log_file_changes_nothing(mounter, tmp_path):
     location = nczarr_dataset(tmp_path / "ds.file")
     mnt = mounter.mount(location, "rw")

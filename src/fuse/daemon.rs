@@ -762,6 +762,7 @@ fn daemonize(mut req: MountRequest, log: Option<File>) -> Result<i32> {
             let own = [
                 Some(writer.as_raw_fd()),
                 log.as_ref().map(|f| f.as_raw_fd()),
+                req.log_file.as_deref().and_then(descriptor_named),
             ];
             close_inherited_descriptors(&own.into_iter().flatten().collect::<Vec<_>>());
             let mut ready = Some(writer);
@@ -850,6 +851,21 @@ fn close_inherited_descriptors(own: &[std::os::fd::RawFd]) {
         }
     }
     close_descriptors(first, u32::MAX);
+}
+
+/// The descriptor of this process that `path` names (`/dev/fd/N`, `/proc/self/fd/N`): a
+/// log file given so is one the caller handed over, which the daemon keeps open, as the
+/// reopen after a rotation opens it by that path again.
+fn descriptor_named(path: &Path) -> Option<std::os::fd::RawFd> {
+    let number = path
+        .strip_prefix("/dev/fd")
+        .or_else(|_| path.strip_prefix("/proc/self/fd"))
+        .ok()?
+        .to_str()?;
+    number
+        .bytes()
+        .all(|b| b.is_ascii_digit())
+        .then(|| number.parse().ok())?
 }
 
 /// Closes descriptors `first` to `last` (an empty range when `last < first`).
@@ -1199,6 +1215,16 @@ mod tests {
         );
         assert_eq!(absolute_location("/abs/y", cwd), "/abs/y");
         assert_eq!(absolute_location("s3://b/k", cwd), "s3://b/k");
+    }
+
+    #[test]
+    fn log_files_named_by_descriptor_are_told() {
+        assert_eq!(descriptor_named(Path::new("/dev/fd/3")), Some(3));
+        assert_eq!(descriptor_named(Path::new("/proc/self/fd/17")), Some(17));
+        assert_eq!(descriptor_named(Path::new("/dev/fd/3/x")), None);
+        assert_eq!(descriptor_named(Path::new("/dev/fd/+3")), None);
+        assert_eq!(descriptor_named(Path::new("/var/log/fd/3")), None);
+        assert_eq!(descriptor_named(Path::new("/dev/fd")), None);
     }
 
     #[test]
