@@ -246,6 +246,29 @@ def test_copy_onto_its_own_source_is_refused_as_nccopy_refuses(nczarrfs, dataset
     assert notes.read_text() == "kept\n"
 
 
+@pytest.mark.parametrize("spelling", ["path", "link"])
+def test_copy_onto_a_dataset_holding_its_source_is_refused(nczarrfs, tmp_path, spelling):
+    """A copy of a group of a pure Zarr dataset onto that dataset would replace the dataset,
+    its source included, with the copy of its part: refused, and nothing changes."""
+    import zarr
+
+    z = tmp_path / "z.zarr"
+    root = zarr.open_group(str(z), mode="w", zarr_format=2)
+    v = root.create_array("v", shape=(4,), dtype="<i4")
+    v[:] = [1, 2, 3, 4]
+    v.attrs["_ARRAY_DIMENSIONS"] = ["x"]
+    w = root.create_group("sub").create_array("w", shape=(3,), dtype="<i4")
+    w[:] = [7, 8, 9]
+    w.attrs["_ARRAY_DIMENSIONS"] = ["q"]
+    (tmp_path / "link.zarr").symlink_to(z.name)
+    target = {"path": z, "link": tmp_path / "link.zarr"}[spelling]
+    r = nczarrfs("copy", str(z / "sub"), str(target))
+    assert r.returncode == 1 and b"overwrite the input" in r.stderr, r.stderr.decode()
+    after = zarr.open_group(str(z), mode="r")
+    assert list(after["v"][:]) == [1, 2, 3, 4]
+    assert list(after["sub"]["w"][:]) == [7, 8, 9]
+
+
 @pytest.mark.parametrize("args, says", [
     (["get", "{ds}", "a", "--cache-size", "xyz"], 'invalid size "xyz"'),
     (["get", "{ds}", "a", "--start", "a"], '--start: "a" is not a non-negative integer'),

@@ -192,20 +192,39 @@ fn parse_nccopy_size(text: &str) -> std::result::Result<usize, String> {
 fn refuse_copy_onto_itself(src: &Location, dst: &Location) -> Result<()> {
     use std::os::unix::fs::MetadataExt;
     let node = |path: &std::path::Path| std::fs::metadata(path).map(|m| (m.dev(), m.ino())).ok();
-    let same = match (&src.storage, &dst.storage) {
+    let (same, holds) = match (&src.storage, &dst.storage) {
         (Storage::File(a) | Storage::Zip(a), Storage::File(b) | Storage::Zip(b)) => {
-            node(a).is_some() && node(a) == node(b)
+            // Compared by device and inode, so that links and bind mounts are seen through.
+            let target = node(b);
+            let holds = target.is_some()
+                && a.canonicalize()
+                    .is_ok_and(|a| a.ancestors().any(|p| node(p) == target));
+            (target.is_some() && node(a) == target, holds)
         }
-        (Storage::S3(a), Storage::S3(b)) => a == b,
-        _ => false,
+        (Storage::S3(a), Storage::S3(b)) => (
+            a == b,
+            (&a.endpoint, &a.bucket) == (&b.endpoint, &b.bucket) && is_below(&a.prefix, &b.prefix),
+        ),
+        _ => (false, false),
     };
-    match same {
-        true => Err(Error::Invalid(format!(
-            "{}: the output would overwrite the input {} (the same dataset)",
-            dst.original, src.original
-        ))),
-        false => Ok(()),
-    }
+    let why = match (same, holds) {
+        (true, _) => "the same dataset",
+        (false, true) => "which holds it: the copy would replace the input with part of itself",
+        (false, false) => return Ok(()),
+    };
+    Err(Error::Invalid(format!(
+        "{}: the output would overwrite the input {} ({why})",
+        dst.original, src.original
+    )))
+}
+
+/// Whether the object-store prefix `inner` lies below `outer` (the whole bucket when empty).
+fn is_below(inner: &str, outer: &str) -> bool {
+    let (inner, outer) = (inner.trim_matches('/'), outer.trim_matches('/'));
+    outer.is_empty() && !inner.is_empty()
+        || inner
+            .strip_prefix(outer)
+            .is_some_and(|rest| rest.starts_with('/'))
 }
 
 /// Runs `copy`.
@@ -1322,6 +1341,17 @@ mod tests {
             super::super::Command::Copy(a) => Ok(a),
             other => panic!("parsed as {other:?}"),
         }
+    }
+
+    #[test]
+    fn object_prefixes_below_others_are_told() {
+        assert!(is_below("ds/sub", "ds"));
+        assert!(is_below("ds/sub/", "/ds/"));
+        assert!(is_below("ds", ""));
+        assert!(!is_below("ds", "ds"));
+        assert!(!is_below("dsx/sub", "ds"));
+        assert!(!is_below("", ""));
+        assert!(!is_below("other", "ds"));
     }
 
     #[test]
