@@ -269,6 +269,29 @@ def test_copy_onto_a_dataset_holding_its_source_is_refused(nczarrfs, tmp_path, s
     assert list(after["sub"]["w"][:]) == [7, 8, 9]
 
 
+@pytest.mark.parametrize("args, code, says", [
+    (["copy", "-d", "10", "{ds}", "{out}"], 1, "deflate level 10 is not between 0 and 9"),
+    (["copy", "--codec", "zlib:10", "{ds}", "{out}"], 1, 'level "10" is not from 0 to 9'),
+    (["copy", "--codec", "zlib:x", "{ds}", "{out}"], 2, 'level "x" is not a number'),
+    (["get", "{ds}", "a", "--start", "99999999999999999999999,0"], 1, "is too large"),
+    (["get", "{ds}", "a", "--cache-size", "99999999999999999999G"], 1, "is too large"),
+    (["copy", "--for-netcdf-c", "x", "{ds}", "{out}"], 2, 'netcdf-c version "x"'),
+    (["gen", "--for-netcdf-c", "x", "-o", "{out}", "{cdl}"], 2, 'netcdf-c version "x"'),
+    (["copy", "--for-netcdf-c", "4.8.0", "{ds}", "{out}"], 1, "netcdf-c 4.8.0 reads only"),
+])
+def test_values_out_of_range_exit_1_and_values_of_the_wrong_form_2(dataset, tmp_path, args,
+                                                                    code, says):
+    """README, exit status: 1 for a value out of range, 2 for one of the wrong form; the same
+    refusal exits the same whichever option gives it (`-d 10`, `--codec zlib:10`)."""
+    out = tmp_path / "out.file"
+    fill = {"ds": str(dataset), "out": str(out), "cdl": str(tmp_path / "gp.cdl")}
+    r = subprocess.run([str(nczarrfs_binary()), *(a.format(**fill) for a in args)],
+                       capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == code, r.stderr
+    assert r.stderr.startswith("nczarrfs: ") and says in r.stderr, r.stderr
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("args, says", [
     (["get", "{ds}", "a", "--cache-size", "xyz"], 'invalid size "xyz"'),
     (["get", "{ds}", "a", "--start", "a"], '--start: "a" is not a non-negative integer'),

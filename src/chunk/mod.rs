@@ -86,7 +86,7 @@ impl Hyperslab {
 /// optional trailing `B` or `iB` is accepted: `64MiB`, `64MB`).
 pub fn parse_size(text: &str) -> Result<usize> {
     let bad = || {
-        Error::Invalid(format!(
+        Error::Usage(format!(
             "invalid size {} (examples: 0, 4096, 64K, 256M, 2G)",
             quoted(text)
         ))
@@ -107,9 +107,16 @@ pub fn parse_size(text: &str) -> Result<usize> {
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return Err(bad());
     }
-    let n: u64 = digits.parse().map_err(|_| bad())?;
-    let bytes = n.checked_mul(1u64 << shift).ok_or_else(bad)?;
-    usize::try_from(bytes).map_err(|_| bad())
+    let too_large = || {
+        Error::Invalid(format!(
+            "size {} is too large (at most {} bytes)",
+            quoted(text),
+            usize::MAX
+        ))
+    };
+    let n: u64 = digits.parse().map_err(|_| too_large())?;
+    let bytes = n.checked_mul(1u64 << shift).ok_or_else(too_large)?;
+    usize::try_from(bytes).map_err(|_| too_large())
 }
 
 /// Everything needed to turn a variable's stored chunks into native ones and back, built once

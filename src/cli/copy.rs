@@ -318,7 +318,7 @@ pub fn run(args: CopyArgs) -> Result<i32> {
     let codecs = match (&args.codec, args.deflate, args.shuffle) {
         (Some(c), _, _) => {
             let mut chain = Codecs::netcdf(None, args.shuffle, false).chain();
-            chain.extend(Codecs::parse(c).map_err(Error::into_usage)?.chain());
+            chain.extend(Codecs::parse(c)?.chain());
             chain.extend(Codecs::netcdf(args.deflate.filter(|d| *d > 0), false, false).chain());
             Some(Codecs::from_chain(chain))
         }

@@ -54,7 +54,7 @@ const ALIGNED_BLOCKS: u64 = 4;
 /// Runs `get`.
 pub fn run(args: GetArgs) -> Result<i32> {
     let cache = match &args.cache_size {
-        Some(s) => parse_size(s).map_err(Error::into_usage)?,
+        Some(s) => parse_size(s)?,
         None => 0,
     };
     let open = OpenDataset::open(&args.location, cache)?;
@@ -366,11 +366,16 @@ pub(super) fn parse_indices(
     } else {
         text.split(',')
             .map(|p| {
-                p.trim().parse::<u64>().map_err(|_| {
-                    Error::Usage(format!(
+                p.trim().parse::<u64>().map_err(|e| match e.kind() {
+                    std::num::IntErrorKind::PosOverflow => Error::Invalid(format!(
+                        "--{what}: {} is too large (at most {})",
+                        quoted(p),
+                        u64::MAX
+                    )),
+                    _ => Error::Usage(format!(
                         "--{what}: {} is not a non-negative integer",
                         quoted(p)
-                    ))
+                    )),
                 })
             })
             .collect::<Result<Vec<u64>>>()?

@@ -58,7 +58,7 @@ pub struct PutArgs {
 /// Runs `put`.
 pub fn run(args: PutArgs) -> Result<i32> {
     let cache = match &args.cache_size {
-        Some(s) => parse_size(s).map_err(Error::into_usage)?,
+        Some(s) => parse_size(s)?,
         None => WRITER_CACHE_BYTES,
     };
     let location = Location::parse(&args.location)?;

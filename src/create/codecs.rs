@@ -72,26 +72,28 @@ impl Codecs {
     pub fn parse(spec: &str) -> Result<Codecs> {
         let spec = spec.trim();
         if spec.starts_with('[') {
-            return Codecs::from_json(spec);
+            return Codecs::from_json(spec).map_err(Error::into_usage);
         }
         let mut chain = Vec::new();
         for word in spec.split(',').map(str::trim).filter(|w| !w.is_empty()) {
             let mut parts = word.split(':');
             let name = parts.next().unwrap_or("").to_ascii_lowercase();
             let args: Vec<&str> = parts.collect();
-            let bad = |why: &str| {
-                Error::Invalid(format!(
-                    "invalid codec {word:?}: {why} (forms: {CODEC_FORMS})"
-                ))
-            };
+            let said = |why: &str| format!("invalid codec {word:?}: {why} (forms: {CODEC_FORMS})");
+            // A word of the wrong form is a command line that cannot be parsed; a number out
+            // of its codec's range is a value refused, as `copy -d 10` is.
+            let bad = |why: &str| Error::Usage(said(why));
             let num = |i: usize, what: &str, default: i64, lo: i64, hi: i64| -> Result<i64> {
-                match args.get(i) {
-                    None => Ok(default),
-                    Some(a) => a
-                        .parse::<i64>()
-                        .ok()
-                        .filter(|n| (lo..=hi).contains(n))
-                        .ok_or_else(|| bad(&format!("{what} {a:?} is not from {lo} to {hi}"))),
+                let Some(a) = args.get(i) else {
+                    return Ok(default);
+                };
+                let range = format!("{what} {a:?} is not from {lo} to {hi}");
+                match a.parse::<i64>() {
+                    Ok(n) if (lo..=hi).contains(&n) => Ok(n),
+                    Ok(_) => Err(Error::Invalid(said(&range))),
+                    Err(_) => Err(bad(&format!(
+                        "{what} {a:?} is not a number from {lo} to {hi}"
+                    ))),
                 }
             };
             let codec = match name.as_str() {

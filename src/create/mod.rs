@@ -76,7 +76,13 @@ pub fn write_for_netcdf_c(opts: &mut CreateOptions, version: &str) -> Result<()>
                 .into(),
         ));
     }
-    opts.layout = NczarrLayout::for_netcdf_c(version).map_err(Error::Invalid)?;
+    // A release that is no version at all cannot be parsed; one that is, may have no layout.
+    let is_version =
+        version.split('.').count() == 3 && version.split('.').all(|p| p.parse::<u32>().is_ok());
+    opts.layout = NczarrLayout::for_netcdf_c(version).map_err(match is_version {
+        true => Error::Invalid,
+        false => Error::Usage,
+    })?;
     opts.nc_properties = Some(nc_properties_for(version));
     Ok(())
 }
