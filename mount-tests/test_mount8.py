@@ -170,6 +170,34 @@ def test_mount_N_mounts_in_the_namespace_given(installed, tmp_path):
         holder.wait()
 
 
+@pytest.mark.parametrize("form", ["pid", "file"])
+def test_nczarrfs_mount_N_takes_a_pid_or_a_file_as_mount8_does(binary, tmp_path, form):
+    """mount(8): -N takes "either PID of process running in that namespace or special file
+    representing that namespace"; `nczarrfs mount -N` says it takes it as mount(8) does."""
+    nczarr_dataset(tmp_path / "ds.file")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    holder = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sleep", "600"])
+    try:
+        ns = Path(f"/proc/{holder.pid}/ns/mnt")
+        assert wait_until(lambda: ns.exists() and os.readlink(ns) != os.readlink(
+            "/proc/self/ns/mnt")), "no namespace of its own"
+        given = {"pid": str(holder.pid), "file": str(ns)}[form]
+        r = subprocess.run([str(binary), "mount", "-N", given, str(tmp_path / "ds.file"),
+                            str(mnt)], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert not is_mounted(mnt)
+        inside = ["nsenter", "-t", str(holder.pid), "-m", "--"]
+        r = subprocess.run([*inside, "cat", str(mnt / "@attributes" / "title")],
+                           capture_output=True, text=True)
+        assert r.stdout == "mount test", r
+        r = subprocess.run([*inside, "umount", str(mnt)], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def test_fstab_values_with_commas_quoted_as_mount8_quotes_them(installed, tmp_path):
     """fstab and mount(8) quote a value that holds a comma (mount(8): context="...:c1,c2");
     libmount passes it on quoted, and the comma must not split the option."""

@@ -31,9 +31,9 @@ pub struct MountArgs {
     /// logs to syslog, `-f` to stderr).
     #[arg(long, value_name = "PATH")]
     pub log_file: Option<PathBuf>,
-    /// Mount in this mount namespace (a file such as /proc/PID/ns/mnt), as mount(8)'s -N
-    /// does; LOCATION, MOUNTPOINT and the log file are then paths in that namespace, relative
-    /// ones taken from its root.
+    /// Mount in this mount namespace: the PID of a process in it, or a file such as
+    /// /proc/PID/ns/mnt, as mount(8)'s -N takes it; LOCATION, MOUNTPOINT and the log file are
+    /// then paths in that namespace, relative ones taken from its root.
     #[arg(short = 'N', long, value_name = "NS")]
     pub namespace: Option<PathBuf>,
 }
@@ -76,8 +76,22 @@ pub fn run(args: MountArgs) -> Result<i32> {
         options,
         foreground: args.foreground,
         log_file,
-        namespace: args.namespace,
+        namespace: args.namespace.map(namespace_file),
     })
+}
+
+/// The file of the mount namespace `-N` names: a number is a process's, as mount(8) reads
+/// it (a file named only by digits is given as `./123`).
+fn namespace_file(given: PathBuf) -> PathBuf {
+    let pid = given
+        .to_str()
+        .filter(|s| s.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|s| s.parse::<u32>().ok())
+        .filter(|&pid| pid > 0);
+    match pid {
+        Some(pid) => PathBuf::from(format!("/proc/{pid}/ns/mnt")),
+        None => given,
+    }
 }
 
 /// Arguments of `detach-dead`.
@@ -101,6 +115,16 @@ pub fn detach_dead(args: DetachDeadArgs) -> Result<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_namespace_given_by_number_is_that_process_s() {
+        let ns = |s: &str| namespace_file(PathBuf::from(s));
+        assert_eq!(ns("1499"), PathBuf::from("/proc/1499/ns/mnt"));
+        assert_eq!(ns("/proc/7/ns/mnt"), PathBuf::from("/proc/7/ns/mnt"));
+        assert_eq!(ns("./12"), PathBuf::from("./12"));
+        assert_eq!(ns("0"), PathBuf::from("0"));
+        assert_eq!(ns("+3"), PathBuf::from("+3"));
+    }
 
     #[test]
     fn a_log_file_spelt_two_ways_is_one_file() {
