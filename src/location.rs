@@ -83,8 +83,8 @@ impl Location {
     /// A plain path that does not exist but contains `#key=value` is split there, so that the
     /// fragment syntax of URLs also works on paths.
     ///
-    /// A location that is not UTF-8 can only be a plain path (with a fragment, if any, that
-    /// is): a URL is text, as netcdf-c reads it.
+    /// A location that is not UTF-8 can only be a plain path, whose fragment, if any, must
+    /// still be text: a URL is text, as netcdf-c reads it.
     pub fn parse(text: impl AsRef<OsStr>) -> Result<Location> {
         let given = text.as_ref();
         let invalid = |reason: String| Error::InvalidLocation {
