@@ -55,8 +55,9 @@ def binary() -> Path:
 
 
 def is_mounted(path: Path) -> bool:
-    target = str(Path(path).resolve())
-    with open("/proc/self/mounts") as f:
+    # As bytes: a mount point's name need not be UTF-8, nor another mount's.
+    target = os.fsencode(Path(path).resolve())
+    with open("/proc/self/mounts", "rb") as f:
         return any(line.split()[1] == target for line in f)
 
 
@@ -81,7 +82,7 @@ def wait_until(cond, timeout: float = 10.0) -> bool:
 
 def daemon_pids(mountpoint: Path) -> list[int]:
     """Process ids of nczarrfs daemons serving `mountpoint` (found by their command line)."""
-    target = str(Path(mountpoint).resolve())
+    target = os.fsencode(Path(mountpoint).resolve())
     pids = []
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
@@ -90,7 +91,7 @@ def daemon_pids(mountpoint: Path) -> list[int]:
             argv = (d / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if argv[1:2] == [b"mount"] and target.encode() in argv:
+        if argv[1:2] == [b"mount"] and target in argv:
             pids.append(int(d.name))
     return pids
 

@@ -1,5 +1,6 @@
 //! Opening a dataset: location → storage map → metadata → model, with a chunk engine on top.
 
+use std::ffi::OsStr;
 use std::sync::Arc;
 
 use crate::chunk::ChunkEngine;
@@ -26,7 +27,7 @@ pub struct OpenDataset {
 
 impl OpenDataset {
     /// Opens an existing dataset read-only with a cache of `cache_bytes`.
-    pub fn open(location: &str, cache_bytes: usize) -> Result<OpenDataset> {
+    pub fn open(location: impl AsRef<OsStr>, cache_bytes: usize) -> Result<OpenDataset> {
         let location = Location::parse(location)?;
         let map = zmap::open(&location, false)?;
         let model = meta::read_dataset(map.as_ref(), &location.mode)?;

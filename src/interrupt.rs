@@ -18,7 +18,9 @@
 //! what it wrote is deleted by a clean-up registered with [`on_signal`], which the signal
 //! thread runs itself before it ends the process (the objects' keys are known only here).
 
+use std::ffi::OsStr;
 use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -226,21 +228,26 @@ pub fn serve_remove_staging(paths: &[PathBuf]) -> crate::Result<()> {
 
 /// The process whose staging sibling `path` is named as.
 fn staging_owner(path: &Path) -> Option<u32> {
-    staging_sibling(path.file_name()?.to_str()?).map(|(_, pid)| pid)
+    staging_sibling(path.file_name()?).map(|(_, pid)| pid)
 }
 
 /// The destination's name and the process of a staging sibling named `file_name`:
 /// `.NAME.nczarrfs-PID.TOKEN` (TOKEN random, see [`crate::create::Staging`]), or
-/// `.NAME.nczarrfs-PID` as earlier versions named them.
-pub(crate) fn staging_sibling(file_name: &str) -> Option<(&str, u32)> {
-    let (name, rest) = file_name.strip_prefix('.')?.rsplit_once(".nczarrfs-")?;
-    let pid = match rest.split_once('.') {
-        Some((pid, token)) if crate::zmap::temp_files::is_token(token) => pid,
+/// `.NAME.nczarrfs-PID` as earlier versions named them. NAME is any bytes, as the
+/// destination's name is.
+pub(crate) fn staging_sibling(file_name: &OsStr) -> Option<(&OsStr, u32)> {
+    const INFIX: &[u8] = b".nczarrfs-";
+    let rest = file_name.as_bytes().strip_prefix(b".")?;
+    let at = rest.windows(INFIX.len()).rposition(|w| w == INFIX)?;
+    let (name, rest) = (&rest[..at], &rest[at + INFIX.len()..]);
+    let pid = match rest.iter().position(|&b| b == b'.') {
+        Some(dot) if crate::zmap::temp_files::is_token(&rest[dot + 1..]) => &rest[..dot],
         Some(_) => return None,
         None => rest,
     };
-    let digits = !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit());
-    (!name.is_empty() && digits).then(|| Some((name, pid.parse().ok()?)))?
+    let digits = !pid.is_empty() && pid.iter().all(u8::is_ascii_digit);
+    let pid = std::str::from_utf8(pid).ok()?.parse().ok()?;
+    (!name.is_empty() && digits).then_some((OsStr::from_bytes(name), pid))
 }
 
 /// Whether process `pid` has ended (gone, or a zombie not yet reaped). A process that
@@ -289,6 +296,11 @@ mod tests {
         assert_eq!(owner("/d/.ds.file.nczarrfs-42.old"), None);
         assert_eq!(owner("/d/.ds.file.nczarrfs-"), None);
         assert_eq!(owner("/"), None);
+        let named = OsStr::from_bytes(b".d\xff.file.nczarrfs-42.0123456789abcdef");
+        assert_eq!(
+            staging_sibling(named),
+            Some((OsStr::from_bytes(b"d\xff.file"), 42))
+        );
     }
 
     #[test]

@@ -1,5 +1,11 @@
 //! Dataset locations: plain paths and netcdf-c style URLs with `#mode=...` fragments.
+//!
+//! A plain path is any bytes, as Linux file names are; a URL is text (UTF-8), whose
+//! `file://` path may spell other bytes with `%XX`.
 
+use std::borrow::Cow;
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
 use percent_encoding::percent_decode_str;
@@ -59,8 +65,8 @@ pub struct Mode {
 /// A parsed dataset location.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Location {
-    /// The text the user gave.
-    pub original: String,
+    /// The text the user gave: a path's bytes, as given.
+    pub original: OsString,
     /// The storage.
     pub storage: Storage,
     /// The mode flags.
@@ -76,16 +82,29 @@ impl Location {
     /// exists is [`Storage::File`], and a missing path is a zip only if it ends in `.zip`.
     /// A plain path that does not exist but contains `#key=value` is split there, so that the
     /// fragment syntax of URLs also works on paths.
-    pub fn parse(text: &str) -> Result<Location> {
+    ///
+    /// A location that is not UTF-8 can only be a plain path, whose fragment, if any, must
+    /// still be text: a URL is text, as netcdf-c reads it.
+    pub fn parse(text: impl AsRef<OsStr>) -> Result<Location> {
+        let given = text.as_ref();
         let invalid = |reason: String| Error::InvalidLocation {
-            location: text.to_string(),
+            location: given.to_string_lossy().into_owned(),
             reason,
         };
-        if text.is_empty() {
+        if given.is_empty() {
             return Err(invalid("empty location".into()));
         }
+        let Some(text) = given.to_str() else {
+            if let Some((scheme, _)) = split_scheme(&given.to_string_lossy()) {
+                return Err(invalid(format!(
+                    "a {scheme}:// URL must be UTF-8 text: give the path itself, or spell its \
+                     other bytes as %XX in a file:// URL"
+                )));
+            }
+            return parse_plain_path(given);
+        };
         let Some((scheme, rest)) = split_scheme(text) else {
-            return parse_plain_path(text);
+            return parse_plain_path(given);
         };
         let (rest, fragment) = match rest.split_once('#') {
             Some((rest, fragment)) => (rest, fragment),
@@ -119,27 +138,40 @@ impl Location {
             }
         };
         Ok(Location {
-            original: text.to_string(),
+            original: given.to_os_string(),
             storage,
             mode: frag.mode,
         })
     }
 
+    /// The location as messages show it: as given, with bytes that are not UTF-8 shown as
+    /// U+FFFD.
+    pub fn shown(&self) -> Cow<'_, str> {
+        self.original.to_string_lossy()
+    }
+
     /// The dataset name as ncdump derives it: the last path component, cut at its last `.`
     /// (`a.b.nc` → `a.b`, `x.zarr.zip` → `x.zarr`, `.hidden` → ``). A trailing `/` is ignored.
-    /// An S3 location without a key prefix is named after its bucket.
-    pub fn dataset_name(&self) -> String {
-        let path = match &self.storage {
-            Storage::File(p) | Storage::Zip(p) => p.to_string_lossy().into_owned(),
-            Storage::S3(s3) if s3.prefix.is_empty() => s3.bucket.clone(),
-            Storage::S3(s3) => s3.prefix.clone(),
-            Storage::Memory => String::new(),
+    /// An S3 location without a key prefix is named after its bucket. The bytes of a path
+    /// are kept as they are, UTF-8 or not, as ncdump keeps them.
+    pub fn dataset_name(&self) -> OsString {
+        let path: &[u8] = match &self.storage {
+            Storage::File(p) | Storage::Zip(p) => p.as_os_str().as_bytes(),
+            Storage::S3(s3) if s3.prefix.is_empty() => s3.bucket.as_bytes(),
+            Storage::S3(s3) => s3.prefix.as_bytes(),
+            Storage::Memory => b"",
         };
-        let last = path.trim_end_matches('/').rsplit('/').next().unwrap_or("");
-        match last.rfind('.') {
-            Some(i) => last[..i].to_string(),
-            None => last.to_string(),
-        }
+        let end = path.iter().rposition(|&b| b != b'/').map_or(0, |i| i + 1);
+        let path = &path[..end];
+        let last = match path.iter().rposition(|&b| b == b'/') {
+            Some(i) => &path[i + 1..],
+            None => path,
+        };
+        let stem = match last.iter().rposition(|&b| b == b'.') {
+            Some(i) => &last[..i],
+            None => last,
+        };
+        OsString::from_vec(stem.to_vec())
     }
 }
 
@@ -257,36 +289,43 @@ fn split_scheme(text: &str) -> Option<(String, &str)> {
     (first_ok && rest_ok).then(|| (scheme.to_ascii_lowercase(), rest))
 }
 
-fn parse_plain_path(text: &str) -> Result<Location> {
-    let mut path = text;
+/// A plain path, of any bytes, with a `#key=value` fragment if nothing exists at the whole
+/// text.
+fn parse_plain_path(text: &OsStr) -> Result<Location> {
+    let invalid = |reason: String| Error::InvalidLocation {
+        location: text.to_string_lossy().into_owned(),
+        reason,
+    };
+    let bytes = text.as_bytes();
+    let mut path = bytes;
     let mut fragment = "";
     if !Path::new(text).exists() {
-        if let Some((p, f)) = text.split_once('#') {
-            if f.contains('=') {
-                path = p;
-                fragment = f;
+        if let Some(hash) = bytes.iter().position(|&b| b == b'#') {
+            let after = &bytes[hash + 1..];
+            if after.contains(&b'=') {
+                path = &bytes[..hash];
+                fragment = std::str::from_utf8(after).map_err(|_| {
+                    invalid("the fragment after `#` is not UTF-8 (mode words are)".into())
+                })?;
             }
         }
     }
-    let frag = Fragment::parse(fragment).map_err(|reason| Error::InvalidLocation {
-        location: text.to_string(),
-        reason,
-    })?;
+    let frag = Fragment::parse(fragment).map_err(invalid)?;
     if frag.storage == Some(StorageWord::S3) {
-        return Err(Error::InvalidLocation {
-            location: text.to_string(),
-            reason: "mode s3 needs an s3:// or http(s):// URL, not a path".into(),
-        });
+        return Err(invalid(
+            "mode s3 needs an s3:// or http(s):// URL, not a path".into(),
+        ));
     }
     Ok(Location {
-        original: text.to_string(),
-        storage: local_storage(PathBuf::from(path), frag.storage),
+        original: text.to_os_string(),
+        storage: local_storage(PathBuf::from(OsStr::from_bytes(path)), frag.storage),
         mode: frag.mode,
     })
 }
 
 /// The local path of a `file://` URL: `file:///abs`, `file://localhost/abs`, or
 /// `file://relative` (netcdf-c reads the latter as a path relative to the working directory).
+/// `%XX` stands for its byte, UTF-8 or not, as in any file name.
 fn file_url_path(rest: &str) -> std::result::Result<PathBuf, String> {
     let raw = if rest.starts_with('/') {
         rest
@@ -299,7 +338,9 @@ fn file_url_path(rest: &str) -> std::result::Result<PathBuf, String> {
     if raw.is_empty() {
         return Err("file URL without a path".into());
     }
-    Ok(PathBuf::from(decode(raw)?))
+    Ok(PathBuf::from(OsString::from_vec(
+        percent_decode_str(raw).collect(),
+    )))
 }
 
 /// Picks file-tree or zip storage for a local path: the mode word if any, else by probing.

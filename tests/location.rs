@@ -241,6 +241,54 @@ fn dataset_names_follow_ncdump() {
     }
 }
 
+/// Linux file names are bytes: a path that is not UTF-8 is a location like any other, and
+/// names its dataset with its own bytes (Debian ncdump 4.9.0 prints `netcdf d\xff {` for
+/// `d\xff.nc`). A URL is text, whose `%XX` may stand for any byte of the path.
+#[test]
+fn paths_that_are_not_utf8() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let bytes = |b: &[u8]| OsStr::from_bytes(b).to_os_string();
+    let loc = Location::parse(bytes(b"dir\xfe/d\xff.file")).unwrap();
+    assert_eq!(
+        loc.storage,
+        Storage::File(PathBuf::from(bytes(b"dir\xfe/d\xff.file")))
+    );
+    assert_eq!(loc.original, bytes(b"dir\xfe/d\xff.file"));
+    assert_eq!(loc.dataset_name(), bytes(b"d\xff"));
+    assert_eq!(loc.shown(), "dir\u{fffd}/d\u{fffd}.file");
+
+    // The fragment of a path that does not exist is split off as for any other.
+    let loc = Location::parse(bytes(b"/nowhere/a\xff.zip#mode=zarr")).unwrap();
+    assert_eq!(
+        loc.storage,
+        Storage::Zip(PathBuf::from(bytes(b"/nowhere/a\xff.zip")))
+    );
+    assert_eq!(loc.mode.format, Some(Format::Zarr));
+    assert_eq!(loc.dataset_name(), bytes(b"a\xff"));
+    let e = Location::parse(bytes(b"/nowhere/a.file#mode=zarr\xff")).unwrap_err();
+    assert!(
+        e.to_string().contains("fragment after `#` is not UTF-8"),
+        "{e}"
+    );
+
+    // %XX in a file:// URL is the byte, UTF-8 or not.
+    let loc = parse("file:///d%FE/x%ff.file#mode=nczarr,file");
+    assert_eq!(
+        loc.storage,
+        Storage::File(PathBuf::from(bytes(b"/d\xfe/x\xff.file")))
+    );
+    assert_eq!(loc.dataset_name(), bytes(b"x\xff"));
+    // A URL itself is text (netcdf-c 4.9.0 silently drops such bytes from one).
+    for url in [
+        &b"file:///d/x\xff.file#mode=nczarr,file"[..],
+        b"s3://bucket/k\xff#mode=zarr,s3",
+    ] {
+        let e = Location::parse(bytes(url)).unwrap_err().to_string();
+        assert!(e.contains("URL must be UTF-8 text"), "{e}");
+    }
+}
+
 fn fixture(rel: &str) -> PathBuf {
     let shared = std::env::var("NCZARRFS_SHARED")
         .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../shared").to_string());

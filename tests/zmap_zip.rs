@@ -372,7 +372,7 @@ fn new_archives_take_the_layout_of_their_readers() {
     for (url_mode, folder) in [("#mode=zarr,zip", None), ("", Some("new.ds"))] {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("new.ds.zip");
-        let location = Location::parse(&format!("file://{}{url_mode}", path.display())).unwrap();
+        let location = Location::parse(format!("file://{}{url_mode}", path.display())).unwrap();
         let map = zmap::open(&location, true).unwrap();
         assert!(!path.exists(), "opening creates nothing");
         map.put(".zgroup", b"{\"zarr_format\": 2}").unwrap();

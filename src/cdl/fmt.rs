@@ -215,19 +215,27 @@ pub fn quote_char_row(bytes: &[u8], out: &mut Vec<u8>) {
 
 /// A name (dimension, variable, attribute, group) with CDL's special characters escaped.
 pub fn escape_name(name: &str) -> String {
-    let mut out = String::with_capacity(name.len() + 2);
-    if name.starts_with(|c: char| c.is_ascii_digit()) {
-        out.push('\\');
+    String::from_utf8(escape_name_bytes(name.as_bytes()))
+        .expect("escapes are ASCII, so the escaped UTF-8 stays UTF-8")
+}
+
+/// [`escape_name`] of any bytes, as ncdump escapes a name: the ASCII ones as there, the
+/// others (UTF-8 or not, such as those of a file name) unchanged.
+pub fn escape_name_bytes(name: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(name.len() + 2);
+    if name.first().is_some_and(u8::is_ascii_digit) {
+        out.push(b'\\');
     }
-    for c in name.chars() {
-        match c {
-            ' ' | '!' | '"' | '#' | '$' | '&' | '\'' | '(' | ')' | '*' | ',' | ':' | ';' | '<'
-            | '=' | '>' | '?' | '[' | ']' | '\\' | '^' | '`' | '{' | '|' | '}' | '~' => {
-                out.push('\\');
-                out.push(c);
+    for &b in name {
+        match b {
+            b' ' | b'!' | b'"' | b'#' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b',' | b':'
+            | b';' | b'<' | b'=' | b'>' | b'?' | b'[' | b']' | b'\\' | b'^' | b'`' | b'{'
+            | b'|' | b'}' | b'~' => {
+                out.push(b'\\');
+                out.push(b);
             }
-            c if c.is_ascii_control() => out.push_str(&format!("\\%{:02x}", c as u32)),
-            c => out.push(c),
+            b if b.is_ascii_control() => out.extend_from_slice(format!("\\%{b:02x}").as_bytes()),
+            b => out.push(b),
         }
     }
     out
@@ -680,6 +688,9 @@ mod tests {
         assert_eq!(escape_name("a b:c%d"), "a\\ b\\:c%d");
         assert_eq!(escape_name("x y"), "x\\ y");
         assert_eq!(escape_name("plain_name.v-1"), "plain_name.v-1");
+        assert_eq!(escape_name("é\u{7f}\u{1}"), "é\\%7f\\%01");
+        // ncdump's own escaping of a file's name, bytes beyond ASCII as they are.
+        assert_eq!(escape_name_bytes(b"1d\xff x"), b"\\1d\xff\\ x");
     }
 
     #[test]

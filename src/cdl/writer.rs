@@ -9,11 +9,13 @@
 //! Values are read in blocks of whole trailing dimensions so that memory stays bounded for
 //! big variables, and written through a buffered writer.
 
+use std::ffi::OsStr;
 use std::io::{self, BufWriter, Write};
+use std::os::unix::ffi::OsStrExt;
 
 use crate::cdl::fmt::{
-    double_data, escape_name, escape_text, float_data, quote_char_row, write_attr_cdl,
-    write_attr_cdl_with, CFormat, Precision,
+    double_data, escape_name, escape_name_bytes, escape_text, float_data, quote_char_row,
+    write_attr_cdl, write_attr_cdl_with, CFormat, Precision,
 };
 use crate::cdl::special;
 use crate::cdl::times::TimeUnits;
@@ -123,11 +125,12 @@ const BLOCK_BYTES: usize = 4 << 20;
 const KEYWORDS: [&str; 5] = ["variables", "dimensions", "data", "group", "types"];
 
 /// Writes the CDL of `ds` as `ncdump [-h] [-c] [-v ...]` prints it, reading values through
-/// `engine`. `name` is the dataset name unless `opts.name` overrides it.
+/// `engine`. `name` is the dataset name unless `opts.name` overrides it; its bytes are
+/// written as they are, UTF-8 or not, as ncdump writes a file's name.
 pub fn dump(
     ds: &Dataset,
     engine: &ChunkEngine,
-    name: &str,
+    name: impl AsRef<OsStr>,
     opts: &DumpOptions,
     out: &mut dyn Write,
 ) -> Result<()> {
@@ -142,7 +145,7 @@ pub type ValueReader<'a> = dyn FnMut(VarId, &Hyperslab, &mut [u8]) -> Result<()>
 /// [`dump`] with values coming from any reader (tests, in-memory datasets).
 pub fn dump_with_reader(
     ds: &Dataset,
-    name: &str,
+    name: impl AsRef<OsStr>,
     opts: &DumpOptions,
     read: &mut ValueReader<'_>,
     out: &mut dyn Write,
@@ -168,8 +171,13 @@ pub fn dump_with_reader(
     w.max_line = opts.line_len.unwrap_or(DEFAULT_LINE_LEN).saturating_sub(2);
     w.annotate = opts.annotate;
     w.times = opts.times;
-    let name = opts.name.as_deref().unwrap_or(name);
-    w.raw(format!("netcdf {} {{\n", escape_name(name)).as_bytes())?;
+    let name = match &opts.name {
+        Some(name) => name.as_bytes(),
+        None => name.as_ref().as_bytes(),
+    };
+    w.raw(b"netcdf ")?;
+    w.raw(&escape_name_bytes(name))?;
+    w.raw(b" {\n")?;
     w.group(ds, Dataset::ROOT, opts, read)?;
     w.raw(b"}\n")?;
     w.out.flush().map_err(io_err)

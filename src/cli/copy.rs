@@ -43,12 +43,12 @@ pub struct CopyArgs {
     /// Print help (`-h` is nccopy's chunk cache size).
     #[arg(long, action = clap::ArgAction::Help)]
     pub help: Option<bool>,
-    /// Source dataset (path or URL).
-    pub src: String,
-    /// Target dataset (path or URL). A local dataset there is replaced; anything else local is
+    /// Source dataset (a path, of any bytes, or a URL).
+    pub src: std::ffi::OsString,
+    /// Target dataset (a path, of any bytes, or a URL). A local dataset there is replaced; anything else local is
     /// refused (a Zarr array too, and any place inside a Zarr dataset, the source's own
     /// included), and so is an S3 prefix that holds any object.
-    pub dst: String,
+    pub dst: std::ffi::OsString,
     /// The kind of the target: `-k` and nccopy's format flags.
     #[command(flatten)]
     pub kind: super::KindArgs,
@@ -214,7 +214,8 @@ fn refuse_copy_onto_itself(src: &Location, dst: &Location) -> Result<()> {
     };
     Err(Error::Invalid(format!(
         "{}: the output would overwrite the input {} ({why})",
-        dst.original, src.original
+        dst.shown(),
+        src.shown()
     )))
 }
 
@@ -1134,7 +1135,7 @@ fn verify(location: &Location, sums: &[(String, Check)]) -> Result<()> {
         .iter()
         .map(|(fqn, _)| {
             model.find_var(fqn).ok_or_else(|| Error::Storage {
-                key: location.original.clone(),
+                key: location.shown().into_owned(),
                 reason: format!("verification failed: {fqn} is missing from the copy"),
             })
         })
@@ -1358,7 +1359,10 @@ mod tests {
     fn dash_h_is_nccopys_chunk_cache_size_and_help_stays() {
         let a = parse_copy(&["-h", "4194304", "in", "out"]).unwrap();
         assert_eq!(a.cache_size, Some(4_194_304));
-        assert_eq!((a.src.as_str(), a.dst.as_str()), ("in", "out"));
+        assert_eq!(
+            (a.src.as_os_str(), a.dst.as_os_str()),
+            ("in".as_ref(), "out".as_ref())
+        );
         let a = parse_copy(&["in", "out", "-h", "64M"]).unwrap();
         assert_eq!(a.cache_size, Some(64_000_000));
         let help = parse_copy(&["--help"]).unwrap_err();
@@ -1493,7 +1497,7 @@ mod tests {
         let src_loc = source(tmp.path());
         let src = OpenDataset::open(&src_loc.original, 0).unwrap();
         // Another dialect, the same chunk encoding.
-        let dst = Location::parse(&format!(
+        let dst = Location::parse(format!(
             "file://{}#mode=zarr,file",
             tmp.path().join("dst.zarr").display()
         ))

@@ -91,8 +91,8 @@ pub struct DumpArgs {
     /// (which netcdf-c's ncdump accepts and ignores too).
     #[arg(short = 'X', value_name = "m|p", hide = true, value_parser = parse_x_option)]
     pub x_option: Option<char>,
-    /// The dataset: a path or a URL.
-    pub location: String,
+    /// The dataset: a path (any bytes) or a URL.
+    pub location: std::ffi::OsString,
 }
 
 /// ncdump's `-X` value: it looks at the first letter only.

@@ -6,6 +6,7 @@
 //! The dataset is built in a hidden sibling and renamed into place when complete, so a
 //! failure (or a kill) never leaves a partial dataset at the target.
 
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
 use crate::cdl::parser::{
@@ -31,7 +32,7 @@ pub struct GenArgs {
     /// last extension (`x.cdl`, `x.txt`: `x`), or for standard input the name on its
     /// `netcdf NAME` line, as ncgen names its `.nc` file.
     #[arg(short = 'o', long = "output", value_name = "LOCATION")]
-    pub output: Option<String>,
+    pub output: Option<std::ffi::OsString>,
     /// The kind of dataset: `-k` and ncgen's format flags.
     #[command(flatten)]
     pub kind: super::KindArgs,
@@ -126,21 +127,18 @@ pub fn run(args: GenArgs) -> Result<i32> {
 }
 
 /// ncgen's output name: the CDL file's name without its last extension (the `netcdf NAME`
-/// for standard input).
-fn default_output(cdl: &Path, name: &str, zarr: bool, zip: bool) -> String {
-    let base = match cdl.as_os_str() == "-" {
-        true => name.to_string(),
-        false => cdl
-            .file_stem()
-            .map(|f| f.to_string_lossy().into_owned())
-            .unwrap_or_default(),
+/// for standard input). The file's name is kept byte for byte, UTF-8 or not, as ncgen keeps it.
+fn default_output(cdl: &Path, name: &str, zarr: bool, zip: bool) -> OsString {
+    let mut output = match cdl.as_os_str() == "-" {
+        true => OsString::from(name),
+        false => cdl.file_stem().map(OsStr::to_os_string).unwrap_or_default(),
     };
-    let ext = match (zip, zarr) {
-        (true, _) => "zip",
-        (false, true) => "zarr",
-        (false, false) => "file",
-    };
-    format!("{base}.{ext}")
+    output.push(match (zip, zarr) {
+        (true, _) => ".zip",
+        (false, true) => ".zarr",
+        (false, false) => ".file",
+    });
+    output
 }
 
 /// Creates the dataset described by `parsed` at `location`: built in a staging place and
@@ -466,6 +464,17 @@ mod tests {
             default_output(Path::new("my.data.cdl"), "foo", false, false),
             "my.data.file"
         );
+        // Debian ncgen 4.9: `ncgen -k nc4 $'d\xff.cdl'` writes $'d\xff.nc'.
+        use std::os::unix::ffi::OsStrExt;
+        assert_eq!(
+            default_output(
+                Path::new(OsStr::from_bytes(b"sub/d\xff.cdl")),
+                "foo",
+                false,
+                false
+            ),
+            OsStr::from_bytes(b"d\xff.file")
+        );
     }
 
     /// Rows longer than a batch of fill are written in pieces, with every element reached.
@@ -478,7 +487,7 @@ mod tests {
              data:\n v = _ ;\n}}\n"
         );
         let tmp = tempfile::tempdir().unwrap();
-        let location = Location::parse(&tmp.path().join("big.file").to_string_lossy()).unwrap();
+        let location = Location::parse(tmp.path().join("big.file")).unwrap();
         let parsed = crate::cdl::parser::parse_cdl(&text, "big.cdl").unwrap();
         generate(parsed, &location, CreateOptions::default(), true).unwrap();
         let map = crate::zmap::open(&location, false).unwrap();

@@ -15,8 +15,8 @@ use crate::{Error, Result};
 /// Arguments of `get`.
 #[derive(Debug, clap::Args)]
 pub struct GetArgs {
-    /// The dataset: a path or a URL.
-    pub location: String,
+    /// The dataset: a path (any bytes) or a URL.
+    pub location: std::ffi::OsString,
     /// The variable's name or full name (`/g1/v`).
     pub var: String,
     /// First index per dimension, comma separated (default: all 0).
@@ -62,7 +62,7 @@ pub fn run(args: GetArgs) -> Result<i32> {
     let var = ds
         .find_typed_var(&args.var)
         .map_err(Error::NotFound)?
-        .ok_or_else(|| super::no_variable(ds, &args.var, &args.location))?;
+        .ok_or_else(|| super::no_variable(ds, &args.var, &args.location.to_string_lossy()))?;
     let slab = hyperslab(ds, var, &args)?;
     let output = match &args.output {
         Some(path) if path.as_os_str() != "-" => Some(OutputFile::create(path)?),
@@ -155,11 +155,13 @@ impl OutputFile {
             Some(dir) if !dir.as_os_str().is_empty() => dir,
             _ => std::path::Path::new("."),
         };
-        let name = name.to_string_lossy();
+        let prefix = temp_prefix(name);
         let pid = std::process::id();
-        remove_ended_gets_files(dir, &name);
+        remove_ended_gets_files(dir, &prefix);
         let (file, temp) = match crate::zmap::temp_files::create_in(dir, |token| {
-            format!(".{name}{GET_TEMP_INFIX}{pid}.{token}")
+            let mut temp = prefix.clone();
+            temp.push(format!("{pid}.{token}"));
+            temp
         }) {
             Ok(created) => created,
             // A directory we may not create in: the file itself is still writable.
@@ -216,25 +218,38 @@ impl OutputFile {
 /// What the temporary file of a `get -o NAME` is named: `.NAME` this `PID.TOKEN`.
 const GET_TEMP_INFIX: &str = ".nczarrfs-get.";
 
-/// Removes the temporary files in `dir` that earlier `get -o NAME`s left when they were
-/// killed (SIGKILL, a crash: the other signals remove their own): those of processes that
-/// have ended and that no process holds locked (a get whose process this one cannot see
-/// holds its file's lock). Best effort: one left is only hidden clutter.
-fn remove_ended_gets_files(dir: &std::path::Path, name: &str) {
-    let prefix = format!(".{name}{GET_TEMP_INFIX}");
+/// The start of the temporary files' names of a `get -o NAME`, `NAME` byte for byte:
+/// `.NAME` and [`GET_TEMP_INFIX`].
+fn temp_prefix(name: &std::ffi::OsStr) -> std::ffi::OsString {
+    let mut prefix = std::ffi::OsString::from(".");
+    prefix.push(name);
+    prefix.push(GET_TEMP_INFIX);
+    prefix
+}
+
+/// Removes the temporary files in `dir` (named `prefix` then `PID.TOKEN`) that earlier
+/// `get -o NAME`s left when they were killed (SIGKILL, a crash: the other signals remove
+/// their own): those of processes that have ended and that no process holds locked (a get
+/// whose process this one cannot see holds its file's lock). Best effort: one left is only
+/// hidden clutter.
+fn remove_ended_gets_files(dir: &std::path::Path, prefix: &std::ffi::OsStr) {
+    use std::os::unix::ffi::OsStrExt;
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
     for entry in entries.flatten() {
         let file_name = entry.file_name();
-        let Some((pid, token)) = file_name
-            .to_str()
-            .and_then(|n| n.strip_prefix(&prefix))
-            .and_then(|rest| rest.split_once('.'))
-        else {
+        let Some(rest) = file_name.as_bytes().strip_prefix(prefix.as_bytes()) else {
             continue;
         };
-        let ended = pid.parse().is_ok_and(crate::interrupt::has_ended);
+        let Some(dot) = rest.iter().position(|&b| b == b'.') else {
+            continue;
+        };
+        let (pid, token) = (&rest[..dot], &rest[dot + 1..]);
+        let ended = std::str::from_utf8(pid)
+            .ok()
+            .and_then(|pid| pid.parse().ok())
+            .is_some_and(crate::interrupt::has_ended);
         if ended && crate::zmap::temp_files::is_token(token) && is_unlocked(&entry.path()) {
             let _ = std::fs::remove_file(entry.path());
         }

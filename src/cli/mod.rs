@@ -189,9 +189,9 @@ fn no_variable(ds: &crate::model::Dataset, name: &str, location: &str) -> crate:
 
 /// Refuses `-` as the place of a new dataset: a dataset is a directory or an archive written
 /// in several steps, not a stream for standard output.
-fn refuse_standard_output(location: &str) -> Result<()> {
-    match location {
-        "-" => Err(crate::Error::Invalid(
+fn refuse_standard_output(location: &std::ffi::OsStr) -> Result<()> {
+    match location.as_encoded_bytes() {
+        b"-" => Err(crate::Error::Invalid(
             "a dataset cannot be written to standard output (`-`): give a path (`./-` for \
              one named `-`)"
                 .to_string(),

@@ -8,8 +8,8 @@ use crate::Result;
 /// Arguments of `mount`.
 #[derive(Debug, clap::Args)]
 pub struct MountArgs {
-    /// The dataset: a path or a URL.
-    pub location: String,
+    /// The dataset: a path (any bytes) or a URL.
+    pub location: std::ffi::OsString,
     /// An existing directory to mount it on.
     pub mountpoint: PathBuf,
     /// Mount options, comma-separated: ro (default), rw, allow_other, allow_root,
@@ -23,7 +23,7 @@ pub struct MountArgs {
     /// A flag takes no value: allow_other=0 is an error, not "off". A value holding a comma
     /// is quoted, as in fstab (fsname="obs,2024"), or escaped, as for libfuse (obs\,2024).
     #[arg(short = 'o', value_name = "OPTIONS")]
-    pub options: Vec<String>,
+    pub options: Vec<std::ffi::OsString>,
     /// Stay in the foreground (default: become a daemon once the mount is ready).
     #[arg(short = 'f', long)]
     pub foreground: bool,

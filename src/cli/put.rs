@@ -27,8 +27,9 @@ use crate::{Error, Result};
 /// Arguments of `put`.
 #[derive(Debug, clap::Args)]
 pub struct PutArgs {
-    /// The dataset: a path or a URL. It must exist (`nczarrfs gen` creates one from CDL).
-    pub location: String,
+    /// The dataset: a path (any bytes) or a URL. It must exist (`nczarrfs gen` creates one
+    /// from CDL).
+    pub location: std::ffi::OsString,
     /// The variable's name or full name (`/g1/v`).
     pub var: String,
     /// First index per dimension, comma separated (default: all 0).
@@ -67,7 +68,9 @@ pub fn run(args: PutArgs) -> Result<i32> {
         .model()
         .find_typed_var(&args.var)
         .map_err(Error::NotFound)?
-        .ok_or_else(|| super::no_variable(w.model(), &args.var, &args.location))?;
+        .ok_or_else(|| {
+            super::no_variable(w.model(), &args.var, &args.location.to_string_lossy())
+        })?;
     let (source, name) = open_input(args.input.as_deref())?;
     let input = match source {
         Source::File(file) => map_from_offset(&file).map_err(|e| Error::io(&name, e))?,

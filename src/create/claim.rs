@@ -189,7 +189,7 @@ fn claimed_by_another(target: &Location, map: &S3Map) -> Error {
         "{} is being written by another gen or copy ({WRITING_MARKER}: {who}); nothing is \
          written. If no such process runs (it was killed), delete the objects under the \
          prefix first",
-        target.original
+        target.shown()
     ))
 }
 
@@ -216,7 +216,7 @@ fn check_empty_prefix(target: &Location, map: &S3Map, own: &[&str]) -> Result<()
     };
     Err(Error::NotPermitted(format!(
         "{} {why} (found {}); delete them first or choose an empty prefix",
-        target.original,
+        target.shown(),
         children
             .iter()
             .take(3)
@@ -267,7 +267,7 @@ fn check_outside_datasets(target: &Location, s3: &S3Location) -> Result<()> {
             return Err(Error::Invalid(format!(
                 "{} is inside the Zarr {what} {shown}, which writing there would change; \
                  nothing is written (choose a destination outside it)",
-                target.original
+                target.shown()
             )));
         }
     }

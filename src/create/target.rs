@@ -18,7 +18,7 @@ use crate::{Error, Result};
 /// `zip`, comma-separated) to a parsed location; words override what its fragment said.
 pub fn apply_mode_words(location: &mut Location, words: &str) -> Result<()> {
     let probe =
-        Location::parse(&format!("file:///mode-probe#mode={words}")).map_err(|e| match e {
+        Location::parse(format!("file:///mode-probe#mode={words}")).map_err(|e| match e {
             Error::InvalidLocation { reason, .. } => {
                 Error::Invalid(format!("-k {words}: {reason}"))
             }
@@ -43,7 +43,7 @@ pub fn apply_mode_words(location: &mut Location, words: &str) -> Result<()> {
     if path.is_none() && (has("zip") || has("file")) {
         return Err(Error::Invalid(format!(
             "-k {words}: `zip` and `file` need a local destination, not {}",
-            location.original
+            location.shown()
         )));
     }
     if let Some(p) = path {
@@ -108,15 +108,14 @@ impl Staging {
             _ => None,
         };
         let sibling = |p: &Path| -> PathBuf {
-            let name = p
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_else(|| "dataset".into());
-            p.with_file_name(format!(
-                ".{name}.nczarrfs-{}.{}",
+            let mut name = std::ffi::OsString::from(".");
+            name.push(p.file_name().unwrap_or("dataset".as_ref()));
+            name.push(format!(
+                ".nczarrfs-{}.{}",
                 std::process::id(),
                 crate::zmap::temp_files::random_token()
-            ))
+            ));
+            p.with_file_name(name)
         };
         let storage = match &target.storage {
             Storage::File(p) => Storage::File(sibling(p)),
@@ -238,10 +237,8 @@ fn remove_stale_staging(target: &Location) {
     };
     for entry in entries.flatten() {
         let file_name = entry.file_name();
-        let Some(pid) = file_name
-            .to_str()
-            .and_then(interrupt::staging_sibling)
-            .filter(|(of, _)| std::ffi::OsStr::new(of) == name)
+        let Some(pid) = interrupt::staging_sibling(&file_name)
+            .filter(|(of, _)| *of == name)
             .and_then(|(_, pid)| libc::pid_t::try_from(pid).ok())
             .filter(|pid| *pid > 0)
         else {
@@ -268,7 +265,7 @@ fn remove_stale_staging(target: &Location) {
 fn describe(location: &Location) -> String {
     match &location.storage {
         Storage::File(p) | Storage::Zip(p) => p.display().to_string(),
-        _ => location.original.clone(),
+        _ => location.shown().into_owned(),
     }
 }
 

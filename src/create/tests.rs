@@ -30,7 +30,7 @@ fn default_chunks_match_netcdf_c() {
 }
 
 fn writer(dir: &Path, mode: &str) -> (Location, DatasetWriter) {
-    let loc = Location::parse(&format!(
+    let loc = Location::parse(format!(
         "file://{}#mode={mode}",
         dir.join("d.file").display()
     ))
@@ -413,7 +413,7 @@ fn datasets_with_unsupported_variables_are_not_opened_for_writing() {
         map.put(&format!("{name}/.zarray"), zarray.as_bytes())
             .unwrap();
     }
-    let loc = Location::parse(&format!("file://{}#mode=zarr,file", root.display())).unwrap();
+    let loc = Location::parse(format!("file://{}#mode=zarr,file", root.display())).unwrap();
     let e = DatasetWriter::open(&loc).unwrap_err().to_string();
     assert!(e.contains("variable /c is not supported"), "{e}");
     assert!(map
@@ -737,7 +737,7 @@ fn records_a_failed_writer_stored_past_the_length_read_as_fill_when_it_grows() {
             .path()
             .join(format!("{mode}{}{sharded}", separator == '/'));
         std::fs::create_dir(&dir).unwrap();
-        let loc = Location::parse(&format!(
+        let loc = Location::parse(format!(
             "file://{}#mode={mode}",
             dir.join("d.file").display()
         ))
@@ -869,7 +869,7 @@ fn zarr_json_is_no_name_for_a_zarr_v3_variable_or_group() {
     for version in ["v3", "v2"] {
         let dir = tmp.path().join(version);
         std::fs::create_dir(&dir).unwrap();
-        let loc = Location::parse(&format!(
+        let loc = Location::parse(format!(
             "file://{}#mode=zarr,{version}",
             dir.join("m.zarr").display()
         ))
@@ -928,7 +928,7 @@ fn datasets_with_lone_surrogates_are_not_opened_for_writing() {
         )
         .unwrap();
         map.put("v/.zattrs", zattrs).unwrap();
-        let loc = Location::parse(&format!("file://{}#mode=zarr,file", root.display())).unwrap();
+        let loc = Location::parse(format!("file://{}#mode=zarr,file", root.display())).unwrap();
         let e = DatasetWriter::open(&loc).unwrap_err().to_string();
         assert!(
             e.contains("lone UTF-16 surrogate") && e.contains("v/.zattrs"),
@@ -942,7 +942,7 @@ fn datasets_with_lone_surrogates_are_not_opened_for_writing() {
     map.put(".zgroup", br#"{"zarr_format": 2}"#).unwrap();
     map.put(".zattrs", "{\"x\u{FFFD}y\": \"\\ufffd\"}".as_bytes())
         .unwrap();
-    let loc = Location::parse(&format!("file://{}#mode=zarr,file", root.display())).unwrap();
+    let loc = Location::parse(format!("file://{}#mode=zarr,file", root.display())).unwrap();
     DatasetWriter::open(&loc).unwrap().close().unwrap();
 }
 

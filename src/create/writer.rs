@@ -91,7 +91,7 @@ impl DatasetWriter {
         {
             return Err(Error::NotPermitted(format!(
                 "{} already holds a dataset",
-                location.original
+                location.shown()
             )));
         }
         let mut w = DatasetWriter {

@@ -16,7 +16,7 @@ use super::layout::Resolved;
 pub fn header(
     ds: &Dataset,
     engine: &ChunkEngine,
-    dataset_name: &str,
+    dataset_name: &std::ffi::OsStr,
     r: Resolved,
 ) -> Result<Vec<u8>> {
     match r {

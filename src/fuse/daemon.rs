@@ -1,9 +1,11 @@
 //! Running a mount: open the dataset, mount, tell whoever waits that the mount is ready
 //! (the parent of a daemon, or systemd), serve until unmounted or signalled, flush, exit.
 
+use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, OnceLock};
@@ -22,8 +24,8 @@ use super::options::MountOptions;
 /// Everything `nczarrfs mount` was asked to do.
 #[derive(Debug, Clone)]
 pub struct MountRequest {
-    /// The dataset location (path or URL).
-    pub location: String,
+    /// The dataset location (a path, of any bytes, or a URL).
+    pub location: OsString,
     /// Where to mount it.
     pub mountpoint: PathBuf,
     /// The parsed options.
@@ -59,7 +61,7 @@ pub fn mount(req: MountRequest) -> Result<i32> {
         checked_mountpoint(&req.mountpoint)?;
         log::info!(
             "{}: no such dataset; nothing mounted (nofail)",
-            req.location
+            req.location.to_string_lossy()
         );
         return Ok(0);
     }
@@ -74,7 +76,7 @@ pub fn mount(req: MountRequest) -> Result<i32> {
 /// nothing exists: what `nofail` forgives, as mount(8) forgives a device that does not
 /// exist. A path that cannot be checked (permissions) is not missing, and an S3 dataset
 /// never is, since one that does not answer cannot be told from one that does not exist.
-fn dataset_is_missing(location: &str) -> bool {
+fn dataset_is_missing(location: &OsStr) -> bool {
     match Location::parse(location).map(|l| l.storage) {
         Ok(Storage::File(path) | Storage::Zip(path)) => matches!(path.try_exists(), Ok(false)),
         _ => false,
@@ -132,7 +134,11 @@ fn serve(req: MountRequest, log: Option<File>, ready: &mut Option<File>) -> Resu
         let _ = pipe.write_all(b"OK");
     }
     sd_notify("READY=1");
-    log::info!("serving {} at {}", req.location, mountpoint.display());
+    log::info!(
+        "serving {} at {}",
+        req.location.to_string_lossy(),
+        mountpoint.display()
+    );
     std::thread::Builder::new()
         .name("nczarrfs-signals".into())
         .spawn({
@@ -180,7 +186,7 @@ fn lost_at_unmount(req: &MountRequest, mountpoint: &Path) -> String {
     format!(
         "{}: changes to {} could not be stored at unmount",
         mountpoint.display(),
-        req.location
+        req.location.to_string_lossy()
     )
 }
 
@@ -329,7 +335,8 @@ fn setup(req: &MountRequest) -> Result<(Session<NczarrFs>, PathBuf, MountHandle)
             None => {}
         }
     }
-    let config = fuser_config(&req.location, &options, remote, splices);
+    // The source in /proc/mounts is text: bytes of a path that are not UTF-8 show as U+FFFD.
+    let config = fuser_config(&req.location.to_string_lossy(), &options, remote, splices);
     let session =
         Session::new(fs, &mountpoint, &config).map_err(|e| mount_failed(&mountpoint, e))?;
     if splices {
@@ -892,20 +899,22 @@ fn close_descriptors(first: u32, last: u32) {
     }
 }
 
-/// A plain relative path made absolute (the daemon runs in `/`); URLs are left alone.
-fn absolute_location(location: &str, cwd: &Path) -> String {
-    if location.contains("://") || location.starts_with('/') {
-        return location.to_string();
+/// A plain relative path (of any bytes) made absolute (the daemon runs in `/`); URLs are
+/// left alone.
+fn absolute_location(location: &OsStr, cwd: &Path) -> OsString {
+    let bytes = location.as_bytes();
+    if bytes.windows(3).any(|w| w == b"://") || bytes.starts_with(b"/") {
+        return location.to_os_string();
     }
-    let (path, fragment) = match location.split_once('#') {
-        Some((p, f)) => (p, Some(f)),
-        None => (location, None),
+    let (path, fragment) = match bytes.iter().position(|&b| b == b'#') {
+        Some(hash) => (&bytes[..hash], Some(&bytes[hash..])),
+        None => (bytes, None),
     };
-    let abs = cwd.join(path).to_string_lossy().into_owned();
-    match fragment {
-        Some(f) => format!("{abs}#{f}"),
-        None => abs,
+    let mut abs = cwd.join(OsStr::from_bytes(path)).into_os_string();
+    if let Some(fragment) = fragment {
+        abs.push(OsStr::from_bytes(fragment));
     }
+    abs
 }
 
 /// The log file `path`, opened for appending (created if missing).
@@ -1208,13 +1217,17 @@ mod tests {
     #[test]
     fn relative_locations_become_absolute() {
         let cwd = Path::new("/data");
-        assert_eq!(absolute_location("x.zarr", cwd), "/data/x.zarr");
+        assert_eq!(absolute_location(OsStr::new("x.zarr"), cwd), "/data/x.zarr");
         assert_eq!(
-            absolute_location("x.file#mode=nczarr,file", cwd),
+            absolute_location(OsStr::new("x.file#mode=nczarr,file"), cwd),
             "/data/x.file#mode=nczarr,file"
         );
-        assert_eq!(absolute_location("/abs/y", cwd), "/abs/y");
-        assert_eq!(absolute_location("s3://b/k", cwd), "s3://b/k");
+        assert_eq!(absolute_location(OsStr::new("/abs/y"), cwd), "/abs/y");
+        assert_eq!(absolute_location(OsStr::new("s3://b/k"), cwd), "s3://b/k");
+        assert_eq!(
+            absolute_location(OsStr::from_bytes(b"d\xff.file#mode=zarr"), cwd),
+            OsStr::from_bytes(b"/data/d\xff.file#mode=zarr")
+        );
     }
 
     #[test]
@@ -1319,18 +1332,18 @@ mod tests {
     fn only_a_path_with_nothing_at_it_is_a_missing_dataset() {
         let dir = tempfile::tempdir().unwrap();
         let missing = dir.path().join("missing.file");
-        assert!(dataset_is_missing(missing.to_str().unwrap()));
-        assert!(dataset_is_missing(&format!(
+        assert!(dataset_is_missing(missing.as_os_str()));
+        assert!(dataset_is_missing(OsStr::new(&format!(
             "file://{}#mode=nczarr,zip",
             missing.display()
-        )));
+        ))));
         std::os::unix::fs::symlink(&missing, dir.path().join("dangling")).unwrap();
-        assert!(dataset_is_missing(
-            dir.path().join("dangling").to_str().unwrap()
-        ));
+        assert!(dataset_is_missing(dir.path().join("dangling").as_os_str()));
         // Something that is there, dataset or not, is not missing: opening it tells.
-        assert!(!dataset_is_missing(dir.path().to_str().unwrap()));
-        assert!(!dataset_is_missing("s3://bucket/missing#mode=nczarr,s3"));
+        assert!(!dataset_is_missing(dir.path().as_os_str()));
+        assert!(!dataset_is_missing(OsStr::new(
+            "s3://bucket/missing#mode=nczarr,s3"
+        )));
     }
 
     #[test]

@@ -254,7 +254,7 @@ const KEPT_LISTINGS: usize = 64;
 struct Shared {
     map: Arc<dyn ZMap>,
     mode: Mode,
-    dataset_name: String,
+    dataset_name: std::ffi::OsString,
     /// The writer of a `rw` mount.
     writer: Option<Arc<RwLock<DatasetWriter>>>,
     /// When each variable's values were last written through a `rw` mount: the mtime of its
@@ -451,7 +451,7 @@ impl NczarrFs {
     fn build(
         map: Arc<dyn ZMap>,
         mode: Mode,
-        dataset_name: String,
+        dataset_name: std::ffi::OsString,
         snap: Snapshot,
         writer: Option<Arc<RwLock<DatasetWriter>>>,
         opts: MountOptions,

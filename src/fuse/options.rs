@@ -1,5 +1,7 @@
 //! The `-o` mount options of `nczarrfs mount` and of `mount -t nczarrfs`.
 
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -118,15 +120,33 @@ impl MountOptions {
     }
 
     /// Parses every `-o` argument (each a comma-separated list, see [`split_option_list`]),
-    /// later keywords winning.
-    pub fn parse<S: AsRef<str>>(lists: &[S]) -> Result<MountOptions> {
+    /// later keywords winning. The value of `log_file=` is a path, of any bytes; every other
+    /// option is text.
+    pub fn parse<S: AsRef<OsStr>>(lists: &[S]) -> Result<MountOptions> {
         let mut opts = MountOptions::default();
         for list in lists {
-            for item in split_option_list(list.as_ref())? {
-                opts.apply(&item)?;
+            for item in split_option_list(list.as_ref().as_bytes())? {
+                opts.apply_bytes(&item)?;
             }
         }
         Ok(opts)
+    }
+
+    /// Applies one option: a `log_file=` path of any bytes, the others as text.
+    fn apply_bytes(&mut self, item: &[u8]) -> Result<()> {
+        if let Ok(item) = std::str::from_utf8(item) {
+            return self.apply(item);
+        }
+        if let Some(path) = item.strip_prefix(b"log_file=") {
+            self.log_file = Some(PathBuf::from(OsStr::from_bytes(path)));
+            return Ok(());
+        }
+        let shown = String::from_utf8_lossy(item);
+        let key = shown.split('=').next().unwrap_or_default();
+        Err(Error::Invalid(format!(
+            "mount option {key:?} is not UTF-8 ({shown:?}; only the path of log_file= may \
+             hold any bytes)"
+        )))
     }
 
     fn apply<'a>(&mut self, item: &'a str) -> Result<()> {
@@ -317,17 +337,18 @@ impl MountOptions {
 /// libmount passes on quoted) or after a backslash (`fsname=obs\,2024`, libfuse's escape) is
 /// part of the option. The quotes and escaping backslashes are taken out; `\NNN` is the byte
 /// of octal value NNN, as in libfuse. Empty options are dropped.
-fn split_option_list(list: &str) -> Result<Vec<String>> {
+fn split_option_list(list: &[u8]) -> Result<Vec<Vec<u8>>> {
+    let list_shown = String::from_utf8_lossy(list);
     let mut options = Vec::new();
     let mut option = Vec::new();
     let mut quoted = false;
-    let mut bytes = list.bytes().peekable();
+    let mut bytes = list.iter().copied().peekable();
     while let Some(byte) = bytes.next() {
         match byte {
             b'\\' => {
                 let Some(escaped) = bytes.next() else {
                     return Err(Error::Invalid(format!(
-                        "mount options {list:?} end in a lone backslash"
+                        "mount options {list_shown:?} end in a lone backslash"
                     )));
                 };
                 let mut octal = [escaped, 0, 0];
@@ -353,29 +374,20 @@ fn split_option_list(list: &str) -> Result<Vec<String>> {
     }
     if quoted {
         return Err(Error::Invalid(format!(
-            "mount options {list:?} open a double quote that they do not close"
+            "mount options {list_shown:?} open a double quote that they do not close"
         )));
     }
     options.push(option);
-    options
-        .into_iter()
-        .filter(|o| !o.is_empty())
-        .map(|o| {
-            let option = String::from_utf8(o).map_err(|_| {
-                Error::Invalid(format!(
-                    "mount options {list:?} give a byte that is not UTF-8 in octal"
-                ))
-            })?;
-            // No path, name or number holds one, and the kernel's option string ends at it.
-            if option.contains('\0') {
-                return Err(Error::Invalid(format!(
-                    "mount option {:?} holds a NUL byte (\\000), which no value may",
-                    option.split('=').next().unwrap_or_default()
-                )));
-            }
-            Ok(option)
-        })
-        .collect()
+    options.retain(|o| !o.is_empty());
+    // No path, name or number holds one, and the kernel's option string ends at it.
+    if let Some(with_nul) = options.iter().find(|o| o.contains(&0)) {
+        let shown = String::from_utf8_lossy(with_nul);
+        return Err(Error::Invalid(format!(
+            "mount option {:?} holds a NUL byte (\\000), which no value may",
+            shown.split('=').next().unwrap_or_default()
+        )));
+    }
+    Ok(options)
 }
 
 /// A byte count through the engine's parser (`64K`, `256M`, `1G`).
@@ -579,7 +591,7 @@ mod tests {
         for (bad, says) in [
             (r#"ro,fsname="obs,2024"#, "do not close"),
             (r"ro,fsname=obs\", "lone backslash"),
-            (r"fsname=\377", "not UTF-8"),
+            (r"fsname=\377", "mount option \"fsname\" is not UTF-8"),
             (r"ro,fsname=obs\0002024", "\"fsname\" holds a NUL byte"),
         ] {
             let e = MountOptions::parse(&[bad]).unwrap_err().to_string();
@@ -592,6 +604,17 @@ mod tests {
     fn log_file_names_a_path() {
         let o = MountOptions::parse(&["ro,log_file=/var/log/obs.log"]).unwrap();
         assert_eq!(o.log_file, Some(PathBuf::from("/var/log/obs.log")));
+        // A file name is any bytes, given as they are or in libfuse's octal escape.
+        let raw = OsStr::from_bytes(b"log_file=/var/log/obs\xff.log,ro");
+        for given in [raw, OsStr::new(r"log_file=/var/log/obs\377.log,ro")] {
+            let o = MountOptions::parse(&[given]).unwrap();
+            let path = OsStr::from_bytes(b"/var/log/obs\xff.log");
+            assert_eq!(o.log_file.as_deref(), Some(std::path::Path::new(path)));
+        }
+        let e = MountOptions::parse(&[OsStr::from_bytes(b"ro,fsname=obs\xff")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("mount option \"fsname\" is not UTF-8"), "{e}");
         for bad in ["log_file", "log_file="] {
             assert!(MountOptions::parse(&[bad]).is_err(), "{bad} accepted");
         }

@@ -509,7 +509,7 @@ mod tests {
     /// A writer over a temporary directory with `t` (unlimited, 2 records) × `x` (3): int
     /// variable `v(t, x)`, and fixed short `f(x)`.
     fn writer(dir: &std::path::Path) -> (DatasetWriter, VarId, VarId) {
-        let loc = Location::parse(&format!("file://{}#mode=nczarr,file", dir.display())).unwrap();
+        let loc = Location::parse(format!("file://{}#mode=nczarr,file", dir.display())).unwrap();
         let mut w = DatasetWriter::create(&loc, CreateOptions::default()).unwrap();
         let t = w.add_dim(Dataset::ROOT, "t", 0, true).unwrap();
         let x = w.add_dim(Dataset::ROOT, "x", 3, false).unwrap();
@@ -569,7 +569,7 @@ mod tests {
     #[test]
     fn a_refused_element_written_in_part_past_the_end_adds_no_record() {
         let dir = tempfile::tempdir().unwrap();
-        let loc = Location::parse(&format!(
+        let loc = Location::parse(format!(
             "file://{}#mode=nczarr,file",
             dir.path().join("ds").display()
         ))
@@ -614,7 +614,7 @@ mod tests {
     #[test]
     fn a_variable_using_its_unlimited_dimension_again_does_not_grow_through_its_file() {
         let dir = tempfile::tempdir().unwrap();
-        let loc = Location::parse(&format!(
+        let loc = Location::parse(format!(
             "file://{}#mode=nczarr,file",
             dir.path().join("ds").display()
         ))

@@ -19,6 +19,7 @@ mod writer_lock;
 mod zip;
 
 use std::fmt::Debug;
+use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 
 use crate::location::{Format, Location, Storage};
@@ -461,12 +462,18 @@ fn in_netcdf_c_folder(map: ZipMap, location: &Location) -> ZipMap {
 }
 
 /// The folder netcdf-c puts a new archive's dataset in: the archive's file name without its
-/// extension (`ds.file.zip` holds `ds.file/`), as its `nczm_basename` makes it.
+/// extension (`ds.file.zip` holds `ds.file/`), as its `nczm_basename` makes it. Entry names
+/// are text: bytes of the name that are not UTF-8 become U+FFFD there (netcdf-c cannot name
+/// such an archive at all: it drops the bytes beyond ASCII of a URL).
 fn zip_folder_name(location: &Location) -> Option<String> {
-    let target = location.original.split('#').next()?;
-    let name = target.rsplit('/').next()?;
-    let base = name.rsplit_once('.').map_or(name, |(base, _)| base);
-    (!base.is_empty()).then(|| base.to_string())
+    let original = location.original.as_bytes();
+    let target = original.split(|&b| b == b'#').next()?;
+    let name = target.rsplit(|&b| b == b'/').next()?;
+    let base = match name.iter().rposition(|&b| b == b'.') {
+        Some(dot) => &name[..dot],
+        None => name,
+    };
+    (!base.is_empty()).then(|| String::from_utf8_lossy(base).into_owned())
 }
 
 /// Checks that `key` is a well-formed object key: non-empty `/`-separated segments, none of

@@ -29,9 +29,10 @@ pub(crate) fn random_token() -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Whether `s` is a token as [`random_token`] makes them.
-pub(crate) fn is_token(s: &str) -> bool {
-    s.len() == TOKEN_LEN && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+/// Whether `s` (text, or the bytes of a file name) is a token as [`random_token`] makes them.
+pub(crate) fn is_token(s: impl AsRef<[u8]>) -> bool {
+    let s = s.as_ref();
+    s.len() == TOKEN_LEN && s.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 /// Fills `bytes` from the kernel's random source, and only if that is unavailable (a kernel
@@ -69,7 +70,10 @@ fn fill_random(bytes: &mut [u8]) {
 
 /// Creates a new file, readable and writable, in `dir`, named `name(token)` for a fresh
 /// random token; returns it and its path.
-pub(crate) fn create_in(dir: &Path, name: impl Fn(&str) -> String) -> io::Result<(File, PathBuf)> {
+pub(crate) fn create_in<N: AsRef<Path>>(
+    dir: &Path,
+    name: impl Fn(&str) -> N,
+) -> io::Result<(File, PathBuf)> {
     let mut last = None;
     for _ in 0..ATTEMPTS {
         let path = dir.join(name(&random_token()));
@@ -242,7 +246,7 @@ mod tests {
         let (a, b) = (random_token(), random_token());
         assert!(is_token(&a) && is_token(&b), "{a} {b}");
         assert_ne!(a, b);
-        assert!(!is_token("old") && !is_token(&a.to_uppercase()) && !is_token(&a[1..]));
+        assert!(!is_token("old") && !is_token(a.to_uppercase()) && !is_token(&a[1..]));
     }
 
     /// A planted symbolic link, whatever its name, is never opened: its target stays as it

@@ -11,8 +11,10 @@
 //! into place, so the archive on disk is always complete.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::{OsStr, OsString};
 use std::fs::{self, File};
 use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
@@ -356,10 +358,9 @@ impl ZipMap {
         use std::os::unix::fs::FileExt;
         if state.spill.is_none() {
             let (dir, temp_prefix) = temp_place(&self.target_of(state)?);
-            let (file, path) = super::temp_files::create_in(&dir, |token| {
-                format!("{temp_prefix}{}.{token}", std::process::id())
-            })
-            .map_err(|e| Error::io(&self.path, e))?;
+            let (file, path) =
+                super::temp_files::create_in(&dir, |token| temp_name(&temp_prefix, token))
+                    .map_err(|e| Error::io(&self.path, e))?;
             // Nothing to clean up afterwards: the space is freed when the file is closed.
             fs::remove_file(&path).map_err(|e| Error::io(&path, e))?;
             state.spill = Some(Spill { file, len: 0 });
@@ -570,23 +571,28 @@ impl<F: Seek> Seek for TempArchive<F> {
 
 /// The directory that holds the archive `target` (a path through no symbolic link), and the
 /// name prefix of the temporary files a writer puts there (left by a writer that died, they
-/// are removed at the next flush).
-fn temp_place(target: &Path) -> (PathBuf, String) {
+/// are removed at the next flush), the archive's name in it byte for byte.
+fn temp_place(target: &Path) -> (PathBuf, OsString) {
     let dir = match target.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    let file_name = target
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    (dir, format!(".{file_name}.nczarrfs-tmp."))
+    let mut prefix = OsString::from(".");
+    prefix.push(target.file_name().unwrap_or_default());
+    prefix.push(".nczarrfs-tmp.");
+    (dir, prefix)
+}
+
+/// The temporary file `{prefix}PID.TOKEN` of this process.
+fn temp_name(prefix: &OsStr, token: &str) -> OsString {
+    let mut name = prefix.to_os_string();
+    name.push(format!("{}.{token}", std::process::id()));
+    name
 }
 
 /// Refuses to rewrite an archive that this user may not write, as a shell refuses to write
 /// such a file: the rewrite replaces it by a rename, which only the directory's mode allows.
 fn check_may_rewrite(archive: &Path) -> Result<()> {
-    use std::os::unix::ffi::OsStrExt;
     let c_path = std::ffi::CString::new(archive.as_os_str().as_bytes())
         .map_err(|e| Error::io(archive, io::Error::new(io::ErrorKind::InvalidInput, e)))?;
     // SAFETY: `c_path` is a NUL-terminated string that outlives the call.
@@ -599,21 +605,21 @@ fn check_may_rewrite(archive: &Path) -> Result<()> {
 /// Removes the partial archives and spill files `{prefix}PID.TOKEN` in `dir` (or
 /// `{prefix}PID`, as earlier versions named them) left by writers killed while they wrote
 /// them (their process is gone).
-fn remove_orphans(dir: &Path, prefix: &str) {
+fn remove_orphans(dir: &Path, prefix: &OsStr) {
     let Ok(entries) = fs::read_dir(dir) else {
         return;
     };
     for entry in entries.flatten() {
         let name = entry.file_name();
         let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix(prefix))
-            .and_then(|rest| match rest.split_once('.') {
-                Some((pid, token)) if super::temp_files::is_token(token) => Some(pid),
+            .as_bytes()
+            .strip_prefix(prefix.as_bytes())
+            .and_then(|rest| match rest.iter().position(|&b| b == b'.') {
+                Some(dot) if super::temp_files::is_token(&rest[dot + 1..]) => Some(&rest[..dot]),
                 Some(_) => None,
                 None => Some(rest),
             })
-            .and_then(|pid| pid.parse::<libc::pid_t>().ok())
+            .and_then(|pid| std::str::from_utf8(pid).ok()?.parse::<libc::pid_t>().ok())
             .filter(|pid| *pid > 0)
         else {
             continue;
@@ -1019,10 +1025,9 @@ impl ZMap for ZipMap {
         };
         let (dir, temp_prefix) = temp_place(&target);
         remove_orphans(&dir, &temp_prefix);
-        let (file, temp) = super::temp_files::create_in(&dir, |token| {
-            format!("{temp_prefix}{}.{token}", std::process::id())
-        })
-        .map_err(|e| Error::io(&target, e))?;
+        let (file, temp) =
+            super::temp_files::create_in(&dir, |token| temp_name(&temp_prefix, token))
+                .map_err(|e| Error::io(&target, e))?;
         let mut claim = self.writer_claim.lock().unwrap_or_else(|e| e.into_inner());
         let written = self
             .write_archive(&mut state, file, &temp, old)
