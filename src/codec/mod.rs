@@ -784,9 +784,14 @@ mod tests {
                 "= 10 is outside 1..=9",
             ),
             (
-                json!({"id": "zstd", "level": 3, "checksum": 5}),
+                json!({"id": "zstd", "level": 3, "checksum": "yes"}),
                 json!({"id": "zstd"}),
-                "\"checksum\" = 5 is outside 0..=1",
+                "\"checksum\" is not an integer",
+            ),
+            (
+                json!({"id": "zstd", "level": "high"}),
+                json!({"id": "zstd"}),
+                "\"level\" is not an integer",
             ),
             (
                 json!({"id": "lz4", "acceleration": 1u64 << 40}),

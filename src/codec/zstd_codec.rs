@@ -82,8 +82,8 @@ impl Zstd {
     /// From `{"id": "zstd", "level": N, "checksum": false}`. Decompressing ignores the
     /// level, so any integer is read, as numcodecs reads it: netcdf-c's unsigned form of a
     /// negative level means that level ([`zstd_level_meant`]), and libzstd clamps a level beyond
-    /// its range when compressing, as [`Codec::encode`] does here. A `checksum` other than
-    /// false or true (0 or 1) stops only encoding.
+    /// its range when compressing, as [`Codec::encode`] does here. A `checksum` that is not
+    /// a boolean or an integer stops only encoding.
     pub fn from_config(cfg: &Config<'_>) -> Result<Self> {
         let level = cfg
             .encoding_int_in("level", 0, i64::MIN..=i64::MAX)
@@ -91,9 +91,10 @@ impl Zstd {
                 let meant = zstd_level_meant(level);
                 Ok(meant.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32)
             });
+        // numcodecs takes the flag's truth value: any integer but 0 asks for checksums.
         let checksum = cfg
-            .encoding_int_in("checksum", 0, 0..=1)
-            .map(|flag| Ok(flag == 1));
+            .encoding_int_in("checksum", 0, i64::MIN..=i64::MAX)
+            .map(|flag| Ok(flag != 0));
         Ok(Zstd { level, checksum })
     }
 }
@@ -269,6 +270,12 @@ mod tests {
 
     #[test]
     fn checksum_flag_is_written_and_checked() {
+        // numcodecs 0.16.6's Zstd(checksum=5) writes checksums, Zstd(checksum=0) none.
+        for (flag, written) in [(json!(5), true), (json!(-1), true), (json!(0), false)] {
+            let z = zstd(json!({"id": "zstd", "level": 3, "checksum": flag}));
+            let enc = z.encode(vec![7u8; 100]).unwrap();
+            assert_eq!(enc[4] & 0x04 != 0, written, "{flag}");
+        }
         let z = zstd(json!({"id": "zstd", "level": 3, "checksum": true}));
         let mut enc = z.encode(vec![7u8; 100]).unwrap();
         // Frame header descriptor bit 2 is the checksum flag.
