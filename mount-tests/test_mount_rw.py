@@ -958,6 +958,54 @@ def test_text_that_is_not_utf8_is_refused_and_does_not_block_the_chunk(mounter, 
     assert zarr.open_array(str(path / "s"), mode="r")[...].tolist() == ["кл", "bbbb", "cccc", "dddd"]
 
 
+def test_a_level_zlib_cannot_write_with_reads_but_refuses_writes(mounter, tmp_path):
+    """A zlib level outside -1..=9 (edited into zarr-python's metadata) plays no part in
+    decoding: zarr-python reads the array, and so does the mount. Writing needs the level,
+    and zarr-python fails there ("Bad compression level"): a write to the variable fails with
+    EPERM and one log line naming it, its codec and the range, the stored chunks stay as they
+    were, and the other variable takes writes."""
+    import numcodecs
+    import zarr
+
+    path = tmp_path / "s.zarr"
+    root = zarr.open_group(str(path), mode="w", zarr_format=2)
+    for name in ("zl", "ok"):
+        arr = root.create_array(name, shape=(8,), chunks=(4,), dtype="<i4",
+                                compressors=numcodecs.Zlib(level=1),
+                                attributes={"_ARRAY_DIMENSIONS": ["x"]})
+        arr[:] = np.arange(8, dtype="<i4") * 3
+    meta = json.loads((path / "zl" / ".zarray").read_text())
+    meta["compressor"] = {"id": "zlib", "level": 15}
+    (path / "zl" / ".zarray").write_text(json.dumps(meta))
+    want = zarr.open_array(str(path / "zl"), mode="r")[...]
+    stored = {p.name: p.read_bytes() for p in (path / "zl").iterdir()}
+
+    log = tmp_path / "mount.log"
+    mnt = mounter.mount(str(path), "rw", log=log)
+    assert np.array_equal(read_var(mnt, "zl"), want)
+    assert json.loads((mnt / "zl" / "@metadata.json").read_text())["codecs"]["compressor"] == {
+        "id": "zlib", "level": 15}
+    fd = os.open(mnt / "zl" / "data", os.O_WRONLY)
+    try:
+        with pytest.raises(OSError) as err:
+            os.pwrite(fd, np.int32(99).tobytes(), 4)
+    finally:
+        os.close(fd)
+    assert err.value.errno == errno.EPERM
+    lines = [line for line in log.read_text().splitlines() if "/zl" in line]
+    assert len(lines) == 1, lines
+    assert "codec zlib" in lines[0] and '"level" = 15 is outside -1..=9' in lines[0], lines
+    fd = os.open(mnt / "ok" / "data", os.O_WRONLY)
+    os.pwrite(fd, np.int32(99).tobytes(), 4)
+    os.close(fd)
+    assert np.array_equal(read_var(mnt, "zl"), want)
+    umount_and_wait(mnt)
+
+    assert {p.name: p.read_bytes() for p in (path / "zl").iterdir()} == stored
+    assert np.array_equal(zarr.open_array(str(path / "zl"), mode="r")[...], want)
+    assert zarr.open_array(str(path / "ok"), mode="r")[...].tolist() == [0, 99, 6, 9, 12, 15, 18, 21]
+
+
 def test_records_a_killed_daemon_stored_past_the_length_stay_fill_when_it_grows(mounter, nczarr):
     """Chunks reach storage before the metadata that records their records: a daemon killed
     in between leaves values past the recorded length. A later mount that grows the dimension

@@ -154,6 +154,21 @@ pub enum Error {
         /// Why it cannot be read.
         reason: String,
     },
+    /// A write to a variable whose chunks its codecs cannot encode: a parameter only
+    /// encoding uses is out of the codec's range (a zlib level of 15). The variable reads as
+    /// usual; the write is refused before anything is written.
+    #[error(
+        "variable {var}: codec {codec} cannot encode: {reason}; the variable reads as usual, \
+         but cannot be written"
+    )]
+    Unencodable {
+        /// The variable's full name.
+        var: String,
+        /// The codec id.
+        codec: String,
+        /// Which parameter, its value and the values the codec accepts.
+        reason: String,
+    },
     /// A name (variable, group, dimension, attribute) was not found.
     #[error("not found: {0}")]
     NotFound(String),
@@ -207,6 +222,19 @@ impl Error {
         }
     }
 
+    /// This error of a codec chain's [`crate::codec::Pipeline::check_encodable`] as the
+    /// [`Error::Unencodable`] of variable `var`.
+    pub fn unencodable(self, var: &str) -> Error {
+        match self {
+            Error::Codec { codec, reason } => Error::Unencodable {
+                var: var.to_string(),
+                codec,
+                reason,
+            },
+            other => other,
+        }
+    }
+
     /// Builds [`Error::Io`] for `path`.
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io {
@@ -237,7 +265,7 @@ impl Error {
     pub fn errno(&self) -> i32 {
         match self {
             Error::NotFound(_) | Error::MissingObject { .. } => libc::ENOENT,
-            Error::NotPermitted(_) => libc::EPERM,
+            Error::NotPermitted(_) | Error::Unencodable { .. } => libc::EPERM,
             Error::TooLarge(_) => libc::EFBIG,
             Error::Unrepresentable(_) => libc::ERANGE,
             Error::InvalidHyperslab(_) | Error::Invalid(_) => libc::EINVAL,

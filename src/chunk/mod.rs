@@ -1740,8 +1740,9 @@ impl ChunkEngine {
             .is_some_and(|c| c.is_sharded()))
     }
 
-    /// Refuses `data`, the values of a write of `slab` to `var`, when the variable's stored
-    /// type cannot hold one of them (see [`ChunkEngine::write`]); checks nothing else.
+    /// Refuses `data`, the values of a write of `slab` to `var`, when the variable's codecs
+    /// cannot encode or its stored type cannot hold one of them (see
+    /// [`ChunkEngine::write`]); checks nothing else.
     pub fn check_storable(
         &self,
         ds: &Dataset,
@@ -1762,7 +1763,8 @@ impl ChunkEngine {
     /// into `slab` of variable `var`. Chunks are modified in the cache and reach storage on
     /// [`ChunkEngine::flush`] (or eviction); with no room in the cache they are stored at once.
     /// Values the stored type cannot hold are refused before anything is written
-    /// ([`Error::Unrepresentable`]); those it rounds (float16) are rounded.
+    /// ([`Error::Unrepresentable`]), and so is any write to a variable whose codecs cannot
+    /// encode ([`Error::Unencodable`]); values the stored type rounds (float16) are rounded.
     /// A streaming write, whose wholly covered chunks would fill more than a quarter of the
     /// cache, stores those chunks at once instead, encoding them in parallel without reading
     /// them.
@@ -2301,7 +2303,8 @@ fn whole_chunk<'a>(
     std::borrow::Cow::Owned(chunk)
 }
 
-/// Refuses a write whose values include one the stored type of `var` cannot hold, with an
+/// Refuses a write to a variable whose codecs cannot encode chunks ([`Error::Unencodable`]),
+/// or whose values include one the stored type of `var` cannot hold, with an
 /// [`Error::Unrepresentable`] naming the variable, the value's index in it and why.
 fn check_storable(
     ds: &Dataset,
@@ -2310,6 +2313,11 @@ fn check_storable(
     slab: &Hyperslab,
     data: &[u8],
 ) -> Result<()> {
+    match &plan.v3 {
+        Some(chain) => chain.check_encodable(),
+        None => plan.pipeline.check_encodable(),
+    }
+    .map_err(|e| e.unencodable(&plan.fqn))?;
     let refused = match &plan.v3 {
         Some(chain) => chain.first_unstorable(data, plan.esize),
         None => plan.conv.first_unstorable(data, plan.esize),

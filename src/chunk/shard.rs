@@ -322,6 +322,15 @@ impl V3Chain {
         }
     }
 
+    /// Whether the chain can encode chunks (and shard indices): see
+    /// [`Pipeline::check_encodable`].
+    pub(crate) fn check_encodable(&self) -> Result<()> {
+        self.chunk.bytes.check_encodable()?;
+        self.shard
+            .as_ref()
+            .map_or(Ok(()), |s| s.index_codecs.check_encodable())
+    }
+
     /// Whether the array is sharded.
     pub(crate) fn is_sharded(&self) -> bool {
         self.shard.is_some()

@@ -316,10 +316,21 @@ pub fn run(args: CopyArgs) -> Result<i32> {
     if let Some(version) = &args.for_netcdf_c {
         write_for_netcdf_c(&mut opts, version)?;
     }
+    if let Some(d) = args.deflate.filter(|d| *d > 9) {
+        return Err(Error::Invalid(format!(
+            "deflate level {d} is not between 0 and 9"
+        )));
+    }
     let codecs = match (&args.codec, args.deflate, args.shuffle) {
         (Some(c), _, _) => {
             let mut chain = Codecs::netcdf(None, args.shuffle, false).chain();
-            chain.extend(Codecs::parse(c)?.chain());
+            let chosen = Codecs::parse(c)?;
+            // A JSON list may give any parameter: one no codec can write with (a zlib level
+            // of 15) is refused here, as `zlib:15` is, not at the first chunk.
+            crate::codec::Pipeline::from_v2(&chosen.filters, chosen.compressor.as_ref(), 1)
+                .and_then(|p| p.check_encodable())
+                .map_err(|e| Error::Invalid(format!("invalid codec {}: {e}", quoted(c))))?;
+            chain.extend(chosen.chain());
             chain.extend(Codecs::netcdf(args.deflate.filter(|d| *d > 0), false, false).chain());
             Some(Codecs::from_chain(chain))
         }
@@ -327,11 +338,6 @@ pub fn run(args: CopyArgs) -> Result<i32> {
         (None, Some(d), s) => Some(Codecs::netcdf((d > 0).then_some(d), s && d > 0, false)),
         (None, None, _) => None,
     };
-    if let Some(d) = args.deflate.filter(|d| *d > 9) {
-        return Err(Error::Invalid(format!(
-            "deflate level {d} is not between 0 and 9"
-        )));
-    }
     let dims = target_dims(
         &src.model,
         data_vars.as_deref(),
@@ -394,8 +400,32 @@ pub fn run(args: CopyArgs) -> Result<i32> {
             )));
         }
     }
+    check_encodable(&model)?;
     copy_dataset(&src, model, &dst, opts, data_vars.as_deref())?;
     Ok(0)
+}
+
+/// Refuses a copy that keeps a source variable's codec with a parameter its chunks can be
+/// read with but not written with (a zlib level of 15, which zarr-python reads too, and
+/// refuses to write with), before anything is created: the message says how to choose
+/// other codecs.
+fn check_encodable(model: &Dataset) -> Result<()> {
+    for (i, v) in model.vars.iter().enumerate() {
+        let element_size = crate::codec::netcdf_element_size(v.nctype, v.element_size());
+        // A chain that cannot be built is the reading side's error, reported there.
+        let Ok(pipeline) = crate::codec::Pipeline::from_spec(&v.storage.codecs, element_size)
+        else {
+            continue;
+        };
+        if let Err(Error::Codec { codec, reason }) = pipeline.check_encodable() {
+            return Err(Error::Invalid(format!(
+                "variable {}: codec {codec} cannot encode: {reason}, so the copy cannot keep \
+                 the source's codec: choose another with -d N (zlib) or --codec CHAIN",
+                model.var_fqn(VarId(i))
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The dimensions of the copy of `src` (already narrowed by `-V`/`-G`, `subset`), which

@@ -4,7 +4,7 @@
 use std::ffi::CString;
 use std::os::raw::{c_int, c_void};
 
-use super::{too_large, Codec, Config};
+use super::{too_large, Codec, Config, EncodingParam};
 use crate::error::quoted;
 use crate::{Error, Result};
 
@@ -69,9 +69,17 @@ unsafe fn decompress(input: &[u8], dest: *mut u8, nbytes: usize) -> Result<()> {
     Ok(())
 }
 
-/// numcodecs `Blosc(cname, clevel, shuffle, blocksize, typesize)`.
+/// numcodecs `Blosc(cname, clevel, shuffle, blocksize, typesize)`. Every parameter only
+/// serves compressing: a blosc buffer's header records the compressor, shuffle, type size
+/// and block size it was made with, which is all decompressing reads.
 #[derive(Debug, Clone)]
 pub struct Blosc {
+    settings: EncodingParam<Settings>,
+}
+
+/// The arguments of `blosc_compress_ctx`.
+#[derive(Debug, Clone)]
+struct Settings {
     cname: CString,
     clevel: c_int,
     /// c-blosc's `doshuffle` (0, 1 or 2), `AUTOSHUFFLE` already resolved.
@@ -83,11 +91,25 @@ pub struct Blosc {
 impl Blosc {
     /// From `{"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": 1, "blocksize": 0}`,
     /// optionally with `"typesize"`; otherwise the typesize is the array's `element_size`, as
-    /// numcodecs takes it from the chunk's dtype.
+    /// numcodecs takes it from the chunk's dtype. A parameter c-blosc cannot compress with
+    /// (`clevel` 12, `shuffle` 7, compressor `lzma`) fails encoding, not building: numcodecs
+    /// reads such a store, and fails only when it compresses.
     pub fn from_config(cfg: &Config<'_>, element_size: usize) -> Result<Self> {
+        Ok(Blosc {
+            settings: EncodingParam::from(Settings::from_config(cfg, element_size)),
+        })
+    }
+}
+
+impl Settings {
+    fn from_config(cfg: &Config<'_>, element_size: usize) -> Result<Self> {
         let cname = cfg.string("cname", "lz4")?;
         if !CNAMES.contains(&cname) {
-            return Err(cfg.error(format!("unknown blosc compressor {}", quoted(cname))));
+            return Err(cfg.error(format!(
+                "unknown blosc compressor {} (c-blosc has {})",
+                quoted(cname),
+                CNAMES.join(", ")
+            )));
         }
         let cname = CString::new(cname).map_err(|_| cfg.error("NUL in cname"))?;
         // SAFETY: cname is a NUL-terminated string; the function only compares it.
@@ -109,7 +131,7 @@ impl Blosc {
             s => s,
         };
         let blocksize = cfg.int_in("blocksize", 0, 0..=i64::from(i32::MAX))?;
-        Ok(Blosc {
+        Ok(Settings {
             cname,
             clevel: c_int::try_from(clevel).map_err(|_| cfg.error("bad clevel"))?,
             shuffle: c_int::try_from(shuffle).map_err(|_| cfg.error("bad shuffle"))?,
@@ -122,6 +144,10 @@ impl Blosc {
 impl Codec for Blosc {
     fn id(&self) -> &str {
         "blosc"
+    }
+
+    fn check_encodable(&self) -> Result<()> {
+        self.settings.get().map(|_| ())
     }
 
     fn decode(&self, input: Vec<u8>) -> Result<Vec<u8>> {
@@ -146,6 +172,7 @@ impl Codec for Blosc {
     }
 
     fn encode(&self, input: Vec<u8>) -> Result<Vec<u8>> {
+        let settings = self.settings.get()?;
         let max_buffer = blosc_src::BLOSC_MAX_BUFFERSIZE as usize;
         if input.len() > max_buffer {
             return Err(codec_error(format!(
@@ -159,15 +186,15 @@ impl Codec for Blosc {
         // cname is NUL-terminated; c-blosc writes at most `capacity` bytes.
         let n = unsafe {
             blosc_src::blosc_compress_ctx(
-                self.clevel,
-                self.shuffle,
-                self.typesize,
+                settings.clevel,
+                settings.shuffle,
+                settings.typesize,
                 input.len(),
                 input.as_ptr().cast::<c_void>(),
                 out.as_mut_ptr().cast::<c_void>(),
                 capacity,
-                self.cname.as_ptr(),
-                self.blocksize,
+                settings.cname.as_ptr(),
+                settings.blocksize,
                 1,
             )
         };
@@ -226,8 +253,6 @@ mod tests {
 
     #[test]
     fn bad_configs_and_inputs_are_errors() {
-        assert!(blosc(json!({"id": "blosc", "cname": "lzma"}), 4).is_err());
-        assert!(blosc(json!({"id": "blosc", "shuffle": 3}), 4).is_err());
         let b = blosc(json!({"id": "blosc"}), 4).unwrap();
         assert!(b.decode(vec![]).is_err());
         assert!(b.decode(vec![0; 15]).is_err());
@@ -247,5 +272,59 @@ mod tests {
         // An empty chunk encodes to a bare header and decodes back.
         let empty = b.encode(vec![]).unwrap();
         assert_eq!(b.decode(empty).unwrap(), b"");
+    }
+
+    #[test]
+    fn parameters_only_compressing_uses_stop_encoding_not_decoding() {
+        // c-blosc records compressor, shuffle, type size and block size in the header:
+        // numcodecs 0.16.6 decodes a buffer whatever its configuration says, and fails to
+        // encode with clevel 12 ("error during blosc compression: -10"), shuffle 7, or a
+        // compressor it lacks.
+        let data: Vec<u8> = (0..2000u32).flat_map(|i| (i % 9).to_le_bytes()).collect();
+        let stored = blosc(json!({"id": "blosc"}), 4)
+            .unwrap()
+            .encode(data.clone())
+            .unwrap();
+        for (config, says) in [
+            (
+                json!({"id": "blosc", "clevel": 12}),
+                "\"clevel\" = 12 is outside 0..=9",
+            ),
+            (
+                json!({"id": "blosc", "clevel": -1}),
+                "\"clevel\" = -1 is outside 0..=9",
+            ),
+            (
+                json!({"id": "blosc", "shuffle": 7}),
+                "\"shuffle\" = 7 is outside -1..=2",
+            ),
+            (
+                json!({"id": "blosc", "blocksize": -5}),
+                "\"blocksize\" = -5 is outside",
+            ),
+            (
+                json!({"id": "blosc", "cname": "lzma"}),
+                "unknown blosc compressor \"lzma\"",
+            ),
+            (json!({"id": "blosc", "typesize": -4}), "negative typesize"),
+        ] {
+            let b = blosc(config.clone(), 4).unwrap();
+            assert_eq!(b.decode(stored.clone()).unwrap(), data, "{config}");
+            let mut out = vec![0u8; data.len()];
+            assert_eq!(b.decode_into(&stored, &mut out).unwrap(), data.len());
+            for err in [b.check_encodable(), b.encode(data.clone()).map(|_| ())] {
+                match err {
+                    Err(Error::Codec { codec, reason }) => {
+                        assert_eq!(codec, "blosc");
+                        assert!(reason.contains(says), "{config}: {reason}");
+                    }
+                    other => panic!("{config}: {other:?}"),
+                }
+            }
+        }
+        assert!(blosc(json!({"id": "blosc", "clevel": 9}), 4)
+            .unwrap()
+            .check_encodable()
+            .is_ok());
     }
 }

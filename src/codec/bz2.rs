@@ -3,7 +3,7 @@
 
 use std::io::Write;
 
-use super::{compressed_bound, read_bounded, Codec, Config};
+use super::{compressed_bound, read_bounded, Codec, Config, EncodingParam};
 use crate::{Error, Result};
 
 fn io_error(e: std::io::Error) -> Error {
@@ -16,22 +16,28 @@ fn io_error(e: std::io::Error) -> Error {
 /// numcodecs `BZ2(level)`.
 #[derive(Debug, Clone)]
 pub struct Bz2 {
-    level: u32,
+    level: EncodingParam<u32>,
 }
 
 impl Bz2 {
-    /// From `{"id": "bz2", "level": N}` with N in 1..=9 (numcodecs' default is 1).
+    /// From `{"id": "bz2", "level": N}` (numcodecs' default is 1). Python's bz2 compresses
+    /// with levels 1 to 9 only; the level plays no part in decompressing, so another one
+    /// stops only encoding, as numcodecs reads it.
     pub fn from_config(cfg: &Config<'_>) -> Result<Self> {
-        let level = cfg.int_in("level", 1, 1..=9)?;
-        Ok(Bz2 {
-            level: u32::try_from(level).map_err(|_| cfg.error("bad level"))?,
-        })
+        let level = cfg
+            .encoding_int_in("level", 1, 1..=9)
+            .map(|level| u32::try_from(level).map_err(|_| cfg.error("bad level")));
+        Ok(Bz2 { level })
     }
 }
 
 impl Codec for Bz2 {
     fn id(&self) -> &str {
         "bz2"
+    }
+
+    fn check_encodable(&self) -> Result<()> {
+        self.level.get().map(|_| ())
     }
 
     fn decode(&self, input: Vec<u8>) -> Result<Vec<u8>> {
@@ -46,7 +52,8 @@ impl Codec for Bz2 {
 
     fn encode(&self, input: Vec<u8>) -> Result<Vec<u8>> {
         let out = Vec::with_capacity(input.len() / 2 + 64);
-        let mut enc = bzip2::write::BzEncoder::new(out, bzip2::Compression::new(self.level));
+        let mut enc =
+            bzip2::write::BzEncoder::new(out, bzip2::Compression::new(*self.level.get()?));
         enc.write_all(&input).map_err(io_error)?;
         enc.finish().map_err(io_error)
     }

@@ -4,14 +4,16 @@ use std::io::Write;
 
 use flate2::Compression;
 
-use super::{compressed_bound, read_bounded, Codec, Config};
+use super::{compressed_bound, read_bounded, Codec, Config, EncodingParam};
 use crate::{Error, Result};
 
-/// A numcodecs level (-1 is zlib's default) as a flate2 compression setting.
-fn level(cfg: &Config<'_>) -> Result<Compression> {
+/// A numcodecs level (-1 is zlib's default) as a flate2 compression setting: Python's zlib
+/// takes -1 to 9, and fails to compress with another level but decompresses whatever level
+/// the metadata gives, as numcodecs (so zarr-python) reads it.
+fn level(cfg: &Config<'_>) -> EncodingParam<Compression> {
     // numcodecs' default level is 1 for both codecs.
-    let level = cfg.int_in("level", 1, -1..=9)?;
-    Ok(u32::try_from(level).map_or(Compression::default(), Compression::new))
+    cfg.encoding_int_in("level", 1, -1..=9)
+        .map(|level| Ok(u32::try_from(level).map_or(Compression::default(), Compression::new)))
 }
 
 fn io_error(codec: &str, e: std::io::Error) -> Error {
@@ -24,19 +26,23 @@ fn io_error(codec: &str, e: std::io::Error) -> Error {
 /// numcodecs `Zlib`: `zlib.compress(data, level)` / `zlib.decompress`.
 #[derive(Debug, Clone)]
 pub struct Zlib {
-    level: Compression,
+    level: EncodingParam<Compression>,
 }
 
 impl Zlib {
     /// From `{"id": "zlib", "level": N}` (netcdf-c writes the same form for deflate).
     pub fn from_config(cfg: &Config<'_>) -> Result<Self> {
-        Ok(Zlib { level: level(cfg)? })
+        Ok(Zlib { level: level(cfg) })
     }
 }
 
 impl Codec for Zlib {
     fn id(&self) -> &str {
         "zlib"
+    }
+
+    fn check_encodable(&self) -> Result<()> {
+        self.level.get().map(|_| ())
     }
 
     fn decode(&self, input: Vec<u8>) -> Result<Vec<u8>> {
@@ -78,7 +84,7 @@ impl Codec for Zlib {
         // emits a block at a time), so the call is repeated until the stream ends.
         out.clear();
         out.reserve(compressed_bound(input.len()));
-        let mut z = flate2::Compress::new(self.level, true);
+        let mut z = flate2::Compress::new(*self.level.get()?, true);
         loop {
             let consumed = usize::try_from(z.total_in()).unwrap_or(input.len());
             let before = (z.total_in(), z.total_out());
@@ -108,19 +114,23 @@ impl Codec for Zlib {
 /// concatenated members.
 #[derive(Debug, Clone)]
 pub struct Gzip {
-    level: Compression,
+    level: EncodingParam<Compression>,
 }
 
 impl Gzip {
     /// From `{"id": "gzip", "level": N}`.
     pub fn from_config(cfg: &Config<'_>) -> Result<Self> {
-        Ok(Gzip { level: level(cfg)? })
+        Ok(Gzip { level: level(cfg) })
     }
 }
 
 impl Codec for Gzip {
     fn id(&self) -> &str {
         "gzip"
+    }
+
+    fn check_encodable(&self) -> Result<()> {
+        self.level.get().map(|_| ())
     }
 
     fn decode(&self, input: Vec<u8>) -> Result<Vec<u8>> {
@@ -134,7 +144,7 @@ impl Codec for Gzip {
 
     fn encode(&self, input: Vec<u8>) -> Result<Vec<u8>> {
         let out = Vec::with_capacity(input.len() / 2 + 64);
-        let mut enc = flate2::write::GzEncoder::new(out, self.level);
+        let mut enc = flate2::write::GzEncoder::new(out, *self.level.get()?);
         enc.write_all(&input).map_err(|e| io_error("gzip", e))?;
         enc.finish().map_err(|e| io_error("gzip", e))
     }

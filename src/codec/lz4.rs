@@ -1,6 +1,6 @@
 //! numcodecs `lz4`: the uncompressed size as a 4-byte little-endian integer, then one LZ4 block.
 
-use super::{too_large, Codec, Config};
+use super::{too_large, Codec, Config, EncodingParam};
 use crate::{Error, Result};
 
 fn codec_error(reason: impl Into<String>) -> Error {
@@ -29,19 +29,32 @@ fn split(input: &[u8], max_len: usize) -> Result<(usize, &[u8])> {
 /// numcodecs `LZ4(acceleration)`. The acceleration only trades ratio for speed when encoding;
 /// lz4_flex has a single speed, and any stream it writes decodes the same.
 #[derive(Debug, Clone)]
-pub struct Lz4;
+pub struct Lz4 {
+    /// Unused by lz4_flex, but one numcodecs could not compress with (beyond a C `int`)
+    /// fails encoding here too.
+    acceleration: EncodingParam<i64>,
+}
 
 impl Lz4 {
     /// From `{"id": "lz4", "acceleration": N}`.
     pub fn from_config(cfg: &Config<'_>) -> Result<Self> {
-        cfg.int_in("acceleration", 1, i64::from(i32::MIN)..=i64::from(i32::MAX))?;
-        Ok(Lz4)
+        Ok(Lz4 {
+            acceleration: cfg.encoding_int_in(
+                "acceleration",
+                1,
+                i64::from(i32::MIN)..=i64::from(i32::MAX),
+            ),
+        })
     }
 }
 
 impl Codec for Lz4 {
     fn id(&self) -> &str {
         "lz4"
+    }
+
+    fn check_encodable(&self) -> Result<()> {
+        self.acceleration.get().map(|_| ())
     }
 
     fn decode(&self, input: Vec<u8>) -> Result<Vec<u8>> {
@@ -68,6 +81,7 @@ impl Codec for Lz4 {
     }
 
     fn encode(&self, input: Vec<u8>) -> Result<Vec<u8>> {
+        self.check_encodable()?;
         let size = i32::try_from(input.len())
             .map_err(|_| codec_error("input larger than 2 GiB cannot be encoded"))?;
         let mut out = vec![0u8; 4 + lz4_flex::block::get_maximum_output_size(input.len())];
@@ -93,17 +107,23 @@ mod tests {
 
     #[test]
     fn header_is_little_endian_size() {
+        let config = serde_json::json!({"id": "lz4"});
+        let lz4 = Lz4::from_config(&Config {
+            id: "lz4",
+            params: config.as_object().unwrap(),
+        })
+        .unwrap();
         let data: Vec<u8> = (0..3000u32).map(|i| (i % 13) as u8).collect();
-        let enc = Lz4.encode(data.clone()).unwrap();
+        let enc = lz4.encode(data.clone()).unwrap();
         assert_eq!(&enc[..4], &3000i32.to_le_bytes());
-        assert_eq!(Lz4.decode(enc.clone()).unwrap(), data);
-        assert!(Lz4.decode_bounded(enc.clone(), 2999).is_err());
+        assert_eq!(lz4.decode(enc.clone()).unwrap(), data);
+        assert!(lz4.decode_bounded(enc.clone(), 2999).is_err());
         let mut lying = enc.clone();
         lying[..4].copy_from_slice(&3001i32.to_le_bytes());
-        assert!(Lz4.decode(lying).is_err());
+        assert!(lz4.decode(lying).is_err());
         lying = enc;
         lying[..4].copy_from_slice(&(-1i32).to_le_bytes());
-        assert!(Lz4.decode(lying).is_err());
-        assert!(Lz4.decode(vec![1, 2]).is_err());
+        assert!(lz4.decode(lying).is_err());
+        assert!(lz4.decode(vec![1, 2]).is_err());
     }
 }

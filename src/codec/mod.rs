@@ -57,6 +57,13 @@ pub trait Codec: Send + Sync + Debug {
         decoded_len
     }
 
+    /// Whether chunks can be encoded: fails with [`Error::Codec`] naming the parameter and
+    /// the values the codec accepts when one that only encoding uses is out of range (see
+    /// [`EncodingParam`]). Decoding never depends on it.
+    fn check_encodable(&self) -> Result<()> {
+        Ok(())
+    }
+
     /// Encodes `input` into `out`, replacing its contents but reusing its allocation. Codecs
     /// on a writer's hot path override this (no copy of the input, no fresh output buffer);
     /// the default encodes a copy and moves the result in.
@@ -311,6 +318,12 @@ impl Pipeline {
         Ok(())
     }
 
+    /// Whether the chain can encode chunks: the [`Codec::check_encodable`] of the first
+    /// codec that cannot. A chain that cannot encode still decodes.
+    pub fn check_encodable(&self) -> Result<()> {
+        self.codecs.iter().try_for_each(|c| c.check_encodable())
+    }
+
     /// Encodes a chunk for storage.
     pub fn encode(&self, mut bytes: Vec<u8>) -> Result<Vec<u8>> {
         for c in &self.codecs {
@@ -562,6 +575,17 @@ impl Config<'_> {
         Ok(n)
     }
 
+    /// Like [`Config::int_in`], for a parameter that only encoding uses: a value that is not
+    /// an integer within `range` is kept as the reason encoding fails.
+    pub fn encoding_int_in(
+        &self,
+        key: &str,
+        default: i64,
+        range: std::ops::RangeInclusive<i64>,
+    ) -> EncodingParam<i64> {
+        EncodingParam::from(self.int_in(key, default, range))
+    }
+
     /// A string parameter, `default` when absent.
     pub fn string<'s>(&'s self, key: &str, default: &'s str) -> Result<&'s str> {
         match self.params.get(key) {
@@ -573,6 +597,59 @@ impl Config<'_> {
                 capped(&v.to_string())
             ))),
         }
+    }
+}
+
+/// A parameter that only encoding uses: a compression level, blosc's compressor and block
+/// size, zstd's checksum flag. Chunks decode the same whatever it says (a compressed stream
+/// or blosc's header records what decoding needs), so a value the codec cannot compress
+/// with does not stop reading: numcodecs builds such a codec and fails only when it
+/// compresses, and so does a codec here, with [`EncodingParam::get`].
+#[derive(Debug, Clone)]
+pub struct EncodingParam<T>(std::result::Result<T, EncodingParamError>);
+
+/// Why an [`EncodingParam`] cannot be used: the codec and the reason of its
+/// [`Error::Codec`].
+#[derive(Debug, Clone)]
+struct EncodingParamError {
+    codec: String,
+    reason: String,
+}
+
+impl<T> EncodingParam<T> {
+    /// The value, or the [`Error::Codec`] naming the codec, the parameter and the values it
+    /// may take.
+    pub fn get(&self) -> Result<&T> {
+        self.0.as_ref().map_err(|e| Error::Codec {
+            codec: e.codec.clone(),
+            reason: e.reason.clone(),
+        })
+    }
+
+    /// The value made into another, or this parameter's error.
+    pub fn map<U>(self, f: impl FnOnce(T) -> Result<U>) -> EncodingParam<U> {
+        EncodingParam::from(self.0.map_err(EncodingParamError::into_error).and_then(f))
+    }
+}
+
+impl EncodingParamError {
+    fn into_error(self) -> Error {
+        Error::Codec {
+            codec: self.codec,
+            reason: self.reason,
+        }
+    }
+}
+
+impl<T> From<Result<T>> for EncodingParam<T> {
+    fn from(parsed: Result<T>) -> Self {
+        EncodingParam(parsed.map_err(|e| match e {
+            Error::Codec { codec, reason } => EncodingParamError { codec, reason },
+            other => EncodingParamError {
+                codec: "?".to_string(),
+                reason: other.to_string(),
+            },
+        }))
     }
 }
 
@@ -664,10 +741,103 @@ mod tests {
             let err = Pipeline::from_v2(&[], Some(&bad), 4).unwrap_err();
             assert!(matches!(err, Error::Codec { .. }), "{bad}: {err}");
         }
-        let err = Pipeline::from_v2(&[], Some(&json!({"id": "zlib", "level": "x"})), 4);
-        assert!(matches!(err, Err(Error::Codec { ref codec, .. }) if codec == "zlib"));
-        let err = Pipeline::from_v2(&[], Some(&json!({"id": "zlib", "level": 10})), 4);
-        assert!(matches!(err, Err(Error::Codec { .. })));
+        // A shuffle's element size is needed to decode: a bad one refuses the chain.
+        let err = Pipeline::from_v2(&[json!({"id": "shuffle", "elementsize": -1})], None, 4);
+        assert!(matches!(err, Err(Error::Codec { ref codec, .. }) if codec == "shuffle"));
+    }
+
+    #[test]
+    fn a_level_only_encoding_uses_refuses_encoding_but_not_decoding() {
+        // numcodecs 0.16.6 builds Zlib(level=15), BZ2(level=0) and GZip(level=15), decodes
+        // with them, and fails to encode ("Bad compression level", "compresslevel must be
+        // between 1 and 9"): zarr-python reads such a store and cannot write it.
+        let data: Vec<u8> = (0..3000u32).flat_map(|i| (i % 11).to_le_bytes()).collect();
+        for (bad, good, says) in [
+            (
+                json!({"id": "zlib", "level": 15}),
+                json!({"id": "zlib"}),
+                "= 15 is outside -1..=9",
+            ),
+            (
+                json!({"id": "zlib", "level": -2}),
+                json!({"id": "zlib"}),
+                "= -2 is outside -1..=9",
+            ),
+            (
+                json!({"id": "zlib", "level": "x"}),
+                json!({"id": "zlib"}),
+                "is not an integer",
+            ),
+            (
+                json!({"id": "gzip", "level": 15}),
+                json!({"id": "gzip"}),
+                "= 15 is outside -1..=9",
+            ),
+            (
+                json!({"id": "bz2", "level": 0}),
+                json!({"id": "bz2"}),
+                "= 0 is outside 1..=9",
+            ),
+            (
+                json!({"id": "bz2", "level": 10}),
+                json!({"id": "bz2"}),
+                "= 10 is outside 1..=9",
+            ),
+            (
+                json!({"id": "zstd", "level": 3, "checksum": "yes"}),
+                json!({"id": "zstd"}),
+                "\"checksum\" is not an integer",
+            ),
+            (
+                json!({"id": "zstd", "level": "high"}),
+                json!({"id": "zstd"}),
+                "\"level\" is not an integer",
+            ),
+            (
+                json!({"id": "lz4", "acceleration": 1u64 << 40}),
+                json!({"id": "lz4"}),
+                "\"acceleration\" = 1099511627776 is outside",
+            ),
+        ] {
+            let id = bad["id"].as_str().unwrap().to_string();
+            let stored = Pipeline::from_v2(&[], Some(&good), 4)
+                .unwrap()
+                .encode(data.clone())
+                .unwrap();
+            let p = Pipeline::from_v2(&[], Some(&bad), 4).unwrap();
+            assert_eq!(
+                p.decode_expect(stored.clone(), data.len()).unwrap(),
+                data,
+                "{bad}"
+            );
+            let mut out = vec![0u8; data.len()];
+            p.decode_into(&stored, &mut out, &mut Default::default())
+                .unwrap();
+            assert_eq!(out, data, "{bad}");
+            let mut scratch = Default::default();
+            let refusals = [
+                p.check_encodable(),
+                p.encode(data.clone()).map(|_| ()),
+                p.encode_with(&data, &mut scratch).map(|_| ()),
+            ];
+            for err in refusals {
+                match err {
+                    Err(Error::Codec { codec, reason }) => {
+                        assert_eq!(codec, id);
+                        assert!(reason.contains(says), "{bad}: {reason}");
+                    }
+                    other => panic!("{bad}: {other:?}"),
+                }
+            }
+            assert!(Pipeline::from_v2(&[], Some(&good), 4)
+                .unwrap()
+                .check_encodable()
+                .is_ok());
+        }
+        // Zarr v3 spellings go through the same codecs.
+        let v3 = [json!({"name": "gzip", "configuration": {"level": 15}})];
+        let p = Pipeline::from_v3(&v3, 4).unwrap();
+        assert!(matches!(p.check_encodable(), Err(Error::Codec { .. })));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use std::cell::RefCell;
 
-use super::{compressed_bound, read_bounded, too_large, Codec, Config};
+use super::{compressed_bound, read_bounded, too_large, Codec, Config, EncodingParam};
 use crate::{Error, Result};
 
 thread_local! {
@@ -42,11 +42,12 @@ fn decompress<R>(
     })
 }
 
-/// numcodecs `Zstd(level, checksum)`.
+/// numcodecs `Zstd(level, checksum)`. Both only serve compressing: a frame's header says
+/// whether it carries a checksum, which decompressing then checks.
 #[derive(Debug, Clone)]
 pub struct Zstd {
-    level: i32,
-    checksum: bool,
+    level: EncodingParam<i32>,
+    checksum: EncodingParam<bool>,
 }
 
 /// The level a stored zstd `level` means. netcdf-c stores a negative level as its unsigned
@@ -81,20 +82,31 @@ impl Zstd {
     /// From `{"id": "zstd", "level": N, "checksum": false}`. Decompressing ignores the
     /// level, so any integer is read, as numcodecs reads it: netcdf-c's unsigned form of a
     /// negative level means that level ([`zstd_level_meant`]), and libzstd clamps a level beyond
-    /// its range when compressing, as [`Codec::encode`] does here.
+    /// its range when compressing, as [`Codec::encode`] does here. A `checksum` that is not
+    /// a boolean or an integer stops only encoding.
     pub fn from_config(cfg: &Config<'_>) -> Result<Self> {
-        let level = zstd_level_meant(cfg.int_in("level", 0, i64::MIN..=i64::MAX)?);
-        let checksum = cfg.int_in("checksum", 0, 0..=1)? == 1;
-        Ok(Zstd {
-            level: level.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32,
-            checksum,
-        })
+        let level = cfg
+            .encoding_int_in("level", 0, i64::MIN..=i64::MAX)
+            .map(|level| {
+                let meant = zstd_level_meant(level);
+                Ok(meant.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32)
+            });
+        // numcodecs takes the flag's truth value: any integer but 0 asks for checksums.
+        let checksum = cfg
+            .encoding_int_in("checksum", 0, i64::MIN..=i64::MAX)
+            .map(|flag| Ok(flag != 0));
+        Ok(Zstd { level, checksum })
     }
 }
 
 impl Codec for Zstd {
     fn id(&self) -> &str {
         "zstd"
+    }
+
+    fn check_encodable(&self) -> Result<()> {
+        self.level.get()?;
+        self.checksum.get().map(|_| ())
     }
 
     fn decode(&self, input: Vec<u8>) -> Result<Vec<u8>> {
@@ -122,12 +134,12 @@ impl Codec for Zstd {
     }
 
     fn encode(&self, input: Vec<u8>) -> Result<Vec<u8>> {
-        let level = self.level.clamp(
+        let level = (*self.level.get()?).clamp(
             zstd::zstd_safe::min_c_level(),
             zstd::zstd_safe::max_c_level(),
         );
         let mut c = zstd::bulk::Compressor::new(level).map_err(codec_error)?;
-        if self.checksum {
+        if *self.checksum.get()? {
             c.set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(true))
                 .map_err(codec_error)?;
         }
@@ -208,22 +220,34 @@ mod tests {
         // netcdf-c 4.10.1 (netCDF4-python complevel=-5) stores {"id": "zstd", "level":
         // 4294967291}; its chunks decode whatever the level.
         let stored = zstd(json!({"id": "zstd", "level": 4294967291u64}));
-        assert_eq!(stored.level, -5);
+        assert_eq!(stored.level.get().copied().unwrap(), -5);
         let data: Vec<u8> = (0..4000u32).map(|i| (i % 13) as u8).collect();
         let minus_5 = zstd::bulk::compress(&data, -5).unwrap();
         assert_eq!(stored.encode(data.clone()).unwrap(), minus_5);
         assert_eq!(stored.decode(minus_5).unwrap(), data);
         assert_eq!(
-            zstd(json!({"id": "zstd", "level": 4294967295u64})).level,
+            zstd(json!({"id": "zstd", "level": 4294967295u64}))
+                .level
+                .get()
+                .copied()
+                .unwrap(),
             -1
         );
         // 2^31 - 1 is a level above the range (clamped when writing), not a negative one.
         assert_eq!(
-            zstd(json!({"id": "zstd", "level": 2147483647})).level,
+            zstd(json!({"id": "zstd", "level": 2147483647}))
+                .level
+                .get()
+                .copied()
+                .unwrap(),
             i32::MAX
         );
         assert_eq!(
-            zstd(json!({"id": "zstd", "level": 1u64 << 40})).level,
+            zstd(json!({"id": "zstd", "level": 1u64 << 40}))
+                .level
+                .get()
+                .copied()
+                .unwrap(),
             i32::MAX
         );
         assert_eq!(netcdf_c_zstd_level(-5), 4294967291);
@@ -246,6 +270,12 @@ mod tests {
 
     #[test]
     fn checksum_flag_is_written_and_checked() {
+        // numcodecs 0.16.6's Zstd(checksum=5) writes checksums, Zstd(checksum=0) none.
+        for (flag, written) in [(json!(5), true), (json!(-1), true), (json!(0), false)] {
+            let z = zstd(json!({"id": "zstd", "level": 3, "checksum": flag}));
+            let enc = z.encode(vec![7u8; 100]).unwrap();
+            assert_eq!(enc[4] & 0x04 != 0, written, "{flag}");
+        }
         let z = zstd(json!({"id": "zstd", "level": 3, "checksum": true}));
         let mut enc = z.encode(vec![7u8; 100]).unwrap();
         // Frame header descriptor bit 2 is the checksum flag.

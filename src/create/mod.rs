@@ -217,9 +217,9 @@ pub fn default_chunks(dims: &[(u64, bool)], esize: usize) -> Vec<u64> {
     chunks
 }
 
-/// Refuses a variable that could not be read back: more bytes than its `data` file can
-/// address (netCDF-4 refuses such a variable too), or a codec parameter the reader refuses
-/// (ncgen's `_Filter = "1,99"`).
+/// Refuses a variable that could not be read back or written: more bytes than its `data`
+/// file can address (netCDF-4 refuses such a variable too), or a codec parameter the reader
+/// refuses or the writer could not encode with (ncgen's `_Filter = "1,99"`).
 fn check_storable(v: &Variable, dims: &[(u64, bool)]) -> Result<()> {
     let element_size = v.element_size();
     let addressable = dims
@@ -239,6 +239,7 @@ fn check_storable(v: &Variable, dims: &[(u64, bool)]) -> Result<()> {
     {
         let shuffle = crate::codec::netcdf_element_size(v.nctype, element_size);
         crate::codec::Pipeline::from_v2(filters, compressor.as_ref(), shuffle)
+            .and_then(|p| p.check_encodable())
             .map_err(|e| Error::Invalid(format!("variable {}: {e}", v.name)))?;
     }
     Ok(())

@@ -1124,9 +1124,10 @@ impl DatasetWriter {
         }
     }
 
-    /// Refuses `data`, values for `slab` of `var`, when the variable's stored type cannot
-    /// hold one of them ([`Error::Unrepresentable`]), so that a caller writing several slabs
-    /// can check them all before writing any.
+    /// Refuses `data`, values for `slab` of `var`, when the variable's codecs cannot encode
+    /// ([`Error::Unencodable`]) or its stored type cannot hold one of them
+    /// ([`Error::Unrepresentable`]), so that a caller writing several slabs can check them
+    /// all before writing any.
     pub fn check_storable(&self, var: VarId, slab: &Hyperslab, data: &[u8]) -> Result<()> {
         self.engine.check_storable(&self.model, var, slab, data)
     }

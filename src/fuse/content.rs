@@ -292,15 +292,21 @@ mod tests {
             v["unreadable"].clone()
         };
         assert_eq!(unreadable(&ds), Value::Null);
-        // A known codec with a parameter that fails only when the chain is built, not an
-        // unknown codec the dataset's reader marks.
+        // A known codec with a parameter decoding needs, which fails only when the chain is
+        // built, not an unknown codec the dataset's reader marks.
         ds.vars[0].storage.codecs = CodecSpec::V2 {
-            filters: Vec::new(),
-            compressor: Some(json!({"id": "zlib", "level": "high"})),
+            filters: vec![json!({"id": "shuffle", "elementsize": "high"})],
+            compressor: None,
         };
         let why = unreadable(&ds);
         let why = why.as_str().unwrap();
-        assert!(why.contains("zlib") && why.contains("\"high\""), "{why}");
+        assert!(why.contains("shuffle") && why.contains("\"high\""), "{why}");
+        // A level only encoding uses leaves the variable readable.
+        ds.vars[0].storage.codecs = CodecSpec::V2 {
+            filters: Vec::new(),
+            compressor: Some(json!({"id": "zlib", "level": 15})),
+        };
+        assert_eq!(unreadable(&ds), Value::Null);
     }
 
     #[test]

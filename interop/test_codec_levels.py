@@ -1,0 +1,222 @@
+"""Codec parameters that only compressing uses (zlib, gzip and bz2 levels, blosc's clevel and
+shuffle), given out of the codec's range in a store's metadata (edited by hand into what the
+references wrote). The references read such stores: numcodecs (so zarr-python 2 and 3)
+always, netcdf-c for all but a deflate level; they fail only when compressing. nczarrfs
+reads them, shows the parameter as stored, and refuses writes with the variable, codec and
+range named, storing nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import warnings
+
+import netCDF4
+import numcodecs
+import numpy as np
+import pytest
+import zarr
+
+PLUGINS = os.path.join(os.path.dirname(netCDF4.__file__), "plugins")
+
+# (variable, codec zarr-python writes it with, parameter edited, value, range nczarrfs names)
+EDITS = [
+    ("zl", numcodecs.Zlib(level=1), "level", 15, "-1..=9"),
+    ("zm", numcodecs.Zlib(level=1), "level", -2, "-1..=9"),
+    ("gz", numcodecs.GZip(level=1), "level", 15, "-1..=9"),
+    ("bz", numcodecs.BZ2(level=1), "level", 0, "1..=9"),
+    ("bl", numcodecs.Blosc(clevel=5), "clevel", 12, "0..=9"),
+    ("bs", numcodecs.Blosc(clevel=5), "shuffle", 7, "-1..=2"),
+]
+
+
+@pytest.fixture(autouse=True)
+def _quiet(monkeypatch):
+    monkeypatch.setenv("HDF5_PLUGIN_PATH", PLUGINS)
+    warnings.filterwarnings("ignore", module="zarr")
+    warnings.filterwarnings("ignore", module="numcodecs")
+
+
+def _edit(path, key: str, value) -> None:
+    meta = json.loads(path.read_text())
+    meta["compressor"][key] = value
+    path.write_text(json.dumps(meta))
+
+
+def _stored(array_dir) -> dict:
+    return {p.name: p.read_bytes() for p in sorted(array_dir.iterdir())}
+
+
+@pytest.fixture
+def edited(tmp_path):
+    """A Zarr v2 group written by zarr-python, one variable per edit plus `ok`, with the
+    edits made in `.zarray`; the values zarr-python reads back."""
+    path = tmp_path / "s.zarr"
+    root = zarr.open_group(str(path), mode="w", zarr_format=2)
+    values = {}
+    for name, codec, *_ in [*EDITS, ("ok", numcodecs.Zlib(level=1))]:
+        arr = root.create_array(name, shape=(40,), chunks=(16,), dtype="<i4", compressors=codec,
+                                attributes={"_ARRAY_DIMENSIONS": ["x"]})
+        arr[:] = np.arange(40, dtype="<i4") % 7 * (len(values) + 1)
+    for name, _, key, value, _ in EDITS:
+        _edit(path / name / ".zarray", key, value)
+    for name in [*(e[0] for e in EDITS), "ok"]:
+        values[name] = zarr.open_array(str(path / name), mode="r")[...]
+    return path, values
+
+
+def test_zarr_python_reads_and_refuses_to_write(edited):
+    """The premise: zarr-python 3 (numcodecs 0.16) reads every edited variable and fails to
+    write to it."""
+    path, values = edited
+    for name, *_ in EDITS:
+        arr = zarr.open_array(str(path / name), mode="r+")
+        assert arr[...].tolist() == values[name].tolist()
+        with pytest.raises(Exception):
+            arr[0] = 1
+
+
+def test_get_and_dump_read_what_zarr_python_reads(nczarrfs, edited):
+    path, values = edited
+    for name, *_ in EDITS:
+        res = nczarrfs("get", str(path), name)
+        assert res.returncode == 0, res.stderr.decode()
+        assert np.frombuffer(res.stdout, "<i4").tolist() == values[name].tolist(), name
+    res = nczarrfs("dump", str(path))
+    assert res.returncode == 0, res.stderr.decode()
+    want = ", ".join(map(str, values["bl"].tolist()[:4]))
+    assert f" bl = {want}," in res.stdout.decode(), res.stdout.decode()
+    res = nczarrfs("dump", "-hs", str(path))
+    assert res.returncode == 0, res.stderr.decode()
+    assert "zl:_DeflateLevel = 15 ;" in res.stdout.decode()
+
+
+def test_put_is_refused_naming_variable_codec_and_range(nczarrfs, edited, tmp_path):
+    path, values = edited
+    one = tmp_path / "one.bin"
+    one.write_bytes(np.int32(99).tobytes())
+    for name, codec, key, value, valid in EDITS:
+        before = _stored(path / name)
+        res = nczarrfs("put", str(path), name, "--start", "3", "--count", "1", "-i", str(one))
+        err = res.stderr.decode()
+        assert res.returncode == 1, err
+        assert f"variable /{name}: codec {codec.codec_id} cannot encode" in err, err
+        assert f'"{key}" = {value} is outside {valid}' in err, err
+        assert _stored(path / name) == before
+        assert zarr.open_array(str(path / name), mode="r")[...].tolist() == values[name].tolist()
+    res = nczarrfs("put", str(path), "ok", "--start", "3", "--count", "1", "-i", str(one))
+    assert res.returncode == 0, res.stderr.decode()
+    assert zarr.open_array(str(path / "ok"), mode="r")[3] == 99
+
+
+def test_copy_reads_them_and_refuses_to_keep_their_codec(nczarrfs, edited, tmp_path):
+    path, values = edited
+    kept = tmp_path / "kept.file"
+    res = nczarrfs("copy", str(path), str(kept))
+    err = res.stderr.decode()
+    assert res.returncode == 1, err
+    assert "cannot keep the source's codec" in err and "-d N" in err and "--codec" in err, err
+    assert not kept.exists()
+    for args in (["-d", "4"], ["--codec", "bz2:9"], ["--codec", "blosc:zstd:5:1"]):
+        target = tmp_path / f"c{len(os.listdir(tmp_path))}.zarr"
+        res = nczarrfs("copy", "-k", "zarr", *args, str(path), str(target))
+        assert res.returncode == 0, res.stderr.decode()
+        for name in values:
+            got = zarr.open_array(str(target / name), mode="r")[...]
+            assert got.tolist() == values[name].tolist(), (args, name)
+
+
+@pytest.mark.parametrize("option", [
+    ["-d", "15"],
+    ["--codec", "zlib:15"],
+    ["--codec", '[{"id": "zlib", "level": 15}]'],
+    ["--codec", '[{"id": "bz2", "level": 0}]'],
+    ["--codec", '[{"id": "blosc", "cname": "lz4", "clevel": 12, "shuffle": 1}]'],
+])
+def test_copy_options_giving_such_a_level_exit_1(nczarrfs, edited, tmp_path, option):
+    """README, exit status: a value out of range is 1, whichever option gives it."""
+    path, _ = edited
+    target = tmp_path / "t.file"
+    res = nczarrfs("copy", *option, str(path), str(target))
+    assert res.returncode == 1, res.stderr.decode()
+    assert b"level" in res.stderr, res.stderr.decode()
+    assert not target.exists()
+
+
+def _netcdf(path, code: str) -> str:
+    """Runs `code` with `nc`, netCDF4-python's open NCZarr dataset, in a process of its own
+    (netcdf-c keeps state between opens); its standard output."""
+    script = (f"import netCDF4, json\nwith netCDF4.Dataset('file://{path}#mode=nczarr,file')"
+              f" as nc:\n" + "".join(f"    {line}\n" for line in code.splitlines()))
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         env={**os.environ, "HDF5_PLUGIN_PATH": PLUGINS}, timeout=60)
+    assert out.returncode == 0, out.stderr[-500:]
+    return out.stdout
+
+
+def test_netcdf_c_stores_with_edited_levels(nczarrfs, tmp_path):
+    """netCDF4-python (netcdf-c 4.10.1) writes the store; after the levels are edited it
+    reads bzip2 level 0, blosc clevel 12 and zstd level 99 and reports them as complevel.
+    nczarrfs reads the same values and prints the same levels in `dump -s`. netcdf-c refuses
+    to read a deflate level of 15, which zarr-python reads: nczarrfs reads it as zarr-python
+    does, the values netCDF4-python read before the edit."""
+    src = tmp_path / "nc.file"
+    compressions = {"zl": "zlib", "bz": "bzip2", "bl": "blosc_lz4", "zs": "zstd"}
+    with netCDF4.Dataset(f"file://{src}#mode=nczarr,file", "w") as nc:
+        nc.createDimension("x", 100)
+        for name, compression in compressions.items():
+            v = nc.createVariable(name, "i4", ("x",), compression=compression, complevel=4,
+                                  chunksizes=(50,))
+            v[:] = np.arange(100) % 7
+    before = json.loads(_netcdf(src, "print(json.dumps({n: nc[n][:].tolist() for n in nc.variables}))"))
+    for name, key, value in [("zl", "level", 15), ("bz", "level", 0), ("bl", "clevel", 12),
+                             ("zs", "level", 99)]:
+        _edit(src / name / ".zarray", key, value)
+    after = json.loads(_netcdf(src, "print(json.dumps({n: [nc[n][:].tolist(), "
+                                    "nc[n].filters()['complevel']] for n in ('bz', 'bl', 'zs')}))"))
+    levels = {name: level for name, (_, level) in after.items()}
+    assert levels == {"bz": 0, "bl": 12, "zs": 99}
+    for name in compressions:
+        res = nczarrfs("get", str(src), name)
+        assert res.returncode == 0, res.stderr.decode()
+        got = np.frombuffer(res.stdout, "<i4").tolist()
+        assert got == before[name], name
+        if name in after:
+            assert got == after[name][0], name
+    res = nczarrfs("dump", "-hs", str(src))
+    assert res.returncode == 0, res.stderr.decode()
+    dump = res.stdout.decode()
+    assert "zl:_DeflateLevel = 15 ;" in dump
+    assert f'bz:_Filter = "307,{levels["bz"]}" ;' in dump
+    assert f'zs:_Filter = "32015,{levels["zs"]}" ;' in dump
+    assert '\\"clevel\\": 12' in dump
+
+
+def test_zarr_v3_blosc_clevel_zarr_python_reads(nczarrfs, tmp_path):
+    """zarr-python 3 reads a Zarr v3 blosc codec with clevel 12 (it refuses a v3 gzip level
+    of 15 or zstd of 99 when opening, which nczarrfs reads all the same)."""
+    path = tmp_path / "v3.zarr"
+    root = zarr.open_group(str(path), mode="w", zarr_format=3)
+    arr = root.create_array("b", shape=(40,), chunks=(16,), dtype="<i4",
+                            compressors=zarr.codecs.BloscCodec(clevel=5, typesize=4,
+                                                               shuffle="shuffle"),
+                            dimension_names=["x"])
+    arr[:] = np.arange(40, dtype="<i4") % 5
+    meta_path = path / "b" / "zarr.json"
+    meta = json.loads(meta_path.read_text())
+    [blosc] = [c for c in meta["codecs"] if c["name"] == "blosc"]
+    blosc["configuration"]["clevel"] = 12
+    meta_path.write_text(json.dumps(meta))
+    want = zarr.open_array(str(path / "b"), mode="r")[...].tolist()
+    res = nczarrfs("get", str(path), "b")
+    assert res.returncode == 0, res.stderr.decode()
+    assert np.frombuffer(res.stdout, "<i4").tolist() == want
+    one = tmp_path / "one.bin"
+    one.write_bytes(np.int32(9).tobytes())
+    before = _stored(path / "b" / "c")
+    res = nczarrfs("put", str(path), "b", "--start", "0", "--count", "1", "-i", str(one))
+    assert res.returncode == 1 and b"codec blosc cannot encode" in res.stderr, res.stderr
+    assert _stored(path / "b" / "c") == before
