@@ -217,10 +217,15 @@ def test_get_o_removes_the_temporary_files_of_killed_gets(source, tmp_path):
     live = tmp_path / f".out.raw.nczarrfs-get.{os.getpid()}.{token}"
     for f in (killed, live):
         f.write_bytes(b"partial")
+        # Killed a minute ago: a file written within the last seconds may be a live get's.
+        os.utime(f, (time.time() - 60, time.time() - 60))
+    fresh = tmp_path / f".out.raw.nczarrfs-get.{dead.pid}.fedcba9876543210"
+    fresh.write_bytes(b"partial")
     subprocess.run([str(nczarrfs_binary()), "get", str(source), "a", "--count", "1,1,1",
                     "-o", str(out)], check=True, capture_output=True)
     assert not killed.exists()
     assert live.exists()
+    assert fresh.exists()
     assert out.stat().st_size > 0
 
 
@@ -267,6 +272,7 @@ def test_get_o_keeps_a_locked_temporary_file_of_an_ended_process(source, tmp_pat
     out = tmp_path / "out.raw"
     held = tmp_path / f".out.raw.nczarrfs-get.{dead.pid}.0123456789abcdef"
     held.write_bytes(b"partial")
+    os.utime(held, (time.time() - 60, time.time() - 60))
     with open(held, "rb") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         subprocess.run([str(nczarrfs_binary()), "get", str(source), "a", "--count", "1,1,1",

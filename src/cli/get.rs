@@ -158,31 +158,36 @@ impl OutputFile {
         let prefix = temp_prefix(name);
         let pid = std::process::id();
         remove_ended_gets_files(dir, &prefix);
-        let (file, temp) = match crate::zmap::temp_files::create_in(dir, |token| {
-            let mut temp = prefix.clone();
-            temp.push(format!("{pid}.{token}"));
-            temp
-        }) {
+        // A signal that comes before its removal is registered is handled after it.
+        let created = crate::interrupt::while_publishing(|| {
+            let (file, temp) = crate::zmap::temp_files::create_in(dir, |token| {
+                let mut temp = prefix.clone();
+                temp.push(format!("{pid}.{token}"));
+                temp
+            })?;
+            // Held until this process ends: what tells the next `get -o` that the file is in
+            // use, where the process number cannot (a get in another PID namespace, on
+            // another NFS client).
+            // SAFETY: flock only reads the descriptor, which `file` owns.
+            unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+            let removed_on_signal = crate::interrupt::on_signal(std::sync::Arc::new({
+                let temp = temp.clone();
+                // The writes still in progress then go to a file without a name.
+                move || {
+                    let _ = std::fs::remove_file(&temp);
+                }
+            }));
+            Ok::<_, std::io::Error>((file, temp, removed_on_signal))
+        });
+        let (file, temp, removed_on_signal) = match created {
             Ok(created) => created,
             // A directory we may not create in: the file itself is still writable.
             Err(_) => return in_place(),
         };
-        // Held until this process ends: what tells the next `get -o` that the file is in use,
-        // where the process number cannot (a get in another PID namespace, on another NFS
-        // client). The moment between the creation and the lock is one system call.
-        // SAFETY: flock only reads the descriptor, which `file` owns.
-        unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
         if let Some(m) = existing {
             // The replaced file's permissions stay.
             let _ = file.set_permissions(m.permissions());
         }
-        let removed_on_signal = crate::interrupt::on_signal(std::sync::Arc::new({
-            let temp = temp.clone();
-            // The writes still in progress then go to a file without a name.
-            move || {
-                let _ = std::fs::remove_file(&temp);
-            }
-        }));
         Ok(OutputFile {
             file,
             path: path.to_path_buf(),
@@ -227,11 +232,16 @@ fn temp_prefix(name: &std::ffi::OsStr) -> std::ffi::OsString {
     prefix
 }
 
+/// How long a temporary file of a `get -o` stays untouched before a later get may take it
+/// for a killed one's: a get in another PID namespace, which holds its file locked, may not
+/// have taken the lock yet in the moment after creating it.
+const UNTOUCHED_BEFORE_REMOVAL: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Removes the temporary files in `dir` (named `prefix` then `PID.TOKEN`) that earlier
 /// `get -o NAME`s left when they were killed (SIGKILL, a crash: the other signals remove
-/// their own): those of processes that have ended and that no process holds locked (a get
-/// whose process this one cannot see holds its file's lock). Best effort: one left is only
-/// hidden clutter.
+/// their own): those of processes that have ended, that no process holds locked (a get
+/// whose process this one cannot see holds its file's lock) and that nothing has written for
+/// [`UNTOUCHED_BEFORE_REMOVAL`]. Best effort: one left is only hidden clutter.
 fn remove_ended_gets_files(dir: &std::path::Path, prefix: &std::ffi::OsStr) {
     use std::os::unix::ffi::OsStrExt;
     let Ok(entries) = std::fs::read_dir(dir) else {
@@ -250,7 +260,15 @@ fn remove_ended_gets_files(dir: &std::path::Path, prefix: &std::ffi::OsStr) {
             .ok()
             .and_then(|pid| pid.parse().ok())
             .is_some_and(crate::interrupt::has_ended);
-        if ended && crate::zmap::temp_files::is_token(token) && is_unlocked(&entry.path()) {
+        let untouched = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t.elapsed().is_ok_and(|age| age >= UNTOUCHED_BEFORE_REMOVAL));
+        if ended
+            && untouched
+            && crate::zmap::temp_files::is_token(token)
+            && is_unlocked(&entry.path())
+        {
             let _ = std::fs::remove_file(entry.path());
         }
     }
