@@ -92,6 +92,25 @@ def test_get_and_dump_read_what_zarr_python_reads(nczarrfs, edited):
     res = nczarrfs("dump", "-hs", str(path))
     assert res.returncode == 0, res.stderr.decode()
     assert "zl:_DeflateLevel = 15 ;" in res.stdout.decode()
+    # Shown as stored, as `_Codecs` beside it shows it (netcdf-c opens no such variable).
+    assert "zm:_DeflateLevel = -2 ;" in res.stdout.decode()
+
+
+def test_gen_takes_a_negative_deflate_level_as_none_as_ncgen_does(nczarrfs, tmp_path):
+    cdl = tmp_path / "x.cdl"
+    cdl.write_text("netcdf x {\ndimensions:\n n = 4 ;\nvariables:\n int v(n) ;\n"
+                   "  v:_DeflateLevel = -1 ;\ndata:\n v = 1, 2, 3, 4 ;\n}\n")
+    oracle = tmp_path / "x.nc"
+    subprocess.run(["ncgen", "-k", "nc4", "-o", str(oracle), str(cdl)], check=True)
+    special = subprocess.run(["ncdump", "-hs", str(oracle)], capture_output=True, text=True,
+                             check=True).stdout
+    assert "_DeflateLevel" not in special
+    out = tmp_path / "x.file"
+    res = nczarrfs("gen", "-o", str(out), str(cdl))
+    assert res.returncode == 0, res.stderr.decode()
+    ours = nczarrfs("dump", "-hs", str(out)).stdout.decode()
+    assert "_DeflateLevel" not in ours and "zlib" not in ours, ours
+    assert np.frombuffer(nczarrfs("get", str(out), "v").stdout, "<i4").tolist() == [1, 2, 3, 4]
 
 
 def test_put_is_refused_naming_variable_codec_and_range(nczarrfs, edited, tmp_path):

@@ -1006,6 +1006,41 @@ def test_a_level_zlib_cannot_write_with_reads_but_refuses_writes(mounter, tmp_pa
     assert zarr.open_array(str(path / "ok"), mode="r")[...].tolist() == [0, 99, 6, 9, 12, 15, 18, 21]
 
 
+def test_truncate_grows_a_variable_whose_level_cannot_write_storing_no_chunk(mounter, tmp_path):
+    """Growing `data` with truncate writes no value (docs/mount.md): the unlimited dimension
+    grows, the new records read as fill, and the stored chunks stay."""
+    import netCDF4
+
+    path = tmp_path / "s.file"
+    url = f"file://{path}#mode=nczarr,file"
+    with netCDF4.Dataset(url, "w") as nc:
+        nc.createDimension("t", None)
+        nc.createDimension("x", 4)
+        v = nc.createVariable("bad", "i4", ("t", "x"), zlib=True, complevel=5,
+                              chunksizes=(2, 4), fill_value=-1)
+        v[0:3, :] = np.arange(12).reshape(3, 4)
+    meta = json.loads((path / "bad" / ".zarray").read_text())
+    meta["compressor"]["level"] = 15
+    (path / "bad" / ".zarray").write_text(json.dumps(meta))
+    chunks = {p.name: p.read_bytes() for p in (path / "bad").iterdir() if p.name[0].isdigit()}
+
+    mnt = mounter.mount(url, "rw")
+    os.truncate(mnt / "bad" / "data", 6 * 4 * 4)
+    assert os.path.getsize(mnt / "bad" / "data") == 6 * 4 * 4
+    umount_and_wait(mnt)
+
+    assert {p.name: p.read_bytes() for p in (path / "bad").iterdir()
+            if p.name[0].isdigit()} == chunks
+    with netCDF4.Dataset(url) as nc:
+        assert len(nc.dimensions["t"]) == 6
+    # netcdf-c reads no zlib level of 15; zarr-python does.
+    import zarr
+
+    got = zarr.open_array(str(path / "bad"), mode="r")[...]
+    assert got[:3].tolist() == np.arange(12).reshape(3, 4).tolist()
+    assert (got[3:] == -1).all()
+
+
 def test_records_a_killed_daemon_stored_past_the_length_stay_fill_when_it_grows(mounter, nczarr):
     """Chunks reach storage before the metadata that records their records: a daemon killed
     in between leaves values past the recorded length. A later mount that grows the dimension

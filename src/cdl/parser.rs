@@ -906,7 +906,9 @@ impl Parser<'_, '_> {
             }
             "_DeflateLevel" => match ints.as_deref() {
                 Some([l]) if (0..=9).contains(l) => sp.deflate_level = Some(*l as u32),
-                _ => return Err(bad("one integer from 0 to 9")),
+                // ncgen compresses only with a level of 0 or more: a negative one is none.
+                Some([l]) if *l < 0 => sp.deflate_level = Some(0),
+                _ => return Err(bad("one integer from 0 to 9, or a negative one for none")),
             },
             "_Shuffle" => {
                 sp.shuffle = Some(flag(&text, &ints).ok_or_else(|| bad("\"true\" or \"false\""))?)

@@ -57,7 +57,11 @@ pub fn var_specials(ds: &Dataset, v: VarId, all_filters: bool) -> Vec<(&'static 
         }
         if let Some(f) = filters.iter().find(|f| f.id == DEFLATE) {
             let level = f.params.first().copied().unwrap_or(0);
-            out.push(("_DeflateLevel", level.to_string()));
+            let shown = match u32::try_from(level) {
+                Ok(l) => i64::from(l as i32).to_string(),
+                Err(_) => level.to_string(),
+            };
+            out.push(("_DeflateLevel", shown));
         }
         rest.retain(|f| ![DEFLATE, SHUFFLE, FLETCHER32].contains(&f.id));
     }
@@ -191,7 +195,12 @@ fn hdf5_filter(codec: &Value, var: &Variable) -> Option<Hdf5Filter> {
     };
     let typesize = var.element_size() as u64;
     let (id, params) = match codec_name(codec) {
-        "zlib" => (DEFLATE, vec![int("level", 1)]),
+        // An HDF5 filter's parameters are unsigned ints: a negative level (numcodecs' -1, the
+        // library's default) is kept in that form, and `_DeflateLevel` shows it signed.
+        "zlib" => match codec_param(codec, "level").and_then(Value::as_i64) {
+            Some(level) if level < 0 => (DEFLATE, vec![u64::from(level as i32 as u32)]),
+            _ => (DEFLATE, vec![int("level", 1)]),
+        },
         "shuffle" => (SHUFFLE, vec![typesize]),
         "fletcher32" => (FLETCHER32, vec![]),
         "bz2" => (307, vec![int("level", 9)]),
