@@ -234,7 +234,8 @@ fn staging_owner(path: &Path) -> Option<u32> {
 /// The destination's name and the process of a staging sibling named `file_name`:
 /// `.NAME.nczarrfs-PID.TOKEN` (TOKEN random, see [`crate::create::Staging`]), or
 /// `.NAME.nczarrfs-PID` as earlier versions named them. NAME is any bytes, as the
-/// destination's name is.
+/// destination's name is; a long one is shortened
+/// ([`crate::zmap::temp_files::name_stem`]), and what is returned is then that stem.
 pub(crate) fn staging_sibling(file_name: &OsStr) -> Option<(&OsStr, u32)> {
     const INFIX: &[u8] = b".nczarrfs-";
     let rest = file_name.as_bytes().strip_prefix(b".")?;
@@ -280,6 +281,7 @@ fn remove(path: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::ffi::OsString;
 
     #[test]
     fn staging_siblings_are_told_by_their_name() {
@@ -301,6 +303,24 @@ mod tests {
             staging_sibling(named),
             Some((OsStr::from_bytes(b"d\xff.file"), 42))
         );
+    }
+
+    /// The staging sibling of a destination whose name is 250 bytes long (ncgen writes such
+    /// names) fits in a file name, and is told as that destination's, and only its.
+    #[test]
+    fn staging_siblings_of_long_names_are_told_by_their_name() {
+        let (shared, pid) = ("n".repeat(200), u32::MAX);
+        let target = OsString::from(format!("{shared}{}.file", "a".repeat(45)));
+        let other = OsString::from(format!("{shared}{}.file", "b".repeat(45)));
+        let stem = crate::zmap::temp_files::name_stem(&target);
+        let mut sibling = OsString::from(".");
+        sibling.push(&stem);
+        sibling.push(format!(".nczarrfs-{pid}.0123456789abcdef.old"));
+        assert!(sibling.len() <= 255, "{}", sibling.len());
+        let sibling = OsStr::from_bytes(sibling.as_bytes().strip_suffix(b".old").unwrap());
+        assert_eq!(staging_sibling(sibling), Some((&*stem, pid)));
+        assert_ne!(*crate::zmap::temp_files::name_stem(&other), *stem);
+        assert_eq!(staging_owner(&Path::new("/d").join(sibling)), Some(pid));
     }
 
     #[test]

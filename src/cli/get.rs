@@ -223,11 +223,12 @@ impl OutputFile {
 /// What the temporary file of a `get -o NAME` is named: `.NAME` this `PID.TOKEN`.
 const GET_TEMP_INFIX: &str = ".nczarrfs-get.";
 
-/// The start of the temporary files' names of a `get -o NAME`, `NAME` byte for byte:
-/// `.NAME` and [`GET_TEMP_INFIX`].
+/// The start of the temporary files' names of a `get -o NAME`, `NAME` byte for byte (or its
+/// start and a hash when it is long, see [`crate::zmap::temp_files::name_stem`]): `.NAME` and
+/// [`GET_TEMP_INFIX`].
 fn temp_prefix(name: &std::ffi::OsStr) -> std::ffi::OsString {
     let mut prefix = std::ffi::OsString::from(".");
-    prefix.push(name);
+    prefix.push(crate::zmap::temp_files::name_stem(name));
     prefix.push(GET_TEMP_INFIX);
     prefix
 }
@@ -674,6 +675,33 @@ mod tests {
             storage: VarStorage::default(),
         });
         (ds, v)
+    }
+
+    /// The temporary file of a `get -o` to a name as long as a file name may be fits beside
+    /// it (else the output would be written in place, and a failed read would leave it cut
+    /// short), and another long name that begins alike gets other temporary files.
+    #[test]
+    fn temporary_files_of_long_output_names_fit() {
+        use std::ffi::OsStr;
+        let shared = "o".repeat(200);
+        let (name, other) = (
+            format!("{shared}{}", "a".repeat(55)),
+            format!("{shared}{}", "b".repeat(55)),
+        );
+        let prefix = temp_prefix(OsStr::new(&name));
+        let longest = prefix.len() + u32::MAX.to_string().len() + 1 + 16;
+        assert!(longest <= 255, "{longest}");
+        assert!(!temp_prefix(OsStr::new(&other))
+            .as_encoded_bytes()
+            .starts_with(prefix.as_encoded_bytes()));
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join(&name);
+        let mut output = OutputFile::create(&out).unwrap();
+        assert!(output.staged.is_some(), "written in place");
+        std::io::Write::write_all(&mut output.file, b"values").unwrap();
+        output.commit().unwrap();
+        assert_eq!(std::fs::read(&out).unwrap(), b"values");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 
     #[test]

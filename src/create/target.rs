@@ -79,7 +79,9 @@ pub struct Staging {
 
 impl Staging {
     /// Plans the staging of `target`: a hidden sibling `.NAME.nczarrfs-PID.TOKEN` for local
-    /// storage, TOKEN random so that no one can put anything at its name beforehand; it is
+    /// storage (NAME shortened when it is long, see
+    /// [`crate::zmap::temp_files::name_stem`]), TOKEN random so that no one can put anything
+    /// at its name beforehand; it is
     /// made by [`Staging::create_writer`], which refuses anything found there. A local target that exists must be
     /// a dataset (or an empty directory, or a zip archive): nothing else is ever replaced.
     pub fn new(target: &Location) -> Result<Staging> {
@@ -109,7 +111,9 @@ impl Staging {
         };
         let sibling = |p: &Path| -> PathBuf {
             let mut name = std::ffi::OsString::from(".");
-            name.push(p.file_name().unwrap_or("dataset".as_ref()));
+            name.push(crate::zmap::temp_files::name_stem(
+                p.file_name().unwrap_or("dataset".as_ref()),
+            ));
             name.push(format!(
                 ".nczarrfs-{}.{}",
                 std::process::id(),
@@ -221,8 +225,9 @@ impl Staging {
     }
 }
 
-/// Removes the staging siblings of `target` (`.NAME.nczarrfs-PID.TOKEN`) left by processes
-/// that no longer run (killed by SIGKILL, or by a crash), which nothing else would remove. A
+/// Removes the staging siblings of `target` (`.NAME.nczarrfs-PID.TOKEN`, NAME as
+/// [`crate::zmap::temp_files::name_stem`] shortens it) left by processes that no longer run
+/// (killed by SIGKILL, or by a crash), which nothing else would remove. A
 /// sibling `….old` is kept: it may be the only copy of a dataset whose replacement was cut
 /// short.
 fn remove_stale_staging(target: &Location) {
@@ -232,13 +237,14 @@ fn remove_stale_staging(target: &Location) {
     let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
         return;
     };
+    let stem = crate::zmap::temp_files::name_stem(name);
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
     for entry in entries.flatten() {
         let file_name = entry.file_name();
         let Some(pid) = interrupt::staging_sibling(&file_name)
-            .filter(|(of, _)| *of == name)
+            .filter(|(of, _)| *of == stem)
             .and_then(|(_, pid)| libc::pid_t::try_from(pid).ok())
             .filter(|pid| *pid > 0)
         else {

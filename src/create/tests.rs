@@ -188,6 +188,53 @@ fn only_datasets_are_replaced() {
     assert!(left.is_empty(), "{left:?}");
 }
 
+/// A destination whose name is as long as a file name may be (ncgen writes such names) is
+/// staged beside it and replaces an old dataset there (through `….old`). A killed writer's
+/// staging of it is removed by the next staging; one of another destination whose name
+/// begins with the same 200 bytes is not, nor one of a process that still runs.
+#[test]
+fn long_destination_names_are_staged_and_their_leftovers_told_apart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let shared = "n".repeat(200);
+    let target = tmp.path().join(format!("{shared}{}.file", "a".repeat(50)));
+    let other = tmp.path().join(format!("{shared}{}.file", "b".repeat(50)));
+    assert_eq!(target.file_name().unwrap().len(), 255);
+    let loc = |p: &Path| Location::parse(p.to_str().unwrap()).unwrap();
+    let mut ended = std::process::Command::new("true").spawn().unwrap();
+    let ended_pid = ended.id();
+    ended.wait().unwrap();
+    let sibling = |of: &Path, pid: u32| {
+        let stem = zmap::temp_files::name_stem(of.file_name().unwrap());
+        let mut name = std::ffi::OsString::from(".");
+        name.push(&*stem);
+        name.push(format!(".nczarrfs-{pid}.0123456789abcdef"));
+        tmp.path().join(name)
+    };
+    let killed = sibling(&target, ended_pid);
+    let others = sibling(&other, ended_pid);
+    let running = sibling(&target, std::process::id());
+    for leftover in [&killed, &others, &running] {
+        std::fs::create_dir(leftover).unwrap();
+    }
+
+    std::fs::create_dir(&target).unwrap();
+    std::fs::write(target.join(".zgroup"), "old").unwrap();
+    let staging = Staging::new(&loc(&target)).unwrap();
+    let Storage::File(temp) = &staging.temp.storage else {
+        panic!("{:?}", staging.temp)
+    };
+    assert!(temp.file_name().unwrap().len() + ".old".len() <= 255);
+    std::fs::create_dir(temp).unwrap();
+    std::fs::write(temp.join(".zgroup"), "new").unwrap();
+    staging.publish().unwrap();
+    assert_eq!(
+        std::fs::read_to_string(target.join(".zgroup")).unwrap(),
+        "new"
+    );
+    assert!(!killed.exists(), "the killed writer's staging is removed");
+    assert!(others.exists() && running.exists());
+}
+
 /// A variable's or group's directory of a dataset is no dataset to replace, and a new
 /// dataset inside one would become part of it: both are refused and nothing is touched.
 #[test]

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::beneath::{self, Miss, NearDirs};
-use super::temp_files;
+use super::temp_files::{self, NAME_MAX};
 use super::{validate_key, validate_prefix, ZMap};
 use crate::{Error, Result};
 
@@ -96,9 +96,14 @@ fn not_regular() -> io::Error {
 /// TOKEN random); `search` never reports them.
 pub(super) const TEMP_PREFIX: &str = ".nczarrfs-tmp.";
 
-/// The name of a temporary file of this process for the object file `name`.
+/// The name of a temporary file of this process for the object file `name` (shortened when it
+/// is long, see [`temp_files::name_stem`]).
 fn temp_name(name: &str, token: &str) -> String {
-    format!("{TEMP_PREFIX}{name}.{}.{token}", std::process::id())
+    format!(
+        "{TEMP_PREFIX}{}.{}.{token}",
+        temp_files::key_name_stem(name),
+        std::process::id()
+    )
 }
 
 /// The process that made the temporary file `file_name` (named as [`temp_name`] names them),
@@ -791,14 +796,6 @@ fn check_path_length(key: &str, temp: &Path) -> Result<()> {
             crate::error::quoted(long),
             long.len()
         )
-    } else if temp.file_name().map_or(0, |n| n.len()) > NAME_MAX {
-        format!(
-            "the object's name is too long for its temporary file beside it (at most {} \
-             bytes fit)",
-            NAME_MAX
-                - (temp.file_name().map_or(0, |n| n.len())
-                    - key.rsplit('/').next().map_or(0, str::len))
-        )
     } else {
         return Ok(());
     };
@@ -808,9 +805,6 @@ fn check_path_length(key: &str, temp: &Path) -> Result<()> {
         reason,
     })
 }
-
-/// The longest file name Linux file systems take, in bytes.
-const NAME_MAX: usize = 255;
 
 /// Whether an I/O error means "no object here": missing, or a path component is a file.
 fn is_absent(e: &io::Error) -> bool {
@@ -1966,10 +1960,11 @@ mod tests {
     #[test]
     fn a_failed_put_names_the_object() {
         let (_dir, map) = writable();
-        let key = format!("v/{}", "x".repeat(250));
+        // One byte more than a file name may have (one of 255 bytes is written).
+        let key = format!("v/{}", "x".repeat(256));
         let err = map.put(&key, b"1").unwrap_err().to_string();
         assert!(
-            err.contains("key \"v/xxx") && err.contains("too long"),
+            err.contains("key \"v/xxx") && err.contains("256 bytes long, more than the 255"),
             "{err}"
         );
         assert!(!err.contains(TEMP_PREFIX), "{err}");
@@ -2143,6 +2138,35 @@ mod tests {
         assert_eq!(temporaries_below(&root), expected);
         assert!(beyond.exists());
         assert_eq!(fs::read(root.join(".zattrs")).unwrap(), b"{}");
+    }
+
+    /// An object whose name is as long as a file name may be (a chunk of a variable of
+    /// many dimensions) is written through a temporary file beside it whose name shortens
+    /// it; a killed writer's temporary of it is recognised and removed.
+    #[test]
+    fn objects_with_long_names_are_written() {
+        let (_dir, map) = writable();
+        let key = format!("v/{}0", "0.".repeat(127));
+        assert_eq!(key.len() - 2, 255);
+        map.put(&key, b"chunk").unwrap();
+        assert_eq!(map.get(&key).unwrap().as_deref(), Some(&b"chunk"[..]));
+        let name = &key[2..];
+        let temp = temp_name(name, "0123456789abcdef");
+        assert!(temp.len() <= NAME_MAX, "{temp}");
+        assert_eq!(temp_writer(&temp), Some(std::process::id()));
+        let mut ended = std::process::Command::new("true").spawn().unwrap();
+        let ended_pid = ended.id();
+        ended.wait().unwrap();
+        let left = map.root().join("v").join(temp.replace(
+            &format!(".{}.", std::process::id()),
+            &format!(".{ended_pid}."),
+        ));
+        fs::write(&left, b"partial").unwrap();
+        assert_eq!(map.search("v").unwrap(), vec![name.to_string()]);
+        let root = map.root().to_path_buf();
+        map.claim_writer().unwrap();
+        drop(map);
+        assert!(temporaries_below(&root).is_empty());
     }
 
     #[test]

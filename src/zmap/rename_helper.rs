@@ -162,14 +162,15 @@ pub(super) fn rename_in_order(pairs: &[(PathBuf, PathBuf)]) -> (usize, Option<io
 }
 
 /// The writer whose temporary file for `to` `from` is named as
-/// (`DIR/.nczarrfs-tmp.NAME.PID.TOKEN` for `DIR/NAME`, as [`super::FileMap`] names them): the
-/// helper renames nothing else, so that it cannot be used to move arbitrary files.
+/// (`DIR/.nczarrfs-tmp.NAME.PID.TOKEN` for `DIR/NAME`, NAME shortened when it is long, as
+/// [`super::FileMap`] names them): the helper renames nothing else, so that it cannot be used
+/// to move arbitrary files.
 fn temporary_owner(from: &Path, to: &Path) -> Option<u32> {
     let temp = from.file_name()?.to_str()?;
     let name = to.file_name()?.to_str()?;
     let (pid, token) = temp
         .strip_prefix(super::file::TEMP_PREFIX)?
-        .strip_prefix(name)?
+        .strip_prefix(&*super::temp_files::key_name_stem(name))?
         .strip_prefix('.')?
         .split_once('.')?;
     let number = !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit());
@@ -406,6 +407,16 @@ mod tests {
             None
         );
         assert_eq!(owner("/d/ds.file", "/d/other"), None);
+        // A long name is shortened in its temporary's name, and told from another long name
+        // that begins alike.
+        let long = |last: &str| format!("{}{}", "0.".repeat(110), last);
+        let temp = format!(
+            "/d/.nczarrfs-tmp.{}.42.{T}",
+            crate::zmap::temp_files::key_name_stem(&long("0"))
+        );
+        assert!(Path::new(&temp).file_name().unwrap().len() <= 255, "{temp}");
+        assert_eq!(owner(&temp, &format!("/d/{}", long("0"))), Some(42));
+        assert_eq!(owner(&temp, &format!("/d/{}", long("1"))), None);
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! anything at it beforehand; a name taken all the same is tried again with another token.
 //! Owner and mode are then set on the descriptor of the file made, never by name.
 
-use std::ffi::{CStr, CString};
+use std::borrow::Cow;
+use std::ffi::{CStr, CString, OsStr};
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd};
@@ -33,6 +34,82 @@ pub(crate) fn random_token() -> String {
 pub(crate) fn is_token(s: impl AsRef<[u8]>) -> bool {
     let s = s.as_ref();
     s.len() == TOKEN_LEN && s.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// The longest file name Linux file systems take, in bytes (`NAME_MAX`).
+pub(crate) const NAME_MAX: usize = 255;
+
+/// The most bytes a hidden sibling's name adds to the part it copies from the name it serves
+/// (see [`name_stem`]): a fixed part of at most 15 bytes (`.` and `.nczarrfs-get.` for
+/// `get -o`, `.` and `.nczarrfs-tmp.` for a zip archive's rewrite, `.nczarrfs-tmp.` and `.`
+/// for an object file of a directory store), a process number of at most 10 digits, a dot
+/// and a token. A staging directory (`.NAME.nczarrfs-PID.TOKEN`) has 4 bytes fewer, room for
+/// the `.old` it is named with while it replaces an old dataset.
+const SIBLING_OVERHEAD: usize = 15 + 10 + 1 + TOKEN_LEN;
+
+/// The most bytes of a hidden sibling's name that come from the name it serves.
+const STEM_MAX: usize = NAME_MAX - SIBLING_OVERHEAD;
+
+/// How many hexadecimal digits of the whole name's hash end a shortened stem.
+const STEM_HASH_LEN: usize = 16;
+
+/// The part of the file name `name` that the names of its hidden siblings (a staging
+/// directory, a temporary file, see [`create_in`]) copy, so that they stay within
+/// [`NAME_MAX`] whatever the name's length: `name` itself when it is short enough, else its
+/// first bytes (whole characters where they are UTF-8), `~` and a hash of the whole name.
+///
+/// The sweeps that remove what a killed writer left recognise its siblings by this stem, so
+/// two long names that begin alike are still told apart by their hashes: a sweep for one of
+/// them never takes the other's siblings. Only names made to collide (the hash is not
+/// cryptographic) would meet; the sweeps remove nothing of a process that is still running
+/// all the same, so at worst a sweep removes the leftovers of a killed writer of another
+/// destination, which its own sweep would have removed too.
+pub(crate) fn name_stem(name: &OsStr) -> Cow<'_, OsStr> {
+    use std::os::unix::ffi::OsStringExt;
+    match shortened(name.as_bytes()) {
+        None => Cow::Borrowed(name),
+        Some(stem) => Cow::Owned(std::ffi::OsString::from_vec(stem)),
+    }
+}
+
+/// [`name_stem`] of a name that is UTF-8 (an object's in a store): the stem is UTF-8 too.
+pub(crate) fn key_name_stem(name: &str) -> Cow<'_, str> {
+    match shortened(name.as_bytes()) {
+        None => Cow::Borrowed(name),
+        Some(stem) => Cow::Owned(String::from_utf8_lossy(&stem).into_owned()),
+    }
+}
+
+/// The stem of `name` as [`name_stem`] makes it, `None` when it is `name` itself.
+fn shortened(name: &[u8]) -> Option<Vec<u8>> {
+    if name.len() <= STEM_MAX {
+        return None;
+    }
+    let room = STEM_MAX - 1 - STEM_HASH_LEN;
+    // A character is kept whole or left out; bytes that are no UTF-8 count one by one.
+    let mut kept = 0;
+    for chunk in name.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            if kept + c.len_utf8() > room {
+                return Some(with_hash(&name[..kept], name));
+            }
+            kept += c.len_utf8();
+        }
+        kept = (kept + chunk.invalid().len()).min(room);
+    }
+    Some(with_hash(&name[..kept], name))
+}
+
+/// `start`, `~` and the hash of `whole`.
+fn with_hash(start: &[u8], whole: &[u8]) -> Vec<u8> {
+    // FNV-1a: the same in every version, as the names of leftovers must be recognised by
+    // the next writer.
+    let hash = whole.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    let mut stem = start.to_vec();
+    stem.extend_from_slice(format!("~{hash:0width$x}", width = STEM_HASH_LEN).as_bytes());
+    stem
 }
 
 /// Fills `bytes` from the kernel's random source, and only if that is unavailable (a kernel
@@ -247,6 +324,70 @@ mod tests {
         assert!(is_token(&a) && is_token(&b), "{a} {b}");
         assert_ne!(a, b);
         assert!(!is_token("old") && !is_token(a.to_uppercase()) && !is_token(&a[1..]));
+    }
+
+    /// The longest sibling names: `.NAME.nczarrfs-tmp.PID.TOKEN` (and so the shorter
+    /// staging names with `.old`) with the longest process number.
+    fn longest_sibling(stem: &[u8]) -> usize {
+        b".".len()
+            + stem.len()
+            + b".nczarrfs-tmp.".len()
+            + u32::MAX.to_string().len()
+            + 1
+            + TOKEN_LEN
+    }
+
+    #[test]
+    fn stems_of_names_up_to_name_max_fit_beside_them() {
+        for len in [1, STEM_MAX, STEM_MAX + 1, 250, NAME_MAX] {
+            let name = vec![b'a'; len];
+            let stem = name_stem(OsStr::from_bytes(&name));
+            assert!(longest_sibling(stem.as_bytes()) <= NAME_MAX, "{len}");
+            match len <= STEM_MAX {
+                true => assert_eq!(stem.as_bytes(), &name[..]),
+                false => {
+                    let (start, hash) = stem.as_bytes().split_at(stem.len() - STEM_HASH_LEN - 1);
+                    assert!(name.starts_with(start) && start.len() > 150, "{len}");
+                    assert!(hash[0] == b'~' && hash[1..].iter().all(u8::is_ascii_hexdigit));
+                }
+            }
+        }
+    }
+
+    /// Two long names that share their first 200 bytes get different stems; the same name
+    /// always gets the same one.
+    #[test]
+    fn long_names_that_begin_alike_have_different_stems() {
+        let shared = "s".repeat(200);
+        let (a, b) = (
+            format!("{shared}{}", "a".repeat(50)),
+            format!("{shared}{}", "b".repeat(50)),
+        );
+        assert_ne!(key_name_stem(&a), key_name_stem(&b));
+        assert_eq!(key_name_stem(&a), key_name_stem(&a.clone()));
+        assert_eq!(
+            name_stem(OsStr::new(&a)).as_bytes(),
+            key_name_stem(&a).as_bytes()
+        );
+    }
+
+    /// A long name is cut between characters (a 2-byte é never split), and bytes that are no
+    /// UTF-8 are cut anywhere.
+    #[test]
+    fn stems_keep_whole_characters() {
+        for pad in 0..2 {
+            let name = format!("{}{}", "x".repeat(pad), "é".repeat(125));
+            let stem = key_name_stem(&name);
+            let (start, _hash) = stem.rsplit_once('~').unwrap();
+            assert!(name.starts_with(start) && start.ends_with('é'), "{stem}");
+            assert!(longest_sibling(stem.as_bytes()) <= NAME_MAX);
+        }
+        let raw = [b'\xff'; 250];
+        let stem = name_stem(OsStr::from_bytes(&raw));
+        assert_eq!(stem.len(), STEM_MAX);
+        assert!(stem
+            .as_bytes()
+            .starts_with(&raw[..STEM_MAX - STEM_HASH_LEN - 1]));
     }
 
     /// A planted symbolic link, whatever its name, is never opened: its target stays as it

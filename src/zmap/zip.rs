@@ -571,14 +571,17 @@ impl<F: Seek> Seek for TempArchive<F> {
 
 /// The directory that holds the archive `target` (a path through no symbolic link), and the
 /// name prefix of the temporary files a writer puts there (left by a writer that died, they
-/// are removed at the next flush), the archive's name in it byte for byte.
+/// are removed at the next flush), the archive's name in it byte for byte (or its start and a
+/// hash when it is long, see [`super::temp_files::name_stem`]).
 fn temp_place(target: &Path) -> (PathBuf, OsString) {
     let dir = match target.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
         _ => PathBuf::from("."),
     };
     let mut prefix = OsString::from(".");
-    prefix.push(target.file_name().unwrap_or_default());
+    prefix.push(super::temp_files::name_stem(
+        target.file_name().unwrap_or_default(),
+    ));
     prefix.push(".nczarrfs-tmp.");
     (dir, prefix)
 }
@@ -1188,6 +1191,40 @@ mod tests {
         assert!(!looks_like_zip(&write("stray", &stray)));
         assert!(!looks_like_zip(&write("empty", b"")));
         assert!(!looks_like_zip(&dir.path().join("missing")));
+    }
+
+    /// An archive whose name is as long as a file name may be is rewritten (through a
+    /// temporary file beside it, whose name shortens the archive's), and a killed writer's
+    /// partial archive of it is removed; one of another archive whose name begins with the
+    /// same 200 bytes stays.
+    #[test]
+    fn archives_with_long_names_are_rewritten() {
+        let dir = tempfile::tempdir().unwrap();
+        let shared = "z".repeat(200);
+        let path = dir.path().join(format!("{shared}{}.zip", "a".repeat(51)));
+        let other = dir.path().join(format!("{shared}{}.zip", "b".repeat(51)));
+        assert_eq!(path.file_name().unwrap().len(), 255);
+        let mut ended = std::process::Command::new("true").spawn().unwrap();
+        let ended_pid = ended.id();
+        ended.wait().unwrap();
+        let partial = |of: &Path| {
+            let (dir, mut name) = temp_place(of);
+            name.push(format!("{ended_pid}.0123456789abcdef"));
+            dir.join(name)
+        };
+        let (killed, others) = (partial(&path), partial(&other));
+        for leftover in [&killed, &others] {
+            assert!(leftover.file_name().unwrap().len() <= 255);
+            fs::write(leftover, b"partial").unwrap();
+        }
+        for value in [&b"{}"[..], b"{\"a\": 1}"] {
+            let map = ZipMap::open(&path, true).unwrap();
+            map.put(".zattrs", value).unwrap();
+            map.flush().unwrap();
+            let reread = ZipMap::open(&path, false).unwrap();
+            assert_eq!(reread.get(".zattrs").unwrap().as_deref(), Some(value));
+        }
+        assert!(!killed.exists() && others.exists());
     }
 
     #[test]
