@@ -528,6 +528,23 @@ def test_gen_skips_block_comments_as_ncgen_does(nczarrfs, tmp_path):
         b"variables: int v(d) ; /**/ v:a = /* inline */ 1 ;\ndata: v = 1, /* inline */ 2 ;\n}\n")
 
 
+def test_gen_reads_what_ncgen_reads_next_to_what_it_refuses(nczarrfs, tmp_path):
+    """The valid neighbours of CDL both refuse: attributes before the sections, among the
+    dimensions and the variables and after a subgroup; each group's own sections; escaped
+    quotes, backslashes and `\\n` in strings, a backslash before a carriage return; large
+    doubles written with a point or an exponent; `4294967295u` and `2147483647L` lengths."""
+    _gen_dumps_as_ncgen(
+        nczarrfs, tmp_path, "neighbours",
+        b'netcdf neighbours {\n:first = 1 ;\ntypes:\ndimensions:\n d = 2 ;\n :among = 2 ;\n'
+        b' big = 4294967295u ;\n e = 2147483647L, f = 3LL ;\nvariables:\n int v(d) ;\n'
+        b'  v:s = "a\\"b\\\\c\\nd" ;\n  v:cr = "ab\\\r\ncd" ;\n'
+        b'  double v:t = 18446744073709551617.0, 1.8446744073709551617e19 ;\n'
+        b' :vars = 3 ;\n int w ;\ndata:\n v = 1, 2 ;\n'
+        b'group: g {\n :ga = 4 ;\ndimensions:\n d = 3 ;\nvariables:\n int x(d) ;\n'
+        b'data:\n x = 1, 2, 3 ;\n}\n :after = 5 ;\n'
+        b'group: h {\ndimensions:\n d = 4 ;\nvariables:\n int y(d) ;\n}\n}\n')
+
+
 def test_gen_reads_ncgen_spellings_of_infinities_and_doubles(nczarrfs, tmp_path):
     """ncgen.l's `Inff`, `-Inff`, `FloatInf`, `DoubleInf`, and doubles ending in `L`."""
     _gen_dumps_as_ncgen(
@@ -603,6 +620,32 @@ def test_gen_truncates_non_integral_values_into_integers_as_ncgen_does(nczarrfs,
     # Special attributes with values ncgen calls illegal.
     ('variables: int v ;\n  v:_Endianness = "native" ;\n', 3, '"little" or "big"'),
     (':_Format = "bogus" ;\n', 2, "not a format name"),
+    # ncgen's grammar has no attributes among the data: a mistyped data line is no global
+    # attribute.
+    ("dimensions:\n d = 2 ;\nvariables:\n int v(d) ;\n int c(d) ;\ndata:\n :c = 1, 2 ;\n"
+     " v = 1, 2 ;\n", 8, 'an attribute in the "data:" section'),
+    ("dimensions:\n d = 2 ;\nvariables:\n int v(d) ;\ndata:\n v = 1, 2 ;\n v:c = 1 ;\n",
+     8, 'an attribute in the "data:" section'),
+    # A group's sections come once each, in the order types, dimensions, variables, data.
+    ("dimensions:\n d = 2 ; dimensions: e = 3 ;\nvariables:\n int v(d, e) ;\n", 3,
+     'second "dimensions:"'),
+    ("variables:\n int v ;\ndimensions:\n d = 2 ;\n", 4, "in the order types, dimensions"),
+    ("variables:\n int v ;\ndata:\n v = 1 ;\nvariables:\n int w ;\n", 6,
+     "in the order types, dimensions"),
+    # ncgen.l's escape is a backslash and any character but a line break.
+    ('variables:\n int v ;\n  v:s = "ab\\\ncd" ;\n', 4, "backslash before a line break"),
+    # Integer constants beyond 64 bits (ncgen: "integer constant out of range"), whatever type
+    # they are given to.
+    ("variables:\n int v ;\n  double v:t = 18446744073709551617 ;\n", 4,
+     "integer constant 18446744073709551617 out of range"),
+    ("variables:\n double v ;\ndata:\n v = 18446744073709551616ULL ;\n", 5,
+     "integer constant 18446744073709551616ULL out of range"),
+    ("variables:\n int v ;\n  v:h = 0x10000000000000000, 2.5 ;\n", 4,
+     "integer constant 0x10000000000000000 out of range"),
+    # A suffixed dimension length must be a value of its suffix's type (ncgen: "Value out
+    # of range").
+    ("dimensions:\n d = 4294967296u ;\n", 3, "out of range for its suffix's type uint"),
+    ("dimensions:\n d = 4294967296UL ;\n", 3, "out of range for its suffix's type uint"),
 ])
 def test_gen_refuses_malformed_cdl_as_ncgen_does(nczarrfs, tmp_path, body, line, reason):
     """CDL that ncgen refuses, gen refuses too, naming the line (of the file, whose first

@@ -448,6 +448,19 @@ impl<'a> Lexer<'a> {
                     }
                     v as u8
                 }
+                '\n' => {
+                    // ncgen.l's escape is a backslash and any character but a line break:
+                    // ncgen refuses a backslash ending a line (C would join the lines).
+                    let backslash = Pos {
+                        column: epos.column - 1,
+                        ..epos
+                    };
+                    return Err(self.err(
+                        backslash,
+                        "a backslash before a line break in a quoted constant, which ncgen \
+                         refuses (write \\n for a newline)",
+                    ));
+                }
                 other => {
                     // ncgen keeps the character after an unknown escape.
                     let mut buf = [0u8; 4];
@@ -487,7 +500,14 @@ impl<'a> Lexer<'a> {
                 break;
             }
         }
-        parse_number(&text).ok_or_else(|| self.err(pos, format!("malformed number {text:?}")))
+        parse_number(&text).map_err(|e| match e {
+            BadNumber::Malformed => self.err(pos, format!("malformed number {text:?}")),
+            // As ncgen: "integer constant out of range", whatever type it is given to.
+            BadNumber::OutOfRange => self.err(
+                pos,
+                format!("integer constant {text} out of range (beyond 64 bits)"),
+            ),
+        })
     }
 }
 
@@ -514,8 +534,19 @@ fn special_number(text: &str) -> Option<Number> {
     Some(Number::Float { value, single })
 }
 
+/// Why the text of a numeric literal is not a number.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum BadNumber {
+    /// Not the spelling of a number.
+    Malformed,
+    /// An integer whose magnitude takes more than 64 bits, which ncgen refuses ("integer
+    /// constant out of range") rather than read as a double.
+    OutOfRange,
+}
+
 /// Parses the text of a numeric literal with its optional type suffix.
-fn parse_number(text: &str) -> Option<Number> {
+fn parse_number(text: &str) -> std::result::Result<Number, BadNumber> {
+    use BadNumber::Malformed;
     let (neg, body) = match text.strip_prefix('-') {
         Some(b) => (true, b),
         None => (false, text.strip_prefix('+').unwrap_or(text)),
@@ -541,14 +572,14 @@ fn parse_number(text: &str) -> Option<Number> {
         // it. An `f` literal is a float constant (ncgen reads it with `%e` into a float): its
         // value is the nearest float, whatever type it is then converted to.
         let mut v: f64 = if single {
-            f64::from(digits.parse::<f32>().ok()?)
+            f64::from(digits.parse::<f32>().map_err(|_| Malformed)?)
         } else {
-            digits.parse().ok()?
+            digits.parse().map_err(|_| Malformed)?
         };
         if neg {
             v = -v;
         }
-        return Some(Number::Float { value: v, single });
+        return Ok(Number::Float { value: v, single });
     }
     // Integer: split the suffix off the end (hex digits include b/d/f, so for hex only the
     // unambiguous suffixes s/us/u/ll/ull/l are recognised).
@@ -579,27 +610,26 @@ fn parse_number(text: &str) -> Option<Number> {
             digits = d;
             suffix = Some(NcType::Byte);
         } else if let Some(d) = digits.strip_suffix('d') {
-            let v: f64 = d.parse().ok()?;
-            return Some(Number::Float {
+            let v: f64 = d.parse().map_err(|_| Malformed)?;
+            return Ok(Number::Float {
                 value: if neg { -v } else { v },
                 single: false,
             });
         }
     }
-    let magnitude: i128 = if let Some(h) = digits.strip_prefix("0x") {
-        if h.is_empty() {
-            return None;
-        }
-        i128::from_str_radix(h, 16).ok()?
+    let (radix_digits, radix) = if let Some(h) = digits.strip_prefix("0x") {
+        (h, 16)
     } else if digits.len() > 1 && digits.starts_with('0') {
-        i128::from_str_radix(&digits[1..], 8).ok()?
+        (&digits[1..], 8)
     } else {
-        if digits.is_empty() {
-            return None;
-        }
-        digits.parse().ok()?
+        (digits, 10)
     };
-    Some(Number::Int {
+    let magnitude = u64::from_str_radix(radix_digits, radix).map_err(|e| match e.kind() {
+        std::num::IntErrorKind::PosOverflow => BadNumber::OutOfRange,
+        _ => Malformed,
+    })?;
+    let magnitude = i128::from(magnitude);
+    Ok(Number::Int {
         value: if neg { -magnitude } else { magnitude },
         suffix,
         hex: is_hex,
@@ -826,6 +856,88 @@ mod tests {
         );
         let e = tokenize("x\n /* never closed", "f.cdl").unwrap_err();
         assert_eq!(e.to_string(), "f.cdl:2:2: unterminated /* */ comment");
+    }
+
+    #[test]
+    fn integer_constants_beyond_64_bits_are_out_of_range() {
+        // ncgen: "integer constant out of range", also where a double is expected.
+        assert_eq!(
+            toks("18446744073709551615 -18446744073709551615 0xffffffffffffffff"),
+            vec![
+                Tok::Num(Number::Int {
+                    value: u64::MAX.into(),
+                    suffix: None,
+                    hex: false
+                }),
+                Tok::Num(Number::Int {
+                    value: -i128::from(u64::MAX),
+                    suffix: None,
+                    hex: false
+                }),
+                Tok::Num(Number::Int {
+                    value: u64::MAX.into(),
+                    suffix: None,
+                    hex: true
+                }),
+                Tok::Eof
+            ]
+        );
+        for bad in [
+            "18446744073709551616",
+            "18446744073709551617ULL",
+            "-18446744073709551616",
+            "02000000000000000000000",
+            "0x10000000000000000",
+            "1844674407370955161700000000000000000000000000",
+        ] {
+            let e = tokenize(&format!("a = 1.5,\n  {bad} ;"), "f.cdl").unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                format!("f.cdl:2:3: integer constant {bad} out of range (beyond 64 bits)")
+            );
+        }
+        // Written with a point or an exponent, it is a double (the nearest is 2^64).
+        assert_eq!(
+            toks("18446744073709551617.0 1.8446744073709551617e19"),
+            vec![
+                Tok::Num(Number::Float {
+                    value: 2f64.powi(64),
+                    single: false
+                }),
+                Tok::Num(Number::Float {
+                    value: 2f64.powi(64),
+                    single: false
+                }),
+                Tok::Eof
+            ]
+        );
+    }
+
+    #[test]
+    fn a_backslash_before_a_line_break_in_a_string_is_refused() {
+        // ncgen.l's escape is a backslash and any character but a line break; `\` before a
+        // carriage return keeps the carriage return, as in ncgen.
+        assert_eq!(
+            toks("\"ab\\\r\ncd\" \"a\\\"b\\\\\" \"x\\ny\" \"p\nq\""),
+            vec![
+                Tok::Str(b"ab\r\ncd".to_vec()),
+                Tok::Str(b"a\"b\\".to_vec()),
+                Tok::Str(b"x\ny".to_vec()),
+                Tok::Str(b"p\nq".to_vec()),
+                Tok::Eof
+            ]
+        );
+        for bad in ["v:s = \"ab\\\ncd\" ;", "v = '\\\n' ;"] {
+            let e = tokenize(&format!("x\n  {bad}"), "f.cdl")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.starts_with("f.cdl:2:") && e.contains("backslash before a line break"),
+                "{bad}: {e}"
+            );
+        }
+        let e = tokenize("v:s = \"ab\\\ncd\" ;", "f.cdl").unwrap_err();
+        assert!(e.to_string().starts_with("f.cdl:1:10: "), "{e}");
     }
 
     #[test]

@@ -452,9 +452,13 @@ impl Parser<'_, '_> {
     /// including) the root's closing brace. The nesting is kept on an explicit stack, not
     /// the thread's: a text of groups nested a hundred thousand deep is a few megabytes.
     fn group_body(&mut self, root: GroupId) -> Result<()> {
-        #[derive(Clone, Copy, PartialEq)]
+        /// Where in a group body the text is. ncgen's grammar has a group's attributes, then
+        /// its sections, each at most once and in this order, then its subgroups (each
+        /// followed by attributes of the group): the order of the variants.
+        #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
         enum Mode {
             Start,
+            Types,
             Dims,
             Vars,
             Data,
@@ -464,12 +468,10 @@ impl Parser<'_, '_> {
         struct Open {
             g: GroupId,
             mode: Mode,
-            data_seen: bool,
         }
         let mut open = vec![Open {
             g: root,
             mode: Mode::Start,
-            data_seen: false,
         }];
         loop {
             let pos = self.pos();
@@ -484,36 +486,48 @@ impl Parser<'_, '_> {
                 }
                 Tok::Section(s) => {
                     self.next();
-                    // An empty `types:` section declares nothing (ncgen accepts it).
-                    let empty = matches!(self.peek(), Tok::Section(_) | Tok::RBrace | Tok::Eof);
-                    if s == "types" && empty {
-                        continue;
-                    }
                     let new = match s {
+                        "types" => Mode::Types,
                         "dimensions" => Mode::Dims,
                         "variables" => Mode::Vars,
                         "data" => Mode::Data,
-                        "types" => return Err(self.user_types(pos)),
                         _ => {
                             open[top].mode = Mode::Groups;
                             let sub = self.subgroup(g)?;
                             open.push(Open {
                                 g: sub,
                                 mode: Mode::Start,
-                                data_seen: false,
                             });
                             continue;
                         }
                     };
-                    if mode == Mode::Groups && new != Mode::Groups {
+                    if mode == Mode::Groups {
                         return Err(self.err(pos, "syntax error: declarations after a subgroup"));
                     }
-                    // ncgen's grammar has one data section per group.
-                    if new == Mode::Data && open[top].data_seen {
-                        return Err(self.err(pos, "syntax error: a second \"data:\" section"));
+                    if new == mode {
+                        return Err(
+                            self.err(pos, format!("syntax error: a second \"{s}:\" section"))
+                        );
                     }
-                    open[top].data_seen |= new == Mode::Data;
+                    if new < mode {
+                        return Err(self.err(
+                            pos,
+                            format!(
+                                "syntax error: \"{s}:\" after the sections it comes before \
+                                 (a group's sections come in the order types, dimensions, \
+                                 variables, data)"
+                            ),
+                        ));
+                    }
                     open[top].mode = new;
+                }
+                _ if mode == Mode::Data && self.attribute_ahead() => {
+                    return Err(self.attribute_in_data(pos));
+                }
+                // A `types:` section may hold attributes, and user-defined types, which are
+                // not supported.
+                _ if mode == Mode::Types && !self.attribute_ahead() => {
+                    return Err(self.user_types(pos))
                 }
                 Tok::Colon => self.attribute(g, None)?,
                 Tok::Ident(word) => {
@@ -539,6 +553,11 @@ impl Parser<'_, '_> {
                         }
                         self.next();
                         match self.peek_at(0).clone() {
+                            Tok::Ident(_) | Tok::Path(_)
+                                if mode == Mode::Data && self.peek_at(1) == &Tok::Colon =>
+                            {
+                                return Err(self.attribute_in_data(pos));
+                            }
                             Tok::Colon => self.attribute(g, Some(t))?,
                             Tok::Ident(_) | Tok::Path(_) if self.peek_at(1) == &Tok::Colon => {
                                 self.attribute(g, Some(t))?
@@ -568,6 +587,24 @@ impl Parser<'_, '_> {
                 _ => return Err(self.syntax("a declaration")),
             }
         }
+    }
+
+    /// Whether the next two tokens start an attribute: `:name`, `var:name` or `type :name`
+    /// (`type var:name` shows itself once the type is read).
+    fn attribute_ahead(&self) -> bool {
+        let typed = matches!(self.peek(), Tok::Ident(w) if NcType::from_cdl_name(w).is_some());
+        let target = matches!(self.peek(), Tok::Ident(_) | Tok::Path(_));
+        self.peek() == &Tok::Colon || ((typed || target) && self.peek_at(1) == &Tok::Colon)
+    }
+
+    /// The error for an attribute in a `data:` section, which ncgen's grammar does not
+    /// have: there `:c = 1 ;` is most likely the data of `c` mistyped, not an attribute.
+    fn attribute_in_data(&self, pos: Pos) -> Error {
+        self.err(
+            pos,
+            "syntax error: an attribute in the \"data:\" section (attributes go before it; \
+             a variable's data is \"name = values ;\")",
+        )
     }
 
     fn named_entry(&mut self, g: GroupId, dims: bool) -> Result<()> {
@@ -604,9 +641,25 @@ impl Parser<'_, '_> {
                 // ncgen defines `d = 0` as unlimited.
                 Tok::Num(Number::Int {
                     value,
-                    suffix: None | Some(NcType::Int | NcType::Int64 | NcType::UInt),
+                    suffix: suffix @ (None | Some(NcType::Int | NcType::Int64 | NcType::UInt)),
                     hex: false,
-                }) if (0..=u64::MAX as i128).contains(&value) => (value as u64, value == 0),
+                }) if (0..=u64::MAX as i128).contains(&value) => {
+                    // A suffix's type must hold the length, as ncgen has it ("Value out of
+                    // range" for `4294967296u`), and a signed suffix makes the values above
+                    // its signed range negative (`4294967295L` is the int -1, as in data):
+                    // no length either.
+                    let length = suffixed_int(value, suffix, NcType::Int64);
+                    if length != Some(value) {
+                        let tag = suffix.map_or("", |t| t.cdl_name());
+                        return Err(self.err(
+                            lpos,
+                            format!(
+                                "dimension length {value} out of range for its suffix's type {tag}"
+                            ),
+                        ));
+                    }
+                    (value as u64, value == 0)
+                }
                 _ => {
                     return Err(self.err(
                         lpos,
@@ -2294,5 +2347,120 @@ mod tests {
         );
         assert_eq!(p.dataset.vars[0].string_width, 3);
         assert_eq!(data(&p, "s"), b"a\0\0abc\0\0\0".to_vec());
+    }
+
+    /// The error message of CDL `body` inside `netcdf t { }`, the header on line 1.
+    fn refusal(body: &str) -> String {
+        parse_cdl(&format!("netcdf t {{\n{body}}}\n"), "t.cdl")
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn attributes_are_refused_in_data_sections() {
+        let head = "dimensions:\n d = 2 ;\nvariables:\n int v(d) ;\n int c(d) ;\ndata:\n";
+        for (line, column) in [
+            (" :c = 1, 2 ;\n", 2),
+            (" v:c = 1, 2 ;\n", 2),
+            (" double v:c = 1 ;\n", 2),
+            (" double :c = 1 ;\n", 2),
+            ("  /v:c = 1 ;\n", 3),
+        ] {
+            let e = refusal(&format!("{head} v = 1, 2 ;\n{line}"));
+            assert_eq!(
+                e,
+                format!(
+                    "t.cdl:9:{column}: syntax error: an attribute in the \"data:\" section \
+                     (attributes go before it; a variable's data is \"name = values ;\")"
+                ),
+                "{line}"
+            );
+        }
+        // Before the sections, among dimensions and variables, and after a subgroup (as
+        // the group's own), attributes are where ncgen takes them.
+        let p = parse(
+            "netcdf t {\n:a = 1 ;\ntypes:\n :b = 2 ;\ndimensions:\n d = 2 ;\n :c = 3 ;\n\
+             variables:\n int v(d) ;\n  v:u = 4 ;\n :e = 5 ;\n int w ;\ndata:\n v = 1, 2 ;\n\
+             group: g {\n :f = 6 ;\n}\n :h = 7 ;\n v:x = 8 ;\n}\n",
+        );
+        let ds = &p.dataset;
+        let names: Vec<&str> = ds.groups[0].attrs.iter().map(|a| a.name.as_str()).collect();
+        assert_eq!(names, ["a", "b", "c", "e", "h"]);
+        let v = ds.find_var("/v").unwrap();
+        let names: Vec<&str> = ds.var(v).attrs.iter().map(|a| a.name.as_str()).collect();
+        assert_eq!(names, ["u", "x"]);
+        assert_eq!(data(&p, "v"), [1i32, 2].map(i32::to_ne_bytes).concat());
+    }
+
+    #[test]
+    fn sections_come_once_each_in_their_order() {
+        assert_eq!(
+            refusal("dimensions:\n d = 2 ; dimensions: e = 3 ;\nvariables:\n int v(d, e) ;\n"),
+            "t.cdl:3:10: syntax error: a second \"dimensions:\" section"
+        );
+        let order = "after the sections it comes before (a group's sections come in the order \
+                     types, dimensions, variables, data)";
+        for (body, at, section) in [
+            (
+                "variables:\n int v ;\ndimensions:\n d = 2 ;\n",
+                "4:1",
+                "dimensions",
+            ),
+            (
+                "variables:\n int v ;\ndata:\n v = 1 ;\nvariables:\n int w ;\n",
+                "6:1",
+                "variables",
+            ),
+            ("dimensions:\n d = 2 ;\ntypes:\n", "4:1", "types"),
+        ] {
+            assert_eq!(
+                refusal(body),
+                format!("t.cdl:{at}: syntax error: \"{section}:\" {order}")
+            );
+        }
+        for section in ["types", "variables", "data"] {
+            let e = refusal(&format!("{section}:\n{section}:\n"));
+            assert_eq!(
+                e,
+                format!("t.cdl:3:1: syntax error: a second \"{section}:\" section")
+            );
+        }
+        // Each group has its own sections.
+        let p = parse(
+            "netcdf t {\ntypes:\ndimensions:\n d = 2 ;\nvariables:\n int v(d) ;\ndata:\n\
+             group: g {\ndimensions:\n d = 3 ;\nvariables:\n int w(d) ;\n}\n\
+             group: h {\ndimensions:\n d = 4 ;\n}\n}\n",
+        );
+        let lens: Vec<u64> = p.dataset.dims.iter().map(|d| d.len).collect();
+        assert_eq!(lens, [2, 3, 4]);
+    }
+
+    #[test]
+    fn a_dimension_length_must_fit_its_suffix_type() {
+        for (length, tag) in [
+            ("4294967296u", "uint"),
+            ("4294967296UL", "uint"),
+            ("2147483648L", "int"),
+            ("4294967295L", "int"),
+            ("4294967296L", "int"),
+            ("9223372036854775808LL", "int64"),
+        ] {
+            let value = length.trim_end_matches(['u', 'U', 'l', 'L']);
+            assert_eq!(
+                refusal(&format!("dimensions:\n d = {length} ;\n")),
+                format!(
+                    "t.cdl:3:6: dimension length {value} out of range for its suffix's type {tag}"
+                )
+            );
+        }
+        let p = parse(
+            "netcdf t {\ndimensions:\n a = 4294967295u ;\n b = 2147483647L ;\n\
+             c = 9223372036854775807LL ;\n e = 4294967296 ;\n}\n",
+        );
+        let lens: Vec<u64> = p.dataset.dims.iter().map(|d| d.len).collect();
+        assert_eq!(
+            lens,
+            [4294967295, 2147483647, 9223372036854775807, 4294967296]
+        );
     }
 }
