@@ -510,6 +510,24 @@ impl Reader<'_> {
         if vt.unreadable.is_none() {
             vt.unreadable = unknown_field(z).map(must_understand);
         }
+        // Zarr v3 always stores a fill value; NCZarr marks netCDF's "no fill" apart.
+        let no_fill = ncz_array
+            .and_then(|a| a.get("no_fill"))
+            .is_some_and(|u| matches!(u, Json::Bool(true)) || u.as_u64().is_some_and(|n| n != 0));
+        if vt.unreadable.is_none() && vt.dtype.is_some() {
+            let multi_byte = vt
+                .dtype
+                .as_ref()
+                .is_some_and(|d| d.order != ByteOrder::NotApplicable);
+            // A codec nczarrfs does not know may be the array-to-bytes one: that variable is
+            // named unreadable for its codec instead.
+            if crate::codec::unknown_v3_codec_in(&codecs).is_none() {
+                vt.unreadable = codec_list_problem(&codecs, multi_byte);
+            }
+        }
+        if vt.unreadable.is_none() && vt.dtype.is_some() && !no_fill {
+            vt.unreadable = missing_fill_value(z.get("fill_value"), &vt.name);
+        }
         if let Some(why) = &vt.unreadable {
             match self
                 .consolidated
@@ -535,10 +553,6 @@ impl Reader<'_> {
                 }
             }
         }
-        // Zarr v3 always stores a fill value; NCZarr marks netCDF's "no fill" apart.
-        let no_fill = ncz_array
-            .and_then(|a| a.get("no_fill"))
-            .is_some_and(|u| matches!(u, Json::Bool(true)) || u.as_u64().is_some_and(|n| n != 0));
         let fill_value = match (&vt.dtype, z.get("fill_value")) {
             (Some(_), Some(fv)) if !no_fill => fill_value(&zkey, fv, &vt)?,
             _ => None,
@@ -870,6 +884,111 @@ fn key_encoding(key: &str, j: Option<&Json>) -> Result<ChunkKeyEncoding> {
     }
 }
 
+/// The array-to-bytes codecs of Zarr v3, of which a codec list holds exactly one.
+const ARRAY_TO_BYTES: [&str; 4] = ["bytes", "vlen-utf8", "vlen-bytes", "sharding_indexed"];
+
+/// The name of a v3 codec entry (`{"name": ..}` or the bare name).
+fn codec_name(entry: &serde_json::Value) -> Option<&str> {
+    match entry {
+        serde_json::Value::String(name) => Some(name),
+        _ => entry.get("name")?.as_str(),
+    }
+}
+
+/// Why a v3 codec list of known codecs (an array's, or the inner list of `sharding_indexed`)
+/// cannot be read as Zarr v3 defines it, if it cannot: not exactly one array-to-bytes codec,
+/// or a `bytes` codec whose `endian` is neither `"little"` nor `"big"` (absent only where
+/// elements are single bytes, `multi_byte` false). zarr-python refuses each of these; reading
+/// one anyway would have to guess the byte order or the element encoding.
+fn codec_list_problem(codecs: &[serde_json::Value], multi_byte: bool) -> Option<String> {
+    let a2b: Vec<&str> = codecs
+        .iter()
+        .filter_map(codec_name)
+        .filter(|n| ARRAY_TO_BYTES.contains(n))
+        .collect();
+    if a2b.len() != 1 {
+        let listed = |names: &[&str]| {
+            names
+                .iter()
+                .map(|n| quoted(n))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        return Some(match a2b.len() {
+            0 => format!(
+                "codecs {} hold no array-to-bytes codec ({}), where Zarr v3 needs one",
+                capped(&serde_json::Value::Array(codecs.to_vec()).to_string()),
+                listed(&ARRAY_TO_BYTES)
+            ),
+            n => format!(
+                "codecs hold {n} array-to-bytes codecs ({}), where Zarr v3 takes one",
+                listed(&a2b)
+            ),
+        });
+    }
+    for c in codecs {
+        match codec_name(c) {
+            Some("bytes") => {
+                if let Some(why) = endian_problem(c, multi_byte) {
+                    return Some(why);
+                }
+            }
+            Some("sharding_indexed") => {
+                let config = c.get("configuration");
+                let list = |field: &str| match config.and_then(|c| c.get(field)) {
+                    Some(serde_json::Value::Array(items)) => items.as_slice(),
+                    _ => &[],
+                };
+                let inner = codec_list_problem(list("codecs"), multi_byte);
+                // The index is of 8-byte integers.
+                let index = || {
+                    list("index_codecs")
+                        .iter()
+                        .filter(|c| codec_name(c) == Some("bytes"))
+                        .find_map(|c| endian_problem(c, true))
+                        .map(|why| format!("index_codecs: {why}"))
+                };
+                if let Some(why) = inner.or_else(index) {
+                    return Some(format!("sharding_indexed: {why}"));
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Why a `bytes` codec's `endian` does not say the byte order of elements that need one.
+fn endian_problem(bytes: &serde_json::Value, multi_byte: bool) -> Option<String> {
+    match bytes.get("configuration").and_then(|c| c.get("endian")) {
+        Some(serde_json::Value::String(e)) if e == "little" || e == "big" => None,
+        None | Some(serde_json::Value::Null) if !multi_byte => None,
+        None | Some(serde_json::Value::Null) => Some(
+            "codec \"bytes\" has no endian (\"little\" or \"big\"), which elements of more \
+             than one byte need"
+                .into(),
+        ),
+        Some(other) => Some(format!(
+            "codec \"bytes\": endian {} is not \"little\" or \"big\"",
+            capped(&other.to_string())
+        )),
+    }
+}
+
+/// Why an array of data type `type_name` whose `fill_value` is `fill` has no fill value Zarr v3
+/// reads, if it has none: the field is required, and `null` is no value but of `bool`, where
+/// zarr-python reads it as false. Elements never written would otherwise take a guessed value.
+fn missing_fill_value(fill: Option<&Json>, type_name: &str) -> Option<String> {
+    match fill {
+        None => Some("no fill_value, which Zarr v3 requires".into()),
+        Some(Json::Null) if type_name != "bool" => Some(format!(
+            "fill_value null is no value of data_type {}",
+            quoted(type_name)
+        )),
+        Some(_) => None,
+    }
+}
+
 /// Whether the array-to-bytes `bytes` codec (possibly inside `sharding_indexed`) is
 /// big-endian.
 fn big_endian(codecs: &[serde_json::Value]) -> bool {
@@ -1080,8 +1199,10 @@ fn unreadable(name: String, alias: Option<&str>) -> VarType {
 /// A v3 `fill_value` as one native element: numbers, `"NaN"`, `"Infinity"`, `"-Infinity"`,
 /// hex-encoded float bits (`"0x7fc00000"`), booleans, strings (base64 for byte strings).
 fn fill_value(key: &str, value: &Json, vt: &VarType) -> Result<Option<Vec<u8>>> {
+    // zarr-python reads a null fill value of `bool` as false; of any other type it leaves
+    // the variable unreadable (see `missing_fill_value`).
     if *value == Json::Null {
-        return Ok(None);
+        return Ok((vt.name == "bool").then(|| vec![0]));
     }
     let bad = || {
         Error::meta(
