@@ -897,7 +897,7 @@ fn codec_name(entry: &serde_json::Value) -> Option<&str> {
 
 /// Why a v3 codec list of known codecs (an array's, or the inner list of `sharding_indexed`)
 /// cannot be read as Zarr v3 defines it, if it cannot: not exactly one array-to-bytes codec,
-/// or a `bytes` codec whose `endian` is neither `"little"` nor `"big"` (absent only where
+/// or a `bytes` codec whose `endian` is neither `"little"` nor `"big"` (`null` only where
 /// elements are single bytes, `multi_byte` false). zarr-python refuses each of these; reading
 /// one anyway would have to guess the byte order or the element encoding.
 fn codec_list_problem(codecs: &[serde_json::Value], multi_byte: bool) -> Option<String> {
@@ -959,13 +959,16 @@ fn codec_list_problem(codecs: &[serde_json::Value], multi_byte: bool) -> Option<
 }
 
 /// Why a `bytes` codec's `endian` does not say the byte order of elements that need one.
+/// An absent `endian` is little-endian, as zarr-python 3.1.6 reads it (the machine's order,
+/// little on every machine nczarrfs runs on); an explicit `null` it refuses on wider elements.
 fn endian_problem(bytes: &serde_json::Value, multi_byte: bool) -> Option<String> {
     match bytes.get("configuration").and_then(|c| c.get("endian")) {
+        None => None,
         Some(serde_json::Value::String(e)) if e == "little" || e == "big" => None,
-        None | Some(serde_json::Value::Null) if !multi_byte => None,
-        None | Some(serde_json::Value::Null) => Some(
-            "codec \"bytes\" has no endian (\"little\" or \"big\"), which elements of more \
-             than one byte need"
+        Some(serde_json::Value::Null) if !multi_byte => None,
+        Some(serde_json::Value::Null) => Some(
+            "codec \"bytes\": endian null, where elements of more than one byte need \
+             \"little\" or \"big\""
                 .into(),
         ),
         Some(other) => Some(format!(
@@ -1321,7 +1324,7 @@ mod tests {
             r#"{{"zarr_format": 3, "node_type": "array", "shape": {shape}, "data_type": {dtype},
             "chunk_grid": {{"name": "regular", "configuration": {{"chunk_shape": {shape}}}}},
             "chunk_key_encoding": {{"name": "default", "configuration": {{"separator": "/"}}}},
-            "fill_value": {fill}, "codecs": [{{"name": "bytes"}}]{extra}}}"#
+            "fill_value": {fill}, "codecs": [{{"name": "bytes", "configuration": {{"endian": "little"}}}}]{extra}}}"#
         )
     }
 
@@ -1518,6 +1521,155 @@ mod tests {
             &Mode::default()
         )
         .is_err());
+    }
+
+    /// The reason `v` (data type `dtype`, codecs `codecs`, fill value `fill`) is unreadable,
+    /// beside a readable `w` in the same group; `None` where `v` reads.
+    fn why_unreadable(dtype: &str, codecs: &str, fill: &str) -> Option<String> {
+        let v = format!(
+            r#"{{"zarr_format": 3, "node_type": "array", "shape": [4], "data_type": {dtype},
+            "chunk_grid": {{"name": "regular", "configuration": {{"chunk_shape": [4]}}}},
+            "chunk_key_encoding": {{"name": "default", "configuration": {{"separator": "/"}}}}
+            {fill}, "codecs": {codecs}}}"#
+        );
+        let w = array("\"int32\"", "[2]", "0", "");
+        let ds = open(
+            &[
+                ("zarr.json", GROUP),
+                ("v/zarr.json", &v),
+                ("w/zarr.json", &w),
+            ],
+            &Mode::default(),
+        )
+        .unwrap();
+        assert_eq!(ds.var(ds.find_var("w").unwrap()).storage.unreadable, None);
+        ds.var(ds.find_var("v").unwrap()).storage.unreadable.clone()
+    }
+
+    /// zarr-python 3.1.6 refuses every `endian` but "little" and "big" ("Value must be one
+    /// of ['big', 'little']"), and a missing one where elements have more than one byte.
+    #[test]
+    fn a_bytes_codec_endian_is_little_or_big() {
+        let bytes = |config: &str| format!(r#"[{{"name": "bytes"{config}}}]"#);
+        let fill = r#", "fill_value": 0"#;
+        for endian in [r#""BIG""#, r#""Big""#, r#""be""#, r#""middle""#, "1"] {
+            let codecs = bytes(&format!(r#", "configuration": {{"endian": {endian}}}"#));
+            let why = why_unreadable("\"int32\"", &codecs, fill).unwrap();
+            assert_eq!(
+                why,
+                format!(r#"codec "bytes": endian {endian} is not "little" or "big""#)
+            );
+        }
+        let null = bytes(r#", "configuration": {"endian": null}"#);
+        let why = why_unreadable("\"float64\"", &null, fill).unwrap();
+        assert!(why.contains("endian null, where"), "{why}");
+        // Single bytes have no byte order to say.
+        assert_eq!(why_unreadable("\"int8\"", &null, fill), None);
+        // zarr-python reads an absent endian as its machine's order (little).
+        for codecs in [
+            bytes(r#", "configuration": {}"#),
+            bytes(""),
+            r#"["bytes"]"#.to_string(),
+        ] {
+            assert_eq!(
+                why_unreadable("\"float64\"", &codecs, fill),
+                None,
+                "{codecs}"
+            );
+        }
+        for endian in ["little", "big"] {
+            let codecs = bytes(&format!(r#", "configuration": {{"endian": "{endian}"}}"#));
+            assert_eq!(why_unreadable("\"uint16\"", &codecs, fill), None);
+        }
+        // Inside a shard, and in its index (of 8-byte integers).
+        let shard = |inner: &str, index: &str| {
+            format!(
+                r#"[{{"name": "sharding_indexed", "configuration": {{"chunk_shape": [2],
+                "codecs": [{{"name": "bytes", "configuration": {{"endian": {inner}}}}}],
+                "index_codecs": [{{"name": "bytes", "configuration": {{"endian": {index}}}}}]}}}}]"#
+            )
+        };
+        let why = why_unreadable("\"int32\"", &shard(r#""BIG""#, r#""little""#), fill);
+        assert_eq!(
+            why.as_deref(),
+            Some(r#"sharding_indexed: codec "bytes": endian "BIG" is not "little" or "big""#)
+        );
+        let why = why_unreadable("\"int8\"", &shard("null", "null"), fill).unwrap();
+        assert!(why.starts_with("sharding_indexed: index_codecs: codec \"bytes\": endian null"));
+        assert_eq!(
+            why_unreadable("\"int32\"", &shard(r#""big""#, r#""little""#), fill),
+            None
+        );
+    }
+
+    /// zarr-python 3.1.6: "At least one ArrayBytesCodec is required.", "Only one
+    /// ArrayBytesCodec is allowed."
+    #[test]
+    fn a_codec_list_holds_exactly_one_array_to_bytes_codec() {
+        let fill = r#", "fill_value": 0"#;
+        let le = r#"{"name": "bytes", "configuration": {"endian": "little"}}"#;
+        let zstd = r#"{"name": "zstd", "configuration": {"level": 1}}"#;
+        for codecs in ["[]".to_string(), format!("[{zstd}]")] {
+            let why = why_unreadable("\"uint16\"", &codecs, fill).unwrap();
+            assert!(why.contains("hold no array-to-bytes codec"), "{why}");
+        }
+        let why = why_unreadable("\"uint16\"", &format!("[{le}, {zstd}, {le}]"), fill);
+        assert_eq!(
+            why.as_deref(),
+            Some(
+                r#"codecs hold 2 array-to-bytes codecs ("bytes", "bytes"), where Zarr v3 takes one"#
+            )
+        );
+        let why = why_unreadable(
+            "\"string\"",
+            &format!(r#"[{{"name": "vlen-utf8"}}, {le}]"#),
+            r#", "fill_value": """#,
+        );
+        assert!(why.is_some_and(|w| w.contains("2 array-to-bytes codecs")));
+        let inner_empty = r#"[{"name": "sharding_indexed", "configuration": {"chunk_shape": [2], "codecs": []}}]"#;
+        let why = why_unreadable("\"int8\"", inner_empty, fill).unwrap();
+        assert!(
+            why.starts_with("sharding_indexed: codecs [] hold no"),
+            "{why}"
+        );
+        // A codec nczarrfs does not know is named as that, whatever it does.
+        let unknown = r#"[{"name": "packbits"}]"#;
+        let why = why_unreadable("\"int8\"", unknown, fill).unwrap();
+        assert!(why.contains("unknown codec"), "{why}");
+        assert_eq!(
+            why_unreadable("\"int8\"", &format!("[{le}, {zstd}]"), fill),
+            None
+        );
+    }
+
+    /// zarr-python 3.1.6 refuses an array without `fill_value` ('fill_value') and a `null`
+    /// one ("Invalid type: None. Expected an integer."), but for `bool`, where null is false.
+    #[test]
+    fn a_fill_value_is_required_and_null_only_for_bool() {
+        let le = r#"[{"name": "bytes", "configuration": {"endian": "little"}}]"#;
+        for dtype in ["\"int32\"", "\"float64\"", "\"uint8\""] {
+            let why = why_unreadable(dtype, le, r#", "fill_value": null"#).unwrap();
+            assert_eq!(
+                why,
+                format!("fill_value null is no value of data_type {dtype}")
+            );
+            let why = why_unreadable(dtype, le, "").unwrap();
+            assert_eq!(why, "no fill_value, which Zarr v3 requires");
+        }
+        assert_eq!(
+            why_unreadable("\"bool\"", le, r#", "fill_value": null"#),
+            None
+        );
+        let a = array("\"bool\"", "[1]", "null", "");
+        let ds = open(
+            &[("zarr.json", GROUP), ("v/zarr.json", &a)],
+            &Mode::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            ds.var(ds.find_var("v").unwrap()).storage.fill_value,
+            Some(vec![0])
+        );
     }
 
     #[test]
