@@ -455,8 +455,13 @@ pub fn unknown_codec(spec: &CodecSpec) -> Option<String> {
                 _ => None,
             }
         }
-        CodecSpec::V3(list) => list.iter().find_map(unknown_v3_codec),
+        CodecSpec::V3(list) => unknown_v3_codec_in(list),
     }
+}
+
+/// [`unknown_codec`] of a Zarr v3 codec list.
+pub fn unknown_v3_codec_in(list: &[Value]) -> Option<String> {
+    list.iter().find_map(unknown_v3_codec)
 }
 
 /// [`unknown_codec`] of one Zarr v3 codec entry, looking inside `sharding_indexed`.

@@ -1188,16 +1188,26 @@ fn var_parts(
     if element_count(&shape).is_none() {
         return Err(Error::meta(&zkey, format!("shape {shape:?} overflows")));
     }
-    let order = match z.get("order").and_then(Json::as_str) {
-        None | Some("C") => ChunkOrder::C,
-        Some("F") => ChunkOrder::F,
-        Some(o) => {
+    // `null` (or any other non-string) is no order: zarr-python refuses it, netcdf-c (4.9.0
+    // to 4.10.1) crashes on it.
+    let order = match z.get("order") {
+        None => ChunkOrder::C,
+        Some(Json::Str(o)) if o == "C" => ChunkOrder::C,
+        Some(Json::Str(o)) if o == "F" => ChunkOrder::F,
+        Some(Json::Str(o)) => {
             return Err(Error::meta(
                 &zkey,
                 format!("order {} is not C or F", quoted(o)),
             ))
         }
+        Some(other) => {
+            return Err(Error::meta(
+                &zkey,
+                format!("order {} is not C or F", capped(&other.unparse())),
+            ))
+        }
     };
+    // netcdf-c (4.9.0 to 4.10.1) reads a null separator as the default, zarr-python refuses it.
     let separator = match z.get("dimension_separator") {
         None | Some(Json::Null) => '.',
         Some(Json::Str(s)) if s == "." => '.',
@@ -1358,6 +1368,28 @@ fn var_type(
     let Some(d) = ZarrDtype::parse(&text) else {
         return unreadable(format!("unsupported dtype {}", quoted(&text)));
     };
+    // `=` is the byte order of the machine that wrote the array, which the store does not
+    // say: zarr-python and netcdf-c (4.9.1, 4.10.1) refuse it; 4.9.0 aborts.
+    if text.starts_with('=') && d.size > 1 && d.kind != DtypeKind::Bytes {
+        return unreadable(format!(
+            "dtype {}: byte order \"=\" (the writer's machine) is not \"<\" or \">\"",
+            quoted(&text)
+        ));
+    }
+    // `|` says elements are single bytes. netcdf-c 4.9.0 and 4.9.1 and NumPy read wider ones
+    // so marked in the machine's order, little-endian here; netcdf-c 4.10.1 reads them
+    // big-endian and zarr-python refuses them.
+    if d.order == ByteOrder::NotApplicable
+        && d.size > 1
+        && matches!(d.kind, DtypeKind::Int | DtypeKind::UInt | DtypeKind::Float)
+    {
+        log::warn!(
+            "{source}: dtype {} gives no byte order (\"<\" or \">\") for {}-byte elements; \
+             read as little-endian, as netcdf-c 4.9 does",
+            quoted(&text),
+            d.size
+        );
+    }
     let nczarr = dialect != Dialect::Pure;
     let t = match (d.kind, d.size) {
         (DtypeKind::Bool, _) => NcType::UByte,
@@ -2025,6 +2057,48 @@ mod tests {
             assert_eq!(var.storage.dtype, None, "{v}");
             assert!(var.storage.unreadable.is_some(), "{v}");
             assert_eq!(dim_names(&ds, v), ["/_Anonymous_Dim_2"]);
+        }
+    }
+
+    /// Checked against zarr-python 3.1.6 and netCDF4-python on netcdf-c 4.9.0, 4.9.1 and
+    /// 4.10.1 (interop/test_zarr_python.py has the oracle test).
+    #[test]
+    fn v2_forms_the_references_refuse_or_read() {
+        let zarray = |edit: &str| {
+            format!(
+                r#"{{"zarr_format": 2, "shape": [2], "chunks": [2], "fill_value": 0,
+                "compressor": null, "filters": null, "dtype": "<i4", "order": "C"{edit}}}"#
+            )
+        };
+        let var = |edit: &str| {
+            let a = zarray(edit);
+            open(&[(".zgroup", r#"{"zarr_format": 2}"#), ("a/.zarray", &a)])
+                .map(|ds| ds.var(ds.find_var("a").unwrap()).storage.clone())
+        };
+        // No order: zarr-python refuses, netcdf-c crashes.
+        for order in ["null", "1"] {
+            let e = var(&format!(r#", "order": {order}"#))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(&format!("order {order} is not C or F")), "{e}");
+            assert!(e.contains("a/.zarray"), "{e}");
+        }
+        // The writer's byte order: refused by all.
+        let st = var(r#", "dtype": "=i4""#).unwrap();
+        let why = st.unreadable.unwrap();
+        assert!(why.contains(r#"dtype "=i4": byte order "=""#), "{why}");
+        // Single bytes have no byte order.
+        assert_eq!(var(r#", "dtype": "=u1""#).unwrap().unreadable, None);
+        // netcdf-c reads these as <i4 (the null separator as "."), so they are read.
+        for edit in [
+            r#", "dimension_separator": null"#,
+            r#", "dtype": "<i04""#,
+            r#", "dtype": "<i+4""#,
+            r#", "dtype": "|i4""#,
+        ] {
+            let st = var(edit).unwrap();
+            assert_eq!(st.unreadable, None, "{edit}");
+            assert_eq!(st.dtype.unwrap().size, 4, "{edit}");
         }
     }
 

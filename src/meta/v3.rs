@@ -510,6 +510,24 @@ impl Reader<'_> {
         if vt.unreadable.is_none() {
             vt.unreadable = unknown_field(z).map(must_understand);
         }
+        // Zarr v3 always stores a fill value; NCZarr marks netCDF's "no fill" apart.
+        let no_fill = ncz_array
+            .and_then(|a| a.get("no_fill"))
+            .is_some_and(|u| matches!(u, Json::Bool(true)) || u.as_u64().is_some_and(|n| n != 0));
+        if vt.unreadable.is_none() && vt.dtype.is_some() {
+            let multi_byte = vt
+                .dtype
+                .as_ref()
+                .is_some_and(|d| d.order != ByteOrder::NotApplicable);
+            // A codec nczarrfs does not know may be the array-to-bytes one: that variable is
+            // named unreadable for its codec instead.
+            if crate::codec::unknown_v3_codec_in(&codecs).is_none() {
+                vt.unreadable = codec_list_problem(&codecs, multi_byte);
+            }
+        }
+        if vt.unreadable.is_none() && vt.dtype.is_some() && !no_fill {
+            vt.unreadable = missing_fill_value(z.get("fill_value"), &vt.name);
+        }
         if let Some(why) = &vt.unreadable {
             match self
                 .consolidated
@@ -535,10 +553,6 @@ impl Reader<'_> {
                 }
             }
         }
-        // Zarr v3 always stores a fill value; NCZarr marks netCDF's "no fill" apart.
-        let no_fill = ncz_array
-            .and_then(|a| a.get("no_fill"))
-            .is_some_and(|u| matches!(u, Json::Bool(true)) || u.as_u64().is_some_and(|n| n != 0));
         let fill_value = match (&vt.dtype, z.get("fill_value")) {
             (Some(_), Some(fv)) if !no_fill => fill_value(&zkey, fv, &vt)?,
             _ => None,
@@ -870,6 +884,114 @@ fn key_encoding(key: &str, j: Option<&Json>) -> Result<ChunkKeyEncoding> {
     }
 }
 
+/// The array-to-bytes codecs of Zarr v3, of which a codec list holds exactly one.
+const ARRAY_TO_BYTES: [&str; 4] = ["bytes", "vlen-utf8", "vlen-bytes", "sharding_indexed"];
+
+/// The name of a v3 codec entry (`{"name": ..}` or the bare name).
+fn codec_name(entry: &serde_json::Value) -> Option<&str> {
+    match entry {
+        serde_json::Value::String(name) => Some(name),
+        _ => entry.get("name")?.as_str(),
+    }
+}
+
+/// Why a v3 codec list of known codecs (an array's, or the inner list of `sharding_indexed`)
+/// cannot be read as Zarr v3 defines it, if it cannot: not exactly one array-to-bytes codec,
+/// or a `bytes` codec whose `endian` is neither `"little"` nor `"big"` (`null` only where
+/// elements are single bytes, `multi_byte` false). zarr-python refuses each of these; reading
+/// one anyway would have to guess the byte order or the element encoding.
+fn codec_list_problem(codecs: &[serde_json::Value], multi_byte: bool) -> Option<String> {
+    let a2b: Vec<&str> = codecs
+        .iter()
+        .filter_map(codec_name)
+        .filter(|n| ARRAY_TO_BYTES.contains(n))
+        .collect();
+    if a2b.len() != 1 {
+        let listed = |names: &[&str]| {
+            names
+                .iter()
+                .map(|n| quoted(n))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        return Some(match a2b.len() {
+            0 => format!(
+                "codecs {} hold no array-to-bytes codec ({}), where Zarr v3 needs one",
+                capped(&serde_json::Value::Array(codecs.to_vec()).to_string()),
+                listed(&ARRAY_TO_BYTES)
+            ),
+            n => format!(
+                "codecs hold {n} array-to-bytes codecs ({}), where Zarr v3 takes one",
+                listed(&a2b)
+            ),
+        });
+    }
+    for c in codecs {
+        match codec_name(c) {
+            Some("bytes") => {
+                if let Some(why) = endian_problem(c, multi_byte) {
+                    return Some(why);
+                }
+            }
+            Some("sharding_indexed") => {
+                let config = c.get("configuration");
+                let list = |field: &str| match config.and_then(|c| c.get(field)) {
+                    Some(serde_json::Value::Array(items)) => items.as_slice(),
+                    _ => &[],
+                };
+                let inner = codec_list_problem(list("codecs"), multi_byte);
+                // The index is of 8-byte integers.
+                let index = || {
+                    list("index_codecs")
+                        .iter()
+                        .filter(|c| codec_name(c) == Some("bytes"))
+                        .find_map(|c| endian_problem(c, true))
+                        .map(|why| format!("index_codecs: {why}"))
+                };
+                if let Some(why) = inner.or_else(index) {
+                    return Some(format!("sharding_indexed: {why}"));
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Why a `bytes` codec's `endian` does not say the byte order of elements that need one.
+/// An absent `endian` is little-endian, as zarr-python 3.1.6 reads it (the machine's order,
+/// little on every machine nczarrfs runs on); an explicit `null` it refuses on wider elements.
+fn endian_problem(bytes: &serde_json::Value, multi_byte: bool) -> Option<String> {
+    match bytes.get("configuration").and_then(|c| c.get("endian")) {
+        None => None,
+        Some(serde_json::Value::String(e)) if e == "little" || e == "big" => None,
+        Some(serde_json::Value::Null) if !multi_byte => None,
+        Some(serde_json::Value::Null) => Some(
+            "codec \"bytes\": endian null, where elements of more than one byte need \
+             \"little\" or \"big\""
+                .into(),
+        ),
+        Some(other) => Some(format!(
+            "codec \"bytes\": endian {} is not \"little\" or \"big\"",
+            capped(&other.to_string())
+        )),
+    }
+}
+
+/// Why an array of data type `type_name` whose `fill_value` is `fill` has no fill value Zarr v3
+/// reads, if it has none: the field is required, and `null` is no value but of `bool`, where
+/// zarr-python reads it as false. Elements never written would otherwise take a guessed value.
+fn missing_fill_value(fill: Option<&Json>, type_name: &str) -> Option<String> {
+    match fill {
+        None => Some("no fill_value, which Zarr v3 requires".into()),
+        Some(Json::Null) if type_name != "bool" => Some(format!(
+            "fill_value null is no value of data_type {}",
+            quoted(type_name)
+        )),
+        Some(_) => None,
+    }
+}
+
 /// Whether the array-to-bytes `bytes` codec (possibly inside `sharding_indexed`) is
 /// big-endian.
 fn big_endian(codecs: &[serde_json::Value]) -> bool {
@@ -1080,8 +1202,10 @@ fn unreadable(name: String, alias: Option<&str>) -> VarType {
 /// A v3 `fill_value` as one native element: numbers, `"NaN"`, `"Infinity"`, `"-Infinity"`,
 /// hex-encoded float bits (`"0x7fc00000"`), booleans, strings (base64 for byte strings).
 fn fill_value(key: &str, value: &Json, vt: &VarType) -> Result<Option<Vec<u8>>> {
+    // zarr-python reads a null fill value of `bool` as false; of any other type it leaves
+    // the variable unreadable (see `missing_fill_value`).
     if *value == Json::Null {
-        return Ok(None);
+        return Ok((vt.name == "bool").then(|| vec![0]));
     }
     let bad = || {
         Error::meta(
@@ -1200,7 +1324,7 @@ mod tests {
             r#"{{"zarr_format": 3, "node_type": "array", "shape": {shape}, "data_type": {dtype},
             "chunk_grid": {{"name": "regular", "configuration": {{"chunk_shape": {shape}}}}},
             "chunk_key_encoding": {{"name": "default", "configuration": {{"separator": "/"}}}},
-            "fill_value": {fill}, "codecs": [{{"name": "bytes"}}]{extra}}}"#
+            "fill_value": {fill}, "codecs": [{{"name": "bytes", "configuration": {{"endian": "little"}}}}]{extra}}}"#
         )
     }
 
@@ -1397,6 +1521,155 @@ mod tests {
             &Mode::default()
         )
         .is_err());
+    }
+
+    /// The reason `v` (data type `dtype`, codecs `codecs`, fill value `fill`) is unreadable,
+    /// beside a readable `w` in the same group; `None` where `v` reads.
+    fn why_unreadable(dtype: &str, codecs: &str, fill: &str) -> Option<String> {
+        let v = format!(
+            r#"{{"zarr_format": 3, "node_type": "array", "shape": [4], "data_type": {dtype},
+            "chunk_grid": {{"name": "regular", "configuration": {{"chunk_shape": [4]}}}},
+            "chunk_key_encoding": {{"name": "default", "configuration": {{"separator": "/"}}}}
+            {fill}, "codecs": {codecs}}}"#
+        );
+        let w = array("\"int32\"", "[2]", "0", "");
+        let ds = open(
+            &[
+                ("zarr.json", GROUP),
+                ("v/zarr.json", &v),
+                ("w/zarr.json", &w),
+            ],
+            &Mode::default(),
+        )
+        .unwrap();
+        assert_eq!(ds.var(ds.find_var("w").unwrap()).storage.unreadable, None);
+        ds.var(ds.find_var("v").unwrap()).storage.unreadable.clone()
+    }
+
+    /// zarr-python 3.1.6 refuses every `endian` but "little" and "big" ("Value must be one
+    /// of ['big', 'little']"), and a missing one where elements have more than one byte.
+    #[test]
+    fn a_bytes_codec_endian_is_little_or_big() {
+        let bytes = |config: &str| format!(r#"[{{"name": "bytes"{config}}}]"#);
+        let fill = r#", "fill_value": 0"#;
+        for endian in [r#""BIG""#, r#""Big""#, r#""be""#, r#""middle""#, "1"] {
+            let codecs = bytes(&format!(r#", "configuration": {{"endian": {endian}}}"#));
+            let why = why_unreadable("\"int32\"", &codecs, fill).unwrap();
+            assert_eq!(
+                why,
+                format!(r#"codec "bytes": endian {endian} is not "little" or "big""#)
+            );
+        }
+        let null = bytes(r#", "configuration": {"endian": null}"#);
+        let why = why_unreadable("\"float64\"", &null, fill).unwrap();
+        assert!(why.contains("endian null, where"), "{why}");
+        // Single bytes have no byte order to say.
+        assert_eq!(why_unreadable("\"int8\"", &null, fill), None);
+        // zarr-python reads an absent endian as its machine's order (little).
+        for codecs in [
+            bytes(r#", "configuration": {}"#),
+            bytes(""),
+            r#"["bytes"]"#.to_string(),
+        ] {
+            assert_eq!(
+                why_unreadable("\"float64\"", &codecs, fill),
+                None,
+                "{codecs}"
+            );
+        }
+        for endian in ["little", "big"] {
+            let codecs = bytes(&format!(r#", "configuration": {{"endian": "{endian}"}}"#));
+            assert_eq!(why_unreadable("\"uint16\"", &codecs, fill), None);
+        }
+        // Inside a shard, and in its index (of 8-byte integers).
+        let shard = |inner: &str, index: &str| {
+            format!(
+                r#"[{{"name": "sharding_indexed", "configuration": {{"chunk_shape": [2],
+                "codecs": [{{"name": "bytes", "configuration": {{"endian": {inner}}}}}],
+                "index_codecs": [{{"name": "bytes", "configuration": {{"endian": {index}}}}}]}}}}]"#
+            )
+        };
+        let why = why_unreadable("\"int32\"", &shard(r#""BIG""#, r#""little""#), fill);
+        assert_eq!(
+            why.as_deref(),
+            Some(r#"sharding_indexed: codec "bytes": endian "BIG" is not "little" or "big""#)
+        );
+        let why = why_unreadable("\"int8\"", &shard("null", "null"), fill).unwrap();
+        assert!(why.starts_with("sharding_indexed: index_codecs: codec \"bytes\": endian null"));
+        assert_eq!(
+            why_unreadable("\"int32\"", &shard(r#""big""#, r#""little""#), fill),
+            None
+        );
+    }
+
+    /// zarr-python 3.1.6: "At least one ArrayBytesCodec is required.", "Only one
+    /// ArrayBytesCodec is allowed."
+    #[test]
+    fn a_codec_list_holds_exactly_one_array_to_bytes_codec() {
+        let fill = r#", "fill_value": 0"#;
+        let le = r#"{"name": "bytes", "configuration": {"endian": "little"}}"#;
+        let zstd = r#"{"name": "zstd", "configuration": {"level": 1}}"#;
+        for codecs in ["[]".to_string(), format!("[{zstd}]")] {
+            let why = why_unreadable("\"uint16\"", &codecs, fill).unwrap();
+            assert!(why.contains("hold no array-to-bytes codec"), "{why}");
+        }
+        let why = why_unreadable("\"uint16\"", &format!("[{le}, {zstd}, {le}]"), fill);
+        assert_eq!(
+            why.as_deref(),
+            Some(
+                r#"codecs hold 2 array-to-bytes codecs ("bytes", "bytes"), where Zarr v3 takes one"#
+            )
+        );
+        let why = why_unreadable(
+            "\"string\"",
+            &format!(r#"[{{"name": "vlen-utf8"}}, {le}]"#),
+            r#", "fill_value": """#,
+        );
+        assert!(why.is_some_and(|w| w.contains("2 array-to-bytes codecs")));
+        let inner_empty = r#"[{"name": "sharding_indexed", "configuration": {"chunk_shape": [2], "codecs": []}}]"#;
+        let why = why_unreadable("\"int8\"", inner_empty, fill).unwrap();
+        assert!(
+            why.starts_with("sharding_indexed: codecs [] hold no"),
+            "{why}"
+        );
+        // A codec nczarrfs does not know is named as that, whatever it does.
+        let unknown = r#"[{"name": "packbits"}]"#;
+        let why = why_unreadable("\"int8\"", unknown, fill).unwrap();
+        assert!(why.contains("unknown codec"), "{why}");
+        assert_eq!(
+            why_unreadable("\"int8\"", &format!("[{le}, {zstd}]"), fill),
+            None
+        );
+    }
+
+    /// zarr-python 3.1.6 refuses an array without `fill_value` ('fill_value') and a `null`
+    /// one ("Invalid type: None. Expected an integer."), but for `bool`, where null is false.
+    #[test]
+    fn a_fill_value_is_required_and_null_only_for_bool() {
+        let le = r#"[{"name": "bytes", "configuration": {"endian": "little"}}]"#;
+        for dtype in ["\"int32\"", "\"float64\"", "\"uint8\""] {
+            let why = why_unreadable(dtype, le, r#", "fill_value": null"#).unwrap();
+            assert_eq!(
+                why,
+                format!("fill_value null is no value of data_type {dtype}")
+            );
+            let why = why_unreadable(dtype, le, "").unwrap();
+            assert_eq!(why, "no fill_value, which Zarr v3 requires");
+        }
+        assert_eq!(
+            why_unreadable("\"bool\"", le, r#", "fill_value": null"#),
+            None
+        );
+        let a = array("\"bool\"", "[1]", "null", "");
+        let ds = open(
+            &[("zarr.json", GROUP), ("v/zarr.json", &a)],
+            &Mode::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            ds.var(ds.find_var("v").unwrap()).storage.fill_value,
+            Some(vec![0])
+        );
     }
 
     #[test]
