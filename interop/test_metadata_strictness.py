@@ -94,6 +94,14 @@ REFUSED_V3 = {
     "no-codecs": (_codecs([]), "hold no array-to-bytes codec"),
     "compressor-only": (_codecs([ZSTD]), "hold no array-to-bytes codec"),
     "two-bytes-codecs": (_codecs([LITTLE, ZSTD, LITTLE]), "2 array-to-bytes codecs"),
+    "transpose-after-bytes": (
+        _codecs([LITTLE, {"name": "transpose", "configuration": {"order": [0]}}]),
+        'codec "transpose" works on arrays but follows the array-to-bytes codec "bytes"',
+    ),
+    "compressor-before-bytes": (
+        _codecs([ZSTD, LITTLE]),
+        'codec "zstd" works on bytes but comes before the array-to-bytes codec "bytes"',
+    ),
     "fill-null": (_fill(None), 'fill_value null is no value of data_type "int32"'),
     "fill-missing": (_no_fill, "no fill_value, which Zarr v3 requires"),
 }

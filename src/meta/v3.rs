@@ -887,6 +887,10 @@ fn key_encoding(key: &str, j: Option<&Json>) -> Result<ChunkKeyEncoding> {
 /// The array-to-bytes codecs of Zarr v3, of which a codec list holds exactly one.
 const ARRAY_TO_BYTES: [&str; 4] = ["bytes", "vlen-utf8", "vlen-bytes", "sharding_indexed"];
 
+/// The array-to-array codecs nczarrfs applies, which come before the array-to-bytes codec;
+/// every other codec it knows works on bytes and comes after it.
+const ARRAY_TO_ARRAY: [&str; 1] = ["transpose"];
+
 /// The name of a v3 codec entry (`{"name": ..}` or the bare name).
 fn codec_name(entry: &serde_json::Value) -> Option<&str> {
     match entry {
@@ -926,6 +930,9 @@ fn codec_list_problem(codecs: &[serde_json::Value], multi_byte: bool) -> Option<
             ),
         });
     }
+    if let Some(why) = codec_order_problem(codecs) {
+        return Some(why);
+    }
     for c in codecs {
         match codec_name(c) {
             Some("bytes") => {
@@ -956,6 +963,35 @@ fn codec_list_problem(codecs: &[serde_json::Value], multi_byte: bool) -> Option<
         }
     }
     None
+}
+
+/// Why a v3 codec list holding one array-to-bytes codec is out of Zarr v3's order, if it is:
+/// array-to-array codecs, then the array-to-bytes one, then bytes-to-bytes codecs. Read in
+/// another order, a `transpose` after `bytes` or a compressor before it would be applied to
+/// what it was not written for; zarr-python refuses such lists.
+fn codec_order_problem(codecs: &[serde_json::Value]) -> Option<String> {
+    let names: Vec<&str> = codecs.iter().filter_map(codec_name).collect();
+    let a2b = names.iter().position(|n| ARRAY_TO_BYTES.contains(n))?;
+    names.iter().enumerate().find_map(|(i, name)| {
+        let array_to_array = ARRAY_TO_ARRAY.contains(name);
+        if i > a2b && array_to_array {
+            Some(format!(
+                "codec {} works on arrays but follows the array-to-bytes codec {}, \
+                 where Zarr v3 puts it before",
+                quoted(name),
+                quoted(names[a2b])
+            ))
+        } else if i < a2b && !array_to_array {
+            Some(format!(
+                "codec {} works on bytes but comes before the array-to-bytes codec {}, \
+                 where Zarr v3 puts it after",
+                quoted(name),
+                quoted(names[a2b])
+            ))
+        } else {
+            None
+        }
+    })
 }
 
 /// Why a `bytes` codec's `endian` does not say the byte order of elements that need one.
@@ -1600,6 +1636,47 @@ mod tests {
             why_unreadable("\"int32\"", &shard(r#""big""#, r#""little""#), fill),
             None
         );
+    }
+
+    /// zarr-python 3.1.6: "Invalid codec order. ArrayArrayCodec ... must be preceded by
+    /// another ArrayArrayCodec", and the same for a BytesBytesCodec before the ArrayBytesCodec.
+    #[test]
+    fn codecs_come_in_zarr_v3_order() {
+        let fill = r#", "fill_value": 0"#;
+        let le = r#"{"name": "bytes", "configuration": {"endian": "little"}}"#;
+        let transpose = r#"{"name": "transpose", "configuration": {"order": [0]}}"#;
+        let gzip = r#"{"name": "gzip", "configuration": {"level": 1}}"#;
+        let why = why_unreadable("\"int32\"", &format!("[{le}, {transpose}]"), fill);
+        assert_eq!(
+            why.as_deref(),
+            Some(
+                "codec \"transpose\" works on arrays but follows the array-to-bytes codec \
+                 \"bytes\", where Zarr v3 puts it before"
+            )
+        );
+        let why = why_unreadable("\"int32\"", &format!("[{gzip}, {le}]"), fill);
+        assert_eq!(
+            why.as_deref(),
+            Some(
+                "codec \"gzip\" works on bytes but comes before the array-to-bytes codec \
+                 \"bytes\", where Zarr v3 puts it after"
+            )
+        );
+        let inner = format!(
+            r#"[{{"name": "sharding_indexed", "configuration": {{"chunk_shape": [2],
+                "codecs": [{le}, {transpose}], "index_codecs": [{le}]}}}}]"#
+        );
+        let why = why_unreadable("\"int32\"", &inner, fill).unwrap();
+        assert!(
+            why.starts_with("sharding_indexed: codec \"transpose\""),
+            "{why}"
+        );
+        for good in [
+            format!("[{transpose}, {le}, {gzip}]"),
+            format!("[{le}, {gzip}]"),
+        ] {
+            assert_eq!(why_unreadable("\"int32\"", &good, fill), None, "{good}");
+        }
     }
 
     /// zarr-python 3.1.6: "At least one ArrayBytesCodec is required.", "Only one
