@@ -275,6 +275,8 @@ def test_gen_types_integer_attributes_as_ncgen_does(nczarrfs, tmp_path):
 @pytest.mark.parametrize("values, typed", [
     ("-1, 1U", "-1LL, 1LL"),
     ("3000000000, 1", "3000000000LL, 1LL"),
+    ("18446744073709551615", "18446744073709551615ULL"),
+    ("9223372036854775808", "9223372036854775808ULL"),
 ])
 def test_gen_keeps_values_that_ncgen_would_wrap(nczarrfs, tmp_path, values, typed):
     """Where ncgen's type cannot hold the values (it wraps them: `3000000000, 1` becomes
