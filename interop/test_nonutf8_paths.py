@@ -176,8 +176,13 @@ def test_messages_show_such_paths_readably(nczarrfs, tmp_path, place):
 def test_other_arguments_stay_text(nczarrfs, tmp_path, place):
     directory, _ = place
     nczarr, _ = _twins(tmp_path, directory, NAME)
-    # A variable's name is not a path: clap's usage error, exit 2, as for any malformed option.
-    for args in (["dump", "-v", b"v\xff", nczarr], ["get", nczarr, b"v\xff"]):
+    # A variable's name is not a path: a usage error, exit 2, as for any malformed option,
+    # naming each argument that is not UTF-8 (the dataset's path among them, in the second).
+    for args, named in (
+        (["dump", "-v", b"v\xff", nczarr], b"(argument 3, `v\\xff`, or argument 4, `"),
+        (["get", nczarr, b"v\xff"], b", or argument 3, `v\\xff`)"),
+    ):
         r = nczarrfs(*args)
         assert r.returncode == 2, r
-        assert b"invalid UTF-8" in r.stderr, r.stderr
+        assert b"a name or option value is not UTF-8" in r.stderr, r.stderr
+        assert named in r.stderr, r.stderr

@@ -1,7 +1,5 @@
 use std::io::Write;
 
-use clap::Parser;
-
 fn main() {
     // No transparent huge pages (mimalloc is built without them too, for what it allocates
     // before this line): every thread's first allocation cost a zeroed 2 MiB page, which
@@ -10,7 +8,7 @@ fn main() {
     // round). This covers systems whose THP mode is "always"; the flag passes to children.
     // SAFETY: PR_SET_THP_DISABLE takes plain integers and changes only this process's flag.
     unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
-    let cli = nczarrfs::cli::Cli::parse();
+    let cli = nczarrfs::cli::parse();
     nczarrfs::fuse::logging::init();
     match nczarrfs::cli::run(cli) {
         Ok(code) => std::process::exit(code),

@@ -1,5 +1,7 @@
 //! The command line: one binary, one subcommand per job.
 
+use std::io::Write;
+
 use clap::{Parser, Subcommand};
 
 use crate::Result;
@@ -211,6 +213,54 @@ fn without_default_fill_in_zarr_v2(var: &mut crate::model::Variable) {
     }
 }
 
+/// The command line of this process, parsed. Where clap refuses an argument that is not
+/// UTF-8 it does not say which one: this names every such argument, so that a name or
+/// option value is told apart from the paths that may be any bytes. Other parse errors (and
+/// `--help`) print and exit as clap prints them.
+pub fn parse() -> Cli {
+    match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if e.kind() == clap::error::ErrorKind::InvalidUtf8 => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "nczarrfs: {}",
+                not_utf8_message(std::env::args_os())
+            );
+            std::process::exit(2)
+        }
+        Err(e) => e.exit(),
+    }
+}
+
+/// The message for a command line (`args`, the program first) with an argument that is not
+/// UTF-8 where text is needed, naming each argument that is not UTF-8 by its position and its
+/// bytes (those beyond UTF-8 as `\xNN`).
+fn not_utf8_message(args: impl IntoIterator<Item = std::ffi::OsString>) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let suspects: Vec<String> = args
+        .into_iter()
+        .enumerate()
+        .skip(1)
+        .filter(|(_, arg)| arg.to_str().is_none())
+        .map(|(i, arg)| {
+            let mut shown = String::new();
+            for chunk in arg.as_bytes().utf8_chunks() {
+                shown.push_str(chunk.valid());
+                for b in chunk.invalid() {
+                    shown.push_str(&format!("\\x{b:02x}"));
+                }
+            }
+            format!("argument {i}, `{shown}`")
+        })
+        .collect();
+    format!(
+        "a name or option value is not UTF-8 ({}): names of variables, groups and attributes \
+         and the values of options are text; only paths (a LOCATION, an output file, a mount \
+         point, a log file) may be any bytes",
+        suspects.join(", or ")
+    )
+}
+
 /// Runs the parsed command line; returns the process exit code.
 pub fn run(cli: Cli) -> Result<i32> {
     if matches!(
@@ -252,6 +302,29 @@ pub fn run(cli: Cli) -> Result<i32> {
 mod tests {
     use super::*;
     use clap::Parser;
+    use std::ffi::OsString;
+    use std::os::unix::ffi::OsStringExt;
+
+    #[test]
+    fn arguments_that_are_not_utf8_are_named_by_position_and_bytes() {
+        let args = ["nczarrfs", "get", "a.zarr"]
+            .map(OsString::from)
+            .into_iter()
+            .chain([OsString::from_vec(b"v\xff\xfe".to_vec())]);
+        let message = not_utf8_message(args);
+        assert!(
+            message.starts_with("a name or option value is not UTF-8 (argument 3, `v\\xff\\xfe`):"),
+            "{message}"
+        );
+        let two = [
+            b"nczarrfs".to_vec(),
+            b"d\xff".to_vec(),
+            b"ok".to_vec(),
+            b"\xc3".to_vec(),
+        ]
+        .map(OsString::from_vec);
+        assert!(not_utf8_message(two).contains("(argument 1, `d\\xff`, or argument 3, `\\xc3`)"),);
+    }
 
     #[test]
     fn ncgen_netcdf4_names_are_nczarr_and_other_words_stay_as_typed() {
