@@ -359,6 +359,119 @@ fn a_failed_rename_changes_nothing() {
     assert_eq!(ints(&out), [1, 2, 3]);
 }
 
+/// A map that records its puts and deletes, in order.
+#[derive(Debug)]
+struct RecordingMap {
+    inner: Arc<dyn ZMap>,
+    log: std::sync::Mutex<Vec<(&'static str, String)>>,
+}
+
+impl ZMap for RecordingMap {
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        self.inner.get(key)
+    }
+    fn put(&self, key: &str, value: &[u8]) -> Result<()> {
+        self.log.lock().unwrap().push(("put", key.into()));
+        self.inner.put(key, value)
+    }
+    fn delete(&self, key: &str) -> Result<()> {
+        self.log.lock().unwrap().push(("delete", key.into()));
+        self.inner.delete(key)
+    }
+    fn search(&self, prefix: &str) -> Result<Vec<String>> {
+        self.inner.search(prefix)
+    }
+    fn read_only(&self) -> bool {
+        false
+    }
+    fn describe(&self) -> String {
+        "recording".into()
+    }
+}
+
+/// Zarr v2 keys sort `.zarray` before the chunks: copied in that order, a renamed array
+/// killed halfway showed under its new name with most of its chunks missing (read as fill),
+/// beside the old one. The objects that make a node are copied last and deleted first.
+#[test]
+fn a_rename_makes_the_new_node_last_and_unmakes_the_old_one_first() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (loc, mut w) = writer(tmp.path(), "zarr");
+    let g = w.add_group(Dataset::ROOT, "g").unwrap();
+    let x = w.add_dim(g, "x", 6, false).unwrap();
+    let options = VarOptions {
+        chunks: Some(vec![2]),
+        ..VarOptions::default()
+    };
+    let v = w.add_var(g, "r", NcType::Int, &[x], options).unwrap();
+    w.put_attr(AttrTarget::Var(v), "a", AttrValue::Int(vec![1]))
+        .unwrap();
+    w.write(v, &Hyperslab::whole(&[6]), &bytes(&[1, 2, 3, 4, 5, 6]))
+        .unwrap();
+    w.close().unwrap();
+
+    for (old, new, rename_group) in [("g/r", "g/r2", false), ("g", "h", true)] {
+        let mut w = DatasetWriter::open(&loc).unwrap();
+        let recording = Arc::new(RecordingMap {
+            inner: Arc::clone(&w.map),
+            log: Default::default(),
+        });
+        let map: Arc<dyn ZMap> = recording.clone();
+        w.engine = ChunkEngine::new(Arc::clone(&map), WRITER_CACHE_BYTES);
+        w.map = map;
+        if rename_group {
+            let g = w.model().find_group(old).unwrap();
+            w.rename_group(g, new).unwrap();
+        } else {
+            let v = w.model().find_var(old).unwrap();
+            w.rename_var(v, "r2").unwrap();
+        }
+        let log = recording.log.lock().unwrap().clone();
+        let puts: Vec<&str> = log
+            .iter()
+            .filter(|(op, key)| *op == "put" && key.starts_with(&format!("{new}/")))
+            .map(|(_, key)| key.as_str())
+            .collect();
+        let first_node_object = puts
+            .iter()
+            .position(|k| k.ends_with("/.zarray") || k.ends_with("/.zgroup"))
+            .unwrap();
+        assert!(
+            puts[..first_node_object]
+                .iter()
+                .filter(|k| !k.ends_with("/.zattrs"))
+                .count()
+                == 3,
+            "the three chunks come before any .zarray or .zgroup: {puts:?}"
+        );
+        if rename_group {
+            let array = puts.iter().position(|k| *k == "h/r2/.zarray").unwrap();
+            let group = puts.iter().position(|k| *k == "h/.zgroup").unwrap();
+            assert!(array < group, "the deepest node first: {puts:?}");
+        }
+        let deletes: Vec<&str> = log
+            .iter()
+            .filter(|(op, _)| *op == "delete")
+            .map(|(_, key)| key.as_str())
+            .collect();
+        let own = if rename_group {
+            "g/.zgroup"
+        } else {
+            "g/r/.zarray"
+        };
+        // `old` goes with everything under it, after its own node object.
+        assert_eq!(deletes.last(), Some(&old), "{deletes:?}");
+        assert!(deletes[..deletes.len() - 1].contains(&own), "{deletes:?}");
+        w.close().unwrap();
+    }
+    let ds = meta::read_dataset(zmap::open(&loc, false).unwrap().as_ref(), &loc.mode).unwrap();
+    let v = ds.find_var("/h/r2").expect("renamed twice");
+    let mut out = vec![0u8; 24];
+    ChunkEngine::new(zmap::open(&loc, false).unwrap(), 0)
+        .read(&ds, v, &Hyperslab::whole(&[6]), &mut out)
+        .unwrap();
+    assert_eq!(ints(&out), [1, 2, 3, 4, 5, 6]);
+}
+
 /// A map whose puts fail with `ENOSPC` while `full` is set, as a full disk.
 #[derive(Debug)]
 struct FullDisk {

@@ -981,7 +981,7 @@ impl DatasetWriter {
         // what is known of those under `old` goes at the rewrite, which no longer names them.
         self.stored_meta.forget_under(new);
         let copied = self.engine.invalidate(old).and_then(|()| {
-            for key in keys_under(self.map.as_ref(), old)? {
+            for key in in_copy_order(keys_under(self.map.as_ref(), old)?) {
                 let rest = &key[old.len()..];
                 if let Some(value) = self.map.get(&key)? {
                     self.map.put(&format!("{new}{rest}"), &value)?;
@@ -995,7 +995,14 @@ impl DatasetWriter {
             self.undo_new_prefix(new, before);
             return Err(e);
         }
-        if let Err(e) = self.map.delete(old).and_then(|()| self.map.flush()) {
+        // The objects that make `old` a node go first: a crash while the rest are deleted
+        // leaves objects no reader takes for a node, not a node missing some of its chunks.
+        let deleted = NODE_OBJECTS
+            .iter()
+            .try_for_each(|leaf| self.map.delete(&join_key(&[old, leaf])))
+            .and_then(|()| self.map.delete(old))
+            .and_then(|()| self.map.flush());
+        if let Err(e) = deleted {
             match keys_under(self.map.as_ref(), old) {
                 // Deleted, but not made durable (a zip archive not rewritten): the next flush
                 // stores it.
@@ -1448,4 +1455,26 @@ fn v3_root_is_consolidated(map: &dyn ZMap) -> Result<bool> {
     Ok(root
         .get("consolidated_metadata")
         .is_some_and(|c| !matches!(c, meta::json::Json::Null)))
+}
+
+/// The metadata objects whose presence makes a prefix an array or a group, in Zarr v2, v3 and
+/// NCZarr 1.0.
+const NODE_OBJECTS: [&str; 5] = [".zarray", ".zgroup", "zarr.json", ".nczarray", ".nczgroup"];
+
+/// The keys of a node in the order a rename copies them: chunks and other objects first, then
+/// attributes, then the objects that make a node of a prefix, the deepest first. Until the
+/// last of them is stored no reader sees the new node, nor a subgroup or array of it with
+/// some of its chunks still missing: a crash while copying leaves objects that no reader
+/// takes for a node (and that stop a later node of that name, as any stray objects do).
+fn in_copy_order(mut keys: Vec<String>) -> Vec<String> {
+    keys.sort_by_key(|key| {
+        let leaf = key.rsplit('/').next().unwrap_or(key);
+        let rank = match leaf {
+            _ if NODE_OBJECTS.contains(&leaf) => 2,
+            ".zattrs" | ".nczattrs" | ".zmetadata" => 1,
+            _ => 0,
+        };
+        (rank, std::cmp::Reverse(key.matches('/').count()))
+    });
+    keys
 }
