@@ -291,6 +291,45 @@ def test_shell_redirections_keep_the_type_of_an_existing_attribute(mounter, tmp_
     assert g["names"] == ["p", "q"]
 
 
+def test_special_values_written_back_as_shown_keep_their_type(mounter, tmp_path):
+    """An attribute file shows NaN and infinities as ncdump prints them; `cat FILE > tmp; cat
+    tmp > FILE` (an editor's save) must keep the float/double, as ncgen reads that text. A
+    character constant is a byte, as in ncgen (`'a'` is 97b)."""
+    import netCDF4
+
+    url = f"file://{tmp_path / 's.file'}#mode=nczarr,file"
+    with netCDF4.Dataset(url, "w", format="NETCDF4") as ds:
+        ds.dnan = np.float64("nan")
+        ds.dinf = np.float64("inf")
+        ds.createDimension("x", 2)
+        v = ds.createVariable("temp", "f4", ("x",))
+        v.missing_value = np.float32("nan")
+        v.valid_max = np.float32("inf")
+    mnt = mounter.mount(url, "rw")
+    files = {
+        "dnan": mnt / "@attributes" / "dnan",
+        "dinf": mnt / "@attributes" / "dinf",
+        "missing_value": mnt / "temp" / "@attributes" / "missing_value",
+        "valid_max": mnt / "temp" / "@attributes" / "valid_max",
+    }
+    shown = {name: path.read_bytes() for name, path in files.items()}
+    assert shown == {"dnan": b"NaN\n", "dinf": b"Infinity\n",
+                     "missing_value": b"NaNf\n", "valid_max": b"Infinityf\n"}, shown
+    for name, path in files.items():
+        path.write_bytes(shown[name])
+    (mnt / "@attributes" / "minus").write_text("1.5, -Infinity\n")
+    (mnt / "@attributes" / "letters").write_text("'a', 'b'\n")
+    umount_and_wait(mnt)
+    g = netcdf_attrs(url)
+    assert isinstance(g["dnan"], np.float64) and np.isnan(g["dnan"])
+    assert isinstance(g["dinf"], np.float64) and g["dinf"] == np.inf
+    assert g["minus"].dtype == np.float64 and list(g["minus"]) == [1.5, -np.inf]
+    assert g["letters"].dtype == np.int8 and list(g["letters"]) == [97, 98]
+    a = netcdf_attrs(url, "temp")
+    assert isinstance(a["missing_value"], np.float32) and np.isnan(a["missing_value"])
+    assert isinstance(a["valid_max"], np.float32) and a["valid_max"] == np.inf
+
+
 def test_mkdir_and_renames(mounter, nczarr):
     import netCDF4
 

@@ -297,7 +297,13 @@ fn value_list(text: &[u8]) -> Option<Vec<Tok>> {
     if s.is_empty() {
         return None;
     }
-    let toks: Vec<Tok> = tokenize(s, "-").ok()?.into_iter().map(|t| t.tok).collect();
+    // Every token stands where a value is expected: `NaN`, `Infinityf` are numbers here, as
+    // in ncgen's attribute values and as the attribute files of such values show them.
+    let toks: Vec<Tok> = tokenize(s, "-")
+        .ok()?
+        .into_iter()
+        .map(|t| t.tok.into_value())
+        .collect();
     let (last, body) = toks.split_last()?;
     if *last != Tok::Eof {
         return None;
@@ -376,7 +382,9 @@ fn constant(t: &Tok) -> Option<String> {
             }
         }
         Tok::Str(b) => quote(b),
-        Tok::Char(c) => quote(&[*c]),
+        // A character constant stays one (an octal escape spells any byte): ncgen makes a
+        // byte of it in an attribute, not text.
+        Tok::Char(c) => format!("'\\{c:03o}'"),
         _ => return None,
     })
 }
@@ -464,6 +472,34 @@ mod tests {
         assert_eq!(p("7us", None), AttrValue::UShort(vec![7]));
         assert_eq!(p("0.1f", None), AttrValue::Float(vec![0.1]));
         assert_eq!(p("\"ab\", \"cd\"", None), AttrValue::Char(b"abcd".to_vec()));
+    }
+
+    /// `ncgen -k nc4` then `ncdump` (4.9.0) of `:a = 'a' ;` and the rest: `97b`, `97b, 98b`,
+    /// `NaN`, `NaNf, Infinityf`, `1.5, Infinity`. An attribute file shows NaN and infinities
+    /// so, and writing that back kept it as text.
+    #[test]
+    fn special_values_and_character_constants_follow_ncgen() {
+        assert_eq!(p("'a'", None), AttrValue::Byte(vec![97]));
+        assert_eq!(p("'a', 'b'\n", None), AttrValue::Byte(vec![97, 98]));
+        assert_eq!(p("'\\377'", None), AttrValue::Byte(vec![-1]));
+        let AttrValue::Double(nan) = p("NaN\n", None) else {
+            panic!("NaN is a double")
+        };
+        assert!(nan.len() == 1 && nan[0].is_nan());
+        let AttrValue::Float(f) = p("NaNf, Infinityf", None) else {
+            panic!("NaNf is a float")
+        };
+        assert!(f[0].is_nan() && f[1] == f32::INFINITY, "{f:?}");
+        assert_eq!(
+            p("1.5, Infinity", None),
+            AttrValue::Double(vec![1.5, f64::INFINITY])
+        );
+        assert_eq!(
+            p("-Infinityf\n", Some(&AttrValue::Float(vec![0.0]))),
+            AttrValue::Float(vec![f32::NEG_INFINITY])
+        );
+        // Words that are no value stay text.
+        assert_eq!(p("nan bread", None), AttrValue::Char(b"nan bread".to_vec()));
     }
 
     #[test]
