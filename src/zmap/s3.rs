@@ -138,6 +138,8 @@ pub struct S3Map {
     /// A request that fails without an answer after this long stalled (the connect timeout:
     /// a refused connection fails sooner, retries included).
     stall_after: Duration,
+    /// The limit on one operation, its retries included (`NCZARRFS_S3_TIMEOUT`).
+    operation_limit: Duration,
 }
 
 impl std::fmt::Debug for S3Map {
@@ -318,6 +320,7 @@ impl S3Map {
             check_limit,
             checked: Arc::new(tokio::sync::Notify::new()),
             stall_after: limits.connect_timeout,
+            operation_limit: limits.timeout,
         })
     }
 
@@ -410,7 +413,27 @@ impl S3Map {
             }
         };
         let started = Instant::now();
-        let result = request.await;
+        // object_store stops retrying once its retry timeout has passed, but the backoff it
+        // sleeps before a retry, and the retry itself, may run past it: the operation as a
+        // whole is held to the documented limit here.
+        let Ok(result) = tokio::time::timeout(self.operation_limit, request).await else {
+            // Stalled or still failing (refused, 5xx) and backing off: the check that a
+            // stall starts tells the two apart.
+            if self
+                .health
+                .record(admission, Outcome::Stalled, Instant::now())
+            {
+                self.check_server();
+            }
+            return Err(Error::Storage {
+                key: key.to_string(),
+                reason: format!(
+                    "{}: no answer within {} s, retries included (NCZARRFS_S3_TIMEOUT)",
+                    self.description,
+                    self.operation_limit.as_secs()
+                ),
+            });
+        };
         let outcome = match &result {
             Ok(_) => Outcome::Answered,
             Err(e) => outcome_of(e, started.elapsed() >= self.stall_after),
@@ -1153,6 +1176,29 @@ mod tests {
             }
             other => panic!("unexpected {other:?}"),
         }
+    }
+
+    /// Refused at once, again and again: object_store's backoff between retries alone would
+    /// run past the timeout (30 retries sleep at least 3 s in all).
+    #[test]
+    fn retries_of_one_operation_end_at_the_timeout() {
+        let limits = S3Limits {
+            timeout: Duration::from_secs(1),
+            max_retries: 30,
+            ..S3Limits::default()
+        };
+        let map = S3Map::with_settings(
+            &location(Some("http://127.0.0.1:1"), "bkt", "ds"),
+            &settings(None),
+            limits,
+            false,
+        )
+        .unwrap();
+        let err = map.get(".zgroup").unwrap_err().to_string();
+        assert!(
+            err.contains("no answer within 1 s, retries included (NCZARRFS_S3_TIMEOUT)"),
+            "{err}"
+        );
     }
 
     #[test]
