@@ -10,7 +10,16 @@ fn main() {
     // round). This covers systems whose THP mode is "always"; the flag passes to children.
     // SAFETY: PR_SET_THP_DISABLE takes plain integers and changes only this process's flag.
     unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
-    let cli = nczarrfs::cli::Cli::parse();
+    let cli = match nczarrfs::cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => match nczarrfs::cli::parse_refusal(&err) {
+            Some((message, status)) => {
+                let _ = writeln!(std::io::stderr(), "nczarrfs: {message}");
+                std::process::exit(status);
+            }
+            None => err.exit(),
+        },
+    };
     nczarrfs::fuse::logging::init();
     match nczarrfs::cli::run(cli) {
         Ok(code) => std::process::exit(code),

@@ -535,6 +535,14 @@ impl Config<'_> {
         }
     }
 
+    /// An error naming this codec, for an integer parameter outside the values it takes.
+    pub fn out_of_range(&self, reason: impl Into<String>) -> Error {
+        Error::CodecOutOfRange {
+            codec: self.id.to_string(),
+            reason: reason.into(),
+        }
+    }
+
     /// An integer parameter; `None` when absent or `null`.
     pub fn opt_int(&self, key: &str) -> Result<Option<i64>> {
         let v = match self.params.get(key) {
@@ -570,7 +578,7 @@ impl Config<'_> {
     ) -> Result<i64> {
         let n = self.opt_int(key)?.unwrap_or(default);
         if !range.contains(&n) {
-            return Err(self.error(format!(
+            return Err(self.out_of_range(format!(
                 "parameter {} = {n} is outside {}..={}",
                 quoted(key),
                 range.start(),
@@ -614,21 +622,19 @@ impl Config<'_> {
 pub struct EncodingParam<T>(std::result::Result<T, EncodingParamError>);
 
 /// Why an [`EncodingParam`] cannot be used: the codec and the reason of its
-/// [`Error::Codec`].
+/// [`Error::Codec`], or [`Error::CodecOutOfRange`] when `out_of_range`.
 #[derive(Debug, Clone)]
 struct EncodingParamError {
     codec: String,
     reason: String,
+    out_of_range: bool,
 }
 
 impl<T> EncodingParam<T> {
     /// The value, or the [`Error::Codec`] naming the codec, the parameter and the values it
     /// may take.
     pub fn get(&self) -> Result<&T> {
-        self.0.as_ref().map_err(|e| Error::Codec {
-            codec: e.codec.clone(),
-            reason: e.reason.clone(),
-        })
+        self.0.as_ref().map_err(|e| e.clone().into_error())
     }
 
     /// The value made into another, or this parameter's error.
@@ -639,9 +645,10 @@ impl<T> EncodingParam<T> {
 
 impl EncodingParamError {
     fn into_error(self) -> Error {
-        Error::Codec {
-            codec: self.codec,
-            reason: self.reason,
+        let (codec, reason) = (self.codec, self.reason);
+        match self.out_of_range {
+            true => Error::CodecOutOfRange { codec, reason },
+            false => Error::Codec { codec, reason },
         }
     }
 }
@@ -649,10 +656,20 @@ impl EncodingParamError {
 impl<T> From<Result<T>> for EncodingParam<T> {
     fn from(parsed: Result<T>) -> Self {
         EncodingParam(parsed.map_err(|e| match e {
-            Error::Codec { codec, reason } => EncodingParamError { codec, reason },
+            Error::Codec { codec, reason } => EncodingParamError {
+                codec,
+                reason,
+                out_of_range: false,
+            },
+            Error::CodecOutOfRange { codec, reason } => EncodingParamError {
+                codec,
+                reason,
+                out_of_range: true,
+            },
             other => EncodingParamError {
                 codec: "?".to_string(),
                 reason: other.to_string(),
+                out_of_range: false,
             },
         }))
     }
@@ -748,7 +765,7 @@ mod tests {
         }
         // A shuffle's element size is needed to decode: a bad one refuses the chain.
         let err = Pipeline::from_v2(&[json!({"id": "shuffle", "elementsize": -1})], None, 4);
-        assert!(matches!(err, Err(Error::Codec { ref codec, .. }) if codec == "shuffle"));
+        assert!(matches!(err, Err(Error::CodecOutOfRange { ref codec, .. }) if codec == "shuffle"));
     }
 
     #[test]
@@ -827,7 +844,9 @@ mod tests {
             ];
             for err in refusals {
                 match err {
-                    Err(Error::Codec { codec, reason }) => {
+                    Err(
+                        Error::Codec { codec, reason } | Error::CodecOutOfRange { codec, reason },
+                    ) => {
                         assert_eq!(codec, id);
                         assert!(reason.contains(says), "{bad}: {reason}");
                     }
@@ -842,7 +861,10 @@ mod tests {
         // Zarr v3 spellings go through the same codecs.
         let v3 = [json!({"name": "gzip", "configuration": {"level": 15}})];
         let p = Pipeline::from_v3(&v3, 4).unwrap();
-        assert!(matches!(p.check_encodable(), Err(Error::Codec { .. })));
+        assert!(matches!(
+            p.check_encodable(),
+            Err(Error::CodecOutOfRange { .. })
+        ));
     }
 
     #[test]
