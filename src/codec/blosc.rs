@@ -8,8 +8,10 @@ use super::{too_large, Codec, Config, EncodingParam};
 use crate::error::quoted;
 use crate::{Error, Result};
 
-/// The compressors c-blosc 1.x may be built with (all are enabled in this build).
-const CNAMES: [&str; 6] = ["blosclz", "lz4", "lz4hc", "zlib", "zstd", "snappy"];
+/// The compressors numcodecs' blosc compresses with. c-blosc here is built with `snappy`
+/// too, which decompresses chunks other tools wrote (a buffer's header names its
+/// compressor), but numcodecs, and so zarr-python, neither writes nor reads it.
+const CNAMES: [&str; 5] = ["blosclz", "lz4", "lz4hc", "zlib", "zstd"];
 
 /// numcodecs' `AUTOSHUFFLE`: bit-shuffle for 1-byte items, byte-shuffle otherwise.
 const AUTOSHUFFLE: i64 = -1;
@@ -106,7 +108,7 @@ impl Settings {
         let cname = cfg.string("cname", "lz4")?;
         if !CNAMES.contains(&cname) {
             return Err(cfg.error(format!(
-                "unknown blosc compressor {} (c-blosc has {})",
+                "unknown blosc compressor {} (numcodecs' blosc has {})",
                 quoted(cname),
                 CNAMES.join(", ")
             )));
@@ -237,6 +239,34 @@ mod tests {
             b.check_encodable().unwrap();
             let stored = b.encode(data.clone()).unwrap();
             assert_eq!(b.decode(stored).unwrap(), data, "blocksize {blocksize}");
+        }
+    }
+
+    #[test]
+    fn snappy_chunks_are_read_but_not_written() {
+        // numcodecs 0.16.6's blosc refuses "snappy" ("bad compressor or compressor not
+        // supported"); chunks c-blosc made with it still decompress.
+        let data: Vec<u8> = (0..4000u32).flat_map(|i| (i % 13).to_le_bytes()).collect();
+        let snappy_writer = Blosc {
+            settings: EncodingParam::from(Ok(Settings {
+                cname: CString::new("snappy").unwrap(),
+                clevel: 5,
+                shuffle: 1,
+                blocksize: 0,
+                typesize: 4,
+            })),
+        };
+        let stored = snappy_writer.encode(data.clone()).unwrap();
+        let b = blosc(json!({"id": "blosc", "cname": "snappy"}), 4).unwrap();
+        assert_eq!(b.decode(stored).unwrap(), data);
+        match b.check_encodable() {
+            Err(Error::Codec { reason, .. }) => {
+                assert!(
+                    reason.contains("unknown blosc compressor \"snappy\""),
+                    "{reason}"
+                )
+            }
+            other => panic!("{other:?}"),
         }
     }
 
