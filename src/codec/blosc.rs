@@ -132,9 +132,11 @@ impl Settings {
             AUTOSHUFFLE => 1,
             s => s,
         };
-        // numcodecs passes any integer on to the same c-blosc, which takes a size_t and
-        // bounds a forced block size itself: a negative one is converted as C converts it.
-        let blocksize = cfg.opt_int("blocksize")?.unwrap_or(0) as usize;
+        // numcodecs passes a C int on to the same c-blosc, which takes a size_t and bounds a
+        // forced block size itself: a negative one is converted as C converts it. Python
+        // refuses to make a C int of a value beyond one ("OverflowError").
+        let c_int_range = i64::from(c_int::MIN)..=i64::from(c_int::MAX);
+        let blocksize = cfg.int_in("blocksize", 0, c_int_range)? as usize;
         Ok(Settings {
             cname,
             clevel: c_int::try_from(clevel).map_err(|_| cfg.error("bad clevel"))?,
@@ -234,11 +236,24 @@ mod tests {
     #[test]
     fn any_blocksize_numcodecs_writes_with_is_written_with() {
         let data: Vec<u8> = (0..4000u32).flat_map(|i| (i % 13).to_le_bytes()).collect();
-        for blocksize in [-1i64, -5, 0, 256, i64::from(i32::MAX) + 1] {
+        for blocksize in [-1i64, -5, 0, 256, i32::MAX.into(), i32::MIN.into()] {
             let b = blosc(json!({"id": "blosc", "blocksize": blocksize}), 4).unwrap();
             b.check_encodable().unwrap();
             let stored = b.encode(data.clone()).unwrap();
             assert_eq!(b.decode(stored).unwrap(), data, "blocksize {blocksize}");
+        }
+        // numcodecs 0.16.6 cannot make a C int of these ("OverflowError"): read, not written.
+        let stored = blosc(json!({"id": "blosc"}), 4)
+            .unwrap()
+            .encode(data.clone())
+            .unwrap();
+        for blocksize in [i64::from(i32::MAX) + 1, i64::from(i32::MIN) - 1, 1 << 40] {
+            let b = blosc(json!({"id": "blosc", "blocksize": blocksize}), 4).unwrap();
+            assert!(
+                matches!(b.check_encodable(), Err(Error::CodecOutOfRange { .. })),
+                "{blocksize}"
+            );
+            assert_eq!(b.decode(stored.clone()).unwrap(), data, "{blocksize}");
         }
     }
 

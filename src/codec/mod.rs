@@ -599,6 +599,44 @@ impl Config<'_> {
         EncodingParam::from(self.int_in(key, default, range))
     }
 
+    /// Like [`Config::encoding_int_in`], for a parameter numcodecs passes to a Python
+    /// function that takes only an integer (`zlib.compress`'s level): a JSON integer or
+    /// boolean, `default` when absent; `null`, a string or a float (`5.0`) is refused for
+    /// encoding, as Python refuses it there ("'float' object cannot be interpreted as an
+    /// integer").
+    pub fn encoding_strict_int_in(
+        &self,
+        key: &str,
+        default: i64,
+        range: std::ops::RangeInclusive<i64>,
+    ) -> EncodingParam<i64> {
+        let strict = match self.params.get(key) {
+            None => Ok(()),
+            Some(Value::Bool(_)) => Ok(()),
+            Some(Value::Number(n)) if n.is_i64() || n.is_u64() => Ok(()),
+            Some(v) => Err(self.error(format!(
+                "parameter {} is not an integer: {}",
+                quoted(key),
+                capped(&v.to_string())
+            ))),
+        };
+        EncodingParam::from(strict.and_then(|()| self.int_in(key, default, range)))
+    }
+
+    /// A parameter's truth value as Python takes it (numcodecs' `bool(checksum)`): `null`,
+    /// `false`, 0, `""`, `[]` and `{}` are false, any other value true; `default` when absent.
+    pub fn truth(&self, key: &str, default: bool) -> bool {
+        match self.params.get(key) {
+            None => default,
+            Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(Value::Number(n)) => n.as_f64().is_some_and(|f| f != 0.0),
+            Some(Value::String(s)) => !s.is_empty(),
+            Some(Value::Array(a)) => !a.is_empty(),
+            Some(Value::Object(o)) => !o.is_empty(),
+        }
+    }
+
     /// A string parameter, `default` when absent.
     pub fn string<'s>(&'s self, key: &str, default: &'s str) -> Result<&'s str> {
         match self.params.get(key) {
@@ -806,9 +844,19 @@ mod tests {
                 "= 10 is outside 1..=9",
             ),
             (
-                json!({"id": "zstd", "level": 3, "checksum": "yes"}),
-                json!({"id": "zstd"}),
-                "\"checksum\" is not an integer",
+                json!({"id": "zlib", "level": "5"}),
+                json!({"id": "zlib"}),
+                "\"level\" is not an integer",
+            ),
+            (
+                json!({"id": "zlib", "level": 5.0}),
+                json!({"id": "zlib"}),
+                "\"level\" is not an integer",
+            ),
+            (
+                json!({"id": "gzip", "level": null}),
+                json!({"id": "gzip"}),
+                "\"level\" is not an integer",
             ),
             (
                 json!({"id": "zstd", "level": "high"}),
