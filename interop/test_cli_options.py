@@ -186,8 +186,8 @@ def number_twins(nczarrfs, tmp_path) -> tuple[Path, Path]:
 ])
 def test_dump_takes_repeated_and_combined_options_as_ncdump(nczarrfs, number_twins, options):
     """Where ncdump takes the options, the output is the same; where it refuses them
-    (`-p 3,0`, `-p 3,`, `-p x`), so does `dump`, with the exit status of a command-line
-    error."""
+    (`-p 3,0`, `-p 3,`, `-p x`), so does `dump`, with README's exit status: 1 for digits out
+    of range (`3,0`, `4,-7`), 2 where no digits are (`3,`, `x`)."""
     nc, store = number_twins
     want = _ncdump(*options.split(), str(nc))
     got = nczarrfs("dump", *options.split(), str(store))
@@ -195,7 +195,8 @@ def test_dump_takes_repeated_and_combined_options_as_ncdump(nczarrfs, number_twi
         assert got.returncode == 0, got.stderr
         assert got.stdout == want.stdout
     else:
-        assert got.returncode == 2, got.stderr
+        out_of_range = options in ("-p 3,0", "-p 4,-7")
+        assert got.returncode == (1 if out_of_range else 2), got.stderr
         assert got.stdout == b""
 
 
@@ -310,3 +311,82 @@ def test_gen_refuses_other_languages_and_repeats(nczarrfs, tmp_path, options, nc
     r = nczarrfs("gen", *options, "-o", str(tmp_path / "R.file"), str(cdl))
     assert r.returncode == 2, r.stderr
     assert not (tmp_path / "R.file").exists()
+
+
+BIG = "99999999999999999999"  # past 2^64
+
+# Every option that takes a value, given one of the wrong form (exit status 2) and, where it
+# has a range, one of its form out of it (exit status 1), as README's rule says whichever
+# option: 1 for a value out of range, 2 for a command line that cannot be parsed.
+EXIT_STATUSES = [
+    # dump
+    (["dump", "-p", "x", "{ds}"], 2), (["dump", "-p", "3,x", "{ds}"], 2),
+    (["dump", "-p", "21", "{ds}"], 1), (["dump", "-p", "0", "{ds}"], 1),
+    (["dump", "-p", "3,21", "{ds}"], 1), (["dump", "-p", BIG, "{ds}"], 1),
+    (["dump", "-l", "x", "{ds}"], 2), (["dump", "-l", "9", "{ds}"], 1),
+    (["dump", "-L", "x", "{ds}"], 2), (["dump", "-L", BIG, "{ds}"], 1),
+    (["dump", "-b", "x", "{ds}"], 2), (["dump", "-X", "q", "{ds}"], 2),
+    (["dump", "--bogus", "{ds}"], 2),
+    # get and put
+    (["get", "--start", "a", "{ds}", "v"], 2), (["get", "--start", BIG, "{ds}", "v"], 1),
+    (["get", "--count", "a", "{ds}", "v"], 2), (["get", "--count", BIG, "{ds}", "v"], 1),
+    (["get", "--stride", "a", "{ds}", "v"], 2), (["get", "--stride", "0", "{ds}", "v"], 1),
+    (["get", "--cache-size", "xyz", "{ds}", "v"], 2),
+    (["get", "--cache-size", BIG, "{ds}", "v"], 1),
+    (["put", "--start", "a", "{ds}", "v"], 2), (["put", "--start", BIG, "{ds}", "v"], 1),
+    (["put", "--cache-size", "xyz", "{ds}", "v"], 2),
+    (["put", "--cache-size", BIG, "{ds}", "v"], 1),
+    # copy
+    (["copy", "-d", "x", "{ds}", "{out}"], 2), (["copy", "-d", "10", "{ds}", "{out}"], 1),
+    (["copy", "-d", BIG, "{ds}", "{out}"], 1),
+    (["copy", "-h", "4X", "{ds}", "{out}"], 2), (["copy", "-h", BIG, "{ds}", "{out}"], 1),
+    (["copy", "-c", "garbage", "{ds}", "{out}"], 2), (["copy", "-c", "d/x", "{ds}", "{out}"], 2),
+    (["copy", "-c", "v:x", "{ds}", "{out}"], 2), (["copy", "-c", "d/0", "{ds}", "{out}"], 1),
+    (["copy", "-c", "v:0", "{ds}", "{out}"], 1), (["copy", "-c", f"d/{BIG}", "{ds}", "{out}"], 1),
+    (["copy", "-c", f"v:{BIG}", "{ds}", "{out}"], 1),
+    (["copy", "-k", "zarr,v3", "--shards", "d/x", "{ds}", "{out}"], 2),
+    (["copy", "-k", "zarr,v3", "--shards", f"d/{BIG}", "{ds}", "{out}"], 1),
+    (["copy", "--codec", "nope", "{ds}", "{out}"], 2),
+    (["copy", "--codec", "zlib:x", "{ds}", "{out}"], 2),
+    (["copy", "--codec", "zlib:10", "{ds}", "{out}"], 1),
+    (["copy", "--codec", "blosc:lzma", "{ds}", "{out}"], 2),
+    (["copy", "--codec", '[{"id": "nope"}]', "{ds}", "{out}"], 2),
+    (["copy", "--codec", '[{"id": "zlib", "level": "x"}]', "{ds}", "{out}"], 2),
+    (["copy", "--codec", '[{"id": "zlib", "level": 5.0}]', "{ds}", "{out}"], 2),
+    (["copy", "--codec", '[{"id": "blosc", "cname": "lzma"}]', "{ds}", "{out}"], 2),
+    (["copy", "--codec", '[{"id": "zlib"}', "{ds}", "{out}"], 2),
+    (["copy", "--codec", '[{"id": "zlib", "level": 10}]', "{ds}", "{out}"], 1),
+    (["copy", "--codec", '[{"id": "blosc", "blocksize": 4294967296}]', "{ds}", "{out}"], 1),
+    (["copy", "--dimension-separator", "x", "{ds}", "{out}"], 2),
+    (["copy", "-k", "bogus", "{ds}", "{out}"], 2),
+    (["copy", "--for-netcdf-c", "x", "{ds}", "{out}"], 2),
+    (["copy", "--for-netcdf-c", "4.7.4", "{ds}", "{out}"], 1),
+    (["copy", "--for-netcdf-c", "4.9.99999999999", "{ds}", "{out}"], 1),
+    # gen
+    (["gen", "-k", "bogus", "-o", "{out}", "{cdl}"], 2),
+    (["gen", "--dimension-separator", "x", "-o", "{out}", "{cdl}"], 2),
+    (["gen", "-l", "java", "-o", "{out}", "{cdl}"], 2),
+    (["gen", "--for-netcdf-c", "x", "-o", "{out}", "{cdl}"], 2),
+    (["gen", "--for-netcdf-c", "4.7.4", "-o", "{out}", "{cdl}"], 1),
+    (["gen", "--for-netcdf-c", "4.9.99999999999", "-o", "{out}", "{cdl}"], 1),
+]
+
+
+@pytest.mark.parametrize("args, status", EXIT_STATUSES,
+                         ids=[" ".join(a[:3]) for a, _ in EXIT_STATUSES])
+def test_exit_status_of_every_option_value_follows_readmes_rule(nczarrfs, int_twins,
+                                                                 tmp_path, args, status):
+    _, store = int_twins
+    out = tmp_path / "out.file"
+    cdl = tmp_path / "x.cdl"
+    cdl.write_text(INT_CDL)
+    fill = {"ds": str(store), "out": str(out), "cdl": str(cdl)}
+    values = tmp_path / "one.bin"
+    values.write_bytes(b"\0" * 4)
+    extra = ["-i", str(values)] if args[0] == "put" else []
+    for key, value in fill.items():
+        args = [a.replace("{" + key + "}", value) for a in args]
+    r = nczarrfs(*args, *extra)
+    assert r.returncode == status, r.stderr
+    assert r.stdout == b""
+    assert not out.exists()

@@ -270,7 +270,7 @@ def test_copy_onto_a_dataset_holding_its_source_is_refused(nczarrfs, tmp_path, s
 
 
 @pytest.mark.parametrize("args, code, says", [
-    (["copy", "-d", "10", "{ds}", "{out}"], 1, "deflate level 10 is not between 0 and 9"),
+    (["copy", "-d", "10", "{ds}", "{out}"], 1, 'deflate level "10" is not from 0 to 9'),
     (["copy", "--codec", "zlib:10", "{ds}", "{out}"], 1, 'level "10" is not from 0 to 9'),
     (["copy", "--codec", "zlib:x", "{ds}", "{out}"], 2, 'level "x" is not a number'),
     (["get", "{ds}", "a", "--start", "99999999999999999999999,0"], 1, "is too large"),

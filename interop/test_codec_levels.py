@@ -239,3 +239,70 @@ def test_zarr_v3_blosc_clevel_zarr_python_reads(nczarrfs, tmp_path):
     res = nczarrfs("put", str(path), "b", "--start", "0", "--count", "1", "-i", str(one))
     assert res.returncode == 1 and b"codec blosc cannot encode" in res.stderr, res.stderr
     assert _stored(path / "b" / "c") == before
+
+
+# (codec zarr-python writes, parameter edited into `.zarray`, value): the edges where
+# numcodecs 0.16 decides by the parameter's type (a zstd checksum is any value's Python truth,
+# a zlib level must be an int, a blosc blocksize a C int) or lacks the compressor (snappy).
+WRITE_EDGES = [
+    (numcodecs.Zstd(level=1), "checksum", "yes"),
+    (numcodecs.Zstd(level=1), "checksum", ""),
+    (numcodecs.Zstd(level=1), "checksum", "0"),
+    (numcodecs.Zstd(level=1), "checksum", []),
+    (numcodecs.Zstd(level=1), "checksum", {}),
+    (numcodecs.Zstd(level=1), "checksum", {"a": 1}),
+    (numcodecs.Zstd(level=1), "checksum", None),
+    (numcodecs.Zlib(level=1), "level", "5"),
+    (numcodecs.Zlib(level=1), "level", 5.0),
+    (numcodecs.Zlib(level=1), "level", None),
+    (numcodecs.GZip(level=1), "level", "5"),
+    (numcodecs.GZip(level=1), "level", 5.0),
+    (numcodecs.Zlib(level=1), "level", True),
+    (numcodecs.Blosc(cname="lz4", clevel=5), "blocksize", 2**31 - 1),
+    (numcodecs.Blosc(cname="lz4", clevel=5), "blocksize", -2**31),
+    (numcodecs.Blosc(cname="lz4", clevel=5), "blocksize", 2**31),
+    (numcodecs.Blosc(cname="lz4", clevel=5), "blocksize", -2**31 - 1),
+    (numcodecs.Blosc(cname="lz4", clevel=5), "blocksize", 2**40),
+    (numcodecs.Blosc(cname="lz4", clevel=5), "cname", "snappy"),
+]
+
+
+@pytest.mark.parametrize("codec, key, value", WRITE_EDGES,
+                         ids=[f"{c.codec_id}-{k}-{v!r}" for c, k, v in WRITE_EDGES])
+def test_put_writes_where_zarr_python_writes(nczarrfs, tmp_path, codec, key, value):
+    """`put` writes to such a variable exactly where zarr-python (numcodecs 0.16) writes, and
+    what it writes zarr-python reads; where zarr-python refuses, `put` is refused and stores
+    nothing. Both read the variable either way."""
+    import shutil
+
+    path = tmp_path / "s.zarr"
+    root = zarr.open_group(str(path), mode="w", zarr_format=2)
+    arr = root.create_array("v", shape=(40,), chunks=(16,), dtype="<f8", compressors=codec,
+                            attributes={"_ARRAY_DIMENSIONS": ["x"]})
+    arr[:] = np.arange(40.0) % 7
+    _edit(path / "v" / ".zarray", key, value)
+    oracle = tmp_path / "oracle.zarr"
+    shutil.copytree(path, oracle)
+    try:
+        zarr.open_array(str(oracle / "v"), mode="r+")[3] = 99.0
+        zarr_python_writes = True
+    except Exception:  # noqa: BLE001 - numcodecs raises TypeError, OverflowError, ValueError
+        zarr_python_writes = False
+    before = _stored(path / "v")
+    res = nczarrfs("get", str(path), "v")
+    assert res.returncode == 0, res.stderr.decode()
+    assert np.frombuffer(res.stdout, "<f8").tolist() == (np.arange(40.0) % 7).tolist()
+    one = tmp_path / "one.bin"
+    one.write_bytes(np.float64(99.0).tobytes())
+    res = nczarrfs("put", str(path), "v", "--start", "3", "--count", "1", "-i", str(one))
+    assert (res.returncode == 0) == zarr_python_writes, res.stderr.decode()
+    want = np.arange(40.0) % 7
+    if zarr_python_writes:
+        want[3] = 99.0
+    else:
+        assert res.returncode == 1 and b"cannot encode" in res.stderr, res.stderr.decode()
+        assert _stored(path / "v") == before
+    assert zarr.open_array(str(path / "v"), mode="r")[...].tolist() == want.tolist()
+    # copy keeps the codec exactly where it can write with it.
+    res = nczarrfs("copy", "-k", "zarr", str(path), str(tmp_path / "copy.zarr"))
+    assert (res.returncode == 0) == zarr_python_writes, res.stderr.decode()

@@ -138,6 +138,17 @@ pub enum Error {
         /// What failed.
         reason: String,
     },
+    /// A codec parameter that is an integer, outside the values the codec takes (a zlib
+    /// level of 15); as [`Error::Codec`] in every other way, but told apart where a command
+    /// line option gave the codec (`--codec`: exit status 1, where a parameter of the wrong
+    /// type exits 2).
+    #[error("codec {codec} failed: {reason}")]
+    CodecOutOfRange {
+        /// The codec id.
+        codec: String,
+        /// Which parameter, its value and the values the codec accepts.
+        reason: String,
+    },
     /// A chunk decoded to the wrong number of bytes, or failed to decode.
     #[error("chunk {}: {reason}", quoted(key))]
     BadChunk {
@@ -213,6 +224,30 @@ pub enum Error {
     },
 }
 
+/// The refusal of a command line option's value, of one of the two kinds README's exit
+/// statuses tell apart, whichever option gives it and whether the command line parser or the
+/// command refuses it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OptionValueError {
+    /// A value of the wrong form (`--start a`, `--codec nope`, `dump -p x`): the command line
+    /// cannot be parsed, exit status 2.
+    #[error("{0}")]
+    WrongForm(String),
+    /// A value of the option's form outside its range (`copy -d 10`, `dump -p 21`, a number
+    /// past 2^64): exit status 1.
+    #[error("{0}")]
+    OutOfRange(String),
+}
+
+impl From<OptionValueError> for Error {
+    fn from(refusal: OptionValueError) -> Error {
+        match refusal {
+            OptionValueError::WrongForm(m) => Error::Usage(m),
+            OptionValueError::OutOfRange(m) => Error::Invalid(m),
+        }
+    }
+}
+
 impl Error {
     /// This error, as the refusal of a command line option's value ([`Error::Usage`]).
     pub fn into_usage(self) -> Error {
@@ -226,11 +261,13 @@ impl Error {
     /// [`Error::Unencodable`] of variable `var`.
     pub fn unencodable(self, var: &str) -> Error {
         match self {
-            Error::Codec { codec, reason } => Error::Unencodable {
-                var: var.to_string(),
-                codec,
-                reason,
-            },
+            Error::Codec { codec, reason } | Error::CodecOutOfRange { codec, reason } => {
+                Error::Unencodable {
+                    var: var.to_string(),
+                    codec,
+                    reason,
+                }
+            }
             other => other,
         }
     }

@@ -40,7 +40,8 @@ fn chains() -> Vec<(Vec<Value>, Value, usize)> {
             2,
         ),
     ];
-    for cname in ["blosclz", "lz4", "lz4hc", "zlib", "zstd", "snappy"] {
+    // numcodecs' compressors: snappy, which it lacks, is read but not written.
+    for cname in ["blosclz", "lz4", "lz4hc", "zlib", "zstd"] {
         for shuffle in [-1, 0, 1, 2] {
             out.push((
                 vec![],

@@ -619,7 +619,7 @@ impl<T> ChunkCache<T> {
                 // fail every later flush and hold back the chunk's other changes forever:
                 // they are dropped, and the chunk reads as stored again. Storage errors
                 // (a full disk, a server away) keep the chunk dirty for the next flush.
-                Err(e @ Error::Codec { .. }) => {
+                Err(e @ (Error::Codec { .. } | Error::CodecOutOfRange { .. })) => {
                     if inner
                         .lru
                         .peek(key)

@@ -1323,7 +1323,7 @@ impl ChunkEngine {
                     slot.copy_from_slice(&plan.fill);
                 }
             }
-            Ok(())
+            Ok::<(), Error>(())
         })?;
         Ok(others)
     }

@@ -20,7 +20,7 @@ use crate::create::{
     apply_mode_words, default_chunks, write_for_netcdf_c, Codecs, CreateOptions, Staging,
 };
 use crate::dataset::{OpenDataset, DEFAULT_CACHE_BYTES};
-use crate::error::quoted;
+use crate::error::{quoted, OptionValueError};
 use crate::location::{Location, Storage};
 use crate::meta::writer_v3::ShardIndex;
 use crate::model::{
@@ -61,7 +61,7 @@ pub struct CopyArgs {
     #[arg(short = 'c', long = "chunks", value_name = "SPEC")]
     pub chunks: Vec<String>,
     /// zlib level 0-9 for every variable (0 removes compression).
-    #[arg(short = 'd', long = "deflate", value_name = "N")]
+    #[arg(short = 'd', long = "deflate", value_name = "N", value_parser = parse_deflate_level)]
     pub deflate: Option<u32>,
     /// Add the shuffle filter where a variable is deflated: with `-d N` (N > 0) to every
     /// variable, else to each that is compressed with zlib or gzip, keeping its level.
@@ -149,15 +149,21 @@ const VARIABLE_LISTS: [&str; 2] = ["only_vars", "data_vars"];
 /// `-G` and `-g`, likewise.
 const GROUP_LISTS: [&str; 2] = ["only_groups", "data_groups"];
 
+/// `-d N`: a zlib level.
+fn parse_deflate_level(text: &str) -> std::result::Result<u32, OptionValueError> {
+    super::integer_in(text, "deflate level", 0..=9)
+}
+
 /// A size as nccopy reads `-h`: a decimal number (`strtod`'s) followed by nothing or by a
 /// multiplier whose first letter counts (`K` 10^3, `M` 10^6, `G` 10^9, `T` 10^12, `P` 10^15,
-/// either case, so `64MB` is 64 000 000 bytes).
-fn parse_nccopy_size(text: &str) -> std::result::Result<usize, String> {
+/// either case, so `64MB` is 64 000 000 bytes). A negative size, or one past the address
+/// space, is out of range.
+fn parse_nccopy_size(text: &str) -> std::result::Result<usize, OptionValueError> {
     let bad = || {
-        format!(
+        OptionValueError::WrongForm(format!(
             "{}: a size is a number with an optional K, M, G, T or P (such as 4194304 or 64M)",
             quoted(text)
-        )
+        ))
     };
     let number_end = text
         .find(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | 'e' | 'E' | '+' | '-')))
@@ -180,8 +186,18 @@ fn parse_nccopy_size(text: &str) -> std::result::Result<usize, String> {
         Some(_) => return Err(bad()),
     };
     let bytes = number * scale;
-    if !(0.0..=usize::MAX as f64).contains(&bytes) {
-        return Err(bad());
+    if bytes < 0.0 {
+        return Err(OptionValueError::OutOfRange(format!(
+            "size {} is negative",
+            quoted(text)
+        )));
+    }
+    if bytes > usize::MAX as f64 {
+        return Err(OptionValueError::OutOfRange(format!(
+            "size {} is too large (at most {} bytes)",
+            quoted(text),
+            usize::MAX
+        )));
     }
     // As nccopy converts it: the fraction of a byte goes.
     Ok(bytes as usize)
@@ -316,20 +332,24 @@ pub fn run(args: CopyArgs) -> Result<i32> {
     if let Some(version) = &args.for_netcdf_c {
         write_for_netcdf_c(&mut opts, version)?;
     }
-    if let Some(d) = args.deflate.filter(|d| *d > 9) {
-        return Err(Error::Invalid(format!(
-            "deflate level {d} is not between 0 and 9"
-        )));
-    }
     let codecs = match (&args.codec, args.deflate, args.shuffle) {
         (Some(c), _, _) => {
             let mut chain = Codecs::netcdf(None, args.shuffle, false).chain();
             let chosen = Codecs::parse(c)?;
             // A JSON list may give any parameter: one no codec can write with (a zlib level
             // of 15) is refused here, as `zlib:15` is, not at the first chunk.
+            // A parameter out of its range is a value refused, as `zlib:15` is; an unknown
+            // codec or a parameter of the wrong type is of the wrong form, as `nope` and
+            // `zlib:x` are.
             crate::codec::Pipeline::from_v2(&chosen.filters, chosen.compressor.as_ref(), 1)
                 .and_then(|p| p.check_encodable())
-                .map_err(|e| Error::Invalid(format!("invalid codec {}: {e}", quoted(c))))?;
+                .map_err(|e| {
+                    let said = format!("invalid codec {}: {e}", quoted(c));
+                    match e {
+                        Error::CodecOutOfRange { .. } => OptionValueError::OutOfRange(said),
+                        _ => OptionValueError::WrongForm(said),
+                    }
+                })?;
             chain.extend(chosen.chain());
             chain.extend(Codecs::netcdf(args.deflate.filter(|d| *d > 0), false, false).chain());
             Some(Codecs::from_chain(chain))
@@ -417,7 +437,9 @@ fn check_encodable(model: &Dataset) -> Result<()> {
         else {
             continue;
         };
-        if let Err(Error::Codec { codec, reason }) = pipeline.check_encodable() {
+        if let Err(Error::Codec { codec, reason } | Error::CodecOutOfRange { codec, reason }) =
+            pipeline.check_encodable()
+        {
             return Err(Error::Invalid(format!(
                 "variable {}: codec {codec} cannot encode: {reason}, so the copy cannot keep \
                  the source's codec: choose another with -d N (zlib) or --codec CHAIN",
@@ -979,10 +1001,37 @@ fn parse_chunk_specs(
     specs: &[String],
     repeats: DimensionLists,
 ) -> Result<Vec<ChunkSpec>> {
-    let lengths = |list: &str| -> Option<Vec<u64>> {
-        list.split(',')
-            .map(|n| n.trim().parse::<u64>().ok().filter(|n| *n > 0))
-            .collect()
+    // A chunk length: of the wrong form unless digits, out of range when 0 or past 2^64.
+    let length = |spec: &str, n: &str| -> std::result::Result<u64, OptionValueError> {
+        let n = n.trim();
+        if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(OptionValueError::WrongForm(format!(
+                "invalid {option} {}: length {} is not a number (forms: dim/n,dim2/m, dim/ \
+                 for the whole dimension, or var:n,m)",
+                quoted(spec),
+                quoted(n)
+            )));
+        }
+        n.parse::<u64>().ok().filter(|n| *n > 0).ok_or_else(|| {
+            OptionValueError::OutOfRange(format!(
+                "invalid {option} {}: length {} is not from 1 to {}",
+                quoted(spec),
+                quoted(n),
+                u64::MAX
+            ))
+        })
+    };
+    // The lengths of the variable form, `None` when `list` is not one of numbers.
+    let lengths = |spec: &str, list: &str| -> Option<Result<Vec<u64>>> {
+        let numbers = list.split(',').all(|n| {
+            let n = n.trim();
+            !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())
+        });
+        numbers.then(|| {
+            list.split(',')
+                .map(|n| length(spec, n).map_err(Error::from))
+                .collect()
+        })
     };
     let mut out = Vec::new();
     for spec in specs {
@@ -1006,9 +1055,9 @@ fn parse_chunk_specs(
         }
         let var_form = spec
             .rsplit_once(':')
-            .and_then(|(var, list)| Some((var, lengths(list)?)));
+            .and_then(|(var, list)| Some((var, lengths(spec, list)?)));
         if let Some((var, sizes)) = var_form {
-            out.push(ChunkSpec::Var(var.trim().to_string(), sizes));
+            out.push(ChunkSpec::Var(var.trim().to_string(), sizes?));
             continue;
         }
         if let Some((_, list)) = spec.rsplit_once(':') {
@@ -1031,7 +1080,7 @@ fn parse_chunk_specs(
             }
             let n = match n.trim() {
                 "" => None,
-                n => Some(n.parse::<u64>().ok().filter(|n| *n > 0).ok_or_else(bad)?),
+                n => Some(length(spec, n)?),
             };
             out.push(ChunkSpec::Dim(dim.to_string(), n));
         }
@@ -1448,8 +1497,23 @@ mod tests {
         ] {
             assert_eq!(parse_nccopy_size(text), Ok(bytes), "{text}");
         }
-        for bad in ["", "x", "4X", "-5", "4 M", "M"] {
-            assert!(parse_nccopy_size(bad).is_err(), "{bad}");
+        for bad in ["", "x", "4X", "4 M", "M"] {
+            assert!(
+                matches!(parse_nccopy_size(bad), Err(OptionValueError::WrongForm(_))),
+                "{bad}"
+            );
+        }
+        // Numbers, but no size: exit status 1, as `get --cache-size` past 2^64.
+        for (bad, says) in [
+            ("-5", "is negative"),
+            ("99999999999999999999", "is too large"),
+            ("1e300", "is too large"),
+            ("20000000000000P", "is too large"),
+        ] {
+            match parse_nccopy_size(bad) {
+                Err(OptionValueError::OutOfRange(m)) => assert!(m.contains(says), "{bad}: {m}"),
+                other => panic!("{bad}: {other:?}"),
+            }
         }
     }
 
@@ -1629,9 +1693,21 @@ mod tests {
                 ChunkSpec::Dim("w".into(), Some(5)),
             ]
         );
-        for bad in ["lat", "v:0", "v:2,x", "/5", "t/x", "t/0"] {
+        for bad in ["lat", "v:2,x", "/5", "t/x", "t/-1", "v:-1"] {
             match parse_chunk_specs("--chunks", &[bad.into()], DimensionLists::LastCounts) {
                 Err(Error::Usage(m)) => assert!(m.contains("dim/ for the whole"), "{bad}: {m}"),
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+        // Lengths of the right form out of range: exit status 1, as `get --stride 0`.
+        for bad in [
+            "v:0",
+            "t/0",
+            "v:2,99999999999999999999",
+            "t/99999999999999999999",
+        ] {
+            match parse_chunk_specs("--chunks", &[bad.into()], DimensionLists::LastCounts) {
+                Err(Error::Invalid(m)) => assert!(m.contains("is not from 1 to"), "{bad}: {m}"),
                 other => panic!("{bad}: {other:?}"),
             }
         }

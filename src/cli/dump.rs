@@ -4,7 +4,7 @@ use std::io::Write;
 
 use crate::cdl::writer::{dump, Annotate, DumpOptions};
 use crate::dataset::{OpenDataset, DEFAULT_CACHE_BYTES};
-use crate::error::quoted;
+use crate::error::{quoted, OptionValueError};
 use crate::{Error, Result};
 
 /// Arguments of `dump`. As in ncdump, an option given again replaces what it gave before
@@ -85,7 +85,7 @@ pub struct DumpArgs {
     pub dap_cache: bool,
     /// Accepted for ncdump's command lines; no effect: netcdf-c's internal log level
     /// (`ncdump -L n`, which ncdump too ignores unless netcdf-c was built with logging).
-    #[arg(short = 'L', value_name = "N", hide = true)]
+    #[arg(short = 'L', value_name = "N", hide = true, value_parser = parse_log_level)]
     pub netcdf_log_level: Option<u32>,
     /// Accepted for ncdump's command lines; no effect: `-Xm` (read into memory) and `-Xp`
     /// (which netcdf-c's ncdump accepts and ignores too).
@@ -93,6 +93,11 @@ pub struct DumpArgs {
     pub x_option: Option<char>,
     /// The dataset: a path (any bytes) or a URL.
     pub location: std::ffi::OsString,
+}
+
+/// `-L N`: any level netcdf-c's `nc_set_log_level` could take.
+fn parse_log_level(text: &str) -> std::result::Result<u32, OptionValueError> {
+    super::integer_in(text, "log level", 0..=u32::MAX)
 }
 
 /// ncdump's `-X` value: it looks at the first letter only.
@@ -107,7 +112,12 @@ fn parse_x_option(text: &str) -> std::result::Result<char, String> {
 pub fn run(args: DumpArgs) -> Result<i32> {
     super::refuse_empty_list("-v", "variable", &args.vars)?;
     super::refuse_empty_list("-g", "group", &args.groups)?;
-    let line_len = args.line_len.as_deref().map(parse_line_len).transpose()?;
+    let line_len = args
+        .line_len
+        .as_deref()
+        .map(parse_line_len)
+        .transpose()
+        .map_err(Error::from)?;
     let open = OpenDataset::open(&args.location, DEFAULT_CACHE_BYTES)?;
     if args.kind {
         let mut out = std::io::stdout().lock();
@@ -185,14 +195,19 @@ pub struct Precision {
 /// `-p F[,D]`, read as ncdump 4.9 reads it: F is the integer `strtol` reads at the start
 /// (what follows it is ignored unless it is `,`), D the one after that comma (what follows D,
 /// such as `,7`, is ignored); a text that starts with `,` gives neither (`-p ,5` changes
-/// nothing), and F without D leaves doubles alone.
-fn parse_precision(text: &str) -> std::result::Result<Precision, String> {
+/// nothing), and F without D leaves doubles alone. Where ncdump reads no digits (`x`, `3,`,
+/// `3,x`), the value is of the wrong form; digits outside 1 to 20 are out of range.
+fn parse_precision(text: &str) -> std::result::Result<Precision, OptionValueError> {
     let digits = |n: Option<i64>, what: &str| match n {
         Some(n) if (1..=MAX_DIGITS as i64).contains(&n) => Ok(n as usize),
-        _ => Err(format!(
+        Some(_) => Err(OptionValueError::OutOfRange(format!(
             "{}: {what} significant digits must be 1 to {MAX_DIGITS}",
             quoted(text)
-        )),
+        ))),
+        None => Err(OptionValueError::WrongForm(format!(
+            "{}: {what} significant digits must be a number from 1 to {MAX_DIGITS}",
+            quoted(text)
+        ))),
     };
     if text.is_empty() || text.starts_with(',') {
         return Ok(Precision {
@@ -200,8 +215,8 @@ fn parse_precision(text: &str) -> std::result::Result<Precision, String> {
             double: None,
         });
     }
-    let (float, rest) = strtol(text);
-    let float = digits(Some(float), "float")?;
+    let float = digits(strtol_digits(text), "float")?;
+    let (_, rest) = strtol(text);
     let double = match rest.strip_prefix(',') {
         // ncdump refuses a D without digits (`3,`, `3,x`) as 0.
         Some(d) => Some(digits(strtol_digits(d), "double")?),
@@ -334,13 +349,19 @@ fn parse_lang(text: &str) -> std::result::Result<Lang, String> {
     }
 }
 
-/// `-l LEN`, read as ncdump reads it (`strtol`: the leading integer, 0 when there is none)
-/// and refused in its words below the shortest length.
-fn parse_line_len(text: &str) -> Result<usize> {
-    let (n, _) = strtol(text);
+/// `-l LEN`, read as ncdump reads it (`strtol`: the leading integer) and refused in its
+/// words below the shortest length; a text without a leading integer (ncdump reads 0) is of
+/// the wrong form.
+fn parse_line_len(text: &str) -> std::result::Result<usize, OptionValueError> {
+    let n = strtol_digits(text).ok_or_else(|| {
+        OptionValueError::WrongForm(format!(
+            "line length {} is not a number (at least {MIN_LINE_LEN})",
+            quoted(text)
+        ))
+    })?;
     match usize::try_from(n) {
         Ok(n) if n >= MIN_LINE_LEN => Ok(n),
-        _ => Err(Error::Invalid(format!(
+        _ => Err(OptionValueError::OutOfRange(format!(
             "unreasonably small line length specified: {n}"
         ))),
     }
@@ -363,28 +384,34 @@ mod tests {
         assert_eq!(parse_precision("3x"), p(Some(3), None));
         assert_eq!(parse_precision("3,5x"), p(Some(3), Some(5)));
         assert_eq!(parse_precision(" 4, 6"), p(Some(4), Some(6)));
-        for bad in [
-            "0",
-            "21",
-            "3,0",
-            "3,",
-            "3,x",
-            "3,,5",
-            "a",
-            "-5",
-            "3,99999999999999999999",
-        ] {
-            assert!(parse_precision(bad).is_err(), "{bad}");
+        // Numbers out of 1..=20 are out of range; no number where one is due, the wrong form.
+        for bad in ["0", "21", "3,0", "-5", "3,99999999999999999999"] {
+            assert!(
+                matches!(parse_precision(bad), Err(OptionValueError::OutOfRange(_))),
+                "{bad}"
+            );
+        }
+        for bad in ["3,", "3,x", "3,,5", "a"] {
+            assert!(
+                matches!(parse_precision(bad), Err(OptionValueError::WrongForm(_))),
+                "{bad}"
+            );
         }
         assert_eq!(parse_line_len("10").ok(), Some(10));
         assert_eq!(parse_line_len("12x").ok(), Some(12));
         // ncdump's words, with the number strtol reads.
-        for (bad, n) in [("9", "9"), ("0", "0"), ("x", "0"), ("-5", "-5"), ("1", "1")] {
-            assert_eq!(
-                parse_line_len(bad).unwrap_err().to_string(),
-                format!("unreasonably small line length specified: {n}")
-            );
+        for (bad, n) in [("9", "9"), ("0", "0"), ("-5", "-5"), ("1", "1")] {
+            match parse_line_len(bad) {
+                Err(OptionValueError::OutOfRange(m)) => {
+                    assert_eq!(m, format!("unreasonably small line length specified: {n}"))
+                }
+                other => panic!("{bad}: {other:?}"),
+            }
         }
+        assert!(matches!(
+            parse_line_len("x"),
+            Err(OptionValueError::WrongForm(_))
+        ));
     }
 
     fn parse_dump(args: &[&str]) -> DumpArgs {

@@ -4,6 +4,7 @@ use std::io::Write;
 
 use clap::{Parser, Subcommand};
 
+use crate::error::{quoted, OptionValueError};
 use crate::Result;
 
 mod copy;
@@ -158,6 +159,58 @@ fn ncgen_mode_words(words: &str) -> Result<String> {
         .map(|words| words.join(","))
 }
 
+/// The message and exit status 1 of a command line the parser refused for a value that a
+/// value parser here found out of range ([`OptionValueError::OutOfRange`]), to be printed as
+/// the commands print theirs; `None` for every other refusal, which keeps clap's message and
+/// status (2 for a command line that cannot be parsed, 0 for `--help` and `--version`).
+pub fn parse_refusal(err: &clap::Error) -> Option<(String, i32)> {
+    use std::error::Error as _;
+    let out_of_range = err
+        .source()
+        .and_then(|s| s.downcast_ref::<OptionValueError>())
+        .filter(|v| matches!(v, OptionValueError::OutOfRange(_)))?;
+    let option = match err.get(clap::error::ContextKind::InvalidArg) {
+        Some(clap::error::ContextValue::String(arg)) => arg.clone(),
+        _ => "an option".to_string(),
+    };
+    Some((format!("invalid value for {option}: {out_of_range}"), 1))
+}
+
+/// An integer option value within `range`: text that is no integer (an optional sign, then
+/// decimal digits) is of the wrong form, an integer outside `range` (of however many digits)
+/// out of range; `what` names the value in the messages.
+pub fn integer_in<T>(
+    text: &str,
+    what: &str,
+    range: std::ops::RangeInclusive<T>,
+) -> std::result::Result<T, OptionValueError>
+where
+    T: TryFrom<i128> + PartialOrd + std::fmt::Display + Copy,
+{
+    let trimmed = text.trim();
+    let digits = trimmed.strip_prefix(['-', '+']).unwrap_or(trimmed);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(OptionValueError::WrongForm(format!(
+            "{what} {} is not an integer",
+            quoted(text)
+        )));
+    }
+    // Too many digits for an i128 is out of every range here too.
+    trimmed
+        .parse::<i128>()
+        .ok()
+        .and_then(|n| T::try_from(n).ok())
+        .filter(|n| range.contains(n))
+        .ok_or_else(|| {
+            OptionValueError::OutOfRange(format!(
+                "{what} {} is not from {} to {}",
+                quoted(text),
+                range.start(),
+                range.end()
+            ))
+        })
+}
+
 /// Refuses a list option (`-v`, `-g`, ...) given only empty names: `-v "$VARS"` with `VARS`
 /// unset would otherwise select nothing, silently (ncdump and nccopy crash on it).
 fn refuse_empty_list(flag: &str, what: &str, list: &Option<Vec<String>>) -> crate::Result<()> {
@@ -215,8 +268,9 @@ fn without_default_fill_in_zarr_v2(var: &mut crate::model::Variable) {
 
 /// The command line of this process, parsed. Where clap refuses an argument that is not
 /// UTF-8 it does not say which one: this names every such argument, so that a name or
-/// option value is told apart from the paths that may be any bytes. Other parse errors (and
-/// `--help`) print and exit as clap prints them.
+/// option value is told apart from the paths that may be any bytes. A value out of range
+/// exits 1 (see [`parse_refusal`]); other parse errors (and `--help`) print and exit as clap
+/// prints them.
 pub fn parse() -> Cli {
     match Cli::try_parse() {
         Ok(cli) => cli,
@@ -228,7 +282,13 @@ pub fn parse() -> Cli {
             );
             std::process::exit(2)
         }
-        Err(e) => e.exit(),
+        Err(e) => match parse_refusal(&e) {
+            Some((message, status)) => {
+                let _ = writeln!(std::io::stderr(), "nczarrfs: {message}");
+                std::process::exit(status)
+            }
+            None => e.exit(),
+        },
     }
 }
 
@@ -405,6 +465,59 @@ mod tests {
         assert!(kind(&["-4", "-k", "nc7", "x.cdl"]).is_err());
         assert!(kind(&["-k", "nc4", "-7", "x.cdl"]).is_err());
         assert!(kind(&["-4", "-3", "x.cdl"]).is_err());
+    }
+
+    #[test]
+    fn integers_of_the_wrong_form_and_out_of_range_are_told_apart() {
+        assert_eq!(integer_in("7", "n", 0..=9u32), Ok(7));
+        assert_eq!(integer_in("+7", "n", 0..=9u32), Ok(7));
+        for wrong in ["", "x", "7x", "-", "1.5", "0x10"] {
+            assert!(
+                matches!(
+                    integer_in(wrong, "n", 0..=9u32),
+                    Err(OptionValueError::WrongForm(_))
+                ),
+                "{wrong}"
+            );
+        }
+        let past_i128 = "9".repeat(50);
+        for out in ["10", "-1", "99999999999999999999", &past_i128] {
+            assert!(
+                matches!(
+                    integer_in(out, "n", 0..=9u32),
+                    Err(OptionValueError::OutOfRange(_))
+                ),
+                "{out}"
+            );
+        }
+    }
+
+    /// The exit status of a command line the parser refuses, as `main` takes it.
+    fn parse_status(args: &[&str]) -> i32 {
+        let err = Cli::try_parse_from(["nczarrfs"].iter().chain(args).copied()).unwrap_err();
+        parse_refusal(&err).map_or(err.exit_code(), |(_, status)| status)
+    }
+
+    #[test]
+    fn parser_refusals_exit_1_out_of_range_and_2_of_the_wrong_form() {
+        assert_eq!(parse_status(&["copy", "-d", "10", "a", "b"]), 1);
+        assert_eq!(
+            parse_status(&["copy", "-d", "99999999999999999999", "a", "b"]),
+            1
+        );
+        assert_eq!(parse_status(&["copy", "-d", "x", "a", "b"]), 2);
+        assert_eq!(
+            parse_status(&["copy", "-h", "99999999999999999999", "a", "b"]),
+            1
+        );
+        assert_eq!(parse_status(&["copy", "-h", "4X", "a", "b"]), 2);
+        assert_eq!(parse_status(&["dump", "-p", "21", "a"]), 1);
+        assert_eq!(parse_status(&["dump", "-p", "x", "a"]), 2);
+        assert_eq!(
+            parse_status(&["dump", "-L", "99999999999999999999", "a"]),
+            1
+        );
+        assert_eq!(parse_status(&["dump", "--bogus", "a"]), 2);
     }
 
     #[test]

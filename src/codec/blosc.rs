@@ -8,8 +8,10 @@ use super::{too_large, Codec, Config, EncodingParam};
 use crate::error::quoted;
 use crate::{Error, Result};
 
-/// The compressors c-blosc 1.x may be built with (all are enabled in this build).
-const CNAMES: [&str; 6] = ["blosclz", "lz4", "lz4hc", "zlib", "zstd", "snappy"];
+/// The compressors numcodecs' blosc compresses with. c-blosc here is built with `snappy`
+/// too, which decompresses chunks other tools wrote (a buffer's header names its
+/// compressor), but numcodecs, and so zarr-python, neither writes nor reads it.
+const CNAMES: [&str; 5] = ["blosclz", "lz4", "lz4hc", "zlib", "zstd"];
 
 /// numcodecs' `AUTOSHUFFLE`: bit-shuffle for 1-byte items, byte-shuffle otherwise.
 const AUTOSHUFFLE: i64 = -1;
@@ -106,7 +108,7 @@ impl Settings {
         let cname = cfg.string("cname", "lz4")?;
         if !CNAMES.contains(&cname) {
             return Err(cfg.error(format!(
-                "unknown blosc compressor {} (c-blosc has {})",
+                "unknown blosc compressor {} (numcodecs' blosc has {})",
                 quoted(cname),
                 CNAMES.join(", ")
             )));
@@ -130,9 +132,11 @@ impl Settings {
             AUTOSHUFFLE => 1,
             s => s,
         };
-        // numcodecs passes any integer on to the same c-blosc, which takes a size_t and
-        // bounds a forced block size itself: a negative one is converted as C converts it.
-        let blocksize = cfg.opt_int("blocksize")?.unwrap_or(0) as usize;
+        // numcodecs passes a C int on to the same c-blosc, which takes a size_t and bounds a
+        // forced block size itself: a negative one is converted as C converts it. Python
+        // refuses to make a C int of a value beyond one ("OverflowError").
+        let c_int_range = i64::from(c_int::MIN)..=i64::from(c_int::MAX);
+        let blocksize = cfg.int_in("blocksize", 0, c_int_range)? as usize;
         Ok(Settings {
             cname,
             clevel: c_int::try_from(clevel).map_err(|_| cfg.error("bad clevel"))?,
@@ -232,11 +236,52 @@ mod tests {
     #[test]
     fn any_blocksize_numcodecs_writes_with_is_written_with() {
         let data: Vec<u8> = (0..4000u32).flat_map(|i| (i % 13).to_le_bytes()).collect();
-        for blocksize in [-1i64, -5, 0, 256, i64::from(i32::MAX) + 1] {
+        for blocksize in [-1i64, -5, 0, 256, i32::MAX.into(), i32::MIN.into()] {
             let b = blosc(json!({"id": "blosc", "blocksize": blocksize}), 4).unwrap();
             b.check_encodable().unwrap();
             let stored = b.encode(data.clone()).unwrap();
             assert_eq!(b.decode(stored).unwrap(), data, "blocksize {blocksize}");
+        }
+        // numcodecs 0.16.6 cannot make a C int of these ("OverflowError"): read, not written.
+        let stored = blosc(json!({"id": "blosc"}), 4)
+            .unwrap()
+            .encode(data.clone())
+            .unwrap();
+        for blocksize in [i64::from(i32::MAX) + 1, i64::from(i32::MIN) - 1, 1 << 40] {
+            let b = blosc(json!({"id": "blosc", "blocksize": blocksize}), 4).unwrap();
+            assert!(
+                matches!(b.check_encodable(), Err(Error::CodecOutOfRange { .. })),
+                "{blocksize}"
+            );
+            assert_eq!(b.decode(stored.clone()).unwrap(), data, "{blocksize}");
+        }
+    }
+
+    #[test]
+    fn snappy_chunks_are_read_but_not_written() {
+        // numcodecs 0.16.6's blosc refuses "snappy" ("bad compressor or compressor not
+        // supported"); chunks c-blosc made with it still decompress.
+        let data: Vec<u8> = (0..4000u32).flat_map(|i| (i % 13).to_le_bytes()).collect();
+        let snappy_writer = Blosc {
+            settings: EncodingParam::from(Ok(Settings {
+                cname: CString::new("snappy").unwrap(),
+                clevel: 5,
+                shuffle: 1,
+                blocksize: 0,
+                typesize: 4,
+            })),
+        };
+        let stored = snappy_writer.encode(data.clone()).unwrap();
+        let b = blosc(json!({"id": "blosc", "cname": "snappy"}), 4).unwrap();
+        assert_eq!(b.decode(stored).unwrap(), data);
+        match b.check_encodable() {
+            Err(Error::Codec { reason, .. }) => {
+                assert!(
+                    reason.contains("unknown blosc compressor \"snappy\""),
+                    "{reason}"
+                )
+            }
+            other => panic!("{other:?}"),
         }
     }
 
@@ -323,7 +368,9 @@ mod tests {
             assert_eq!(b.decode_into(&stored, &mut out).unwrap(), data.len());
             for err in [b.check_encodable(), b.encode(data.clone()).map(|_| ())] {
                 match err {
-                    Err(Error::Codec { codec, reason }) => {
+                    Err(
+                        Error::Codec { codec, reason } | Error::CodecOutOfRange { codec, reason },
+                    ) => {
                         assert_eq!(codec, "blosc");
                         assert!(reason.contains(says), "{config}: {reason}");
                     }

@@ -8,11 +8,11 @@ use super::{compressed_bound, read_bounded, Codec, Config, EncodingParam};
 use crate::{Error, Result};
 
 /// A numcodecs level (-1 is zlib's default) as a flate2 compression setting: Python's zlib
-/// takes -1 to 9, and fails to compress with another level but decompresses whatever level
+/// takes an integer from -1 to 9 (not `"5"` nor `5.0`), and fails to compress with another level but decompresses whatever level
 /// the metadata gives, as numcodecs (so zarr-python) reads it.
 fn level(cfg: &Config<'_>) -> EncodingParam<Compression> {
     // numcodecs' default level is 1 for both codecs.
-    cfg.encoding_int_in("level", 1, -1..=9)
+    cfg.encoding_strict_int_in("level", 1, -1..=9)
         .map(|level| Ok(u32::try_from(level).map_or(Compression::default(), Compression::new)))
 }
 

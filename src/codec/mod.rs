@@ -535,6 +535,14 @@ impl Config<'_> {
         }
     }
 
+    /// An error naming this codec, for an integer parameter outside the values it takes.
+    pub fn out_of_range(&self, reason: impl Into<String>) -> Error {
+        Error::CodecOutOfRange {
+            codec: self.id.to_string(),
+            reason: reason.into(),
+        }
+    }
+
     /// An integer parameter; `None` when absent or `null`.
     pub fn opt_int(&self, key: &str) -> Result<Option<i64>> {
         let v = match self.params.get(key) {
@@ -570,7 +578,7 @@ impl Config<'_> {
     ) -> Result<i64> {
         let n = self.opt_int(key)?.unwrap_or(default);
         if !range.contains(&n) {
-            return Err(self.error(format!(
+            return Err(self.out_of_range(format!(
                 "parameter {} = {n} is outside {}..={}",
                 quoted(key),
                 range.start(),
@@ -589,6 +597,44 @@ impl Config<'_> {
         range: std::ops::RangeInclusive<i64>,
     ) -> EncodingParam<i64> {
         EncodingParam::from(self.int_in(key, default, range))
+    }
+
+    /// Like [`Config::encoding_int_in`], for a parameter numcodecs passes to a Python
+    /// function that takes only an integer (`zlib.compress`'s level): a JSON integer or
+    /// boolean, `default` when absent; `null`, a string or a float (`5.0`) is refused for
+    /// encoding, as Python refuses it there ("'float' object cannot be interpreted as an
+    /// integer").
+    pub fn encoding_strict_int_in(
+        &self,
+        key: &str,
+        default: i64,
+        range: std::ops::RangeInclusive<i64>,
+    ) -> EncodingParam<i64> {
+        let strict = match self.params.get(key) {
+            None => Ok(()),
+            Some(Value::Bool(_)) => Ok(()),
+            Some(Value::Number(n)) if n.is_i64() || n.is_u64() => Ok(()),
+            Some(v) => Err(self.error(format!(
+                "parameter {} is not an integer: {}",
+                quoted(key),
+                capped(&v.to_string())
+            ))),
+        };
+        EncodingParam::from(strict.and_then(|()| self.int_in(key, default, range)))
+    }
+
+    /// A parameter's truth value as Python takes it (numcodecs' `bool(checksum)`): `null`,
+    /// `false`, 0, `""`, `[]` and `{}` are false, any other value true; `default` when absent.
+    pub fn truth(&self, key: &str, default: bool) -> bool {
+        match self.params.get(key) {
+            None => default,
+            Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(Value::Number(n)) => n.as_f64().is_some_and(|f| f != 0.0),
+            Some(Value::String(s)) => !s.is_empty(),
+            Some(Value::Array(a)) => !a.is_empty(),
+            Some(Value::Object(o)) => !o.is_empty(),
+        }
     }
 
     /// A string parameter, `default` when absent.
@@ -614,21 +660,19 @@ impl Config<'_> {
 pub struct EncodingParam<T>(std::result::Result<T, EncodingParamError>);
 
 /// Why an [`EncodingParam`] cannot be used: the codec and the reason of its
-/// [`Error::Codec`].
+/// [`Error::Codec`], or [`Error::CodecOutOfRange`] when `out_of_range`.
 #[derive(Debug, Clone)]
 struct EncodingParamError {
     codec: String,
     reason: String,
+    out_of_range: bool,
 }
 
 impl<T> EncodingParam<T> {
     /// The value, or the [`Error::Codec`] naming the codec, the parameter and the values it
     /// may take.
     pub fn get(&self) -> Result<&T> {
-        self.0.as_ref().map_err(|e| Error::Codec {
-            codec: e.codec.clone(),
-            reason: e.reason.clone(),
-        })
+        self.0.as_ref().map_err(|e| e.clone().into_error())
     }
 
     /// The value made into another, or this parameter's error.
@@ -639,9 +683,10 @@ impl<T> EncodingParam<T> {
 
 impl EncodingParamError {
     fn into_error(self) -> Error {
-        Error::Codec {
-            codec: self.codec,
-            reason: self.reason,
+        let (codec, reason) = (self.codec, self.reason);
+        match self.out_of_range {
+            true => Error::CodecOutOfRange { codec, reason },
+            false => Error::Codec { codec, reason },
         }
     }
 }
@@ -649,10 +694,20 @@ impl EncodingParamError {
 impl<T> From<Result<T>> for EncodingParam<T> {
     fn from(parsed: Result<T>) -> Self {
         EncodingParam(parsed.map_err(|e| match e {
-            Error::Codec { codec, reason } => EncodingParamError { codec, reason },
+            Error::Codec { codec, reason } => EncodingParamError {
+                codec,
+                reason,
+                out_of_range: false,
+            },
+            Error::CodecOutOfRange { codec, reason } => EncodingParamError {
+                codec,
+                reason,
+                out_of_range: true,
+            },
             other => EncodingParamError {
                 codec: "?".to_string(),
                 reason: other.to_string(),
+                out_of_range: false,
             },
         }))
     }
@@ -748,7 +803,7 @@ mod tests {
         }
         // A shuffle's element size is needed to decode: a bad one refuses the chain.
         let err = Pipeline::from_v2(&[json!({"id": "shuffle", "elementsize": -1})], None, 4);
-        assert!(matches!(err, Err(Error::Codec { ref codec, .. }) if codec == "shuffle"));
+        assert!(matches!(err, Err(Error::CodecOutOfRange { ref codec, .. }) if codec == "shuffle"));
     }
 
     #[test]
@@ -789,9 +844,19 @@ mod tests {
                 "= 10 is outside 1..=9",
             ),
             (
-                json!({"id": "zstd", "level": 3, "checksum": "yes"}),
-                json!({"id": "zstd"}),
-                "\"checksum\" is not an integer",
+                json!({"id": "zlib", "level": "5"}),
+                json!({"id": "zlib"}),
+                "\"level\" is not an integer",
+            ),
+            (
+                json!({"id": "zlib", "level": 5.0}),
+                json!({"id": "zlib"}),
+                "\"level\" is not an integer",
+            ),
+            (
+                json!({"id": "gzip", "level": null}),
+                json!({"id": "gzip"}),
+                "\"level\" is not an integer",
             ),
             (
                 json!({"id": "zstd", "level": "high"}),
@@ -827,7 +892,9 @@ mod tests {
             ];
             for err in refusals {
                 match err {
-                    Err(Error::Codec { codec, reason }) => {
+                    Err(
+                        Error::Codec { codec, reason } | Error::CodecOutOfRange { codec, reason },
+                    ) => {
                         assert_eq!(codec, id);
                         assert!(reason.contains(says), "{bad}: {reason}");
                     }
@@ -842,7 +909,10 @@ mod tests {
         // Zarr v3 spellings go through the same codecs.
         let v3 = [json!({"name": "gzip", "configuration": {"level": 15}})];
         let p = Pipeline::from_v3(&v3, 4).unwrap();
-        assert!(matches!(p.check_encodable(), Err(Error::Codec { .. })));
+        assert!(matches!(
+            p.check_encodable(),
+            Err(Error::CodecOutOfRange { .. })
+        ));
     }
 
     #[test]

@@ -47,7 +47,7 @@ fn decompress<R>(
 #[derive(Debug, Clone)]
 pub struct Zstd {
     level: EncodingParam<i32>,
-    checksum: EncodingParam<bool>,
+    checksum: bool,
 }
 
 /// The level a stored zstd `level` means. netcdf-c stores a negative level as its unsigned
@@ -82,8 +82,8 @@ impl Zstd {
     /// From `{"id": "zstd", "level": N, "checksum": false}`. Decompressing ignores the
     /// level, so any integer is read, as numcodecs reads it: netcdf-c's unsigned form of a
     /// negative level means that level ([`zstd_level_meant`]), and libzstd clamps a level beyond
-    /// its range when compressing, as [`Codec::encode`] does here. A `checksum` that is not
-    /// a boolean or an integer stops only encoding.
+    /// its range when compressing, as [`Codec::encode`] does here. `checksum` is the Python
+    /// truth value of whatever it holds, as numcodecs takes it.
     pub fn from_config(cfg: &Config<'_>) -> Result<Self> {
         let level = cfg
             .encoding_int_in("level", 0, i64::MIN..=i64::MAX)
@@ -91,10 +91,8 @@ impl Zstd {
                 let meant = zstd_level_meant(level);
                 Ok(meant.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32)
             });
-        // numcodecs takes the flag's truth value: any integer but 0 asks for checksums.
-        let checksum = cfg
-            .encoding_int_in("checksum", 0, i64::MIN..=i64::MAX)
-            .map(|flag| Ok(flag != 0));
+        // numcodecs takes the flag's Python truth value, whatever its type.
+        let checksum = cfg.truth("checksum", false);
         Ok(Zstd { level, checksum })
     }
 }
@@ -105,8 +103,7 @@ impl Codec for Zstd {
     }
 
     fn check_encodable(&self) -> Result<()> {
-        self.level.get()?;
-        self.checksum.get().map(|_| ())
+        self.level.get().map(|_| ())
     }
 
     fn decode(&self, input: Vec<u8>) -> Result<Vec<u8>> {
@@ -139,7 +136,7 @@ impl Codec for Zstd {
             zstd::zstd_safe::max_c_level(),
         );
         let mut c = zstd::bulk::Compressor::new(level).map_err(codec_error)?;
-        if *self.checksum.get()? {
+        if self.checksum {
             c.set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(true))
                 .map_err(codec_error)?;
         }
@@ -270,8 +267,23 @@ mod tests {
 
     #[test]
     fn checksum_flag_is_written_and_checked() {
-        // numcodecs 0.16.6's Zstd(checksum=5) writes checksums, Zstd(checksum=0) none.
-        for (flag, written) in [(json!(5), true), (json!(-1), true), (json!(0), false)] {
+        // numcodecs 0.16.6's Zstd(checksum=5) writes checksums, Zstd(checksum=0) none: it
+        // takes the flag's Python truth value, of any type.
+        for (flag, written) in [
+            (json!(5), true),
+            (json!(-1), true),
+            (json!(0), false),
+            (json!("yes"), true),
+            (json!("0"), true),
+            (json!(""), false),
+            (json!([]), false),
+            (json!([0]), true),
+            (json!({}), false),
+            (json!({"a": 1}), true),
+            (json!(null), false),
+            (json!(0.0), false),
+            (json!(0.5), true),
+        ] {
             let z = zstd(json!({"id": "zstd", "level": 3, "checksum": flag}));
             let enc = z.encode(vec![7u8; 100]).unwrap();
             assert_eq!(enc[4] & 0x04 != 0, written, "{flag}");

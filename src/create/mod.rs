@@ -76,9 +76,12 @@ pub fn write_for_netcdf_c(opts: &mut CreateOptions, version: &str) -> Result<()>
                 .into(),
         ));
     }
-    // A release that is no version at all cannot be parsed; one that is, may have no layout.
-    let is_version =
-        version.split('.').count() == 3 && version.split('.').all(|p| p.parse::<u32>().is_ok());
+    // A release that is no version at all cannot be parsed; one that is (three numbers, of
+    // any size), may have no layout.
+    let is_version = version.split('.').count() == 3
+        && version
+            .split('.')
+            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
     opts.layout = NczarrLayout::for_netcdf_c(version).map_err(match is_version {
         true => Error::Invalid,
         false => Error::Usage,

@@ -1794,3 +1794,18 @@ fn a_stored_spelling_survives_changes_of_other_nodes_in_the_summary_too() {
         w.close().unwrap();
     }
 }
+
+#[test]
+fn a_netcdf_c_release_out_of_range_is_a_value_refused_and_no_version_a_usage_error() {
+    let refusal = |version: &str| {
+        let mut opts = CreateOptions::default();
+        write_for_netcdf_c(&mut opts, version).unwrap_err()
+    };
+    // Three numbers are a version, however large; a release without a layout exits 1.
+    for version in ["4.8.0", "4.7.4", "4.9.99999999999", "99999999999.0.0"] {
+        assert!(matches!(refusal(version), Error::Invalid(_)), "{version}");
+    }
+    for version in ["x", "4.9", "4.9.x", "4..2", "4.9.2.1", "4.9.-1"] {
+        assert!(matches!(refusal(version), Error::Usage(_)), "{version}");
+    }
+}
