@@ -263,6 +263,10 @@ WRITE_EDGES = [
     (numcodecs.Blosc(cname="lz4", clevel=5), "blocksize", 2**31),
     (numcodecs.Blosc(cname="lz4", clevel=5), "blocksize", -2**31 - 1),
     (numcodecs.Blosc(cname="lz4", clevel=5), "blocksize", 2**40),
+    (numcodecs.Blosc(cname="lz4", clevel=5), "blocksize", 5.5),
+    (numcodecs.Blosc(cname="lz4", clevel=5), "blocksize", 1e12),
+    (numcodecs.Blosc(cname="lz4", clevel=5), "blocksize", "5"),
+    (numcodecs.Blosc(cname="lz4", clevel=5), "blocksize", None),
     (numcodecs.Blosc(cname="lz4", clevel=5), "cname", "snappy"),
 ]
 

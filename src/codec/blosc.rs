@@ -5,7 +5,9 @@ use std::ffi::CString;
 use std::os::raw::{c_int, c_void};
 
 use super::{too_large, Codec, Config, EncodingParam};
-use crate::error::quoted;
+use serde_json::Value;
+
+use crate::error::{capped, quoted};
 use crate::{Error, Result};
 
 /// The compressors numcodecs' blosc compresses with. c-blosc here is built with `snappy`
@@ -134,9 +136,31 @@ impl Settings {
         };
         // numcodecs passes a C int on to the same c-blosc, which takes a size_t and bounds a
         // forced block size itself: a negative one is converted as C converts it. Python
-        // refuses to make a C int of a value beyond one ("OverflowError").
+        // refuses to make a C int of a value beyond one ("OverflowError"), or of a string or
+        // None ("TypeError: an integer is required"); a float it truncates, as int() does.
         let c_int_range = i64::from(c_int::MIN)..=i64::from(c_int::MAX);
-        let blocksize = cfg.int_in("blocksize", 0, c_int_range)? as usize;
+        let blocksize = match cfg.params.get("blocksize") {
+            Some(Value::Number(n)) if !(n.is_i64() || n.is_u64()) => {
+                let truncated = n.as_f64().unwrap_or(f64::NAN).trunc();
+                if !(truncated >= i64::from(c_int::MIN) as f64
+                    && truncated <= i64::from(c_int::MAX) as f64)
+                {
+                    return Err(cfg.error(format!(
+                        "parameter \"blocksize\" = {n} is outside {}..={}",
+                        c_int::MIN,
+                        c_int::MAX
+                    )));
+                }
+                truncated as i64
+            }
+            Some(v @ (Value::String(_) | Value::Null)) => {
+                return Err(cfg.error(format!(
+                    "parameter \"blocksize\" is not an integer: {}",
+                    capped(&v.to_string())
+                )))
+            }
+            _ => cfg.int_in("blocksize", 0, c_int_range)?,
+        } as usize;
         Ok(Settings {
             cname,
             clevel: c_int::try_from(clevel).map_err(|_| cfg.error("bad clevel"))?,
@@ -253,6 +277,23 @@ mod tests {
                 matches!(b.check_encodable(), Err(Error::CodecOutOfRange { .. })),
                 "{blocksize}"
             );
+            assert_eq!(b.decode(stored.clone()).unwrap(), data, "{blocksize}");
+        }
+        // A float is truncated as Python's int() truncates it ("5.5" writes as 5); a string
+        // and null are a TypeError there, and 1e12 an OverflowError.
+        for (blocksize, writes) in [
+            (json!(5.5), true),
+            (json!(-1.0), true),
+            (json!(1e12), false),
+            (json!("5"), false),
+            (json!(null), false),
+        ] {
+            let b = blosc(json!({"id": "blosc", "blocksize": blocksize}), 4).unwrap();
+            assert_eq!(b.check_encodable().is_ok(), writes, "{blocksize}");
+            if writes {
+                let stored = b.encode(data.clone()).unwrap();
+                assert_eq!(b.decode(stored).unwrap(), data, "{blocksize}");
+            }
             assert_eq!(b.decode(stored.clone()).unwrap(), data, "{blocksize}");
         }
     }
