@@ -246,3 +246,33 @@ def test_a_lone_surrogate_in_an_attribute_name_keeps_the_dataset_read_only(mount
     assert "lone UTF-16 surrogate" in log.read_text()
     umount_and_wait(mnt)
     assert sorted(zarr.open_group(str(store), mode="r")["v"].attrs) == before
+
+
+def test_a_zip_archive_named_at_name_max_takes_writes_on_a_rw_mount(mounter, binary, tmp_path):
+    """A rw mount rewrites a zip archive through hidden files beside it named after it: for
+    an archive of 255 bytes those names are cut and hashed, still names the file system
+    takes, and none is left behind. zarr-python reads what was written."""
+    import numpy as np
+    import zarr
+
+    stem = "s" * (NAME_MAX - len(".zip"))
+    cdl = tmp_path / "x.cdl"
+    cdl.write_text("netcdf x {\ndimensions:\n\td = 4 ;\nvariables:\n\tint v(d) ;\n"
+                   "data:\n v = 1, 2, 3, 4 ;\n}\n")
+    data = tmp_path / "data"
+    data.mkdir()
+    archive = data / f"{stem}.zip"
+    subprocess.run([str(binary), "gen", "-o", str(archive), str(cdl)], check=True)
+    mnt = mounter.mount(str(archive), "rw")
+    with open(mnt / "v" / "data", "r+b") as f:
+        f.seek(4)
+        f.write(np.array([20, 30], "<i4").tobytes())
+        f.flush()
+        os.fsync(f.fileno())
+    (mnt / "g").mkdir()
+    umount_and_wait(mnt)
+    assert os.listdir(data) == [archive.name]
+    root = zarr.open_group(zarr.storage.ZipStore(str(archive), mode="r"), path=stem,
+                           mode="r", zarr_format=2)
+    assert root["v"][:].tolist() == [1, 20, 30, 4]
+    assert isinstance(root["g"], zarr.Group)
