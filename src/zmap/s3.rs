@@ -17,8 +17,8 @@
 //!
 //! A failed request is retried after 100 ms, then after delays drawn at random that double
 //! on average (at most 15 s apart; five retries take about 3 s), until the retries or
-//! `NCZARRFS_S3_TIMEOUT` are used up: a server that went away fails a read after about that
-//! long. A server that refuses connections is asked again by the next read, however long the
+//! `NCZARRFS_S3_TIMEOUT` are used up: a server that went away fails a read after that long,
+//! and at most the connect timeout more, which one check request takes to name the cause. A server that refuses connections is asked again by the next read, however long the
 //! retries of one request took: a refused connection is not a stall. A request that stalls
 //! until its time runs out, with nothing answered since it was sent, has the server checked
 //! with a HEAD request that must be answered within the connect timeout (requests wait for
@@ -42,7 +42,7 @@ use object_store::{
 };
 
 use super::aws_config::{self, AwsSettings, EnvLookup};
-use super::s3_health::{Admit, Health, Outcome};
+use super::s3_health::{Admission, Admit, Health, Outcome};
 use super::{validate_key, validate_prefix, Feed, ZMap};
 use crate::error::quoted;
 use crate::location::S3Location;
@@ -417,22 +417,7 @@ impl S3Map {
         // sleeps before a retry, and the retry itself, may run past it: the operation as a
         // whole is held to the documented limit here.
         let Ok(result) = tokio::time::timeout(self.operation_limit, request).await else {
-            // Stalled or still failing (refused, 5xx) and backing off: the check that a
-            // stall starts tells the two apart.
-            if self
-                .health
-                .record(admission, Outcome::Stalled, Instant::now())
-            {
-                self.check_server();
-            }
-            return Err(Error::Storage {
-                key: key.to_string(),
-                reason: format!(
-                    "{}: no answer within {} s, retries included (NCZARRFS_S3_TIMEOUT)",
-                    self.description,
-                    self.operation_limit.as_secs()
-                ),
-            });
+            return Err(self.ran_out_of_retries(key, admission).await);
         };
         let outcome = match &result {
             Ok(_) => Outcome::Answered,
@@ -442,6 +427,41 @@ impl S3Map {
             self.check_server();
         }
         Ok(result)
+    }
+
+    /// The error of an operation on `key` whose retries were cut at `NCZARRFS_S3_TIMEOUT`,
+    /// while a request stalled or between retries of requests that failed. One check
+    /// request, without retries and limited to the connect timeout, says which: its answer
+    /// (a refused connection, an error status) is named in the error and recorded as the
+    /// request's outcome, and no answer counts as a stall.
+    async fn ran_out_of_retries(&self, key: &str, admission: Admission<'_>) -> Error {
+        let path = Path::from(self.prefix.as_str());
+        let answer = tokio::time::timeout(self.check_limit, self.check_store.head(&path)).await;
+        let (outcome, now) = match &answer {
+            Ok(Ok(_)) => (
+                Outcome::Answered,
+                "the server answers a check now".to_string(),
+            ),
+            Ok(Err(e)) => (
+                outcome_of(e, false),
+                redact(&describe_error(e, self.signed), &self.secrets),
+            ),
+            Err(_) => (
+                Outcome::Stalled,
+                format!("nor a check within {} s", self.check_limit.as_secs().max(1)),
+            ),
+        };
+        if self.health.record(admission, outcome, Instant::now()) {
+            self.check_server();
+        }
+        Error::Storage {
+            key: key.to_string(),
+            reason: format!(
+                "{}: not done within {} s, retries included (NCZARRFS_S3_TIMEOUT); {now}",
+                self.description,
+                self.operation_limit.as_secs()
+            ),
+        }
     }
 
     /// Sends the check request [`Health::record`] asked for, in the background: a HEAD of the
@@ -1196,7 +1216,8 @@ mod tests {
         .unwrap();
         let err = map.get(".zgroup").unwrap_err().to_string();
         assert!(
-            err.contains("no answer within 1 s, retries included (NCZARRFS_S3_TIMEOUT)"),
+            err.contains("not done within 1 s, retries included (NCZARRFS_S3_TIMEOUT);")
+                && err.contains("Connection refused"),
             "{err}"
         );
     }
