@@ -980,8 +980,11 @@ impl DatasetWriter {
         // The objects under `new` are copies made here, not by a rewrite of the metadata;
         // what is known of those under `old` goes at the rewrite, which no longer names them.
         self.stored_meta.forget_under(new);
+        let mut node_objects: Vec<String> = Vec::new();
         let copied = self.engine.invalidate(old).and_then(|()| {
-            for key in in_copy_order(keys_under(self.map.as_ref(), old)?) {
+            let keys = in_copy_order(keys_under(self.map.as_ref(), old)?);
+            node_objects = keys.iter().filter(|k| is_node_object(k)).cloned().collect();
+            for key in keys {
                 let rest = &key[old.len()..];
                 if let Some(value) = self.map.get(&key)? {
                     self.map.put(&format!("{new}{rest}"), &value)?;
@@ -995,11 +998,13 @@ impl DatasetWriter {
             self.undo_new_prefix(new, before);
             return Err(e);
         }
-        // The objects that make `old` a node go first: a crash while the rest are deleted
-        // leaves objects no reader takes for a node, not a node missing some of its chunks.
-        let deleted = NODE_OBJECTS
+        // The objects that make nodes of `old` and of everything under it go first, the
+        // shallowest first: a crash while the rest are deleted leaves objects that no reader
+        // takes for an array (by its own path either), not one missing some of its chunks.
+        node_objects.sort_by_key(|key| key.matches('/').count());
+        let deleted = node_objects
             .iter()
-            .try_for_each(|leaf| self.map.delete(&join_key(&[old, leaf])))
+            .try_for_each(|key| self.map.delete(key))
             .and_then(|()| self.map.delete(old))
             .and_then(|()| self.map.flush());
         if let Err(e) = deleted {
@@ -1461,6 +1466,11 @@ fn v3_root_is_consolidated(map: &dyn ZMap) -> Result<bool> {
 /// NCZarr 1.0.
 const NODE_OBJECTS: [&str; 5] = [".zarray", ".zgroup", "zarr.json", ".nczarray", ".nczgroup"];
 
+/// Whether `key` names one of the [`NODE_OBJECTS`].
+fn is_node_object(key: &str) -> bool {
+    NODE_OBJECTS.contains(&key.rsplit('/').next().unwrap_or(key))
+}
+
 /// The keys of a node in the order a rename copies them: chunks and other objects first, then
 /// attributes, then the objects that make a node of a prefix, the deepest first. Until the
 /// last of them is stored no reader sees the new node, nor a subgroup or array of it with
@@ -1470,7 +1480,7 @@ fn in_copy_order(mut keys: Vec<String>) -> Vec<String> {
     keys.sort_by_key(|key| {
         let leaf = key.rsplit('/').next().unwrap_or(key);
         let rank = match leaf {
-            _ if NODE_OBJECTS.contains(&leaf) => 2,
+            _ if is_node_object(key) => 2,
             ".zattrs" | ".nczattrs" | ".zmetadata" => 1,
             _ => 0,
         };
