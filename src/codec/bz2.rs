@@ -21,11 +21,12 @@ pub struct Bz2 {
 
 impl Bz2 {
     /// From `{"id": "bz2", "level": N}` (numcodecs' default is 1). Python's bz2 compresses
-    /// with levels 1 to 9 only; the level plays no part in decompressing, so another one
-    /// stops only encoding, as numcodecs reads it.
+    /// with integer levels 1 to 9 only (`5.0`, `"5"` and `null` are a TypeError); the level
+    /// plays no part in decompressing, so another one stops only encoding, as numcodecs
+    /// reads it.
     pub fn from_config(cfg: &Config<'_>) -> Result<Self> {
         let level = cfg
-            .encoding_int_in("level", 1, 1..=9)
+            .encoding_strict_int_in("level", 1, 1..=9)
             .map(|level| u32::try_from(level).map_err(|_| cfg.error("bad level")));
         Ok(Bz2 { level })
     }

@@ -3,7 +3,9 @@
 use std::cell::RefCell;
 
 use super::{compressed_bound, read_bounded, too_large, Codec, Config, EncodingParam};
+use crate::error::capped;
 use crate::{Error, Result};
+use serde_json::Value;
 
 thread_local! {
     // A decompression context holds ~100 KiB of tables; reusing one per thread saves an
@@ -85,12 +87,20 @@ impl Zstd {
     /// its range when compressing, as [`Codec::encode`] does here. `checksum` is the Python
     /// truth value of whatever it holds, as numcodecs takes it.
     pub fn from_config(cfg: &Config<'_>) -> Result<Self> {
-        let level = cfg
-            .encoding_int_in("level", 0, i64::MIN..=i64::MAX)
-            .map(|level| {
-                let meant = zstd_level_meant(level);
-                Ok(meant.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32)
-            });
+        // numcodecs hands the level to a C int: a string or None is a TypeError there.
+        let level = match cfg.params.get("level") {
+            Some(v @ (Value::String(_) | Value::Null)) => {
+                EncodingParam::from(Err(cfg.error(format!(
+                    "parameter \"level\" is not an integer: {}",
+                    capped(&v.to_string())
+                ))))
+            }
+            _ => cfg.encoding_int_in("level", 0, i64::MIN..=i64::MAX),
+        };
+        let level = level.map(|level| {
+            let meant = zstd_level_meant(level);
+            Ok(meant.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32)
+        });
         // numcodecs takes the flag's Python truth value, whatever its type.
         let checksum = cfg.truth("checksum", false);
         Ok(Zstd { level, checksum })
