@@ -448,3 +448,50 @@ def test_unmount_with_the_server_gone_fails_loudly(private_s3s, binary, tmp_path
     assert "flush" in text and private_s3s.endpoint in text, text
     private_s3s.start()
     assert _objects(client, prefix) == stored
+
+
+@pytest.mark.parametrize("server", ["moto", "s3s"])
+def test_rename_of_a_group_with_many_chunks_and_odd_names(server, binary, tmp_path):
+    """`mv` of a group holding a subgroup and 600 chunks, their names holding characters S3
+    clients are tempted to encode (space, `#`, `%`, `[`): the server copies every object to
+    the new keys exactly, nothing stays under the old name, and netcdf-c reads the values at
+    the new name. (No `%` followed by two hex digits: s3s-fs lists such a key decoded, `h%20`
+    as `h `, so no client could read it back from its listing.)"""
+    import netCDF4
+
+    endpoint, key, secret, client = _server(server)
+    env = _env(tmp_path, key, secret, NCZARRFS_S3_RETRIES="2")
+    local = tmp_path / "ds.file"
+    values = np.arange(500, dtype="<i4") * 3
+    deeper = np.arange(100, dtype="<f8") / 4
+    with netCDF4.Dataset(f"file://{local}#mode=nczarr,file", "w") as nc:
+        g = nc.createGroup("g #1")
+        g.createDimension("n", 500)
+        v = g.createVariable("v[%] x", "i4", ("n",), chunksizes=(1,))
+        v[:] = values
+        h = g.createGroup("h%_2")
+        h.createDimension("m", 100)
+        w = h.createVariable("w", "f8", ("m",), chunksizes=(1,))
+        w[:] = deeper
+    prefix = f"rename-{uuid.uuid4().hex}/ds.file"
+    stored = [p for p in sorted(local.rglob("*")) if p.is_file()]
+    for path in stored:
+        client.put_object(Bucket=BUCKET, Key=f"{prefix}/{path.relative_to(local)}",
+                          Body=path.read_bytes())
+    under_old = [p for p in stored if p.relative_to(local).parts[0] == "g #1"]
+    assert len(under_old) > 600
+    location = f"{endpoint}/{BUCKET}/{prefix}#mode=nczarr,s3"
+    with RwMount(binary, env, location, tmp_path / "mnt", tmp_path / "mount.log") as m:
+        (m.mnt / "g #1").rename(m.mnt / "moved %[x]#")
+        assert (m.mnt / "moved %[x]#" / "v[%] x" / "data").read_bytes() == values.tobytes()
+        assert m.unmount() == 0, (tmp_path / "mount.log").read_text()
+    keys = list(_objects(client, prefix))
+    assert not [k for k in keys if k.startswith(f"{prefix}/g #1/")]
+    moved = [k for k in keys if k.startswith(f"{prefix}/moved %[x]#/")]
+    assert len(moved) == len(under_old), (len(moved), len(under_old))
+    with netCDF4.Dataset(f"file://{_download(client, prefix, tmp_path / 'dl')}"
+                         "#mode=nczarr,file") as nc:
+        assert list(nc.groups) == ["moved %[x]#"]
+        g = nc.groups["moved %[x]#"]
+        assert np.asarray(g["v[%] x"][:]).tolist() == values.tolist()
+        assert np.asarray(g.groups["h%_2"]["w"][:]).tolist() == deeper.tolist()

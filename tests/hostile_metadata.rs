@@ -35,7 +35,7 @@ fn fixture(rel: &str) -> PathBuf {
 type Store = BTreeMap<String, Vec<u8>>;
 
 fn load_map(map: &dyn ZMap) -> Store {
-    nczarrfs::create::keys_under(map, "")
+    map.keys_under("")
         .expect("list the store")
         .into_iter()
         .map(|k| {

@@ -16,7 +16,6 @@
 use crate::location::{Format, Mode};
 use crate::meta::writer::{Dialect, WriteOptions};
 use crate::model::{CodecSpec, Dataset, GroupId, NczarrLayout, VarId, Variable};
-use crate::zmap::{join_key, ZMap};
 use crate::{Error, Result};
 
 mod claim;
@@ -337,34 +336,6 @@ pub fn check_attr_name(target: AttrTarget, name: &str) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-/// Every content-bearing key at or under `prefix`.
-pub fn keys_under(map: &dyn ZMap, prefix: &str) -> Result<Vec<String>> {
-    let mut out = Vec::new();
-    let mut stack = vec![prefix.to_string()];
-    while let Some(p) = stack.pop() {
-        let children = map.search(&p)?;
-        if children.is_empty() {
-            // A listing just answered, so an error here is about this one key: s3s-fs, for
-            // one, fails a HEAD of a key that is an empty folder on its disk. Nothing is
-            // stored under it, and an object of exactly that name is no node's.
-            let is_object = !p.is_empty()
-                && map.exists(&p).unwrap_or_else(|e| {
-                    log::debug!("{}: {p:?} taken for absent: {e}", map.describe());
-                    false
-                });
-            if is_object {
-                out.push(p);
-            }
-            continue;
-        }
-        for c in children {
-            stack.push(join_key(&[&p, &c]));
-        }
-    }
-    out.sort();
-    Ok(out)
 }
 
 #[cfg(test)]

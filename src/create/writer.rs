@@ -20,8 +20,7 @@ use crate::{meta, zmap, Error, Result};
 use super::codecs::{check_numcodecs_chain, for_netcdf_c, string_shuffle, without_shuffle};
 use super::{
     check_attr_name, check_key_name, check_key_names, check_name, check_storable, default_chunks,
-    keys_under, AttrTarget, Codecs, CreateOptions, Fill, VarOptions, NETCDF_MAXSTRLEN,
-    WRITER_CACHE_BYTES,
+    AttrTarget, Codecs, CreateOptions, Fill, VarOptions, NETCDF_MAXSTRLEN, WRITER_CACHE_BYTES,
 };
 
 /// What [`DatasetWriter::grow_dim_for_write`] changed: a dimension's length before, and the
@@ -361,7 +360,10 @@ impl DatasetWriter {
         }
         // Objects already there (strays of another program) would be taken for the group's.
         let prefix = self.model.group_path(g).join("/");
-        let stray = keys_under(self.map.as_ref(), &prefix).map(|keys| keys.into_iter().next());
+        let stray = self
+            .map
+            .keys_under(&prefix)
+            .map(|keys| keys.into_iter().next());
         if !matches!(stray, Ok(None)) {
             self.model = before;
             let stray = stray?.unwrap_or_default();
@@ -452,7 +454,7 @@ impl DatasetWriter {
         let Err(e) = undone else {
             return;
         };
-        match keys_under(self.map.as_ref(), new) {
+        match self.map.keys_under(new) {
             Ok(keys) if keys.is_empty() => {}
             Ok(keys) => log::warn!(
                 "{}: objects that the failed change stored under {new:?} stay ({}): {e}",
@@ -958,7 +960,7 @@ impl DatasetWriter {
     /// Objects already under `new` (strays of another program, or of a crash) would be taken
     /// for the renamed node's: the rename is then refused.
     fn move_prefix(&mut self, old: &str, new: &str, before: Dataset) -> Result<()> {
-        let stray = match keys_under(self.map.as_ref(), new) {
+        let stray = match self.map.keys_under(new) {
             Ok(keys) => keys.into_iter().next(),
             Err(e) => {
                 self.model = before;
@@ -982,13 +984,17 @@ impl DatasetWriter {
         self.stored_meta.forget_under(new);
         let mut node_objects: Vec<String> = Vec::new();
         let copied = self.engine.invalidate(old).and_then(|()| {
-            let keys = in_copy_order(keys_under(self.map.as_ref(), old)?);
+            let keys = self.map.keys_under(old)?;
             node_objects = keys.iter().filter(|k| is_node_object(k)).cloned().collect();
-            for key in keys {
-                let rest = &key[old.len()..];
-                if let Some(value) = self.map.get(&key)? {
-                    self.map.put(&format!("{new}{rest}"), &value)?;
-                }
+            for phase in copy_phases(keys) {
+                let pairs: Vec<(String, String)> = phase
+                    .into_iter()
+                    .map(|key| {
+                        let renamed = format!("{new}{}", &key[old.len()..]);
+                        (key, renamed)
+                    })
+                    .collect();
+                self.map.copy_many(&pairs)?;
             }
             self.meta_dirty = true;
             self.write_meta()?;
@@ -1001,14 +1007,14 @@ impl DatasetWriter {
         // The objects that make nodes of `old` and of everything under it go first, the
         // shallowest first: a crash while the rest are deleted leaves objects that no reader
         // takes for an array (by its own path either), not one missing some of its chunks.
-        node_objects.sort_by_key(|key| key.matches('/').count());
-        let deleted = node_objects
-            .iter()
-            .try_for_each(|key| self.map.delete(key))
+        let deleted = copy_phases(node_objects)
+            .into_iter()
+            .rev()
+            .try_for_each(|depth| self.map.delete_objects(&depth))
             .and_then(|()| self.map.delete(old))
             .and_then(|()| self.map.flush());
         if let Err(e) = deleted {
-            match keys_under(self.map.as_ref(), old) {
+            match self.map.keys_under(old) {
                 // Deleted, but not made durable (a zip archive not rewritten): the next flush
                 // stores it.
                 Ok(keys) if keys.is_empty() => log::warn!(
@@ -1471,20 +1477,23 @@ fn is_node_object(key: &str) -> bool {
     NODE_OBJECTS.contains(&key.rsplit('/').next().unwrap_or(key))
 }
 
-/// The keys of a node in the order a rename copies them: chunks and other objects first, then
-/// attributes, then the objects that make a node of a prefix, the deepest first. Until the
-/// last of them is stored no reader sees the new node, nor a subgroup or array of it with
-/// some of its chunks still missing: a crash while copying leaves objects that no reader
-/// takes for a node (and that stop a later node of that name, as any stray objects do).
-fn in_copy_order(mut keys: Vec<String>) -> Vec<String> {
-    keys.sort_by_key(|key| {
-        let leaf = key.rsplit('/').next().unwrap_or(key);
-        let rank = match leaf {
-            _ if is_node_object(key) => 2,
-            ".zattrs" | ".nczattrs" | ".zmetadata" => 1,
-            _ => 0,
+/// The keys of a node in the groups a rename copies them in, one group after the other:
+/// chunks and other objects first, then attributes, then the objects that make a node of a
+/// prefix, the deepest first. Until the last of them is stored no reader sees the new node,
+/// nor a subgroup or array of it with some of its chunks still missing: a crash while copying
+/// leaves objects that no reader takes for a node (and that stop a later node of that name,
+/// as any stray objects do). Within a group the order does not matter.
+fn copy_phases(keys: Vec<String>) -> Vec<Vec<String>> {
+    let mut phases: std::collections::BTreeMap<(u8, std::cmp::Reverse<usize>), Vec<String>> =
+        std::collections::BTreeMap::new();
+    for key in keys {
+        let leaf = key.rsplit('/').next().unwrap_or(&key);
+        let phase = match leaf {
+            _ if is_node_object(&key) => (2, std::cmp::Reverse(key.matches('/').count())),
+            ".zattrs" | ".nczattrs" | ".zmetadata" => (1, std::cmp::Reverse(0)),
+            _ => (0, std::cmp::Reverse(0)),
         };
-        (rank, std::cmp::Reverse(key.matches('/').count()))
-    });
-    keys
+        phases.entry(phase).or_default().push(key);
+    }
+    phases.into_values().collect()
 }

@@ -305,6 +305,35 @@ pub trait ZMap: Send + Sync + Debug {
     /// `prefix/name` is a content-bearing key or a prefix of one. Sorted, without duplicates.
     fn search(&self, prefix: &str) -> Result<Vec<String>>;
 
+    /// Every content-bearing key under `prefix` (`""` for the whole map), sorted: the keys
+    /// that begin with `prefix/`, or `prefix` itself when it is an object with nothing under
+    /// it. The default walks [`ZMap::search`] down the tree, one listing per prefix; maps
+    /// that list a whole prefix at once (S3, a thousand keys per request) do that instead.
+    fn keys_under(&self, prefix: &str) -> Result<Vec<String>> {
+        walk_keys_under(self, prefix)
+    }
+
+    /// Copies the object at each `(from, to)` pair's `from` to its `to`, each copy stored as
+    /// [`ZMap::put`] stores, in no particular order; a `from` that holds nothing is skipped.
+    /// Fails with the first error, after the copies in flight have ended. The default reads
+    /// and stores one object after the other; S3 has the server copy them, up to
+    /// [`ZMap::concurrent_gets`] at a time, without their bytes passing through here.
+    fn copy_many(&self, pairs: &[(String, String)]) -> Result<()> {
+        for (from, to) in pairs {
+            if let Some(value) = self.get(from)? {
+                self.put(to, &value)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes the objects at `keys`, each of them an object and not a prefix of others, as
+    /// [`ZMap::delete`] removes one. The default deletes one after the other; S3 sends up to
+    /// a thousand in one request.
+    fn delete_objects(&self, keys: &[String]) -> Result<()> {
+        keys.iter().try_for_each(|key| self.delete(key))
+    }
+
     /// Makes every completed `put`/`delete` durable (a zip map rewrites its archive here).
     fn flush(&self) -> Result<()> {
         Ok(())
@@ -400,6 +429,35 @@ pub(crate) fn through_links(path: &std::path::Path) -> Result<std::path::PathBuf
         &path,
         std::io::Error::from_raw_os_error(libc::ELOOP),
     ))
+}
+
+/// [`ZMap::keys_under`] by walking [`ZMap::search`] from `prefix` down.
+fn walk_keys_under<M: ZMap + ?Sized>(map: &M, prefix: &str) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    let mut stack = vec![prefix.to_string()];
+    while let Some(p) = stack.pop() {
+        let children = map.search(&p)?;
+        if children.is_empty() {
+            // A listing just answered, so an error here is about this one key: s3s-fs, for
+            // one, fails a HEAD of a key that is an empty folder on its disk. Nothing is
+            // stored under it, and an object of exactly that name is no node's.
+            if !p.is_empty() && map.exists(&p).unwrap_or_else(|e| absent(map, &p, &e)) {
+                out.push(p);
+            }
+            continue;
+        }
+        for c in children {
+            stack.push(join_key(&[&p, &c]));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Logs why `key`, whose existence could not be checked, is taken for absent.
+fn absent<M: ZMap + ?Sized>(map: &M, key: &str, error: &Error) -> bool {
+    log::debug!("{}: {key:?} taken for absent: {error}", map.describe());
+    false
 }
 
 /// Joins key segments with `/`, skipping empty ones.

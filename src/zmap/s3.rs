@@ -347,6 +347,18 @@ impl S3Map {
         })
     }
 
+    /// The key of a listed object path: the path under the dataset's key prefix.
+    fn key_of(&self, location: &Path) -> Option<String> {
+        let location = location.as_ref();
+        if self.prefix.is_empty() {
+            return Some(location.to_string());
+        }
+        let key = location
+            .strip_prefix(self.prefix.as_str())?
+            .strip_prefix('/')?;
+        Some(key.to_string())
+    }
+
     fn check_writable(&self, key: &str) -> Result<()> {
         if self.read_only {
             return Err(Error::NotPermitted(format!(
@@ -503,24 +515,6 @@ impl S3Map {
             Err(object_store::Error::AlreadyExists { .. }) => Ok(false),
             Err(e) => Err(self.error(key, &e)),
         }
-    }
-
-    /// Deletes the objects at `keys` (exactly those: no key is taken as a prefix), up to a
-    /// thousand per request; a missing object is no error.
-    pub fn delete_objects(&self, keys: &[String]) -> Result<()> {
-        self.check_writable(keys.first().map_or("", String::as_str))?;
-        let paths = keys
-            .iter()
-            .map(|key| self.path_of(key))
-            .collect::<Result<Vec<Path>>>()?;
-        let Some(first) = keys.first() else {
-            return Ok(());
-        };
-        let deletion = self
-            .store
-            .delete_stream(futures_util::stream::iter(paths.into_iter().map(Ok)).boxed())
-            .try_for_each(|_| async { Ok(()) });
-        block_on(self.request(first, deletion))??.map_err(|e| self.error(first, &e))
     }
 
     /// A whole-object GET; `Ok(None)` if the object does not exist. An object longer than
@@ -998,6 +992,62 @@ impl ZMap for S3Map {
                 .await
         };
         block_on(self.request(key, deletion))??.map_err(|e| self.error(key, &e))
+    }
+
+    fn keys_under(&self, prefix: &str) -> Result<Vec<String>> {
+        let path = self.path_of_prefix(prefix)?;
+        let listing = self
+            .store
+            .list(path.as_ref())
+            .map_ok(|meta| meta.location)
+            .try_collect::<Vec<Path>>();
+        let locations =
+            block_on(self.request(prefix, listing))??.map_err(|e| self.error(prefix, &e))?;
+        let mut keys: Vec<String> = locations
+            .iter()
+            .filter_map(|location| self.key_of(location))
+            .collect();
+        // As the default walk does, for the same reason (s3s-fs).
+        let is_object = |key| {
+            self.exists(key)
+                .unwrap_or_else(|e| super::absent(self, key, &e))
+        };
+        if keys.is_empty() && !prefix.is_empty() && is_object(prefix) {
+            keys.push(prefix.to_string());
+        }
+        keys.sort();
+        Ok(keys)
+    }
+
+    fn copy_many(&self, pairs: &[(String, String)]) -> Result<()> {
+        let copies = pairs.iter().map(|(from, to)| async move {
+            self.check_writable(to)?;
+            let (source, target) = (self.path_of(from)?, self.path_of(to)?);
+            match self.request(to, self.store.copy(&source, &target)).await? {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                Err(e) => Err(self.error(to, &e)),
+            }
+        });
+        let all = futures_util::stream::iter(copies)
+            .buffer_unordered(self.concurrency)
+            .collect::<Vec<Result<()>>>();
+        block_on(all)?.into_iter().collect()
+    }
+
+    fn delete_objects(&self, keys: &[String]) -> Result<()> {
+        self.check_writable(keys.first().map_or("", String::as_str))?;
+        let paths = keys
+            .iter()
+            .map(|key| self.path_of(key))
+            .collect::<Result<Vec<Path>>>()?;
+        let Some(first) = keys.first() else {
+            return Ok(());
+        };
+        let deletion = self
+            .store
+            .delete_stream(futures_util::stream::iter(paths.into_iter().map(Ok)).boxed())
+            .try_for_each(|_| async { Ok(()) });
+        block_on(self.request(first, deletion))??.map_err(|e| self.error(first, &e))
     }
 
     fn search(&self, prefix: &str) -> Result<Vec<String>> {
