@@ -172,19 +172,9 @@ impl TimeUnits {
     /// The time units of a variable with these `units` and `calendar` attributes, or `None`
     /// when ncdump would not print its values as dates.
     pub fn parse(units: &str, calendar: Option<&str>) -> Option<TimeUnits> {
-        let mut words = units.split_ascii_whitespace();
-        let unit_word = words.next()?;
-        // `<unit> since <base>`: "since" must stand as a word after the unit.
-        let rest = units.trim_start().strip_prefix(unit_word)?.trim_start();
-        let after = rest.strip_prefix("since")?.trim_start();
-        let mut base_words = after.split_ascii_whitespace();
-        let first = base_words.next()?;
+        let (unit_word, base_text) = split_units(units)?;
         let unit = unit_of(unit_word)?;
         let calendar = Calendar::from_attribute(calendar)?;
-        let base_text = match base_words.next() {
-            Some(second) => format!("{first} {second}"),
-            None => first.to_string(),
-        };
         Some(TimeUnits {
             calendar,
             unit,
@@ -225,6 +215,34 @@ impl TimeUnits {
             }
         }
     }
+}
+
+/// The unit word and the base date of `<unit> since <base>`, as cdtime's `cdParseRelunits`
+/// reads them: the base is the word after `since` and the one after that, if any (`"2000-01-01
+/// 12:00"`); a first word holding ISO 8601's `T` is read up to the `T` instead, the time being
+/// what follows the `T` (`"2000-01-01T12:00Z"` is `"2000-01-01 12:00Z"`; nothing before the `T`
+/// is the default base, 1979). `None` without a base.
+fn split_units(units: &str) -> Option<(&str, String)> {
+    let unit_word = units.split_ascii_whitespace().next()?;
+    // `since` must stand as a word after the unit; blanks after it are optional (C's
+    // `sscanf(units, "%s since %s %s", ...)`).
+    let rest = units.trim_start().strip_prefix(unit_word)?.trim_start();
+    let after = rest.strip_prefix("since")?.trim_start();
+    let mut words = after.split_ascii_whitespace();
+    let first = words.next()?;
+    let base = match first.find('T') {
+        // cdtime's second reading, `"%s since %[^T]T%s"`: `%[^T]` must read something.
+        Some(0) => "1979".to_string(),
+        Some(t) => match after[t + 1..].split_ascii_whitespace().next() {
+            Some(time) => format!("{} {time}", &first[..t]),
+            None => first[..t].to_string(),
+        },
+        None => match words.next() {
+            Some(second) => format!("{first} {second}"),
+            None => first.to_string(),
+        },
+    };
+    Some((unit_word, base))
 }
 
 /// cdtime's unit words: a prefix or an abbreviation, tried in this order.
@@ -551,8 +569,33 @@ mod tests {
         assert!(TimeUnits::parse("m", None).is_none());
         assert!(TimeUnits::parse("days after 2000-01-01", None).is_none());
         assert!(TimeUnits::parse("Days since 2000-01-01", None).is_none());
+        assert!(TimeUnits::parse("days since", None).is_none());
         assert!(TimeUnits::parse("days since 2000-01-01", Some("none")).is_none());
         assert_eq!(fmt("days since 2000-01-01", None, f64::NAN), "NaN");
+    }
+
+    #[test]
+    fn iso_t_separates_the_base_date_from_its_time_as_in_ncdump() {
+        // Expected texts from Debian's `ncdump -t` (netcdf 4.9.0) of the value 1.25.
+        for (units, want) in [
+            ("days since 2000-01-01T12:00:00Z", "\"2000-01-02 18\""),
+            ("days since 2000-01-01T12", "\"2000-01-02 18\""),
+            (
+                "hours since 2000-01-01T06:30:15 UTC",
+                "\"2000-01-01 07:45:15\"",
+            ),
+            // Nothing before the `T`: cdtime's default base year.
+            ("days since T12", "\"1979-01-02 06\""),
+            // The time is the word after the `T`, blanks between them or not.
+            ("days since 2000-01-01T", "\"2000-01-02 06\""),
+            ("days since 2000-01-01T 06:00", "\"2000-01-02 12\""),
+            // A `T` after the time of day is no separator.
+            ("days since 2000-01-01 12:00T5", "\"2000-01-02 18\""),
+            // Nor is a lower-case `t`.
+            ("days since 2000-01-01t12", "\"2000-01-02 06\""),
+        ] {
+            assert_eq!(fmt(units, None, 1.25), want, "{units}");
+        }
     }
 
     proptest::proptest! {
