@@ -26,10 +26,13 @@ import twins
 from conftest import SEED
 
 COUNT = int(os.environ.get("NCZARRFS_TIMES_COUNT", "40"))
+# ncdump matches calendar names and unit words in any case.
 CALENDARS = [None, "standard", "gregorian", "proleptic_gregorian", "noleap", "365_day",
-             "all_leap", "366_day", "360_day", "julian", "no_leap", "allleap"]
+             "all_leap", "366_day", "360_day", "julian", "no_leap", "allleap", "NOLEAP",
+             "Julian", "360_DAY", "Proleptic_Gregorian", "ALL_LEAP", "Standard"]
 UNITS = ["seconds", "second", "sec", "s", "minutes", "min", "mn", "hours", "hour", "hr",
-         "days", "day", "dy", "weeks", "wk", "months", "month", "mo", "seasons", "years", "yr"]
+         "days", "day", "dy", "weeks", "wk", "months", "month", "mo", "seasons", "years", "yr",
+         "DAYS", "Hours", "SECONDS", "Min", "MO", "Years", "WK", "S"]
 TYPES = ["f8", "f4", "i4", "i2", "i8", "u2", "i1", "u4"]
 
 
@@ -54,6 +57,7 @@ def _base(rng: np.random.Generator) -> str:
 
 def _values(rng: np.random.Generator, dtype: str, unit: str, n: int) -> np.ndarray:
     info = np.iinfo(dtype) if dtype[0] in "iu" else None
+    unit = unit.lower()
     scale = {"s": 1e8, "m": 1e6}.get(unit[0], 1e4)
     if unit.startswith(("mo", "sea", "y")):
         scale = 300
@@ -178,19 +182,24 @@ def test_values_that_are_no_time_print_as_plain_dump_prints_them(nczarrfs, tmp_p
     assert f'd:valid_range = 1., {big_attr} ; // "2000-01-02", {big_attr}\n' in text, text
 
 
-# Units ncdump reads in ways the random draw above may miss: the base date's time after ISO
-# 8601's `T` (with or without a zone, a blank after the `T`, nothing before it, which is
-# cdtime's default base year 1979).
+# Units and calendars ncdump reads in ways the random draw above may miss: the base date's
+# time after ISO 8601's `T` (with or without a zone, a blank after the `T`, nothing before
+# it, which is cdtime's default base year 1979), unit words and calendar names in any case,
+# and a capitalized `Since`, which is no time in both.
 TABLE_UNITS = ["days since 2000-01-01T12:00:00Z", "days since 2000-01-01T12",
                "hours since 2000-01-01T06:30:15 UTC", "days since 2000-01-01T12:30",
                "days since 2000-01-01T12:00:00+05:00", "days since 2000-01-01T",
                "days since 2000-01-01T 06:00", "days since T12", "days since 2000-01-01t12",
-               "days since 2000-01-01 12:00T5"]
-TABLE_CALENDARS = ["standard", "julian", "noleap"]
+               "days since 2000-01-01 12:00T5", "DAYS since 2000-01-01", "Days since 2000-01-01",
+               "HR since 2000-01-01", "S since 2000-01-01", "MONTHS since 2000-01-15",
+               "Seasons since 2000-01-15", "YR since 2000-01-15", "Days Since 2000-01-01"]
+TABLE_CALENDARS = ["NOLEAP", "Noleap", "NO_LEAP", "365_DAY", "360_DAY", "ALL_LEAP", "All_leap",
+                   "ALLLEAP", "366_DAY", "JULIAN", "Julian", "PROLEPTIC_GREGORIAN",
+                   "Proleptic_gregorian", "STANDARD", "Gregorian", "J", "P"]
 
 
 @pytest.mark.parametrize("option", ["-t", "-i"])
-def test_iso_bases_match_ncdump(nczarrfs, tmp_path, option):
+def test_iso_bases_and_names_in_any_case_match_ncdump(nczarrfs, tmp_path, option):
     zpath, hpath = tmp_path / "t.file", tmp_path / "t.nc"
     for target in (twins.nczarr_url(str(zpath)), str(hpath)):
         with netCDF4.Dataset(target, "w") as nc:
