@@ -210,6 +210,62 @@ def test_dump_x_is_refused_as_by_ncdump(nczarrfs, number_twins):
     assert got.stdout == b""
 
 
+# Floats and doubles with and without `C_format`, and float attributes.
+C_FORMAT_CDL = """netcdf n {
+dimensions: r = 2, c = 3 ;
+variables:
+  double b(r, c) ;
+    b:C_format = "%.3f" ;
+    b:scale = 0.333333333333333 ;
+  double e(c) ;
+  float f(r, c) ;
+    f:C_format = "%.2e" ;
+    f:scale = 0.3333333f ;
+  float g(c) ;
+data:
+  b = 0, 0.333333333333333, 0.666666666666667, 1, 1.33333333333333, 1.66666666666667 ;
+  e = 0.142857142857143, 1e+100, -2.5 ;
+  f = 0.1, 0.2, 0.3333333, 1.5, 2.25, 3.125 ;
+  g = 0.1428571, 3.125, -7 ;
+}
+"""
+
+
+@pytest.fixture
+def c_format_twins(nczarrfs, tmp_path) -> tuple[Path, Path]:
+    cdl = tmp_path / "n.cdl"
+    cdl.write_text(C_FORMAT_CDL)
+    nc, store = tmp_path / "n.nc", tmp_path / "n.file"
+    subprocess.run(["ncgen", "-k", "nc4", "-o", str(nc), str(cdl)], check=True)
+    r = nczarrfs("gen", "-o", str(store), str(cdl))
+    assert r.returncode == 0, r.stderr
+    return nc, store
+
+
+@pytest.mark.parametrize("length", ["0x20", "0X1e", "012", "0100", " 0x1f", "0x50z"])
+def test_dump_l_is_read_in_hex_and_octal_as_ncdump_reads_it(nczarrfs, c_format_twins, length):
+    """ncdump reads `-l` with `strtol(.., 0)`: `0x20` is 32, `012` (octal) is 10."""
+    nc, store = c_format_twins
+    want = _ncdump("-l", length, "-n", "n", str(nc))
+    assert want.returncode == 0, want.stderr
+    got = nczarrfs("dump", "-l", length, "-n", "n", str(store))
+    assert got.returncode == 0, got.stderr
+    assert got.stdout == want.stdout
+
+
+@pytest.mark.parametrize("length,read", [("08", 0), ("010x", 8), ("0x", 0), ("-0x20", -32)])
+def test_dump_l_refuses_the_hex_and_octal_lengths_ncdump_refuses(nczarrfs, c_format_twins,
+                                                                  length, read):
+    nc, store = c_format_twins
+    want = _ncdump("-l", length, str(nc))
+    message = f"unreasonably small line length specified: {read}".encode()
+    assert want.returncode == 1 and message in want.stderr, want.stderr
+    got = nczarrfs("dump", "-l", length, str(store))
+    assert got.returncode == 1, got.stderr
+    assert message in got.stderr
+    assert got.stdout == b""
+
+
 @pytest.fixture
 def record_twins(tmp_path) -> tuple[Path, Path]:
     """Root `a`, `b`, `c` along (t unlimited, x), and `w(t)` in group `g`: as HDF5 and NCZarr."""

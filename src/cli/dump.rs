@@ -253,6 +253,34 @@ fn strtol_digits(text: &str) -> Option<i64> {
     (rest.len() < text.len()).then_some(value)
 }
 
+/// C's `strtol(text, &end, 0)`: after blanks and a sign, `0x` or `0X` and hex digits are
+/// hexadecimal, a leading `0` is octal (`012` is 10, `08` is 0 and `8` left over), other
+/// digits decimal; `None` where no digit is read; saturated rather than wrapped.
+fn strtol_base_0(text: &str) -> Option<i64> {
+    let trimmed = text.trim_start();
+    let (negative, unsigned) = match trimmed.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, trimmed.strip_prefix('+').unwrap_or(trimmed)),
+    };
+    let hex = unsigned
+        .strip_prefix("0x")
+        .or_else(|| unsigned.strip_prefix("0X"))
+        .filter(|rest| rest.starts_with(|c: char| c.is_ascii_hexdigit()));
+    let (radix, digits) = match hex {
+        Some(rest) => (16, rest),
+        None if unsigned.starts_with('0') => (8, unsigned),
+        None => (10, unsigned),
+    };
+    let end = digits
+        .find(|c: char| !c.is_digit(radix))
+        .unwrap_or(digits.len());
+    if end == 0 {
+        return None;
+    }
+    let magnitude = i64::from_str_radix(&digits[..end], radix).unwrap_or(i64::MAX);
+    Some(if negative { -magnitude } else { magnitude })
+}
+
 /// `-b LANG` and `-f LANG`, as ncdump reads them: each turns its comments on, and the
 /// language of the last one given counts (`-b c -f f` gives both comments, in Fortran's
 /// conventions).
@@ -349,11 +377,11 @@ fn parse_lang(text: &str) -> std::result::Result<Lang, String> {
     }
 }
 
-/// `-l LEN`, read as ncdump reads it (`strtol`: the leading integer) and refused in its
-/// words below the shortest length; a text without a leading integer (ncdump reads 0) is of
-/// the wrong form.
+/// `-l LEN`, read as ncdump reads it (`strtol` in base 0: the leading integer, in hex after
+/// `0x`, in octal after `0`) and refused in its words below the shortest length; a text
+/// without a leading integer (ncdump reads 0) is of the wrong form.
 fn parse_line_len(text: &str) -> std::result::Result<usize, OptionValueError> {
-    let n = strtol_digits(text).ok_or_else(|| {
+    let n = strtol_base_0(text).ok_or_else(|| {
         OptionValueError::WrongForm(format!(
             "line length {} is not a number (at least {MIN_LINE_LEN})",
             quoted(text)
@@ -399,8 +427,23 @@ mod tests {
         }
         assert_eq!(parse_line_len("10").ok(), Some(10));
         assert_eq!(parse_line_len("12x").ok(), Some(12));
+        // strtol's base 0, as Debian's ncdump 4.9.0 reads -l: hex and octal.
+        assert_eq!(parse_line_len("0x20").ok(), Some(32));
+        assert_eq!(parse_line_len("0X1e").ok(), Some(30));
+        assert_eq!(parse_line_len("012").ok(), Some(10));
+        assert_eq!(parse_line_len("0100").ok(), Some(64));
+        assert_eq!(parse_line_len(" +0x10z").ok(), Some(16));
         // ncdump's words, with the number strtol reads.
-        for (bad, n) in [("9", "9"), ("0", "0"), ("-5", "-5"), ("1", "1")] {
+        for (bad, n) in [
+            ("9", "9"),
+            ("0", "0"),
+            ("-5", "-5"),
+            ("1", "1"),
+            ("08", "0"),
+            ("010x", "8"),
+            ("0x", "0"),
+            ("-0x20", "-32"),
+        ] {
             match parse_line_len(bad) {
                 Err(OptionValueError::OutOfRange(m)) => {
                     assert_eq!(m, format!("unreasonably small line length specified: {n}"))
@@ -408,10 +451,12 @@ mod tests {
                 other => panic!("{bad}: {other:?}"),
             }
         }
-        assert!(matches!(
-            parse_line_len("x"),
-            Err(OptionValueError::WrongForm(_))
-        ));
+        for bad in ["x", "-", "+x", ""] {
+            assert!(
+                matches!(parse_line_len(bad), Err(OptionValueError::WrongForm(_))),
+                "{bad}"
+            );
+        }
     }
 
     fn parse_dump(args: &[&str]) -> DumpArgs {
