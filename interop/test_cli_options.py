@@ -267,6 +267,43 @@ def test_dump_l_refuses_the_hex_and_octal_lengths_ncdump_refuses(nczarrfs, c_for
 
 
 @pytest.fixture
+def nested_twins(tmp_path) -> tuple[Path, Path]:
+    """`v` in the root, `w` in `/g`, `u` in `/g/h`: as HDF5 and NCZarr."""
+    nc, store = tmp_path / "t.nc", tmp_path / "t.file"
+    for target in (str(nc), nczarr_url(str(store))):
+        with netCDF4.Dataset(target, "w") as d:
+            d.createDimension("n", 3)
+            d.createVariable("v", "i4", ("n",))[:] = [1, 2, 3]
+            g = d.createGroup("g")
+            g.createVariable("w", "i4", ("n",))[:] = [4, 5, 6]
+            g.createGroup("h").createVariable("u", "i4", ("n",))[:] = [7, 8, 9]
+    return nc, store
+
+
+@pytest.mark.parametrize("groups", ["/g/h/", "/g/", "//g", "/g//h", "//", "///g///h///",
+                                    "/g/,//g/h", "h,/g/"])
+def test_dump_g_skips_empty_parts_of_full_group_names_as_ncdump(nczarrfs, nested_twins,
+                                                               groups):
+    nc, store = nested_twins
+    want = _ncdump("-g", groups, "-n", "t", str(nc))
+    assert want.returncode == 0, want.stderr
+    got = nczarrfs("dump", "-g", groups, "-n", "t", str(store))
+    assert got.returncode == 0, got.stderr
+    assert got.stdout == want.stdout
+
+
+@pytest.mark.parametrize("groups", ["g/h/", "h/", "/g/x/", "//x"])
+def test_dump_g_refuses_the_group_paths_ncdump_refuses(nczarrfs, nested_twins, groups):
+    nc, store = nested_twins
+    want = _ncdump("-g", groups, str(nc))
+    assert want.returncode == 1
+    assert b"No such group" in want.stderr
+    got = nczarrfs("dump", "-g", groups, str(store))
+    assert got.returncode == 1, got.stderr
+    assert b"No such group" in got.stderr
+
+
+@pytest.fixture
 def record_twins(tmp_path) -> tuple[Path, Path]:
     """Root `a`, `b`, `c` along (t unlimited, x), and `w(t)` in group `g`: as HDF5 and NCZarr."""
     nc, store = tmp_path / "t.nc", tmp_path / "t.file"
@@ -291,6 +328,8 @@ COPY_REPEATS = [
     ("-k nc4 -k nc4", None), ("-h 1M -h 2M", None),
     ("-V a,b -v b", "b"), ("-v b -V a,b", None), ("-V a -V b", None), ("-v a -v b", "b"),
     ("-G g -g /", "a,b,c"), ("-g / -G g", "w"), ("-G / -G g", "w"), ("-g g -g /", "a,b,c"),
+    # Empty parts of a full group name are skipped.
+    ("-G //g/", "w"), ("-g //", "a,b,c"), ("-g /g/", "w"),
 ]
 
 
