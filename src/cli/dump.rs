@@ -84,20 +84,16 @@ pub struct DumpArgs {
     #[arg(short = 'w', hide = true)]
     pub dap_cache: bool,
     /// Accepted for ncdump's command lines; no effect: netcdf-c's internal log level
-    /// (`ncdump -L n`, which ncdump too ignores unless netcdf-c was built with logging).
-    #[arg(short = 'L', value_name = "N", hide = true, value_parser = parse_log_level)]
-    pub netcdf_log_level: Option<u32>,
+    /// (`ncdump -L n`, which ncdump too ignores unless netcdf-c was built with logging, and
+    /// then reads with `atoi`: any text is taken, `-1` and `x` included).
+    #[arg(short = 'L', value_name = "N", hide = true, allow_hyphen_values = true)]
+    pub netcdf_log_level: Option<String>,
     /// Accepted for ncdump's command lines; no effect: `-Xm` (read into memory) and `-Xp`
     /// (which netcdf-c's ncdump accepts and ignores too).
     #[arg(short = 'X', value_name = "m|p", hide = true, value_parser = parse_x_option)]
     pub x_option: Option<char>,
     /// The dataset: a path (any bytes) or a URL.
     pub location: std::ffi::OsString,
-}
-
-/// `-L N`: any level netcdf-c's `nc_set_log_level` could take.
-fn parse_log_level(text: &str) -> std::result::Result<u32, OptionValueError> {
-    super::integer_in(text, "log level", 0..=u32::MAX)
 }
 
 /// ncdump's `-X` value: it looks at the first letter only.
@@ -495,6 +491,20 @@ mod tests {
         // -v and -g lists add up (documented: ncdump keeps the last).
         let a = parse_dump(&["-v", "a", "-v", "b,c"]);
         assert_eq!(a.vars.unwrap(), ["a", "b", "c"]);
+    }
+
+    #[test]
+    fn log_levels_ncdump_takes_are_taken() {
+        // ncdump reads -L with atoi and ignores it.
+        for level in ["-1", "x", "1.5", "-h"] {
+            let a = parse_dump(&["-L", level]);
+            assert_eq!(a.netcdf_log_level.as_deref(), Some(level));
+            assert!(!a.header_only);
+        }
+        assert_eq!(
+            parse_dump(&["-L-1"]).netcdf_log_level.as_deref(),
+            Some("-1")
+        );
     }
 
     #[test]
