@@ -278,6 +278,16 @@ def test_dump_takes_every_log_level_ncdump_ignores(nczarrfs, c_format_twins, opt
     assert got.stdout == want.stdout
 
 
+@pytest.mark.parametrize("name", ["-x", "-", "--", "-h"])
+def test_dump_n_takes_a_name_starting_with_a_dash(nczarrfs, c_format_twins, name):
+    nc, store = c_format_twins
+    want = _ncdump("-n", name, str(nc))
+    assert want.returncode == 0, want.stderr
+    got = nczarrfs("dump", "-n", name, str(store))
+    assert got.returncode == 0, got.stderr
+    assert got.stdout == want.stdout
+
+
 @pytest.fixture
 def nested_twins(tmp_path) -> tuple[Path, Path]:
     """`v` in the root, `w` in `/g`, `u` in `/g/h`: as HDF5 and NCZarr."""

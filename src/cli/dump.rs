@@ -30,8 +30,9 @@ pub struct DumpArgs {
     /// Repeated, the lists add up (ncdump keeps only the last).
     #[arg(short = 'g', long = "groups", value_delimiter = ',')]
     pub groups: Option<Vec<String>>,
-    /// Name for the `netcdf NAME {` line (default: derived from the location).
-    #[arg(short = 'n', long = "name")]
+    /// Name for the `netcdf NAME {` line (default: derived from the location). As in
+    /// ncdump, the next word is the name, even one starting with `-`.
+    #[arg(short = 'n', long = "name", allow_hyphen_values = true)]
     pub name: Option<String>,
     /// Special virtual attributes too: `_Storage`, `_ChunkSizes`, filters, `_Codecs`,
     /// `_Endianness`, `_NoFill`, `_Format` (`ncdump -s`).
@@ -494,7 +495,10 @@ mod tests {
     }
 
     #[test]
-    fn log_levels_ncdump_takes_are_taken() {
+    fn names_and_log_levels_ncdump_takes_are_taken() {
+        // getopt takes the next word as the value, whatever its first character.
+        assert_eq!(parse_dump(&["-n", "-x"]).name.as_deref(), Some("-x"));
+        assert_eq!(parse_dump(&["-n", "--"]).name.as_deref(), Some("--"));
         // ncdump reads -L with atoi and ignores it.
         for level in ["-1", "x", "1.5", "-h"] {
             let a = parse_dump(&["-L", level]);
