@@ -242,6 +242,31 @@ def c_format_twins(nczarrfs, tmp_path) -> tuple[Path, Path]:
     return nc, store
 
 
+@pytest.mark.parametrize("options", [
+    "-d 3,5", "-d 3", "-d3,5", "-d ,5", "-d 3,5,7", "-p 3,5", "-p 3,5 -d 4", "-d 3,5 -p 4",
+    "-p 3,5 -p 4", "-p 3 -p ,5", "-d 2,3 -d 4", "-p 2 -d 3,4", "-d 2,3 -p ,5",
+])
+def test_dump_d_is_ncdumps_old_p_that_keeps_c_format(nczarrfs, c_format_twins, options):
+    """ncdump's `-d F,D` sets the digits as `-p` does but leaves `C_format` in force; of
+    several `-p` and `-d`, the last sets the digits and every `-p` its override."""
+    nc, store = c_format_twins
+    want = _ncdump(*options.split(), "-n", "n", str(nc))
+    assert want.returncode == 0, want.stderr
+    got = nczarrfs("dump", *options.split(), "-n", "n", str(store))
+    assert got.returncode == 0, got.stderr
+    assert got.stdout == want.stdout
+
+
+@pytest.mark.parametrize("options,status", [(["-d", "0"], 1), (["-d", "3,21"], 1),
+                                            (["-d", "x"], 2), (["-d", "3,"], 2)])
+def test_dump_d_refuses_what_ncdump_refuses(nczarrfs, c_format_twins, options, status):
+    nc, store = c_format_twins
+    assert _ncdump(*options, str(nc)).returncode == 1
+    got = nczarrfs("dump", *options, str(store))
+    assert got.returncode == status, got.stderr
+    assert got.stdout == b""
+
+
 @pytest.mark.parametrize("length", ["0x20", "0X1e", "012", "0100", " 0x1f", "0x50z"])
 def test_dump_l_is_read_in_hex_and_octal_as_ncdump_reads_it(nczarrfs, c_format_twins, length):
     """ncdump reads `-l` with `strtol(.., 0)`: `0x20` is 32, `012` (octal) is 10."""

@@ -42,16 +42,9 @@ pub struct DumpArgs {
     /// `_DeflateLevel` for the standard ones (`ncdump -F`).
     #[arg(short = 'F', long = "filters")]
     pub all_filters: bool,
-    /// Significant digits of floating-point values: `F` for floats, `F,D` for floats and
-    /// doubles (1 to 20; `ncdump -p`). A type given digits ignores `C_format` attributes.
-    #[arg(
-        short = 'p',
-        long = "precision",
-        value_name = "F[,D]",
-        value_parser = parse_precision,
-        allow_hyphen_values = true
-    )]
-    pub precision: Option<Precision>,
+    /// `-p` and `-d`: significant digits of floating-point values.
+    #[command(flatten)]
+    pub digits: Digits,
     /// Maximum line length of the data section (at least 10; default 80; `ncdump -l`).
     // Checked in `run`, so that a bad length gets ncdump's message rather than clap's.
     #[arg(
@@ -147,8 +140,10 @@ pub fn run(args: DumpArgs) -> Result<i32> {
         name: args.name,
         special: args.special,
         all_filters: args.all_filters,
-        float_digits: args.precision.and_then(|p| p.float),
-        double_digits: args.precision.and_then(|p| p.double),
+        float_digits: args.digits.float,
+        double_digits: args.digits.double,
+        float_digits_override_c_format: args.digits.float_overrides_c_format,
+        double_digits_override_c_format: args.digits.double_overrides_c_format,
         line_len,
         annotate,
         times: if args.iso_times {
@@ -180,7 +175,7 @@ const MAX_DIGITS: usize = 20;
 /// Shortest line length `-l` accepts, as ncdump.
 const MIN_LINE_LEN: usize = 10;
 
-/// The digits `-p` gives: of floats, and of doubles (only with floats).
+/// The digits one `-p` or `-d` gives: of floats, and of doubles (only with floats).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Precision {
     /// Significant digits of floats, if given.
@@ -189,11 +184,99 @@ pub struct Precision {
     pub double: Option<usize>,
 }
 
-/// `-p F[,D]`, read as ncdump 4.9 reads it: F is the integer `strtol` reads at the start
-/// (what follows it is ignored unless it is `,`), D the one after that comma (what follows D,
-/// such as `,7`, is ignored); a text that starts with `,` gives neither (`-p ,5` changes
-/// nothing), and F without D leaves doubles alone. Where ncdump reads no digits (`x`, `3,`,
-/// `3,x`), the value is of the wrong form; digits outside 1 to 20 are out of range.
+/// `-p F[,D]` and its old spelling `-d F[,D]`, taken in command-line order as ncdump takes
+/// them: each sets the digits of both types, those it does not give back to the defaults
+/// (`-p 3,5 -p 4` prints doubles with the default digits), and `-p` also makes the digits of
+/// each type it gives a number for override `C_format` attributes from then on, which `-d`
+/// never does (nor undoes).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Digits {
+    /// Significant digits of floats, where not the default.
+    pub float: Option<usize>,
+    /// Significant digits of doubles, where not the default.
+    pub double: Option<usize>,
+    /// Whether a `-p` gave the digits of floats: `C_format` is then ignored for floats.
+    pub float_overrides_c_format: bool,
+    /// Whether a `-p` gave the digits of doubles: `C_format` is then ignored for doubles.
+    pub double_overrides_c_format: bool,
+}
+
+/// The id of the `-p` argument.
+const PRECISION: &str = "precision";
+/// The id of the `-d` argument.
+const SIGNIFICANT_DIGITS: &str = "significant-digits";
+
+impl clap::FromArgMatches for Digits {
+    fn from_arg_matches(matches: &clap::ArgMatches) -> std::result::Result<Self, clap::Error> {
+        // Every -p and -d given, with its position on the command line.
+        let given = |id: &str| -> Vec<(usize, bool, Precision)> {
+            let (Some(indices), Some(values)) =
+                (matches.indices_of(id), matches.get_many::<Precision>(id))
+            else {
+                return Vec::new();
+            };
+            indices
+                .zip(values)
+                .map(|(i, &p)| (i, id == PRECISION, p))
+                .collect()
+        };
+        let mut all = given(PRECISION);
+        all.extend(given(SIGNIFICANT_DIGITS));
+        all.sort_by_key(|&(i, _, _)| i);
+        let mut digits = Digits::default();
+        for (_, overrides, p) in all {
+            digits.float = p.float;
+            digits.double = p.double;
+            if overrides {
+                digits.float_overrides_c_format |= p.float.is_some();
+                digits.double_overrides_c_format |= p.double.is_some();
+            }
+        }
+        Ok(digits)
+    }
+
+    fn update_from_arg_matches(
+        &mut self,
+        matches: &clap::ArgMatches,
+    ) -> std::result::Result<(), clap::Error> {
+        *self = Self::from_arg_matches(matches)?;
+        Ok(())
+    }
+}
+
+impl clap::Args for Digits {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        // Appended rather than replaced when given again, to follow their order.
+        let digits_arg = |id: &'static str, short: char| {
+            clap::Arg::new(id)
+                .short(short)
+                .value_name("F[,D]")
+                .value_parser(parse_precision)
+                .allow_hyphen_values(true)
+                .action(clap::ArgAction::Append)
+        };
+        cmd.arg(digits_arg(PRECISION, 'p').long(PRECISION).help(
+            "Significant digits of floating-point values: `F` for floats, `F,D` for floats \
+             and doubles (1 to 20; `ncdump -p`). A type given digits ignores `C_format` \
+             attributes",
+        ))
+        .arg(digits_arg(SIGNIFICANT_DIGITS, 'd').hide(true).help(
+            "ncdump's old spelling of -p, which leaves `C_format` attributes in force \
+             (`ncdump -d`)",
+        ))
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
+}
+
+/// `-p F[,D]` (and `-d F[,D]`), read as ncdump 4.9 reads it: F is the integer `strtol` reads
+/// at the start (what follows it is ignored unless it is `,`), D the one after that comma
+/// (what follows D, such as `,7`, is ignored); a text that starts with `,` gives neither
+/// (`-p ,5` changes nothing), and F without D leaves doubles alone. Where ncdump reads no
+/// digits (`x`, `3,`, `3,x`), the value is of the wrong form; digits outside 1 to 20 are out
+/// of range.
 fn parse_precision(text: &str) -> std::result::Result<Precision, OptionValueError> {
     let digits = |n: Option<i64>, what: &str| match n {
         Some(n) if (1..=MAX_DIGITS as i64).contains(&n) => Ok(n as usize),
@@ -475,15 +558,9 @@ mod tests {
     #[test]
     fn options_given_again_replace_what_they_gave_as_in_ncdump() {
         let a = parse_dump(&["-p", "3", "-p", "3,5"]);
-        assert_eq!(a.precision.and_then(|p| p.double), Some(5));
+        assert_eq!(a.digits.double, Some(5));
         let a = parse_dump(&["-p", "3,5", "-p", "4"]);
-        assert_eq!(
-            a.precision,
-            Some(Precision {
-                float: Some(4),
-                double: None
-            })
-        );
+        assert_eq!((a.digits.float, a.digits.double), (Some(4), None));
         let a = parse_dump(&["-l", "20", "-l", "30", "-h", "-h", "-n", "a", "-n", "b"]);
         assert_eq!(
             (a.line_len.as_deref(), a.name.as_deref()),
@@ -492,6 +569,38 @@ mod tests {
         // -v and -g lists add up (documented: ncdump keeps the last).
         let a = parse_dump(&["-v", "a", "-v", "b,c"]);
         assert_eq!(a.vars.unwrap(), ["a", "b", "c"]);
+    }
+
+    #[test]
+    fn p_and_d_set_digits_in_order_and_only_p_overrides_c_format() {
+        let digits = |args: &[&str]| parse_dump(args).digits;
+        let d = |float, double, over_float, over_double| Digits {
+            float,
+            double,
+            float_overrides_c_format: over_float,
+            double_overrides_c_format: over_double,
+        };
+        assert_eq!(digits(&[]), d(None, None, false, false));
+        assert_eq!(digits(&["-d", "3,5"]), d(Some(3), Some(5), false, false));
+        assert_eq!(digits(&["-p", "3,5"]), d(Some(3), Some(5), true, true));
+        // As ncdump's getopt loop: the last sets the digits, a -p before keeps its override.
+        assert_eq!(
+            digits(&["-p", "3,5", "-d", "4"]),
+            d(Some(4), None, true, true)
+        );
+        assert_eq!(
+            digits(&["-d", "3,5", "-p", "4"]),
+            d(Some(4), None, true, false)
+        );
+        assert_eq!(
+            digits(&["-p", "3,5", "-p", "4"]),
+            d(Some(4), None, true, true)
+        );
+        assert_eq!(digits(&["-p", "3", "-p", ",5"]), d(None, None, true, false));
+        assert_eq!(
+            digits(&["-d3,5", "-d", "6"]),
+            d(Some(6), None, false, false)
+        );
     }
 
     #[test]
