@@ -313,6 +313,28 @@ def test_dump_n_takes_a_name_starting_with_a_dash(nczarrfs, c_format_twins, name
     assert got.stdout == want.stdout
 
 
+def test_dump_extended_kind_of_nczarr_is_refused_as_by_ncdump(nczarrfs, c_format_twins):
+    """Debian's ncdump 4.9.0 reads the NCZarr store itself, but has no name for its extended
+    format (netcdf-c's NC_FORMATX_NCZARR, 10): `-K` fails, exit 1, nothing printed; with `-k`,
+    the kind is printed. So with `dump`."""
+    _, store = c_format_twins
+    url = nczarr_url(str(store))
+    want = _ncdump("-K", url)
+    assert want.returncode == 1, want.stderr
+    assert b"unrecognized extended format: 10" in want.stderr
+    assert want.stdout == b""
+    for options in (["-K"], ["-K", "-x"], ["-K", "-h"]):
+        got = nczarrfs("dump", *options, str(store))
+        assert got.returncode == 1, got.stderr
+        assert b"-K" in got.stderr
+        assert got.stdout == b""
+    for options in (["-k", "-K"], ["-K", "-k"]):
+        want = _ncdump(*options, url)
+        assert (want.returncode, want.stdout) == (0, b"netCDF-4\n"), want.stderr
+        got = nczarrfs("dump", *options, str(store))
+        assert (got.returncode, got.stdout) == (0, want.stdout), got.stderr
+
+
 @pytest.fixture
 def nested_twins(tmp_path) -> tuple[Path, Path]:
     """`v` in the root, `w` in `/g`, `u` in `/g/h`: as HDF5 and NCZarr."""

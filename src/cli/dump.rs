@@ -69,6 +69,11 @@ pub struct DumpArgs {
     /// netcdf-c reports for NCZarr and Zarr).
     #[arg(short = 'k', long = "kind")]
     pub kind: bool,
+    /// ncdump's extended format (`ncdump -K`), which Debian's ncdump 4.9.0 has no name for
+    /// in the case of NCZarr (it fails with "unrecognized extended format: 10"): refused
+    /// likewise, but with `-k`, which prints the kind, as in ncdump.
+    #[arg(short = 'K', hide = true)]
+    pub extended_kind: bool,
     /// ncdump's NcML output, which it permits for the netCDF classic model only: refused
     /// (NCZarr is netCDF-4), but with `-k`, which prints the kind, as in ncdump.
     #[arg(short = 'x', hide = true)]
@@ -118,6 +123,13 @@ pub fn run(args: DumpArgs) -> Result<i32> {
             }
             _ => Ok(0),
         };
+    }
+    if args.extended_kind {
+        return Err(Error::Unsupported(
+            "the extended format (-K) of NCZarr has no name in ncdump 4.9.0, which fails \
+             with \"unrecognized extended format: 10\"; -k prints the kind"
+                .into(),
+        ));
     }
     if args.ncml {
         return Err(Error::Unsupported(
