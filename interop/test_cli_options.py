@@ -210,6 +210,168 @@ def test_dump_x_is_refused_as_by_ncdump(nczarrfs, number_twins):
     assert got.stdout == b""
 
 
+# Floats and doubles with and without `C_format`, and float attributes.
+C_FORMAT_CDL = """netcdf n {
+dimensions: r = 2, c = 3 ;
+variables:
+  double b(r, c) ;
+    b:C_format = "%.3f" ;
+    b:scale = 0.333333333333333 ;
+  double e(c) ;
+  float f(r, c) ;
+    f:C_format = "%.2e" ;
+    f:scale = 0.3333333f ;
+  float g(c) ;
+data:
+  b = 0, 0.333333333333333, 0.666666666666667, 1, 1.33333333333333, 1.66666666666667 ;
+  e = 0.142857142857143, 1e+100, -2.5 ;
+  f = 0.1, 0.2, 0.3333333, 1.5, 2.25, 3.125 ;
+  g = 0.1428571, 3.125, -7 ;
+}
+"""
+
+
+@pytest.fixture
+def c_format_twins(nczarrfs, tmp_path) -> tuple[Path, Path]:
+    cdl = tmp_path / "n.cdl"
+    cdl.write_text(C_FORMAT_CDL)
+    nc, store = tmp_path / "n.nc", tmp_path / "n.file"
+    subprocess.run(["ncgen", "-k", "nc4", "-o", str(nc), str(cdl)], check=True)
+    r = nczarrfs("gen", "-o", str(store), str(cdl))
+    assert r.returncode == 0, r.stderr
+    return nc, store
+
+
+@pytest.mark.parametrize("options", [
+    "-d 3,5", "-d 3", "-d3,5", "-d ,5", "-d 3,5,7", "-p 3,5", "-p 3,5 -d 4", "-d 3,5 -p 4",
+    "-p 3,5 -p 4", "-p 3 -p ,5", "-d 2,3 -d 4", "-p 2 -d 3,4", "-d 2,3 -p ,5",
+])
+def test_dump_d_is_ncdumps_old_p_that_keeps_c_format(nczarrfs, c_format_twins, options):
+    """ncdump's `-d F,D` sets the digits as `-p` does but leaves `C_format` in force; of
+    several `-p` and `-d`, the last sets the digits and every `-p` its override."""
+    nc, store = c_format_twins
+    want = _ncdump(*options.split(), "-n", "n", str(nc))
+    assert want.returncode == 0, want.stderr
+    got = nczarrfs("dump", *options.split(), "-n", "n", str(store))
+    assert got.returncode == 0, got.stderr
+    assert got.stdout == want.stdout
+
+
+@pytest.mark.parametrize("options,status", [(["-d", "0"], 1), (["-d", "3,21"], 1),
+                                            (["-d", "x"], 2), (["-d", "3,"], 2)])
+def test_dump_d_refuses_what_ncdump_refuses(nczarrfs, c_format_twins, options, status):
+    nc, store = c_format_twins
+    assert _ncdump(*options, str(nc)).returncode == 1
+    got = nczarrfs("dump", *options, str(store))
+    assert got.returncode == status, got.stderr
+    assert got.stdout == b""
+
+
+@pytest.mark.parametrize("length", ["0x20", "0X1e", "012", "0100", " 0x1f", "0x50z"])
+def test_dump_l_is_read_in_hex_and_octal_as_ncdump_reads_it(nczarrfs, c_format_twins, length):
+    """ncdump reads `-l` with `strtol(.., 0)`: `0x20` is 32, `012` (octal) is 10."""
+    nc, store = c_format_twins
+    want = _ncdump("-l", length, "-n", "n", str(nc))
+    assert want.returncode == 0, want.stderr
+    got = nczarrfs("dump", "-l", length, "-n", "n", str(store))
+    assert got.returncode == 0, got.stderr
+    assert got.stdout == want.stdout
+
+
+@pytest.mark.parametrize("length,read", [("08", 0), ("010x", 8), ("0x", 0), ("-0x20", -32)])
+def test_dump_l_refuses_the_hex_and_octal_lengths_ncdump_refuses(nczarrfs, c_format_twins,
+                                                                  length, read):
+    nc, store = c_format_twins
+    want = _ncdump("-l", length, str(nc))
+    message = f"unreasonably small line length specified: {read}".encode()
+    assert want.returncode == 1 and message in want.stderr, want.stderr
+    got = nczarrfs("dump", "-l", length, str(store))
+    assert got.returncode == 1, got.stderr
+    assert message in got.stderr
+    assert got.stdout == b""
+
+
+@pytest.mark.parametrize("options", [["-L", "-1"], ["-L-1"], ["-Lx"], ["-L", "1.5"],
+                                     ["-L", "-h"], ["-L", "99999999999999999999"]])
+def test_dump_takes_every_log_level_ncdump_ignores(nczarrfs, c_format_twins, options):
+    """ncdump reads `-L`'s value with `atoi` and, without logging built in, ignores it."""
+    nc, store = c_format_twins
+    want = _ncdump(*options, "-n", "n", str(nc))
+    assert want.returncode == 0, want.stderr
+    got = nczarrfs("dump", *options, "-n", "n", str(store))
+    assert got.returncode == 0, got.stderr
+    assert got.stdout == want.stdout
+
+
+@pytest.mark.parametrize("name", ["-x", "-", "--", "-h"])
+def test_dump_n_takes_a_name_starting_with_a_dash(nczarrfs, c_format_twins, name):
+    nc, store = c_format_twins
+    want = _ncdump("-n", name, str(nc))
+    assert want.returncode == 0, want.stderr
+    got = nczarrfs("dump", "-n", name, str(store))
+    assert got.returncode == 0, got.stderr
+    assert got.stdout == want.stdout
+
+
+def test_dump_extended_kind_of_nczarr_is_refused_as_by_ncdump(nczarrfs, c_format_twins):
+    """Debian's ncdump 4.9.0 reads the NCZarr store itself, but has no name for its extended
+    format (netcdf-c's NC_FORMATX_NCZARR, 10): `-K` fails, exit 1, nothing printed; with `-k`,
+    the kind is printed. So with `dump`."""
+    _, store = c_format_twins
+    url = nczarr_url(str(store))
+    want = _ncdump("-K", url)
+    assert want.returncode == 1, want.stderr
+    assert b"unrecognized extended format: 10" in want.stderr
+    assert want.stdout == b""
+    for options in (["-K"], ["-K", "-x"], ["-K", "-h"]):
+        got = nczarrfs("dump", *options, str(store))
+        assert got.returncode == 1, got.stderr
+        assert b"-K" in got.stderr
+        assert got.stdout == b""
+    for options in (["-k", "-K"], ["-K", "-k"]):
+        want = _ncdump(*options, url)
+        assert (want.returncode, want.stdout) == (0, b"netCDF-4\n"), want.stderr
+        got = nczarrfs("dump", *options, str(store))
+        assert (got.returncode, got.stdout) == (0, want.stdout), got.stderr
+
+
+@pytest.fixture
+def nested_twins(tmp_path) -> tuple[Path, Path]:
+    """`v` in the root, `w` in `/g`, `u` in `/g/h`: as HDF5 and NCZarr."""
+    nc, store = tmp_path / "t.nc", tmp_path / "t.file"
+    for target in (str(nc), nczarr_url(str(store))):
+        with netCDF4.Dataset(target, "w") as d:
+            d.createDimension("n", 3)
+            d.createVariable("v", "i4", ("n",))[:] = [1, 2, 3]
+            g = d.createGroup("g")
+            g.createVariable("w", "i4", ("n",))[:] = [4, 5, 6]
+            g.createGroup("h").createVariable("u", "i4", ("n",))[:] = [7, 8, 9]
+    return nc, store
+
+
+@pytest.mark.parametrize("groups", ["/g/h/", "/g/", "//g", "/g//h", "//", "///g///h///",
+                                    "/g/,//g/h", "h,/g/"])
+def test_dump_g_skips_empty_parts_of_full_group_names_as_ncdump(nczarrfs, nested_twins,
+                                                               groups):
+    nc, store = nested_twins
+    want = _ncdump("-g", groups, "-n", "t", str(nc))
+    assert want.returncode == 0, want.stderr
+    got = nczarrfs("dump", "-g", groups, "-n", "t", str(store))
+    assert got.returncode == 0, got.stderr
+    assert got.stdout == want.stdout
+
+
+@pytest.mark.parametrize("groups", ["g/h/", "h/", "/g/x/", "//x"])
+def test_dump_g_refuses_the_group_paths_ncdump_refuses(nczarrfs, nested_twins, groups):
+    nc, store = nested_twins
+    want = _ncdump("-g", groups, str(nc))
+    assert want.returncode == 1
+    assert b"No such group" in want.stderr
+    got = nczarrfs("dump", "-g", groups, str(store))
+    assert got.returncode == 1, got.stderr
+    assert b"No such group" in got.stderr
+
+
 @pytest.fixture
 def record_twins(tmp_path) -> tuple[Path, Path]:
     """Root `a`, `b`, `c` along (t unlimited, x), and `w(t)` in group `g`: as HDF5 and NCZarr."""
@@ -235,6 +397,8 @@ COPY_REPEATS = [
     ("-k nc4 -k nc4", None), ("-h 1M -h 2M", None),
     ("-V a,b -v b", "b"), ("-v b -V a,b", None), ("-V a -V b", None), ("-v a -v b", "b"),
     ("-G g -g /", "a,b,c"), ("-g / -G g", "w"), ("-G / -G g", "w"), ("-g g -g /", "a,b,c"),
+    # Empty parts of a full group name are skipped.
+    ("-G //g/", "w"), ("-g //", "a,b,c"), ("-g /g/", "w"),
 ]
 
 
@@ -324,7 +488,6 @@ EXIT_STATUSES = [
     (["dump", "-p", "21", "{ds}"], 1), (["dump", "-p", "0", "{ds}"], 1),
     (["dump", "-p", "3,21", "{ds}"], 1), (["dump", "-p", BIG, "{ds}"], 1),
     (["dump", "-l", "x", "{ds}"], 2), (["dump", "-l", "9", "{ds}"], 1),
-    (["dump", "-L", "x", "{ds}"], 2), (["dump", "-L", BIG, "{ds}"], 1),
     (["dump", "-b", "x", "{ds}"], 2), (["dump", "-X", "q", "{ds}"], 2),
     (["dump", "--bogus", "{ds}"], 2),
     # get and put

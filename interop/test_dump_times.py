@@ -26,10 +26,13 @@ import twins
 from conftest import SEED
 
 COUNT = int(os.environ.get("NCZARRFS_TIMES_COUNT", "40"))
+# ncdump matches calendar names and unit words in any case.
 CALENDARS = [None, "standard", "gregorian", "proleptic_gregorian", "noleap", "365_day",
-             "all_leap", "366_day", "360_day", "julian", "no_leap", "allleap"]
+             "all_leap", "366_day", "360_day", "julian", "no_leap", "allleap", "NOLEAP",
+             "Julian", "360_DAY", "Proleptic_Gregorian", "ALL_LEAP", "Standard"]
 UNITS = ["seconds", "second", "sec", "s", "minutes", "min", "mn", "hours", "hour", "hr",
-         "days", "day", "dy", "weeks", "wk", "months", "month", "mo", "seasons", "years", "yr"]
+         "days", "day", "dy", "weeks", "wk", "months", "month", "mo", "seasons", "years", "yr",
+         "DAYS", "Hours", "SECONDS", "Min", "MO", "Years", "WK", "S"]
 TYPES = ["f8", "f4", "i4", "i2", "i8", "u2", "i1", "u4"]
 
 
@@ -44,12 +47,17 @@ def _base(rng: np.random.Generator) -> str:
         return date + f" {int(rng.integers(0, 24)):02d}:{int(rng.integers(0, 60)):02d}:" \
                       f"{float(rng.integers(0, 600)) / 10:04.1f}"
     if style == 3:
-        return date + "T00:00:00Z"
+        # ISO 8601's `T` before the time, in the forms CF files use.
+        hour, minute = int(rng.integers(0, 24)), int(rng.integers(0, 60))
+        return date + str(rng.choice([f"T{hour:02d}:{minute:02d}:{int(rng.integers(0, 60)):02d}Z",
+                                      f"T{hour:02d}", f"T{hour:02d}:{minute:02d}",
+                                      f"T{hour:02d}:{minute:02d}:00+05:00", "T00:00:00Z"]))
     return date
 
 
 def _values(rng: np.random.Generator, dtype: str, unit: str, n: int) -> np.ndarray:
     info = np.iinfo(dtype) if dtype[0] in "iu" else None
+    unit = unit.lower()
     scale = {"s": 1e8, "m": 1e6}.get(unit[0], 1e4)
     if unit.startswith(("mo", "sea", "y")):
         scale = 300
@@ -172,3 +180,43 @@ def test_values_that_are_no_time_print_as_plain_dump_prints_them(nczarrfs, tmp_p
     assert f' time = {nat}, "2000-01-03 12" ;\n' in text, text
     assert f' d = {big}, "2000-01-02" ;\n' in text, text
     assert f'd:valid_range = 1., {big_attr} ; // "2000-01-02", {big_attr}\n' in text, text
+
+
+# Units and calendars ncdump reads in ways the random draw above may miss: the base date's
+# time after ISO 8601's `T` (with or without a zone, a blank after the `T`, nothing before
+# it, which is cdtime's default base year 1979), unit words and calendar names in any case,
+# and a capitalized `Since`, which is no time in both.
+TABLE_UNITS = ["days since 2000-01-01T12:00:00Z", "days since 2000-01-01T12",
+               "hours since 2000-01-01T06:30:15 UTC", "days since 2000-01-01T12:30",
+               "days since 2000-01-01T12:00:00+05:00", "days since 2000-01-01T",
+               "days since 2000-01-01T 06:00", "days since T12", "days since 2000-01-01t12",
+               "days since 2000-01-01 12:00T5", "DAYS since 2000-01-01", "Days since 2000-01-01",
+               "HR since 2000-01-01", "S since 2000-01-01", "MONTHS since 2000-01-15",
+               "Seasons since 2000-01-15", "YR since 2000-01-15", "Days Since 2000-01-01"]
+TABLE_CALENDARS = ["NOLEAP", "Noleap", "NO_LEAP", "365_DAY", "360_DAY", "ALL_LEAP", "All_leap",
+                   "ALLLEAP", "366_DAY", "JULIAN", "Julian", "PROLEPTIC_GREGORIAN",
+                   "Proleptic_gregorian", "STANDARD", "Gregorian", "J", "P"]
+
+
+@pytest.mark.parametrize("option", ["-t", "-i"])
+def test_iso_bases_and_names_in_any_case_match_ncdump(nczarrfs, tmp_path, option):
+    zpath, hpath = tmp_path / "t.file", tmp_path / "t.nc"
+    for target in (twins.nczarr_url(str(zpath)), str(hpath)):
+        with netCDF4.Dataset(target, "w") as nc:
+            nc.createDimension("t", 3)
+            for i, units in enumerate(TABLE_UNITS):
+                v = nc.createVariable(f"u{i}", "f8", ("t",))
+                v.units = units
+                v.valid_max = 2.5
+                v[:] = [1.25, -0.75, 400.5]
+            for i, calendar in enumerate(TABLE_CALENDARS):
+                v = nc.createVariable(f"c{i}", "f8", ("t",))
+                v.units = "days since 1582-10-01 06:00"
+                v.calendar = calendar
+                v[:] = [4.0, 400.0, -1000.25]
+    want = subprocess.run(["ncdump", option, "-n", "t", str(hpath)], capture_output=True,
+                          check=True).stdout
+    got = nczarrfs("dump", option, "-n", "t", str(zpath))
+    assert got.returncode == 0, got.stderr.decode()
+    problem = _same(want, got.stdout, f"{option}, {hpath}")
+    assert problem is None, problem

@@ -12,9 +12,9 @@
 //!   `… 06:30:15`), fractional seconds with six decimals, years with at least four digits.
 //!
 //! Two differences, both where ncdump goes wrong:
-//! - the calendar `none` (cdtime's climatological calendar, which reads the base date as
-//!   month and day, reports errors and prints dates without years) is not a time here: its
-//!   values print as numbers;
+//! - the calendar `none`, in any case (cdtime's climatological calendar, which reads the
+//!   base date as month and day, reports errors and prints dates without years) is not a
+//!   time here: its values print as numbers;
 //! - ncdump prints the variables that a `bounds` attribute names as dates only for the last
 //!   such attribute it printed (it empties its list at each insertion); here every one is.
 
@@ -36,9 +36,10 @@ enum Calendar {
 }
 
 impl Calendar {
-    /// The calendar an attribute's text names, as ncdump matches it: the text is compared
-    /// with each known name over the text's length only, the first match wins, and what
-    /// matches nothing is the default. `None` for `none`, which is not handled here.
+    /// The calendar an attribute's text names, as ncdump matches it (`strncasecmp`): the
+    /// text is compared with each known name over the text's length only, in any case, the
+    /// first match wins, and what matches nothing is the default. `None` for `none`, which
+    /// is not handled here.
     fn from_attribute(text: Option<&str>) -> Option<Calendar> {
         let names = [
             ("gregorian", Some(Calendar::Mixed)),
@@ -57,9 +58,10 @@ impl Calendar {
         let Some(text) = text.filter(|t| !t.is_empty()) else {
             return Some(Calendar::Mixed);
         };
+        let text = text.to_ascii_lowercase();
         names
             .iter()
-            .find(|(name, _)| name.starts_with(text))
+            .find(|(name, _)| name.starts_with(&text))
             .map_or(Some(Calendar::Mixed), |(_, cal)| *cal)
     }
 
@@ -172,19 +174,9 @@ impl TimeUnits {
     /// The time units of a variable with these `units` and `calendar` attributes, or `None`
     /// when ncdump would not print its values as dates.
     pub fn parse(units: &str, calendar: Option<&str>) -> Option<TimeUnits> {
-        let mut words = units.split_ascii_whitespace();
-        let unit_word = words.next()?;
-        // `<unit> since <base>`: "since" must stand as a word after the unit.
-        let rest = units.trim_start().strip_prefix(unit_word)?.trim_start();
-        let after = rest.strip_prefix("since")?.trim_start();
-        let mut base_words = after.split_ascii_whitespace();
-        let first = base_words.next()?;
-        let unit = unit_of(unit_word)?;
+        let (unit_word, base_text) = split_units(units)?;
+        let unit = unit_of(&unit_word.to_ascii_lowercase())?;
         let calendar = Calendar::from_attribute(calendar)?;
-        let base_text = match base_words.next() {
-            Some(second) => format!("{first} {second}"),
-            None => first.to_string(),
-        };
         Some(TimeUnits {
             calendar,
             unit,
@@ -227,7 +219,35 @@ impl TimeUnits {
     }
 }
 
-/// cdtime's unit words: a prefix or an abbreviation, tried in this order.
+/// The unit word and the base date of `<unit> since <base>`, as cdtime's `cdParseRelunits`
+/// reads them: the base is the word after `since` and the one after that, if any (`"2000-01-01
+/// 12:00"`); a first word holding ISO 8601's `T` is read up to the `T` instead, the time being
+/// what follows the `T` (`"2000-01-01T12:00Z"` is `"2000-01-01 12:00Z"`; nothing before the `T`
+/// is the default base, 1979). `None` without a base.
+fn split_units(units: &str) -> Option<(&str, String)> {
+    let unit_word = units.split_ascii_whitespace().next()?;
+    // `since` must stand as a word after the unit; blanks after it are optional (C's
+    // `sscanf(units, "%s since %s %s", ...)`).
+    let rest = units.trim_start().strip_prefix(unit_word)?.trim_start();
+    let after = rest.strip_prefix("since")?.trim_start();
+    let mut words = after.split_ascii_whitespace();
+    let first = words.next()?;
+    let base = match first.find('T') {
+        // cdtime's second reading, `"%s since %[^T]T%s"`: `%[^T]` must read something.
+        Some(0) => "1979".to_string(),
+        Some(t) => match after[t + 1..].split_ascii_whitespace().next() {
+            Some(time) => format!("{} {time}", &first[..t]),
+            None => first[..t].to_string(),
+        },
+        None => match words.next() {
+            Some(second) => format!("{first} {second}"),
+            None => first.to_string(),
+        },
+    };
+    Some((unit_word, base))
+}
+
+/// cdtime's unit words, in lower case: a prefix or an abbreviation, tried in this order.
 fn unit_of(word: &str) -> Option<Unit> {
     Some(if word.starts_with("sec") || word == "s" {
         Unit::Second
@@ -550,9 +570,66 @@ mod tests {
     fn what_is_not_a_time() {
         assert!(TimeUnits::parse("m", None).is_none());
         assert!(TimeUnits::parse("days after 2000-01-01", None).is_none());
-        assert!(TimeUnits::parse("Days since 2000-01-01", None).is_none());
+        // `since` is matched in lower case only, by ncdump as here.
+        assert!(TimeUnits::parse("Days Since 2000-01-01", None).is_none());
+        assert!(TimeUnits::parse("days since", None).is_none());
         assert!(TimeUnits::parse("days since 2000-01-01", Some("none")).is_none());
+        assert!(TimeUnits::parse("days since 2000-01-01", Some("NONE")).is_none());
+        assert!(TimeUnits::parse("days since 2000-01-01", Some("Non")).is_none());
         assert_eq!(fmt("days since 2000-01-01", None, f64::NAN), "NaN");
+    }
+
+    #[test]
+    fn iso_t_separates_the_base_date_from_its_time_as_in_ncdump() {
+        // Expected texts from Debian's `ncdump -t` (netcdf 4.9.0) of the value 1.25.
+        for (units, want) in [
+            ("days since 2000-01-01T12:00:00Z", "\"2000-01-02 18\""),
+            ("days since 2000-01-01T12", "\"2000-01-02 18\""),
+            (
+                "hours since 2000-01-01T06:30:15 UTC",
+                "\"2000-01-01 07:45:15\"",
+            ),
+            // Nothing before the `T`: cdtime's default base year.
+            ("days since T12", "\"1979-01-02 06\""),
+            // The time is the word after the `T`, blanks between them or not.
+            ("days since 2000-01-01T", "\"2000-01-02 06\""),
+            ("days since 2000-01-01T 06:00", "\"2000-01-02 12\""),
+            // A `T` after the time of day is no separator.
+            ("days since 2000-01-01 12:00T5", "\"2000-01-02 18\""),
+            // Nor is a lower-case `t`.
+            ("days since 2000-01-01t12", "\"2000-01-02 06\""),
+        ] {
+            assert_eq!(fmt(units, None, 1.25), want, "{units}");
+        }
+    }
+
+    #[test]
+    fn unit_words_and_calendars_are_matched_in_any_case_as_in_ncdump() {
+        // Expected texts from Debian's `ncdump -t` (netcdf 4.9.0).
+        for (units, want) in [
+            ("DAYS since 2000-01-01", "\"2000-01-02 06\""),
+            ("Hours since 2000-01-01", "\"2000-01-01 01:15\""),
+            ("S since 2000-01-01", "\"2000-01-01 00:00:1.250000\""),
+            ("MO since 2000-01-15", "\"2000-02-01\""),
+        ] {
+            assert_eq!(fmt(units, None, 1.25), want, "{units}");
+        }
+        let u = "days since 1582-10-01";
+        for (cal, want) in [
+            ("NOLEAP", "\"1583-11-05\""),
+            ("No_Leap", "\"1583-11-05\""),
+            ("365_DAY", "\"1583-11-05\""),
+            ("360_DAY", "\"1583-11-11\""),
+            ("ALL_LEAP", "\"1583-11-04\""),
+            ("AllLeap", "\"1583-11-04\""),
+            ("366_DAY", "\"1583-11-04\""),
+            ("JULIAN", "\"1583-11-05\""),
+            ("Proleptic_Gregorian", "\"1583-11-05\""),
+            ("STANDARD", "\"1583-11-15\""),
+            ("J", "\"1583-11-05\""),
+        ] {
+            assert_eq!(fmt(u, Some(cal), 400.0), want, "{cal}");
+        }
     }
 
     proptest::proptest! {

@@ -40,11 +40,16 @@ pub struct DumpOptions {
     /// `-F`: with `special`, every filter in `_Filter` instead of `_Fletcher32`, `_Shuffle`
     /// and `_DeflateLevel` for the standard ones.
     pub all_filters: bool,
-    /// `-p f[,d]`: significant digits of `float` (and `double`) values, in attributes and
-    /// data; a type given a precision ignores `C_format` attributes, as ncdump does.
+    /// `-p f[,d]` or `-d f[,d]`: significant digits of `float` values, in attributes and
+    /// data, where not ncdump's default.
     pub float_digits: Option<usize>,
-    /// The `d` of `-p f,d`.
+    /// The `d` of `-p f,d` or `-d f,d`: significant digits of `double` values.
     pub double_digits: Option<usize>,
+    /// Whether floats ignore `C_format` attributes, printing with `float_digits` (`-p f`,
+    /// as ncdump does; `-d` leaves `C_format` in force).
+    pub float_digits_override_c_format: bool,
+    /// Whether doubles ignore `C_format` attributes, printing with `double_digits`.
+    pub double_digits_override_c_format: bool,
     /// `-l len`: the maximum line length of the data section (ncdump's default is 80).
     pub line_len: Option<usize>,
     /// `-b lang` / `-f lang`: comments in the data section giving the indices of values.
@@ -167,7 +172,10 @@ pub fn dump_with_reader(
         float: opts.float_digits.unwrap_or(default.float),
         double: opts.double_digits.unwrap_or(default.double),
     };
-    w.explicit = (opts.float_digits.is_some(), opts.double_digits.is_some());
+    w.explicit = (
+        opts.float_digits_override_c_format,
+        opts.double_digits_override_c_format,
+    );
     w.max_line = opts.line_len.unwrap_or(DEFAULT_LINE_LEN).saturating_sub(2);
     w.annotate = opts.annotate;
     w.times = opts.times;
@@ -628,7 +636,7 @@ struct Cdl<'w> {
     special: Option<bool>,
     /// Digits of floating-point values.
     prec: Precision,
-    /// Whether `-p` gave the digits of floats, and of doubles (then `C_format` is ignored).
+    /// Whether floats, and doubles, ignore `C_format` (see [`DumpOptions`]).
     explicit: (bool, bool),
     /// Longest data line, less two columns.
     max_line: usize,

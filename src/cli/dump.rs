@@ -30,8 +30,9 @@ pub struct DumpArgs {
     /// Repeated, the lists add up (ncdump keeps only the last).
     #[arg(short = 'g', long = "groups", value_delimiter = ',')]
     pub groups: Option<Vec<String>>,
-    /// Name for the `netcdf NAME {` line (default: derived from the location).
-    #[arg(short = 'n', long = "name")]
+    /// Name for the `netcdf NAME {` line (default: derived from the location). As in
+    /// ncdump, the next word is the name, even one starting with `-`.
+    #[arg(short = 'n', long = "name", allow_hyphen_values = true)]
     pub name: Option<String>,
     /// Special virtual attributes too: `_Storage`, `_ChunkSizes`, filters, `_Codecs`,
     /// `_Endianness`, `_NoFill`, `_Format` (`ncdump -s`).
@@ -41,16 +42,9 @@ pub struct DumpArgs {
     /// `_DeflateLevel` for the standard ones (`ncdump -F`).
     #[arg(short = 'F', long = "filters")]
     pub all_filters: bool,
-    /// Significant digits of floating-point values: `F` for floats, `F,D` for floats and
-    /// doubles (1 to 20; `ncdump -p`). A type given digits ignores `C_format` attributes.
-    #[arg(
-        short = 'p',
-        long = "precision",
-        value_name = "F[,D]",
-        value_parser = parse_precision,
-        allow_hyphen_values = true
-    )]
-    pub precision: Option<Precision>,
+    /// `-p` and `-d`: significant digits of floating-point values.
+    #[command(flatten)]
+    pub digits: Digits,
     /// Maximum line length of the data section (at least 10; default 80; `ncdump -l`).
     // Checked in `run`, so that a bad length gets ncdump's message rather than clap's.
     #[arg(
@@ -75,6 +69,11 @@ pub struct DumpArgs {
     /// netcdf-c reports for NCZarr and Zarr).
     #[arg(short = 'k', long = "kind")]
     pub kind: bool,
+    /// ncdump's extended format (`ncdump -K`), which Debian's ncdump 4.9.0 has no name for
+    /// in the case of NCZarr (it fails with "unrecognized extended format: 10"): refused
+    /// likewise, but with `-k`, which prints the kind, as in ncdump.
+    #[arg(short = 'K', hide = true)]
+    pub extended_kind: bool,
     /// ncdump's NcML output, which it permits for the netCDF classic model only: refused
     /// (NCZarr is netCDF-4), but with `-k`, which prints the kind, as in ncdump.
     #[arg(short = 'x', hide = true)]
@@ -84,20 +83,16 @@ pub struct DumpArgs {
     #[arg(short = 'w', hide = true)]
     pub dap_cache: bool,
     /// Accepted for ncdump's command lines; no effect: netcdf-c's internal log level
-    /// (`ncdump -L n`, which ncdump too ignores unless netcdf-c was built with logging).
-    #[arg(short = 'L', value_name = "N", hide = true, value_parser = parse_log_level)]
-    pub netcdf_log_level: Option<u32>,
+    /// (`ncdump -L n`, which ncdump too ignores unless netcdf-c was built with logging, and
+    /// then reads with `atoi`: any text is taken, `-1` and `x` included).
+    #[arg(short = 'L', value_name = "N", hide = true, allow_hyphen_values = true)]
+    pub netcdf_log_level: Option<String>,
     /// Accepted for ncdump's command lines; no effect: `-Xm` (read into memory) and `-Xp`
     /// (which netcdf-c's ncdump accepts and ignores too).
     #[arg(short = 'X', value_name = "m|p", hide = true, value_parser = parse_x_option)]
     pub x_option: Option<char>,
     /// The dataset: a path (any bytes) or a URL.
     pub location: std::ffi::OsString,
-}
-
-/// `-L N`: any level netcdf-c's `nc_set_log_level` could take.
-fn parse_log_level(text: &str) -> std::result::Result<u32, OptionValueError> {
-    super::integer_in(text, "log level", 0..=u32::MAX)
 }
 
 /// ncdump's `-X` value: it looks at the first letter only.
@@ -129,6 +124,13 @@ pub fn run(args: DumpArgs) -> Result<i32> {
             _ => Ok(0),
         };
     }
+    if args.extended_kind {
+        return Err(Error::Unsupported(
+            "the extended format (-K) of NCZarr has no name in ncdump 4.9.0, which fails \
+             with \"unrecognized extended format: 10\"; -k prints the kind"
+                .into(),
+        ));
+    }
     if args.ncml {
         return Err(Error::Unsupported(
             "NcML output (-x) is permitted for the netCDF classic model only, as in ncdump, \
@@ -150,8 +152,10 @@ pub fn run(args: DumpArgs) -> Result<i32> {
         name: args.name,
         special: args.special,
         all_filters: args.all_filters,
-        float_digits: args.precision.and_then(|p| p.float),
-        double_digits: args.precision.and_then(|p| p.double),
+        float_digits: args.digits.float,
+        double_digits: args.digits.double,
+        float_digits_override_c_format: args.digits.float_overrides_c_format,
+        double_digits_override_c_format: args.digits.double_overrides_c_format,
         line_len,
         annotate,
         times: if args.iso_times {
@@ -183,7 +187,7 @@ const MAX_DIGITS: usize = 20;
 /// Shortest line length `-l` accepts, as ncdump.
 const MIN_LINE_LEN: usize = 10;
 
-/// The digits `-p` gives: of floats, and of doubles (only with floats).
+/// The digits one `-p` or `-d` gives: of floats, and of doubles (only with floats).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Precision {
     /// Significant digits of floats, if given.
@@ -192,11 +196,99 @@ pub struct Precision {
     pub double: Option<usize>,
 }
 
-/// `-p F[,D]`, read as ncdump 4.9 reads it: F is the integer `strtol` reads at the start
-/// (what follows it is ignored unless it is `,`), D the one after that comma (what follows D,
-/// such as `,7`, is ignored); a text that starts with `,` gives neither (`-p ,5` changes
-/// nothing), and F without D leaves doubles alone. Where ncdump reads no digits (`x`, `3,`,
-/// `3,x`), the value is of the wrong form; digits outside 1 to 20 are out of range.
+/// `-p F[,D]` and its old spelling `-d F[,D]`, taken in command-line order as ncdump takes
+/// them: each sets the digits of both types, those it does not give back to the defaults
+/// (`-p 3,5 -p 4` prints doubles with the default digits), and `-p` also makes the digits of
+/// each type it gives a number for override `C_format` attributes from then on, which `-d`
+/// never does (nor undoes).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Digits {
+    /// Significant digits of floats, where not the default.
+    pub float: Option<usize>,
+    /// Significant digits of doubles, where not the default.
+    pub double: Option<usize>,
+    /// Whether a `-p` gave the digits of floats: `C_format` is then ignored for floats.
+    pub float_overrides_c_format: bool,
+    /// Whether a `-p` gave the digits of doubles: `C_format` is then ignored for doubles.
+    pub double_overrides_c_format: bool,
+}
+
+/// The id of the `-p` argument.
+const PRECISION: &str = "precision";
+/// The id of the `-d` argument.
+const SIGNIFICANT_DIGITS: &str = "significant-digits";
+
+impl clap::FromArgMatches for Digits {
+    fn from_arg_matches(matches: &clap::ArgMatches) -> std::result::Result<Self, clap::Error> {
+        // Every -p and -d given, with its position on the command line.
+        let given = |id: &str| -> Vec<(usize, bool, Precision)> {
+            let (Some(indices), Some(values)) =
+                (matches.indices_of(id), matches.get_many::<Precision>(id))
+            else {
+                return Vec::new();
+            };
+            indices
+                .zip(values)
+                .map(|(i, &p)| (i, id == PRECISION, p))
+                .collect()
+        };
+        let mut all = given(PRECISION);
+        all.extend(given(SIGNIFICANT_DIGITS));
+        all.sort_by_key(|&(i, _, _)| i);
+        let mut digits = Digits::default();
+        for (_, overrides, p) in all {
+            digits.float = p.float;
+            digits.double = p.double;
+            if overrides {
+                digits.float_overrides_c_format |= p.float.is_some();
+                digits.double_overrides_c_format |= p.double.is_some();
+            }
+        }
+        Ok(digits)
+    }
+
+    fn update_from_arg_matches(
+        &mut self,
+        matches: &clap::ArgMatches,
+    ) -> std::result::Result<(), clap::Error> {
+        *self = Self::from_arg_matches(matches)?;
+        Ok(())
+    }
+}
+
+impl clap::Args for Digits {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        // Appended rather than replaced when given again, to follow their order.
+        let digits_arg = |id: &'static str, short: char| {
+            clap::Arg::new(id)
+                .short(short)
+                .value_name("F[,D]")
+                .value_parser(parse_precision)
+                .allow_hyphen_values(true)
+                .action(clap::ArgAction::Append)
+        };
+        cmd.arg(digits_arg(PRECISION, 'p').long(PRECISION).help(
+            "Significant digits of floating-point values: `F` for floats, `F,D` for floats \
+             and doubles (1 to 20; `ncdump -p`). A type given digits ignores `C_format` \
+             attributes",
+        ))
+        .arg(digits_arg(SIGNIFICANT_DIGITS, 'd').hide(true).help(
+            "ncdump's old spelling of -p, which leaves `C_format` attributes in force \
+             (`ncdump -d`)",
+        ))
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
+}
+
+/// `-p F[,D]` (and `-d F[,D]`), read as ncdump 4.9 reads it: F is the integer `strtol` reads
+/// at the start (what follows it is ignored unless it is `,`), D the one after that comma
+/// (what follows D, such as `,7`, is ignored); a text that starts with `,` gives neither
+/// (`-p ,5` changes nothing), and F without D leaves doubles alone. Where ncdump reads no
+/// digits (`x`, `3,`, `3,x`), the value is of the wrong form; digits outside 1 to 20 are out
+/// of range.
 fn parse_precision(text: &str) -> std::result::Result<Precision, OptionValueError> {
     let digits = |n: Option<i64>, what: &str| match n {
         Some(n) if (1..=MAX_DIGITS as i64).contains(&n) => Ok(n as usize),
@@ -251,6 +343,34 @@ fn strtol(text: &str) -> (i64, &str) {
 fn strtol_digits(text: &str) -> Option<i64> {
     let (value, rest) = strtol(text);
     (rest.len() < text.len()).then_some(value)
+}
+
+/// C's `strtol(text, &end, 0)`: after blanks and a sign, `0x` or `0X` and hex digits are
+/// hexadecimal, a leading `0` is octal (`012` is 10, `08` is 0 and `8` left over), other
+/// digits decimal; `None` where no digit is read; saturated rather than wrapped.
+fn strtol_base_0(text: &str) -> Option<i64> {
+    let trimmed = text.trim_start();
+    let (negative, unsigned) = match trimmed.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, trimmed.strip_prefix('+').unwrap_or(trimmed)),
+    };
+    let hex = unsigned
+        .strip_prefix("0x")
+        .or_else(|| unsigned.strip_prefix("0X"))
+        .filter(|rest| rest.starts_with(|c: char| c.is_ascii_hexdigit()));
+    let (radix, digits) = match hex {
+        Some(rest) => (16, rest),
+        None if unsigned.starts_with('0') => (8, unsigned),
+        None => (10, unsigned),
+    };
+    let end = digits
+        .find(|c: char| !c.is_digit(radix))
+        .unwrap_or(digits.len());
+    if end == 0 {
+        return None;
+    }
+    let magnitude = i64::from_str_radix(&digits[..end], radix).unwrap_or(i64::MAX);
+    Some(if negative { -magnitude } else { magnitude })
 }
 
 /// `-b LANG` and `-f LANG`, as ncdump reads them: each turns its comments on, and the
@@ -349,11 +469,11 @@ fn parse_lang(text: &str) -> std::result::Result<Lang, String> {
     }
 }
 
-/// `-l LEN`, read as ncdump reads it (`strtol`: the leading integer) and refused in its
-/// words below the shortest length; a text without a leading integer (ncdump reads 0) is of
-/// the wrong form.
+/// `-l LEN`, read as ncdump reads it (`strtol` in base 0: the leading integer, in hex after
+/// `0x`, in octal after `0`) and refused in its words below the shortest length; a text
+/// without a leading integer (ncdump reads 0) is of the wrong form.
 fn parse_line_len(text: &str) -> std::result::Result<usize, OptionValueError> {
-    let n = strtol_digits(text).ok_or_else(|| {
+    let n = strtol_base_0(text).ok_or_else(|| {
         OptionValueError::WrongForm(format!(
             "line length {} is not a number (at least {MIN_LINE_LEN})",
             quoted(text)
@@ -399,8 +519,23 @@ mod tests {
         }
         assert_eq!(parse_line_len("10").ok(), Some(10));
         assert_eq!(parse_line_len("12x").ok(), Some(12));
+        // strtol's base 0, as Debian's ncdump 4.9.0 reads -l: hex and octal.
+        assert_eq!(parse_line_len("0x20").ok(), Some(32));
+        assert_eq!(parse_line_len("0X1e").ok(), Some(30));
+        assert_eq!(parse_line_len("012").ok(), Some(10));
+        assert_eq!(parse_line_len("0100").ok(), Some(64));
+        assert_eq!(parse_line_len(" +0x10z").ok(), Some(16));
         // ncdump's words, with the number strtol reads.
-        for (bad, n) in [("9", "9"), ("0", "0"), ("-5", "-5"), ("1", "1")] {
+        for (bad, n) in [
+            ("9", "9"),
+            ("0", "0"),
+            ("-5", "-5"),
+            ("1", "1"),
+            ("08", "0"),
+            ("010x", "8"),
+            ("0x", "0"),
+            ("-0x20", "-32"),
+        ] {
             match parse_line_len(bad) {
                 Err(OptionValueError::OutOfRange(m)) => {
                     assert_eq!(m, format!("unreasonably small line length specified: {n}"))
@@ -408,10 +543,12 @@ mod tests {
                 other => panic!("{bad}: {other:?}"),
             }
         }
-        assert!(matches!(
-            parse_line_len("x"),
-            Err(OptionValueError::WrongForm(_))
-        ));
+        for bad in ["x", "-", "+x", ""] {
+            assert!(
+                matches!(parse_line_len(bad), Err(OptionValueError::WrongForm(_))),
+                "{bad}"
+            );
+        }
     }
 
     fn parse_dump(args: &[&str]) -> DumpArgs {
@@ -433,15 +570,9 @@ mod tests {
     #[test]
     fn options_given_again_replace_what_they_gave_as_in_ncdump() {
         let a = parse_dump(&["-p", "3", "-p", "3,5"]);
-        assert_eq!(a.precision.and_then(|p| p.double), Some(5));
+        assert_eq!(a.digits.double, Some(5));
         let a = parse_dump(&["-p", "3,5", "-p", "4"]);
-        assert_eq!(
-            a.precision,
-            Some(Precision {
-                float: Some(4),
-                double: None
-            })
-        );
+        assert_eq!((a.digits.float, a.digits.double), (Some(4), None));
         let a = parse_dump(&["-l", "20", "-l", "30", "-h", "-h", "-n", "a", "-n", "b"]);
         assert_eq!(
             (a.line_len.as_deref(), a.name.as_deref()),
@@ -450,6 +581,55 @@ mod tests {
         // -v and -g lists add up (documented: ncdump keeps the last).
         let a = parse_dump(&["-v", "a", "-v", "b,c"]);
         assert_eq!(a.vars.unwrap(), ["a", "b", "c"]);
+    }
+
+    #[test]
+    fn p_and_d_set_digits_in_order_and_only_p_overrides_c_format() {
+        let digits = |args: &[&str]| parse_dump(args).digits;
+        let d = |float, double, over_float, over_double| Digits {
+            float,
+            double,
+            float_overrides_c_format: over_float,
+            double_overrides_c_format: over_double,
+        };
+        assert_eq!(digits(&[]), d(None, None, false, false));
+        assert_eq!(digits(&["-d", "3,5"]), d(Some(3), Some(5), false, false));
+        assert_eq!(digits(&["-p", "3,5"]), d(Some(3), Some(5), true, true));
+        // As ncdump's getopt loop: the last sets the digits, a -p before keeps its override.
+        assert_eq!(
+            digits(&["-p", "3,5", "-d", "4"]),
+            d(Some(4), None, true, true)
+        );
+        assert_eq!(
+            digits(&["-d", "3,5", "-p", "4"]),
+            d(Some(4), None, true, false)
+        );
+        assert_eq!(
+            digits(&["-p", "3,5", "-p", "4"]),
+            d(Some(4), None, true, true)
+        );
+        assert_eq!(digits(&["-p", "3", "-p", ",5"]), d(None, None, true, false));
+        assert_eq!(
+            digits(&["-d3,5", "-d", "6"]),
+            d(Some(6), None, false, false)
+        );
+    }
+
+    #[test]
+    fn names_and_log_levels_ncdump_takes_are_taken() {
+        // getopt takes the next word as the value, whatever its first character.
+        assert_eq!(parse_dump(&["-n", "-x"]).name.as_deref(), Some("-x"));
+        assert_eq!(parse_dump(&["-n", "--"]).name.as_deref(), Some("--"));
+        // ncdump reads -L with atoi and ignores it.
+        for level in ["-1", "x", "1.5", "-h"] {
+            let a = parse_dump(&["-L", level]);
+            assert_eq!(a.netcdf_log_level.as_deref(), Some(level));
+            assert!(!a.header_only);
+        }
+        assert_eq!(
+            parse_dump(&["-L-1"]).netcdf_log_level.as_deref(),
+            Some("-1")
+        );
     }
 
     #[test]

@@ -513,10 +513,6 @@ mod tests {
         assert_eq!(parse_status(&["copy", "-h", "4X", "a", "b"]), 2);
         assert_eq!(parse_status(&["dump", "-p", "21", "a"]), 1);
         assert_eq!(parse_status(&["dump", "-p", "x", "a"]), 2);
-        assert_eq!(
-            parse_status(&["dump", "-L", "99999999999999999999", "a"]),
-            1
-        );
         assert_eq!(parse_status(&["dump", "--bogus", "a"]), 2);
     }
 

@@ -494,11 +494,12 @@ impl Dataset {
         Ok(out)
     }
 
-    /// The groups a list of names selects, as nccopy's `-g` and `-G` read it: `/a/b` the
-    /// group of that full name (`/` the root), a plain name every group of that name at any
-    /// depth. A name that selects nothing is an error (`g: No such group`), and so is a
-    /// relative path, which nccopy finds nowhere either. Names are typed names (see
-    /// [`Dataset::typed_matches`]).
+    /// The groups a list of names selects, as nccopy's `-g` and `-G` and ncdump's `-g` read
+    /// it: `/a/b` the group of that full name (`/` the root; empty parts are skipped, as
+    /// netcdf-c's `strtok` skips them, so `//a/b/` is `/a/b` and `//` the root), a plain name
+    /// every group of that name at any depth. A name that selects nothing is an error (`g: No
+    /// such group`), and so is a relative path, which nccopy finds nowhere either. Names are
+    /// typed names (see [`Dataset::typed_matches`]).
     pub fn select_groups(&self, names: &[String]) -> Result<Vec<GroupId>, String> {
         let mut out = Vec::new();
         for name in names {
@@ -507,7 +508,13 @@ impl Dataset {
                 (0..self.groups.len()).map(GroupId),
                 |g, name, form| {
                     if name.starts_with('/') {
-                        form(&self.group_fqn(g)) == name
+                        let parts: String = name
+                            .split('/')
+                            .filter(|part| !part.is_empty())
+                            .map(|part| format!("/{part}"))
+                            .collect();
+                        let full_name = if parts.is_empty() { "/" } else { &parts };
+                        form(&self.group_fqn(g)) == full_name
                     } else {
                         g != Self::ROOT && form(&self.group(g).name) == name
                     }
@@ -887,6 +894,13 @@ mod tests {
         assert_eq!(fqns(&["c", "/c"]).unwrap(), ["/c"]);
         assert_eq!(fqns(&["a/b"]).unwrap_err(), "a/b: No such group");
         assert_eq!(fqns(&["/b"]).unwrap_err(), "/b: No such group");
+        // Empty parts of a full name are skipped, as ncdump and nccopy skip them.
+        assert_eq!(fqns(&["/a/b/"]).unwrap(), ["/a/b"]);
+        assert_eq!(fqns(&["//a//b"]).unwrap(), ["/a/b"]);
+        assert_eq!(fqns(&["/c/"]).unwrap(), ["/c"]);
+        assert_eq!(fqns(&["//"]).unwrap(), ["/"]);
+        assert_eq!(fqns(&["a/b/"]).unwrap_err(), "a/b/: No such group");
+        assert_eq!(fqns(&["/a/x/"]).unwrap_err(), "/a/x/: No such group");
     }
 
     /// `/é` (NFC) holding `té` (NFC) and, in pure Zarr style, its NFD twin `te\u{301}`;
