@@ -85,7 +85,13 @@ pub struct DumpArgs {
     pub dap_cache: bool,
     /// Accepted for ncdump's command lines; no effect: netcdf-c's internal log level
     /// (`ncdump -L n`, which ncdump too ignores unless netcdf-c was built with logging).
-    #[arg(short = 'L', value_name = "N", hide = true, value_parser = parse_log_level)]
+    #[arg(
+        short = 'L',
+        value_name = "N",
+        hide = true,
+        value_parser = parse_log_level,
+        allow_hyphen_values = true
+    )]
     pub netcdf_log_level: Option<u32>,
     /// Accepted for ncdump's command lines; no effect: `-Xm` (read into memory) and `-Xp`
     /// (which netcdf-c's ncdump accepts and ignores too).
