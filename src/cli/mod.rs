@@ -310,14 +310,10 @@ fn not_utf8_message(args: impl IntoIterator<Item = std::ffi::OsString>) -> Strin
         .skip(1)
         .filter(|(_, arg)| arg.to_str().is_none())
         .map(|(i, arg)| {
-            let mut shown = String::new();
-            for chunk in arg.as_bytes().utf8_chunks() {
-                shown.push_str(chunk.valid());
-                for b in chunk.invalid() {
-                    shown.push_str(&format!("\\x{b:02x}"));
-                }
-            }
-            format!("argument {i}, `{shown}`")
+            format!(
+                "argument {i}, `{}`",
+                crate::error::escaped_bytes(arg.as_bytes())
+            )
         })
         .collect();
     format!(
