@@ -535,6 +535,52 @@ EXIT_STATUSES = [
 ]
 
 
+# A negative number is a number of the option's form out of its range: exit status 1, with
+# a message saying so, for every option taking a count, length, index, size or level, after a
+# space (which the command line parser must take as the value, not as an option), after `=`,
+# attached to a short option and inside a list.
+NEGATIVE_VALUES = [
+    ["dump", "-p", "-1", "{ds}"], ["dump", "-p", "3,-1", "{ds}"], ["dump", "-l", "-1", "{ds}"],
+    ["dump", "-L", "-1", "{ds}"], ["dump", "-L=-1", "{ds}"],
+    ["get", "--start", "-1", "{ds}", "v"], ["get", "--start=-1", "{ds}", "v"],
+    ["get", "--count", "-1", "{ds}", "v"], ["get", "--stride", "-1", "{ds}", "v"],
+    ["get", "--cache-size", "-1", "{ds}", "v"], ["get", "--cache-size=-64K", "{ds}", "v"],
+    ["put", "--start", "-1", "{ds}", "v"], ["put", "--start=-1", "{ds}", "v"],
+    ["put", "--count", "-1", "{ds}", "v"], ["put", "--stride", "-1", "{ds}", "v"],
+    ["put", "--cache-size", "-1", "{ds}", "v"],
+    ["copy", "-d", "-1", "{ds}", "{out}"], ["copy", "-d=-1", "{ds}", "{out}"],
+    ["copy", "-d-1", "{ds}", "{out}"], ["copy", "--deflate", "-1", "{ds}", "{out}"],
+    ["copy", "-h", "-1", "{ds}", "{out}"], ["copy", "-h=-1", "{ds}", "{out}"],
+    ["copy", "--cache-size", "-4M", "{ds}", "{out}"],
+    ["copy", "-c", "d/-5", "{ds}", "{out}"], ["copy", "-c=d/-5", "{ds}", "{out}"],
+    ["copy", "-c", "v:-5", "{ds}", "{out}"], ["copy", "--chunks", "v:-5", "{ds}", "{out}"],
+    ["copy", "-k", "zarr,v3", "--shards", "d/-2", "{ds}", "{out}"],
+    ["copy", "-k", "zarr,v3", "--shards", "v:-2", "{ds}", "{out}"],
+    ["copy", "--codec", "zlib:-1", "{ds}", "{out}"], ["copy", "--codec", "bz2:-1", "{ds}", "{out}"],
+    ["copy", "--codec", "blosc:lz4:-1", "{ds}", "{out}"],
+    ["copy", "--codec", "blosc:lz4:5:-1", "{ds}", "{out}"],
+]
+EXIT_STATUSES += [(args, 1) for args in NEGATIVE_VALUES]
+
+
+@pytest.mark.parametrize("args", NEGATIVE_VALUES, ids=" ".join)
+def test_a_negative_number_is_refused_as_out_of_range(nczarrfs, int_twins, tmp_path, args):
+    _, store = int_twins
+    out = tmp_path / "out.file"
+    args = [a.replace("{ds}", str(store)).replace("{out}", str(out)) for a in args]
+    values = tmp_path / "one.bin"
+    values.write_bytes(b"\0" * 4)
+    extra = ["-i", str(values)] if args[0] == "put" else []
+    r = nczarrfs(*args, *extra)
+    assert r.returncode == 1, r.stderr
+    message = r.stderr.decode()
+    assert message.startswith("nczarrfs: ") and "\n" == message[-1], message
+    assert any(says in message for says in ("negative", "not from", "must be 1 to 20",
+                                            "unreasonably small")), message
+    assert r.stdout == b""
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("args, status", EXIT_STATUSES,
                          ids=[" ".join(a[:3]) for a, _ in EXIT_STATUSES])
 def test_exit_status_of_every_option_value_follows_readmes_rule(nczarrfs, int_twins,

@@ -557,6 +557,48 @@ def test_gen_reads_ncgen_spellings_of_infinities_and_doubles(nczarrfs, tmp_path)
         b" x = DoubleInf, -Inff, 1.5L, 1e3l ;\n}\n")
 
 
+#: Every spelling of NaN and infinity that Debian's ncgen takes as a value.
+NCGEN_SPECIAL_VALUES = ["NaN", "nan", "NaNf", "nanf", "Infinity", "Infinityf", "Inff",
+                        "-Infinity", "-Infinityf", "-Inff", "DoubleInf", "FloatInf"]
+#: Spellings it refuses: a sign it does not take ("syntax error, unexpected invalid token"),
+#: or a word it does not know ("Non-simple list of values").
+NCGEN_REFUSED_SPECIAL_VALUES = [
+    "+Infinity", "+Infinityf", "+Inff", "+NaN", "+nan", "+NaNf", "-NaN", "-nan", "-NaNf",
+    "+DoubleInf", "-DoubleInf", "+FloatInf", "-FloatInf", "+inf", "-inf", "-Inf", "inf", "Inf",
+    "NAN", "Nan", "nanF", "infinity", "INFINITY", "infinityf", "inff",
+]
+
+
+def test_gen_types_each_special_value_as_ncgen_does(nczarrfs, tmp_path):
+    """Each spelling ncgen takes, alone in an untyped attribute (typed by the spelling), in
+    float and double attributes and in float and double data."""
+    lines = [f"netcdf specials {{\ndimensions: d = {len(NCGEN_SPECIAL_VALUES)} ;\n"
+             "variables:\n float f(d) ;\n double x(d) ;\n"]
+    for i, word in enumerate(NCGEN_SPECIAL_VALUES):
+        lines.append(f"  :u{i} = {word} ;\n  f:a{i} = {word} ;\n  x:a{i} = {word} ;\n")
+    data = ", ".join(NCGEN_SPECIAL_VALUES)
+    lines.append(f"data:\n f = {data} ;\n x = {data} ;\n}}\n")
+    _gen_dumps_as_ncgen(nczarrfs, tmp_path, "specials", "".join(lines).encode())
+
+
+@pytest.mark.parametrize("word", NCGEN_REFUSED_SPECIAL_VALUES)
+@pytest.mark.parametrize("place", ["untyped", "typed", "data"])
+def test_gen_refuses_special_values_ncgen_refuses(nczarrfs, tmp_path, word, place):
+    body = {"untyped": f"  :a = 1., {word} ;\n", "typed": f"  double v:a = {word} ;\n",
+            "data": f"data:\n v = {word} ;\n"}[place]
+    cdl = tmp_path / "bad.cdl"
+    cdl.write_text(f"netcdf bad {{\nvariables:\n double v ;\n{body}}}\n")
+    oracle = subprocess.run(["ncgen", "-k", "nc4", "-o", str(tmp_path / "bad.nc"), str(cdl)],
+                            capture_output=True, check=False)
+    assert oracle.returncode != 0, "ncgen accepted it"
+    target = tmp_path / "bad.file"
+    res = nczarrfs("gen", "-o", str(target), str(cdl))
+    line = 5 if place == "data" else 4
+    assert res.returncode == 1, res.stderr
+    assert f"bad.cdl:{line}:".encode() in res.stderr, res.stderr
+    assert not target.exists()
+
+
 def test_gen_keeps_the_last_of_repeated_attributes_and_data_as_ncgen_does(nczarrfs, tmp_path):
     """An attribute given twice keeps its first place and takes the last value (and type);
     data given twice for a variable is the last data, whole."""

@@ -186,3 +186,27 @@ def test_other_arguments_stay_text(nczarrfs, tmp_path, place):
         assert r.returncode == 2, r
         assert b"a name or option value is not UTF-8" in r.stderr, r.stderr
         assert named in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("options, shown", [
+    (b"ro,cache_size=64\xff", b'mount option "cache_size" is not UTF-8 (`cache_size=64\\xff`;'),
+    (b"fsname=obs\xfe\xff", b'mount option "fsname" is not UTF-8 (`fsname=obs\\xfe\\xff`;'),
+    (b"\xffro", b'mount option "\\xffro" is not UTF-8 (`\\xffro`;'),
+    (b'ro,fsname="obs\xff', b'mount options `ro,fsname="obs\\xff` open a double quote'),
+])
+def test_mount_options_that_are_not_utf8_are_shown_with_their_bytes(nczarrfs, tmp_path,
+                                                                       place, options, shown):
+    """A `-o` value that is not UTF-8 (only log_file='s path may be) is refused before
+    anything is mounted, with the exit status of any other bad `-o` value, and shown as other
+    arguments that are not UTF-8 are: its bytes beyond UTF-8 as `\\xNN`, not replaced."""
+    directory, _ = place
+    nczarr, _ = _twins(tmp_path, directory, NAME)
+    mountpoint = tmp_path / "mnt"
+    mountpoint.mkdir()
+    other_bad = nczarrfs("mount", "-o", "ro,cache_size=64X", nczarr, str(mountpoint))
+    assert other_bad.returncode == 1, other_bad.stderr
+    r = nczarrfs("mount", "-o", options, nczarr, str(mountpoint))
+    assert r.returncode == other_bad.returncode, r.stderr
+    assert r.stderr.startswith(b"nczarrfs: ") and shown in r.stderr, r.stderr
+    assert "\ufffd".encode() not in r.stderr, r.stderr
+    assert not os.path.ismount(mountpoint)

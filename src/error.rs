@@ -343,6 +343,19 @@ pub fn quoted(text: &str) -> String {
     out
 }
 
+/// `bytes` (a command line argument, say) as a message shows bytes that need not be UTF-8:
+/// UTF-8 as it is, every other byte as `\xNN`.
+pub fn escaped_bytes(bytes: &[u8]) -> String {
+    let mut shown = String::new();
+    for chunk in bytes.utf8_chunks() {
+        shown.push_str(chunk.valid());
+        for b in chunk.invalid() {
+            shown.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    shown
+}
+
 /// `text` (an already formatted value from stored data, such as a JSON value) cut to
 /// [`QUOTE_LIMIT`] characters with an ellipsis in the middle.
 pub fn capped(text: &str) -> String {
@@ -383,6 +396,12 @@ mod tests {
             quoted(&"é".repeat(QUOTE_LIMIT)),
             format!("\"{}\"", "é".repeat(QUOTE_LIMIT))
         );
+    }
+
+    #[test]
+    fn escaped_bytes_keep_utf8_and_show_other_bytes_in_hex() {
+        assert_eq!(escaped_bytes(b"caf\xc3\xa9"), "café");
+        assert_eq!(escaped_bytes(b"a\xff\xc3=1"), "a\\xff\\xc3=1");
     }
 
     #[test]

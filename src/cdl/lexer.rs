@@ -512,11 +512,13 @@ impl<'a> Lexer<'a> {
 }
 
 /// ncgen.l's keywords for special values: `NaN`, `nan`, `NaNf`, `nanf`, `Infinity`,
-/// `Infinityf`, `Inff` (each infinity also with `-`), and `DoubleInf`, `FloatInf`.
+/// `Infinityf`, `Inff` (each infinity also with `-`), and `DoubleInf`, `FloatInf`. No other
+/// spelling is one: ncgen (4.9.0) refuses a `+` before any of them (`+Infinity`), a `-`
+/// before the others (`-NaN`, `-DoubleInf`), and other cases (`NAN`, `infinity`, `inf`).
 fn special_number(text: &str) -> Option<Number> {
     let (neg, body) = match text.strip_prefix('-') {
         Some(b) => (true, b),
-        None => (false, text.strip_prefix('+').unwrap_or(text)),
+        None => (false, text),
     };
     let (value, single, signed) = match body {
         "NaN" | "nan" => (f64::NAN, false, false),
@@ -549,7 +551,7 @@ fn parse_number(text: &str) -> std::result::Result<Number, BadNumber> {
     use BadNumber::Malformed;
     let (neg, body) = match text.strip_prefix('-') {
         Some(b) => (true, b),
-        None => (false, text.strip_prefix('+').unwrap_or(text)),
+        None => (false, text),
     };
     let lower = body.to_ascii_lowercase();
     let is_hex = lower.starts_with("0x");
@@ -736,6 +738,27 @@ mod tests {
                 assert_eq!(*c, f64::INFINITY);
             }
             other => panic!("{other:?}"),
+        }
+    }
+
+    /// Debian's ncgen 4.9.0 refuses these where a value is expected ("syntax error,
+    /// unexpected invalid token" for a sign, "Non-simple list of values" for a name).
+    #[test]
+    fn only_ncgens_spellings_of_special_values_are_numbers() {
+        for refused in ["+Infinity", "+Infinityf", "+Inff", "-Inf"] {
+            assert!(tokenize(refused, "f.cdl").is_err(), "{refused}");
+        }
+        for refused in ["+NaN", "-NaN", "+nan", "-NaNf", "-DoubleInf", "+FloatInf"] {
+            assert!(tokenize(refused, "f.cdl").is_err(), "{refused}");
+        }
+        for name in [
+            "NAN", "Nan", "nanF", "infinity", "INFINITY", "inf", "Inf", "inff",
+        ] {
+            assert_eq!(
+                toks(name)[0].clone().into_value(),
+                Tok::Ident(name.into()),
+                "{name}"
+            );
         }
     }
 

@@ -83,7 +83,9 @@ impl Hyperslab {
 }
 
 /// Parses a byte size such as `0`, `4096`, `64K`, `256M`, `2G`, `1T` (binary multiples; an
-/// optional trailing `B` or `iB` is accepted: `64MiB`, `64MB`).
+/// optional trailing `B` or `iB` is accepted: `64MiB`, `64MB`). A size of that form after a
+/// `-` is out of range ([`Error::Invalid`]), not of the wrong form ([`Error::Usage`]), unless
+/// it is 0.
 pub fn parse_size(text: &str) -> Result<usize> {
     let bad = || {
         Error::Usage(format!(
@@ -92,6 +94,10 @@ pub fn parse_size(text: &str) -> Result<usize> {
         ))
     };
     let t = text.trim();
+    let (negative, t) = match t.strip_prefix('-') {
+        Some(magnitude) => (true, magnitude),
+        None => (false, t.strip_prefix('+').unwrap_or(t)),
+    };
     let t = t
         .strip_suffix("iB")
         .or_else(|| t.strip_suffix("ib"))
@@ -114,6 +120,12 @@ pub fn parse_size(text: &str) -> Result<usize> {
             usize::MAX
         ))
     };
+    if negative && digits.bytes().any(|b| b != b'0') {
+        return Err(Error::Invalid(format!(
+            "size {} is negative (a size is 0 or more bytes)",
+            quoted(text)
+        )));
+    }
     let n: u64 = digits.parse().map_err(|_| too_large())?;
     let bytes = n.checked_mul(1u64 << shift).ok_or_else(too_large)?;
     usize::try_from(bytes).map_err(|_| too_large())

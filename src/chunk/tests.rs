@@ -10,6 +10,22 @@ use proptest::prelude::*;
 use super::*;
 use crate::model::{ChunkOrder, Variable, ZarrDtype};
 
+/// A size after a `-` is out of range (exit status 1), not of the wrong form (2).
+#[test]
+fn negative_sizes_are_out_of_range() {
+    assert_eq!(parse_size("+64K").unwrap(), 64 << 10);
+    assert_eq!(parse_size("-0").unwrap(), 0);
+    for negative in ["-1", "-64K", "-2MiB", "-99999999999999999999G"] {
+        match parse_size(negative) {
+            Err(Error::Invalid(m)) => assert!(m.contains("is negative"), "{negative}: {m}"),
+            other => panic!("{negative}: {other:?}"),
+        }
+    }
+    for wrong in ["-", "--1", "+-1", "-x", "-1X"] {
+        assert!(matches!(parse_size(wrong), Err(Error::Usage(_))), "{wrong}");
+    }
+}
+
 #[derive(Debug, Default)]
 struct TestMap {
     objects: Mutex<BTreeMap<String, Vec<u8>>>,

@@ -61,7 +61,13 @@ pub struct CopyArgs {
     #[arg(short = 'c', long = "chunks", value_name = "SPEC")]
     pub chunks: Vec<String>,
     /// zlib level 0-9 for every variable (0 removes compression).
-    #[arg(short = 'd', long = "deflate", value_name = "N", value_parser = parse_deflate_level)]
+    #[arg(
+        short = 'd',
+        long = "deflate",
+        value_name = "N",
+        value_parser = parse_deflate_level,
+        allow_hyphen_values = true
+    )]
     pub deflate: Option<u32>,
     /// Add the shuffle filter where a variable is deflated: with `-d N` (N > 0) to every
     /// variable, else to each that is compressed with zlib or gzip, keeping its level.
@@ -140,7 +146,13 @@ pub struct CopyArgs {
     /// Size in bytes of the cache of decoded source chunks, which a copy that changes the
     /// chunking reads through (nccopy -h: a number with an optional K, M, G, T or P for
     /// 10^3 to 10^15, such as 64M; default 256 MiB).
-    #[arg(short = 'h', long = "cache-size", value_name = "SIZE", value_parser = parse_nccopy_size)]
+    #[arg(
+        short = 'h',
+        long = "cache-size",
+        value_name = "SIZE",
+        value_parser = parse_nccopy_size,
+        allow_hyphen_values = true
+    )]
     pub cache_size: Option<usize>,
 }
 
@@ -1001,10 +1013,11 @@ fn parse_chunk_specs(
     specs: &[String],
     repeats: DimensionLists,
 ) -> Result<Vec<ChunkSpec>> {
-    // A chunk length: of the wrong form unless digits, out of range when 0 or past 2^64.
+    // A chunk length: of the wrong form unless an integer, out of range when below 1 (a
+    // negative one included) or past 2^64.
     let length = |spec: &str, n: &str| -> std::result::Result<u64, OptionValueError> {
         let n = n.trim();
-        if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
+        if !super::is_integer(n) {
             return Err(OptionValueError::WrongForm(format!(
                 "invalid {option} {}: length {} is not a number (forms: dim/n,dim2/m, dim/ \
                  for the whole dimension, or var:n,m)",
@@ -1012,21 +1025,23 @@ fn parse_chunk_specs(
                 quoted(n)
             )));
         }
-        n.parse::<u64>().ok().filter(|n| *n > 0).ok_or_else(|| {
-            OptionValueError::OutOfRange(format!(
-                "invalid {option} {}: length {} is not from 1 to {}",
-                quoted(spec),
-                quoted(n),
-                u64::MAX
-            ))
-        })
+        let magnitude = n.strip_prefix('+').unwrap_or(n);
+        magnitude
+            .parse::<u64>()
+            .ok()
+            .filter(|n| *n > 0)
+            .ok_or_else(|| {
+                OptionValueError::OutOfRange(format!(
+                    "invalid {option} {}: length {} is not from 1 to {}",
+                    quoted(spec),
+                    quoted(n),
+                    u64::MAX
+                ))
+            })
     };
     // The lengths of the variable form, `None` when `list` is not one of numbers.
     let lengths = |spec: &str, list: &str| -> Option<Result<Vec<u64>>> {
-        let numbers = list.split(',').all(|n| {
-            let n = n.trim();
-            !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())
-        });
+        let numbers = list.split(',').all(|n| super::is_integer(n.trim()));
         numbers.then(|| {
             list.split(',')
                 .map(|n| length(spec, n).map_err(Error::from))
@@ -1693,16 +1708,21 @@ mod tests {
                 ChunkSpec::Dim("w".into(), Some(5)),
             ]
         );
-        for bad in ["lat", "v:2,x", "/5", "t/x", "t/-1", "v:-1"] {
+        for bad in ["lat", "v:2,x", "/5", "t/x", "t/-x", "v:--1"] {
             match parse_chunk_specs("--chunks", &[bad.into()], DimensionLists::LastCounts) {
                 Err(Error::Usage(m)) => assert!(m.contains("dim/ for the whole"), "{bad}: {m}"),
                 other => panic!("{bad}: {other:?}"),
             }
         }
-        // Lengths of the right form out of range: exit status 1, as `get --stride 0`.
+        // Lengths of the right form out of range: exit status 1, as `get --stride 0`. A
+        // negative number is one.
         for bad in [
             "v:0",
             "t/0",
+            "t/-1",
+            "v:-1",
+            "v:2,-5",
+            "t/-0",
             "v:2,99999999999999999999",
             "t/99999999999999999999",
         ] {

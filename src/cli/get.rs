@@ -400,17 +400,31 @@ pub(super) fn parse_indices(
     } else {
         text.split(',')
             .map(|p| {
-                p.trim().parse::<u64>().map_err(|e| match e.kind() {
-                    std::num::IntErrorKind::PosOverflow => Error::Invalid(format!(
-                        "--{what}: {} is too large (at most {})",
-                        quoted(p),
-                        u64::MAX
-                    )),
-                    _ => Error::Usage(format!(
+                let n = p.trim();
+                if !super::is_integer(n) {
+                    return Err(Error::Usage(format!(
                         "--{what}: {} is not a non-negative integer",
                         quoted(p)
-                    )),
-                })
+                    )));
+                }
+                // A negative number is of the option's form, out of its range.
+                match n.strip_prefix('-') {
+                    Some(digits) if digits.bytes().any(|b| b != b'0') => {
+                        Err(Error::Invalid(format!(
+                            "--{what}: {} is negative (must be from 0 to {})",
+                            quoted(p),
+                            u64::MAX
+                        )))
+                    }
+                    Some(_) => Ok(0),
+                    None => n.parse::<u64>().map_err(|_| {
+                        Error::Invalid(format!(
+                            "--{what}: {} is too large (at most {})",
+                            quoted(p),
+                            u64::MAX
+                        ))
+                    }),
+                }
             })
             .collect::<Result<Vec<u64>>>()?
     };
@@ -675,6 +689,23 @@ mod tests {
             storage: VarStorage::default(),
         });
         (ds, v)
+    }
+
+    /// A negative index is a number out of range (exit status 1), text that is no integer
+    /// one of the wrong form (2); a sign before 0 or a positive number changes nothing.
+    #[test]
+    fn negative_indices_are_out_of_range() {
+        let parse = |text: &str| parse_indices(&Some(text.into()), "start", &[5, 7]);
+        assert_eq!(parse("+1, -0").unwrap(), Some(vec![1, 0]));
+        for negative in ["-1,0", "0,-3", "-99999999999999999999,0"] {
+            match parse(negative) {
+                Err(Error::Invalid(m)) => assert!(m.contains("is negative"), "{negative}: {m}"),
+                other => panic!("{negative}: {other:?}"),
+            }
+        }
+        for wrong in ["x,0", "0,--1", "-,0", "1.5,0"] {
+            assert!(matches!(parse(wrong), Err(Error::Usage(_))), "{wrong}");
+        }
     }
 
     /// The temporary file of a `get -o` to a name as long as a file name may be fits beside

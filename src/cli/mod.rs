@@ -188,8 +188,7 @@ where
     T: TryFrom<i128> + PartialOrd + std::fmt::Display + Copy,
 {
     let trimmed = text.trim();
-    let digits = trimmed.strip_prefix(['-', '+']).unwrap_or(trimmed);
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+    if !is_integer(trimmed) {
         return Err(OptionValueError::WrongForm(format!(
             "{what} {} is not an integer",
             quoted(text)
@@ -209,6 +208,14 @@ where
                 range.end()
             ))
         })
+}
+
+/// Whether `text` is spelled as an integer: an optional sign, then decimal digits. Such a
+/// text is a number of an option's form, so that one out of the option's range (a negative
+/// length, say) is refused as out of range rather than as of the wrong form.
+pub fn is_integer(text: &str) -> bool {
+    let digits = text.strip_prefix(['-', '+']).unwrap_or(text);
+    !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
 }
 
 /// Refuses a list option (`-v`, `-g`, ...) given only empty names: `-v "$VARS"` with `VARS`
@@ -303,14 +310,10 @@ fn not_utf8_message(args: impl IntoIterator<Item = std::ffi::OsString>) -> Strin
         .skip(1)
         .filter(|(_, arg)| arg.to_str().is_none())
         .map(|(i, arg)| {
-            let mut shown = String::new();
-            for chunk in arg.as_bytes().utf8_chunks() {
-                shown.push_str(chunk.valid());
-                for b in chunk.invalid() {
-                    shown.push_str(&format!("\\x{b:02x}"));
-                }
-            }
-            format!("argument {i}, `{shown}`")
+            format!(
+                "argument {i}, `{}`",
+                crate::error::escaped_bytes(arg.as_bytes())
+            )
         })
         .collect();
     format!(
@@ -514,6 +517,18 @@ mod tests {
         assert_eq!(parse_status(&["dump", "-p", "21", "a"]), 1);
         assert_eq!(parse_status(&["dump", "-p", "x", "a"]), 2);
         assert_eq!(parse_status(&["dump", "--bogus", "a"]), 2);
+        // A negative number is a number, out of range, after a space as after `=`: the
+        // parser takes it as the option's value, not as an option.
+        for negative in [
+            &["copy", "-d", "-1", "a", "b"][..],
+            &["copy", "-d=-1", "a", "b"],
+            &["copy", "-h", "-1", "a", "b"],
+            &["copy", "--cache-size", "-1K", "a", "b"],
+            &["dump", "-L", "-1", "a"],
+            &["dump", "-p", "-1", "a"],
+        ] {
+            assert_eq!(parse_status(negative), 1, "{negative:?}");
+        }
     }
 
     #[test]

@@ -5,6 +5,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::error::escaped_bytes;
 use crate::{Error, Result};
 
 /// Default staleness window of a read-only mount: metadata is re-read and the chunk cache
@@ -141,11 +142,11 @@ impl MountOptions {
             self.log_file = Some(PathBuf::from(OsStr::from_bytes(path)));
             return Ok(());
         }
-        let shown = String::from_utf8_lossy(item);
-        let key = shown.split('=').next().unwrap_or_default();
         Err(Error::Invalid(format!(
-            "mount option {key:?} is not UTF-8 ({shown:?}; only the path of log_file= may \
-             hold any bytes)"
+            "mount option \"{}\" is not UTF-8 (`{}`; only the path of log_file= may hold \
+             any bytes)",
+            escaped_bytes(option_key(item)),
+            escaped_bytes(item)
         )))
     }
 
@@ -338,7 +339,7 @@ impl MountOptions {
 /// part of the option. The quotes and escaping backslashes are taken out; `\NNN` is the byte
 /// of octal value NNN, as in libfuse. Empty options are dropped.
 fn split_option_list(list: &[u8]) -> Result<Vec<Vec<u8>>> {
-    let list_shown = String::from_utf8_lossy(list);
+    let list_shown = escaped_bytes(list);
     let mut options = Vec::new();
     let mut option = Vec::new();
     let mut quoted = false;
@@ -348,7 +349,7 @@ fn split_option_list(list: &[u8]) -> Result<Vec<Vec<u8>>> {
             b'\\' => {
                 let Some(escaped) = bytes.next() else {
                     return Err(Error::Invalid(format!(
-                        "mount options {list_shown:?} end in a lone backslash"
+                        "mount options `{list_shown}` end in a lone backslash"
                     )));
                 };
                 let mut octal = [escaped, 0, 0];
@@ -374,20 +375,24 @@ fn split_option_list(list: &[u8]) -> Result<Vec<Vec<u8>>> {
     }
     if quoted {
         return Err(Error::Invalid(format!(
-            "mount options {list_shown:?} open a double quote that they do not close"
+            "mount options `{list_shown}` open a double quote that they do not close"
         )));
     }
     options.push(option);
     options.retain(|o| !o.is_empty());
     // No path, name or number holds one, and the kernel's option string ends at it.
     if let Some(with_nul) = options.iter().find(|o| o.contains(&0)) {
-        let shown = String::from_utf8_lossy(with_nul);
         return Err(Error::Invalid(format!(
-            "mount option {:?} holds a NUL byte (\\000), which no value may",
-            shown.split('=').next().unwrap_or_default()
+            "mount option \"{}\" holds a NUL byte (\\000), which no value may",
+            escaped_bytes(option_key(with_nul))
         )));
     }
     Ok(options)
+}
+
+/// The name of the option `item` (`NAME` or `NAME=VALUE`), as its bytes.
+fn option_key(item: &[u8]) -> &[u8] {
+    item.split(|&b| b == b'=').next().unwrap_or_default()
 }
 
 /// A byte count through the engine's parser (`64K`, `256M`, `1G`).
@@ -617,6 +622,37 @@ mod tests {
         assert!(e.contains("mount option \"fsname\" is not UTF-8"), "{e}");
         for bad in ["log_file", "log_file="] {
             assert!(MountOptions::parse(&[bad]).is_err(), "{bad} accepted");
+        }
+    }
+
+    /// Bytes that are not UTF-8 are shown as `\xNN`, as in the refusal of other arguments
+    /// that are not UTF-8, never replaced by U+FFFD.
+    #[test]
+    fn options_that_are_not_utf8_are_shown_with_their_bytes() {
+        for (given, says) in [
+            (
+                &b"ro,cache_size=1\xff"[..],
+                "option \"cache_size\" is not UTF-8 (`cache_size=1\\xff`;",
+            ),
+            (
+                b"\xfe\xffbad=2",
+                "option \"\\xfe\\xffbad\" is not UTF-8 (`\\xfe\\xffbad=2`;",
+            ),
+            (
+                b"ro,fsname=\"a\xff",
+                "options `ro,fsname=\"a\\xff` open a double quote",
+            ),
+            (
+                b"fsname=\xc3\\",
+                "options `fsname=\\xc3\\` end in a lone backslash",
+            ),
+            (b"a\xff=\\000", "option \"a\\xff\" holds a NUL byte"),
+        ] {
+            let e = MountOptions::parse(&[OsStr::from_bytes(given)])
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(says), "{given:?}: {e}");
+            assert!(!e.contains('\u{fffd}'), "{given:?}: {e}");
         }
     }
 

@@ -500,6 +500,26 @@ mod tests {
         );
         // Words that are no value stay text.
         assert_eq!(p("nan bread", None), AttrValue::Char(b"nan bread".to_vec()));
+        // Spellings ncgen refuses as values (a `+` before a special value, other cases) are
+        // no number either.
+        for text in [
+            "+Infinity",
+            "+Infinityf",
+            "+Inff",
+            "+NaN",
+            "-NaN",
+            "inf",
+            "-inf",
+        ] {
+            let shown = format!("{text}\n");
+            let existing = AttrValue::Double(vec![0.0]);
+            assert_eq!(p(&shown, None), AttrValue::Char(text.into()), "{text}");
+            assert_eq!(
+                p(&shown, Some(&existing)),
+                AttrValue::Char(text.into()),
+                "{text}"
+            );
+        }
     }
 
     #[test]
