@@ -541,7 +541,6 @@ EXIT_STATUSES = [
 # attached to a short option and inside a list.
 NEGATIVE_VALUES = [
     ["dump", "-p", "-1", "{ds}"], ["dump", "-p", "3,-1", "{ds}"], ["dump", "-l", "-1", "{ds}"],
-    ["dump", "-L", "-1", "{ds}"], ["dump", "-L=-1", "{ds}"],
     ["get", "--start", "-1", "{ds}", "v"], ["get", "--start=-1", "{ds}", "v"],
     ["get", "--count", "-1", "{ds}", "v"], ["get", "--stride", "-1", "{ds}", "v"],
     ["get", "--cache-size", "-1", "{ds}", "v"], ["get", "--cache-size=-64K", "{ds}", "v"],

@@ -524,7 +524,6 @@ mod tests {
             &["copy", "-d=-1", "a", "b"],
             &["copy", "-h", "-1", "a", "b"],
             &["copy", "--cache-size", "-1K", "a", "b"],
-            &["dump", "-L", "-1", "a"],
             &["dump", "-p", "-1", "a"],
         ] {
             assert_eq!(parse_status(negative), 1, "{negative:?}");
