@@ -153,3 +153,36 @@ def test_an_empty_list_is_refused_and_nothing_written(nczarrfs, tmp_path):
         assert res.returncode == 1
         assert res.stdout == b""
         assert f"{flag} names no {what}".encode() in res.stderr, res.stderr
+
+
+def test_fix_unlimited_with_a_subset_keeps_the_source_length(nczarrfs, tmp_path):
+    """`-u` with `-V`, `-v`, `-g` or `-G` that copy nothing along the unlimited `t` (3
+    records) or the group's `r` (2): nccopy makes each a fixed dimension of its length, so the
+    variables along it that are defined have its records (ours hold their fill value)."""
+    hpath, zpath = str(tmp_path / "u.nc"), str(tmp_path / "u.file")
+    for target in (hpath, twins.nczarr_url(zpath)):
+        with netCDF4.Dataset(target, "w") as nc:
+            nc.createDimension("t", None)
+            nc.createDimension("x", 2)
+            nc.createVariable("a", "i4", ("t",))[0:3] = [1, 2, 3]
+            nc.createVariable("b", "i4", ("x",))[:] = [7, 8]
+            g = nc.createGroup("g")
+            g.createDimension("r", None)
+            g.createVariable("k", "i4", ())[...] = 5
+            g.createVariable("q", "i4", ("r",))[0:2] = [4, 5]
+    for i, options in enumerate((["-V", "b"], ["-v", "b"], ["-g", "g"], ["-G", "g"],
+                                 ["-V", "k"], ["-v", "k"])):
+        theirs, ours = str(tmp_path / f"n{i}.nc"), str(tmp_path / f"o{i}.file")
+        subprocess.run(["nccopy", "-u", *options, hpath, theirs], check=True)
+        res = nczarrfs("copy", "-u", *options, zpath, ours)
+        assert res.returncode == 0, res.stderr
+        with netCDF4.Dataset(theirs) as h, netCDF4.Dataset(twins.nczarr_url(ours)) as z:
+            for hg, zg in ((h, z), (h["g"], z["g"])):
+                for name, dim in hg.dimensions.items():
+                    got = zg.dimensions[name]
+                    assert (len(got), got.isunlimited()) == (len(dim), dim.isunlimited()), \
+                        (options, hg.path, name)
+                for name, var in hg.variables.items():
+                    assert zg[name].shape == var.shape, (options, hg.path, name)
+            if "a" in z.variables:
+                assert z["a"][:].mask.all(), options

@@ -126,8 +126,9 @@ pub struct CopyArgs {
         overrides_with_all = GROUP_LISTS
     )]
     pub only_groups: Option<Vec<String>>,
-    /// Unlimited dimensions become fixed ones of their current length (nccopy -u); one of
-    /// length 0 stays unlimited, as netCDF has no fixed dimension of length 0.
+    /// Unlimited dimensions become fixed ones of their current length (nccopy -u), also those
+    /// that `-V`, `-v`, `-g` or `-G` copy nothing along; one of length 0 stays unlimited, as
+    /// netCDF has no fixed dimension of length 0.
     #[arg(short = 'u', long = "fix-unlimited")]
     pub fix_unlimited: bool,
     /// Write for the netcdf-c release VERSION (such as 4.9.2), in the NCZarr layout it reads:
@@ -453,9 +454,10 @@ fn check_encodable(model: &Dataset) -> Result<()> {
 /// The dimensions of the copy of `src` (already narrowed by `-V`/`-G`, `subset`), which
 /// writes data for `data_vars` (every variable when `None`): an unlimited dimension is as
 /// long as the data written along it, so one that no written variable uses is empty when
-/// anything is left out (nccopy's copy shows it empty too); `fix_unlimited` (`-u`) makes the
-/// others fixed, as netCDF has no fixed dimension of length 0 (defining one makes it
-/// unlimited).
+/// anything is left out (nccopy's copy shows it empty too). `fix_unlimited` (`-u`) makes
+/// every unlimited dimension fixed at its source length instead, data or none along it, as
+/// nccopy -u does; one of length 0 stays unlimited, as netCDF has no fixed dimension of
+/// length 0 (defining one makes it unlimited).
 fn target_dims(
     src: &Dataset,
     data_vars: Option<&[VarId]>,
@@ -463,7 +465,7 @@ fn target_dims(
     fix_unlimited: bool,
 ) -> Vec<Dimension> {
     let mut dims = src.dims.clone();
-    if subset || data_vars.is_some() {
+    if !fix_unlimited && (subset || data_vars.is_some()) {
         for (i, d) in dims.iter_mut().enumerate() {
             let used = |v: &VarId| src.var(*v).dims.contains(&DimId(i));
             let written = match data_vars {
@@ -1947,6 +1949,34 @@ mod tests {
         let plan = chunk_plan(&ds, &["t/30".to_string()]).unwrap();
         let m = target_model(&ds, &fixed, None, &plan, false).unwrap();
         assert_eq!(chunks_of(&m, "r"), [30, 7]);
+    }
+
+    /// `-u` with a subset: Debian's nccopy 4.9.0 `-u -V x_only` (and `-v`, `-g`, `-G` that
+    /// copy nothing along `t`) makes `t` a fixed dimension of its 30 records, not an empty
+    /// unlimited one as without `-u`; an empty unlimited dimension stays unlimited.
+    #[test]
+    fn fix_unlimited_keeps_the_source_length_of_dimensions_nothing_is_copied_along() {
+        let mut ds = shadowed();
+        let x = ds.find_dim("/x").unwrap();
+        let e = ds.add_dim(Dataset::ROOT, "e", 0, true);
+        add_chunked(&mut ds, Dataset::ROOT, "x_only", &[x], &[40]);
+        let x_only = ds.find_var("x_only").unwrap();
+        let narrowed = ds.with_vars(&[x_only]);
+        let t = ds.find_dim("/t").unwrap();
+        let gt = ds.find_dim("/g/t").unwrap();
+        for (model, data_vars, subset) in
+            [(&narrowed, None, true), (&ds, Some(vec![x_only]), false)]
+        {
+            let fixed = target_dims(model, data_vars.as_deref(), subset, true);
+            for (dim, len) in [(t, 30), (gt, 20)] {
+                assert_eq!((fixed[dim.0].len, fixed[dim.0].unlimited), (len, false));
+            }
+            assert_eq!((fixed[e.0].len, fixed[e.0].unlimited), (0, true));
+            let kept = target_dims(model, data_vars.as_deref(), subset, false);
+            for dim in [t, gt, e] {
+                assert_eq!((kept[dim.0].len, kept[dim.0].unlimited), (0, true));
+            }
+        }
     }
 
     /// nccopy 4.9.0 takes `-V r -c /g/b:4,3` (and copies `r` alone), but checks the lengths
