@@ -88,6 +88,11 @@ AGREED = [
     ("-c r:10,10 -c /g/b:4,3 -c x/5", True),
     ("-V r -c /g/b:4,3", True),  # a variable -V leaves out
     ("-V r -c t/5", True),
+    # nccopy reads a dimension's length as C does (octal after 0, hexadecimal after 0x), a
+    # variable's in decimal.
+    ("-c x/010", True),
+    ("-c t/0x10,/g/t/0X3", True),
+    ("-c r:010,010", True),
     ("-u -c t/30,x/40", False),  # r and k: 9600-byte chunks
     ("-u -c t/,x/", False),
 ]
@@ -97,6 +102,7 @@ REFUSED = [
     ("-c y/2", True, "no dimension named y in the root group"),  # y is g's alone
     ("-c g/t/5", True, "no dimension named g/t"),
     ("-c x/41", True, "along /x is longer"),
+    ("-c x/00", True, "length \"00\" is not from 1 to"),
     # The lengths of a variable that -V leaves out are checked all the same.
     ("-V r -c /g/b:4", True, "/g/b:4: 1 length(s) for 2 dimension(s)"),
     ("-V r -c /g/b:4,30", True, "along /g/x is longer"),

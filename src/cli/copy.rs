@@ -54,7 +54,9 @@ pub struct CopyArgs {
     pub kind: super::KindArgs,
     /// Chunking, in nccopy's -c forms: `dim/n,dim2/m` per dimension (a plain name is the
     /// root group's dimension, `/g/d` group g's), `dim/` for the dimension's whole length, or
-    /// `var:n,m` per variable (which wins over a dimension's). Repeated, as in nccopy,
+    /// `var:n,m` per variable (which wins over a dimension's). As nccopy reads them, the n
+    /// of `dim/n` may be octal (`010` is 8) or hexadecimal (`0x10`), `var:` lengths are
+    /// decimal. Repeated, as in nccopy,
     /// variables' add up and of dimension lists the last counts. nccopy's
     /// forms for unchunked storage (`/`, `var:`, `var:contiguous`) are refused: NCZarr
     /// stores every variable in chunks.
@@ -982,6 +984,16 @@ fn chunk_plan(src: &Dataset, specs: &[String]) -> Result<Vec<ChunkSpec>> {
     Ok(plan)
 }
 
+/// The digits of a `dim/n` length and their radix, as nccopy reads it (`strtoll(n, .., 0)`):
+/// hexadecimal after `0x` or `0X`, octal after a leading `0` (`010` is 8), else decimal.
+fn c_integer_digits(n: &str) -> (&str, u32) {
+    match n.strip_prefix("0x").or_else(|| n.strip_prefix("0X")) {
+        Some(hex) => (hex, 16),
+        None if n.len() > 1 && n.starts_with('0') => (&n[1..], 8),
+        None => (n, 10),
+    }
+}
+
 /// How arguments of dimension items (`dim/n,dim2/m`) given one after another combine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum DimensionLists {
@@ -1003,26 +1015,36 @@ fn parse_chunk_specs(
     specs: &[String],
     repeats: DimensionLists,
 ) -> Result<Vec<ChunkSpec>> {
-    // A chunk length: of the wrong form unless digits, out of range when 0 or past 2^64.
-    let length = |spec: &str, n: &str| -> std::result::Result<u64, OptionValueError> {
-        let n = n.trim();
-        if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(OptionValueError::WrongForm(format!(
-                "invalid {option} {}: length {} is not a number (forms: dim/n,dim2/m, dim/ \
+    // A chunk length: of the wrong form unless digits (of the radix that `c_radix` says,
+    // nccopy's reading of `dim/n`; decimal as in `var:n,m`), out of range when 0 or past
+    // 2^64.
+    let length =
+        |spec: &str, n: &str, c_radix: bool| -> std::result::Result<u64, OptionValueError> {
+            let n = n.trim();
+            let (digits, radix) = match c_radix {
+                true => c_integer_digits(n),
+                false => (n, 10),
+            };
+            if digits.is_empty() || !digits.chars().all(|c| c.is_digit(radix)) {
+                return Err(OptionValueError::WrongForm(format!(
+                    "invalid {option} {}: length {} is not a number (forms: dim/n,dim2/m, dim/ \
                  for the whole dimension, or var:n,m)",
-                quoted(spec),
-                quoted(n)
-            )));
-        }
-        n.parse::<u64>().ok().filter(|n| *n > 0).ok_or_else(|| {
-            OptionValueError::OutOfRange(format!(
-                "invalid {option} {}: length {} is not from 1 to {}",
-                quoted(spec),
-                quoted(n),
-                u64::MAX
-            ))
-        })
-    };
+                    quoted(spec),
+                    quoted(n)
+                )));
+            }
+            u64::from_str_radix(digits, radix)
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| {
+                    OptionValueError::OutOfRange(format!(
+                        "invalid {option} {}: length {} is not from 1 to {}",
+                        quoted(spec),
+                        quoted(n),
+                        u64::MAX
+                    ))
+                })
+        };
     // The lengths of the variable form, `None` when `list` is not one of numbers.
     let lengths = |spec: &str, list: &str| -> Option<Result<Vec<u64>>> {
         let numbers = list.split(',').all(|n| {
@@ -1031,7 +1053,7 @@ fn parse_chunk_specs(
         });
         numbers.then(|| {
             list.split(',')
-                .map(|n| length(spec, n).map_err(Error::from))
+                .map(|n| length(spec, n, false).map_err(Error::from))
                 .collect()
         })
     };
@@ -1082,7 +1104,7 @@ fn parse_chunk_specs(
             }
             let n = match n.trim() {
                 "" => None,
-                n => Some(length(spec, n)?),
+                n => Some(length(spec, n, true)?),
             };
             out.push(ChunkSpec::Dim(dim.to_string(), n));
         }
@@ -1737,6 +1759,34 @@ mod tests {
                 ChunkSpec::Var("a:b".into(), vec![4, 5]),
             ]
         );
+    }
+
+    /// nccopy reads `dim/n` with `strtoll(n, .., 0)` (Debian's 4.9.0: `x/010` chunks by 8,
+    /// `x/0x10` by 16, `x/08` fails) and `var:n,m` with `sscanf("%lu")`, in decimal (`v:010`
+    /// is 10).
+    #[test]
+    fn dimension_lengths_are_read_as_c_integers_and_variable_lengths_in_decimal() {
+        let parse =
+            |spec: &str| parse_chunk_specs("--chunks", &[spec.into()], DimensionLists::LastCounts);
+        for (spec, n) in [("x/010", 8), ("x/0x10", 16), ("x/0X1f", 31), ("x/10", 10)] {
+            assert_eq!(parse(spec).unwrap(), [ChunkSpec::Dim("x".into(), Some(n))]);
+        }
+        assert_eq!(
+            parse("v:010,0010").unwrap(),
+            [ChunkSpec::Var("v".into(), vec![10, 10])]
+        );
+        for bad in ["x/08", "x/0x", "x/0xg", "v:0x10"] {
+            match parse(bad) {
+                Err(Error::Usage(m)) => assert!(m.contains(bad), "{bad}: {m}"),
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+        for bad in ["x/00", "x/0x0", "x/0x10000000000000000"] {
+            match parse(bad) {
+                Err(Error::Invalid(m)) => assert!(m.contains("is not from 1 to"), "{bad}: {m}"),
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
     }
 
     /// A name given twice is refused rather than one of its lengths guessed (nccopy takes
