@@ -538,6 +538,20 @@ fn shard_model(ds: &mut Dataset, specs: &[String]) -> Result<()> {
     for i in 0..ds.vars.len() {
         let id = VarId(i);
         let v = ds.var(id);
+        // A 0-d variable too: it has no chunks to group, and lengths for it are a mistake.
+        for spec in &sharding {
+            match spec {
+                ChunkSpec::Var(name, s)
+                    if ds.find_var(name) == Some(id) && s.len() != v.dims.len() =>
+                {
+                    return Err(Error::Invalid(format!(
+                        "--shards {name}: {s:?} does not fit {} dimension(s)",
+                        v.dims.len()
+                    )));
+                }
+                _ => {}
+            }
+        }
         if v.dims.is_empty() {
             continue;
         }
@@ -566,12 +580,6 @@ fn shard_model(ds: &mut Dataset, specs: &[String]) -> Result<()> {
         for spec in &sharding {
             match spec {
                 ChunkSpec::Var(name, s) if ds.find_var(name) == Some(id) => {
-                    if s.len() != v.dims.len() {
-                        return Err(Error::Invalid(format!(
-                            "--shards {name}: {s:?} does not fit {} dimension(s)",
-                            v.dims.len()
-                        )));
-                    }
                     shards = s.clone();
                 }
                 ChunkSpec::Var(..) => {}
@@ -1785,6 +1793,24 @@ mod tests {
             match parse(bad) {
                 Err(Error::Invalid(m)) => assert!(m.contains("is not from 1 to"), "{bad}: {m}"),
                 other => panic!("{bad}: {other:?}"),
+            }
+        }
+    }
+
+    /// `--shards var:n,m` must give one length per dimension, as `-c var:n,m` must (nccopy
+    /// refuses `-c z:1` on a scalar): on a 0-d variable any length is refused, not ignored.
+    #[test]
+    fn shards_of_a_variable_fit_its_rank_scalars_included() {
+        let mut ds = Dataset::new();
+        let x = ds.add_dim(Dataset::ROOT, "x", 4, false);
+        add_chunked(&mut ds, Dataset::ROOT, "a", &[x], &[2]);
+        add_chunked(&mut ds, Dataset::ROOT, "z", &[], &[]);
+        for (spec, rank) in [("z:1", 0), ("z:1,2", 0), ("/z:1", 0), ("a:4,4", 1)] {
+            match shard_model(&mut ds.clone(), &[spec.to_string()]) {
+                Err(Error::Invalid(m)) => {
+                    assert!(m.contains(&format!("does not fit {rank} dimension")), "{m}")
+                }
+                other => panic!("{spec}: {other:?}"),
             }
         }
     }
