@@ -598,3 +598,26 @@ def test_exit_status_of_every_option_value_follows_readmes_rule(nczarrfs, int_tw
     assert r.returncode == status, r.stderr
     assert r.stdout == b""
     assert not out.exists()
+
+
+@pytest.mark.parametrize("executable", [False, True])
+def test_a_destination_under_a_regular_file_is_not_a_directory(nczarrfs, int_twins, tmp_path,
+                                                               executable):
+    """`copy src z.zip/inner` (a zip archive taken for a folder) and `gen -o file/inner` fail
+    as the kernel refuses an entry under a file, ENOTDIR, with nothing else to say (no
+    temporary to remove), whether the file is executable or not."""
+    _, store = int_twins
+    plain = tmp_path / "archive.zip"
+    plain.write_text("not a folder")
+    plain.chmod(0o755 if executable else 0o644)
+    with pytest.raises(OSError) as kernel:
+        (plain / "probe").write_text("")
+    cdl = tmp_path / "x.cdl"
+    for cmd, target in ((["copy", str(store)], plain / "out.file"),
+                        (["copy", str(store)], plain / "out.zip"),
+                        (["gen", str(cdl), "-o"], plain / "out.file")):
+        r = nczarrfs(*cmd, str(target))
+        assert r.returncode == 1, r.stderr
+        lines = r.stderr.decode().splitlines()
+        assert lines == [f"nczarrfs: {target}: {kernel.value.strerror} (os error "
+                         f"{kernel.value.errno})"], lines

@@ -88,6 +88,11 @@ AGREED = [
     ("-c r:10,10 -c /g/b:4,3 -c x/5", True),
     ("-V r -c /g/b:4,3", True),  # a variable -V leaves out
     ("-V r -c t/5", True),
+    # nccopy reads a dimension's length as C does (octal after 0, hexadecimal after 0x), a
+    # variable's in decimal.
+    ("-c x/010", True),
+    ("-c t/0x10,/g/t/0X3", True),
+    ("-c r:010,010", True),
     ("-u -c t/30,x/40", False),  # r and k: 9600-byte chunks
     ("-u -c t/,x/", False),
 ]
@@ -97,6 +102,7 @@ REFUSED = [
     ("-c y/2", True, "no dimension named y in the root group"),  # y is g's alone
     ("-c g/t/5", True, "no dimension named g/t"),
     ("-c x/41", True, "along /x is longer"),
+    ("-c x/00", True, "length \"00\" is not from 1 to"),
     # The lengths of a variable that -V leaves out are checked all the same.
     ("-V r -c /g/b:4", True, "/g/b:4: 1 length(s) for 2 dimension(s)"),
     ("-V r -c /g/b:4,30", True, "along /g/x is longer"),
@@ -145,3 +151,23 @@ def test_unchunked_forms_are_refused_as_ncz_has_no_such_storage(nczarrfs, tmp_pa
     assert res.returncode == 1
     assert b"NCZarr does not have" in res.stderr, res.stderr
     assert not ours.exists()
+
+
+@pytest.mark.parametrize("spec", ["r:31,40", "r:100,7", "ee:5,40"])
+def test_variable_chunks_beyond_an_unlimited_dimension_are_taken(nczarrfs, tmp_path, spec):
+    """A variable's chunk longer than its unlimited dimension's current length (30 records of
+    `r`), or along an empty one (`ee`): nccopy refuses it ("Bad chunk sizes"), copy takes it,
+    as it takes `t/100`, and netcdf-c reads the copy (the dimension will grow)."""
+    hpath, zpath = _twins(tmp_path, True)
+    r = subprocess.run(["nccopy", "-c", spec, hpath, str(tmp_path / "nccopy.nc")],
+                       capture_output=True)
+    assert r.returncode != 0 and b"Bad chunk sizes" in r.stderr, r.stderr
+    ours = str(tmp_path / "copy.file")
+    res = nczarrfs("copy", "-c", spec, zpath, ours)
+    assert res.returncode == 0, res.stderr
+    name, lengths = spec.split(":")
+    with netCDF4.Dataset(hpath) as h, netCDF4.Dataset(twins.nczarr_url(ours)) as z:
+        assert z[name].chunking() == [int(n) for n in lengths.split(",")]
+        assert z[name].shape == h[name].shape
+        np.testing.assert_array_equal(z[name][:], h[name][:])
+        np.testing.assert_array_equal(z["/g2/k"][:], h["/g2/k"][:])

@@ -153,3 +153,78 @@ def test_an_empty_list_is_refused_and_nothing_written(nczarrfs, tmp_path):
         assert res.returncode == 1
         assert res.stdout == b""
         assert f"{flag} names no {what}".encode() in res.stderr, res.stderr
+
+
+def test_fix_unlimited_with_a_subset_keeps_the_source_length(nczarrfs, tmp_path):
+    """`-u` with `-V`, `-v`, `-g` or `-G` that copy nothing along the unlimited `t` (3
+    records) or the group's `r` (2): nccopy makes each a fixed dimension of its length, so the
+    variables along it that are defined have its records (ours hold their fill value)."""
+    hpath, zpath = str(tmp_path / "u.nc"), str(tmp_path / "u.file")
+    for target in (hpath, twins.nczarr_url(zpath)):
+        with netCDF4.Dataset(target, "w") as nc:
+            nc.createDimension("t", None)
+            nc.createDimension("x", 2)
+            nc.createVariable("a", "i4", ("t",))[0:3] = [1, 2, 3]
+            nc.createVariable("b", "i4", ("x",))[:] = [7, 8]
+            g = nc.createGroup("g")
+            g.createDimension("r", None)
+            g.createVariable("k", "i4", ())[...] = 5
+            g.createVariable("q", "i4", ("r",))[0:2] = [4, 5]
+    for i, options in enumerate((["-V", "b"], ["-v", "b"], ["-g", "g"], ["-G", "g"],
+                                 ["-V", "k"], ["-v", "k"])):
+        theirs, ours = str(tmp_path / f"n{i}.nc"), str(tmp_path / f"o{i}.file")
+        subprocess.run(["nccopy", "-u", *options, hpath, theirs], check=True)
+        res = nczarrfs("copy", "-u", *options, zpath, ours)
+        assert res.returncode == 0, res.stderr
+        with netCDF4.Dataset(theirs) as h, netCDF4.Dataset(twins.nczarr_url(ours)) as z:
+            for hg, zg in ((h, z), (h["g"], z["g"])):
+                for name, dim in hg.dimensions.items():
+                    got = zg.dimensions[name]
+                    assert (len(got), got.isunlimited()) == (len(dim), dim.isunlimited()), \
+                        (options, hg.path, name)
+                for name, var in hg.variables.items():
+                    assert zg[name].shape == var.shape, (options, hg.path, name)
+            if "a" in z.variables:
+                assert z["a"][:].mask.all(), options
+
+
+def test_a_group_of_an_nczarr_dataset_is_refused_as_one_with_its_remedies(nczarrfs, tmp_path):
+    """netCDF4-python (netcdf-c 4.10.1) opens `src.file/g` as a dataset of its own, but as
+    pure Zarr: no superblock there, so the dimensions come from `_ARRAY_DIMENSIONS` in each
+    array's group (`/h` gets its own `lon`), none unlimited. NCZarr names the group's
+    dimensions from the dataset's root, so `copy` and `dump` refuse the path as the group it
+    is, and the ways they name work: `-G`/`-g` on the dataset, or `#mode=zarr`, which reads
+    what netcdf-c reads."""
+    src = tmp_path / "src.file"
+    with netCDF4.Dataset(twins.nczarr_url(str(src)), "w") as nc:
+        nc.createDimension("t", None)
+        g = nc.createGroup("g")
+        g.createDimension("lon", 2)
+        g.createVariable("w", "i4", ("lon",))[:] = [7, 8]
+        g.createVariable("tv", "i4", ("t",))[0:3] = [1, 2, 3]
+        g.createGroup("h").createVariable("q", "f4", ("lon",))[:] = [1.5, 2.5]
+    with netCDF4.Dataset(twins.nczarr_url(f"{src}/g/h")) as nc:
+        assert [(n, len(d), d.isunlimited()) for n, d in nc.dimensions.items()] == \
+            [("lon", 2, False)]
+        want_q = nc["q"][:].tolist()
+    for group, parents in (("/g", "/g"), ("/g/h", "/g,/g/h")):
+        path = f"{src}{group}"
+        for cmd in (["copy", path, str(tmp_path / "out.file")], ["dump", path]):
+            r = nczarrfs(*cmd)
+            assert r.returncode == 1 and r.stdout == b"", r.stderr
+            assert (f"{path} is the group {group} of the NCZarr dataset {src}, not a "
+                    f"dataset").encode() in r.stderr, r.stderr
+            assert f"copy -G {parents} {src} OUT, dump -g {group} {src}".encode() \
+                in r.stderr, r.stderr
+            assert not (tmp_path / "out.file").exists()
+    out = str(tmp_path / "g.file")
+    assert nczarrfs("copy", "-G", "/g,/g/h", str(src), out).returncode == 0
+    with netCDF4.Dataset(twins.nczarr_url(out)) as nc:
+        assert nc["g"]["w"][:].tolist() == [7, 8]
+        assert nc["g"]["h"]["q"][:].tolist() == want_q
+    pure = nczarrfs("copy", f"file://{src}/g/h#mode=zarr,file", str(tmp_path / "h.file"))
+    assert pure.returncode == 0, pure.stderr
+    with netCDF4.Dataset(twins.nczarr_url(str(tmp_path / "h.file"))) as nc:
+        assert [(n, len(d), d.isunlimited()) for n, d in nc.dimensions.items()] == \
+            [("lon", 2, False)]
+        assert nc["q"][:].tolist() == want_q

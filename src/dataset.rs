@@ -30,7 +30,8 @@ impl OpenDataset {
     pub fn open(location: impl AsRef<OsStr>, cache_bytes: usize) -> Result<OpenDataset> {
         let location = Location::parse(location)?;
         let map = zmap::open(&location, false)?;
-        let model = meta::read_dataset(map.as_ref(), &location.mode)?;
+        let model = meta::read_dataset(map.as_ref(), &location.mode)
+            .map_err(|e| meta::with_dataset_of_group(e, &location))?;
         let engine = ChunkEngine::new(Arc::clone(&map), cache_bytes);
         Ok(OpenDataset {
             location,

@@ -27,6 +27,16 @@ pub enum Error {
         /// What was found instead.
         reason: String,
     },
+    /// A group of an NCZarr dataset opened as a dataset of its own: its NCZarr metadata names
+    /// dimensions from the dataset's root, which is not there (netcdf-c reads such a group
+    /// as pure Zarr instead, which loses its NCZarr dimensions).
+    #[error("{}", group_inside_nczarr(location, dataset.as_ref()))]
+    GroupInsideNczarr {
+        /// The location as given by the user.
+        location: String,
+        /// The dataset's root and the group's full name in it, where they were found.
+        dataset: Option<(String, String)>,
+    },
     /// An operating-system error on a local path.
     #[error("{}: {source}", path.display())]
     Io {
@@ -377,6 +387,41 @@ fn cut(text: &str) -> Option<(&str, &str)> {
         &text[..at(QUOTE_HEAD)],
         &text[at(chars - (QUOTE_LIMIT - QUOTE_HEAD))..],
     ))
+}
+
+/// The message of [`Error::GroupInsideNczarr`], naming the options that select the group
+/// from its dataset where the dataset was found.
+fn group_inside_nczarr(location: &str, dataset: Option<&(String, String)>) -> String {
+    let (what, remedy) = match dataset {
+        Some((root, group)) => {
+            // `copy -G` takes a group with its parents only.
+            let with_parents: Vec<String> = group
+                .match_indices('/')
+                .skip(1)
+                .map(|(i, _)| group[..i].to_string())
+                .chain([group.clone()])
+                .collect();
+            (
+                format!("the group {group} of the NCZarr dataset {root}"),
+                format!(
+                    "open the dataset and select the group (copy -G {} {root} OUT, dump -g \
+                     {group} {root})",
+                    with_parents.join(",")
+                ),
+            )
+        }
+        None => (
+            "a group inside an NCZarr dataset (its metadata has no _nczarr_superblock, which \
+             a dataset's root holds)"
+                .to_string(),
+            "open the dataset and select the group (copy -G, dump -g)".to_string(),
+        ),
+    };
+    format!(
+        "{location} is {what}, not a dataset: NCZarr names the group's dimensions from the \
+         dataset's root; {remedy}, or read the group alone as pure Zarr with #mode=zarr (as \
+         netcdf-c reads it: dimensions from _ARRAY_DIMENSIONS, none unlimited)"
+    )
 }
 
 #[cfg(test)]

@@ -54,7 +54,9 @@ pub struct CopyArgs {
     pub kind: super::KindArgs,
     /// Chunking, in nccopy's -c forms: `dim/n,dim2/m` per dimension (a plain name is the
     /// root group's dimension, `/g/d` group g's), `dim/` for the dimension's whole length, or
-    /// `var:n,m` per variable (which wins over a dimension's). Repeated, as in nccopy,
+    /// `var:n,m` per variable (which wins over a dimension's). As nccopy reads them, the n
+    /// of `dim/n` may be octal (`010` is 8) or hexadecimal (`0x10`), `var:` lengths are
+    /// decimal. Repeated, as in nccopy,
     /// variables' add up and of dimension lists the last counts. nccopy's
     /// forms for unchunked storage (`/`, `var:`, `var:contiguous`) are refused: NCZarr
     /// stores every variable in chunks.
@@ -132,8 +134,9 @@ pub struct CopyArgs {
         overrides_with_all = GROUP_LISTS
     )]
     pub only_groups: Option<Vec<String>>,
-    /// Unlimited dimensions become fixed ones of their current length (nccopy -u); one of
-    /// length 0 stays unlimited, as netCDF has no fixed dimension of length 0.
+    /// Unlimited dimensions become fixed ones of their current length (nccopy -u), also those
+    /// that `-V`, `-v`, `-g` or `-G` copy nothing along; one of length 0 stays unlimited, as
+    /// netCDF has no fixed dimension of length 0.
     #[arg(short = 'u', long = "fix-unlimited")]
     pub fix_unlimited: bool,
     /// Write for the netcdf-c release VERSION (such as 4.9.2), in the NCZarr layout it reads:
@@ -465,9 +468,10 @@ fn check_encodable(model: &Dataset) -> Result<()> {
 /// The dimensions of the copy of `src` (already narrowed by `-V`/`-G`, `subset`), which
 /// writes data for `data_vars` (every variable when `None`): an unlimited dimension is as
 /// long as the data written along it, so one that no written variable uses is empty when
-/// anything is left out (nccopy's copy shows it empty too); `fix_unlimited` (`-u`) makes the
-/// others fixed, as netCDF has no fixed dimension of length 0 (defining one makes it
-/// unlimited).
+/// anything is left out (nccopy's copy shows it empty too). `fix_unlimited` (`-u`) makes
+/// every unlimited dimension fixed at its source length instead, data or none along it, as
+/// nccopy -u does; one of length 0 stays unlimited, as netCDF has no fixed dimension of
+/// length 0 (defining one makes it unlimited).
 fn target_dims(
     src: &Dataset,
     data_vars: Option<&[VarId]>,
@@ -475,7 +479,7 @@ fn target_dims(
     fix_unlimited: bool,
 ) -> Vec<Dimension> {
     let mut dims = src.dims.clone();
-    if subset || data_vars.is_some() {
+    if !fix_unlimited && (subset || data_vars.is_some()) {
         for (i, d) in dims.iter_mut().enumerate() {
             let used = |v: &VarId| src.var(*v).dims.contains(&DimId(i));
             let written = match data_vars {
@@ -546,6 +550,20 @@ fn shard_model(ds: &mut Dataset, specs: &[String]) -> Result<()> {
     for i in 0..ds.vars.len() {
         let id = VarId(i);
         let v = ds.var(id);
+        // A 0-d variable too: it has no chunks to group, and lengths for it are a mistake.
+        for spec in &sharding {
+            match spec {
+                ChunkSpec::Var(name, s)
+                    if ds.find_var(name) == Some(id) && s.len() != v.dims.len() =>
+                {
+                    return Err(Error::Invalid(format!(
+                        "--shards {name}: {s:?} does not fit {} dimension(s)",
+                        v.dims.len()
+                    )));
+                }
+                _ => {}
+            }
+        }
         if v.dims.is_empty() {
             continue;
         }
@@ -574,12 +592,6 @@ fn shard_model(ds: &mut Dataset, specs: &[String]) -> Result<()> {
         for spec in &sharding {
             match spec {
                 ChunkSpec::Var(name, s) if ds.find_var(name) == Some(id) => {
-                    if s.len() != v.dims.len() {
-                        return Err(Error::Invalid(format!(
-                            "--shards {name}: {s:?} does not fit {} dimension(s)",
-                            v.dims.len()
-                        )));
-                    }
                     shards = s.clone();
                 }
                 ChunkSpec::Var(..) => {}
@@ -992,6 +1004,16 @@ fn chunk_plan(src: &Dataset, specs: &[String]) -> Result<Vec<ChunkSpec>> {
     Ok(plan)
 }
 
+/// The digits of a `dim/n` length and their radix, as nccopy reads it (`strtoll(n, .., 0)`):
+/// hexadecimal after `0x` or `0X`, octal after a leading `0` (`010` is 8), else decimal.
+fn c_integer_digits(n: &str) -> (&str, u32) {
+    match n.strip_prefix("0x").or_else(|| n.strip_prefix("0X")) {
+        Some(hex) => (hex, 16),
+        None if n.len() > 1 && n.starts_with('0') => (&n[1..], 8),
+        None => (n, 10),
+    }
+}
+
 /// How arguments of dimension items (`dim/n,dim2/m`) given one after another combine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum DimensionLists {
@@ -1013,38 +1035,46 @@ fn parse_chunk_specs(
     specs: &[String],
     repeats: DimensionLists,
 ) -> Result<Vec<ChunkSpec>> {
-    // A chunk length: of the wrong form unless an integer, out of range when below 1 (a
-    // negative one included) or past 2^64.
-    let length = |spec: &str, n: &str| -> std::result::Result<u64, OptionValueError> {
-        let n = n.trim();
-        if !super::is_integer(n) {
-            return Err(OptionValueError::WrongForm(format!(
-                "invalid {option} {}: length {} is not a number (forms: dim/n,dim2/m, dim/ \
-                 for the whole dimension, or var:n,m)",
-                quoted(spec),
-                quoted(n)
-            )));
-        }
-        let magnitude = n.strip_prefix('+').unwrap_or(n);
-        magnitude
-            .parse::<u64>()
-            .ok()
-            .filter(|n| *n > 0)
-            .ok_or_else(|| {
-                OptionValueError::OutOfRange(format!(
-                    "invalid {option} {}: length {} is not from 1 to {}",
+    // A chunk length: of the wrong form unless an integer (with an optional sign; the digits
+    // of the radix that `c_radix` says, nccopy's reading of `dim/n`, else decimal as in
+    // `var:n,m`), out of range when below 1 (a negative one included) or past 2^64.
+    let length =
+        |spec: &str, n: &str, c_radix: bool| -> std::result::Result<u64, OptionValueError> {
+            let n = n.trim();
+            let (negative, magnitude) = match n.strip_prefix('-') {
+                Some(magnitude) => (true, magnitude),
+                None => (false, n.strip_prefix('+').unwrap_or(n)),
+            };
+            let (digits, radix) = match c_radix {
+                true => c_integer_digits(magnitude),
+                false => (magnitude, 10),
+            };
+            if digits.is_empty() || !digits.chars().all(|c| c.is_digit(radix)) {
+                return Err(OptionValueError::WrongForm(format!(
+                    "invalid {option} {}: length {} is not a number (forms: dim/n,dim2/m, dim/ \
+                     for the whole dimension, or var:n,m)",
                     quoted(spec),
-                    quoted(n),
-                    u64::MAX
-                ))
-            })
-    };
+                    quoted(n)
+                )));
+            }
+            u64::from_str_radix(digits, radix)
+                .ok()
+                .filter(|n| *n > 0 && !negative)
+                .ok_or_else(|| {
+                    OptionValueError::OutOfRange(format!(
+                        "invalid {option} {}: length {} is not from 1 to {}",
+                        quoted(spec),
+                        quoted(n),
+                        u64::MAX
+                    ))
+                })
+        };
     // The lengths of the variable form, `None` when `list` is not one of numbers.
     let lengths = |spec: &str, list: &str| -> Option<Result<Vec<u64>>> {
         let numbers = list.split(',').all(|n| super::is_integer(n.trim()));
         numbers.then(|| {
             list.split(',')
-                .map(|n| length(spec, n).map_err(Error::from))
+                .map(|n| length(spec, n, false).map_err(Error::from))
                 .collect()
         })
     };
@@ -1095,7 +1125,7 @@ fn parse_chunk_specs(
             }
             let n = match n.trim() {
                 "" => None,
-                n => Some(length(spec, n)?),
+                n => Some(length(spec, n, true)?),
             };
             out.push(ChunkSpec::Dim(dim.to_string(), n));
         }
@@ -1757,6 +1787,52 @@ mod tests {
         );
     }
 
+    /// nccopy reads `dim/n` with `strtoll(n, .., 0)` (Debian's 4.9.0: `x/010` chunks by 8,
+    /// `x/0x10` by 16, `x/08` fails) and `var:n,m` with `sscanf("%lu")`, in decimal (`v:010`
+    /// is 10).
+    #[test]
+    fn dimension_lengths_are_read_as_c_integers_and_variable_lengths_in_decimal() {
+        let parse =
+            |spec: &str| parse_chunk_specs("--chunks", &[spec.into()], DimensionLists::LastCounts);
+        for (spec, n) in [("x/010", 8), ("x/0x10", 16), ("x/0X1f", 31), ("x/10", 10)] {
+            assert_eq!(parse(spec).unwrap(), [ChunkSpec::Dim("x".into(), Some(n))]);
+        }
+        assert_eq!(
+            parse("v:010,0010").unwrap(),
+            [ChunkSpec::Var("v".into(), vec![10, 10])]
+        );
+        for bad in ["x/08", "x/0x", "x/0xg", "v:0x10"] {
+            match parse(bad) {
+                Err(Error::Usage(m)) => assert!(m.contains(bad), "{bad}: {m}"),
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+        for bad in ["x/00", "x/0x0", "x/0x10000000000000000"] {
+            match parse(bad) {
+                Err(Error::Invalid(m)) => assert!(m.contains("is not from 1 to"), "{bad}: {m}"),
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+    }
+
+    /// `--shards var:n,m` must give one length per dimension, as `-c var:n,m` must (nccopy
+    /// refuses `-c z:1` on a scalar): on a 0-d variable any length is refused, not ignored.
+    #[test]
+    fn shards_of_a_variable_fit_its_rank_scalars_included() {
+        let mut ds = Dataset::new();
+        let x = ds.add_dim(Dataset::ROOT, "x", 4, false);
+        add_chunked(&mut ds, Dataset::ROOT, "a", &[x], &[2]);
+        add_chunked(&mut ds, Dataset::ROOT, "z", &[], &[]);
+        for (spec, rank) in [("z:1", 0), ("z:1,2", 0), ("/z:1", 0), ("a:4,4", 1)] {
+            match shard_model(&mut ds.clone(), &[spec.to_string()]) {
+                Err(Error::Invalid(m)) => {
+                    assert!(m.contains(&format!("does not fit {rank} dimension")), "{m}")
+                }
+                other => panic!("{spec}: {other:?}"),
+            }
+        }
+    }
+
     /// A name given twice is refused rather than one of its lengths guessed (nccopy takes
     /// the first).
     #[test]
@@ -1967,6 +2043,34 @@ mod tests {
         let plan = chunk_plan(&ds, &["t/30".to_string()]).unwrap();
         let m = target_model(&ds, &fixed, None, &plan, false).unwrap();
         assert_eq!(chunks_of(&m, "r"), [30, 7]);
+    }
+
+    /// `-u` with a subset: Debian's nccopy 4.9.0 `-u -V x_only` (and `-v`, `-g`, `-G` that
+    /// copy nothing along `t`) makes `t` a fixed dimension of its 30 records, not an empty
+    /// unlimited one as without `-u`; an empty unlimited dimension stays unlimited.
+    #[test]
+    fn fix_unlimited_keeps_the_source_length_of_dimensions_nothing_is_copied_along() {
+        let mut ds = shadowed();
+        let x = ds.find_dim("/x").unwrap();
+        let e = ds.add_dim(Dataset::ROOT, "e", 0, true);
+        add_chunked(&mut ds, Dataset::ROOT, "x_only", &[x], &[40]);
+        let x_only = ds.find_var("x_only").unwrap();
+        let narrowed = ds.with_vars(&[x_only]);
+        let t = ds.find_dim("/t").unwrap();
+        let gt = ds.find_dim("/g/t").unwrap();
+        for (model, data_vars, subset) in
+            [(&narrowed, None, true), (&ds, Some(vec![x_only]), false)]
+        {
+            let fixed = target_dims(model, data_vars.as_deref(), subset, true);
+            for (dim, len) in [(t, 30), (gt, 20)] {
+                assert_eq!((fixed[dim.0].len, fixed[dim.0].unlimited), (len, false));
+            }
+            assert_eq!((fixed[e.0].len, fixed[e.0].unlimited), (0, true));
+            let kept = target_dims(model, data_vars.as_deref(), subset, false);
+            for dim in [t, gt, e] {
+                assert_eq!((kept[dim.0].len, kept[dim.0].unlimited), (0, true));
+            }
+        }
     }
 
     /// nccopy 4.9.0 takes `-V r -c /g/b:4,3` (and copies `r` alone), but checks the lengths

@@ -276,14 +276,23 @@ fn describe(location: &Location) -> String {
 }
 
 /// Refuses, before any work is done, a local destination whose directory cannot take new
-/// entries (missing, not writable, a read-only filesystem): the dataset is staged there, and
-/// the failure would otherwise come at the end of a copy, naming the staging path.
+/// entries (missing, not a directory, not writable, a read-only filesystem): the dataset is
+/// staged there, and the failure would otherwise come at the end of a copy, naming the
+/// staging path.
 fn check_can_create(path: &Path) -> Result<()> {
     use std::os::unix::ffi::OsStrExt;
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
+    // access(2) on a regular file answers for the file (EACCES for X_OK on one not
+    // executable), where creating an entry under it fails with ENOTDIR.
+    if std::fs::metadata(dir).is_ok_and(|m| !m.is_dir()) {
+        return Err(Error::io(
+            path,
+            std::io::Error::from_raw_os_error(libc::ENOTDIR),
+        ));
+    }
     let Ok(c_dir) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
         return Err(Error::Invalid(format!(
             "{}: a NUL byte in the path",
@@ -462,7 +471,14 @@ fn remove_storage(location: &Location) -> Result<()> {
         std::fs::remove_file(p)
     };
     match r {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(p, e)),
+        Err(e)
+            if !matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+            ) =>
+        {
+            Err(Error::io(p, e))
+        }
         _ => Ok(()),
     }
 }

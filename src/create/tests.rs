@@ -66,6 +66,27 @@ fn a_destination_in_a_missing_directory_is_refused_at_once() {
     }
 }
 
+/// A destination under a regular file (a zip archive taken for a folder) is refused as the
+/// kernel refuses any entry there, "Not a directory" (ENOTDIR), not as a permission problem
+/// (which access(2) answers for a file that is not executable), whatever the file's mode.
+#[test]
+fn a_destination_under_a_regular_file_is_not_a_directory() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("archive.zip");
+    std::fs::write(&file, "not a folder").unwrap();
+    for mode in [0o644, 0o755] {
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).unwrap();
+        for name in ["x.file", "x.zip"] {
+            let target = file.join(name);
+            let location = Location::parse(target.to_str().unwrap()).unwrap();
+            let e = Staging::new(&location).unwrap_err();
+            assert_eq!(e.errno(), libc::ENOTDIR, "{mode:o} {name}: {e}");
+            assert!(e.to_string().starts_with(target.to_str().unwrap()), "{e}");
+        }
+    }
+}
+
 /// Like `get` and `dump`, a writer of an existing dataset says that a missing one does
 /// not exist, not that it is an empty store.
 #[test]

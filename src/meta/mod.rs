@@ -373,6 +373,57 @@ fn not_a_dataset(map: &dyn ZMap, mode: &Mode, r: &Reader) -> Result<Error> {
     })
 }
 
+/// `e` with, when it refuses a group of a local NCZarr dataset opened as a dataset
+/// ([`Error::GroupInsideNczarr`]), the dataset it belongs to: the nearest directory above
+/// whose metadata holds the superblock, and the group's full name there.
+pub fn with_dataset_of_group(e: Error, location: &crate::location::Location) -> Error {
+    let (
+        Error::GroupInsideNczarr {
+            location: shown, ..
+        },
+        crate::location::Storage::File(path),
+    ) = (&e, &location.storage)
+    else {
+        return e;
+    };
+    let has_superblock = |dir: &std::path::Path| {
+        [".zattrs", ".zgroup", "zarr.json"].iter().any(|name| {
+            let Ok(text) = std::fs::read(dir.join(name)) else {
+                return false;
+            };
+            let Ok(j) = serde_json::from_slice::<serde_json::Value>(&text) else {
+                return false;
+            };
+            let holds = |j: &serde_json::Value| {
+                j.get("_nczarr_superblock").is_some() || j.get("_NCZARR_SUPERBLOCK").is_some()
+            };
+            holds(&j) || j.get("attributes").is_some_and(holds)
+        })
+    };
+    let here = std::path::Path::new(".");
+    let Some(root) = path
+        .ancestors()
+        .skip(1)
+        .map(|dir| {
+            if dir.as_os_str().is_empty() {
+                here
+            } else {
+                dir
+            }
+        })
+        .find(|dir| has_superblock(dir))
+    else {
+        return e;
+    };
+    let Ok(inside) = path.strip_prefix(root).or_else(|_| path.strip_prefix("")) else {
+        return e;
+    };
+    Error::GroupInsideNczarr {
+        location: shown.clone(),
+        dataset: Some((root.display().to_string(), format!("/{}", inside.display()))),
+    }
+}
+
 /// Which metadata convention the dataset uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Dialect {
@@ -403,6 +454,17 @@ fn detect(
     let has = |j: Option<&Json>, names: &[&str]| {
         j.is_some_and(|j| names.iter().any(|n| ncz_key(j, n).is_some()))
     };
+    // Every NCZarr root holds a superblock; a group's metadata without one is a group
+    // opened apart from its dataset, whose dimension references lead outside of it.
+    let superblock =
+        has(zattrs, &["_nczarr_superblock"]) || has(Some(zgroup), &["_nczarr_superblock"]);
+    let group = has(zattrs, &["_nczarr_group"]) || has(Some(zgroup), &["_nczarr_group"]);
+    if group && !superblock {
+        return Err(Error::GroupInsideNczarr {
+            location: map.describe(),
+            dataset: None,
+        });
+    }
     if has(zattrs, &["_nczarr_superblock", "_nczarr_group"]) {
         return Ok(Dialect::InAttrs);
     }
@@ -2255,6 +2317,55 @@ mod tests {
         for (objs, version) in [(&v2, 2), (&v3, 3)] {
             read_dataset(&table(objs), &with(version)).unwrap();
             open(objs).unwrap();
+        }
+    }
+
+    /// A group of an NCZarr dataset (netcdf-c 4.10.1's `g/` of a dataset whose `g` holds `w`
+    /// along its `lon`), in each NCZarr layout that keeps group metadata in Zarr objects:
+    /// its arrays name `/g/lon` from the dataset's root. It is refused as the group it is,
+    /// not as invalid metadata, and read as pure Zarr when the location says `zarr`.
+    #[test]
+    fn a_group_of_an_nczarr_dataset_is_told_apart_from_a_dataset() {
+        let array = (
+            "w/.zarray",
+            r#"{"zarr_format": 2, "shape": [2], "dtype": "<i4", "chunks": [2], "fill_value": 0}"#,
+        );
+        let in_attrs = [
+            (".zgroup", r#"{"zarr_format": 2}"#),
+            (
+                ".zattrs",
+                r#"{"_nczarr_group": {"dimensions": {"lon": 2}, "arrays": ["w"], "groups": []}}"#,
+            ),
+            array,
+            (
+                "w/.zattrs",
+                r#"{"_ARRAY_DIMENSIONS": ["lon"], "_nczarr_array": {"dimension_references": ["/g/lon"]}}"#,
+            ),
+        ];
+        let in_objects = [
+            (
+                ".zgroup",
+                r#"{"zarr_format": 2, "_nczarr_group": {"dims": {"lon": 2}, "vars": ["w"], "groups": []}}"#,
+            ),
+            array,
+            (
+                "w/.zattrs",
+                r#"{"_ARRAY_DIMENSIONS": ["lon"], "_nczarr_array": {"dimrefs": ["/g/lon"]}}"#,
+            ),
+        ];
+        for objs in [&in_attrs[..], &in_objects[..]] {
+            match open(objs) {
+                Err(e @ Error::GroupInsideNczarr { .. }) => {
+                    assert!(e.to_string().contains("#mode=zarr"), "{e}")
+                }
+                other => panic!("{other:?}"),
+            }
+            let pure = Mode {
+                format: Some(Format::Zarr),
+                ..Mode::default()
+            };
+            let ds = read_dataset(&table(objs), &pure).unwrap();
+            assert_eq!(dim_names(&ds, "w"), ["/lon"]);
         }
     }
 

@@ -76,6 +76,18 @@ fn read_nodes(
         && root_attrs.is_some_and(|a| {
             ncz_key(a, "_nczarr_superblock").is_some() || ncz_key(a, "_nczarr_group").is_some()
         });
+    // Every NCZarr root holds a superblock; a group's metadata without one is a group
+    // opened apart from its dataset, whose dimension references lead outside of it.
+    if nczarr
+        && root_attrs
+            .and_then(|a| ncz_key(a, "_nczarr_superblock"))
+            .is_none()
+    {
+        return Err(Error::GroupInsideNczarr {
+            location: map.describe(),
+            dataset: None,
+        });
+    }
     let mut r = Reader {
         map,
         consolidated,
@@ -1799,6 +1811,34 @@ mod tests {
         let names: Vec<&str> = v.attrs.iter().map(|a| a.name.as_str()).collect();
         assert_eq!(names, ["varvec1", "varvec2", "_FillValue"]);
         assert_eq!(v.attrs[2].value, AttrValue::Int(vec![-2147483647]));
+    }
+
+    /// The group `g` of an NCZarr dataset on Zarr v3 (as `copy -k nczarr,v3` writes it: the
+    /// superblock in the root's attributes alone), opened as a dataset: its arrays name
+    /// `/g/lon` from the root that is not there. Refused as the group it is; pure Zarr reads it.
+    #[test]
+    fn a_group_of_an_nczarr_dataset_is_told_apart_from_a_dataset() {
+        let group = r#"{"node_type": "group", "zarr_format": 3, "attributes": {"_nczarr_group": {"dimensions": {"lon": {"size": 2, "unlimited": 0}}, "arrays": ["w"], "groups": []}}}"#;
+        let w = array(
+            "\"int32\"",
+            "[2]",
+            "0",
+            r#", "dimension_names": ["lon"], "attributes": {"_nczarr_array": {"dimension_references": ["/g/lon"]}}"#,
+        );
+        let objs = [("zarr.json", group), ("w/zarr.json", &w)];
+        match open(&objs, &Mode::default()) {
+            Err(e @ Error::GroupInsideNczarr { .. }) => {
+                assert!(e.to_string().contains("#mode=zarr"), "{e}")
+            }
+            other => panic!("{other:?}"),
+        }
+        let pure = Mode {
+            format: Some(Format::Zarr),
+            ..Mode::default()
+        };
+        let ds = open(&objs, &pure).unwrap();
+        let w = ds.var(ds.find_var("w").unwrap());
+        assert_eq!(ds.dim_fqn(w.dims[0]), "/lon");
     }
 
     #[test]
