@@ -171,11 +171,14 @@ def _pwrite(path: Path, offset: int, data: bytes) -> None:
 
 
 def _download(client, prefix: str, dest: Path) -> Path:
-    """Every object under prefix/ into dest, as a directory store."""
+    """Every object under prefix/ into dest, as a directory store ("folder" objects, which
+    end in `/`, are directories there)."""
     pages = client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix + "/")
     count = 0
     for page in pages:
         for obj in page.get("Contents", []):
+            if obj["Key"].endswith("/"):
+                continue
             path = dest / obj["Key"][len(prefix) + 1:]
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(client.get_object(Bucket=BUCKET, Key=obj["Key"])["Body"].read())
@@ -495,3 +498,38 @@ def test_rename_of_a_group_with_many_chunks_and_odd_names(server, binary, tmp_pa
         g = nc.groups["moved %[x]#"]
         assert np.asarray(g["v[%] x"][:]).tolist() == values.tolist()
         assert np.asarray(g.groups["h%_2"]["w"][:]).tolist() == deeper.tolist()
+
+
+def test_folder_objects_are_no_objects_of_a_name(binary, tmp_path):
+    """Empty "folder" objects (`g/`, `g/empty/`, `h/`: what S3 consoles, s3fs-fuse's mkdir and
+    Hadoop make; moto lists them, s3s-fs does not) are taken for no object of their name: `mv`
+    onto a name that has one, back again, and `mkdir` of a name left with one all work, and
+    netcdf-c reads the result."""
+    import netCDF4
+
+    endpoint, key, secret, client = _server("moto")
+    env = _env(tmp_path, key, secret, NCZARRFS_S3_RETRIES="2")
+    local = tmp_path / "ds.file"
+    with netCDF4.Dataset(f"file://{local}#mode=nczarr,file", "w") as nc:
+        g = nc.createGroup("g")
+        g.createDimension("n", 4)
+        g.createVariable("v", "i4", ("n",))[:] = np.arange(4)
+    prefix = f"folders-{uuid.uuid4().hex}/ds.file"
+    for path in sorted(local.rglob("*")):
+        if path.is_file():
+            client.put_object(Bucket=BUCKET, Key=f"{prefix}/{path.relative_to(local)}",
+                              Body=path.read_bytes())
+    for folder in ("g/", "g/empty/", "h/"):
+        client.put_object(Bucket=BUCKET, Key=f"{prefix}/{folder}", Body=b"")
+    location = f"{endpoint}/{BUCKET}/{prefix}#mode=nczarr,s3"
+    with RwMount(binary, env, location, tmp_path / "mnt", tmp_path / "mount.log") as m:
+        os.rename(m.mnt / "g", m.mnt / "h")
+        os.rename(m.mnt / "h", m.mnt / "g")
+        os.rename(m.mnt / "g", m.mnt / "h")
+        os.mkdir(m.mnt / "g")
+        assert m.unmount() == 0, (tmp_path / "mount.log").read_text()
+    with netCDF4.Dataset(f"file://{_download(client, prefix, tmp_path / 'dl')}"
+                         "#mode=nczarr,file") as nc:
+        assert sorted(nc.groups) == ["g", "h"]
+        assert np.asarray(nc.groups["h"]["v"][:]).tolist() == [0, 1, 2, 3]
+        assert not nc.groups["g"].variables

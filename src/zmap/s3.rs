@@ -999,19 +999,28 @@ impl ZMap for S3Map {
         let listing = self
             .store
             .list(path.as_ref())
-            .map_ok(|meta| meta.location)
-            .try_collect::<Vec<Path>>();
-        let locations =
+            .map_ok(|meta| (meta.location, meta.size))
+            .try_collect::<Vec<(Path, u64)>>();
+        let listed =
             block_on(self.request(prefix, listing))??.map_err(|e| self.error(prefix, &e))?;
-        let mut keys: Vec<String> = locations
-            .iter()
-            .filter_map(|location| self.key_of(location))
-            .collect();
         // As the default walk does, for the same reason (s3s-fs).
-        let is_object = |key| {
+        let is_object = |key: &str| {
             self.exists(key)
                 .unwrap_or_else(|e| super::absent(self, key, &e))
         };
+        let mut keys = Vec::with_capacity(listed.len());
+        for (location, size) in &listed {
+            let Some(key) = self.key_of(location) else {
+                continue;
+            };
+            // A "folder" (an empty object named `g/`, which consoles and s3fs-fuse make) is
+            // listed without its `/`, as if it were an object `g`: only an empty object that
+            // is there by its name is one.
+            if *size == 0 && !is_object(&key) {
+                continue;
+            }
+            keys.push(key);
+        }
         if keys.is_empty() && !prefix.is_empty() && is_object(prefix) {
             keys.push(prefix.to_string());
         }
