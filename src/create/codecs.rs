@@ -96,6 +96,19 @@ impl Codecs {
                     ))),
                 }
             };
+            // A codec that takes no argument must not seem to take one (`lz4:9`, `shuffle:4`).
+            let most = match name.as_str() {
+                "blosc" => 3,
+                "zlib" | "deflate" | "gzip" | "zstd" | "bz2" | "bzip2" => 1,
+                "none" | "shuffle" | "fletcher32" | "lz4" => 0,
+                _ => usize::MAX,
+            };
+            if args.len() > most {
+                return Err(bad(&match most {
+                    0 => format!("{name} takes no `:` argument"),
+                    _ => format!("{name} takes at most {most} `:` argument(s)"),
+                }));
+            }
             let codec = match name.as_str() {
                 "none" => continue,
                 "shuffle" => json!({"id": "shuffle", "elementsize": 0}),
@@ -119,10 +132,6 @@ impl Codecs {
                 }
                 _ => return Err(bad("no such codec")),
             };
-            let most = if name == "blosc" { 3 } else { 1 };
-            if args.len() > most {
-                return Err(bad(&format!("{name} takes at most {most} `:` argument(s)")));
-            }
             chain.push(codec);
         }
         Ok(Codecs::from_chain(chain))

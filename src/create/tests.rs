@@ -123,6 +123,12 @@ fn bad_codec_words_say_why() {
         ("blosc:lzma", "blosc has no compressor \"lzma\""),
         ("zlib:1:2", "zlib takes at most 1"),
         ("nope", "no such codec"),
+        ("nope:1", "no such codec"),
+        ("shuffle:x", "shuffle takes no `:` argument"),
+        ("fletcher32:4", "fletcher32 takes no `:` argument"),
+        ("lz4:9", "lz4 takes no `:` argument"),
+        ("lz4:-1", "lz4 takes no `:` argument"),
+        ("none:1", "none takes no `:` argument"),
     ] {
         // Numbers out of range are refused values; the rest cannot be parsed at all.
         let out_of_range = ["zstd:99", "bz2:0", "blosc:lz4:10:3", "blosc:lz4:5:3"];
