@@ -43,6 +43,34 @@ def _replace(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+def test_a_dataset_replaced_by_gen_is_never_read_as_fill_or_with_old_metadata(
+        binary, mounter, tmp_path):
+    """`gen` over a mounted dataset renames the old one aside and deletes it. Within the TTL,
+    the chunks the mount has not read are gone: such a read fails with EIO (the old metadata
+    describes nothing any more) instead of returning fill values or the new dataset's
+    chunks, and the next open sees the new dataset at once."""
+    store = tmp_path / "ds.file"
+    _url, values = _dataset(store)
+    log = tmp_path / "mount.log"
+    # Nothing read ahead or kept: the later read must reach the store.
+    mnt = mounter.mount(str(store), "ttl=600,cache_size=0,readahead=0,direct_io", log=log)
+    with open(mnt / "v" / "data", "rb") as f:
+        assert f.read(ROW) == values[0].tobytes()
+        cdl = tmp_path / "other.cdl"
+        cdl.write_text("netcdf other {\ndimensions:\n x = 1 ;\nvariables:\n int other(x) ;\n"
+                       "data:\n other = 5 ;\n}\n")
+        r = subprocess.run([str(binary), "gen", "-o", str(store), str(cdl)],
+                           capture_output=True)
+        assert r.returncode == 0, r.stderr
+        with pytest.raises(OSError) as gone:
+            os.pread(f.fileno(), ROW, 20 * ROW)
+        assert gone.value.errno == errno.EIO
+    assert "the dataset was removed or replaced while open" in log.read_text()
+    header = (mnt / "@header.cdl").read_text()
+    assert "int other(x)" in header and "double v(" not in header
+    assert np.fromfile(mnt / "other" / "data", "<i4").tolist() == [5]
+
+
 @pytest.mark.parametrize("options", ["ttl=1", "ttl=1,cache_size=0,readahead=0"])
 def test_rewritten_and_deleted_chunks_are_fresh_after_ttl(mounter, tmp_path, options):
     store = tmp_path / "ds.file"

@@ -216,6 +216,18 @@ pub enum Error {
     /// A dataset that another process is writing (see [`crate::zmap::ZMap::claim_writer`]).
     #[error("{0}")]
     Busy(String),
+    /// The directory of an open directory store was removed (the dataset deleted, or
+    /// replaced by a rename and the old one deleted): what the metadata read from it
+    /// describes is gone, and objects found at its path now belong to another dataset, which
+    /// only a fresh open may read (`EIO`).
+    #[error(
+        "{}: the dataset was removed or replaced while open; open it again to read what is there now",
+        path.display()
+    )]
+    RemovedUnderneath {
+        /// The dataset's root directory, as the location named it.
+        path: PathBuf,
+    },
     /// A feature that is not implemented yet.
     #[error("not supported: {0}")]
     Unsupported(String),

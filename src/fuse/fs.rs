@@ -1805,6 +1805,10 @@ impl Filesystem for NczarrFs {
                 "{}: read of {size} bytes at {offset}: {e}",
                 node_display(&handle.node)
             ));
+            if matches!(e, Error::RemovedUnderneath { .. }) {
+                // What is at the path now is read at the next lookup, whatever the TTL.
+                sh.refresh_requested.store(true, Ordering::SeqCst);
+            }
             Errno::from_i32(e.errno())
         };
         let reply = match read_in_place(&snap, var, offset, size.into()) {

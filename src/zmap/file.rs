@@ -348,11 +348,19 @@ impl FileMap {
     }
 
     /// Whether the root directory kept open as `root` has been removed (a dataset deleted, or
-    /// replaced by a rename and the old one deleted); it is then forgotten, and the next
-    /// [`FileMap::open_root`] opens what is at the path now. Checked where something is
-    /// missing, which is what a removed directory looks like: found objects cost nothing.
+    /// replaced by a rename and the old one deleted). Checked where something is missing,
+    /// which is what a removed directory looks like: found objects cost nothing.
+    fn is_removed(&self, root: &Arc<OwnedFd>) -> bool {
+        !self.made_root && beneath::link_count(root.as_fd()).is_ok_and(|n| n == 0)
+    }
+
+    /// [`FileMap::is_removed`], and if so the root is forgotten: the next
+    /// [`FileMap::open_root`] opens what is at the path now. For making objects only: a
+    /// reader's objects go on being looked up in the removed directory until a
+    /// [`ZMap::refresh`], since the path may now hold another dataset than the one whose
+    /// metadata it read.
     fn root_was_removed(&self, root: &Arc<OwnedFd>) -> bool {
-        let removed = !self.made_root && beneath::link_count(root.as_fd()).is_ok_and(|n| n == 0);
+        let removed = self.is_removed(root);
         if removed {
             let mut slot = self.root_slot();
             if slot.as_ref().is_some_and(|kept| Arc::ptr_eq(kept, root)) {
@@ -372,25 +380,23 @@ impl FileMap {
     }
 
     /// Opens `key`'s file (or directory) with `flags`, below the root (see [`FileMap`]);
-    /// `Ok(None)` when nothing is there.
+    /// `Ok(None)` when nothing is there, [`Error::RemovedUnderneath`] when the root directory
+    /// itself is gone: a missing chunk would read as fill values, and one found at the path
+    /// would be another dataset's, read with this one's metadata.
     fn open_below(&self, key: &str, flags: libc::c_int) -> Result<Option<OwnedFd>> {
-        let mut retried = false;
-        loop {
-            let root = match self.open_root() {
-                Ok(fd) => fd,
-                Err(e) if is_absent(&e) => return Ok(None),
-                Err(e) => return Err(self.root_error(e)),
-            };
-            return match beneath::open_below(root.as_fd(), Path::new(key), flags) {
-                Ok(fd) => Ok(Some(fd)),
-                Err(Miss::Absent) if !retried && self.root_was_removed(&root) => {
-                    retried = true;
-                    continue;
-                }
-                Err(Miss::Absent) => Ok(None),
-                Err(Miss::Link) => self.open_through_links(&root, key, flags),
-                Err(Miss::Io(e)) => Err(Error::io(self.path_of(key), e)),
-            };
+        let root = match self.open_root() {
+            Ok(fd) => fd,
+            Err(e) if is_absent(&e) => return Ok(None),
+            Err(e) => return Err(self.root_error(e)),
+        };
+        match beneath::open_below(root.as_fd(), Path::new(key), flags) {
+            Ok(fd) => Ok(Some(fd)),
+            Err(Miss::Absent) if self.is_removed(&root) => Err(Error::RemovedUnderneath {
+                path: self.root.clone(),
+            }),
+            Err(Miss::Absent) => Ok(None),
+            Err(Miss::Link) => self.open_through_links(&root, key, flags),
+            Err(Miss::Io(e)) => Err(Error::io(self.path_of(key), e)),
         }
     }
 
@@ -1558,7 +1564,8 @@ mod tests {
     }
 
     /// A dataset replaced by another at its path (by a rename, as `gen` and `copy` replace
-    /// one) is read once the map is refreshed, or at once when the old one was deleted.
+    /// one) is read once the map is refreshed; until then a deleted old one fails reads of
+    /// what it no longer holds, which would otherwise read as fill values.
     #[test]
     fn a_replaced_dataset_is_seen() {
         let dir = tempfile::tempdir().unwrap();
@@ -1583,12 +1590,14 @@ mod tests {
         fs::rename(&root, &new).unwrap();
         fs::rename(&old, &root).unwrap();
         fs::remove_dir_all(&new).unwrap();
-        assert_eq!(
-            map.get("v/0").unwrap().as_deref(),
-            Some(&b"old"[..]),
-            "the new one is gone"
-        );
+        let removed = |e: Error| matches!(e, Error::RemovedUnderneath { path } if path == root);
+        assert!(removed(map.get("v/0").unwrap_err()), "the new one is gone");
+        assert!(removed(map.exists("v/0").unwrap_err()));
+        map.refresh().unwrap();
+        assert_eq!(map.get("v/0").unwrap().as_deref(), Some(&b"old"[..]));
         fs::remove_dir_all(&root).unwrap();
+        assert!(removed(map.get("v/0").unwrap_err()));
+        map.refresh().unwrap();
         assert_eq!(map.get("v/0").unwrap(), None);
         assert!(map.search("").unwrap().is_empty());
     }
