@@ -1325,7 +1325,7 @@ fn verify(location: &Location, sums: &[(String, Check)]) -> Result<()> {
                 // stored chunks overlap are all the check takes; elsewhere every slab.
                 let unstored_is_fill = match fill {
                     Some(f) if v.storage.fill_value.is_some() => {
-                        engine.fill_element(&model, var)? == *f
+                        same_value(&engine.fill_element(&model, var)?, f, *strings)
                     }
                     _ => false,
                 };
@@ -1522,19 +1522,36 @@ fn for_runs(
 fn box_is_fill(slab: &Hyperslab, values: &[u8], part: &Hyperslab, fill: &[u8]) -> bool {
     let mut all = true;
     for_runs(slab, part, fill.len(), |run| {
-        all = all_fill(&values[run], fill);
+        all = all_fill(&values[run], fill.len(), fill, false);
         all
     });
     all
 }
 
-/// Whether `values` are elements of `fill` only (compared as bytes: a NaN fill is its own
-/// bit pattern, and a NaN of another one is a value).
-fn all_fill(values: &[u8], fill: &[u8]) -> bool {
+/// Whether `values`, elements of `width` bytes, are all `fill`, compared as bytes (a NaN fill
+/// is its own bit pattern, and a NaN of another one is a value); with `strings`, by their
+/// text up to the padding, as [`values_crc`] takes them, since a copy may store strings in
+/// another width.
+fn all_fill(values: &[u8], width: usize, fill: &[u8], strings: bool) -> bool {
+    if width == 0 || values.len() % width != 0 {
+        return false;
+    }
     match fill {
-        [] => false,
-        [b] => values.iter().all(|v| v == b),
-        _ => values.len() % fill.len() == 0 && values.chunks_exact(fill.len()).all(|e| e == fill),
+        _ if strings => values
+            .chunks_exact(width)
+            .all(|v| same_value(v, fill, true)),
+        [b] if width == 1 => values.iter().all(|v| v == b),
+        _ => values.chunks_exact(width).all(|v| v == fill),
+    }
+}
+
+/// Whether two elements are the same value: the same bytes, or with `strings` the same text
+/// up to the padding.
+fn same_value(a: &[u8], b: &[u8], strings: bool) -> bool {
+    if strings {
+        string_text(a) == string_text(b)
+    } else {
+        a == b
     }
 }
 
@@ -1549,7 +1566,7 @@ fn slab_crc(
     strings: bool,
     fill: Option<&[u8]>,
 ) -> u32 {
-    if fill.is_some_and(|f| all_fill(values, f)) {
+    if fill.is_some_and(|f| all_fill(values, var.element_size(), f, strings)) {
         return crc;
     }
     let crc = slab
@@ -1570,10 +1587,15 @@ fn values_crc(crc: u32, values: &[u8], var: &Variable, strings: bool) -> u32 {
         return crc32c::crc32c_append(crc, values);
     }
     values.chunks(width).fold(crc, |crc, s| {
-        let text = &s[..s.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1)];
+        let text = string_text(s);
         let crc = crc32c::crc32c_append(crc, &(text.len() as u32).to_le_bytes());
         crc32c::crc32c_append(crc, text)
     })
+}
+
+/// A string value's text: its bytes up to the padding.
+fn string_text(value: &[u8]) -> &[u8] {
+    &value[..value.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1)]
 }
 
 fn esize(ds: &Dataset, var: VarId) -> usize {
