@@ -320,6 +320,38 @@ impl VarPlan {
         inner.unwrap_or_else(|| self.grid_key(coords))
     }
 
+    /// The grid coordinates of the (outer) chunk whose zmap key is `key`, spelt as
+    /// [`VarPlan::grid_key`] spells it (a read finds no other spelling); `None` for any other
+    /// key under the variable's (its metadata, a stray file, a chunk beyond the shape).
+    fn grid_coords(&self, key: &str) -> Option<Vec<u64>> {
+        let rest = key
+            .strip_prefix(self.storage.key.as_str())?
+            .strip_prefix('/')?;
+        let rank = self.grid.len();
+        let (sep, parts) = match self.storage.key_encoding {
+            ChunkKeyEncoding::V2 { .. } if rank == 0 => return (rest == "0").then(Vec::new),
+            ChunkKeyEncoding::V2 { separator } => (separator, rest),
+            ChunkKeyEncoding::Default { separator } => {
+                let after = rest.strip_prefix('c')?;
+                if rank == 0 {
+                    return after.is_empty().then(Vec::new);
+                }
+                (separator, after.strip_prefix(separator)?)
+            }
+        };
+        let coords: Vec<u64> = parts
+            .split(sep)
+            .map(|p| p.parse::<u64>().ok().filter(|n| n.to_string() == p))
+            .collect::<Option<_>>()?;
+        let inside = coords.len() == rank
+            && coords
+                .iter()
+                .zip(&self.grid)
+                .zip(&self.storage.chunks)
+                .all(|((&c, &n), &size)| c < n.div_ceil(size.max(1)));
+        inside.then_some(coords)
+    }
+
     /// The zmap key of the (outer) chunk at chunk grid coordinates `coords`.
     fn grid_key(&self, coords: &[u64]) -> String {
         let mut key = self.storage.key.clone();
@@ -639,49 +671,32 @@ fn with_scratch<R>(f: impl FnOnce(&mut Scratch) -> R) -> R {
     })
 }
 
-/// The coordinates of every chunk of a plan's grid, in C order.
-fn chunk_grid(plan: &VarPlan) -> Vec<Vec<u64>> {
-    let counts: Vec<u64> = plan
-        .grid
+/// The grid coordinates of the chunk objects (shards, in a sharded array) stored for `plan`'s
+/// variable, in C order: one listing of its keys, not a probe of each place in the grid,
+/// which an array of a huge shape written in few places has far too many of to visit.
+fn stored_grid(map: &dyn ZMap, plan: &VarPlan) -> Result<Vec<Vec<u64>>> {
+    let mut coords: Vec<Vec<u64>> = map
+        .keys_under(&plan.storage.key)?
         .iter()
-        .zip(&plan.chunk_shape)
-        .map(|(&n, &c)| n.div_ceil(c))
+        .filter_map(|key| plan.grid_coords(key))
         .collect();
-    let mut out = Vec::new();
-    if counts.contains(&0) {
-        return out;
-    }
-    let mut idx = vec![0u64; counts.len()];
-    loop {
-        out.push(idx.clone());
-        // Odometer, last dimension fastest.
-        let mut d = counts.len();
-        loop {
-            if d == 0 {
-                return out;
-            }
-            d -= 1;
-            idx[d] += 1;
-            if idx[d] < counts[d] {
-                break;
-            }
-            idx[d] = 0;
-        }
-    }
+    coords.sort_unstable();
+    Ok(coords)
 }
 
-/// Folds per-chunk `(length, CRC-32C)` records (`None`: no object) into one CRC-32C over each
-/// present chunk's grid position, length and CRC.
-fn digest(records: &[Option<(u64, u32)>]) -> u32 {
+/// Folds per-chunk `(grid coordinates, length, CRC-32C)` records (`None`: no object) into
+/// one CRC-32C over each present chunk's coordinates, length and CRC.
+fn digest(records: &[Option<(&[u64], u64, u32)>]) -> u32 {
     records
         .iter()
-        .enumerate()
-        .filter_map(|(i, r)| r.map(|(len, crc)| (i as u64, len, crc)))
-        .fold(0, |acc, (i, len, crc)| {
-            let mut rec = [0u8; 20];
-            rec[..8].copy_from_slice(&i.to_le_bytes());
-            rec[8..16].copy_from_slice(&len.to_le_bytes());
-            rec[16..].copy_from_slice(&crc.to_le_bytes());
+        .flatten()
+        .fold(0, |acc, &(coords, len, crc)| {
+            let acc = coords
+                .iter()
+                .fold(acc, |acc, c| crc32c::crc32c_append(acc, &c.to_le_bytes()));
+            let mut rec = [0u8; 12];
+            rec[..8].copy_from_slice(&len.to_le_bytes());
+            rec[8..].copy_from_slice(&crc.to_le_bytes());
             crc32c::crc32c_append(acc, &rec)
         })
 }
@@ -2100,6 +2115,14 @@ impl ChunkEngine {
             && a.fill == b.fill)
     }
 
+    /// The grid coordinates of `var`'s stored chunk objects (of its shards, in a sharded
+    /// array, whose grid is of the shards' shape), in C order; places never written are left
+    /// out. Found by listing the variable's keys, so its cost follows what is stored, not
+    /// the size of the grid.
+    pub fn stored_chunks(&self, ds: &Dataset, var: VarId) -> Result<Vec<Vec<u64>>> {
+        stored_grid(&*self.map, &*self.plan(ds, var)?)
+    }
+
     /// [`ChunkEngine::copy_vars_to`] of one variable, its chunks in parallel.
     fn copy_chunks(
         &self,
@@ -2121,10 +2144,11 @@ impl ChunkEngine {
             static CHECK: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
         }
         let expected = src.chunk_elems * src.stored_esize;
-        let records = chunk_grid(&src)
-            .into_par_iter()
-            .map(|coords| -> Result<Option<(u64, u32)>> {
-                let key = src.chunk_key(&coords);
+        let stored = stored_grid(&*self.map, &src)?;
+        let records = stored
+            .par_iter()
+            .map(|coords| -> Result<Option<(&[u64], u64, u32)>> {
+                let key = src.chunk_key(coords);
                 with_scratch(|s| {
                     if !self.map.get_into(&key, &mut s.raw)? {
                         return Ok(None);
@@ -2153,8 +2177,12 @@ impl ChunkEngine {
                             Ok(())
                         })?;
                     }
-                    dst.map.put(&out.chunk_key(&coords), &s.raw)?;
-                    Ok(Some((s.raw.len() as u64, crc32c::crc32c(&s.raw))))
+                    dst.map.put(&out.chunk_key(coords), &s.raw)?;
+                    Ok(Some((
+                        coords.as_slice(),
+                        s.raw.len() as u64,
+                        crc32c::crc32c(&s.raw),
+                    )))
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -2197,14 +2225,19 @@ impl ChunkEngine {
     /// [`ChunkEngine::stored_digests`] of one variable, its chunks in parallel.
     fn stored_digest(&self, ds: &Dataset, var: VarId) -> Result<u32> {
         let plan = self.plan(ds, var)?;
-        let records = chunk_grid(&plan)
-            .into_par_iter()
+        let stored = stored_grid(&*self.map, &plan)?;
+        let records = stored
+            .par_iter()
             .map(|coords| {
-                with_scratch(|s| -> Result<Option<(u64, u32)>> {
-                    if !self.map.get_into(&plan.chunk_key(&coords), &mut s.raw)? {
+                with_scratch(|s| -> Result<Option<(&[u64], u64, u32)>> {
+                    if !self.map.get_into(&plan.chunk_key(coords), &mut s.raw)? {
                         return Ok(None);
                     }
-                    Ok(Some((s.raw.len() as u64, crc32c::crc32c(&s.raw))))
+                    Ok(Some((
+                        coords.as_slice(),
+                        s.raw.len() as u64,
+                        crc32c::crc32c(&s.raw),
+                    )))
                 })
             })
             .collect::<Result<Vec<_>>>()?;

@@ -10,14 +10,15 @@
 //! [`SYNC_BYTES`], so even that is always a readable dataset) and renamed into place only
 //! after the verification.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::io::{IsTerminal, Write};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::chunk::{ChunkEngine, Hyperslab};
 use crate::create::{
-    apply_mode_words, default_chunks, write_for_netcdf_c, Codecs, CreateOptions, Staging,
+    apply_mode_words, default_chunks, write_for_netcdf_c, Codecs, CreateOptions, DatasetWriter,
+    Staging,
 };
 use crate::dataset::{OpenDataset, DEFAULT_CACHE_BYTES};
 use crate::error::{quoted, OptionValueError};
@@ -1214,24 +1215,54 @@ fn copy_into(
             &src.engine
         };
         let strings = src.model.var(var).nctype == NcType::String;
-        let mut crc = 0u32;
-        for slab in slabs(
+        let grid = SlabGrid::new(
             &w.model().var_shape(var),
             &w.model().var(var).storage.chunks,
             esize(&src.model, var),
-        ) {
+        );
+        let fill = unstored_fill(src, var, &w, var)?;
+        // A source region that stores nothing reads as the fill the target leaves unstored:
+        // only slabs over stored source chunks are read, however large the grid.
+        let keys: Box<dyn Iterator<Item = Vec<u64>>> = match &fill {
+            Some(f) if f.source_alike => {
+                Box::new(touched_keys(&grid, &src.model, var, &uncached)?.into_iter())
+            }
+            _ => Box::new(grid.keys()),
+        };
+        let fill = fill.map(|f| f.element);
+        let mut crc = 0u32;
+        let mut moved = 0u64;
+        for key in keys {
+            let slab = grid.slab(&key);
             buf.resize(slab_bytes(&slab, esize(&src.model, var))?, 0);
             engine.read(&src.model, var, &slab, &mut buf)?;
-            crc = values_crc(crc, &buf, src.model.var(var), strings);
-            w.write(var, &slab, &buf)?;
+            crc = slab_crc(
+                crc,
+                &slab,
+                &buf,
+                src.model.var(var),
+                strings,
+                fill.as_deref(),
+            );
+            write_stored(&mut w, var, &slab, &buf, fill.as_deref())?;
             progress.add(buf.len() as u64);
+            moved += buf.len() as u64;
             since_sync += buf.len() as u64;
             if since_sync >= SYNC_BYTES {
                 w.sync()?;
                 since_sync = 0;
             }
         }
-        sums.push((fqn, Check::Values { crc, strings }));
+        progress.add(var_bytes(&src.model, var).saturating_sub(moved));
+        sums.push((
+            fqn,
+            Check::Values {
+                crc,
+                strings,
+                esize: esize(&src.model, var),
+                fill,
+            },
+        ));
     }
     w.close()?;
     progress.finish();
@@ -1239,11 +1270,18 @@ fn copy_into(
 }
 
 /// What the verification compares for one variable.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 enum Check {
-    /// The [`values_crc`] of the values in C order, taken `strings` or not.
-    Values { crc: u32, strings: bool },
-    /// The [`ChunkEngine::stored_digest`] of its chunk objects, copied as they were.
+    /// The [`slab_crc`]s of the values, taken `strings` or not, in the slabs of a
+    /// [`SlabGrid`] for elements of `esize` bytes; with `fill`, slabs entirely of that
+    /// element left out.
+    Values {
+        crc: u32,
+        strings: bool,
+        esize: usize,
+        fill: Option<Vec<u8>>,
+    },
+    /// The [`ChunkEngine::stored_digests`] of its chunk objects, copied as they were.
     Stored(u32),
 }
 
@@ -1274,16 +1312,36 @@ fn verify(location: &Location, sums: &[(String, Check)]) -> Result<()> {
     let stored: HashMap<VarId, u32> = as_stored.into_iter().zip(digests).collect();
     for (&var, (fqn, want)) in vars.iter().zip(sums) {
         let v = model.var(var);
-        let (crc, want, what) = match *want {
-            Check::Stored(want) => (stored[&var], want, "chunk objects"),
-            Check::Values { crc: want, strings } => {
+        let (crc, want, what) = match want {
+            Check::Stored(want) => (stored[&var], *want, "chunk objects"),
+            Check::Values {
+                crc: want,
+                strings,
+                esize,
+                fill,
+            } => {
+                let grid = SlabGrid::new(&model.var_shape(var), &v.storage.chunks, *esize);
+                // Where the copy reads as the fill without a stored chunk, the slabs that
+                // stored chunks overlap are all the check takes; elsewhere every slab.
+                let unstored_is_fill = match fill {
+                    Some(f) if v.storage.fill_value.is_some() => {
+                        same_value(&engine.fill_element(&model, var)?, f, *strings)
+                    }
+                    _ => false,
+                };
+                let keys: Box<dyn Iterator<Item = Vec<u64>>> = if unstored_is_fill {
+                    Box::new(touched_keys(&grid, &model, var, &engine)?.into_iter())
+                } else {
+                    Box::new(grid.keys())
+                };
                 let mut crc = 0u32;
-                for slab in slabs(&model.var_shape(var), &v.storage.chunks, v.element_size()) {
+                for key in keys {
+                    let slab = grid.slab(&key);
                     buf.resize(slab_bytes(&slab, v.element_size())?, 0);
                     engine.read(&model, var, &slab, &mut buf)?;
-                    crc = values_crc(crc, &buf, v, strings);
+                    crc = slab_crc(crc, &slab, &buf, v, *strings, fill.as_deref());
                 }
-                (crc, want, "values")
+                (crc, *want, "values")
             }
         };
         if crc != want {
@@ -1298,6 +1356,226 @@ fn verify(location: &Location, sums: &[(String, Check)]) -> Result<()> {
     Ok(())
 }
 
+/// The fill value a copy may leave target chunks of unstored ([`unstored_fill`]).
+struct UnstoredFill {
+    /// One element of it, in native bytes.
+    element: Vec<u8>,
+    /// Whether the source's chunks never stored read as it too, so need not be read.
+    source_alike: bool,
+}
+
+/// The fill value of `dst_var` in the copy `w`, when chunks of it may be left unstored: it
+/// declares one (which every reader, netcdf-c, zarr-python and this one, gives for a chunk
+/// not stored) of the type and width of `var` of the source, which the slabs read. A variable
+/// without one is written whole: a chunk missing from a Zarr v2 array of `fill_value: null`
+/// has no defined values (netcdf-c reads zeros, zarr-python what it likes).
+fn unstored_fill(
+    src: &OpenDataset,
+    var: VarId,
+    w: &DatasetWriter,
+    dst_var: VarId,
+) -> Result<Option<UnstoredFill>> {
+    let (sv, dv) = (src.model.var(var), w.model().var(dst_var));
+    if dv.storage.fill_value.is_none()
+        || dv.nctype != sv.nctype
+        || dv.element_size() != sv.element_size()
+    {
+        return Ok(None);
+    }
+    let element = w.engine().fill_element(w.model(), dst_var)?;
+    let source_alike =
+        sv.storage.fill_value.is_some() && src.engine.fill_element(&src.model, var)? == element;
+    Ok(Some(UnstoredFill {
+        element,
+        source_alike,
+    }))
+}
+
+/// The keys of the slabs of `grid` that overlap a chunk object `var` of `ds` stores, in C
+/// order: the only ones that can hold anything but the fill. Their number follows what is
+/// stored, not the size of the array.
+fn touched_keys(
+    grid: &SlabGrid,
+    ds: &Dataset,
+    var: VarId,
+    engine: &ChunkEngine,
+) -> Result<BTreeSet<Vec<u64>>> {
+    let chunks = &ds.var(var).storage.chunks;
+    let mut keys = BTreeSet::new();
+    for coords in engine.stored_chunks(ds, var)? {
+        let lo: Vec<u64> = coords
+            .iter()
+            .zip(chunks)
+            .map(|(&c, &n)| c.saturating_mul(n))
+            .collect();
+        let hi: Vec<u64> = lo
+            .iter()
+            .zip(chunks)
+            .map(|(&l, &n)| l.saturating_add(n))
+            .collect();
+        keys.extend(grid.keys_over(&lo, &hi));
+    }
+    Ok(keys)
+}
+
+/// Writes `values`, the source's values of `slab`, to `var` of the copy `w`, less the
+/// target chunks that hold nothing but `fill`: a new dataset reads those as fill without
+/// them, as zarr-python leaves them out (`write_empty_chunks=False`) and netcdf-c never
+/// stores a chunk nothing was written to. Without `fill`, the whole slab.
+fn write_stored(
+    w: &mut DatasetWriter,
+    var: VarId,
+    slab: &Hyperslab,
+    values: &[u8],
+    fill: Option<&[u8]>,
+) -> Result<()> {
+    let Some(fill) = fill else {
+        return w.write(var, slab, values);
+    };
+    let chunks = w.model().var(var).storage.chunks.clone();
+    let boxes = || chunk_boxes(slab, &chunks);
+    let (mut all, mut filled) = (0u64, 0u64);
+    for b in boxes() {
+        all += 1;
+        filled += u64::from(box_is_fill(slab, values, &b, fill));
+    }
+    if filled == 0 {
+        return w.write(var, slab, values);
+    }
+    if filled < all {
+        let mut part = Vec::new();
+        for b in boxes().filter(|b| !box_is_fill(slab, values, b, fill)) {
+            part.clear();
+            for_runs(slab, &b, fill.len(), |run| {
+                part.extend_from_slice(&values[run]);
+                true
+            });
+            w.write(var, &b, &part)?;
+        }
+    }
+    Ok(())
+}
+
+/// The parts of `slab` that each lie in one chunk of `chunks`, in C order, made one at a
+/// time (a slab may span millions of small chunks).
+fn chunk_boxes<'a>(slab: &'a Hyperslab, chunks: &'a [u64]) -> impl Iterator<Item = Hyperslab> + 'a {
+    let size = |d: usize| chunks.get(d).copied().unwrap_or(1).max(1);
+    let end = |d: usize| slab.start[d] + slab.count[d];
+    let lo: Vec<u64> = (0..slab.start.len())
+        .map(|d| slab.start[d] / size(d))
+        .collect();
+    let hi: Vec<u64> = (0..slab.start.len())
+        .map(|d| end(d).div_ceil(size(d)))
+        .collect();
+    Keys::new(lo, hi).map(move |key| {
+        let start: Vec<u64> = key
+            .iter()
+            .enumerate()
+            .map(|(d, &k)| (k * size(d)).max(slab.start[d]))
+            .collect();
+        let count = key
+            .iter()
+            .enumerate()
+            .map(|(d, &k)| ((k + 1) * size(d)).min(end(d)) - start[d])
+            .collect();
+        Hyperslab {
+            stride: vec![1; start.len()],
+            start,
+            count,
+        }
+    })
+}
+
+/// Calls `each` with the byte range in `values` (the C-order values of `slab`, elements of
+/// `esize` bytes) of each row of `part`, a part of `slab`, in C order, until it returns false.
+fn for_runs(
+    slab: &Hyperslab,
+    part: &Hyperslab,
+    esize: usize,
+    mut each: impl FnMut(std::ops::Range<usize>) -> bool,
+) {
+    let n = slab.count.len();
+    if n == 0 {
+        each(0..esize);
+        return;
+    }
+    // Elements one index step along each dimension spans in `values`.
+    let mut strides = vec![1u64; n];
+    for d in (0..n - 1).rev() {
+        strides[d] = strides[d + 1] * slab.count[d + 1];
+    }
+    let row = part.count[n - 1] as usize * esize;
+    let rel = |d: usize, i: u64| (i - slab.start[d]) * strides[d];
+    let lo: Vec<u64> = part.start[..n - 1].to_vec();
+    let hi: Vec<u64> = (0..n - 1).map(|d| part.start[d] + part.count[d]).collect();
+    for idx in Keys::new(lo, hi) {
+        let first = idx.iter().enumerate().map(|(d, &i)| rel(d, i)).sum::<u64>()
+            + rel(n - 1, part.start[n - 1]);
+        let at = first as usize * esize;
+        if !each(at..at + row) {
+            return;
+        }
+    }
+}
+
+/// Whether the values of `part` of `slab` are all `fill`.
+fn box_is_fill(slab: &Hyperslab, values: &[u8], part: &Hyperslab, fill: &[u8]) -> bool {
+    let mut all = true;
+    for_runs(slab, part, fill.len(), |run| {
+        all = all_fill(&values[run], fill.len(), fill, false);
+        all
+    });
+    all
+}
+
+/// Whether `values`, elements of `width` bytes, are all `fill`, compared as bytes (a NaN fill
+/// is its own bit pattern, and a NaN of another one is a value); with `strings`, by their
+/// text up to the padding, as [`values_crc`] takes them, since a copy may store strings in
+/// another width.
+fn all_fill(values: &[u8], width: usize, fill: &[u8], strings: bool) -> bool {
+    if width == 0 || values.len() % width != 0 {
+        return false;
+    }
+    match fill {
+        _ if strings => values
+            .chunks_exact(width)
+            .all(|v| same_value(v, fill, true)),
+        [b] if width == 1 => values.iter().all(|v| v == b),
+        _ => values.chunks_exact(width).all(|v| v == fill),
+    }
+}
+
+/// Whether two elements are the same value: the same bytes, or with `strings` the same text
+/// up to the padding.
+fn same_value(a: &[u8], b: &[u8], strings: bool) -> bool {
+    if strings {
+        string_text(a) == string_text(b)
+    } else {
+        a == b
+    }
+}
+
+/// Appends the values of `slab` of `var` (native, C order) to a variable's check: nothing
+/// for a slab entirely of `fill`, which a copy may leave unstored, else the slab's first
+/// index and the values' [`values_crc`].
+fn slab_crc(
+    crc: u32,
+    slab: &Hyperslab,
+    values: &[u8],
+    var: &Variable,
+    strings: bool,
+    fill: Option<&[u8]>,
+) -> u32 {
+    if fill.is_some_and(|f| all_fill(values, var.element_size(), f, strings)) {
+        return crc;
+    }
+    let crc = slab
+        .start
+        .iter()
+        .fold(crc, |c, i| crc32c::crc32c_append(c, &i.to_le_bytes()));
+    values_crc(crc, values, var, strings)
+}
+
 /// Appends values (native, C order) of `var` to a CRC-32C. With `strings` (the source's
 /// variable holds strings), a value counts as its bytes up to its padding, so that copies
 /// that store strings in another width (Zarr v3 stores them as UTF-32) compare equal; the
@@ -1309,10 +1587,15 @@ fn values_crc(crc: u32, values: &[u8], var: &Variable, strings: bool) -> u32 {
         return crc32c::crc32c_append(crc, values);
     }
     values.chunks(width).fold(crc, |crc, s| {
-        let text = &s[..s.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1)];
+        let text = string_text(s);
         let crc = crc32c::crc32c_append(crc, &(text.len() as u32).to_le_bytes());
         crc32c::crc32c_append(crc, text)
     })
+}
+
+/// A string value's text: its bytes up to the padding.
+fn string_text(value: &[u8]) -> &[u8] {
+    &value[..value.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1)]
 }
 
 fn esize(ds: &Dataset, var: VarId) -> usize {
@@ -1330,80 +1613,156 @@ fn slab_bytes(slab: &Hyperslab, esize: usize) -> Result<usize> {
         .map_err(|_| Error::Invalid("slab too large for memory".into()))
 }
 
-/// The slabs covering an array of `shape`, each at most [`SLAB_BYTES`] when the chunking
-/// allows, aligned to `chunks`, in C order. A slab spans whole chunks along the dimensions
-/// it does not cover entirely, so each chunk is written by as few slabs as its size allows:
-/// a chunk written row by row would be decoded and encoded again for every row (minutes for
-/// one chunk of 72 MB).
-pub fn slabs(shape: &[u64], chunks: &[u64], esize: usize) -> Vec<Hyperslab> {
-    if shape.contains(&0) {
-        return Vec::new();
-    }
-    if shape.is_empty() {
-        return vec![Hyperslab::whole(&[])];
-    }
-    let n = shape.len();
-    let chunk = |d: usize| {
-        chunks
-            .get(d)
-            .copied()
-            .unwrap_or(1)
-            .clamp(1, shape[d].max(1))
-    };
-    // inner[d]: bytes of one index step along dimension d.
-    let mut inner = vec![esize as u64; n];
-    for d in (0..n - 1).rev() {
-        inner[d] = inner[d + 1].saturating_mul(shape[d + 1]);
-    }
-    // The outermost dimension `split` along which a block of one chunk in every dimension
-    // before it and one chunk step along it fits the budget (the innermost when not even one
-    // chunk does: a slab is then one chunk). `lead`: the elements of such a block's
-    // dimensions before `split`.
-    let mut lead = 1u64;
-    let mut split = n - 1;
-    for (d, &step_bytes) in inner.iter().enumerate() {
-        if lead.saturating_mul(chunk(d)).saturating_mul(step_bytes) <= SLAB_BYTES || d == n - 1 {
-            split = d;
-            break;
+/// The slabs covering an array, each at most [`SLAB_BYTES`] when the chunking allows,
+/// aligned to its chunks, in C order. A slab spans whole chunks along the dimensions it does
+/// not cover entirely, so each chunk is written by as few slabs as its size allows: a chunk
+/// written row by row would be decoded and encoded again for every row (minutes for one
+/// chunk of 72 MB). A slab is named by its key, its index along each dimension it does not
+/// span whole; slabs are made from keys one at a time, so an array of a huge shape costs no
+/// memory for the slabs it has.
+struct SlabGrid {
+    shape: Vec<u64>,
+    /// A slab's length along each dimension keys index (the outer ones); along the others
+    /// it spans the array.
+    steps: Vec<u64>,
+}
+
+impl SlabGrid {
+    /// The slabs of an array of `shape` in `chunks` of elements of `esize` bytes.
+    fn new(shape: &[u64], chunks: &[u64], esize: usize) -> Self {
+        let n = shape.len();
+        if n == 0 {
+            return SlabGrid {
+                shape: Vec::new(),
+                steps: Vec::new(),
+            };
         }
-        lead = lead.saturating_mul(chunk(d));
-    }
-    let block = lead.saturating_mul(inner[split]).max(1);
-    let step = (SLAB_BYTES / block / chunk(split) * chunk(split)).max(chunk(split));
-    let mut out = Vec::new();
-    let mut idx = vec![0u64; split];
-    loop {
-        let mut s = 0;
-        while s < shape[split] {
-            let c = step.min(shape[split] - s);
-            let mut start = idx.clone();
-            start.push(s);
-            start.extend(std::iter::repeat_n(0, n - split - 1));
-            let mut count: Vec<u64> = (0..split)
-                .map(|d| chunk(d).min(shape[d] - idx[d]))
-                .collect();
-            count.push(c);
-            count.extend_from_slice(&shape[split + 1..]);
-            out.push(Hyperslab {
-                start,
-                count,
-                stride: vec![1; n],
-            });
-            s += c;
+        let chunk = |d: usize| {
+            chunks
+                .get(d)
+                .copied()
+                .unwrap_or(1)
+                .clamp(1, shape[d].max(1))
+        };
+        // inner[d]: bytes of one index step along dimension d.
+        let mut inner = vec![esize as u64; n];
+        for d in (0..n - 1).rev() {
+            inner[d] = inner[d + 1].saturating_mul(shape[d + 1]);
         }
-        // Odometer over the dimensions before `split`, a chunk at a time.
-        let mut d = split;
-        loop {
-            if d == 0 {
-                return out;
-            }
-            d -= 1;
-            idx[d] += chunk(d);
-            if idx[d] < shape[d] {
+        // The outermost dimension `split` along which a block of one chunk in every dimension
+        // before it and one chunk step along it fits the budget (the innermost when not even
+        // one chunk does: a slab is then one chunk). `lead`: the elements of such a block's
+        // dimensions before `split`.
+        let mut lead = 1u64;
+        let mut split = n - 1;
+        for (d, &step_bytes) in inner.iter().enumerate() {
+            if lead.saturating_mul(chunk(d)).saturating_mul(step_bytes) <= SLAB_BYTES || d == n - 1
+            {
+                split = d;
                 break;
             }
-            idx[d] = 0;
+            lead = lead.saturating_mul(chunk(d));
         }
+        let block = lead.saturating_mul(inner[split]).max(1);
+        let step = (SLAB_BYTES / block / chunk(split) * chunk(split)).max(chunk(split));
+        SlabGrid {
+            shape: shape.to_vec(),
+            steps: (0..split).map(chunk).chain([step]).collect(),
+        }
+    }
+
+    /// The keys of every slab, in C order.
+    fn keys(&self) -> Keys {
+        let hi = self
+            .steps
+            .iter()
+            .zip(&self.shape)
+            .map(|(&s, &n)| n.div_ceil(s))
+            .collect();
+        self.bounded(vec![0; self.steps.len()], hi)
+    }
+
+    /// The keys of the slabs that overlap the elements from `lo` to `hi` (exclusive; any
+    /// part beyond the array left out), in C order.
+    fn keys_over(&self, lo: &[u64], hi: &[u64]) -> Keys {
+        let mut klo = Vec::with_capacity(self.steps.len());
+        let mut khi = Vec::with_capacity(self.steps.len());
+        for (d, &step) in self.steps.iter().enumerate() {
+            let end = hi[d].min(self.shape[d]);
+            if lo[d] >= end {
+                return Keys::new(Vec::new(), Vec::new()).exhausted();
+            }
+            klo.push(lo[d] / step);
+            khi.push((end - 1) / step + 1);
+        }
+        self.bounded(klo, khi)
+    }
+
+    /// Keys from `lo` to `hi`, none for an array without elements.
+    fn bounded(&self, lo: Vec<u64>, hi: Vec<u64>) -> Keys {
+        let keys = Keys::new(lo, hi);
+        if self.shape.contains(&0) {
+            keys.exhausted()
+        } else {
+            keys
+        }
+    }
+
+    /// The slab of `key`.
+    fn slab(&self, key: &[u64]) -> Hyperslab {
+        let start: Vec<u64> = (0..self.shape.len())
+            .map(|d| key.get(d).map_or(0, |&k| k * self.steps[d]))
+            .collect();
+        let count = (0..self.shape.len())
+            .map(|d| match self.steps.get(d) {
+                Some(&step) => step.min(self.shape[d] - start[d]),
+                None => self.shape[d],
+            })
+            .collect();
+        Hyperslab {
+            stride: vec![1; start.len()],
+            start,
+            count,
+        }
+    }
+}
+
+/// Every index from `lo` to `hi` (exclusive) along each dimension, in C order (an
+/// odometer, the last dimension fastest); one, the empty index, for no dimension.
+struct Keys {
+    lo: Vec<u64>,
+    hi: Vec<u64>,
+    next: Option<Vec<u64>>,
+}
+
+impl Keys {
+    fn new(lo: Vec<u64>, hi: Vec<u64>) -> Self {
+        let next = lo.iter().zip(&hi).all(|(l, h)| l < h).then(|| lo.clone());
+        Keys { lo, hi, next }
+    }
+
+    /// The same, yielding nothing.
+    fn exhausted(mut self) -> Self {
+        self.next = None;
+        self
+    }
+}
+
+impl Iterator for Keys {
+    type Item = Vec<u64>;
+
+    fn next(&mut self) -> Option<Vec<u64>> {
+        let current = self.next.take()?;
+        let mut following = current.clone();
+        for d in (0..following.len()).rev() {
+            following[d] += 1;
+            if following[d] < self.hi[d] {
+                self.next = Some(following);
+                break;
+            }
+            following[d] = self.lo[d];
+        }
+        Some(current)
     }
 }
 
@@ -1456,7 +1815,6 @@ impl Progress {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::create::DatasetWriter;
     use clap::Parser;
 
     fn parse_copy(args: &[&str]) -> std::result::Result<CopyArgs, clap::Error> {
@@ -1560,6 +1918,12 @@ mod tests {
                 other => panic!("{bad}: {other:?}"),
             }
         }
+    }
+
+    /// Every slab of a [`SlabGrid`], in order.
+    fn slabs(shape: &[u64], chunks: &[u64], esize: usize) -> Vec<Hyperslab> {
+        let grid = SlabGrid::new(shape, chunks, esize);
+        grid.keys().map(|k| grid.slab(&k)).collect()
     }
 
     fn covered(shape: &[u64], chunks: &[u64], esize: usize) -> u64 {
