@@ -275,6 +275,38 @@ WRITE_EDGES = [
     (numcodecs.Blosc(cname="lz4", clevel=5), "blocksize", "5"),
     (numcodecs.Blosc(cname="lz4", clevel=5), "blocksize", None),
     (numcodecs.Blosc(cname="lz4", clevel=5), "cname", "snappy"),
+    # Cython `int` parameters: a float truncated, a string or None a TypeError, a value
+    # beyond a C int an OverflowError (netcdf-c's unsigned zstd level aside).
+    (numcodecs.Zstd(level=1), "level", 5.5),
+    (numcodecs.Zstd(level=1), "level", -3.7),
+    (numcodecs.Zstd(level=1), "level", 1e10),
+    (numcodecs.Zstd(level=1), "level", 2**40),
+    (numcodecs.Zstd(level=1), "level", -2**31 - 1),
+    (numcodecs.Zstd(level=1), "level", True),
+    (numcodecs.LZ4(acceleration=1), "acceleration", 5.5),
+    (numcodecs.LZ4(acceleration=1), "acceleration", "1"),
+    (numcodecs.LZ4(acceleration=1), "acceleration", None),
+    (numcodecs.LZ4(acceleration=1), "acceleration", 2**31),
+    (numcodecs.LZ4(acceleration=1), "acceleration", -1),
+    (numcodecs.Blosc(cname="lz4", clevel=5), "clevel", None),
+    (numcodecs.Blosc(cname="lz4", clevel=5), "clevel", "5"),
+    (numcodecs.Blosc(cname="lz4", clevel=5), "clevel", 5.7),
+    (numcodecs.Blosc(cname="lz4", clevel=5), "clevel", 9.9),
+    (numcodecs.Blosc(cname="lz4", clevel=5), "clevel", -0.5),
+    (numcodecs.Blosc(cname="lz4", clevel=5), "clevel", 2**31),
+    (numcodecs.Blosc(cname="lz4", clevel=5), "shuffle", "1"),
+    (numcodecs.Blosc(cname="lz4", clevel=5), "shuffle", None),
+    (numcodecs.Blosc(cname="lz4", clevel=5), "shuffle", 2.9),
+    (numcodecs.Blosc(cname="lz4", clevel=5), "shuffle", -1.5),
+    (numcodecs.Blosc(cname="lz4", clevel=5), "shuffle", True),
+    (numcodecs.Blosc(cname="lz4", clevel=5), "cname", None),
+    (numcodecs.Blosc(cname="lz4", clevel=5), "cname", 5),
+    (numcodecs.Blosc(cname="lz4", clevel=5), "typesize", "4"),
+    (numcodecs.Blosc(cname="lz4", clevel=5), "typesize", 4.5),
+    (numcodecs.Blosc(cname="lz4", clevel=5), "typesize", None),
+    (numcodecs.Blosc(cname="lz4", clevel=5), "typesize", 4),
+    (numcodecs.Blosc(cname="lz4", clevel=5), "typesize", True),
+    (numcodecs.Blosc(cname="lz4", clevel=5), "typesize", 2**31),
 ]
 
 
@@ -300,6 +332,9 @@ def test_put_writes_where_zarr_python_writes(nczarrfs, tmp_path, codec, key, val
     except Exception:  # noqa: BLE001 - numcodecs raises TypeError, OverflowError, ValueError
         zarr_python_writes = False
     before = _stored(path / "v")
+    if zarr_python_writes and codec.codec_id == "blosc":
+        # The chunk written holds, in its header, the shuffle and type size numcodecs took.
+        want_flags = (oracle / "v" / "0").read_bytes()[2:4]
     res = nczarrfs("get", str(path), "v")
     assert res.returncode == 0, res.stderr.decode()
     assert np.frombuffer(res.stdout, "<f8").tolist() == (np.arange(40.0) % 7).tolist()
@@ -310,6 +345,8 @@ def test_put_writes_where_zarr_python_writes(nczarrfs, tmp_path, codec, key, val
     want = np.arange(40.0) % 7
     if zarr_python_writes:
         want[3] = 99.0
+        if codec.codec_id == "blosc":
+            assert (path / "v" / "0").read_bytes()[2:4] == want_flags
     else:
         assert res.returncode == 1 and b"cannot encode" in res.stderr, res.stderr.decode()
         assert _stored(path / "v") == before
@@ -317,3 +354,4 @@ def test_put_writes_where_zarr_python_writes(nczarrfs, tmp_path, codec, key, val
     # copy keeps the codec exactly where it can write with it.
     res = nczarrfs("copy", "-k", "zarr", str(path), str(tmp_path / "copy.zarr"))
     assert (res.returncode == 0) == zarr_python_writes, res.stderr.decode()
+

@@ -577,6 +577,11 @@ impl Config<'_> {
         range: std::ops::RangeInclusive<i64>,
     ) -> Result<i64> {
         let n = self.opt_int(key)?.unwrap_or(default);
+        self.within(key, n, range)
+    }
+
+    /// `n`, the value of parameter `key`, or the error naming `range` when outside it.
+    fn within(&self, key: &str, n: i64, range: std::ops::RangeInclusive<i64>) -> Result<i64> {
         if !range.contains(&n) {
             return Err(self.out_of_range(format!(
                 "parameter {} = {n} is outside {}..={}",
@@ -588,19 +593,50 @@ impl Config<'_> {
         Ok(n)
     }
 
-    /// Like [`Config::int_in`], for a parameter that only encoding uses: a value that is not
-    /// an integer within `range` is kept as the reason encoding fails.
-    pub fn encoding_int_in(
-        &self,
-        key: &str,
-        default: i64,
-        range: std::ops::RangeInclusive<i64>,
-    ) -> EncodingParam<i64> {
-        EncodingParam::from(self.int_in(key, default, range))
+    /// A parameter numcodecs hands to a Cython `int` (a zstd level, lz4's acceleration,
+    /// blosc's `clevel`, `shuffle` and `blocksize`), made one as Python makes it: an integer
+    /// or a boolean as it is, a float truncated towards zero (`5.7` is 5, `-3.7` is -3, as
+    /// `int()` truncates), `default` when absent. A string, `null`, a list or an object is
+    /// a TypeError there ("an integer is required") and a value beyond a C `int` an
+    /// OverflowError: both are errors here.
+    pub fn c_int(&self, key: &str, default: i64) -> Result<i64> {
+        let c_int_range = i64::from(std::os::raw::c_int::MIN)..=i64::from(std::os::raw::c_int::MAX);
+        let n = match self.params.get(key) {
+            None => return Ok(default),
+            Some(Value::Bool(b)) => i64::from(*b),
+            Some(Value::Number(n)) => match n.as_i64() {
+                Some(n) => n,
+                None => {
+                    let truncated = n.as_f64().unwrap_or(f64::NAN).trunc();
+                    // A u64 beyond i64 or a float beyond a C int fails here, as it does the
+                    // range check below.
+                    if !(truncated >= *c_int_range.start() as f64
+                        && truncated <= *c_int_range.end() as f64)
+                    {
+                        return Err(self.out_of_range(format!(
+                            "parameter {} = {n} is outside {}..={}",
+                            quoted(key),
+                            c_int_range.start(),
+                            c_int_range.end()
+                        )));
+                    }
+                    truncated as i64
+                }
+            },
+            Some(v) => {
+                return Err(self.error(format!(
+                    "parameter {} is not an integer: {}",
+                    quoted(key),
+                    capped(&v.to_string())
+                )))
+            }
+        };
+        self.within(key, n, c_int_range)
     }
 
-    /// Like [`Config::encoding_int_in`], for a parameter numcodecs passes to a Python
-    /// function that takes only an integer (`zlib.compress`'s level): a JSON integer or
+    /// An integer parameter within `range` that only encoding uses, which numcodecs passes
+    /// to a Python function that takes only an integer (`zlib.compress`'s level): a value
+    /// that is not one is kept as the reason encoding fails. A JSON integer or
     /// boolean, `default` when absent; `null`, a string or a float (`5.0`) is refused for
     /// encoding, as Python refuses it there ("'float' object cannot be interpreted as an
     /// integer").
