@@ -275,6 +275,38 @@ WRITE_EDGES = [
     (numcodecs.Blosc(cname="lz4", clevel=5), "blocksize", "5"),
     (numcodecs.Blosc(cname="lz4", clevel=5), "blocksize", None),
     (numcodecs.Blosc(cname="lz4", clevel=5), "cname", "snappy"),
+    # Cython `int` parameters: a float truncated, a string or None a TypeError, a value
+    # beyond a C int an OverflowError (netcdf-c's unsigned zstd level aside).
+    (numcodecs.Zstd(level=1), "level", 5.5),
+    (numcodecs.Zstd(level=1), "level", -3.7),
+    (numcodecs.Zstd(level=1), "level", 1e10),
+    (numcodecs.Zstd(level=1), "level", 2**40),
+    (numcodecs.Zstd(level=1), "level", -2**31 - 1),
+    (numcodecs.Zstd(level=1), "level", True),
+    (numcodecs.LZ4(acceleration=1), "acceleration", 5.5),
+    (numcodecs.LZ4(acceleration=1), "acceleration", "1"),
+    (numcodecs.LZ4(acceleration=1), "acceleration", None),
+    (numcodecs.LZ4(acceleration=1), "acceleration", 2**31),
+    (numcodecs.LZ4(acceleration=1), "acceleration", -1),
+    (numcodecs.Blosc(cname="lz4", clevel=5), "clevel", None),
+    (numcodecs.Blosc(cname="lz4", clevel=5), "clevel", "5"),
+    (numcodecs.Blosc(cname="lz4", clevel=5), "clevel", 5.7),
+    (numcodecs.Blosc(cname="lz4", clevel=5), "clevel", 9.9),
+    (numcodecs.Blosc(cname="lz4", clevel=5), "clevel", -0.5),
+    (numcodecs.Blosc(cname="lz4", clevel=5), "clevel", 2**31),
+    (numcodecs.Blosc(cname="lz4", clevel=5), "shuffle", "1"),
+    (numcodecs.Blosc(cname="lz4", clevel=5), "shuffle", None),
+    (numcodecs.Blosc(cname="lz4", clevel=5), "shuffle", 2.9),
+    (numcodecs.Blosc(cname="lz4", clevel=5), "shuffle", -1.5),
+    (numcodecs.Blosc(cname="lz4", clevel=5), "shuffle", True),
+    (numcodecs.Blosc(cname="lz4", clevel=5), "cname", None),
+    (numcodecs.Blosc(cname="lz4", clevel=5), "cname", 5),
+    (numcodecs.Blosc(cname="lz4", clevel=5), "typesize", "4"),
+    (numcodecs.Blosc(cname="lz4", clevel=5), "typesize", 4.5),
+    (numcodecs.Blosc(cname="lz4", clevel=5), "typesize", None),
+    (numcodecs.Blosc(cname="lz4", clevel=5), "typesize", 4),
+    (numcodecs.Blosc(cname="lz4", clevel=5), "typesize", True),
+    (numcodecs.Blosc(cname="lz4", clevel=5), "typesize", 2**31),
 ]
 
 
@@ -300,6 +332,9 @@ def test_put_writes_where_zarr_python_writes(nczarrfs, tmp_path, codec, key, val
     except Exception:  # noqa: BLE001 - numcodecs raises TypeError, OverflowError, ValueError
         zarr_python_writes = False
     before = _stored(path / "v")
+    if zarr_python_writes and codec.codec_id == "blosc":
+        # The chunk written holds, in its header, the shuffle and type size numcodecs took.
+        want_flags = (oracle / "v" / "0").read_bytes()[2:4]
     res = nczarrfs("get", str(path), "v")
     assert res.returncode == 0, res.stderr.decode()
     assert np.frombuffer(res.stdout, "<f8").tolist() == (np.arange(40.0) % 7).tolist()
@@ -310,6 +345,8 @@ def test_put_writes_where_zarr_python_writes(nczarrfs, tmp_path, codec, key, val
     want = np.arange(40.0) % 7
     if zarr_python_writes:
         want[3] = 99.0
+        if codec.codec_id == "blosc":
+            assert (path / "v" / "0").read_bytes()[2:4] == want_flags
     else:
         assert res.returncode == 1 and b"cannot encode" in res.stderr, res.stderr.decode()
         assert _stored(path / "v") == before
@@ -317,3 +354,80 @@ def test_put_writes_where_zarr_python_writes(nczarrfs, tmp_path, codec, key, val
     # copy keeps the codec exactly where it can write with it.
     res = nczarrfs("copy", "-k", "zarr", str(path), str(tmp_path / "copy.zarr"))
     assert (res.returncode == 0) == zarr_python_writes, res.stderr.decode()
+
+
+# (codec zarr-python writes, Zarr v3 configuration edited, value; None removes the key).
+V3_EDGES = [
+    ("blosc", "clevel", 5.5),
+    ("blosc", "clevel", None),
+    ("blosc", "shuffle", 1),
+    ("blosc", "shuffle", "twice"),
+    ("blosc", "shuffle", None),
+    ("blosc", "typesize", None),
+    ("blosc", "typesize", 0),
+    ("blosc", "typesize", 4.0),
+    ("blosc", "cname", None),
+    ("blosc", "cname", "LZ4"),
+    ("blosc", "blocksize", "0"),
+    ("blosc", "clevel", True),
+    ("zstd", "level", 5.5),
+    ("zstd", "level", 23),
+    ("zstd", "level", -5),
+    ("zstd", "checksum", 1),
+    ("gzip", "level", -1),
+    ("gzip", "level", 5.0),
+    ("gzip", "level", None),
+]
+
+
+@pytest.mark.parametrize("name, key, value", V3_EDGES,
+                         ids=[f"{n}-{k}-{v!r}" for n, k, v in V3_EDGES])
+def test_zarr_v3_codec_configurations(nczarrfs, tmp_path, name, key, value):
+    """A Zarr v3 blosc, zstd or gzip configuration edited: where zarr-python 3 opens the
+    array and writes to it, `put` writes, and the blosc chunk header (compressor, shuffle,
+    type size) is the one zarr-python writes; where zarr-python refuses to open it, `put`
+    is refused and stores nothing. nczarrfs reads the array either way."""
+    import shutil
+
+    codecs = {"blosc": zarr.codecs.BloscCodec(cname="lz4", clevel=5, typesize=4,
+                                              shuffle="noshuffle"),
+              "zstd": zarr.codecs.ZstdCodec(level=3), "gzip": zarr.codecs.GzipCodec(level=1)}
+    path = tmp_path / "v3.zarr"
+    root = zarr.open_group(str(path), mode="w", zarr_format=3)
+    arr = root.create_array("v", shape=(40,), chunks=(16,), dtype="<i4",
+                            compressors=codecs[name], dimension_names=["x"])
+    values = np.arange(40, dtype="<i4") % 7
+    arr[:] = values
+    meta_path = path / "v" / "zarr.json"
+    meta = json.loads(meta_path.read_text())
+    [entry] = [c for c in meta["codecs"] if c["name"] == name]
+    if value is None:
+        del entry["configuration"][key]
+    else:
+        entry["configuration"][key] = value
+    meta_path.write_text(json.dumps(meta))
+    oracle = tmp_path / "oracle.zarr"
+    shutil.copytree(path, oracle)
+    try:
+        zarr.open_array(str(oracle / "v"), mode="r+")[3] = 99
+        zarr_python_writes = True
+    except Exception:  # noqa: BLE001 - zarr-python raises TypeError or ValueError
+        zarr_python_writes = False
+    before = _stored(path / "v" / "c")
+    res = nczarrfs("get", str(path), "v")
+    assert res.returncode == 0, res.stderr.decode()
+    assert np.frombuffer(res.stdout, "<i4").tolist() == values.tolist()
+    one = tmp_path / "one.bin"
+    one.write_bytes(np.int32(99).tobytes())
+    res = nczarrfs("put", str(path), "v", "--start", "3", "--count", "1", "-i", str(one))
+    assert (res.returncode == 0) == zarr_python_writes, res.stderr.decode()
+    if zarr_python_writes:
+        values[3] = 99
+        if name == "blosc":
+            assert ((path / "v" / "c" / "0").read_bytes()[1:4]
+                    == (oracle / "v" / "c" / "0").read_bytes()[1:4])
+        got = zarr.open_array(str(path / "v"), mode="r")[...]
+        assert got.tolist() == values.tolist()
+    else:
+        assert res.returncode == 1 and b"cannot encode" in res.stderr, res.stderr.decode()
+        assert _stored(path / "v" / "c") == before

@@ -106,8 +106,22 @@ impl Blosc {
 }
 
 impl Settings {
+    /// The arguments numcodecs 0.16 compresses with: `clevel`, `shuffle` and `blocksize` are
+    /// made C `int`s ([`Config::c_int`]: `5.7` is 5; a string, `null` or a value beyond
+    /// one fails); `cname` must be a string (numcodecs encodes it to bytes); a `typesize`
+    /// that is a Python `int` (an integer or a boolean) must be at least 1 and is passed on,
+    /// any other value leaves the chunk's item size in its place.
     fn from_config(cfg: &Config<'_>, element_size: usize) -> Result<Self> {
-        let cname = cfg.string("cname", "lz4")?;
+        let cname = match cfg.params.get("cname") {
+            None => "lz4",
+            Some(Value::String(s)) => s.as_str(),
+            Some(v) => {
+                return Err(cfg.error(format!(
+                    "parameter \"cname\" is not a string: {}",
+                    capped(&v.to_string())
+                )))
+            }
+        };
         if !CNAMES.contains(&cname) {
             return Err(cfg.error(format!(
                 "unknown blosc compressor {} (numcodecs' blosc has {})",
@@ -123,44 +137,29 @@ impl Settings {
                 quoted(&cname.to_string_lossy())
             )));
         }
-        let clevel = cfg.int_in("clevel", 5, 0..=9)?;
-        let typesize = match cfg.opt_int("typesize")? {
-            Some(t) => usize::try_from(t).map_err(|_| cfg.error("negative typesize"))?,
-            None => element_size,
-        }
-        .max(1);
-        let shuffle = match cfg.int_in("shuffle", 1, -1..=2)? {
+        let clevel = cfg.within("clevel", cfg.c_int("clevel", 5)?, 0..=9)?;
+        let typesize = match cfg.params.get("typesize") {
+            Some(Value::Bool(b)) => Some(i64::from(*b)),
+            Some(Value::Number(n)) if n.is_i64() || n.is_u64() => {
+                Some(n.as_i64().unwrap_or(i64::MAX))
+            }
+            _ => None,
+        };
+        let typesize = match typesize {
+            // c-blosc keeps the type size as a 32-bit int: numcodecs' 2^31 arrives
+            // negative and is refused there.
+            Some(t) => usize::try_from(cfg.within("typesize", t, 1..=i64::from(c_int::MAX))?)
+                .map_err(|_| cfg.error("bad typesize"))?,
+            None => element_size.max(1),
+        };
+        let shuffle = match cfg.within("shuffle", cfg.c_int("shuffle", 1)?, -1..=2)? {
             AUTOSHUFFLE if typesize == 1 => 2,
             AUTOSHUFFLE => 1,
             s => s,
         };
         // numcodecs passes a C int on to the same c-blosc, which takes a size_t and bounds a
-        // forced block size itself: a negative one is converted as C converts it. Python
-        // refuses to make a C int of a value beyond one ("OverflowError"), or of a string or
-        // None ("TypeError: an integer is required"); a float it truncates, as int() does.
-        let c_int_range = i64::from(c_int::MIN)..=i64::from(c_int::MAX);
-        let blocksize = match cfg.params.get("blocksize") {
-            Some(Value::Number(n)) if !(n.is_i64() || n.is_u64()) => {
-                let truncated = n.as_f64().unwrap_or(f64::NAN).trunc();
-                if !(truncated >= i64::from(c_int::MIN) as f64
-                    && truncated <= i64::from(c_int::MAX) as f64)
-                {
-                    return Err(cfg.error(format!(
-                        "parameter \"blocksize\" = {n} is outside {}..={}",
-                        c_int::MIN,
-                        c_int::MAX
-                    )));
-                }
-                truncated as i64
-            }
-            Some(v @ (Value::String(_) | Value::Null)) => {
-                return Err(cfg.error(format!(
-                    "parameter \"blocksize\" is not an integer: {}",
-                    capped(&v.to_string())
-                )))
-            }
-            _ => cfg.int_in("blocksize", 0, c_int_range)?,
-        } as usize;
+        // forced block size itself: a negative one is converted as C converts it.
+        let blocksize = cfg.c_int("blocksize", 0)? as usize;
         Ok(Settings {
             cname,
             clevel: c_int::try_from(clevel).map_err(|_| cfg.error("bad clevel"))?,
@@ -299,6 +298,50 @@ mod tests {
     }
 
     #[test]
+    fn clevel_shuffle_and_typesize_are_taken_as_numcodecs_takes_them() {
+        // numcodecs 0.16.6 compressing 500 doubles (item size 8): clevel and shuffle are
+        // truncated to C ints (5.7 compresses at 5, shuffle 2.9 bit-shuffles, 0.5 does not
+        // shuffle, -1.5 is AUTOSHUFFLE); a typesize that is no Python int ("4", 4.5, null)
+        // leaves the item size in the header, True is 1.
+        let data: Vec<u8> = (0..500u32)
+            .flat_map(|i| f64::from(i % 17).to_le_bytes())
+            .collect();
+        const SHUFFLED: u8 = 0x1;
+        const BITSHUFFLED: u8 = 0x4;
+        for (config, typesize, shuffled) in [
+            (json!({"clevel": 5.7}), 8, SHUFFLED),
+            (json!({"clevel": 9.9}), 8, SHUFFLED),
+            (json!({"clevel": -0.5}), 8, 0),
+            (json!({"clevel": true}), 8, SHUFFLED),
+            (json!({"shuffle": 1.5}), 8, SHUFFLED),
+            (json!({"shuffle": 2.9}), 8, BITSHUFFLED),
+            (json!({"shuffle": 0.5}), 8, 0),
+            (json!({"shuffle": -1.5}), 8, SHUFFLED),
+            (json!({"shuffle": true}), 8, SHUFFLED),
+            (json!({"typesize": "4"}), 8, SHUFFLED),
+            (json!({"typesize": 4.5}), 8, SHUFFLED),
+            (json!({"typesize": null}), 8, SHUFFLED),
+            (json!({"typesize": 4}), 4, SHUFFLED),
+            (json!({"typesize": true}), 1, SHUFFLED),
+        ] {
+            let mut full = json!({"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": 1});
+            for (k, v) in config.as_object().unwrap() {
+                full[k] = v.clone();
+            }
+            let b = blosc(full, 8).unwrap();
+            b.check_encodable().unwrap();
+            let enc = b.encode(data.clone()).unwrap();
+            assert_eq!(enc[3], typesize, "{config}");
+            // clevel 0 stores the data as is, unshuffled.
+            let clevel0 = config["clevel"].as_f64().is_some_and(|c| c < 1.0);
+            if !clevel0 {
+                assert_eq!(enc[2] & (SHUFFLED | BITSHUFFLED), shuffled, "{config}");
+            }
+            assert_eq!(b.decode(enc).unwrap(), data, "{config}");
+        }
+    }
+
+    #[test]
     fn snappy_chunks_are_read_but_not_written() {
         // numcodecs 0.16.6's blosc refuses "snappy" ("bad compressor or compressor not
         // supported"); chunks c-blosc made with it still decompress.
@@ -401,7 +444,50 @@ mod tests {
                 json!({"id": "blosc", "cname": "lzma"}),
                 "unknown blosc compressor \"lzma\"",
             ),
-            (json!({"id": "blosc", "typesize": -4}), "negative typesize"),
+            (
+                json!({"id": "blosc", "typesize": -4}),
+                "\"typesize\" = -4 is outside 1..=2147483647",
+            ),
+            (
+                json!({"id": "blosc", "typesize": 0}),
+                "\"typesize\" = 0 is outside 1..=2147483647",
+            ),
+            (
+                json!({"id": "blosc", "typesize": 2147483648u64}),
+                "\"typesize\" = 2147483648 is outside 1..=2147483647",
+            ),
+            (
+                json!({"id": "blosc", "clevel": null}),
+                "\"clevel\" is not an integer: null",
+            ),
+            (
+                json!({"id": "blosc", "clevel": "5"}),
+                "\"clevel\" is not an integer: \"5\"",
+            ),
+            (
+                json!({"id": "blosc", "clevel": 2147483648u64}),
+                "\"clevel\" = 2147483648 is outside",
+            ),
+            (
+                json!({"id": "blosc", "shuffle": "1"}),
+                "\"shuffle\" is not an integer: \"1\"",
+            ),
+            (
+                json!({"id": "blosc", "shuffle": null}),
+                "\"shuffle\" is not an integer: null",
+            ),
+            (
+                json!({"id": "blosc", "shuffle": 3.5}),
+                "\"shuffle\" = 3 is outside -1..=2",
+            ),
+            (
+                json!({"id": "blosc", "cname": null}),
+                "\"cname\" is not a string: null",
+            ),
+            (
+                json!({"id": "blosc", "cname": 5}),
+                "\"cname\" is not a string: 5",
+            ),
         ] {
             let b = blosc(config.clone(), 4).unwrap();
             assert_eq!(b.decode(stored.clone()).unwrap(), data, "{config}");

@@ -30,8 +30,8 @@ fn split(input: &[u8], max_len: usize) -> Result<(usize, &[u8])> {
 /// lz4_flex has a single speed, and any stream it writes decodes the same.
 #[derive(Debug, Clone)]
 pub struct Lz4 {
-    /// Unused by lz4_flex, but one numcodecs could not compress with (beyond a C `int`)
-    /// fails encoding here too.
+    /// Unused by lz4_flex, but one numcodecs could not compress with (no C `int`, see
+    /// [`Config::c_int`]) fails encoding here too.
     acceleration: EncodingParam<i64>,
 }
 
@@ -39,11 +39,7 @@ impl Lz4 {
     /// From `{"id": "lz4", "acceleration": N}`.
     pub fn from_config(cfg: &Config<'_>) -> Result<Self> {
         Ok(Lz4 {
-            acceleration: cfg.encoding_int_in(
-                "acceleration",
-                1,
-                i64::from(i32::MIN)..=i64::from(i32::MAX),
-            ),
+            acceleration: EncodingParam::from(cfg.c_int("acceleration", 1)),
         })
     }
 }
@@ -104,6 +100,7 @@ impl Codec for Lz4 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn header_is_little_endian_size() {
@@ -125,5 +122,35 @@ mod tests {
         lying[..4].copy_from_slice(&(-1i32).to_le_bytes());
         assert!(lz4.decode(lying).is_err());
         assert!(lz4.decode(vec![1, 2]).is_err());
+    }
+
+    #[test]
+    fn acceleration_is_made_a_c_int_as_numcodecs_makes_it() {
+        // numcodecs 0.16.6: LZ4(acceleration=5.5), 0.5, True, -1 and 2**31 - 1 compress;
+        // "1" and None raise TypeError, 2**31, -2**31 - 1 and 1e10 OverflowError.
+        let data: Vec<u8> = (0..3000u32).map(|i| (i % 13) as u8).collect();
+        let stored = lz4_flex::block::compress_prepend_size(&data);
+        for (acceleration, writes) in [
+            (json!(5.5), true),
+            (json!(0.5), true),
+            (json!(true), true),
+            (json!(-1), true),
+            (json!(2147483647), true),
+            (json!("1"), false),
+            (json!(null), false),
+            (json!(2147483648u64), false),
+            (json!(-2147483649i64), false),
+            (json!(1e10), false),
+        ] {
+            let config = json!({"id": "lz4", "acceleration": acceleration});
+            let lz4 = Lz4::from_config(&Config {
+                id: "lz4",
+                params: config.as_object().unwrap(),
+            })
+            .unwrap();
+            assert_eq!(lz4.check_encodable().is_ok(), writes, "{acceleration}");
+            assert_eq!(lz4.encode(data.clone()).is_ok(), writes, "{acceleration}");
+            assert_eq!(lz4.decode(stored.clone()).unwrap(), data, "{acceleration}");
+        }
     }
 }

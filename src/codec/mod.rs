@@ -174,22 +174,18 @@ impl Pipeline {
                 "sharding_indexed" => {
                     return Err(Error::Unsupported("codec sharding_indexed".to_string()))
                 }
-                // v3 blosc names its shuffle; numcodecs.blosc keeps numcodecs' integers.
-                "blosc" if name == "blosc" => {
-                    if let Some(Value::String(s)) = params.get("shuffle") {
-                        let code = match s.as_str() {
-                            "noshuffle" => 0,
-                            "shuffle" => 1,
-                            "bitshuffle" => 2,
-                            other => {
-                                return Err(Error::Codec {
-                                    codec: "blosc".to_string(),
-                                    reason: format!("unknown shuffle {}", quoted(other)),
-                                })
-                            }
-                        };
-                        params.insert("shuffle".to_string(), Value::from(code));
-                    }
+                // zarr-python's own blosc, zstd and gzip: their configuration as it takes
+                // it, numcodecs.blosc and the others numcodecs' as it is.
+                "blosc" | "zstd" | "gzip" if name == id => {
+                    let refusal = v3_refusal(id, &params);
+                    v3_as_numcodecs(id, &mut params);
+                    params.insert("id".to_string(), Value::from(id));
+                    let codec = codec_from_v2(&Value::Object(params), element_size)?;
+                    out.push(match refusal {
+                        None => codec,
+                        Some(refusal) => Box::new(EncodingRefused { codec, refusal }),
+                    });
+                    continue;
                 }
                 "shuffle" if params.get("elementsize").is_none_or(Value::is_null) => {
                     params.insert("elementsize".to_string(), Value::from(element_size));
@@ -485,6 +481,170 @@ fn unknown_v3_codec(entry: &Value) -> Option<String> {
     }
 }
 
+/// The names zarr-python 3.1.6 gives blosc's shuffles in a Zarr v3 configuration, in the
+/// order of numcodecs' integers for them.
+const V3_SHUFFLES: [&str; 3] = ["noshuffle", "shuffle", "bitshuffle"];
+
+/// Why zarr-python 3.1.6 refuses the configuration of its Zarr v3 `blosc`, `zstd` or `gzip`
+/// codec (it opens no array with it), or `None`. Every parameter there only serves
+/// compressing, so such an array is read here, and not written: a parameter of another
+/// JSON type than zarr-python's (`"clevel": 5.5`, `"shuffle": 1`, `"checksum": "yes"`;
+/// Python's `bool` is an `int`), a zstd level above 22, a gzip level outside 0..9, a
+/// shuffle or compressor it does not name, or one it does not know of.
+fn v3_refusal(id: &str, params: &Map<String, Value>) -> Option<EncodingRefusal> {
+    let int = |v: &Value| match v {
+        Value::Bool(b) => Some(i64::from(*b)),
+        _ => v.as_i64(),
+    };
+    let is_int = |v: &Value| v.is_boolean() || v.is_i64() || v.is_u64();
+    // Of the right type, then within the values taken.
+    let int_in = |v: &Value, ok: &dyn Fn(i64) -> bool| match is_int(v) {
+        false => Some(false),
+        true => (!int(v).is_some_and(ok)).then_some(true),
+    };
+    let named = |v: &Value, names: &[&str]| {
+        (!v.as_str().is_some_and(|s| names.contains(&s))).then_some(false)
+    };
+    for (key, v) in params {
+        // Some(out_of_range) when refused.
+        let refused = match (id, key.as_str()) {
+            // null is zarr-python's "from the data type" for these two.
+            ("blosc", "typesize") if v.is_null() => None,
+            ("blosc", "typesize") => match v.as_u64() {
+                Some(t) if t > i64::MAX as u64 => None,
+                _ => int_in(v, &|t| t > 0),
+            },
+            ("blosc", "shuffle") if v.is_null() => None,
+            ("blosc", "shuffle") => named(v, &V3_SHUFFLES),
+            ("blosc", "cname") => named(v, &["lz4", "lz4hc", "blosclz", "snappy", "zlib", "zstd"]),
+            ("blosc", "clevel" | "blocksize") => (!is_int(v)).then_some(false),
+            ("zstd", "level") => int_in(v, &|l| l < 23),
+            ("zstd", "checksum") => (!v.is_boolean()).then_some(false),
+            ("gzip", "level") => int_in(v, &|l| (0..=9).contains(&l)),
+            _ => {
+                return Some(EncodingRefusal {
+                    reason: format!(
+                        "Zarr v3 {id} has no parameter {} (zarr-python opens no array with it)",
+                        quoted(key)
+                    ),
+                    out_of_range: false,
+                })
+            }
+        };
+        if let Some(out_of_range) = refused {
+            return Some(EncodingRefusal {
+                reason: format!(
+                    "parameter {} = {} is not one zarr-python's Zarr v3 {id} takes (it opens \
+                     no array with it)",
+                    quoted(key),
+                    capped(&v.to_string())
+                ),
+                out_of_range,
+            });
+        }
+    }
+    None
+}
+
+/// Why a codec cannot encode: [`Error::CodecOutOfRange`] when `out_of_range`, otherwise
+/// [`Error::Codec`].
+#[derive(Debug)]
+struct EncodingRefusal {
+    reason: String,
+    out_of_range: bool,
+}
+
+/// Turns the configuration of zarr-python's Zarr v3 `blosc`, `zstd` or `gzip` into the
+/// numcodecs one it compresses with: a shuffle's name is numcodecs' integer, and what it
+/// leaves out is zarr-python's default, not numcodecs' (gzip level 5, blosc's compressor
+/// zstd; a shuffle or type size left out or `null` follows the data type: bit-shuffle for
+/// 1-byte items, byte-shuffle otherwise, which is numcodecs' AUTOSHUFFLE).
+fn v3_as_numcodecs(id: &str, params: &mut Map<String, Value>) {
+    match id {
+        "gzip" if !params.contains_key("level") => {
+            params.insert("level".to_string(), Value::from(5));
+        }
+        "blosc" => {
+            if !params.contains_key("cname") {
+                params.insert("cname".to_string(), Value::from("zstd"));
+            }
+            let shuffle = match params.get("shuffle") {
+                None | Some(Value::Null) => Some(-1),
+                Some(Value::String(s)) => V3_SHUFFLES
+                    .iter()
+                    .position(|n| n == s)
+                    .map(|code| code as i64),
+                Some(_) => None,
+            };
+            match shuffle {
+                Some(code) => {
+                    params.insert("shuffle".to_string(), Value::from(code));
+                }
+                // Refused for encoding by v3_refusal; numcodecs' default builds the codec.
+                None => {
+                    params.remove("shuffle");
+                }
+            }
+            if params.get("typesize").is_some_and(Value::is_null) {
+                params.remove("typesize");
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A codec whose configuration zarr-python refuses for what only compressing uses (see
+/// [`v3_refusal`]): it decodes as the codec does and refuses to encode.
+#[derive(Debug)]
+struct EncodingRefused {
+    codec: Box<dyn Codec>,
+    refusal: EncodingRefusal,
+}
+
+impl EncodingRefused {
+    /// The codec's own refusal when it has one (naming the range it takes), else this one.
+    fn refusal(&self) -> Error {
+        if let Err(e) = self.codec.check_encodable() {
+            return e;
+        }
+        let (codec, reason) = (self.codec.id().to_string(), self.refusal.reason.clone());
+        match self.refusal.out_of_range {
+            true => Error::CodecOutOfRange { codec, reason },
+            false => Error::Codec { codec, reason },
+        }
+    }
+}
+
+impl Codec for EncodingRefused {
+    fn id(&self) -> &str {
+        self.codec.id()
+    }
+
+    fn decode(&self, input: Vec<u8>) -> Result<Vec<u8>> {
+        self.codec.decode(input)
+    }
+
+    fn encode(&self, _input: Vec<u8>) -> Result<Vec<u8>> {
+        Err(self.refusal())
+    }
+
+    fn decode_bounded(&self, input: Vec<u8>, max_len: usize) -> Result<Vec<u8>> {
+        self.codec.decode_bounded(input, max_len)
+    }
+
+    fn max_encoded_len(&self, decoded_len: usize) -> usize {
+        self.codec.max_encoded_len(decoded_len)
+    }
+
+    fn check_encodable(&self) -> Result<()> {
+        Err(self.refusal())
+    }
+
+    fn decode_into(&self, input: &[u8], out: &mut [u8]) -> Result<usize> {
+        self.codec.decode_into(input, out)
+    }
+}
+
 /// Builds one codec from a numcodecs configuration object.
 fn codec_from_v2(value: &Value, element_size: usize) -> Result<Box<dyn Codec>> {
     let obj = value.as_object().ok_or_else(|| Error::Codec {
@@ -577,6 +737,11 @@ impl Config<'_> {
         range: std::ops::RangeInclusive<i64>,
     ) -> Result<i64> {
         let n = self.opt_int(key)?.unwrap_or(default);
+        self.within(key, n, range)
+    }
+
+    /// `n`, the value of parameter `key`, or the error naming `range` when outside it.
+    fn within(&self, key: &str, n: i64, range: std::ops::RangeInclusive<i64>) -> Result<i64> {
         if !range.contains(&n) {
             return Err(self.out_of_range(format!(
                 "parameter {} = {n} is outside {}..={}",
@@ -588,19 +753,50 @@ impl Config<'_> {
         Ok(n)
     }
 
-    /// Like [`Config::int_in`], for a parameter that only encoding uses: a value that is not
-    /// an integer within `range` is kept as the reason encoding fails.
-    pub fn encoding_int_in(
-        &self,
-        key: &str,
-        default: i64,
-        range: std::ops::RangeInclusive<i64>,
-    ) -> EncodingParam<i64> {
-        EncodingParam::from(self.int_in(key, default, range))
+    /// A parameter numcodecs hands to a Cython `int` (a zstd level, lz4's acceleration,
+    /// blosc's `clevel`, `shuffle` and `blocksize`), made one as Python makes it: an integer
+    /// or a boolean as it is, a float truncated towards zero (`5.7` is 5, `-3.7` is -3, as
+    /// `int()` truncates), `default` when absent. A string, `null`, a list or an object is
+    /// a TypeError there ("an integer is required") and a value beyond a C `int` an
+    /// OverflowError: both are errors here.
+    pub fn c_int(&self, key: &str, default: i64) -> Result<i64> {
+        let c_int_range = i64::from(std::os::raw::c_int::MIN)..=i64::from(std::os::raw::c_int::MAX);
+        let n = match self.params.get(key) {
+            None => return Ok(default),
+            Some(Value::Bool(b)) => i64::from(*b),
+            Some(Value::Number(n)) => match n.as_i64() {
+                Some(n) => n,
+                None => {
+                    let truncated = n.as_f64().unwrap_or(f64::NAN).trunc();
+                    // A u64 beyond i64 or a float beyond a C int fails here, as it does the
+                    // range check below.
+                    if !(truncated >= *c_int_range.start() as f64
+                        && truncated <= *c_int_range.end() as f64)
+                    {
+                        return Err(self.out_of_range(format!(
+                            "parameter {} = {n} is outside {}..={}",
+                            quoted(key),
+                            c_int_range.start(),
+                            c_int_range.end()
+                        )));
+                    }
+                    truncated as i64
+                }
+            },
+            Some(v) => {
+                return Err(self.error(format!(
+                    "parameter {} is not an integer: {}",
+                    quoted(key),
+                    capped(&v.to_string())
+                )))
+            }
+        };
+        self.within(key, n, c_int_range)
     }
 
-    /// Like [`Config::encoding_int_in`], for a parameter numcodecs passes to a Python
-    /// function that takes only an integer (`zlib.compress`'s level): a JSON integer or
+    /// An integer parameter within `range` that only encoding uses, which numcodecs passes
+    /// to a Python function that takes only an integer (`zlib.compress`'s level): a value
+    /// that is not one is kept as the reason encoding fails. A JSON integer or
     /// boolean, `default` when absent; `null`, a string or a float (`5.0`) is refused for
     /// encoding, as Python refuses it there ("'float' object cannot be interpreted as an
     /// integer").
@@ -991,8 +1187,82 @@ mod tests {
             Pipeline::from_v3(&u, 4),
             Err(Error::UnknownCodec { ref name }) if name == "noop"
         ));
-        let b = [json!({"name": "blosc", "configuration": {"shuffle": "twice"}})];
-        assert!(matches!(Pipeline::from_v3(&b, 4), Err(Error::Codec { .. })));
+    }
+
+    #[test]
+    fn v3_configurations_zarr_python_refuses_are_read_and_not_written() {
+        // zarr-python 3.1.6 opens no array with these (TypeError or ValueError from its
+        // BloscCodec, ZstdCodec and GzipCodec); their chunks decode all the same.
+        let data: Vec<u8> = (0u32..500).flat_map(|i| (i % 7).to_le_bytes()).collect();
+        for config in [
+            json!({"name": "blosc", "configuration": {"shuffle": "twice"}}),
+            json!({"name": "blosc", "configuration": {"shuffle": 1}}),
+            json!({"name": "blosc", "configuration": {"clevel": 5.5}}),
+            json!({"name": "blosc", "configuration": {"clevel": null}}),
+            json!({"name": "blosc", "configuration": {"blocksize": "0"}}),
+            json!({"name": "blosc", "configuration": {"typesize": 0}}),
+            json!({"name": "blosc", "configuration": {"typesize": 4.0}}),
+            json!({"name": "blosc", "configuration": {"cname": "LZ4"}}),
+            json!({"name": "blosc", "configuration": {"cname": null}}),
+            json!({"name": "blosc", "configuration": {"level": 5}}),
+            json!({"name": "zstd", "configuration": {"level": 5.5}}),
+            json!({"name": "zstd", "configuration": {"level": 23}}),
+            json!({"name": "zstd", "configuration": {"level": "3"}}),
+            json!({"name": "zstd", "configuration": {"checksum": 1}}),
+            json!({"name": "gzip", "configuration": {"level": -1}}),
+            json!({"name": "gzip", "configuration": {"level": 5.0}}),
+        ] {
+            let name = config["name"].as_str().unwrap();
+            let good = Pipeline::from_v3(&[json!({"name": name})], 4).unwrap();
+            let stored = good.encode(data.clone()).unwrap();
+            let p = Pipeline::from_v3(std::slice::from_ref(&config), 4).unwrap();
+            assert_eq!(p.ids(), [name]);
+            assert_eq!(p.decode_expect(stored.clone(), data.len()).unwrap(), data);
+            let mut out = vec![0u8; data.len()];
+            p.decode_into(&stored, &mut out, &mut Default::default())
+                .unwrap();
+            assert_eq!(out, data, "{config}");
+            assert!(
+                matches!(p.check_encodable(), Err(Error::Codec { ref codec, .. }
+                    | Error::CodecOutOfRange { ref codec, .. }) if codec == name),
+                "{config}"
+            );
+            assert!(p.encode(data.clone()).is_err(), "{config}");
+        }
+        // Python's bool is an int: zarr-python takes these.
+        for config in [
+            json!({"name": "blosc", "configuration": {"clevel": true, "typesize": null,
+                                                      "shuffle": null}}),
+            json!({"name": "zstd", "configuration": {"level": -5, "checksum": false}}),
+            json!({"name": "gzip", "configuration": {"level": true}}),
+        ] {
+            let p = Pipeline::from_v3(std::slice::from_ref(&config), 4).unwrap();
+            p.check_encodable().unwrap();
+            let enc = p.encode(data.clone()).unwrap();
+            assert_eq!(p.decode(enc).unwrap(), data, "{config}");
+        }
+    }
+
+    #[test]
+    fn v3_blosc_leaves_out_what_zarr_python_fills_in() {
+        // zarr-python 3.1.6 opens a v3 blosc without cname, shuffle and typesize as
+        // BloscCodec(cname="zstd", shuffle="shuffle", typesize=4) on <i4 data: its chunk
+        // header starts 02 01 91 04 (format 2, zstd in the top bits of the flags, byte
+        // shuffle, type size 4); on 1-byte data it bit-shuffles.
+        let data: Vec<u8> = (0u32..500).flat_map(|i| (i % 7).to_le_bytes()).collect();
+        let p = Pipeline::from_v3(&[json!({"name": "blosc", "configuration": {}})], 4).unwrap();
+        let enc = p.encode(data.clone()).unwrap();
+        assert_eq!(enc[2] >> 5, 4, "zstd");
+        assert_eq!(enc[2] & 0x5, 0x1, "byte shuffle");
+        assert_eq!(enc[3], 4);
+        let p = Pipeline::from_v3(&[json!({"name": "blosc"})], 1).unwrap();
+        let enc = p.encode(data.clone()).unwrap();
+        assert_eq!(enc[2] & 0x5, 0x4, "bit shuffle");
+        assert_eq!(p.decode(enc).unwrap(), data);
+        // numcodecs.blosc keeps numcodecs' defaults: lz4, byte shuffle.
+        let p = Pipeline::from_v3(&[json!({"name": "numcodecs.blosc"})], 1).unwrap();
+        let enc = p.encode(data).unwrap();
+        assert_eq!((enc[2] >> 5, enc[2] & 0x5), (1, 0x1));
     }
 
     #[test]

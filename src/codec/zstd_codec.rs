@@ -3,7 +3,6 @@
 use std::cell::RefCell;
 
 use super::{compressed_bound, read_bounded, too_large, Codec, Config, EncodingParam};
-use crate::error::capped;
 use crate::{Error, Result};
 use serde_json::Value;
 
@@ -82,25 +81,23 @@ pub fn zarr_v3_zstd_level(stored: i64) -> i64 {
 
 impl Zstd {
     /// From `{"id": "zstd", "level": N, "checksum": false}`. Decompressing ignores the
-    /// level, so any integer is read, as numcodecs reads it: netcdf-c's unsigned form of a
-    /// negative level means that level ([`zstd_level_meant`]), and libzstd clamps a level beyond
+    /// level, so any value is read, as numcodecs reads it. Compressing takes it as numcodecs
+    /// makes a C `int` of it ([`Config::c_int`]: `5.5` is 5; a string, `null` or a value
+    /// beyond one cannot be compressed with), except netcdf-c's unsigned form of a negative
+    /// level, which means that level ([`zstd_level_meant`]); libzstd clamps a level beyond
     /// its range when compressing, as [`Codec::encode`] does here. `checksum` is the Python
     /// truth value of whatever it holds, as numcodecs takes it.
     pub fn from_config(cfg: &Config<'_>) -> Result<Self> {
-        // numcodecs hands the level to a C int: a string or None is a TypeError there.
-        let level = match cfg.params.get("level") {
-            Some(v @ (Value::String(_) | Value::Null)) => {
-                EncodingParam::from(Err(cfg.error(format!(
-                    "parameter \"level\" is not an integer: {}",
-                    capped(&v.to_string())
-                ))))
-            }
-            _ => cfg.encoding_int_in("level", 0, i64::MIN..=i64::MAX),
-        };
-        let level = level.map(|level| {
-            let meant = zstd_level_meant(level);
-            Ok(meant.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32)
-        });
+        let netcdf_c_form = cfg
+            .params
+            .get("level")
+            .and_then(Value::as_u64)
+            .filter(|&u| u > i32::MAX as u64 && u <= u64::from(u32::MAX));
+        let level = match netcdf_c_form {
+            Some(u) => EncodingParam::from(Ok(zstd_level_meant(u as i64))),
+            None => EncodingParam::from(cfg.c_int("level", 0)),
+        }
+        .map(|level| i32::try_from(level).map_err(|_| cfg.error("bad level")));
         // numcodecs takes the flag's Python truth value, whatever its type.
         let checksum = cfg.truth("checksum", false);
         Ok(Zstd { level, checksum })
@@ -249,17 +246,48 @@ mod tests {
                 .unwrap(),
             i32::MAX
         );
-        assert_eq!(
-            zstd(json!({"id": "zstd", "level": 1u64 << 40}))
-                .level
-                .get()
-                .copied()
-                .unwrap(),
-            i32::MAX
-        );
         assert_eq!(netcdf_c_zstd_level(-5), 4294967291);
         assert_eq!(netcdf_c_zstd_level(-1), 4294967295);
         assert_eq!(zstd_level_meant(netcdf_c_zstd_level(-131072)), -131072);
+    }
+
+    #[test]
+    fn levels_are_made_c_ints_as_numcodecs_makes_them() {
+        // numcodecs 0.16.6: Zstd(level=5.5).encode(..) compresses at level 5 (Cython's int
+        // truncates), -3.7 at -3; 1e10, 2**40, -2**31 - 1 and 2**32 (beyond netcdf-c's
+        // unsigned form) raise OverflowError, "5" and None TypeError.
+        let data: Vec<u8> = (0..4000u32).map(|i| (i % 13) as u8).collect();
+        for (level, meant) in [
+            (json!(5.5), 5),
+            (json!(-3.7), -3),
+            (json!(0.9), 0),
+            (json!(true), 1),
+            (json!(-2147483648i64), i32::MIN),
+        ] {
+            let z = zstd(json!({"id": "zstd", "level": level}));
+            assert_eq!(z.level.get().copied().unwrap(), meant, "{level}");
+            let clamped = meant.clamp(
+                zstd::zstd_safe::min_c_level(),
+                zstd::zstd_safe::max_c_level(),
+            );
+            let want = zstd::bulk::compress(&data, clamped).unwrap();
+            assert_eq!(z.encode(data.clone()).unwrap(), want, "{level}");
+        }
+        let stored = zstd::bulk::compress(&data, 3).unwrap();
+        for level in [
+            json!(1e10),
+            json!(1u64 << 40),
+            json!(-2147483649i64),
+            json!(4294967296u64),
+            json!("5"),
+            json!(null),
+            json!([5]),
+        ] {
+            let z = zstd(json!({"id": "zstd", "level": level}));
+            assert!(z.check_encodable().is_err(), "{level}");
+            assert!(z.encode(data.clone()).is_err(), "{level}");
+            assert_eq!(z.decode(stored.clone()).unwrap(), data, "{level}");
+        }
     }
 
     #[test]

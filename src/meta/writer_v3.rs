@@ -385,8 +385,11 @@ fn codec_to_v3(c: &Value, esize: usize) -> Result<Value> {
     let int = |p: &Map<String, Value>, k: &str, default: i64| -> Result<i64> {
         match p.get(k) {
             None | Some(Value::Null) => Ok(default),
+            // A float is what numcodecs compresses with truncated (its C `int`), which the
+            // v3 codec, taking integers only, is given.
             Some(v) => v
                 .as_i64()
+                .or_else(|| v.as_f64().map(|f| f.trunc() as i64))
                 .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
                 .ok_or_else(|| {
                     bad(&format!(
