@@ -7,7 +7,8 @@ use crate::chunk::{ChunkEngine, FailedWrite, Hyperslab};
 use crate::codec::netcdf_element_size;
 use crate::location::{Format, Location, Storage};
 use crate::meta::writer::{
-    default_dtype, text_after_nul, text_cut_at_nul, write_changed_metadata, Dialect, StoredMetadata,
+    default_dtype, metadata_objects, text_after_nul, text_cut_at_nul, write_changed_metadata,
+    Dialect, StoredMetadata,
 };
 use crate::meta::writer_v3;
 use crate::model::{
@@ -257,10 +258,29 @@ impl DatasetWriter {
             stored_meta,
             stored_lengths,
         };
+        w.check_metadata_writable()?;
         w.fill_past_stored_shapes()?;
         // A raw NUL, as nczarrfs wrote it before, or an escaped one from another writer.
         w.warn_every_text_after_nul();
         Ok(w)
+    }
+
+    /// Refuses, at the open, a dataset whose metadata this writer would refuse to store (pure
+    /// Zarr dimension names that would not read back): every change of the metadata would
+    /// fail, and a mount would take changes it then cannot store.
+    fn check_metadata_writable(&self) -> Result<()> {
+        let wo = self.opts.write_options();
+        let objects = match self.opts.zarr_version {
+            3 => writer_v3::metadata_objects(&self.model, &wo).map(drop),
+            _ => metadata_objects(&self.model, &wo).map(drop),
+        };
+        objects.map_err(|e| {
+            Error::Unsupported(format!(
+                "{} cannot be opened for writing: its metadata could not be stored again ({e}); \
+                 open it read-only",
+                self.map.describe()
+            ))
+        })
     }
 
     /// Makes each array that is shorter than an unlimited dimension it lies on (its shape was
