@@ -458,20 +458,25 @@ impl DatasetWriter {
 
     /// Puts the model `before` a failed change back and removes what the change stored
     /// under the prefix `new`, which held nothing before it: a retry would otherwise find
-    /// those objects and refuse them as strays. The metadata, which the change may have
-    /// stored in part (naming `new`), is stored again from `before` first; when that fails,
-    /// the objects stay (logged, if there are any: a full disk often refused the first) and
-    /// the next sync stores the metadata.
+    /// those objects and refuse them as strays, and a reader takes them for a second copy of
+    /// the node (pure Zarr lists no child in its parent). The metadata, which the change may
+    /// have stored in part (naming `new`), is stored again from `before` first; the objects
+    /// are removed whether or not that succeeds (the next sync stores the metadata), and
+    /// only those a failed removal left are logged as staying.
     fn undo_new_prefix(&mut self, new: &str, before: Dataset) {
         self.model = before;
         self.meta_dirty = true;
         // Objects were copied and deleted by other means than a rewrite of the metadata.
         self.stored_meta = StoredMetadata::unknown();
-        let undone = self
-            .write_meta()
-            .and_then(|()| self.map.delete(new))
-            .and_then(|()| self.map.flush());
-        let Err(e) = undone else {
+        if let Err(e) = self.write_meta() {
+            log::warn!(
+                "{}: the metadata could not be stored again after a failed change, the next \
+                 sync stores it: {e}",
+                self.map.describe()
+            );
+        }
+        let removed = self.map.delete(new).and_then(|()| self.map.flush());
+        let Err(e) = removed else {
             return;
         };
         match self.map.keys_under(new) {
