@@ -419,3 +419,25 @@ def test_unknown_fields_that_must_be_understood_refuse_the_node(nczarrfs, tmp_pa
     res = nczarrfs("get", str(path), "a", "-o", str(tmp_path / "out"))
     assert res.returncode == 1
     assert '"extension"' in res.stderr.decode() and "must be understood" in res.stderr.decode()
+
+
+@pytest.mark.parametrize("kind", ["zarr,v3", "zarr"])
+def test_a_copy_keeps_json_attributes_netcdf_has_no_type_for(nczarrfs, tmp_path, kind):
+    """zarr-python's object and list attributes read as their JSON text (netCDF has no type
+    for them) and a copy to pure Zarr, v3 as v2, writes them back as the JSON values
+    zarr-python wrote. `true` and `null` have no netCDF type either: they read as the ubyte 1
+    (as netcdf-c reads a boolean) and the text "null", which is what a copy through netCDF
+    values holds (only a `rw` rewrite of the same store keeps their stored JSON)."""
+    src = tmp_path / "m.zarr"
+    g = zarr.open_group(str(src), mode="w", zarr_format=3)
+    attrs = {"o": {"k": 1, "l": [1, 2.5]}, "l": ["a", 1], "sl": ["a", "b"], "t": True,
+             "n": None, "text": "[1, 2]"}
+    g.attrs.update(attrs)
+    g.create_array("v", shape=(1,), dtype="i4")[:] = 1
+    dst = tmp_path / "c.zarr"
+    res = nczarrfs("copy", "-k", kind, str(src), str(dst))
+    assert res.returncode == 0, res.stderr.decode()
+    got = dict(zarr.open_group(str(dst), mode="r").attrs)
+    want = dict(attrs, t=1, n="null")
+    assert got == want
+    assert type(got["t"]) is int

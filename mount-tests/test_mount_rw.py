@@ -1260,3 +1260,43 @@ def test_zarr_python_v3_arrays_a_change_leaves_alone_are_not_rewritten(
     assert back["a"].attrs["mine"] == "hello"
     assert zarr.open_group(str(store), mode="r")["a"].attrs["mine"] == "hello"
     assert back["sub/c"][:].tolist() == [1, 1, 1, 1]
+
+
+@pytest.mark.parametrize("zarr_format", [3, 2])
+def test_a_store_naming_a_shadowed_dimension_stays_writable(mounter, tmp_path, zarr_format):
+    """zarr-python's store: `/a` names `x` of length 2, `/sub/e` `x` of length 2 and `/sub/f`
+    `x` of length 5, which read as the root's `x` and `/sub`'s own (xarray opens each array
+    with the name as stored). A `rw` mount must store changes, keeping every array's names as
+    they were, and a `mv` must leave one array, not two."""
+    import zarr
+
+    store = tmp_path / "s.zarr"
+    root = zarr.open_group(str(store), mode="w", zarr_format=zarr_format)
+    sub = root.create_group("sub")
+
+    def array(parent, name, n, value):
+        if zarr_format == 3:
+            a = parent.create_array(name, shape=(n,), dtype="i4", dimension_names=["x"])
+        else:
+            a = parent.create_array(name, shape=(n,), dtype="i4")
+            a.attrs["_ARRAY_DIMENSIONS"] = ["x"]
+        a[:] = value
+
+    array(root, "a", 2, 1)
+    # `b` (length 5) is read before `e` (length 2): which comes first must not matter.
+    array(sub, "e", 2, 5)
+    array(sub, "f", 5, 6)
+    array(sub, "b", 5, 7)
+    mnt = mounter.mount(str(store), "rw")
+    os.rename(mnt / "sub" / "e", mnt / "sub" / "e2")
+    (mnt / "a" / "@attributes" / "k").write_text("hello")
+    umount_and_wait(mnt)
+    back = zarr.open_group(str(store), mode="r")
+    assert sorted(back["sub"].array_keys()) == ["b", "e2", "f"]
+    assert back["a"].attrs["k"] == "hello"
+    assert back["sub/e2"][:].tolist() == [5, 5]
+    for name in ["a", "sub/e2", "sub/f", "sub/b"]:
+        if zarr_format == 3:
+            assert back[name].metadata.dimension_names == ("x",), name
+        else:
+            assert back[name].attrs["_ARRAY_DIMENSIONS"] == ["x"], name

@@ -313,24 +313,36 @@ fn arrays_and_places_inside_datasets_are_refused() {
     assert_eq!(left, [".zgroup", "g", "lat"]);
 }
 
-/// A map whose puts under `refused` fail, as a server that goes away mid-rename.
+/// A map whose puts under `refused` fail, as a server that goes away mid-rename; with
+/// `reads_too`, its gets there fail as well.
 #[derive(Debug)]
 struct FailingPuts {
     inner: Arc<dyn ZMap>,
     refused: &'static str,
+    reads_too: bool,
 }
 
-impl ZMap for FailingPuts {
-    fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
-        self.inner.get(key)
-    }
-    fn put(&self, key: &str, value: &[u8]) -> Result<()> {
+impl FailingPuts {
+    fn refuse(&self, key: &str) -> Result<()> {
         if key.starts_with(self.refused) {
             return Err(Error::Storage {
                 key: key.into(),
                 reason: "refused by the test".into(),
             });
         }
+        Ok(())
+    }
+}
+
+impl ZMap for FailingPuts {
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        if self.reads_too {
+            self.refuse(key)?;
+        }
+        self.inner.get(key)
+    }
+    fn put(&self, key: &str, value: &[u8]) -> Result<()> {
+        self.refuse(key)?;
         self.inner.put(key, value)
     }
     fn delete(&self, key: &str) -> Result<()> {
@@ -364,6 +376,7 @@ fn a_failed_rename_changes_nothing() {
     let map: Arc<dyn ZMap> = Arc::new(FailingPuts {
         inner: Arc::clone(&w.map),
         refused: "h/",
+        reads_too: false,
     });
     w.engine = ChunkEngine::new(Arc::clone(&map), WRITER_CACHE_BYTES);
     w.map = map;
@@ -384,6 +397,48 @@ fn a_failed_rename_changes_nothing() {
         .read(&ds, v, &Hyperslab::whole(&[3]), &mut out)
         .unwrap();
     assert_eq!(ints(&out), [1, 2, 3]);
+}
+
+#[test]
+fn a_rename_whose_metadata_cannot_be_stored_leaves_no_second_array() {
+    // The consolidated summary is the one object the rewrite must store and the copy does
+    // not touch: refusing it (reads too, as a server gone for that key) fails the rename
+    // after the copy, and the undo's rewrite too, which must read it to compare.
+    for (mode, summary) in [
+        ("zarr,v3,consolidated", "zarr.json"),
+        ("zarr,consolidated", ".zmetadata"),
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let (loc, mut w) = writer(tmp.path(), mode);
+        let g = w.add_group(Dataset::ROOT, "g").unwrap();
+        let x = w.add_dim(g, "x", 2, false).unwrap();
+        let v = w
+            .add_var(g, "v", NcType::Int, &[x], VarOptions::default())
+            .unwrap();
+        w.write(v, &Hyperslab::whole(&[2]), &bytes(&[1, 2]))
+            .unwrap();
+        w.close().unwrap();
+
+        let mut w = DatasetWriter::open(&loc).unwrap();
+        let map: Arc<dyn ZMap> = Arc::new(FailingPuts {
+            inner: Arc::clone(&w.map),
+            refused: summary,
+            reads_too: true,
+        });
+        w.engine = ChunkEngine::new(Arc::clone(&map), WRITER_CACHE_BYTES);
+        w.map = map;
+        let before = w.model().clone();
+        let v = w.model().find_var("g/v").unwrap();
+        assert!(w.rename_var(v, "w").is_err(), "{mode}");
+        assert_eq!(*w.model(), before, "{mode}");
+        let under = tmp.path().join("d.file/g/w");
+        assert!(!under.exists(), "{mode}: {} stays", under.display());
+        drop(w);
+
+        let ds = meta::read_dataset(zmap::open(&loc, false).unwrap().as_ref(), &loc.mode).unwrap();
+        assert!(ds.find_var("/g/v").is_some(), "{mode}");
+        assert!(ds.find_var("/g/w").is_none(), "{mode}");
+    }
 }
 
 /// A map that records its puts and deletes, in order.

@@ -7,7 +7,8 @@ use crate::chunk::{ChunkEngine, FailedWrite, Hyperslab};
 use crate::codec::netcdf_element_size;
 use crate::location::{Format, Location, Storage};
 use crate::meta::writer::{
-    default_dtype, text_after_nul, text_cut_at_nul, write_changed_metadata, Dialect, StoredMetadata,
+    default_dtype, metadata_objects, text_after_nul, text_cut_at_nul, write_changed_metadata,
+    Dialect, StoredMetadata,
 };
 use crate::meta::writer_v3;
 use crate::model::{
@@ -257,10 +258,29 @@ impl DatasetWriter {
             stored_meta,
             stored_lengths,
         };
+        w.check_metadata_writable()?;
         w.fill_past_stored_shapes()?;
         // A raw NUL, as nczarrfs wrote it before, or an escaped one from another writer.
         w.warn_every_text_after_nul();
         Ok(w)
+    }
+
+    /// Refuses, at the open, a dataset whose metadata this writer would refuse to store (pure
+    /// Zarr dimension names that would not read back): every change of the metadata would
+    /// fail, and a mount would take changes it then cannot store.
+    fn check_metadata_writable(&self) -> Result<()> {
+        let wo = self.opts.write_options();
+        let objects = match self.opts.zarr_version {
+            3 => writer_v3::metadata_objects(&self.model, &wo).map(drop),
+            _ => metadata_objects(&self.model, &wo).map(drop),
+        };
+        objects.map_err(|e| {
+            Error::Unsupported(format!(
+                "{} cannot be opened for writing: its metadata could not be stored again ({e}); \
+                 open it read-only",
+                self.map.describe()
+            ))
+        })
     }
 
     /// Makes each array that is shorter than an unlimited dimension it lies on (its shape was
@@ -438,20 +458,25 @@ impl DatasetWriter {
 
     /// Puts the model `before` a failed change back and removes what the change stored
     /// under the prefix `new`, which held nothing before it: a retry would otherwise find
-    /// those objects and refuse them as strays. The metadata, which the change may have
-    /// stored in part (naming `new`), is stored again from `before` first; when that fails,
-    /// the objects stay (logged, if there are any: a full disk often refused the first) and
-    /// the next sync stores the metadata.
+    /// those objects and refuse them as strays, and a reader takes them for a second copy of
+    /// the node (pure Zarr lists no child in its parent). The metadata, which the change may
+    /// have stored in part (naming `new`), is stored again from `before` first; the objects
+    /// are removed whether or not that succeeds (the next sync stores the metadata), and
+    /// only those a failed removal left are logged as staying.
     fn undo_new_prefix(&mut self, new: &str, before: Dataset) {
         self.model = before;
         self.meta_dirty = true;
         // Objects were copied and deleted by other means than a rewrite of the metadata.
         self.stored_meta = StoredMetadata::unknown();
-        let undone = self
-            .write_meta()
-            .and_then(|()| self.map.delete(new))
-            .and_then(|()| self.map.flush());
-        let Err(e) = undone else {
+        if let Err(e) = self.write_meta() {
+            log::warn!(
+                "{}: the metadata could not be stored again after a failed change, the next \
+                 sync stores it: {e}",
+                self.map.describe()
+            );
+        }
+        let removed = self.map.delete(new).and_then(|()| self.map.flush());
+        let Err(e) = removed else {
             return;
         };
         match self.map.keys_under(new) {

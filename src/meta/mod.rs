@@ -1521,9 +1521,16 @@ fn object_string_type(
 }
 
 /// The dimension `name` of length `len` for a variable of `group`, when the name comes from the
-/// array itself (xarray's `_ARRAY_DIMENSIONS`, Zarr v3's `dimension_names`): a visible one of
-/// that length, else a new one in the variable's own group. Any name is kept, as xarray
-/// keeps it; a new one that netCDF could not hold in any way (`x/y`, `""`) is warned of once.
+/// array itself (xarray's `_ARRAY_DIMENSIONS`, Zarr v3's `dimension_names`): the visible one of
+/// that name and length declared nearest (the group's own, else its parent's, ...), else a
+/// new one in the variable's own group. Any name is kept, as xarray keeps it; a new one that
+/// netCDF could not hold in any way (`x/y`, `""`) is warned of once.
+///
+/// The length picks among the visible dimensions of the name, not only the nearest one: a
+/// group's arrays may name `x` of the root's length beside `x` of another length (made the
+/// group's own), and which of them is read first must not decide whether the store opens.
+/// Groups are read from the root down, so every ancestor's dimensions are known here.
+/// [`writer::check_dimension_names_hold`] asks this of a dataset about to be written.
 fn named_dim(
     ds: &mut Dataset,
     group: GroupId,
@@ -1532,10 +1539,12 @@ fn named_dim(
     fqn: &str,
     zkey: &str,
 ) -> Result<DimId> {
-    if let Some(d) = ds.find_dim_visible(group, name) {
-        if ds.dim(d).len == len {
+    let mut cur = Some(group);
+    while let Some(g) = cur {
+        if let Some(d) = ds.find_dim_in(g, name).filter(|d| ds.dim(*d).len == len) {
             return Ok(d);
         }
+        cur = ds.group(g).parent;
     }
     if let Some(d) = ds.find_dim_in(group, name) {
         return Err(Error::meta(

@@ -338,42 +338,62 @@ pub fn metadata_objects(ds: &Dataset, opts: &WriteOptions) -> Result<Vec<(String
     Ok(out)
 }
 
-/// Refuses what the netcdf-c releases reading `layout` cannot hold, naming it.
-/// Refuses, for pure Zarr, a group whose variables use two dimensions of the same name with
-/// different lengths (`/g/v(/d)` with `/d = 3`, beside `/g/w(d)` with `/g`'s own `d = 2`):
-/// pure Zarr names an array's dimensions by their plain names only (in `field`), and its
-/// readers take a name within one group for one dimension (netcdf-c fails with "Invalid
-/// dimension size", nczarrfs refuses the second length).
+/// Refuses, for pure Zarr, a dataset whose dimension names (in `field`) would not read back:
+/// pure Zarr names an array's dimensions by their plain names only, and a reader
+/// ([`super::named_dim`]) takes a name of an array in group `g` for the dimension of that
+/// name and length declared nearest above it, or else makes one in `g`; `g` cannot have two
+/// of one name. So `/g/v(/d)` with `/d = 3`, beside `/g/w(d)` with `/g`'s own `d = 2`, is
+/// refused when no root array uses `/d` (it would read as `/g`'s, beside the other `/g/d`),
+/// and written when one does (each array then reads back as it was): a store zarr-python
+/// or xarray wrote that way opens, so it must stay writable, names as they were.
+///
+/// Groups are taken from the root down, as the reader takes them. A dimension no array
+/// uses is not written at all, and one that only arrays below its group use reads back in
+/// their group: pure Zarr has no place for either, so neither is refused.
 pub(crate) fn check_dimension_names_hold(ds: &Dataset, field: &str) -> Result<()> {
+    // The dimensions a reader makes, by group and name: their length and the dimension and
+    // array of the dataset that made them.
+    let mut read: HashMap<(GroupId, &str), (u64, DimId, VarId)> = HashMap::new();
     for g in ds.groups_preorder() {
-        let mut seen: HashMap<&str, (DimId, VarId)> = HashMap::new();
         for &v in &ds.group(g).vars {
             for &d in &ds.var(v).dims {
                 let dim = ds.dim(d);
-                let Some(&(first, first_var)) = seen.get(dim.name.as_str()) else {
-                    seen.insert(&dim.name, (d, v));
+                let mut cur = Some(g);
+                let found = std::iter::from_fn(|| {
+                    let at = cur?;
+                    cur = ds.group(at).parent;
+                    Some(at)
+                })
+                .any(|at| {
+                    read.get(&(at, dim.name.as_str()))
+                        .is_some_and(|(len, _, _)| *len == dim.len)
+                });
+                if found {
+                    continue;
+                }
+                let Some(&(len, first, first_var)) = read.get(&(g, dim.name.as_str())) else {
+                    read.insert((g, &dim.name), (dim.len, d, v));
                     continue;
                 };
-                if ds.dim(first).len != dim.len {
-                    return Err(Error::Unsupported(format!(
-                        "pure Zarr cannot represent two dimensions of the same name with \
-                         different lengths in one group: {} ({}, used by {}) and {} ({}, used \
-                         by {}); {field} names an array's dimensions by their plain names only \
-                         (NCZarr keeps them apart)",
-                        ds.dim_fqn(first),
-                        ds.dim(first).len,
-                        ds.var_fqn(first_var),
-                        ds.dim_fqn(d),
-                        dim.len,
-                        ds.var_fqn(v),
-                    )));
-                }
+                return Err(Error::Unsupported(format!(
+                    "pure Zarr cannot represent two dimensions of the same name with \
+                     different lengths in one group: {} ({len}, used by {}) and {} ({}, used \
+                     by {}); {field} names an array's dimensions by their plain names only, \
+                     and a reader takes both for dimensions of {} (NCZarr keeps them apart)",
+                    ds.dim_fqn(first),
+                    ds.var_fqn(first_var),
+                    ds.dim_fqn(d),
+                    dim.len,
+                    ds.var_fqn(v),
+                    ds.group_fqn(g),
+                )));
             }
         }
     }
     Ok(())
 }
 
+/// Refuses what the netcdf-c releases reading `layout` cannot hold, naming it.
 fn check_layout_holds(ds: &Dataset, layout: NczarrLayout) -> Result<()> {
     let refuse = |what: String, releases: &str| {
         Err(Error::Unsupported(format!(
@@ -745,9 +765,10 @@ pub(crate) fn base64(data: &[u8]) -> String {
 /// An attribute's values as JSON: a scalar for one value, a list otherwise; char text as a
 /// string, or, under the JSON convention (`json_text`), as the object or list it spells.
 ///
-/// Zarr v2 uses the convention in both dialects: netcdf-c reads an NCZarr attribute holding
-/// JSON as its text, and nczarrfs reads so a pure Zarr attribute that has no netCDF type (an
-/// object, a list of mixed values), which must then be written back as it was.
+/// Zarr v2 uses the convention in both dialects, and Zarr v3 in pure Zarr: netcdf-c reads an
+/// NCZarr attribute holding JSON as its text, and nczarrfs reads so a pure Zarr attribute
+/// that has no netCDF type (an object, a list of mixed values), which must then be written
+/// back as it was.
 pub(crate) fn attr_json(value: &AttrValue, json_text: bool) -> Value {
     fn many<T: Copy>(v: &[T], f: impl Fn(T) -> Value) -> Value {
         match v {

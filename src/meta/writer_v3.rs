@@ -651,11 +651,14 @@ fn attr_type(value: &AttrValue) -> &'static str {
     }
 }
 
-/// User attributes into `obj`, their types into `types`. Char text is always a JSON string
-/// (no JSON convention: the text reads back byte for byte whatever its spelling). Float NaN
-/// and infinities are the bare tokens `NaN`, `Infinity` and `-Infinity` in pure Zarr, as
-/// Python's `json` (zarr-python) writes and reads them, and strings in NCZarr, whose
-/// attribute types say they are numbers, as netcdf-c writes them.
+/// User attributes into `obj`, their types into `types`. In NCZarr, char text is always a
+/// JSON string (its attribute type says `char`, so the text reads back byte for byte whatever
+/// its spelling). In pure Zarr, which has no types, the JSON convention applies as on Zarr v2
+/// ([`attr_json`]): the text of an object or a list that has no netCDF type (which the reader
+/// makes of it) goes back as that JSON value, not as a string, and still reads back byte for
+/// byte. Float NaN and infinities are the bare tokens `NaN`, `Infinity` and `-Infinity` in
+/// pure Zarr, as Python's `json` (zarr-python) writes and reads them, and strings in NCZarr,
+/// whose attribute types say they are numbers, as netcdf-c writes them.
 fn put_attrs(
     obj: &mut Map<String, Value>,
     types: &mut Map<String, Value>,
@@ -675,7 +678,7 @@ fn attr_value_json(value: &AttrValue, dialect: Dialect) -> Value {
             bare_floats(v.iter().map(|x| f32_as_f64(*x)))
         }
         AttrValue::Double(v) if dialect == Dialect::Zarr => bare_floats(v.iter().copied()),
-        other => attr_json(other, false),
+        other => attr_json(other, dialect == Dialect::Zarr),
     }
 }
 
