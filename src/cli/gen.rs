@@ -30,8 +30,14 @@ pub struct GenArgs {
     /// Output location (path or URL); default: `NAME.file` in the working directory (`NAME.zip`
     /// with `-k zip`, `NAME.zarr` with `-k zarr`), NAME being the CDL file's name without its
     /// last extension (`x.cdl`, `x.txt`: `x`), or for standard input the name on its
-    /// `netcdf NAME` line, as ncgen names its `.nc` file.
-    #[arg(short = 'o', long = "output", value_name = "LOCATION")]
+    /// `netcdf NAME` line, as ncgen names its `.nc` file. Given more than once, the last
+    /// counts, as in ncgen.
+    #[arg(
+        short = 'o',
+        long = "output",
+        value_name = "LOCATION",
+        overrides_with = "output"
+    )]
     pub output: Option<std::ffi::OsString>,
     /// The kind of dataset: `-k` and ncgen's format flags.
     #[command(flatten)]
@@ -43,8 +49,8 @@ pub struct GenArgs {
     /// No fill for every variable (`ncgen -x`): `fill_value` is `null`, a `_FillValue` stays an
     /// attribute only, and cells never written read as zeros; as ncgen does, the fill is
     /// written where a data section stops short. A variable's own `_NoFill = "false"` keeps
-    /// its fill.
-    #[arg(short = 'x', long = "no-fill")]
+    /// its fill. It may be repeated, as ncgen's.
+    #[arg(short = 'x', long = "no-fill", overrides_with = "no_fill")]
     pub no_fill: bool,
     /// Write for the netcdf-c release VERSION (such as 4.9.2), in the NCZarr layout it reads:
     /// releases before 4.9.3 read only their own (4.8.1 to 4.9.0 upper-case `_NCZARR_*` keys,
@@ -439,10 +445,22 @@ mod tests {
             &["-l", "binary", "x.cdl"],
             &["-b", "-l", "b", "x.cdl"],
             &["-b", "-b", "x.cdl"],
+            &["-l", "b", "-l", "b", "x.cdl"],
         ] {
             let e = parse_gen(refused).unwrap_err();
             assert_eq!(e.exit_code(), 2, "{refused:?}");
         }
+    }
+
+    /// Debian's ncgen 4.9.0 takes `-x -x`, and of `-o A -o B` writes B only.
+    #[test]
+    fn no_fill_and_output_may_be_repeated_as_in_ncgen() {
+        let a = parse_gen(&["-x", "-x", "-o", "A", "-o", "B", "x.cdl"]).unwrap();
+        assert!(a.no_fill);
+        assert_eq!(a.output.as_deref(), Some(OsStr::new("B")));
+        let a = parse_gen(&["--no-fill", "-x", "--output", "A", "-o", "B", "x.cdl"]).unwrap();
+        assert!(a.no_fill);
+        assert_eq!(a.output.as_deref(), Some(OsStr::new("B")));
     }
 
     #[test]
