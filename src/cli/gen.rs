@@ -14,8 +14,7 @@ use crate::cdl::parser::{
 };
 use crate::chunk::Hyperslab;
 use crate::create::{
-    apply_mode_words, write_for_netcdf_c, Codecs, CreateOptions, DatasetWriter, Staging,
-    NETCDF_MAXSTRLEN,
+    write_for_netcdf_c, Codecs, CreateOptions, DatasetWriter, Staging, NETCDF_MAXSTRLEN,
 };
 use crate::error::quoted;
 use crate::location::Location;
@@ -102,11 +101,7 @@ pub fn run(args: GenArgs) -> Result<i32> {
         log::warn!("{warning}");
     }
     let words = args.kind.mode_words()?;
-    let has = |word: &str| {
-        words
-            .as_deref()
-            .is_some_and(|w| w.split(',').any(|x| x.trim().eq_ignore_ascii_case(word)))
-    };
+    let has = |word: &str| words.as_ref().is_some_and(|w| w.has(word));
     let (zarr, zip) = (has("zarr"), has("zip"));
     let output = match &args.output {
         Some(o) => o.clone(),
@@ -115,7 +110,7 @@ pub fn run(args: GenArgs) -> Result<i32> {
     super::refuse_standard_output(&output)?;
     let mut location = Location::parse(&output)?;
     if let Some(w) = &words {
-        apply_mode_words(&mut location, w).map_err(Error::into_usage)?;
+        w.apply_to(&mut location)?;
     }
     if let Some(separator) = args.dimension_separator.filter(|s| !matches!(s, '.' | '/')) {
         return Err(Error::Usage(format!(
