@@ -195,6 +195,16 @@ fn ncgen_mode_words(words: &str) -> Result<Vec<(String, String)>> {
         .collect()
 }
 
+/// A location that cannot be understood (an unknown or conflicting mode word, a scheme not
+/// taken) as a command line value of the wrong form, exit status 2, as a `-k` word of the
+/// wrong form is.
+fn location_of_the_wrong_form(err: crate::Error) -> crate::Error {
+    match err {
+        crate::Error::InvalidLocation { .. } => err.into_usage(),
+        other => other,
+    }
+}
+
 /// The message and exit status 1 of a command line the parser refused for a value that a
 /// value parser here found out of range ([`OptionValueError::OutOfRange`]), to be printed as
 /// the commands print theirs; `None` for every other refusal, which keeps clap's message and
@@ -381,13 +391,15 @@ pub fn run(cli: Cli) -> Result<i32> {
         crate::zmap::use_rename_helper(std::path::PathBuf::from("/proc/self/exe"));
     }
     let code = match cli.command {
-        Command::Dump(args) => dump::run(args),
-        Command::Get(args) => get::run(args),
-        Command::Put(args) => put::run(args),
+        Command::Dump(args) => dump::run(args).map_err(location_of_the_wrong_form),
+        Command::Get(args) => get::run(args).map_err(location_of_the_wrong_form),
+        Command::Put(args) => put::run(args).map_err(location_of_the_wrong_form),
+        // mount exits 1 for every refusal, mount(8)'s code for a helper's incorrect
+        // invocation.
         Command::Mount(args) => mount::run(args),
         Command::DetachDead(args) => mount::detach_dead(args),
-        Command::Gen(args) => gen::run(args),
-        Command::Copy(args) => copy::run(args),
+        Command::Gen(args) => gen::run(args).map_err(location_of_the_wrong_form),
+        Command::Copy(args) => copy::run(args).map_err(location_of_the_wrong_form),
         Command::RenameHelper { writer } => crate::zmap::serve_renames(writer).map(|()| 0),
         Command::RemoveStaging { paths } => {
             crate::interrupt::serve_remove_staging(&paths).map(|()| 0)
