@@ -477,6 +477,24 @@ def test_gen_refuses_other_languages_and_repeats(nczarrfs, tmp_path, options, nc
     assert not (tmp_path / "R.file").exists()
 
 
+def test_gen_takes_repeated_no_fill_and_output_as_ncgen_does(nczarrfs, tmp_path):
+    """ncgen takes `-x -x`, and of `-o A -o B` writes B only: so does `gen`."""
+    cdl = tmp_path / "x.cdl"
+    cdl.write_text(INT_CDL)
+    r = _in(tmp_path, ["ncgen", "-x", "-x", "-k", "nc4", "-o", "A.nc", "-o", "B.nc", "x.cdl"])
+    assert r.returncode == 0, r.stderr
+    assert not (tmp_path / "A.nc").exists() and (tmp_path / "B.nc").exists()
+    r = nczarrfs("gen", "-x", "-x", "-o", str(tmp_path / "A.file"), "-o",
+                 str(tmp_path / "B.file"), str(cdl))
+    assert r.returncode == 0, r.stderr
+    assert not (tmp_path / "A.file").exists()
+    want = _ncdump("-s", str(tmp_path / "B.nc")).stdout
+    got = nczarrfs("dump", "-s", str(tmp_path / "B.file")).stdout
+    assert b'_NoFill = "true"' in want
+    assert _data_section(got) == _data_section(want)
+    assert got.count(b'_NoFill = "true"') == want.count(b'_NoFill = "true"')
+
+
 BIG = "99999999999999999999"  # past 2^64
 
 # Every option that takes a value, given one of the wrong form (exit status 2) and, where it

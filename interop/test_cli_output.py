@@ -300,16 +300,37 @@ def test_values_out_of_range_exit_1_and_values_of_the_wrong_form_2(dataset, tmp_
     (["gen", "-k", "bogus", "-o", "{out}", "{cdl}"], "bogus"),
     (["copy", "-c", "garbage", "{ds}", "{out}"], 'invalid --chunks "garbage"'),
     (["copy", "--codec", "nope", "{ds}", "{out}"], 'invalid codec "nope"'),
+    # A -k refusal quotes the words as typed (not `nc4` read as `nczarr`) and the destination
+    # as given.
+    (["gen", "-k", "nc4,zarr", "-o", "{out}", "{cdl}"],
+     "-k nc4,zarr: conflicting formats in mode: nc4 and zarr"),
+    (["copy", "-k", "NC4,zarr", "{ds}", "{out}"],
+     "-k NC4,zarr: conflicting formats in mode: NC4 and zarr"),
+    (["gen", "-k", "s3", "-o", "{out}", "{cdl}"],
+     "-k s3: mode s3 needs an s3:// or http(s):// URL, not {out}"),
+    (["copy", "-k", "zarr,s3", "{ds}", "{out}"],
+     "-k zarr,s3: mode s3 needs an s3:// or http(s):// URL, not {out}"),
+    # A location's own mode words are refused as -k's are, by every command.
+    (["gen", "-o", "file://{out}#mode=bogus", "{cdl}"], 'unknown mode word(s) "bogus"'),
+    (["copy", "{ds}", "{out}#mode=zarr,nczarr", ], "conflicting formats"),
+    (["copy", "{ds}#mode=bogus", "{out}"], 'unknown mode word(s) "bogus"'),
+    (["dump", "file://{ds}#mode=bogus"], 'unknown mode word(s) "bogus"'),
+    (["get", "{ds}#mode=bogus", "a"], 'unknown mode word(s) "bogus"'),
+    (["put", "{ds}#mode=bogus", "a", "-i", "/dev/null"], 'unknown mode word(s) "bogus"'),
+    (["dump", "ftp://host/{ds}"], 'unsupported URL scheme "ftp"'),
 ])
 def test_an_option_value_of_the_wrong_form_exits_2(dataset, tmp_path, args, says):
     """README, exit status: 2 for a command line that cannot be parsed (an unknown option, a
-    value of the wrong form), as the command line parser's own refusals (`copy -d x`)."""
+    value of the wrong form, a location that cannot be understood), as the command line
+    parser's own refusals (`copy -d x`)."""
     out = tmp_path / "out.file"
     fill = {"ds": str(dataset), "out": str(out), "cdl": str(tmp_path / "gp.cdl")}
     r = subprocess.run([str(nczarrfs_binary()), *(a.format(**fill) for a in args)],
                        capture_output=True, text=True, timeout=60, check=False)
     assert r.returncode == 2, r.stderr
+    says = says.format(**fill)
     assert r.stderr.startswith("nczarrfs: ") and says in r.stderr, r.stderr
+    assert "mode-probe" not in r.stderr and "nczarr and" not in r.stderr, r.stderr
     assert not out.exists()
     parser = subprocess.run([str(nczarrfs_binary()), "copy", "-d", "x", str(dataset), str(out)],
                             capture_output=True, text=True, timeout=60, check=False)

@@ -641,6 +641,21 @@ def test_gen_truncates_non_integral_values_into_integers_as_ncgen_does(nczarrfs,
         b" x = 1.5, -2.5, 1e3, 0.5f ;\n u = 254.9 ;\n}\n")
 
 
+def test_gen_stores_the_code_of_a_character_constant_in_floats_as_ncgen_does(
+        nczarrfs, tmp_path):
+    """A character constant given to float or double is its code (`'a'` is 97., `'\\377'`
+    255.), in typed and untyped attributes, `_FillValue` and data; an untyped list of
+    characters and floating-point constants is float or double as its numbers make it."""
+    _gen_dumps_as_ncgen(
+        nczarrfs, tmp_path, "char_floats",
+        b"netcdf char_floats {\ndimensions: d = 3 ;\nvariables:\n double v ;\n"
+        b"  float v:f = 'a' ;\n  double v:d = 'a', 1.5 ;\n float w(d) ;\n"
+        b"  w:_FillValue = 'z' ;\n  w:high = '\\377', 1.5f ;\n"
+        b"// global attributes:\n :g = 1.5f, 'a' ;\n :u = 'a', 1.5 ;\n :n = NaN, 'a' ;\n"
+        b" :m = 'a', 1.5f, 2.5 ;\n :i = 1.5f, 'a', 1 ;\n"
+        b"data:\n v = 'a' ;\n w = 'A', 2.5 ;\n}\n")
+
+
 @pytest.mark.parametrize("body, line, reason", [
     # Braces enclose the records of an unlimited dimension after the first, nothing else.
     ("dimensions: n = 3 ; t = UNLIMITED ;\nvariables: int e(t, n) ;\ndata:\n e = {1, 2}, {3} ;\n",

@@ -167,9 +167,10 @@ def test_messages_show_such_paths_readably(nczarrfs, tmp_path, place):
     r = nczarrfs("dump", missing)
     assert r.returncode == 1
     assert "dir\ufffd/missing\ufffd.file" in r.stderr.decode("utf-8"), r.stderr
-    # A URL is text: bytes that are not UTF-8 there are refused, with how to spell them.
+    # A URL is text: bytes that are not UTF-8 there are refused, with how to spell them, as
+    # a location of the wrong form (exit status 2).
     r = nczarrfs("dump", b"file://" + missing + b"#mode=nczarr,file")
-    assert r.returncode == 1
+    assert r.returncode == 2
     assert b"URL must be UTF-8 text" in r.stderr and b"%XX" in r.stderr, r.stderr
 
 

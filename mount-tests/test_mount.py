@@ -321,15 +321,18 @@ def test_sigterm_unmounts_and_exits_zero(binary, tmp_path, nczarr):
     (["/nonexistent/dataset.zarr"], "nonexistent"),
     (["-o", "bogus_option"], "bogus_option"),
     (["-o", "cache_size=lots"], "cache_size"),
+    (["{bogus_mode}"], 'unknown mode word(s) "bogus"'),
 ])
 def test_mount_failures_are_reported(mounter, nczarr, args, message):
     mnt = mounter.mountpoint()
-    if args[0].startswith("/"):
+    args = [a.format(bogus_mode=nczarr.replace("#mode=", "#mode=bogus,")) for a in args]
+    if args[0].startswith("/") or "#" in args[0]:
         full = ["mount", *args, str(mnt)]
     else:
         full = ["mount", *args, nczarr, str(mnt)]
     r = mounter.run(*full)
-    assert r.returncode != 0
+    # mount(8)'s code for a helper's incorrect invocation, a location of the wrong form too.
+    assert r.returncode == 1, r.stderr
     assert message in r.stderr
     assert not is_mounted(mnt)
 

@@ -294,7 +294,8 @@ def test_shell_redirections_keep_the_type_of_an_existing_attribute(mounter, tmp_
 def test_special_values_written_back_as_shown_keep_their_type(mounter, tmp_path):
     """An attribute file shows NaN and infinities as ncdump prints them; `cat FILE > tmp; cat
     tmp > FILE` (an editor's save) must keep the float/double, as ncgen reads that text. A
-    character constant is a byte, as in ncgen (`'a'` is 97b)."""
+    character constant is a byte, as in ncgen (`'a'` is 97b), and its code among floats
+    (ncgen and ncdump: `1.5f, 'a'` is `1.5f, 97.f`)."""
     import netCDF4
 
     url = f"file://{tmp_path / 's.file'}#mode=nczarr,file"
@@ -319,12 +320,14 @@ def test_special_values_written_back_as_shown_keep_their_type(mounter, tmp_path)
         path.write_bytes(shown[name])
     (mnt / "@attributes" / "minus").write_text("1.5, -Infinity\n")
     (mnt / "@attributes" / "letters").write_text("'a', 'b'\n")
+    (mnt / "@attributes" / "mixed").write_text("1.5f, 'a'\n")
     umount_and_wait(mnt)
     g = netcdf_attrs(url)
     assert isinstance(g["dnan"], np.float64) and np.isnan(g["dnan"])
     assert isinstance(g["dinf"], np.float64) and g["dinf"] == np.inf
     assert g["minus"].dtype == np.float64 and list(g["minus"]) == [1.5, -np.inf]
     assert g["letters"].dtype == np.int8 and list(g["letters"]) == [97, 98]
+    assert g["mixed"].dtype == np.float32 and list(g["mixed"]) == [1.5, 97]
     a = netcdf_attrs(url, "temp")
     assert isinstance(a["missing_value"], np.float32) and np.isnan(a["missing_value"])
     assert isinstance(a["valid_max"], np.float32) and a["valid_max"] == np.inf

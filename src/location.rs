@@ -4,6 +4,7 @@
 //! `file://` path may spell other bytes with `%XX`.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
@@ -144,6 +145,51 @@ impl Location {
         })
     }
 
+    /// Applies mode words given apart from the location (`gen -k`, `copy -k`), each as the
+    /// mode word it stands for and as given, which a refusal quotes. They override what the
+    /// location's fragment says; `file` and `zip` make a local location a directory tree or a
+    /// zip archive, and `s3` takes an S3 one. The error is the reason of a refusal.
+    pub fn apply_mode_words<'a>(
+        &mut self,
+        words: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> std::result::Result<(), String> {
+        let mut frag = Fragment::default();
+        let mut unknown = Vec::new();
+        for (word, shown) in words {
+            if !frag.apply_mode_word(&word.to_ascii_lowercase(), shown)? {
+                unknown.push(format!("{shown:?}"));
+            }
+        }
+        if !unknown.is_empty() {
+            return Err(format!("unknown mode word(s) {}", unknown.join(", ")));
+        }
+        let m = frag.mode;
+        self.mode.format = m.format.or(self.mode.format);
+        self.mode.xarray = m.xarray.or(self.mode.xarray);
+        self.mode.zarr_version = m.zarr_version.or(self.mode.zarr_version);
+        self.mode.consolidated |= m.consolidated;
+        let storage_word = frag.given.get("storage").map_or("", String::as_str);
+        match (frag.storage, &self.storage) {
+            (None, _) | (Some(StorageWord::S3), Storage::S3(_)) => Ok(()),
+            (Some(StorageWord::S3), _) => Err(format!(
+                "mode {storage_word} needs an s3:// or http(s):// URL, not {}",
+                self.shown()
+            )),
+            (Some(w), Storage::File(p) | Storage::Zip(p)) => {
+                let p = p.clone();
+                self.storage = match w {
+                    StorageWord::Zip => Storage::Zip(p),
+                    _ => Storage::File(p),
+                };
+                Ok(())
+            }
+            (Some(_), _) => Err(format!(
+                "mode {storage_word} needs a local destination, not {}",
+                self.shown()
+            )),
+        }
+    }
+
     /// The location as messages show it: as given, with bytes that are not UTF-8 shown as
     /// U+FFFD.
     pub fn shown(&self) -> Cow<'_, str> {
@@ -190,6 +236,9 @@ struct Fragment {
     storage: Option<StorageWord>,
     profile: Option<String>,
     region: Option<String>,
+    /// For each choice a word made (`formats`, `storage`, ...), the word as given, which a
+    /// conflicting one is refused with.
+    given: HashMap<&'static str, String>,
 }
 
 impl Fragment {
@@ -203,7 +252,7 @@ impl Fragment {
             match key.to_ascii_lowercase().as_str() {
                 "mode" => {
                     for word in value.split(',').map(str::trim).filter(|w| !w.is_empty()) {
-                        if !frag.apply_mode_word(&word.to_ascii_lowercase())? {
+                        if !frag.apply_mode_word(&word.to_ascii_lowercase(), word)? {
                             unknown.push(format!("{word:?}"));
                         }
                     }
@@ -219,30 +268,28 @@ impl Fragment {
         Ok(frag)
     }
 
-    /// Applies one lower-case mode word; `Ok(false)` if the word is unknown.
-    fn apply_mode_word(&mut self, word: &str) -> std::result::Result<bool, String> {
+    /// Applies one lower-case mode word, given as `shown` (which a refusal quotes);
+    /// `Ok(false)` if the word is unknown.
+    fn apply_mode_word(&mut self, word: &str, shown: &str) -> std::result::Result<bool, String> {
         /// Sets `slot` to the value `choices` pair with `word` (each value with its word),
-        /// unless another word already set it.
+        /// unless another word already set it; `given` keeps the word as shown.
         fn set<T: PartialEq + Copy>(
             slot: &mut Option<T>,
-            word: &str,
+            given: &mut HashMap<&'static str, String>,
+            (word, shown): (&str, &str),
             choices: &[(T, &str)],
-            what: &str,
+            what: &'static str,
         ) -> std::result::Result<(), String> {
-            let word_of = |v: T| {
-                choices
-                    .iter()
-                    .find(|(c, _)| *c == v)
-                    .map_or("?", |(_, w)| *w)
-            };
             let value_of = |w: &str| choices.iter().find(|(_, c)| *c == w).map(|(v, _)| *v);
             match (*slot, value_of(word)) {
                 (Some(old), Some(new)) if old != new => Err(format!(
-                    "conflicting {what} in mode: {} and {word} (give one)",
-                    word_of(old)
+                    "conflicting {what} in mode: {} and {shown} (give one)",
+                    given.get(what).map_or("?", String::as_str)
                 )),
-                (_, new) => {
-                    *slot = new.or(*slot);
+                (Some(_), _) => Ok(()),
+                (None, new) => {
+                    *slot = new;
+                    given.insert(what, shown.to_string());
                     Ok(())
                 }
             }
@@ -255,13 +302,18 @@ impl Fragment {
             (StorageWord::S3, "s3"),
         ];
         const VERSIONS: [(u8, &str); 2] = [(2, "v2"), (3, "v3")];
+        let given = &mut self.given;
+        let w = (word, shown);
         match word {
-            "nczarr" | "zarr" => set(&mut self.mode.format, word, &FORMATS, "formats")?,
-            "xarray" | "noxarray" => set(&mut self.mode.xarray, word, &XARRAY, "xarray choices")?,
-            "file" | "zip" | "s3" => set(&mut self.storage, word, &STORAGE, "storage")?,
+            "nczarr" | "zarr" => set(&mut self.mode.format, given, w, &FORMATS, "formats")?,
+            "xarray" | "noxarray" => {
+                set(&mut self.mode.xarray, given, w, &XARRAY, "xarray choices")?
+            }
+            "file" | "zip" | "s3" => set(&mut self.storage, given, w, &STORAGE, "storage")?,
             "v2" | "v3" => set(
                 &mut self.mode.zarr_version,
-                word,
+                given,
+                w,
                 &VERSIONS,
                 "Zarr versions",
             )?,

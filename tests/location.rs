@@ -81,6 +81,9 @@ fn bad_mode_words_are_named() {
         "{msg}"
     );
     assert!(refused("file:///d#mode=nczarr,zarr").contains("conflicting"));
+    // Conflicting words are quoted as given.
+    let formats = refused("file:///d#mode=NCZarr,zarr");
+    assert!(formats.contains("NCZarr and zarr"), "{formats}");
     // The words given are named, not every word of their kind.
     let storage = refused("file:///d#mode=file,zip");
     assert!(

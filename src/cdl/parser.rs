@@ -1139,7 +1139,8 @@ impl Parser<'_, '_> {
                     int_constant(*value, *suffix)? as f64
                 }
                 Const::Num(Number::Float { value, .. }) => *value,
-                Const::Char(_) => return Err(mismatch("a character constant")),
+                // ncgen stores a character's code, as it does for the integer types.
+                Const::Char(b) => f64::from(*b),
                 Const::Str(_) => return Err(mismatch("a string")),
                 Const::Nil => return Err(self.err(pos, NIL_NOT_STRING)),
             };
@@ -2329,6 +2330,26 @@ mod tests {
         assert_eq!(ds.var(ab).attrs[0].name, "x:y");
         let c = ds.find_var("/g/c").unwrap();
         assert_eq!(ds.var_shape(c), vec![2]);
+    }
+
+    /// `ncgen -k nc4` then `ncdump` (4.9.0): `v:f = 97.f`, `v:d = 97., 1.5`,
+    /// `:g = 1.5f, 97.f`, `:n = NaN, 97.`, data `v = 97`.
+    #[test]
+    fn a_character_constant_is_its_code_in_floats() {
+        let p = parse(
+            "netcdf t {\nvariables:\n double v ;\n  float v:f = 'a' ;\n  double v:d = 'a', 1.5 ;\n\
+             :g = 1.5f, 'a' ;\n :n = NaN, 'a' ;\ndata:\n v = 'a' ;\n}",
+        );
+        let v = &p.dataset.vars[0];
+        assert_eq!(v.attrs[0].value, AttrValue::Float(vec![97.0]));
+        assert_eq!(v.attrs[1].value, AttrValue::Double(vec![97.0, 1.5]));
+        let global = &p.dataset.group(Dataset::ROOT).attrs;
+        assert_eq!(global[0].value, AttrValue::Float(vec![1.5, 97.0]));
+        let AttrValue::Double(n) = &global[1].value else {
+            panic!("NaN, 'a' is double: {:?}", global[1].value)
+        };
+        assert!(n[0].is_nan() && n[1] == 97.0, "{n:?}");
+        assert_eq!(p.vars[0].data, Some(97.0f64.to_le_bytes().to_vec()));
     }
 
     #[test]

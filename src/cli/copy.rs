@@ -17,8 +17,7 @@ use std::time::{Duration, Instant};
 
 use crate::chunk::{ChunkEngine, Hyperslab};
 use crate::create::{
-    apply_mode_words, default_chunks, write_for_netcdf_c, Codecs, CreateOptions, DatasetWriter,
-    Staging,
+    default_chunks, write_for_netcdf_c, Codecs, CreateOptions, DatasetWriter, Staging,
 };
 use crate::dataset::{OpenDataset, DEFAULT_CACHE_BYTES};
 use crate::error::{quoted, OptionValueError};
@@ -335,7 +334,7 @@ pub fn run(args: CopyArgs) -> Result<i32> {
     let mut dst = Location::parse(&args.dst)?;
     refuse_copy_onto_itself(&src.location, &dst)?;
     if let Some(w) = args.kind.mode_words()? {
-        apply_mode_words(&mut dst, &w).map_err(Error::into_usage)?;
+        w.apply_to(&mut dst)?;
     }
     if let Some(separator) = args.dimension_separator.filter(|s| !matches!(s, '.' | '/')) {
         return Err(Error::Usage(format!(

@@ -14,8 +14,7 @@ use crate::cdl::parser::{
 };
 use crate::chunk::Hyperslab;
 use crate::create::{
-    apply_mode_words, write_for_netcdf_c, Codecs, CreateOptions, DatasetWriter, Staging,
-    NETCDF_MAXSTRLEN,
+    write_for_netcdf_c, Codecs, CreateOptions, DatasetWriter, Staging, NETCDF_MAXSTRLEN,
 };
 use crate::error::quoted;
 use crate::location::Location;
@@ -30,8 +29,14 @@ pub struct GenArgs {
     /// Output location (path or URL); default: `NAME.file` in the working directory (`NAME.zip`
     /// with `-k zip`, `NAME.zarr` with `-k zarr`), NAME being the CDL file's name without its
     /// last extension (`x.cdl`, `x.txt`: `x`), or for standard input the name on its
-    /// `netcdf NAME` line, as ncgen names its `.nc` file.
-    #[arg(short = 'o', long = "output", value_name = "LOCATION")]
+    /// `netcdf NAME` line, as ncgen names its `.nc` file. Given more than once, the last
+    /// counts, as in ncgen.
+    #[arg(
+        short = 'o',
+        long = "output",
+        value_name = "LOCATION",
+        overrides_with = "output"
+    )]
     pub output: Option<std::ffi::OsString>,
     /// The kind of dataset: `-k` and ncgen's format flags.
     #[command(flatten)]
@@ -43,8 +48,8 @@ pub struct GenArgs {
     /// No fill for every variable (`ncgen -x`): `fill_value` is `null`, a `_FillValue` stays an
     /// attribute only, and cells never written read as zeros; as ncgen does, the fill is
     /// written where a data section stops short. A variable's own `_NoFill = "false"` keeps
-    /// its fill.
-    #[arg(short = 'x', long = "no-fill")]
+    /// its fill. It may be repeated, as ncgen's.
+    #[arg(short = 'x', long = "no-fill", overrides_with = "no_fill")]
     pub no_fill: bool,
     /// Write for the netcdf-c release VERSION (such as 4.9.2), in the NCZarr layout it reads:
     /// releases before 4.9.3 read only their own (4.8.1 to 4.9.0 upper-case `_NCZARR_*` keys,
@@ -96,11 +101,7 @@ pub fn run(args: GenArgs) -> Result<i32> {
         log::warn!("{warning}");
     }
     let words = args.kind.mode_words()?;
-    let has = |word: &str| {
-        words
-            .as_deref()
-            .is_some_and(|w| w.split(',').any(|x| x.trim().eq_ignore_ascii_case(word)))
-    };
+    let has = |word: &str| words.as_ref().is_some_and(|w| w.has(word));
     let (zarr, zip) = (has("zarr"), has("zip"));
     let output = match &args.output {
         Some(o) => o.clone(),
@@ -109,7 +110,7 @@ pub fn run(args: GenArgs) -> Result<i32> {
     super::refuse_standard_output(&output)?;
     let mut location = Location::parse(&output)?;
     if let Some(w) = &words {
-        apply_mode_words(&mut location, w).map_err(Error::into_usage)?;
+        w.apply_to(&mut location)?;
     }
     if let Some(separator) = args.dimension_separator.filter(|s| !matches!(s, '.' | '/')) {
         return Err(Error::Usage(format!(
@@ -439,10 +440,22 @@ mod tests {
             &["-l", "binary", "x.cdl"],
             &["-b", "-l", "b", "x.cdl"],
             &["-b", "-b", "x.cdl"],
+            &["-l", "b", "-l", "b", "x.cdl"],
         ] {
             let e = parse_gen(refused).unwrap_err();
             assert_eq!(e.exit_code(), 2, "{refused:?}");
         }
+    }
+
+    /// Debian's ncgen 4.9.0 takes `-x -x`, and of `-o A -o B` writes B only.
+    #[test]
+    fn no_fill_and_output_may_be_repeated_as_in_ncgen() {
+        let a = parse_gen(&["-x", "-x", "-o", "A", "-o", "B", "x.cdl"]).unwrap();
+        assert!(a.no_fill);
+        assert_eq!(a.output.as_deref(), Some(OsStr::new("B")));
+        let a = parse_gen(&["--no-fill", "-x", "--output", "A", "-o", "B", "x.cdl"]).unwrap();
+        assert!(a.no_fill);
+        assert_eq!(a.output.as_deref(), Some(OsStr::new("B")));
     }
 
     #[test]

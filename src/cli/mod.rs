@@ -100,10 +100,9 @@ pub struct KindArgs {
 }
 
 impl KindArgs {
-    /// The mode words to apply, ncgen's and nccopy's netCDF-4 names read as `nczarr`; `None`
-    /// when no kind was given. Their other kinds are refused, since nothing written here is
-    /// one of them.
-    pub fn mode_words(&self) -> Result<Option<String>> {
+    /// The mode words to apply, `None` when no kind was given. ncgen's and nccopy's other
+    /// kinds are refused, since nothing written here is one of them.
+    pub fn mode_words(&self) -> Result<Option<KindWords>> {
         let flag = [
             (self.netcdf4, "-4"),
             (self.netcdf4_classic, "-7"),
@@ -113,24 +112,62 @@ impl KindArgs {
         ]
         .into_iter()
         .find_map(|(given, flag)| given.then_some(flag));
-        match (&self.mode, flag) {
-            (Some(words), _) => ncgen_mode_words(words).map(Some),
-            (None, Some(flag)) => ncgen_mode_words(flag).map(Some),
-            (None, None) => Ok(None),
-        }
+        let (option, words) = match (&self.mode, flag) {
+            (Some(words), _) => (format!("-k {words}"), words.as_str()),
+            (None, Some(flag)) => (flag.to_string(), flag),
+            (None, None) => return Ok(None),
+        };
+        Ok(Some(KindWords {
+            option,
+            words: ncgen_mode_words(words)?,
+        }))
     }
 }
 
-/// `-k` words with ncgen's and nccopy's netCDF-4 names (`nc4`, `3`, `netCDF-4`, ...) read as
-/// `nczarr`, every other word as typed, so that a message quotes it as the user wrote it;
-/// their names of the classic model and of the netCDF-3 formats are refused, with what to
-/// give instead. (ncgen and nccopy match the names case-sensitively; these are matched in any
-/// case, as mode words are.)
-fn ncgen_mode_words(words: &str) -> Result<String> {
+/// The kind asked for by `-k` or a format flag: its mode words, each with the text given for
+/// it, so that a refusal quotes what the user typed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KindWords {
+    /// The option as given: `-k nc4,zarr`, `-4`.
+    option: String,
+    /// Each word given: the mode word it stands for, and the word as given.
+    words: Vec<(String, String)>,
+}
+
+impl KindWords {
+    /// Whether mode word `word` is among them, in any case: `-k nc4` has `nczarr`.
+    pub fn has(&self, word: &str) -> bool {
+        self.words.iter().any(|(w, _)| w.eq_ignore_ascii_case(word))
+    }
+
+    /// Applies them to `location` ([`Location::apply_mode_words`]); a refusal names the
+    /// option as given and is a value of the wrong form ([`crate::Error::Usage`]).
+    pub fn apply_to(&self, location: &mut crate::location::Location) -> Result<()> {
+        location
+            .apply_mode_words(
+                self.words
+                    .iter()
+                    .map(|(w, given)| (w.as_str(), given.as_str())),
+            )
+            .map_err(|reason| crate::Error::Usage(format!("{}: {reason}", self.option)))
+    }
+}
+
+/// `-k` words, each as the mode word it stands for and as given: ncgen's and nccopy's
+/// netCDF-4 names (`nc4`, `3`, `netCDF-4`, ...) stand for `nczarr`, every other word for
+/// itself (empty words, as in a fragment, for nothing); their names of the
+/// classic model and of the netCDF-3 formats are refused, with what to give instead. (ncgen
+/// and nccopy match the names case-sensitively; these are matched in any case, as mode words
+/// are.)
+fn ncgen_mode_words(words: &str) -> Result<Vec<(String, String)>> {
     words
         .split(',')
-        .map(|w| match w.trim().to_ascii_lowercase().as_str() {
-            "nc4" | "netcdf-4" | "netcdf4" | "3" | "hdf5" | "enhanced" | "-4" => Ok("nczarr"),
+        .map(str::trim)
+        .filter(|w| !w.is_empty())
+        .map(|w| match w.to_ascii_lowercase().as_str() {
+            "nc4" | "netcdf-4" | "netcdf4" | "3" | "hdf5" | "enhanced" | "-4" => {
+                Ok(("nczarr".to_string(), w.to_string()))
+            }
             "nc7"
             | "4"
             | "netcdf-4 classic model"
@@ -153,10 +190,19 @@ fn ncgen_mode_words(words: &str) -> Result<String> {
                     crate::error::quoted(w)
                 )))
             }
-            _ => Ok(w),
+            _ => Ok((w.to_string(), w.to_string())),
         })
-        .collect::<Result<Vec<_>>>()
-        .map(|words| words.join(","))
+        .collect()
+}
+
+/// A location that cannot be understood (an unknown or conflicting mode word, a scheme not
+/// taken) as a command line value of the wrong form, exit status 2, as a `-k` word of the
+/// wrong form is.
+fn location_of_the_wrong_form(err: crate::Error) -> crate::Error {
+    match err {
+        crate::Error::InvalidLocation { .. } => err.into_usage(),
+        other => other,
+    }
 }
 
 /// The message and exit status 1 of a command line the parser refused for a value that a
@@ -345,13 +391,15 @@ pub fn run(cli: Cli) -> Result<i32> {
         crate::zmap::use_rename_helper(std::path::PathBuf::from("/proc/self/exe"));
     }
     let code = match cli.command {
-        Command::Dump(args) => dump::run(args),
-        Command::Get(args) => get::run(args),
-        Command::Put(args) => put::run(args),
+        Command::Dump(args) => dump::run(args).map_err(location_of_the_wrong_form),
+        Command::Get(args) => get::run(args).map_err(location_of_the_wrong_form),
+        Command::Put(args) => put::run(args).map_err(location_of_the_wrong_form),
+        // mount exits 1 for every refusal, mount(8)'s code for a helper's incorrect
+        // invocation.
         Command::Mount(args) => mount::run(args),
         Command::DetachDead(args) => mount::detach_dead(args),
-        Command::Gen(args) => gen::run(args),
-        Command::Copy(args) => copy::run(args),
+        Command::Gen(args) => gen::run(args).map_err(location_of_the_wrong_form),
+        Command::Copy(args) => copy::run(args).map_err(location_of_the_wrong_form),
         Command::RenameHelper { writer } => crate::zmap::serve_renames(writer).map(|()| 0),
         Command::RemoveStaging { paths } => {
             crate::interrupt::serve_remove_staging(&paths).map(|()| 0)
@@ -389,20 +437,80 @@ mod tests {
         assert!(not_utf8_message(two).contains("(argument 1, `d\\xff`, or argument 3, `\\xc3`)"),);
     }
 
+    fn words(given: &str) -> Vec<(String, String)> {
+        ncgen_mode_words(given).unwrap()
+    }
+
+    fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+        list.iter()
+            .map(|(w, g)| (w.to_string(), g.to_string()))
+            .collect()
+    }
+
     #[test]
     fn ncgen_netcdf4_names_are_nczarr_and_other_words_stay_as_typed() {
         // Debian's ncgen and nccopy 4.9.0: `-k 3`, `enhanced`, `hdf5` make netCDF-4.
-        assert_eq!(ncgen_mode_words("nc4,zip").unwrap(), "nczarr,zip");
-        assert_eq!(ncgen_mode_words("netCDF-4,V3").unwrap(), "nczarr,V3");
+        assert_eq!(
+            words("nc4,zip"),
+            pairs(&[("nczarr", "nc4"), ("zip", "zip")])
+        );
+        assert_eq!(
+            words("netCDF-4, V3"),
+            pairs(&[("nczarr", "netCDF-4"), ("V3", "V3")])
+        );
         for word in ["3", "enhanced", "hdf5", "netCDF4", "-4"] {
-            assert_eq!(ncgen_mode_words(word).unwrap(), "nczarr", "{word}");
+            assert_eq!(words(word), pairs(&[("nczarr", word)]), "{word}");
         }
-        let mut loc = crate::location::Location::parse("/tmp/x.file").unwrap();
-        let err =
-            crate::create::apply_mode_words(&mut loc, &ncgen_mode_words("nczarr,bogus").unwrap())
-                .unwrap_err()
-                .to_string();
-        assert!(err.contains("bogus"), "{err}");
+    }
+
+    /// A refusal quotes the option and its words as typed, and the destination as given.
+    #[test]
+    fn kind_refusals_quote_what_was_given() {
+        let refusal = |args: &[&str], location: &str| {
+            let mut loc = crate::location::Location::parse(location).unwrap();
+            let err = kind(args).unwrap().unwrap().apply_to(&mut loc).unwrap_err();
+            assert!(matches!(err, crate::Error::Usage(_)), "{err:?}");
+            err.to_string()
+        };
+        assert_eq!(
+            refusal(&["-k", "nc4,zarr", "x.cdl"], "/tmp/x.file"),
+            "-k nc4,zarr: conflicting formats in mode: nc4 and zarr (give one)"
+        );
+        assert_eq!(
+            refusal(&["-k", "Zarr,netCDF-4", "x.cdl"], "/tmp/x.file"),
+            "-k Zarr,netCDF-4: conflicting formats in mode: Zarr and netCDF-4 (give one)"
+        );
+        assert_eq!(
+            refusal(&["-k", "nczarr,bogus", "x.cdl"], "/tmp/x.file"),
+            "-k nczarr,bogus: unknown mode word(s) \"bogus\""
+        );
+        assert_eq!(
+            refusal(&["-k", "s3", "x.cdl"], "plain/path"),
+            "-k s3: mode s3 needs an s3:// or http(s):// URL, not plain/path"
+        );
+        assert_eq!(
+            refusal(&["-k", "zip", "x.cdl"], "s3://bucket/x"),
+            "-k zip: mode zip needs a local destination, not s3://bucket/x"
+        );
+    }
+
+    #[test]
+    fn kind_words_set_the_mode_and_storage() {
+        use crate::location::{Format, Location, Storage};
+        let mut loc = Location::parse("s3://bucket/x").unwrap();
+        kind(&["-k", "s3,NC4", "x.cdl"])
+            .unwrap()
+            .unwrap()
+            .apply_to(&mut loc)
+            .unwrap();
+        assert_eq!(loc.mode.format, Some(Format::NcZarr));
+        let mut loc = Location::parse("/tmp/x.file#mode=nczarr").unwrap();
+        let zarr = kind(&["-k", "zarr,zip", "x.cdl"]).unwrap().unwrap();
+        assert!(zarr.has("zarr") && zarr.has("zip") && !zarr.has("nczarr"));
+        zarr.apply_to(&mut loc).unwrap();
+        assert_eq!(loc.mode.format, Some(Format::Zarr));
+        assert_eq!(loc.storage, Storage::Zip("/tmp/x.file".into()));
+        assert!(kind(&["-4", "x.cdl"]).unwrap().unwrap().has("nczarr"));
     }
 
     #[test]
@@ -438,7 +546,7 @@ mod tests {
         }
     }
 
-    fn kind(args: &[&str]) -> Result<Option<String>> {
+    fn kind(args: &[&str]) -> Result<Option<KindWords>> {
         let cli =
             Cli::try_parse_from(["nczarrfs", "gen"].iter().chain(args).copied()).expect("parsed");
         match cli.command {
@@ -449,21 +557,24 @@ mod tests {
 
     #[test]
     fn the_last_kind_option_counts_as_in_ncgen_and_nccopy() {
-        assert_eq!(kind(&["x.cdl"]).unwrap(), None);
-        assert_eq!(kind(&["-4", "x.cdl"]).unwrap().as_deref(), Some("nczarr"));
-        assert_eq!(
-            kind(&["-7", "-k", "nc4", "x.cdl"]).unwrap().as_deref(),
-            Some("nczarr")
-        );
-        assert_eq!(
-            kind(&["-k", "nc7", "-4", "x.cdl"]).unwrap().as_deref(),
-            Some("nczarr")
-        );
-        assert_eq!(
-            kind(&["-k", "zip", "-k", "zarr", "x.cdl"])
+        let mode_words = |args: &[&str]| {
+            kind(args)
                 .unwrap()
-                .as_deref(),
-            Some("zarr")
+                .map(|k| k.words.into_iter().map(|(w, _)| w).collect::<Vec<_>>())
+        };
+        assert_eq!(mode_words(&["x.cdl"]), None);
+        assert_eq!(mode_words(&["-4", "x.cdl"]), Some(vec!["nczarr".into()]));
+        assert_eq!(
+            mode_words(&["-7", "-k", "nc4", "x.cdl"]),
+            Some(vec!["nczarr".into()])
+        );
+        assert_eq!(
+            mode_words(&["-k", "nc7", "-4", "x.cdl"]),
+            Some(vec!["nczarr".into()])
+        );
+        assert_eq!(
+            mode_words(&["-k", "zip", "-k", "zarr", "x.cdl"]),
+            Some(vec!["zarr".into()])
         );
         assert!(kind(&["-4", "-k", "nc7", "x.cdl"]).is_err());
         assert!(kind(&["-k", "nc4", "-7", "x.cdl"]).is_err());

@@ -24,7 +24,7 @@ mod target;
 mod writer;
 
 pub use codecs::Codecs;
-pub use target::{apply_mode_words, Staging};
+pub use target::Staging;
 pub use writer::{attr_to_native, DatasetWriter, Growth};
 
 /// netcdf-c's default chunk size in bytes (`DEFAULT_CHUNK_SIZE`; 16 MiB in 4.10.1 as built

@@ -1,4 +1,4 @@
-//! Where a new dataset goes: `mode=` words, staging it beside its final place, and the
+//! Where a new dataset goes: staging it beside its final place, and the
 //! checks that refuse to replace anything but a dataset.
 
 use std::path::{Path, PathBuf};
@@ -13,48 +13,6 @@ use crate::location::{Location, Storage};
 use crate::model::Dataset;
 use crate::zmap::{WriterLock, ZMap};
 use crate::{Error, Result};
-
-/// Applies `mode=` words (`nczarr`, `zarr`, `xarray`, `noxarray`, `consolidated`, `file`,
-/// `zip`, comma-separated) to a parsed location; words override what its fragment said.
-pub fn apply_mode_words(location: &mut Location, words: &str) -> Result<()> {
-    let probe =
-        Location::parse(format!("file:///mode-probe#mode={words}")).map_err(|e| match e {
-            Error::InvalidLocation { reason, .. } => {
-                Error::Invalid(format!("-k {words}: {reason}"))
-            }
-            other => other,
-        })?;
-    let m = probe.mode;
-    if m.format.is_some() {
-        location.mode.format = m.format;
-    }
-    if m.xarray.is_some() {
-        location.mode.xarray = m.xarray;
-    }
-    if m.zarr_version.is_some() {
-        location.mode.zarr_version = m.zarr_version;
-    }
-    location.mode.consolidated |= m.consolidated;
-    let has = |w: &str| words.split(',').any(|x| x.trim().eq_ignore_ascii_case(w));
-    let path = match &location.storage {
-        Storage::File(p) | Storage::Zip(p) => Some(p.clone()),
-        _ => None,
-    };
-    if path.is_none() && (has("zip") || has("file")) {
-        return Err(Error::Invalid(format!(
-            "-k {words}: `zip` and `file` need a local destination, not {}",
-            location.shown()
-        )));
-    }
-    if let Some(p) = path {
-        if has("zip") {
-            location.storage = Storage::Zip(p);
-        } else if has("file") {
-            location.storage = Storage::File(p);
-        }
-    }
-    Ok(())
-}
 
 /// A dataset being built beside its final place, published by a rename when complete, so
 /// that nobody ever sees a half-written dataset at the final location.

@@ -475,13 +475,16 @@ mod tests {
     }
 
     /// `ncgen -k nc4` then `ncdump` (4.9.0) of `:a = 'a' ;` and the rest: `97b`, `97b, 98b`,
-    /// `NaN`, `NaNf, Infinityf`, `1.5, Infinity`. An attribute file shows NaN and infinities
+    /// `1.5f, 97.f`, `97., 1.5`, `NaN`, `NaNf, Infinityf`, `1.5, Infinity`. An attribute file shows NaN and infinities
     /// so, and writing that back kept it as text.
     #[test]
     fn special_values_and_character_constants_follow_ncgen() {
         assert_eq!(p("'a'", None), AttrValue::Byte(vec![97]));
         assert_eq!(p("'a', 'b'\n", None), AttrValue::Byte(vec![97, 98]));
         assert_eq!(p("'\\377'", None), AttrValue::Byte(vec![-1]));
+        // With floating-point constants, a character constant is its code (`1.5f, 97.f`).
+        assert_eq!(p("1.5f, 'a'\n", None), AttrValue::Float(vec![1.5, 97.0]));
+        assert_eq!(p("'a', 1.5", None), AttrValue::Double(vec![97.0, 1.5]));
         let AttrValue::Double(nan) = p("NaN\n", None) else {
             panic!("NaN is a double")
         };
