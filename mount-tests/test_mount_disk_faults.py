@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import subprocess
 import sys
@@ -210,6 +211,89 @@ def test_a_failed_rm_or_mv_of_an_attribute_changes_nothing(mounter, small_disk):
     filler.unlink()
     umount_and_wait(mnt)
     assert netcdf_attrs(url, "a") == {"units": "m"}
+
+
+def shown_attrs(mnt: Path, var: str | None = None) -> dict[str, str]:
+    """The text attributes a mount shows on `var` (the root group: None), the same in its
+    attribute files, its `@metadata.json` and its `@header.cdl` (checked here)."""
+    d = mnt / var if var else mnt
+    files = {n: (d / "@attributes" / n).read_text() for n in os.listdir(d / "@attributes")}
+    meta = json.loads((d / "@metadata.json").read_text())["attributes"]
+    assert {n: a["value"] for n, a in meta.items() if a["type"] == "char"} == files
+    header = (d / "@header.cdl").read_text()
+    prefix = f"\t\t{var or ''}:"
+    lines = [line for line in header.splitlines() if line.startswith(prefix)]
+    assert lines == [f'{prefix}{n} = "{v}" ;' for n, v in files.items()]
+    return files
+
+
+def write_attr_file(path: Path, text: str, fsync: bool = False) -> None:
+    """Writes `text` to an attribute file, created if need be; with `fsync`, the `fsync`
+    before the close is checked, and the close is too."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    try:
+        os.write(fd, text.encode())
+        if fsync:
+            os.fsync(fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        raise
+    os.close(fd)
+
+
+def test_a_failed_attribute_write_shows_what_is_stored(mounter, small_disk, tmp_path):
+    """An attribute file whose close (or `fsync`) cannot store its text fails with ENOSPC,
+    logged once, and the mount shows what storage holds, as netCDF4-python reads it once
+    unmounted: the old value, or no attribute where the file was new. So does a truncate of
+    an attribute file or of a `data` file by path. Once there is room, the text still held by
+    an open file is stored at its close, and new writes work."""
+    disk = small_disk("1m")
+    url = records_dataset(disk / "r.file")
+    log = tmp_path / "mount.log"
+    mnt = mounter.mount(url, "rw", log=log)
+    filler = fill_up(disk)
+    units = mnt / "a" / "@attributes" / "units"
+    for path, text in ((units, "km\n"), (mnt / "@attributes" / "title", "new\n")):
+        with pytest.raises(OSError) as err:
+            write_attr_file(path, text)
+        assert err.value.errno == errno.ENOSPC
+    with pytest.raises(OSError) as err:
+        write_attr_file(units, "cm\n", fsync=True)
+    assert err.value.errno == errno.ENOSPC
+    for path, size in ((units, 0), (mnt / "a" / "data", 64)):
+        with pytest.raises(OSError) as err:
+            os.truncate(path, size)
+        assert err.value.errno == errno.ENOSPC
+    shown = {"": shown_attrs(mnt), "a": shown_attrs(mnt, "a")}
+    shape = json.loads((mnt / "a" / "@metadata.json").read_text())["shape"]
+    assert (mnt / "a" / "data").stat().st_size == 0
+    umount_and_wait(mnt)
+    # One line per failed file, however often its flush was tried (fsync, close, release).
+    errors = [line.split("] ", 1)[1].split(": ", 1)[0]
+              for line in log.read_text().splitlines() if " ERROR " in line]
+    assert errors == ["flush /a/@attributes/units", "flush /@attributes/title",
+                      "flush /a/@attributes/units", "truncate /a/@attributes/units",
+                      "truncate /a/data"]
+    assert shown == {"": netcdf_attrs(url), "a": netcdf_attrs(url, "a")}
+    assert shape == list(netcdf_values(url)["/a"].shape)
+
+    mnt = mounter.mount(url, "rw")
+    fd = os.open(mnt / "a" / "@attributes" / "units", os.O_WRONLY | os.O_TRUNC)
+    try:
+        os.write(fd, b"km\n")
+        with pytest.raises(OSError) as err:
+            os.fsync(fd)
+        assert err.value.errno == errno.ENOSPC
+        assert shown_attrs(mnt, "a") == {"units": "m"}
+        filler.unlink()
+    finally:
+        os.close(fd)
+    write_attr_file(mnt / "@attributes" / "title", "new\n")
+    shown = {"": shown_attrs(mnt), "a": shown_attrs(mnt, "a")}
+    assert shown == {"": {"title": "new"}, "a": {"units": "km"}}
+    umount_and_wait(mnt)
+    assert shown == {"": netcdf_attrs(url), "a": netcdf_attrs(url, "a")}
 
 
 def test_a_failed_mkdir_is_enospc_and_logs_no_leftovers(mounter, small_disk, tmp_path):

@@ -140,6 +140,15 @@ struct Handle {
     /// (`Some(new name)`) or removed (`None`), as a file that is open follows a rename and
     /// writes into nothing once unlinked. Unset while it keeps its name.
     moved: Mutex<Option<Option<String>>>,
+    /// An attribute file that its open created: until something stores the attribute, it is
+    /// the empty placeholder the create put in the model, which a failed store of the text
+    /// takes out again (storage holds no such attribute; a later flush that stores the text
+    /// makes the attribute anew).
+    placeholder: AtomicBool,
+    /// The error of the last failed flush of this file that was logged: the kernel's release
+    /// after a failed close, and a close after a failed `fsync`, try again, and the same
+    /// failure again is not logged again.
+    logged_failure: Mutex<Option<String>>,
     /// On a `rw` mount, the group or variable the file was opened on. Handles find their
     /// object by name, and a rename may give that name to another object
     /// (`mv a old; mv b a`): this keeps the file from following the name there.
@@ -170,6 +179,8 @@ impl Handle {
             text: None,
             opened_value: None,
             moved: Mutex::new(None),
+            placeholder: AtomicBool::new(false),
+            logged_failure: Mutex::new(None),
             _data_file: data_file,
         }
     }
@@ -187,6 +198,17 @@ impl Handle {
             (Some(now), _) => Ok(now),
             (None, _) => Err(Error::NotFound(owner.display())),
         }
+    }
+}
+
+/// The errno of a failed write-side operation: what netCDF refuses (a taken or illegal name,
+/// a fill value that can no longer change) is `EPERM`, groups nested too deeply for the
+/// directory store (refused before any change) `ENAMETOOLONG`, the rest the storage's.
+fn refusal_errno(e: &Error) -> Errno {
+    match e {
+        Error::Invalid(_) | Error::NotPermitted(_) => Errno::EPERM,
+        Error::PathTooLong { .. } => Errno::ENAMETOOLONG,
+        _ => Errno::from_i32(e.errno()),
     }
 }
 
@@ -761,6 +783,8 @@ impl Shared {
             let mut moved = lock(&handle.moved);
             if current_attr_name(opened_as, &moved) == Some(from) {
                 *moved = Some(to.map(str::to_string));
+                // The `mv` stored the attribute under its new name, placeholder or not.
+                handle.placeholder.store(false, Ordering::SeqCst);
             }
         }
     }
@@ -833,21 +857,19 @@ impl Shared {
         Errno::from_i32(e.errno())
     }
 
-    /// Like [`Shared::failed`], but what netCDF refuses (a taken or illegal name, a fill value
-    /// that can no longer change) is `EPERM`.
+    /// Like [`Shared::failed`], with the errno of [`refusal_errno`] (what netCDF refuses is
+    /// `EPERM`).
     fn refused(&self, node: &Node, op: &str, e: &Error) -> Errno {
         match e {
             Error::Invalid(_) | Error::NotPermitted(_) => {
                 log::warn!("{op} {}: {e} (EPERM)", node_display(node));
-                Errno::EPERM
             }
-            // Groups nested too deeply for the directory store: refused before any change.
             Error::PathTooLong { .. } => {
                 log::warn!("{op} {}: {e} (ENAMETOOLONG)", node_display(node));
-                Errno::ENAMETOOLONG
             }
-            _ => self.failed(node, op, e),
+            _ => return self.failed(node, op, e),
         }
+        refusal_errno(e)
     }
 
     /// What a flush, fsync or close of `handle` owes: an attribute file's text becomes the
@@ -885,16 +907,30 @@ impl Shared {
                     return Ok(());
                 };
                 let text = lock(text).clone();
-                self.change(|w| {
+                let stored = self.change(|w| {
                     let r = handle.owner_in(owner, w.model())?;
                     let target = match r {
                         Resolved::Group(g) => AttrTarget::Group(g),
                         Resolved::Var(v) => AttrTarget::Var(v),
                     };
                     let value = parse_attr_text(&text, handle.opened_value.as_ref());
-                    w.put_attr(target, name, value)?;
-                    w.sync()
-                })
+                    // A value that is not stored must not be shown either: the mount would
+                    // show it until remounted, and store it at some later sync.
+                    let stored = w.change_and_sync(|w| w.put_attr(target, name, value));
+                    if stored.is_err() && handle.placeholder.swap(false, Ordering::SeqCst) {
+                        if let Err(e) = w.del_attr(target, name) {
+                            log::warn!(
+                                "{}: the attribute this file created stays shown empty: {e}",
+                                node_display(&handle.node)
+                            );
+                        }
+                    }
+                    stored
+                });
+                if stored.is_ok() {
+                    handle.placeholder.store(false, Ordering::SeqCst);
+                }
+                stored
             }
             (Node::File(owner, FileKind::Data), _) if handle.truncation.is_some() => {
                 self.change(|w| {
@@ -913,19 +949,30 @@ impl Shared {
                 .store_chunks_beside_reads()
                 .and_then(|()| self.change(DatasetWriter::sync)),
         };
-        result.map_err(|e| {
-            if !matches!(e, Error::Invalid(_) | Error::NotPermitted(_)) {
-                // Not stored: the next flush, fsync or close must try again, and report.
-                handle.wrote.store(true, Ordering::SeqCst);
-                if let Some(why) = &not_asked {
-                    log::warn!(
-                        "flush {}: the close sent no probe to a server held as down: {why}",
-                        node_display(&handle.node)
-                    );
-                }
-            }
-            self.refused(&handle.node, "flush", &e)
-        })
+        let Err(e) = result else {
+            *lock(&handle.logged_failure) = None;
+            return Ok(());
+        };
+        if !matches!(e, Error::Invalid(_) | Error::NotPermitted(_)) {
+            // Not stored: the next flush, fsync or close must try again, and report.
+            handle.wrote.store(true, Ordering::SeqCst);
+        }
+        let message = e.to_string();
+        let mut logged = lock(&handle.logged_failure);
+        if logged.as_deref() == Some(message.as_str()) {
+            return Err(refusal_errno(&e));
+        }
+        *logged = Some(message);
+        if let (Some(why), false) = (
+            &not_asked,
+            matches!(e, Error::Invalid(_) | Error::NotPermitted(_)),
+        ) {
+            log::warn!(
+                "flush {}: the close sent no probe to a server held as down: {why}",
+                node_display(&handle.node)
+            );
+        }
+        Err(self.refused(&handle.node, "flush", &e))
     }
 
     /// Stores the changed chunks with the writer's lock shared, as reads take it, so that they
@@ -974,19 +1021,21 @@ impl Shared {
                     if size == current {
                         return Ok(None);
                     }
-                    if !grow_data(w, var, size)? {
+                    let grown = match handle {
+                        // Stored when the file is flushed or closed, as a write would be.
+                        Some(_) => grow_data(w, var, size)?,
+                        // `truncate(2)` of a path: no close follows, so the size is stored
+                        // now, or the call fails and the size stays as stored.
+                        None => w.change_and_sync(|w| grow_data(w, var, size))?,
+                    };
+                    if !grown {
                         return Ok(Some(why_fixed_size(w.model(), var)));
                     }
-                    match handle {
-                        // Stored when the file is flushed or closed, as a write would be.
-                        Some(handle) => {
-                            handle.wrote.store(true, Ordering::SeqCst);
-                            if let Some((_, truncation)) = &handle.truncation {
-                                lock(truncation).grew_to(size);
-                            }
+                    if let Some(handle) = handle {
+                        handle.wrote.store(true, Ordering::SeqCst);
+                        if let Some((_, truncation)) = &handle.truncation {
+                            lock(truncation).grew_to(size);
                         }
-                        // `truncate(2)` of a path: no close follows.
-                        None => w.sync()?,
                     }
                     Ok(None)
                 });
@@ -1023,8 +1072,8 @@ impl Shared {
                     let mut text = content::attr_file(attr)?;
                     text.resize(size, 0);
                     let value = parse_attr_text(&text, Some(&attr.value));
-                    w.put_attr(attr_target(w.model(), owner)?, name, value)?;
-                    w.sync()
+                    let target = attr_target(w.model(), owner)?;
+                    w.change_and_sync(|w| w.put_attr(target, name, value))
                 })
                 .map_err(|e| self.refused(node, "truncate", &e))
             }
@@ -2162,6 +2211,7 @@ impl Filesystem for NczarrFs {
         handle.text = Some(Mutex::new(initial));
         handle.opened_value = opened_value;
         handle.wrote = AtomicBool::new(!existed || flags & libc::O_TRUNC != 0);
+        handle.placeholder = AtomicBool::new(!existed);
         let fh = sh.add_handle(handle);
         reply.created(
             &sh.kernel_ttl(),
