@@ -77,9 +77,10 @@ const KIND_OPTIONS: [&str; 6] = [
 #[derive(Debug, clap::Args)]
 pub struct KindArgs {
     /// Mode words, comma-separated: `nczarr` (default) or `zarr`, `v2` (default) or `v3`,
-    /// `noxarray`, `consolidated`, `zip`, `file`. ncgen's and nccopy's netCDF-4 names (`nc4`,
-    /// `netCDF-4`, `3`, `enhanced`, `hdf5`) mean `nczarr`; their classic model (`nc7`, `4`)
-    /// and netCDF-3 kinds are refused.
+    /// `xarray` or `noxarray`, `consolidated`, and the storage: `file` or `zip` (a local
+    /// destination), `s3` (an s3:// or http(s):// one). ncgen's and nccopy's netCDF-4 names
+    /// (`nc4`, `netCDF-4`, `3`, `enhanced`, `hdf5`) mean `nczarr`; their classic model (`nc7`,
+    /// `4`) and netCDF-3 kinds are refused.
     #[arg(short = 'k', long = "mode", value_name = "WORDS", overrides_with_all = KIND_OPTIONS)]
     pub mode: Option<String>,
     /// netCDF-4, that is NCZarr: ncgen's and nccopy's `-4`, the same as `-k nc4`.
@@ -492,6 +493,43 @@ mod tests {
             refusal(&["-k", "zip", "x.cdl"], "s3://bucket/x"),
             "-k zip: mode zip needs a local destination, not s3://bucket/x"
         );
+    }
+
+    #[test]
+    fn kind_help_names_every_mode_word() {
+        use clap::CommandFactory;
+        // netcdf-c's mode words that name a format, Zarr version, xarray choice or storage,
+        // which `-k` takes (each is accepted, for a location of its kind).
+        let words = [
+            "nczarr",
+            "zarr",
+            "v2",
+            "v3",
+            "xarray",
+            "noxarray",
+            "consolidated",
+            "file",
+            "zip",
+            "s3",
+        ];
+        for command in ["gen", "copy"] {
+            let cli = Cli::command();
+            let help = cli
+                .find_subcommand(command)
+                .and_then(|c| c.get_arguments().find(|a| a.get_id() == "mode"))
+                .and_then(|a| a.get_help())
+                .map(ToString::to_string)
+                .expect("-k has help");
+            for word in words {
+                let location = if word == "s3" { "s3://b/x" } else { "/tmp/x" };
+                let mut loc = crate::location::Location::parse(location).unwrap();
+                assert_eq!(loc.apply_mode_words([(word, word)]), Ok(()), "{word}");
+                assert!(
+                    help.contains(&format!("`{word}`")),
+                    "{command}: {word}: {help}"
+                );
+            }
+        }
     }
 
     #[test]
