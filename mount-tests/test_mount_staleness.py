@@ -71,6 +71,124 @@ def test_a_dataset_replaced_by_gen_is_never_read_as_fill_or_with_old_metadata(
     assert np.fromfile(mnt / "other" / "data", "<i4").tolist() == [5]
 
 
+_OLD_CDL = """netcdf old {
+dimensions:
+ x = 8 ;
+ y = 8 ;
+variables:
+ int v(x) ;
+  v:_ChunkSizes = 2 ;
+ int w(x) ;
+  w:_ChunkSizes = 2 ;
+ int t(x) ;
+  t:_ChunkSizes = 2 ;
+ int r(y) ;
+  r:_ChunkSizes = 2 ;
+data:
+ v = 1, 2, 3, 4, 5, 6, 7, 8 ;
+ w = 10, 11, 12, 13, 14, 15, 16, 17 ;
+ t = 20, 21, 22, 23, 24, 25, 26, 27 ;
+ r = 30, 31, 32, 33, 34, 35, 36, 37 ;
+}
+"""
+
+# What became of each variable: `v` rechunked, `w` gone, `t` of another type, `r` shorter
+# (its old chunks' keys still hold values, the new dataset's).
+_NEW_CDL = """netcdf new {
+dimensions:
+ x = 8 ;
+ y = 6 ;
+variables:
+ int v(x) ;
+  v:_ChunkSizes = 4 ;
+ float t(x) ;
+  t:_ChunkSizes = 2 ;
+ int r(y) ;
+  r:_ChunkSizes = 2 ;
+data:
+ v = 100, 200, 300, 400, 500, 600, 700, 800 ;
+ t = 0.5, 1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 7.5 ;
+ r = 61, 62, 63, 64, 65, 66 ;
+}
+"""
+
+
+@pytest.mark.parametrize("kind,when", [
+    ("directory", "read at once"),
+    ("directory", "after a reload"),
+    ("zip", "after a reload"),
+])
+def test_descriptors_opened_before_a_replacement_never_read_through_the_new_dataset(
+        binary, mounter, tmp_path, kind, when):
+    """`gen` replaces a mounted dataset with one that lacks a variable, has another with
+    other chunks, one of another type and one shorter. A `data` file opened before never
+    reads the new dataset's chunks through the old metadata, nor a variable it lacks as fill
+    values: each read fails with EIO (one log line per file) or, where the bytes mean the
+    same in both (`v`: the same type and shape), gives the new dataset's values as
+    netCDF4-python reads them. Read at once, before any reload, the old directory is already
+    deleted (the kernel's first read fails, which makes the mount reload, and its retry goes
+    through the reloaded mount); after a reload, the mount reads the new dataset."""
+    def gen(cdl_text: str, out: Path) -> None:
+        cdl = tmp_path / "in.cdl"
+        cdl.write_text(cdl_text)
+        r = subprocess.run([str(binary), "gen", "-o", str(out), str(cdl)], capture_output=True)
+        assert r.returncode == 0, r.stderr
+
+    store = tmp_path / ("ds.zip" if kind == "zip" else "ds.file")
+    gen(_OLD_CDL, store)
+    # netcdf-c reads no zip here: the new values from a directory store of the same CDL.
+    twin = tmp_path / "twin.file"
+    gen(_NEW_CDL, twin)
+    want = netcdf_values(f"file://{twin}#mode=nczarr,file")
+    assert "/w" not in want and want["/t"].dtype == np.float32 and len(want["/r"]) == 6
+    # As `data` holds them.
+    little = {k[1:]: a.astype(a.dtype.newbyteorder("<")).tobytes() for k, a in want.items()}
+    log = tmp_path / "mount.log"
+    mnt = mounter.mount(str(store), "ttl=600" if when == "read at once" else "ttl=1", log=log)
+    names = ["w", "v", "t", "r"]
+    fds = {name: os.open(mnt / name / "data", os.O_RDONLY) for name in names}
+    try:
+        gen(_NEW_CDL, store)
+        if when == "after a reload":
+            time.sleep(2.0)
+            assert sorted(os.listdir(mnt))[-3:] == ["r", "t", "v"]
+        for attempt in range(2):
+            for name in names:
+                try:
+                    got = os.pread(fds[name], 4096, 0)
+                except OSError as e:
+                    assert e.errno == errno.EIO, (name, e)
+                    continue
+                assert name in little and got == little[name], (name, attempt, got)
+        if when == "read at once":
+            # Through a name the kernel still holds from before (`ls mnt/w; od mnt/w/data`).
+            try:
+                late = os.open(mnt / "w" / "data", os.O_RDONLY)
+            except FileNotFoundError:
+                pass
+            else:
+                try:
+                    with pytest.raises(OSError) as failed:
+                        os.pread(late, 4096, 0)
+                    assert failed.value.errno == errno.EIO
+                finally:
+                    os.close(late)
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+    lines = [line for line in log.read_text().splitlines()
+             if "the dataset was removed or replaced while open" in line]
+    assert any("/w/data" in line for line in lines), log.read_text()
+    for name in names:
+        assert sum(f"/{name}/data:" in line for line in lines) <= 1, log.read_text()
+    # A fresh open reads the new dataset.
+    for name in ["v", "t", "r"]:
+        assert (mnt / name / "data").read_bytes() == little[name], name
+    # The kernel may hold the name `w` for its TTL; the header is made at each open.
+    header = (mnt / "@header.cdl").read_text()
+    assert "float t(x)" in header and "w(" not in header
+
+
 @pytest.mark.parametrize("options", ["ttl=1", "ttl=1,cache_size=0,readahead=0"])
 def test_rewritten_and_deleted_chunks_are_fresh_after_ttl(mounter, tmp_path, options):
     store = tmp_path / "ds.file"

@@ -228,6 +228,17 @@ pub enum Error {
         /// The dataset's root directory, as the location named it.
         path: PathBuf,
     },
+    /// An object of an open dataset read after its storage was replaced as a whole (a
+    /// directory store's root directory or a zip archive put in its place, found when the
+    /// metadata was read again): it belongs to another dataset than the metadata read before,
+    /// which only that dataset's own metadata may read (`EIO`).
+    #[error(
+        "{dataset}: the dataset was replaced while open; open it again to read what is there now"
+    )]
+    ReplacedUnderneath {
+        /// The dataset's location, as the map describes it.
+        dataset: String,
+    },
     /// A feature that is not implemented yet.
     #[error("not supported: {0}")]
     Unsupported(String),

@@ -30,7 +30,7 @@ use crate::dataset::OpenDataset;
 use crate::error::quoted;
 use crate::location::Mode;
 use crate::model::{AttrValue, Dataset, VarId};
-use crate::zmap::{Space, ZMap};
+use crate::zmap::{PinnedMap, Space, ZMap};
 use crate::{meta, Error, Result};
 
 use super::content;
@@ -72,9 +72,39 @@ pub struct Snapshot {
     pub generation: u64,
     /// When the model last changed (the mtime of every node).
     pub changed: SystemTime,
+    /// The storage the model was read from, which a read-only mount's engine reads through:
+    /// once a dataset put in its place has been taken up, reads through this snapshot fail
+    /// (see [`PinnedMap`]). `None` for a `rw` mount, whose writer keeps to the storage it
+    /// claimed.
+    pub pin: Option<Arc<PinnedMap>>,
 }
 
 impl Snapshot {
+    /// A read-only mount's snapshot of `model`, read from what `map` reads now, whose values
+    /// are read through a new engine with a cache of `cache_bytes`.
+    fn over_storage(
+        map: &Arc<dyn ZMap>,
+        cache_bytes: usize,
+        model: Dataset,
+        generation: u64,
+    ) -> Snapshot {
+        let pin = Arc::new(PinnedMap::new(Arc::clone(map)));
+        let engine = ChunkEngine::new(Arc::clone(&pin) as Arc<dyn ZMap>, cache_bytes);
+        Snapshot {
+            model,
+            source: Source::Engine(Box::new(engine)),
+            generation,
+            changed: SystemTime::now(),
+            pin: Some(pin),
+        }
+    }
+
+    /// Whether the storage this snapshot's model was read from is still the one read (see
+    /// [`Snapshot::pin`]).
+    fn reads_its_storage(&self) -> bool {
+        self.pin.as_ref().is_none_or(|pin| pin.is_current())
+    }
+
     /// Reads `slab` of `var` (see [`ChunkEngine::read`]).
     pub fn read(&self, var: VarId, slab: &Hyperslab, out: &mut [u8]) -> Result<()> {
         match &self.source {
@@ -444,12 +474,9 @@ impl NczarrFs {
             ));
         }
         let name = ds.location.dataset_name();
-        let snap = Snapshot {
-            model: ds.model,
-            source: Source::Engine(Box::new(ds.engine)),
-            generation: 0,
-            changed: SystemTime::now(),
-        };
+        // Its own engine, over the storage pinned: the one opened with it reads through the
+        // map, whichever dataset that reads after a reload. Nothing was cached in it yet.
+        let snap = Snapshot::over_storage(&ds.map, opts.cache_bytes, ds.model, 0);
         Self::build(ds.map, ds.location.mode, name, snap, None, opts)
     }
 
@@ -465,6 +492,7 @@ impl NczarrFs {
             source: Source::Writer(Arc::clone(&writer)),
             generation: 0,
             changed: SystemTime::now(),
+            pin: None,
         };
         let name = location.dataset_name();
         Self::build(map, location.mode, name, snap, Some(writer), opts)
@@ -669,6 +697,11 @@ impl Shared {
                 if let Err(e) = current.with_engine(ChunkEngine::clear) {
                     self.log_once(format!("cannot drop the chunk cache: {e}"));
                 }
+                // A dataset put in the old one's place with the same metadata: its chunks mean
+                // what the old ones meant, as chunks rewritten in place do.
+                if let Some(pin) = &current.pin {
+                    pin.repin();
+                }
             }
             Ok(model) => {
                 log::info!("{}: metadata changed, reloaded", self.map.describe());
@@ -679,13 +712,12 @@ impl Shared {
                 if let Err(e) = current.with_engine(ChunkEngine::clear) {
                     self.log_once(format!("cannot drop the chunk cache: {e}"));
                 }
-                let engine = ChunkEngine::new(Arc::clone(&self.map), self.opts.cache_bytes);
-                let snap = Snapshot {
-                    source: Source::Engine(Box::new(engine)),
-                    generation: current.generation + 1,
-                    changed: SystemTime::now(),
+                let snap = Snapshot::over_storage(
+                    &self.map,
+                    self.opts.cache_bytes,
                     model,
-                };
+                    current.generation + 1,
+                );
                 *self.snap.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(snap);
             }
             Err(e @ Error::NotZarr { .. }) => self.log_once(format!(
@@ -804,6 +836,7 @@ impl Shared {
                 source: Source::Writer(Arc::clone(writer)),
                 generation: slot.generation + 1,
                 changed: SystemTime::now(),
+                pin: None,
             });
         }
         result
@@ -1102,6 +1135,24 @@ impl Shared {
         match data_view_kept(owner, &opened.model, &newest.model) {
             true => newest,
             false => Arc::clone(opened),
+        }
+    }
+
+    /// Logs, once for each file, that a read of `node` through `snap` failed because the
+    /// storage its model was read from was removed or replaced underneath (the kernel retries
+    /// a failed readahead page by page: one line, not one per request). When `snap` is the
+    /// current snapshot (the old directory deleted before a reload, or a reload that took up
+    /// the new storage but could not read its metadata), the next lookup reads the metadata
+    /// again, whatever the TTL; an older one, a descriptor's, stays as it is.
+    fn storage_replaced_under(&self, snap: &Arc<Snapshot>, node: &Node) {
+        self.log_once(format!(
+            "{}: {}: the dataset was removed or replaced while open: reads through what was \
+             read before fail with EIO; open the file again to read what is there now",
+            node_display(node),
+            self.map.describe()
+        ));
+        if Arc::ptr_eq(snap, &read_lock(&self.snap)) {
+            self.refresh_requested.store(true, Ordering::SeqCst);
         }
     }
 
@@ -1658,13 +1709,24 @@ impl Filesystem for NczarrFs {
             return reply.error(Errno::ENOENT);
         };
         let snap = sh.snapshot();
-        let Some(mut attr) = sh.attr(ino, &node, &snap) else {
+        let opened = fh.and_then(|fh| lock(&sh.handles).get(&fh.0).cloned());
+        let attr = sh.attr(ino, &node, &snap).or_else(|| {
+            // Asked through a descriptor of a `data` file whose variable is gone: the file
+            // it still reads, as `fstat` of a deleted file answers. The kernel asks before
+            // reading through the page cache, and an ENOENT here would be the read's error
+            // instead of the EIO that the read itself gives.
+            let handle = opened.as_ref()?;
+            let Node::File(owner, FileKind::Data) = &handle.node else {
+                return None;
+            };
+            sh.attr(ino, &node, &sh.read_snapshot(handle, owner))
+        });
+        let Some(mut attr) = attr else {
             return reply.error(Errno::ENOENT);
         };
         // Asked through an open file, the size is that of what the open serves, which may
         // be older than the model's: a reader through the page cache stops where the
         // kernel's size says.
-        let opened = fh.and_then(|fh| lock(&sh.handles).get(&fh.0).cloned());
         if let Some(handle) = opened {
             if let Some(content) = &handle.content {
                 attr.size = content.len() as u64;
@@ -1841,6 +1903,12 @@ impl Filesystem for NczarrFs {
             ));
             return reply.error(Errno::EIO);
         }
+        if !snap.reads_its_storage() {
+            // Not the new dataset's chunks through the old one's metadata, nor its missing
+            // ones (a variable it lacks) as fill values.
+            sh.storage_replaced_under(&snap, &handle.node);
+            return reply.error(Errno::EIO);
+        }
         if !sh.chunks_read_alike(owner, &snap) {
             sh.log_once(format!(
                 "{}: the variable changed underneath (type, shape or chunks): reads through \
@@ -1850,13 +1918,18 @@ impl Filesystem for NczarrFs {
             return reply.error(Errno::EIO);
         }
         let failed = |e: Error| {
-            sh.log_once(format!(
-                "{}: read of {size} bytes at {offset}: {e}",
-                node_display(&handle.node)
-            ));
-            if matches!(e, Error::RemovedUnderneath { .. }) {
-                // What is at the path now is read at the next lookup, whatever the TTL.
-                sh.refresh_requested.store(true, Ordering::SeqCst);
+            match e {
+                Error::RemovedUnderneath { .. } => {
+                    // The map's own directory is gone, whichever snapshot read it: what is at
+                    // the path now is read at the next lookup, whatever the TTL.
+                    sh.refresh_requested.store(true, Ordering::SeqCst);
+                    sh.storage_replaced_under(&snap, &handle.node)
+                }
+                Error::ReplacedUnderneath { .. } => sh.storage_replaced_under(&snap, &handle.node),
+                _ => sh.log_once(format!(
+                    "{}: read of {size} bytes at {offset}: {e}",
+                    node_display(&handle.node)
+                )),
             }
             Errno::from_i32(e.errno())
         };

@@ -10,6 +10,7 @@ use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::beneath::{self, Miss, NearDirs};
@@ -115,6 +116,26 @@ fn temp_writer(file_name: &str) -> Option<u32> {
     (digits && super::temp_files::is_token(token)).then(|| pid.parse().ok())?
 }
 
+/// The root directory a [`FileMap`] works in.
+#[derive(Debug, Default)]
+struct RootSlot {
+    /// The root directory kept open; `None` until the next operation opens it by its path.
+    open: Option<Arc<OwnedFd>>,
+    /// The root directory let go of, kept open until the next one is opened and compared with
+    /// it (see [`ZMap::storage_generation`]): while it is open, its inode number is no other
+    /// directory's, whereas a deleted directory's number may be given to the next one made.
+    released: Option<Arc<OwnedFd>>,
+}
+
+impl RootSlot {
+    /// Lets go of the root kept open: the next operation opens what is at the path then.
+    fn release(&mut self) {
+        if let Some(open) = self.open.take() {
+            self.released = Some(open);
+        }
+    }
+}
+
 /// A dataset stored as a directory tree.
 ///
 /// Symbolic links inside the dataset are followed by reads only as far as they stay inside
@@ -134,7 +155,10 @@ pub struct FileMap {
     c_root: CString,
     read_only: bool,
     /// The root directory, open (`O_PATH`) for the operations below it (see [`FileMap`]).
-    root_dir: std::sync::Mutex<Option<Arc<OwnedFd>>>,
+    root_dir: std::sync::Mutex<RootSlot>,
+    /// [`ZMap::storage_generation`]: bumped when a root directory opened after a refresh is
+    /// another directory than the one let go of.
+    generation: AtomicU64,
     /// Whether [`FileMap::create_new`] made the root directory: the map then keeps working in
     /// that directory, whatever is put at its name afterwards.
     made_root: bool,
@@ -212,7 +236,8 @@ impl FileMap {
             root: root.to_path_buf(),
             c_root: CString::new(root.as_os_str().as_bytes()).map_err(|_| nul_in(root))?,
             read_only: !writable,
-            root_dir: std::sync::Mutex::new(None),
+            root_dir: std::sync::Mutex::new(RootSlot::default()),
+            generation: AtomicU64::new(0),
             made_root: false,
             writer_claim: std::sync::Mutex::new(None),
             claimed_root: std::sync::OnceLock::new(),
@@ -236,7 +261,11 @@ impl FileMap {
             root: root.to_path_buf(),
             c_root,
             read_only: false,
-            root_dir: std::sync::Mutex::new(Some(Arc::new(made))),
+            root_dir: std::sync::Mutex::new(RootSlot {
+                open: Some(Arc::new(made)),
+                released: None,
+            }),
+            generation: AtomicU64::new(0),
             made_root: true,
             writer_claim: std::sync::Mutex::new(None),
             claimed_root: std::sync::OnceLock::new(),
@@ -281,7 +310,7 @@ impl FileMap {
         }
     }
 
-    fn root_slot(&self) -> std::sync::MutexGuard<'_, Option<Arc<OwnedFd>>> {
+    fn root_slot(&self) -> std::sync::MutexGuard<'_, RootSlot> {
         self.root_dir.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -292,7 +321,7 @@ impl FileMap {
     /// old one would corrupt it.
     fn open_root(&self) -> io::Result<Arc<OwnedFd>> {
         let mut slot = self.root_slot();
-        if let Some(root) = &*slot {
+        if let Some(root) = &slot.open {
             return Ok(Arc::clone(root));
         }
         let root = Arc::new(beneath::open_path(
@@ -304,7 +333,22 @@ impl FileMap {
                 return Err(io::Error::new(io::ErrorKind::ResourceBusy, ReplacedRoot));
             }
         }
-        *slot = Some(Arc::clone(&root));
+        if let Some(released) = slot.released.take() {
+            let same = match (
+                beneath::identity(root.as_fd()),
+                beneath::identity(released.as_fd()),
+            ) {
+                (Ok(now), Ok(before)) => now == before,
+                // Not known to be the same directory: taken for another.
+                _ => false,
+            };
+            if !same {
+                // Before the root is published under the lock: whoever reads through the new
+                // root finds the new count once it has read.
+                self.generation.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        slot.open = Some(Arc::clone(&root));
         Ok(root)
     }
 
@@ -363,8 +407,12 @@ impl FileMap {
         let removed = self.is_removed(root);
         if removed {
             let mut slot = self.root_slot();
-            if slot.as_ref().is_some_and(|kept| Arc::ptr_eq(kept, root)) {
-                *slot = None;
+            if slot
+                .open
+                .as_ref()
+                .is_some_and(|kept| Arc::ptr_eq(kept, root))
+            {
+                slot.release();
             }
         }
         removed
@@ -1297,7 +1345,7 @@ impl ZMap for FileMap {
             let root =
                 beneath::open_at(lock.file().as_fd(), c".", libc::O_PATH | libc::O_DIRECTORY)
                     .map_err(|e| Error::io(&self.root, e))?;
-            *self.root_slot() = Some(Arc::new(root));
+            self.root_slot().open = Some(Arc::new(root));
             let _ = self.claimed_root.set(locked);
             *claim = Some(lock);
             self.remove_leftover_temporaries();
@@ -1314,9 +1362,13 @@ impl ZMap for FileMap {
     /// this process made keeps its directory.
     fn refresh(&self) -> Result<()> {
         if !self.made_root {
-            *self.root_slot() = None;
+            self.root_slot().release();
         }
         Ok(())
+    }
+
+    fn storage_generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
     }
 }
 

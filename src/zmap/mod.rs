@@ -11,6 +11,7 @@ mod beneath;
 mod file;
 mod mapped;
 mod memory;
+mod pinned;
 mod rename_helper;
 mod s3;
 mod s3_health;
@@ -27,6 +28,7 @@ use crate::{Error, Result};
 
 pub use self::file::FileMap;
 pub use self::memory::MemoryMap;
+pub use self::pinned::PinnedMap;
 pub use self::rename_helper::{
     serve_renames, stop_rename_helper, use_rename_helper, RENAME_HELPER_COMMAND,
 };
@@ -357,6 +359,16 @@ pub trait ZMap: Send + Sync + Debug {
     /// archive's index); a reader that re-reads the metadata after a while calls it first.
     fn refresh(&self) -> Result<()> {
         Ok(())
+    }
+
+    /// How many times the map has gone over to other storage than the one it read before: a
+    /// directory store's root directory or a zip archive that another program put at the
+    /// dataset's path, taken up after a [`ZMap::refresh`]. Objects read at one count belong
+    /// to another dataset than those read at another, so a reader holding metadata read at
+    /// one count must not read values at the next (see [`PinnedMap`]). Maps whose storage is
+    /// not replaced as a whole (objects on S3 are rewritten one by one, in place) stay at 0.
+    fn storage_generation(&self) -> u64 {
+        0
     }
 
     /// Asks a remote server that the map holds as down (it stopped answering, and requests

@@ -16,6 +16,7 @@ use std::fs::{self, File};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use zip::result::ZipError;
@@ -77,6 +78,9 @@ pub struct ZipMap {
     /// The archive, locked while a writer holds its claim. A flush locks the new archive
     /// before renaming it into place, so the claim never lapses.
     writer_claim: Mutex<Option<File>>,
+    /// [`ZMap::storage_generation`]: bumped when a refresh finds another archive (or none) at
+    /// the path.
+    generation: AtomicU64,
 }
 
 #[derive(Debug)]
@@ -214,6 +218,7 @@ impl ZipMap {
                 spill: None,
             }),
             writer_claim: Mutex::new(None),
+            generation: AtomicU64::new(0),
         })
     }
 
@@ -235,6 +240,7 @@ impl ZipMap {
                 spill: None,
             }),
             writer_claim: Mutex::new(None),
+            generation: AtomicU64::new(0),
         }
     }
 
@@ -1126,6 +1132,9 @@ impl ZMap for ZipMap {
         if state.dirty || now == state.identity {
             return Ok(());
         }
+        // Under the state's lock, before the index changes: whoever reads from the new index
+        // finds the new count once it has read.
+        self.generation.fetch_add(1, Ordering::SeqCst);
         let file = match File::open(&self.path) {
             Ok(file) => file,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -1139,6 +1148,10 @@ impl ZMap for ZipMap {
             Err(e) => return Err(Error::io(&self.path, e)),
         };
         self.reindex(&mut state, file)
+    }
+
+    fn storage_generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
     }
 }
 
