@@ -307,6 +307,15 @@ WRITE_EDGES = [
     (numcodecs.Blosc(cname="lz4", clevel=5), "typesize", 4),
     (numcodecs.Blosc(cname="lz4", clevel=5), "typesize", True),
     (numcodecs.Blosc(cname="lz4", clevel=5), "typesize", 2**31),
+    # Values numcodecs compresses with that zarr-python 3's own codecs take in another form.
+    (numcodecs.GZip(level=1), "level", -1),
+    (numcodecs.GZip(level=1), "level", True),
+    (numcodecs.GZip(level=1), "level", False),
+    (numcodecs.Zlib(level=1), "level", -1),
+    (numcodecs.Blosc(cname="lz4", clevel=5), "clevel", True),
+    (numcodecs.Blosc(cname="lz4", clevel=5), "shuffle", -1),
+    (numcodecs.Blosc(cname="lz4", clevel=5), "blocksize", True),
+    (numcodecs.LZ4(acceleration=1), "acceleration", True),
 ]
 
 
@@ -354,6 +363,43 @@ def test_put_writes_where_zarr_python_writes(nczarrfs, tmp_path, codec, key, val
     # copy keeps the codec exactly where it can write with it.
     res = nczarrfs("copy", "-k", "zarr", str(path), str(tmp_path / "copy.zarr"))
     assert (res.returncode == 0) == zarr_python_writes, res.stderr.decode()
+
+
+@pytest.mark.parametrize("codec, key, value", WRITE_EDGES,
+                         ids=[f"{c.codec_id}-{k}-{v!r}" for c, k, v in WRITE_EDGES])
+def test_copy_to_zarr_v3_compresses_as_numcodecs(nczarrfs, tmp_path, codec, key, value):
+    """`copy -k zarr,v3` of such a variable: where zarr-python (numcodecs 0.16) writes with
+    the edited configuration, zarr-python 3 opens the copy, reads the values, and compresses
+    a chunk to the very bytes numcodecs makes of it with the source's configuration (but for
+    the time in a gzip header); where it does not, the copy is refused naming the variable,
+    and nothing is created."""
+    path = tmp_path / "s.zarr"
+    root = zarr.open_group(str(path), mode="w", zarr_format=2)
+    values = np.arange(40.0) % 7
+    arr = root.create_array("v", shape=(40,), chunks=(16,), dtype="<f8", compressors=codec,
+                            attributes={"_ARRAY_DIMENSIONS": ["x"]})
+    arr[:] = values
+    _edit(path / "v" / ".zarray", key, value)
+    config = json.loads((path / "v" / ".zarray").read_text())["compressor"]
+    try:
+        want = numcodecs.get_codec(dict(config)).encode(values[:16])
+    except Exception:  # noqa: BLE001 - numcodecs raises TypeError, OverflowError, ValueError
+        want = None
+    target = tmp_path / "v3.zarr"
+    res = nczarrfs("copy", "-k", "zarr,v3", str(path), str(target))
+    if want is None:
+        assert res.returncode == 1 and b"variable /v" in res.stderr, res.stderr.decode()
+        assert not target.exists()
+        return
+    assert res.returncode == 0, res.stderr.decode()
+    copied = zarr.open_array(str(target / "v"), mode="r+")
+    assert copied[...].tolist() == values.tolist()
+    copied[:] = values
+    got = (target / "v" / "c" / "0").read_bytes()
+    if codec.codec_id == "gzip":
+        # A gzip header's bytes 4 to 7 are the time it was written (RFC 1952).
+        got, want = got[:4] + got[8:], bytes(want[:4]) + bytes(want[8:])
+    assert got == bytes(want)
 
 
 # (codec zarr-python writes, Zarr v3 configuration edited, value; None removes the key).

@@ -190,6 +190,20 @@ pub enum Error {
         /// Which parameter, its value and the values the codec accepts.
         reason: String,
     },
+    /// A variable's Zarr v2 codec whose parameters have no Zarr v3 form that zarr-python 3
+    /// opens (numcodecs itself could not compress with them): nothing is written.
+    #[error(
+        "variable {var}: codec {codec} has no Zarr v3 form: {reason}; choose another with \
+         -d N (zlib) or --codec CHAIN"
+    )]
+    NoZarrV3Form {
+        /// The variable's full name.
+        var: String,
+        /// The codec id.
+        codec: String,
+        /// Which parameter and why.
+        reason: String,
+    },
     /// A name (variable, group, dimension, attribute) was not found.
     #[error("not found: {0}")]
     NotFound(String),

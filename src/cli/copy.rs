@@ -631,8 +631,7 @@ fn shard_model(ds: &mut Dataset, specs: &[String]) -> Result<()> {
         }
         // The writer spells the inner chain again for the stored type (its byte order).
         let dtype = meta::writer_v3::v3_dtype(v.nctype, v.string_width, false);
-        let codecs = meta::writer_v3::sharded(&chain, &dtype, &chunks, &index)
-            .map_err(|e| Error::Unsupported(format!("--shards: {fqn}: {e}")))?;
+        let codecs = meta::writer_v3::sharded(&chain, &dtype, &chunks, &index, &fqn)?;
         let st = &mut ds.vars[i].storage;
         st.codecs = codecs;
         st.chunks = shards;
@@ -806,7 +805,7 @@ fn target_model(
                     Some(inner) => {
                         let dtype = meta::writer_v3::v3_dtype(v.nctype, v.string_width, false);
                         let index = ShardIndex::of(list).unwrap_or_default();
-                        meta::writer_v3::sharded(&chain, &dtype, &inner, &index)?
+                        meta::writer_v3::sharded(&chain, &dtype, &inner, &index, &fqn)?
                     }
                     None => chain,
                 }

@@ -105,6 +105,28 @@ impl Blosc {
     }
 }
 
+/// The configuration of a Zarr v3 `blosc` codec that compresses as numcodecs' `Blosc` of
+/// `cfg` does on items of `element_size` bytes: the same arguments to c-blosc, each in the
+/// type zarr-python 3 requires (integers, the shuffle by name), `AUTOSHUFFLE` resolved as
+/// numcodecs resolves it, and the `typesize` numcodecs passes on. A parameter numcodecs
+/// cannot compress with is its [`Error::Codec`] or [`Error::CodecOutOfRange`].
+pub fn zarr_v3_configuration(cfg: &Config<'_>, element_size: usize) -> Result<Value> {
+    let settings = Settings::from_config(cfg, element_size)?;
+    let shuffle = match settings.shuffle {
+        0 => "noshuffle",
+        2 => "bitshuffle",
+        _ => "shuffle",
+    };
+    Ok(serde_json::json!({
+        "cname": settings.cname.to_string_lossy(),
+        "clevel": settings.clevel,
+        "shuffle": shuffle,
+        "typesize": settings.typesize,
+        // The C int numcodecs passes, not the size_t c-blosc makes of a negative one.
+        "blocksize": cfg.c_int("blocksize", 0)?,
+    }))
+}
+
 impl Settings {
     /// The arguments numcodecs 0.16 compresses with: `clevel`, `shuffle` and `blocksize` are
     /// made C `int`s ([`Config::c_int`]: `5.7` is 5; a string, `null` or a value beyond

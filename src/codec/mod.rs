@@ -22,13 +22,16 @@ mod lz4;
 mod shuffle;
 mod zstd_codec;
 
-pub use blosc::Blosc;
+pub use blosc::{zarr_v3_configuration as blosc_zarr_v3_configuration, Blosc};
 pub use bz2::Bz2;
 pub use checksum::{Checksum, ChecksumKind};
 pub use deflate::{Gzip, Zlib};
 pub use lz4::Lz4;
 pub use shuffle::{netcdf_element_size, Shuffle, NETCDF_STRING_ELEMENT, NUMCODECS_ELEMENTSIZE};
-pub use zstd_codec::{netcdf_c_zstd_level, zarr_v3_zstd_level, zstd_level_meant, Zstd};
+pub use zstd_codec::{
+    compressing_level as zstd_compressing_level, netcdf_c_zstd_level, zarr_v3_zstd_level,
+    zstd_level_meant, Zstd,
+};
 
 /// One bytes-to-bytes transformation of a chunk.
 pub trait Codec: Send + Sync + Debug {

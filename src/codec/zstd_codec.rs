@@ -79,6 +79,21 @@ pub fn zarr_v3_zstd_level(stored: i64) -> i64 {
     )
 }
 
+/// The level a numcodecs `zstd` configuration compresses with, before libzstd clamps it:
+/// its `level` made a C `int` as numcodecs makes it ([`Config::c_int`]), or the negative
+/// level netcdf-c's unsigned form means ([`zstd_level_meant`]).
+pub fn compressing_level(cfg: &Config<'_>) -> Result<i64> {
+    let netcdf_c_form = cfg
+        .params
+        .get("level")
+        .and_then(Value::as_u64)
+        .filter(|&u| u > i32::MAX as u64 && u <= u64::from(u32::MAX));
+    match netcdf_c_form {
+        Some(u) => Ok(zstd_level_meant(u as i64)),
+        None => cfg.c_int("level", 0),
+    }
+}
+
 impl Zstd {
     /// From `{"id": "zstd", "level": N, "checksum": false}`. Decompressing ignores the
     /// level, so any value is read, as numcodecs reads it. Compressing takes it as numcodecs
@@ -88,16 +103,8 @@ impl Zstd {
     /// its range when compressing, as [`Codec::encode`] does here. `checksum` is the Python
     /// truth value of whatever it holds, as numcodecs takes it.
     pub fn from_config(cfg: &Config<'_>) -> Result<Self> {
-        let netcdf_c_form = cfg
-            .params
-            .get("level")
-            .and_then(Value::as_u64)
-            .filter(|&u| u > i32::MAX as u64 && u <= u64::from(u32::MAX));
-        let level = match netcdf_c_form {
-            Some(u) => EncodingParam::from(Ok(zstd_level_meant(u as i64))),
-            None => EncodingParam::from(cfg.c_int("level", 0)),
-        }
-        .map(|level| i32::try_from(level).map_err(|_| cfg.error("bad level")));
+        let level = EncodingParam::from(compressing_level(cfg))
+            .map(|level| i32::try_from(level).map_err(|_| cfg.error("bad level")));
         // numcodecs takes the flag's Python truth value, whatever its type.
         let checksum = cfg.truth("checksum", false);
         Ok(Zstd { level, checksum })

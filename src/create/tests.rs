@@ -1021,6 +1021,7 @@ fn records_a_failed_writer_stored_past_the_length_read_as_fill_when_it_grows() {
                 &dtype,
                 &[4, 2],
                 &writer_v3::ShardIndex::default(),
+                "/a",
             )
             .unwrap();
             st.chunks = vec![12, 2];

@@ -695,7 +695,7 @@ impl DatasetWriter {
             check_numcodecs_chain(&fqn, &flat, chunk_elems * dtype.size as u64, dtype.size)?;
         }
         v.storage.codecs = match inner {
-            Some(inner) => writer_v3::sharded(&flat, &dtype, &inner, &shard_index)?,
+            Some(inner) => writer_v3::sharded(&flat, &dtype, &inner, &shard_index, &fqn)?,
             None => flat,
         };
         if v.nctype == NcType::String && v3 {
@@ -707,7 +707,7 @@ impl DatasetWriter {
                 kind: DtypeKind::Bytes,
                 size: v.string_width,
             };
-            v.storage.codecs = writer_v3::vlen_strings(&v.storage.codecs, &dtype)?;
+            v.storage.codecs = writer_v3::vlen_strings(&v.storage.codecs, &dtype, &fqn)?;
         }
         let esize = v.element_size();
         if let Some(f) = &mut v.storage.fill_value {

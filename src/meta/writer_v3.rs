@@ -29,7 +29,7 @@ use super::writer::WriteOptions;
 use super::writer::{
     attr_json, bare_floats, base64, default_dtype, f32_as_f64, float_json, Dialect,
 };
-use crate::error::{capped, quoted};
+use crate::error::quoted;
 use crate::model::{
     AttrValue, Attribute, ByteOrder, ChunkKeyEncoding, CodecSpec, Dataset, DtypeKind, GroupId,
     NcType, VarId, ZarrDtype,
@@ -338,11 +338,13 @@ fn bytes_codec(dtype: &ZarrDtype) -> Value {
     }
 }
 
-/// A codec chain spelled the Zarr v3 way for an array stored as `dtype`: a v3 chain as it
-/// is; a v2 chain as `bytes` then each codec (`gzip`, `zstd`, `blosc`, `crc32c` by their v3
-/// names, every other numcodecs codec as `numcodecs.<id>`, which zarr-python 3 reads through
-/// numcodecs).
-pub fn codecs_v3(spec: &CodecSpec, dtype: &ZarrDtype) -> Result<Vec<Value>> {
+/// A codec chain spelled the Zarr v3 way for variable `var`, stored as `dtype`: a v3 chain
+/// as it is; a v2 chain as `bytes` then each codec (`gzip`, `zstd`, `blosc`, `crc32c` by
+/// their v3 names, every other numcodecs codec as `numcodecs.<id>`, which zarr-python 3
+/// reads through numcodecs), each parameter in the form zarr-python 3 opens the array with
+/// and meaning what numcodecs compresses with. A parameter numcodecs could not compress with
+/// is [`Error::NoZarrV3Form`].
+pub fn codecs_v3(spec: &CodecSpec, dtype: &ZarrDtype, var: &str) -> Result<Vec<Value>> {
     let (filters, compressor) = match spec {
         CodecSpec::V3(list) => return Ok(list.clone()),
         CodecSpec::V2 {
@@ -352,12 +354,24 @@ pub fn codecs_v3(spec: &CodecSpec, dtype: &ZarrDtype) -> Result<Vec<Value>> {
     };
     let mut out = vec![bytes_codec(dtype)];
     for c in filters.iter().chain(compressor).filter(|c| !c.is_null()) {
-        out.push(codec_to_v3(c, dtype.size)?);
+        out.push(codec_to_v3(c, dtype.size).map_err(|e| match e {
+            Error::Codec { codec, reason } | Error::CodecOutOfRange { codec, reason } => {
+                Error::NoZarrV3Form {
+                    var: var.to_string(),
+                    codec,
+                    reason,
+                }
+            }
+            other => other,
+        })?);
     }
     Ok(out)
 }
 
-/// One numcodecs object as a v3 codec.
+/// One numcodecs object as a v3 codec. Every parameter is read as the numcodecs codec reads
+/// it where it compresses (`crate::codec`), so the v3 codec compresses the same way:
+/// zarr-python 3 takes only integers (a boolean or a float numcodecs makes a C `int` of is
+/// written as that integer), and a `numcodecs.` codec's `configuration`, even an empty one.
 fn codec_to_v3(c: &Value, esize: usize) -> Result<Value> {
     let bad = |reason: &str| Error::Codec {
         codec: c
@@ -374,6 +388,9 @@ fn codec_to_v3(c: &Value, esize: usize) -> Result<Value> {
         .get("id")
         .and_then(Value::as_str)
         .ok_or_else(|| bad("codec configuration without a string \"id\""))?;
+    // The parameters as stored: a `null` numcodecs cannot compress with is refused, not
+    // taken for the default that the written configuration spells out.
+    let cfg = crate::codec::Config { id, params: obj };
     let complete = crate::codec::with_numcodecs_defaults(c);
     let mut params: Map<String, Value> = complete
         .as_object()
@@ -382,58 +399,29 @@ fn codec_to_v3(c: &Value, esize: usize) -> Result<Value> {
         .filter(|(k, _)| k.as_str() != "id")
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    let int = |p: &Map<String, Value>, k: &str, default: i64| -> Result<i64> {
-        match p.get(k) {
-            None | Some(Value::Null) => Ok(default),
-            // A float is what numcodecs compresses with truncated (its C `int`), which the
-            // v3 codec, taking integers only, is given.
-            Some(v) => v
-                .as_i64()
-                .or_else(|| v.as_f64().map(|f| f.trunc() as i64))
-                .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
-                .ok_or_else(|| {
-                    bad(&format!(
-                        "parameter {} is not an integer: {}",
-                        quoted(k),
-                        capped(&v.to_string())
-                    ))
-                }),
-        }
-    };
+    // Python's zlib and bz2 take an integer (a boolean being one) and nothing else.
+    let level = |range| cfg.encoding_strict_int_in("level", 1, range).get().copied();
     Ok(match id {
-        "gzip" => json!({"name": "gzip", "configuration": {"level": int(&params, "level", 1)?}}),
-        "zstd" => {
-            let checksum = match params.get("checksum") {
-                None | Some(Value::Null) => false,
-                Some(Value::Bool(on)) => *on,
-                Some(_) => int(&params, "checksum", 0)? != 0,
+        "gzip" => {
+            // zarr-python 3's gzip takes levels 0 to 9. numcodecs hands -1 to Python's gzip
+            // module, whose zlib compresses with its default, level 6: the same stream.
+            let level = match level(-1..=9)? {
+                -1 => 6,
+                n => n,
             };
+            json!({"name": "gzip", "configuration": {"level": level}})
+        }
+        "zstd" => {
             // The signed level, not netcdf-c's unsigned form of a negative one (a netcdf-c
-            // NCZarr source's 4294967291), which zarr-python 3 refuses.
-            let level = crate::codec::zarr_v3_zstd_level(int(&params, "level", 0)?);
+            // NCZarr source's 4294967291), and within libzstd's range, as zarr-python 3
+            // refuses a level above 22 that libzstd would clamp.
+            let level =
+                crate::codec::zarr_v3_zstd_level(crate::codec::zstd_compressing_level(&cfg)?);
+            let checksum = cfg.truth("checksum", false);
             json!({"name": "zstd", "configuration": {"level": level, "checksum": checksum}})
         }
-        "blosc" => {
-            let shuffle = match int(&params, "shuffle", 1)? {
-                0 => "noshuffle",
-                2 => "bitshuffle",
-                // numcodecs' AUTOSHUFFLE (-1): bit shuffle for bytes, byte shuffle otherwise.
-                -1 if esize == 1 => "bitshuffle",
-                _ => "shuffle",
-            };
-            let cname = params
-                .get("cname")
-                .and_then(Value::as_str)
-                .unwrap_or("lz4")
-                .to_string();
-            json!({"name": "blosc", "configuration": {
-                "cname": cname,
-                "clevel": int(&params, "clevel", 5)?,
-                "shuffle": shuffle,
-                "typesize": esize,
-                "blocksize": int(&params, "blocksize", 0)?,
-            }})
-        }
+        "blosc" => json!({"name": "blosc",
+            "configuration": crate::codec::blosc_zarr_v3_configuration(&cfg, esize)?}),
         "crc32c"
             if matches!(
                 params.get("location").and_then(Value::as_str),
@@ -443,9 +431,23 @@ fn codec_to_v3(c: &Value, esize: usize) -> Result<Value> {
             json!({"name": "crc32c"})
         }
         _ => {
-            if id == "shuffle" && int(&params, "elementsize", 0)? == 0 {
+            let integer = match id {
+                "zlib" => Some(("level", level(-1..=9)?)),
+                "bz2" => Some(("level", level(1..=9)?)),
+                "lz4" => Some(("acceleration", cfg.c_int("acceleration", 1)?)),
                 // numcodecs treats 0 as a no-op; netcdf-c writes 0 for "the type's size".
-                params.insert("elementsize".into(), json!(esize));
+                "shuffle" => match cfg.int_in(
+                    "elementsize",
+                    crate::codec::NUMCODECS_ELEMENTSIZE as i64,
+                    0..=i64::from(u32::MAX),
+                )? {
+                    0 => Some(("elementsize", esize as i64)),
+                    n => Some(("elementsize", n)),
+                },
+                _ => None,
+            };
+            if let Some((key, n)) = integer {
+                params.insert(key.into(), json!(n));
             }
             json!({"name": format!("numcodecs.{id}"), "configuration": params})
         }
@@ -499,19 +501,21 @@ impl ShardIndex {
     }
 }
 
-/// The chain of an array stored in shards whose inner chunks have `inner_chunks` and are
-/// encoded with `spec`: one `sharding_indexed` codec, its index laid out as `index` says.
+/// The chain of variable `var` stored in shards whose inner chunks have `inner_chunks` and
+/// are encoded with `spec` ([`codecs_v3`]): one `sharding_indexed` codec, its index laid out
+/// as `index` says.
 pub fn sharded(
     spec: &CodecSpec,
     dtype: &ZarrDtype,
     inner_chunks: &[u64],
     index: &ShardIndex,
+    var: &str,
 ) -> Result<CodecSpec> {
     Ok(CodecSpec::V3(vec![json!({
         "name": "sharding_indexed",
         "configuration": {
             "chunk_shape": inner_chunks,
-            "codecs": codecs_v3(spec, dtype)?,
+            "codecs": codecs_v3(spec, dtype, var)?,
             "index_codecs": index.codecs,
             "index_location": if index.at_start { "start" } else { "end" },
         },
@@ -521,8 +525,8 @@ pub fn sharded(
 /// The chain of a `string` variable on Zarr v3: zarr-python's variable-length `string` data
 /// type, whose array-to-bytes codec is `vlen-utf8`, then the bytes-to-bytes codecs of
 /// `spec` (inside the shards of a sharded chain). `dtype` is the fixed-width slot in which
-/// the chunk engine holds each value.
-pub fn vlen_strings(spec: &CodecSpec, dtype: &ZarrDtype) -> Result<CodecSpec> {
+/// the chunk engine holds each value; `var` names the variable ([`codecs_v3`]).
+pub fn vlen_strings(spec: &CodecSpec, dtype: &ZarrDtype, var: &str) -> Result<CodecSpec> {
     let vlen = |chain: Vec<Value>| -> Vec<Value> {
         std::iter::once(json!({"name": "vlen-utf8"}))
             .chain(chain.into_iter().filter(|c| {
@@ -541,7 +545,7 @@ pub fn vlen_strings(spec: &CodecSpec, dtype: &ZarrDtype) -> Result<CodecSpec> {
             Ok(CodecSpec::V3(sharded))
         }
         CodecSpec::V3(list) => Ok(CodecSpec::V3(vlen(list.clone()))),
-        flat => Ok(CodecSpec::V3(vlen(codecs_v3(flat, dtype)?))),
+        flat => Ok(CodecSpec::V3(vlen(codecs_v3(flat, dtype, var)?))),
     }
 }
 
@@ -850,7 +854,7 @@ fn array_node(ds: &Dataset, v: VarId, opts: &WriteOptions) -> Result<Value> {
         "chunk_key_encoding": {"name": key_encoding,
             "configuration": {"separator": separator.to_string()}},
         "fill_value": fill,
-        "codecs": codecs_v3(&var.storage.codecs, &dtype)?,
+        "codecs": codecs_v3(&var.storage.codecs, &dtype, &ds.var_fqn(v))?,
         "attributes": Value::Object(attrs),
         "dimension_names": names,
     }))
@@ -940,7 +944,7 @@ mod tests {
             compressor: Some(json!({"id": "zlib", "level": 4})),
         };
         let d = v3_dtype(NcType::Int, 0, true);
-        let v3 = codecs_v3(&spec, &d).unwrap();
+        let v3 = codecs_v3(&spec, &d, "/v").unwrap();
         assert_eq!(
             v3,
             vec![
@@ -986,6 +990,92 @@ mod tests {
     }
 
     #[test]
+    fn numcodecs_parameters_take_the_form_zarr_python_3_opens() {
+        let v3 = |c: Value| codec_to_v3(&c, 4).unwrap();
+        let config = |c: Value| v3(c)["configuration"].clone();
+        // zlib.h: Z_DEFAULT_COMPRESSION (-1) "currently equivalent to level 6"; zarr-python
+        // 3's gzip takes 0..9.
+        assert_eq!(
+            config(json!({"id": "gzip", "level": -1})),
+            json!({"level": 6})
+        );
+        // Python's bool is an int, and a Cython int truncates a float: the v3 codecs get the
+        // integer numcodecs compresses with.
+        assert_eq!(
+            config(json!({"id": "gzip", "level": true})),
+            json!({"level": 1})
+        );
+        assert_eq!(
+            config(json!({"id": "zlib", "level": false})),
+            json!({"level": 0})
+        );
+        assert_eq!(
+            config(json!({"id": "bz2", "level": true})),
+            json!({"level": 1})
+        );
+        assert_eq!(
+            config(json!({"id": "lz4", "acceleration": 5.5})),
+            json!({"acceleration": 5})
+        );
+        assert_eq!(
+            config(json!({"id": "lz4", "acceleration": true})),
+            json!({"acceleration": 1})
+        );
+        assert_eq!(
+            config(json!({"id": "shuffle", "elementsize": true})),
+            json!({"elementsize": 1})
+        );
+        assert_eq!(
+            config(json!({"id": "zstd", "level": true})),
+            json!({"level": 1, "checksum": false})
+        );
+        assert_eq!(
+            config(json!({"id": "zstd", "level": -3.7, "checksum": "0"})),
+            json!({"level": -3, "checksum": true})
+        );
+        assert_eq!(
+            config(json!({"id": "zstd", "level": 4294967291u64, "checksum": []})),
+            json!({"level": -5, "checksum": false})
+        );
+        assert_eq!(
+            config(
+                json!({"id": "blosc", "cname": "zstd", "clevel": true, "shuffle": 2.9,
+                          "blocksize": true, "typesize": 2})
+            ),
+            json!({"cname": "zstd", "clevel": 1, "shuffle": "bitshuffle", "typesize": 2,
+                   "blocksize": 1})
+        );
+        // numcodecs compresses with no `null` level; a missing one is its default.
+        assert!(codec_to_v3(&json!({"id": "zstd", "level": null}), 4).is_err());
+        assert!(codec_to_v3(&json!({"id": "blosc", "clevel": null}), 4).is_err());
+        // numcodecs' `Shuffle(elementsize=4)`.
+        assert_eq!(config(json!({"id": "shuffle"})), json!({"elementsize": 4}));
+        // zarr-python 3 requires a `configuration` of a numcodecs codec, empty or not.
+        assert_eq!(
+            v3(json!({"id": "fletcher32"})),
+            json!({"name": "numcodecs.fletcher32", "configuration": {}})
+        );
+    }
+
+    #[test]
+    fn a_codec_numcodecs_cannot_compress_with_is_refused_naming_the_variable() {
+        let spec = CodecSpec::V2 {
+            filters: vec![],
+            compressor: Some(json!({"id": "zlib", "level": 15})),
+        };
+        let err = codecs_v3(&spec, &v3_dtype(NcType::Int, 0, false), "/g/v").unwrap_err();
+        assert!(
+            matches!(&err, Error::NoZarrV3Form { var, codec, .. } if var == "/g/v" && codec == "zlib"),
+            "{err:?}"
+        );
+        let message = err.to_string();
+        assert!(
+            message.contains("-d N") && message.contains("--codec"),
+            "{message}"
+        );
+    }
+
+    #[test]
     fn shards_keep_their_index_layout() {
         let dtype = v3_dtype(NcType::Int, 0, false);
         let inner = vec![json!({"name": "bytes", "configuration": {"endian": "little"}})];
@@ -995,15 +1085,20 @@ mod tests {
             "index_codecs": [{"name": "bytes", "configuration": {"endian": "big"}}],
             "index_location": "start"}})];
         let index = ShardIndex::of(&source).unwrap();
-        let again = sharded(&CodecSpec::default(), &dtype, &[2], &index).unwrap();
+        let again = sharded(&CodecSpec::default(), &dtype, &[2], &index, "/v").unwrap();
         assert_eq!(again, CodecSpec::V3(source.to_vec()));
         // The specification's defaults where the source says nothing.
         let bare = [json!({"name": "sharding_indexed", "configuration": {
             "chunk_shape": [2], "codecs": inner}})];
         assert_eq!(ShardIndex::of(&bare), Some(ShardIndex::default()));
-        let CodecSpec::V3(made) =
-            sharded(&CodecSpec::default(), &dtype, &[2], &ShardIndex::default()).unwrap()
-        else {
+        let CodecSpec::V3(made) = sharded(
+            &CodecSpec::default(),
+            &dtype,
+            &[2],
+            &ShardIndex::default(),
+            "/v",
+        )
+        .unwrap() else {
             panic!("not a v3 chain")
         };
         assert_eq!(made[0]["configuration"]["index_location"], json!("end"));
