@@ -579,3 +579,72 @@ def _replace_under_a_held_descriptor(mounter, root: Path, name, dtype, records, 
     assert data.read_bytes() == new.tobytes()
     assert os.stat(data).st_size == new.nbytes
     return True
+
+
+def _stored_records(array_dir: Path, chunks: int, chunk_len: int) -> np.ndarray:
+    """What `chunks` uncompressed little-endian int32 chunks of a 1-d Zarr v2 array hold in
+    storage now, a deleted chunk as the fill value 0: the values a reader that keeps the old
+    metadata of a variable of `chunks * chunk_len` elements decodes."""
+    parts = []
+    for i in range(chunks):
+        chunk = array_dir / str(i)
+        parts.append(np.frombuffer(chunk.read_bytes(), "<i4") if chunk.exists()
+                     else np.zeros(chunk_len, "<i4"))
+    return np.concatenate(parts)
+
+
+def test_a_descriptor_that_followed_appended_records_keeps_its_size_when_they_go(
+        mounter, tmp_path):
+    """`b` grows from 8 to 12 records underneath, then shrinks to 6, then grows to 10
+    (zarr-python's `resize`). Descriptors opened at 8 follow the growth to 12 (whether they
+    read in between or not); from the shrinking on, they are the file of 12 records that a
+    descriptor opened at 12 is: its size, whatever later growth, and what the old metadata
+    reads in storage. Never a size that reads short, nor the new variable's 10 records."""
+    import zarr
+
+    store = tmp_path / "grow.zarr"
+    group = zarr.open_group(str(store), mode="w", zarr_format=2)
+    b = group.create_array("b", shape=(8,), chunks=(4,), dtype="<i4", compressors=None,
+                           fill_value=0, attributes={"_ARRAY_DIMENSIONS": ["x"]})
+    b[:] = np.arange(8) * 10
+    ttl = 1
+    mnt = mounter.mount(str(store), f"ttl={ttl}")
+    data = mnt / "b" / "data"
+    reader = os.open(data, os.O_RDONLY)
+    idle = os.open(data, os.O_RDONLY)
+    fds = [reader, idle]
+    try:
+        assert os.pread(reader, 1024, 0) == (np.arange(8) * 10).astype("<i4").tobytes()
+        b.resize((12,))
+        b[8:] = [80, 90, 100, 110]
+        time.sleep(ttl + 1.5)
+        grown = (np.arange(12) * 10).astype("<i4").tobytes()
+        assert os.pread(reader, 1024, 0) == grown
+        assert os.fstat(reader).st_size == 48
+        at12 = os.open(data, os.O_RDONLY)
+        fds.append(at12)
+        assert os.pread(at12, 1024, 0) == grown
+        b.resize((6,))
+        time.sleep(ttl + 1.5)
+        # zarr-python deletes the chunk wholly past the new end and keeps the one across it.
+        assert not (store / "b" / "2").exists() and (store / "b" / "1").exists()
+        old_view = _stored_records(store / "b", 3, 4).tobytes()
+        for fd in fds:
+            assert os.fstat(fd).st_size == 48
+            assert os.pread(fd, 1024, 0) == old_view
+            assert os.fstat(fd).st_size == 48
+        b.resize((10,))
+        time.sleep(ttl + 1.5)
+        old_view = _stored_records(store / "b", 3, 4).tobytes()
+        for fd in fds:
+            assert os.fstat(fd).st_size == 48
+            assert os.pread(fd, 1024, 0) == old_view
+            assert os.fstat(fd).st_size == 48
+    finally:
+        for fd in fds:
+            os.close(fd)
+    now = zarr.open_array(str(store / "b"), mode="r")[:]
+    assert now.shape == (10,)
+    assert data.read_bytes() == now.astype("<i4").tobytes()
+    assert os.stat(data).st_size == 40
+
