@@ -153,6 +153,8 @@ struct View {
 #[derive(Debug)]
 struct Handle {
     node: Node,
+    /// The inode the file was opened through: `fstat` asks by it, without the handle.
+    ino: u64,
     /// A `data` file on a read-only mount: the view of its variable a reader keeps (see
     /// [`Shared::read_snapshot`]). `None` on a `rw` mount, whose files always read the
     /// newest: each metadata change (creating an attribute file is one) makes a snapshot
@@ -201,7 +203,7 @@ struct Handle {
 }
 
 impl Handle {
-    fn new(node: Node, snap: Arc<Snapshot>, writable_mount: bool) -> Self {
+    fn new(ino: u64, node: Node, snap: Arc<Snapshot>, writable_mount: bool) -> Self {
         let opened = match &node {
             Node::Dir(o) | Node::AttrDir(o) | Node::File(o, _) if writable_mount => {
                 o.resolve(&snap.model)
@@ -212,6 +214,7 @@ impl Handle {
         Handle {
             opened,
             node,
+            ino,
             view: (is_data && !writable_mount).then(|| {
                 Mutex::new(View {
                     snap,
@@ -848,6 +851,14 @@ impl Shared {
         fh
     }
 
+    /// An open `data` file opened through inode `ino`, if any.
+    fn open_data_file(&self, ino: u64) -> Option<Arc<Handle>> {
+        lock(&self.handles)
+            .values()
+            .find(|h| h.ino == ino && h.view.is_some())
+            .cloned()
+    }
+
     /// Tells the attribute files of `owner` open for writing as `from` that their attribute is
     /// now `to` (`None`: removed).
     fn attr_moved(&self, owner: &Owner, from: &str, to: Option<&str>) {
@@ -1201,20 +1212,20 @@ impl Shared {
         }
     }
 
-    /// Whether the chunks stored now hold `owner`'s values as `view` (a read's model, see
+    /// What the chunks stored now hold for `owner` as `view` (a read's model, see
     /// [`Shared::read_snapshot`]) decodes them. An older view over chunks written for
     /// another type or chunking would read the new variable's bytes as values of the old.
-    fn chunks_read_alike(&self, owner: &Owner, view: &Arc<Snapshot>) -> bool {
+    fn chunks_now(&self, owner: &Owner, view: &Arc<Snapshot>) -> ChunksNow {
         let newest = Arc::clone(&read_lock(&self.snap));
         if Arc::ptr_eq(&newest, view) {
-            return true;
+            return ChunksNow::Alike;
         }
         let (old, new) = (&view.model, &newest.model);
         match (owner.resolve(old), owner.resolve(new)) {
             (Some(Resolved::Var(a)), Some(Resolved::Var(b))) => {
                 let (va, vb) = (old.var(a), new.var(b));
                 let (sa, sb) = (&va.storage, &vb.storage);
-                va.nctype == vb.nctype
+                let alike = va.nctype == vb.nctype
                     && va.element_size() == vb.element_size()
                     && old.var_shape(a).get(1..) == new.var_shape(b).get(1..)
                     && sa.shape.get(1..) == sb.shape.get(1..)
@@ -1231,10 +1242,15 @@ impl Shared {
                         &sb.key_encoding,
                         &sb.codecs,
                     )
-                    && sa.fill_value == sb.fill_value
+                    && sa.fill_value == sb.fill_value;
+                match alike {
+                    true => ChunksNow::Alike,
+                    false => ChunksNow::Changed,
+                }
             }
-            // Gone: its chunks read as missing (fill values) through the view.
-            _ => true,
+            // Its chunks are gone with it: read through the view, every one would be missing,
+            // and fill values would pass for values that were stored.
+            _ => ChunksNow::Deleted,
         }
     }
 
@@ -1370,6 +1386,18 @@ impl Shared {
             flags: 0,
         })
     }
+}
+
+/// What the chunks stored now hold for a `data` file read through an older view (see
+/// [`Shared::chunks_now`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ChunksNow {
+    /// The view's values, decoded as the view decodes them (rewritten in place, maybe).
+    Alike,
+    /// Another variable's: another type, shape or chunking.
+    Changed,
+    /// Nothing: the variable was deleted.
+    Deleted,
 }
 
 /// Whether the bytes of the `data` file of `owner` keep their meaning from `old` to `new`: the
@@ -1756,15 +1784,15 @@ impl Filesystem for NczarrFs {
         let snap = sh.snapshot();
         let opened = fh.and_then(|fh| lock(&sh.handles).get(&fh.0).cloned());
         let attr = sh.attr(ino, &node, &snap).or_else(|| {
-            // Asked through a descriptor of a `data` file whose variable is gone: the file
-            // it still reads, as `fstat` of a deleted file answers. The kernel asks before
-            // reading through the page cache, and an ENOENT here would be the read's error
-            // instead of the EIO that the read itself gives.
-            let handle = opened.as_ref()?;
+            // A `data` file whose variable is gone, still open: the file a descriptor still
+            // reads, as `fstat` of a deleted file answers. The kernel asks through the
+            // descriptor before reading through the page cache (an ENOENT here would be the
+            // read's error instead of the read's own EIO); `fstat` asks by the inode alone.
+            let handle = opened.clone().or_else(|| sh.open_data_file(ino))?;
             if !matches!(handle.node, Node::File(_, FileKind::Data)) {
                 return None;
             }
-            sh.attr(ino, &node, &sh.read_snapshot(handle))
+            sh.attr(ino, &node, &sh.read_snapshot(&handle))
         });
         let Some(mut attr) = attr else {
             return reply.error(Errno::ENOENT);
@@ -1893,7 +1921,7 @@ impl Filesystem for NczarrFs {
             },
             _ => return reply.error(Errno::EISDIR),
         };
-        let mut handle = Handle::new(node, snap, sh.writer.is_some());
+        let mut handle = Handle::new(ino, node, snap, sh.writer.is_some());
         handle.content = content;
         handle.text = text;
         handle.opened_value = opened_value;
@@ -1954,13 +1982,24 @@ impl Filesystem for NczarrFs {
             sh.storage_replaced_under(&snap, &handle.node);
             return reply.error(Errno::EIO);
         }
-        if !sh.chunks_read_alike(owner, &snap) {
-            sh.log_once(format!(
-                "{}: the variable changed underneath (type, shape or chunks): reads through \
-                 a descriptor opened before fail with EIO; reopen the file",
-                node_display(&handle.node)
-            ));
-            return reply.error(Errno::EIO);
+        match sh.chunks_now(owner, &snap) {
+            ChunksNow::Alike => {}
+            ChunksNow::Changed => {
+                sh.log_once(format!(
+                    "{}: the variable changed underneath (type, shape or chunks): reads \
+                     through a descriptor opened before fail with EIO; reopen the file",
+                    node_display(&handle.node)
+                ));
+                return reply.error(Errno::EIO);
+            }
+            ChunksNow::Deleted => {
+                sh.log_once(format!(
+                    "{}: the variable was deleted underneath: reads through a descriptor \
+                     opened before fail with EIO instead of reading fill values",
+                    node_display(&handle.node)
+                ));
+                return reply.error(Errno::EIO);
+            }
         }
         let failed = |e: Error| {
             match e {
@@ -2325,7 +2364,7 @@ impl Filesystem for NczarrFs {
             return reply.error(Errno::ENOENT);
         };
         // A new or truncated attribute is applied on close even when nothing is written to it.
-        let mut handle = Handle::new(node, snap, sh.writer.is_some());
+        let mut handle = Handle::new(ino, node, snap, sh.writer.is_some());
         handle.text = Some(Mutex::new(initial));
         handle.opened_value = opened_value;
         handle.wrote = AtomicBool::new(!existed || flags & libc::O_TRUNC != 0);
