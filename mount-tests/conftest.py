@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import socket
 import subprocess
 import time
 from pathlib import Path
+from urllib.parse import urlparse
 
 import pytest
 
@@ -69,6 +71,41 @@ def unmount(path: Path) -> None:
         subprocess.run(cmd, capture_output=True, check=False)
         if not is_mounted(path):
             return
+
+
+#: The bucket scripts/s3-servers makes on its servers.
+S3_BUCKET = "nczarrfs-test"
+
+
+def s3_endpoint() -> str:
+    """moto's address: the environment, else what scripts/s3-servers says."""
+    if os.environ.get("NCZARRFS_S3_ENDPOINT"):
+        return os.environ["NCZARRFS_S3_ENDPOINT"]
+    out = subprocess.run([str(REPO / "scripts" / "s3-servers"), "env"], capture_output=True,
+                         text=True, check=True).stdout
+    values = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    return values["NCZARRFS_S3_ENDPOINT"]
+
+
+def endpoint_answers(endpoint: str) -> bool:
+    url = urlparse(endpoint)
+    try:
+        with socket.create_connection((url.hostname, url.port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def moto_or_skip() -> str:
+    """moto's address, once it answers; the test is skipped when it does not, unless
+    NCZARRFS_REQUIRE_S3 is set (the test command's setting), which makes that a failure."""
+    endpoint = s3_endpoint()
+    if not endpoint_answers(endpoint):
+        message = f"moto S3 server not reachable at {endpoint} (run scripts/s3-servers start)"
+        if os.environ.get("NCZARRFS_REQUIRE_S3"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return endpoint
 
 
 def wait_until(cond, timeout: float = 10.0) -> bool:

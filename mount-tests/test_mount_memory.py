@@ -13,43 +13,21 @@ from __future__ import annotations
 import concurrent.futures as cf
 import os
 import random
-import socket
 import subprocess
 import sys
 from pathlib import Path
-from urllib.parse import urlparse
 
 import numcodecs
 import numpy as np
 import pytest
 import zarr
 
-from conftest import REPO, daemon_pids, wait_until
+from conftest import S3_BUCKET as BUCKET, daemon_pids, moto_or_skip, wait_until
 
 MIB = 1 << 20
 #: What the mount may use beyond `cache_size`: the aim of issue #4, in decimal megabytes.
 ALLOWANCE = 64 * 1000 * 1000
 VARIABLES = 8
-BUCKET = "nczarrfs-test"
-
-
-def _s3_endpoint() -> str:
-    """moto's address: the environment, else what scripts/s3-servers says."""
-    if os.environ.get("NCZARRFS_S3_ENDPOINT"):
-        return os.environ["NCZARRFS_S3_ENDPOINT"]
-    out = subprocess.run([str(REPO / "scripts" / "s3-servers"), "env"], capture_output=True,
-                         text=True, check=True).stdout
-    values = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-    return values["NCZARRFS_S3_ENDPOINT"]
-
-
-def _answers(endpoint: str) -> bool:
-    url = urlparse(endpoint)
-    try:
-        with socket.create_connection((url.hostname, url.port), timeout=2):
-            return True
-    except OSError:
-        return False
 
 
 @pytest.fixture(scope="module")
@@ -114,12 +92,7 @@ def _check(baseline: int, peak: int, cache: int) -> None:
 
 def test_eight_readers_of_an_s3_mount_stay_within_the_cache_and_64_mb(dataset, mounter,
                                                                      monkeypatch):
-    endpoint = _s3_endpoint()
-    if not _answers(endpoint):
-        message = f"moto S3 server not reachable at {endpoint} (run scripts/s3-servers start)"
-        if os.environ.get("NCZARRFS_REQUIRE_S3"):
-            pytest.fail(message)
-        pytest.skip(message)
+    endpoint = moto_or_skip()
     import boto3
     from botocore.config import Config
 

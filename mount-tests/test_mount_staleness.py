@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import os
+import random
 import subprocess
 import sys
 import time
@@ -16,6 +17,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from conftest import S3_BUCKET, moto_or_skip  # noqa: E402
 from datasets import netcdf_values  # noqa: E402
 
 ROWS, COLS = 40, 50
@@ -579,3 +581,165 @@ def _replace_under_a_held_descriptor(mounter, root: Path, name, dtype, records, 
     assert data.read_bytes() == new.tobytes()
     assert os.stat(data).st_size == new.nbytes
     return True
+
+
+def _stored_records(array_dir: Path, chunks: int, chunk_len: int) -> np.ndarray:
+    """What `chunks` uncompressed little-endian int32 chunks of a 1-d Zarr v2 array hold in
+    storage now, a deleted chunk as the fill value 0: the values a reader that keeps the old
+    metadata of a variable of `chunks * chunk_len` elements decodes."""
+    parts = []
+    for i in range(chunks):
+        chunk = array_dir / str(i)
+        parts.append(np.frombuffer(chunk.read_bytes(), "<i4") if chunk.exists()
+                     else np.zeros(chunk_len, "<i4"))
+    return np.concatenate(parts)
+
+
+def test_a_descriptor_that_followed_appended_records_keeps_its_size_when_they_go(
+        mounter, tmp_path):
+    """`b` grows from 8 to 12 records underneath, then shrinks to 6, then grows to 10
+    (zarr-python's `resize`). Descriptors opened at 8 follow the growth to 12 (whether they
+    read in between or not); from the shrinking on, they are the file of 12 records that a
+    descriptor opened at 12 is: its size, whatever later growth, and what the old metadata
+    reads in storage. Never a size that reads short, nor the new variable's 10 records."""
+    import zarr
+
+    store = tmp_path / "grow.zarr"
+    group = zarr.open_group(str(store), mode="w", zarr_format=2)
+    b = group.create_array("b", shape=(8,), chunks=(4,), dtype="<i4", compressors=None,
+                           fill_value=0, attributes={"_ARRAY_DIMENSIONS": ["x"]})
+    b[:] = np.arange(8) * 10
+    ttl = 1
+    mnt = mounter.mount(str(store), f"ttl={ttl}")
+    data = mnt / "b" / "data"
+    reader = os.open(data, os.O_RDONLY)
+    idle = os.open(data, os.O_RDONLY)
+    fds = [reader, idle]
+    try:
+        assert os.pread(reader, 1024, 0) == (np.arange(8) * 10).astype("<i4").tobytes()
+        b.resize((12,))
+        b[8:] = [80, 90, 100, 110]
+        time.sleep(ttl + 1.5)
+        grown = (np.arange(12) * 10).astype("<i4").tobytes()
+        assert os.pread(reader, 1024, 0) == grown
+        assert os.fstat(reader).st_size == 48
+        at12 = os.open(data, os.O_RDONLY)
+        fds.append(at12)
+        assert os.pread(at12, 1024, 0) == grown
+        b.resize((6,))
+        time.sleep(ttl + 1.5)
+        # zarr-python deletes the chunk wholly past the new end and keeps the one across it.
+        assert not (store / "b" / "2").exists() and (store / "b" / "1").exists()
+        old_view = _stored_records(store / "b", 3, 4).tobytes()
+        for fd in fds:
+            assert os.fstat(fd).st_size == 48
+            assert os.pread(fd, 1024, 0) == old_view
+            assert os.fstat(fd).st_size == 48
+        b.resize((10,))
+        time.sleep(ttl + 1.5)
+        old_view = _stored_records(store / "b", 3, 4).tobytes()
+        for fd in fds:
+            assert os.fstat(fd).st_size == 48
+            assert os.pread(fd, 1024, 0) == old_view
+            assert os.fstat(fd).st_size == 48
+    finally:
+        for fd in fds:
+            os.close(fd)
+    now = zarr.open_array(str(store / "b"), mode="r")[:]
+    assert now.shape == (10,)
+    assert data.read_bytes() == now.astype("<i4").tobytes()
+    assert os.stat(data).st_size == 40
+
+
+def _two_variables(path: Path) -> dict[str, np.ndarray]:
+    """`a` and `b`: float64 (8,) in uncompressed chunks of 4, written by zarr-python."""
+    import zarr
+
+    group = zarr.open_group(str(path), mode="w", zarr_format=2)
+    values = {"a": np.arange(8) + 0.5, "b": np.arange(8) * -2.0}
+    for name, v in values.items():
+        arr = group.create_array(name, shape=(8,), chunks=(4,), dtype="<f8", compressors=None,
+                                 fill_value=0, attributes={"_ARRAY_DIMENSIONS": ["x"]})
+        arr[:] = v
+    return values
+
+
+def _deleted_variable_fails_reads(mnt: Path, log: Path, values: dict[str, np.ndarray],
+                                  delete) -> None:
+    """Holds `a/data` open, runs `delete` (which deletes `a` from storage) and checks what
+    the descriptor and the mount give after the TTL (1 s)."""
+    data = mnt / "a" / "data"
+    fd = os.open(data, os.O_RDONLY)
+    try:
+        assert os.pread(fd, 1024, 0) == values["a"].tobytes()
+        delete()
+        time.sleep(2.5)
+        assert sorted(os.listdir(mnt)) == ["@attributes", "@header.cdl", "@metadata.json", "b"]
+        assert not data.exists()
+        # As for a deleted local file: the descriptor still has the file it read.
+        assert os.fstat(fd).st_size == values["a"].nbytes
+        for offset in (0, 32, 0):
+            with pytest.raises(OSError) as failed:
+                os.pread(fd, 1024, offset)
+            assert failed.value.errno == errno.EIO
+        assert os.fstat(fd).st_size == values["a"].nbytes
+    finally:
+        os.close(fd)
+    assert (mnt / "b" / "data").read_bytes() == values["b"].tobytes()
+    lines = [line for line in log.read_text().splitlines()
+             if "the variable was deleted underneath" in line]
+    assert len(lines) == 1 and "/a/data" in lines[0], lines
+
+
+def test_a_variable_deleted_in_a_directory_fails_reads_instead_of_reading_fill(
+        mounter, tmp_path):
+    """zarr-python's `del group['a']` on the directory store: a descriptor of `a/data` opened
+    before does not read fill values that no one stored; `b` reads on."""
+    import zarr
+
+    store = tmp_path / "two.zarr"
+    values = _two_variables(store)
+    log = tmp_path / "mount.log"
+    mnt = mounter.mount(str(store), "ttl=1", log=log)
+
+    def delete() -> None:
+        del zarr.open_group(str(store), mode="r+")["a"]
+        assert not (store / "a").exists()
+
+    _deleted_variable_fails_reads(mnt, log, values, delete)
+
+
+def test_a_variable_deleted_from_s3_fails_reads_instead_of_reading_fill(
+        mounter, tmp_path, monkeypatch):
+    """The objects of `a` deleted from the bucket, as another S3 client deletes them."""
+    endpoint = moto_or_skip()
+    import boto3
+    from botocore.config import Config
+
+    store = tmp_path / "two.zarr"
+    values = _two_variables(store)
+    client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing",
+                          aws_secret_access_key="testing", region_name="us-east-1",
+                          config=Config(s3={"addressing_style": "path"}))
+    client.create_bucket(Bucket=S3_BUCKET)
+    prefix = f"deleted-{random.randrange(1 << 32):08x}"
+    keys = {f"{prefix}/{p.relative_to(store).as_posix()}": p
+            for p in store.rglob("*") if p.is_file()}
+    for key, p in keys.items():
+        client.put_object(Bucket=S3_BUCKET, Key=key, Body=p.read_bytes())
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    log = tmp_path / "mount.log"
+    try:
+        mnt = mounter.mount(f"{endpoint}/{S3_BUCKET}/{prefix}#mode=zarr,s3", "ttl=1", log=log)
+
+        def delete() -> None:
+            gone = [{"Key": k} for k in keys if k.startswith(f"{prefix}/a/")]
+            assert len(gone) == 4  # .zarray, .zattrs, two chunks
+            client.delete_objects(Bucket=S3_BUCKET, Delete={"Objects": gone})
+
+        _deleted_variable_fails_reads(mnt, log, values, delete)
+    finally:
+        mounter.cleanup()
+        client.delete_objects(Bucket=S3_BUCKET,
+                              Delete={"Objects": [{"Key": k} for k in keys]})

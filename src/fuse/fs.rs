@@ -137,16 +137,30 @@ type Generated = (u64, Arc<Vec<u8>>);
 /// parallel loops), so more would only queue there.
 const PREFETCH_THREADS: usize = 2;
 
+/// What a `data` file open on a read-only mount reads through (see [`Handle::follow`]).
+#[derive(Debug)]
+struct View {
+    /// The snapshot whose model the reads decode the chunks with.
+    snap: Arc<Snapshot>,
+    /// Whether the file still follows the newest model, which it does for as long as every
+    /// change of the model only appended records to its variable. Once a change did not, the
+    /// file is the old one for good: its number was retired with the size it had then, and a
+    /// later growth must not make it read on into another variable's records.
+    follows: bool,
+}
+
 /// An open file.
 #[derive(Debug)]
 struct Handle {
     node: Node,
-    /// On a read-only mount, the snapshot the file was opened in, whose view of its variable
-    /// a reader keeps (see [`Shared::read_snapshot`]). `None` on a `rw` mount, whose files
-    /// always read the newest: each metadata change (creating an attribute file is one)
-    /// makes a snapshot with a copy of the whole model, and a handle holding it would keep
-    /// that copy alive for as long as the file stays open, one per file.
-    snap: Option<Arc<Snapshot>>,
+    /// The inode the file was opened through: `fstat` asks by it, without the handle.
+    ino: u64,
+    /// A `data` file on a read-only mount: the view of its variable a reader keeps (see
+    /// [`Shared::read_snapshot`]). `None` on a `rw` mount, whose files always read the
+    /// newest: each metadata change (creating an attribute file is one) makes a snapshot
+    /// with a copy of the whole model, and a handle holding it would keep that copy alive
+    /// for as long as the file stays open, one per file.
+    view: Option<Mutex<View>>,
     /// Generated content, for everything but `data`.
     content: Option<Arc<Vec<u8>>>,
     /// Where a reader of `data` is heading (what to prefetch and release).
@@ -189,18 +203,24 @@ struct Handle {
 }
 
 impl Handle {
-    fn new(node: Node, snap: Arc<Snapshot>, writable_mount: bool) -> Self {
+    fn new(ino: u64, node: Node, snap: Arc<Snapshot>, writable_mount: bool) -> Self {
         let opened = match &node {
             Node::Dir(o) | Node::AttrDir(o) | Node::File(o, _) if writable_mount => {
                 o.resolve(&snap.model)
             }
             _ => None,
         };
-        let data_file = matches!(node, Node::File(_, FileKind::Data)).then(OpenDataFile::new);
+        let is_data = matches!(node, Node::File(_, FileKind::Data));
         Handle {
             opened,
             node,
-            snap: (!writable_mount).then_some(snap),
+            ino,
+            view: (is_data && !writable_mount).then(|| {
+                Mutex::new(View {
+                    snap,
+                    follows: true,
+                })
+            }),
             content: None,
             stream: Mutex::new(ReadStream::default()),
             wrote: AtomicBool::new(false),
@@ -211,7 +231,28 @@ impl Handle {
             moved: Mutex::new(None),
             placeholder: AtomicBool::new(false),
             logged_failure: Mutex::new(None),
-            _data_file: data_file,
+            _data_file: is_data.then(OpenDataFile::new),
+        }
+    }
+
+    /// Brings the view of a `data` file that follows the newest model up to `newest`, or
+    /// ends its following when its variable changed otherwise than by appended records
+    /// (see [`data_view_kept`]). Each published model must be offered in turn: judged
+    /// against the model the file was opened with instead, a variable that grew, shrank
+    /// and grew again would look grown, and the file would read the new variable's bytes
+    /// beyond what it showed before.
+    fn follow(&self, newest: &Arc<Snapshot>) {
+        let (Some(view), Node::File(owner, FileKind::Data)) = (&self.view, &self.node) else {
+            return;
+        };
+        let mut view = lock(view);
+        if !view.follows || Arc::ptr_eq(&view.snap, newest) {
+            return;
+        }
+        if data_view_kept(owner, &view.snap.model, &newest.model) {
+            view.snap = Arc::clone(newest);
+        } else {
+            view.follows = false;
         }
     }
 
@@ -440,7 +481,8 @@ impl MountHandle {
             return Ok(());
         }
         let mut snaps = vec![Arc::clone(&read_lock(&sh.snap))];
-        for snap in lock(&sh.handles).values().filter_map(|h| h.snap.as_ref()) {
+        for view in lock(&sh.handles).values().filter_map(|h| h.view.as_ref()) {
+            let snap = &lock(view).snap;
             if !snaps.iter().any(|s| Arc::ptr_eq(s, snap)) {
                 snaps.push(Arc::clone(snap));
             }
@@ -712,13 +754,16 @@ impl Shared {
                 if let Err(e) = current.with_engine(ChunkEngine::clear) {
                     self.log_once(format!("cannot drop the chunk cache: {e}"));
                 }
-                let snap = Snapshot::over_storage(
+                let snap = Arc::new(Snapshot::over_storage(
                     &self.map,
                     self.opts.cache_bytes,
                     model,
                     current.generation + 1,
-                );
-                *self.snap.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(snap);
+                ));
+                *self.snap.write().unwrap_or_else(|e| e.into_inner()) = Arc::clone(&snap);
+                for handle in lock(&self.handles).values() {
+                    handle.follow(&snap);
+                }
             }
             Err(e @ Error::NotZarr { .. }) => self.log_once(format!(
                 "the dataset is gone ({e}): reads of values fail with EIO until it is back"
@@ -798,8 +843,20 @@ impl Shared {
     /// Registers an open file; its number for the kernel.
     fn add_handle(&self, handle: Handle) -> u64 {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        lock(&self.handles).insert(fh, Arc::new(handle));
+        let handle = Arc::new(handle);
+        lock(&self.handles).insert(fh, Arc::clone(&handle));
+        // A reload may have published a model between the open's snapshot and the insertion,
+        // and offered it to the files registered then.
+        handle.follow(&read_lock(&self.snap));
         fh
+    }
+
+    /// An open `data` file opened through inode `ino`, if any.
+    fn open_data_file(&self, ino: u64) -> Option<Arc<Handle>> {
+        lock(&self.handles)
+            .values()
+            .find(|h| h.ino == ino && h.view.is_some())
+            .cloned()
     }
 
     /// Tells the attribute files of `owner` open for writing as `from` that their attribute is
@@ -1124,17 +1181,16 @@ impl Shared {
     /// (the variable may have grown since the open). On a read-only mount the handle keeps
     /// the view it was opened with, unless the variable has since only grown along its first
     /// dimension (records appended underneath): then it reads on as a local file's reader
-    /// does. A short read at the old end would also make the kernel take the old size for the
-    /// file's size, for every reader, until its attribute timeout.
-    fn read_snapshot(&self, handle: &Handle, owner: &Owner) -> Arc<Snapshot> {
+    /// does (see [`Handle::follow`]). A short read at the old end would also make the kernel
+    /// take the old size for the file's size, for every reader, until its attribute timeout.
+    fn read_snapshot(&self, handle: &Handle) -> Arc<Snapshot> {
         let newest = self.snapshot();
-        let opened = match &handle.snap {
-            Some(opened) if !Arc::ptr_eq(&newest, opened) => opened,
-            _ => return newest,
-        };
-        match data_view_kept(owner, &opened.model, &newest.model) {
-            true => newest,
-            false => Arc::clone(opened),
+        match &handle.view {
+            Some(view) => {
+                handle.follow(&newest);
+                Arc::clone(&lock(view).snap)
+            }
+            None => newest,
         }
     }
 
@@ -1156,20 +1212,20 @@ impl Shared {
         }
     }
 
-    /// Whether the chunks stored now hold `owner`'s values as `view` (a read's model, see
+    /// What the chunks stored now hold for `owner` as `view` (a read's model, see
     /// [`Shared::read_snapshot`]) decodes them. An older view over chunks written for
     /// another type or chunking would read the new variable's bytes as values of the old.
-    fn chunks_read_alike(&self, owner: &Owner, view: &Arc<Snapshot>) -> bool {
+    fn chunks_now(&self, owner: &Owner, view: &Arc<Snapshot>) -> ChunksNow {
         let newest = Arc::clone(&read_lock(&self.snap));
         if Arc::ptr_eq(&newest, view) {
-            return true;
+            return ChunksNow::Alike;
         }
         let (old, new) = (&view.model, &newest.model);
         match (owner.resolve(old), owner.resolve(new)) {
             (Some(Resolved::Var(a)), Some(Resolved::Var(b))) => {
                 let (va, vb) = (old.var(a), new.var(b));
                 let (sa, sb) = (&va.storage, &vb.storage);
-                va.nctype == vb.nctype
+                let alike = va.nctype == vb.nctype
                     && va.element_size() == vb.element_size()
                     && old.var_shape(a).get(1..) == new.var_shape(b).get(1..)
                     && sa.shape.get(1..) == sb.shape.get(1..)
@@ -1186,16 +1242,21 @@ impl Shared {
                         &sb.key_encoding,
                         &sb.codecs,
                     )
-                    && sa.fill_value == sb.fill_value
+                    && sa.fill_value == sb.fill_value;
+                match alike {
+                    true => ChunksNow::Alike,
+                    false => ChunksNow::Changed,
+                }
             }
-            // Gone: its chunks read as missing (fill values) through the view.
-            _ => true,
+            // Its chunks are gone with it: read through the view, every one would be missing,
+            // and fill values would pass for values that were stored.
+            _ => ChunksNow::Deleted,
         }
     }
 
     /// The size of the `data` file of `owner` as read through `handle`.
     fn data_size_through(&self, handle: &Handle, owner: &Owner) -> Option<u64> {
-        let view = self.read_snapshot(handle, owner);
+        let view = self.read_snapshot(handle);
         match handle.owner_in(owner, &view.model) {
             Ok(Resolved::Var(var)) => Some(self.data_file_size(&handle.node, &view.model, var)),
             _ => None,
@@ -1325,6 +1386,18 @@ impl Shared {
             flags: 0,
         })
     }
+}
+
+/// What the chunks stored now hold for a `data` file read through an older view (see
+/// [`Shared::chunks_now`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ChunksNow {
+    /// The view's values, decoded as the view decodes them (rewritten in place, maybe).
+    Alike,
+    /// Another variable's: another type, shape or chunking.
+    Changed,
+    /// Nothing: the variable was deleted.
+    Deleted,
 }
 
 /// Whether the bytes of the `data` file of `owner` keep their meaning from `old` to `new`: the
@@ -1711,15 +1784,15 @@ impl Filesystem for NczarrFs {
         let snap = sh.snapshot();
         let opened = fh.and_then(|fh| lock(&sh.handles).get(&fh.0).cloned());
         let attr = sh.attr(ino, &node, &snap).or_else(|| {
-            // Asked through a descriptor of a `data` file whose variable is gone: the file
-            // it still reads, as `fstat` of a deleted file answers. The kernel asks before
-            // reading through the page cache, and an ENOENT here would be the read's error
-            // instead of the EIO that the read itself gives.
-            let handle = opened.as_ref()?;
-            let Node::File(owner, FileKind::Data) = &handle.node else {
+            // A `data` file whose variable is gone, still open: the file a descriptor still
+            // reads, as `fstat` of a deleted file answers. The kernel asks through the
+            // descriptor before reading through the page cache (an ENOENT here would be the
+            // read's error instead of the read's own EIO); `fstat` asks by the inode alone.
+            let handle = opened.clone().or_else(|| sh.open_data_file(ino))?;
+            if !matches!(handle.node, Node::File(_, FileKind::Data)) {
                 return None;
-            };
-            sh.attr(ino, &node, &sh.read_snapshot(handle, owner))
+            }
+            sh.attr(ino, &node, &sh.read_snapshot(&handle))
         });
         let Some(mut attr) = attr else {
             return reply.error(Errno::ENOENT);
@@ -1848,7 +1921,7 @@ impl Filesystem for NczarrFs {
             },
             _ => return reply.error(Errno::EISDIR),
         };
-        let mut handle = Handle::new(node, snap, sh.writer.is_some());
+        let mut handle = Handle::new(ino, node, snap, sh.writer.is_some());
         handle.content = content;
         handle.text = text;
         handle.opened_value = opened_value;
@@ -1891,7 +1964,7 @@ impl Filesystem for NczarrFs {
         let Node::File(owner, _) = &handle.node else {
             return reply.error(Errno::EBADF);
         };
-        let snap = sh.read_snapshot(&handle, owner);
+        let snap = sh.read_snapshot(&handle);
         let Ok(Resolved::Var(var)) = handle.owner_in(owner, &snap.model) else {
             return reply.error(Errno::ENOENT);
         };
@@ -1909,13 +1982,24 @@ impl Filesystem for NczarrFs {
             sh.storage_replaced_under(&snap, &handle.node);
             return reply.error(Errno::EIO);
         }
-        if !sh.chunks_read_alike(owner, &snap) {
-            sh.log_once(format!(
-                "{}: the variable changed underneath (type, shape or chunks): reads through \
-                 a descriptor opened before fail with EIO; reopen the file",
-                node_display(&handle.node)
-            ));
-            return reply.error(Errno::EIO);
+        match sh.chunks_now(owner, &snap) {
+            ChunksNow::Alike => {}
+            ChunksNow::Changed => {
+                sh.log_once(format!(
+                    "{}: the variable changed underneath (type, shape or chunks): reads \
+                     through a descriptor opened before fail with EIO; reopen the file",
+                    node_display(&handle.node)
+                ));
+                return reply.error(Errno::EIO);
+            }
+            ChunksNow::Deleted => {
+                sh.log_once(format!(
+                    "{}: the variable was deleted underneath: reads through a descriptor \
+                     opened before fail with EIO instead of reading fill values",
+                    node_display(&handle.node)
+                ));
+                return reply.error(Errno::EIO);
+            }
         }
         let failed = |e: Error| {
             match e {
@@ -2280,7 +2364,7 @@ impl Filesystem for NczarrFs {
             return reply.error(Errno::ENOENT);
         };
         // A new or truncated attribute is applied on close even when nothing is written to it.
-        let mut handle = Handle::new(node, snap, sh.writer.is_some());
+        let mut handle = Handle::new(ino, node, snap, sh.writer.is_some());
         handle.text = Some(Mutex::new(initial));
         handle.opened_value = opened_value;
         handle.wrote = AtomicBool::new(!existed || flags & libc::O_TRUNC != 0);
