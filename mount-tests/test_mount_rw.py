@@ -416,25 +416,45 @@ def test_an_unchanged_fill_value_may_be_written_back(mounter, nczarr):
     assert fill.read_text() == text
 
 
-def test_an_attribute_netcdf_cannot_write_is_refused_at_open(mounter, tmp_path):
-    """A pure Zarr attribute whose name netCDF refuses (a trailing space, a `/`) can be read
-    but not written: the shell's `echo v > file`, which does not check the close, must fail
-    at the open with EPERM, and the stored value stay."""
+def test_attributes_named_as_netcdf_does_not_allow_are_rewritten_but_not_made(mounter, tmp_path):
+    """A pure Zarr attribute whose name netCDF refuses (not in NFC, a trailing space, a `/`)
+    takes a new value like any other: by a shell redirection, an open with `O_CREAT` and
+    Python's `write_text`. A new attribute so named is refused when its file is opened for
+    writing (EPERM), since the shell's `echo v > file` does not check the close. zarr-python
+    reads what is stored."""
+    import unicodedata
+
     import zarr
 
+    nfd = unicodedata.normalize("NFD", "attribüt")
     store = tmp_path / "names.zarr"
     root = zarr.open_group(str(store), mode="w", zarr_format=2)
-    root.attrs["trail "] = "t"
-    root.attrs["a/b"] = "s"
-    mnt = mounter.mount(str(store), "rw")
-    for entry in ["trail ", "a%2Fb"]:
-        path = mnt / "@attributes" / entry
-        assert path.exists(), entry
-        r = subprocess.run(["sh", "-c", f'echo 12 > "{path}"'], capture_output=True, text=True)
+    root.attrs.update({nfd: 1, "trail ": 2, "a/b": "s"})
+    log = tmp_path / "mount.log"
+    mnt = mounter.mount(str(store), "rw", log=log)
+    attrs = mnt / "@attributes"
+    r = subprocess.run(["sh", "-c", f'echo 42 > "{attrs / nfd}"'], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    fd = os.open(attrs / "trail ", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        assert os.write(fd, b"43\n") == 3
+    finally:
+        os.close(fd)
+    (attrs / "a%2Fb").write_text("u\n")
+    assert (attrs / nfd).read_text() == "42\n"
+    assert (attrs / "trail ").read_text() == "43\n"
+    for entry in [unicodedata.normalize("NFD", "neü"), "new ", "c%2Fd"]:
+        r = subprocess.run(["sh", "-c", f'echo 12 > "{attrs / entry}"'], capture_output=True,
+                           text=True)
         assert r.returncode != 0, entry
         assert "Operation not permitted" in r.stderr, r.stderr
+        assert not (attrs / entry).exists(), entry
     umount_and_wait(mnt)
-    assert dict(zarr.open_group(str(store), mode="r").attrs) == {"trail ": "t", "a/b": "s"}
+    assert dict(zarr.open_group(str(store), mode="r").attrs) == {nfd: 42, "trail ": 43,
+                                                                 "a/b": "u"}
+    text = log.read_text()
+    assert text.count("(EPERM)") == 3, text
+    assert "normalization form C" in text and "end with a space" in text, text
 
 
 def test_an_open_attribute_file_follows_its_rename_and_its_removal(mounter, nczarr):

@@ -25,7 +25,7 @@ use fuser::{
 };
 
 use crate::chunk::{ChunkEngine, Hyperslab};
-use crate::create::{check_attr_name, AttrTarget, DatasetWriter};
+use crate::create::{AttrTarget, DatasetWriter};
 use crate::dataset::OpenDataset;
 use crate::error::quoted;
 use crate::location::Mode;
@@ -838,17 +838,17 @@ impl Shared {
         Some(Ok(Ok(n)))
     }
 
-    /// Whether netCDF allows writing an attribute `name` on `owner` at all (see
-    /// [`check_attr_name`]), checked when its file is opened for writing so that
-    /// `echo v > file` fails at once rather than at a close the shell does not check. Its
-    /// value can still be refused at the close (a new `_FillValue` of a stored variable, unless
-    /// unchanged, as `cp -r` of a dataset onto itself writes it).
+    /// Whether an attribute `name` may be written on `owner` at all (see
+    /// [`DatasetWriter::check_attr_writable`]), checked when its file is opened for writing
+    /// so that `echo v > file` fails at once rather than at a close the shell does not check.
+    /// Its value can still be refused at the close (a new `_FillValue` of a stored variable,
+    /// unless unchanged, as `cp -r` of a dataset onto itself writes it).
     fn check_attr_writable(&self, owner: &Owner, name: &str) -> Result<()> {
         let Some(writer) = &self.writer else {
             return Err(Error::NotPermitted("read-only mount".into()));
         };
         let w = read_lock(writer);
-        check_attr_name(attr_target(w.model(), owner)?, name)
+        w.check_attr_writable(attr_target(w.model(), owner)?, name)
     }
 
     /// Logs a failed write-side operation and gives its errno.
@@ -2641,3 +2641,4 @@ fn maybe_prefetch(
         sh.prefetcher.spawn(move || prefetch(&snap, var, lo, hi));
     }
 }
+
