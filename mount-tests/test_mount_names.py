@@ -63,8 +63,9 @@ def _netcdf_attrs(url: str) -> tuple[list[str], list[str]]:
 
 def test_entries_longer_than_name_max_are_left_out_of_listings(mounter, tmp_path):
     """zarr-python stores an attribute named with 1400 control characters (4200 bytes as a
-    file name), one of 300 bytes, and in a zip archive an array named with 300 bytes; every
-    other entry stays listed."""
+    file name), one of 300 bytes, a global one of 256 bytes, and in a zip archive an array
+    named with 300 bytes; every other entry stays listed, and the log names each directory
+    by its path."""
     import zarr
     from zarr.storage import ZipStore
 
@@ -74,8 +75,10 @@ def test_entries_longer_than_name_max_are_left_out_of_listings(mounter, tmp_path
     arr[:] = [1, 2]
     arr.attrs.update({"_ARRAY_DIMENSIONS": ["d"], "units": "m", "\x01" * 1400: 1,
                       "a" * 300: 2, "b" * NAME_MAX: 3})
+    group.attrs["é" * 128] = 4
     log = tmp_path / "mount.log"
     mnt = mounter.mount(str(store), log=log)
+    assert os.listdir(mnt / "@attributes") == []
     attrs = mnt / "v" / "@attributes"
     assert sorted(os.listdir(attrs)) == ["b" * NAME_MAX, "units"]
     assert (attrs / ("b" * NAME_MAX)).read_text() == "3\n"
@@ -84,8 +87,9 @@ def test_entries_longer_than_name_max_are_left_out_of_listings(mounter, tmp_path
             os.stat(attrs / name)
         assert e.value.errno == errno.ENAMETOOLONG
     text = log.read_text()
-    assert text.count("left out of the listing") == 1, text
-    assert "/v/@attributes: 2 entries" in text, text
+    assert text.count("left out of the listing") == 2, text
+    assert "] /v/@attributes: 2 entries" in text, text
+    assert "] /@attributes: 1 entry" in text, text
 
     zipped = tmp_path / "z.zip"
     with ZipStore(str(zipped), mode="w") as zs:

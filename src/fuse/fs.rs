@@ -1357,7 +1357,11 @@ fn new_entry_name<'a>(
 fn node_display(node: &Node) -> String {
     match node {
         Node::Dir(o) => o.display(),
-        Node::AttrDir(o) => format!("{}/{}", o.display(), layout::ATTRIBUTES),
+        Node::AttrDir(o) => format!(
+            "{}/{}",
+            o.display().trim_end_matches('/'),
+            layout::ATTRIBUTES
+        ),
         Node::File(o, k) => {
             let name = match k {
                 FileKind::Data => layout::DATA.to_string(),
@@ -2642,3 +2646,31 @@ fn maybe_prefetch(
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fuse::layout::GroupPath;
+
+    #[test]
+    fn node_display_names_each_node_by_its_path_in_the_mount() {
+        let root = Owner::Group(GroupPath::root());
+        let g = Owner::Group(GroupPath::root().child("g"));
+        let v = Owner::Var(GroupPath::root(), "v".into());
+        let attr = |o: &Owner| Node::File(o.clone(), FileKind::Attr("a/b".into()));
+        let cases = [
+            (Node::Dir(root.clone()), "/"),
+            (Node::AttrDir(root.clone()), "/@attributes"),
+            (attr(&root), "/@attributes/a%2Fb"),
+            (Node::File(root.clone(), FileKind::Header), "/@header.cdl"),
+            (Node::File(root, FileKind::Metadata), "/@metadata.json"),
+            (Node::Dir(g.clone()), "/g"),
+            (Node::AttrDir(g.clone()), "/g/@attributes"),
+            (attr(&g), "/g/@attributes/a%2Fb"),
+            (Node::AttrDir(v.clone()), "/v/@attributes"),
+            (Node::File(v, FileKind::Data), "/v/data"),
+        ];
+        for (node, want) in cases {
+            assert_eq!(node_display(&node), want, "{node:?}");
+        }
+    }
+}
