@@ -416,6 +416,55 @@ def test_an_unchanged_fill_value_may_be_written_back(mounter, nczarr):
     assert fill.read_text() == text
 
 
+@pytest.mark.parametrize("kind", ["nczarr", "zarr"])
+def test_a_new_fill_value_is_refused_when_its_file_is_created(mounter, tmp_path, kind):
+    """netCDF-4 takes no `_FillValue` for a variable already defined (NC_ELATEFILL), which
+    every variable of a mounted dataset is, whether chunks of it are stored (`w`) or not
+    (`v`): creating the file fails with EPERM and a log line saying why, by a shell
+    redirection as by `O_CREAT | O_EXCL`, and nothing is stored."""
+    import netCDF4
+    import zarr
+
+    if kind == "nczarr":
+        url = f"file://{tmp_path / 'ds.file'}#mode=nczarr,file"
+        with netCDF4.Dataset(url, "w") as ds:
+            ds.createDimension("d", 4)
+            ds.createVariable("v", "i4", ("d",), fill_value=False)
+            ds.createVariable("w", "i4", ("d",), fill_value=False)[:] = [1, 2, 3, 4]
+    else:
+        url = str(tmp_path / "ds.zarr")
+        root = zarr.open_group(url, mode="w", zarr_format=2)
+        root.create_array("v", shape=(4,), dtype="i4", fill_value=None)
+        root.create_array("w", shape=(4,), dtype="i4", chunks=(2,))[:] = [1, 2, 3, 4]
+    log = tmp_path / "mount.log"
+    mnt = mounter.mount(url, "rw", log=log)
+    for var in ("v", "w"):
+        fill = mnt / var / "@attributes" / "_FillValue"
+        r = subprocess.run(["sh", "-c", f'echo -999 > "{fill}"'], capture_output=True,
+                           text=True)
+        assert r.returncode != 0 and "Operation not permitted" in r.stderr, r.stderr
+        with pytest.raises(OSError) as e:
+            os.open(fill, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        assert e.value.errno == errno.EPERM
+        assert os.listdir(fill.parent) == [], var
+    umount_and_wait(mnt)
+    if kind == "nczarr":
+        with netCDF4.Dataset(url) as ds:
+            assert ds["v"].ncattrs() == [] and ds["w"].ncattrs() == []
+            assert list(ds["w"][:]) == [1, 2, 3, 4]
+    else:
+        root = zarr.open_group(url, mode="r")
+        assert dict(root["v"].attrs) == {} and dict(root["w"].attrs) == {}
+        assert root["v"].metadata.fill_value is None
+        assert root["w"].metadata.fill_value == 0
+        assert list(root["w"][:]) == [1, 2, 3, 4]
+    lines = [line for line in log.read_text().splitlines() if "_FillValue" in line]
+    assert len(lines) == 4, lines
+    for line in lines:
+        assert "the fill value of a variable already in storage cannot change" in line, line
+        assert line.endswith("(EPERM)"), line
+
+
 def test_attributes_named_as_netcdf_does_not_allow_are_rewritten_but_not_made(mounter, tmp_path):
     """A pure Zarr attribute whose name netCDF refuses (not in NFC, a trailing space, a `/`)
     takes a new value like any other: by a shell redirection, an open with `O_CREAT` and
