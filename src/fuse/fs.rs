@@ -25,7 +25,7 @@ use fuser::{
 };
 
 use crate::chunk::{ChunkEngine, Hyperslab};
-use crate::create::{check_attr_name, AttrTarget, DatasetWriter};
+use crate::create::{AttrTarget, DatasetWriter};
 use crate::dataset::OpenDataset;
 use crate::error::quoted;
 use crate::location::Mode;
@@ -928,17 +928,17 @@ impl Shared {
         Some(Ok(Ok(n)))
     }
 
-    /// Whether netCDF allows writing an attribute `name` on `owner` at all (see
-    /// [`check_attr_name`]), checked when its file is opened for writing so that
-    /// `echo v > file` fails at once rather than at a close the shell does not check. Its
-    /// value can still be refused at the close (a new `_FillValue` of a stored variable, unless
-    /// unchanged, as `cp -r` of a dataset onto itself writes it).
+    /// Whether an attribute `name` may be written on `owner` at all (see
+    /// [`DatasetWriter::check_attr_writable`]), checked when its file is opened for writing
+    /// so that `echo v > file` fails at once rather than at a close the shell does not check.
+    /// Its value can still be refused at the close (a new `_FillValue` of a stored variable,
+    /// unless unchanged, as `cp -r` of a dataset onto itself writes it).
     fn check_attr_writable(&self, owner: &Owner, name: &str) -> Result<()> {
         let Some(writer) = &self.writer else {
             return Err(Error::NotPermitted("read-only mount".into()));
         };
         let w = read_lock(writer);
-        check_attr_name(attr_target(w.model(), owner)?, name)
+        w.check_attr_writable(attr_target(w.model(), owner)?, name)
     }
 
     /// Logs a failed write-side operation and gives its errno.
@@ -1481,7 +1481,11 @@ fn new_entry_name<'a>(
 fn node_display(node: &Node) -> String {
     match node {
         Node::Dir(o) => o.display(),
-        Node::AttrDir(o) => format!("{}/{}", o.display(), layout::ATTRIBUTES),
+        Node::AttrDir(o) => format!(
+            "{}/{}",
+            o.display().trim_end_matches('/'),
+            layout::ATTRIBUTES
+        ),
         Node::File(o, k) => {
             let name = match k {
                 FileKind::Data => layout::DATA.to_string(),
@@ -2796,5 +2800,34 @@ fn maybe_prefetch(
     if let Some((lo, hi)) = step.prefetch {
         let snap = Arc::clone(snap);
         sh.prefetcher.spawn(move || prefetch(&snap, var, lo, hi));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fuse::layout::GroupPath;
+
+    #[test]
+    fn node_display_names_each_node_by_its_path_in_the_mount() {
+        let root = Owner::Group(GroupPath::root());
+        let g = Owner::Group(GroupPath::root().child("g"));
+        let v = Owner::Var(GroupPath::root(), "v".into());
+        let attr = |o: &Owner| Node::File(o.clone(), FileKind::Attr("a/b".into()));
+        let cases = [
+            (Node::Dir(root.clone()), "/"),
+            (Node::AttrDir(root.clone()), "/@attributes"),
+            (attr(&root), "/@attributes/a%2Fb"),
+            (Node::File(root.clone(), FileKind::Header), "/@header.cdl"),
+            (Node::File(root, FileKind::Metadata), "/@metadata.json"),
+            (Node::Dir(g.clone()), "/g"),
+            (Node::AttrDir(g.clone()), "/g/@attributes"),
+            (attr(&g), "/g/@attributes/a%2Fb"),
+            (Node::AttrDir(v.clone()), "/v/@attributes"),
+            (Node::File(v, FileKind::Data), "/v/data"),
+        ];
+        for (node, want) in cases {
+            assert_eq!(node_display(&node), want, "{node:?}");
+        }
     }
 }
