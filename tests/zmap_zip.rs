@@ -886,3 +886,115 @@ fn a_new_archive_follows_no_link() {
         Some(&b"{\"zarr_format\": 2}"[..])
     );
 }
+
+/// Runs Info-ZIP's `zip -qr ARCHIVE NAMES…` in `dir`, in a UTF-8 locale: `zip` 3.0 stores the
+/// names' bytes as the file system has them and never sets the UTF-8 flag (bit 11).
+fn info_zip(dir: &Path, archive: &Path, names: &[&std::ffi::OsStr]) {
+    let status = std::process::Command::new("zip")
+        .current_dir(dir)
+        .env("LC_ALL", "C.UTF-8")
+        .arg("-qr")
+        .arg(archive)
+        .args(names)
+        .status();
+    // scripts/test installs zip: a missing one fails here rather than passing as a skip.
+    let status = status.expect("zip (Debian package zip) must be installed");
+    assert!(status.success());
+}
+
+/// The raw bytes of every entry name of the archive at `path`, in the archive's order.
+fn raw_names(path: &Path) -> Vec<Vec<u8>> {
+    let mut archive = zip::ZipArchive::new(std::fs::File::open(path).unwrap()).unwrap();
+    (0..archive.len())
+        .map(|i| archive.by_index_raw(i).unwrap().name_raw().to_vec())
+        .collect()
+}
+
+/// Info-ZIP's `zip` stores UTF-8 names without the UTF-8 flag; they are read as UTF-8 (as
+/// libzip, netcdf-c's zip library, guesses them), and a rewrite keeps their bytes.
+#[test]
+fn unflagged_utf8_names_are_read_as_utf8_and_kept_by_a_rewrite() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dir.path().join("u.file");
+    std::fs::create_dir_all(ds.join("température")).unwrap();
+    std::fs::write(ds.join(".zgroup"), br#"{"zarr_format": 2}"#).unwrap();
+    std::fs::write(ds.join("température/.zarray"), b"{}").unwrap();
+    std::fs::write(ds.join("température/0"), b"chunk").unwrap();
+    let path = dir.path().join("u.zip");
+    info_zip(dir.path(), &path, &["u.file".as_ref()]);
+    let before = raw_names(&path);
+    assert!(
+        before.contains(&"u.file/température/0".as_bytes().to_vec()),
+        "{before:?}"
+    );
+
+    let map = ZipMap::open(&path, true).unwrap();
+    assert_eq!(map.root_folder(), Some("u.file"));
+    assert_eq!(map.search("").unwrap(), vec![".zgroup", "température"]);
+    assert_eq!(
+        map.get("température/0").unwrap().as_deref(),
+        Some(&b"chunk"[..])
+    );
+    map.claim_writer().unwrap();
+    map.put(".zattrs", b"{}").unwrap();
+    map.flush().unwrap();
+    drop(map);
+
+    // A rewrite writes the folder's entry and the objects; the directory entries inside the
+    // folder go (the keys imply them).
+    let mut kept = before;
+    kept.retain(|n| !n.ends_with(b"/") || n == b"u.file/");
+    kept.push(b"u.file/.zattrs".to_vec());
+    kept.sort();
+    let mut after = raw_names(&path);
+    after.sort();
+    assert_eq!(after, kept, "every name kept byte for byte");
+    let reread = ZipMap::open(&path, false).unwrap();
+    assert_eq!(
+        reread.get("température/0").unwrap().as_deref(),
+        Some(&b"chunk"[..])
+    );
+}
+
+/// A name that is not UTF-8 (Latin-1 bytes, as `zip` stores them from such a file system) is
+/// read as code page 437, as Python's zipfile reads it; a rewrite could not keep its bytes,
+/// so the archive is not opened for writing, and is left as it is.
+#[test]
+fn an_archive_with_a_name_beyond_utf8_is_not_rewritten() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dir.path().join("l.file");
+    let latin = std::ffi::OsStr::from_bytes(b"temp\xe9rature");
+    std::fs::create_dir_all(ds.join(latin)).unwrap();
+    std::fs::write(ds.join(".zgroup"), br#"{"zarr_format": 2}"#).unwrap();
+    std::fs::write(ds.join(latin).join("0"), b"chunk").unwrap();
+    let path = dir.path().join("l.zip");
+    info_zip(dir.path(), &path, &["l.file".as_ref()]);
+    let bytes = std::fs::read(&path).unwrap();
+
+    // 0xE9 is Θ in code page 437 (Python: b"\xe9".decode("cp437")).
+    let map = ZipMap::open(&path, true).unwrap();
+    assert_eq!(map.search("").unwrap(), vec![".zgroup", "tempΘrature"]);
+    match map.claim_writer() {
+        Err(Error::Unsupported(m)) => {
+            assert!(
+                m.contains(r#""l.file/tempΘrature""#) && m.contains("not UTF-8"),
+                "{m}"
+            )
+        }
+        other => panic!("expected Unsupported, got {other:?}"),
+    }
+    map.put(".zattrs", b"{}").unwrap();
+    assert!(matches!(map.flush(), Err(Error::Unsupported(_))));
+    drop(map);
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        bytes,
+        "the archive is untouched"
+    );
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names.len(), 2, "nothing left beside it: {names:?}");
+}

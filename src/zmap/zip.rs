@@ -85,8 +85,11 @@ struct State {
     archive: Option<ZipArchive<File>>,
     /// Every content-bearing key (relative to `folder`) and where its bytes are.
     objects: BTreeMap<String, Source>,
-    /// Entries beside the dataset's folder (a README next to it): kept as they are.
-    outside: Vec<usize>,
+    /// Entries beside the dataset's folder (a README next to it), with their names: kept as
+    /// they are.
+    outside: Vec<(usize, String)>,
+    /// The name of an entry that a rewrite would not keep as it is (see [`entry_name`]).
+    inexact_name: Option<String>,
     /// Whether `objects` differs from the archive on disk.
     dirty: bool,
     /// The archive file indexed (see [`file_identity`]), to notice its replacement.
@@ -170,36 +173,45 @@ impl ZipMap {
     /// the archive is created by the first `flush`. An entry whose name could escape the
     /// archive (absolute, `..`, a drive letter) makes the open fail.
     pub fn open(path: &Path, writable: bool) -> Result<Self> {
-        let (archive, folder, objects, outside, identity) = match super::file::open_object(path) {
-            Ok(file) => {
-                let meta = file.metadata().map_err(|e| Error::io(path, e))?;
-                if !meta.is_file() {
-                    let what = if meta.is_dir() {
-                        "a directory"
-                    } else {
-                        "not a regular file"
-                    };
-                    return Err(Error::NotZarr {
+        let (archive, folder, objects, outside, inexact_name, identity) =
+            match super::file::open_object(path) {
+                Ok(file) => {
+                    let meta = file.metadata().map_err(|e| Error::io(path, e))?;
+                    if !meta.is_file() {
+                        let what = if meta.is_dir() {
+                            "a directory"
+                        } else {
+                            "not a regular file"
+                        };
+                        return Err(Error::NotZarr {
+                            location: path.display().to_string(),
+                            reason: format!("{what}, not a zip archive"),
+                        });
+                    }
+                    let mut archive = ZipArchive::new(file).map_err(|e| Error::NotZarr {
                         location: path.display().to_string(),
-                        reason: format!("{what}, not a zip archive"),
-                    });
+                        reason: format!("not a readable zip archive: {e}"),
+                    })?;
+                    let entries = list_entries(&mut archive, path)?;
+                    let folder = dataset_folder(&entries);
+                    let objects = index_objects(&entries, &folder);
+                    let outside = outside_entries(&entries, &folder);
+                    let inexact_name = inexact_name(&entries);
+                    let identity = Some(identity_of(&meta));
+                    (
+                        Some(archive),
+                        folder,
+                        objects,
+                        outside,
+                        inexact_name,
+                        identity,
+                    )
                 }
-                let archive = ZipArchive::new(file).map_err(|e| Error::NotZarr {
-                    location: path.display().to_string(),
-                    reason: format!("not a readable zip archive: {e}"),
-                })?;
-                let entries = list_entries(&archive, path)?;
-                let folder = dataset_folder(&entries);
-                let objects = index_objects(&entries, &folder);
-                let outside = outside_entries(&entries, &folder);
-                let identity = Some(identity_of(&meta));
-                (Some(archive), folder, objects, outside, identity)
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound && writable => {
-                return Ok(ZipMap::create_new(path))
-            }
-            Err(e) => return Err(Error::io(path, e)),
-        };
+                Err(e) if e.kind() == io::ErrorKind::NotFound && writable => {
+                    return Ok(ZipMap::create_new(path))
+                }
+                Err(e) => return Err(Error::io(path, e)),
+            };
         Ok(ZipMap {
             path: path.to_path_buf(),
             read_only: !writable,
@@ -208,6 +220,7 @@ impl ZipMap {
                 archive,
                 objects,
                 outside,
+                inexact_name,
                 dirty: false,
                 identity,
                 held: 0,
@@ -229,6 +242,7 @@ impl ZipMap {
                 archive: None,
                 objects: BTreeMap::new(),
                 outside: Vec::new(),
+                inexact_name: None,
                 dirty: false,
                 identity: None,
                 held: 0,
@@ -326,6 +340,21 @@ impl ZipMap {
         Err(storage_err(&unreadable_entry(archive, index, why)))
     }
 
+    /// Refuses to rewrite an archive holding an entry whose name is not UTF-8: the new
+    /// archive would hold that name re-encoded, other bytes than the ones its maker wrote.
+    fn check_names_kept(&self, state: &State) -> Result<()> {
+        match &state.inexact_name {
+            None => Ok(()),
+            Some(name) => Err(Error::Unsupported(format!(
+                "{} cannot be rewritten: the name of its entry {} is not UTF-8 (it is read as \
+                 code page 437), and the new archive could not keep its bytes; open it \
+                 read-only",
+                self.path.display(),
+                crate::error::quoted(name)
+            ))),
+        }
+    }
+
     fn check_writable(&self, key: &str) -> Result<()> {
         if self.read_only {
             return Err(Error::NotPermitted(format!(
@@ -340,13 +369,14 @@ impl ZipMap {
     /// forgetting the changes held (flushed into it, or given up).
     fn reindex(&self, state: &mut State, file: File) -> Result<()> {
         let identity = file.metadata().map_err(|e| Error::io(&self.path, e))?;
-        let archive = ZipArchive::new(file).map_err(|e| Error::Storage {
+        let mut archive = ZipArchive::new(file).map_err(|e| Error::Storage {
             key: String::new(),
             reason: format!("reopening {}: {e}", self.path.display()),
         })?;
-        let entries = list_entries(&archive, &self.path)?;
+        let entries = list_entries(&mut archive, &self.path)?;
         state.objects = index_objects(&entries, &self.folder);
         state.outside = outside_entries(&entries, &self.folder);
+        state.inexact_name = inexact_name(&entries);
         state.archive = Some(archive);
         state.identity = Some(identity_of(&identity));
         state.drop_changes();
@@ -399,6 +429,7 @@ impl ZipMap {
                 reason: format!("writing {}: {other}", temp.display()),
             },
         };
+        self.check_names_kept(state)?;
         if let Some(old) = old {
             keep_mode_and_owner(&file, old).map_err(|e| Error::io(temp, e))?;
         }
@@ -425,7 +456,7 @@ impl ZipMap {
             let name = format!("{}{key}", self.folder);
             match source {
                 Source::Archived(index) => {
-                    copy_raw(archive, &mut writer, *index).map_err(|e| storage_err(key, e))?
+                    copy_raw(archive, &mut writer, *index, name).map_err(|e| storage_err(key, e))?
                 }
                 Source::Local(bytes) => {
                     let large = u32::try_from(bytes.len()).is_err();
@@ -458,8 +489,8 @@ impl ZipMap {
                 }
             }
         }
-        for index in outside.iter() {
-            copy_raw(archive, &mut writer, *index).map_err(|e| storage_err("", e))?;
+        for (index, name) in outside.iter() {
+            copy_raw(archive, &mut writer, *index, name.clone()).map_err(|e| storage_err("", e))?;
         }
         let archive = writer.finish().map_err(|e| storage_err("", e))?;
         archive.file.sync_all().map_err(|e| Error::io(temp, e))?;
@@ -636,15 +667,18 @@ fn remove_orphans(dir: &Path, prefix: &OsStr) {
     }
 }
 
-/// Copies entry `index` of `archive` into `writer` as it is stored (no recompression).
+/// Copies entry `index` of `archive` into `writer` as it is stored (no recompression), under
+/// `name`, the one it was read under (the zip crate's own copy would write the name as it
+/// decoded it, code page 437 for an unflagged name, changing a UTF-8 one's bytes).
 fn copy_raw(
     archive: &mut Option<ZipArchive<File>>,
     writer: &mut ZipWriter<TempArchive>,
     index: usize,
+    name: String,
 ) -> zip::result::ZipResult<()> {
     let archive = archive.as_mut().ok_or(ZipError::FileNotFound)?;
     let entry = archive.by_index_raw(index)?;
-    writer.raw_copy_file(entry)
+    writer.raw_copy_file_rename(entry, name)
 }
 
 /// The most a deflate stream can expand: 258 bytes per 2-bit symbol at best, 1032 to 1.
@@ -716,6 +750,9 @@ struct Entry {
     index: usize,
     name: String,
     is_dir: bool,
+    /// Whether `name` (with its `/`) is, in UTF-8, the bytes the archive holds: a rewrite
+    /// then writes the name the archive had.
+    exact: bool,
 }
 
 /// The signatures of the records that follow the central directory's entries (end of
@@ -730,12 +767,13 @@ const RECORD_SIGNATURES: [&str; 4] = [
 /// Lists and checks the archive's entries: a name that could escape a directory it is
 /// extracted to is an error naming it, and a name holding a record signature is an archive
 /// whose central directory was cut short (`path` is the archive).
-fn list_entries(archive: &ZipArchive<File>, path: &Path) -> Result<Vec<Entry>> {
+fn list_entries(archive: &mut ZipArchive<File>, path: &Path) -> Result<Vec<Entry>> {
     let mut entries = Vec::with_capacity(archive.len());
     for index in 0..archive.len() {
-        let Some(raw) = archive.name_for_index(index) else {
+        let Some((raw, exact)) = entry_name(archive, index) else {
             continue;
         };
+        let raw = raw.as_str();
         // The zip crate takes the entries' sizes on trust, so an entry that lost bytes
         // reads on into the next record; unzip and Python's zipfile refuse such an archive.
         if RECORD_SIGNATURES.iter().any(|sig| raw.contains(sig)) {
@@ -762,9 +800,35 @@ fn list_entries(archive: &ZipArchive<File>, path: &Path) -> Result<Vec<Entry>> {
             index,
             name: name.to_string(),
             is_dir,
+            exact,
         });
     }
     Ok(entries)
+}
+
+/// The name of entry `index`, and whether it is the archive's bytes as they are.
+///
+/// A name is read as UTF-8 whenever its bytes are UTF-8, flagged as such (bit 11) or not, as
+/// libzip (netcdf-c's zip library) guesses it: Info-ZIP's `zip` 3.0 stores names in the
+/// locale's encoding and never sets the flag. Only a name that is not UTF-8 is read as the
+/// zip crate reads it, as code page 437 (Python's `zipfile`, whose `ZipStore` zarr-python
+/// uses, reads every unflagged name so); a rewrite could not keep such a name as it is.
+fn entry_name(archive: &mut ZipArchive<File>, index: usize) -> Option<(String, bool)> {
+    let decoded = archive.name_for_index(index)?.to_string();
+    // ASCII names read alike in every encoding; only the others need their raw bytes, which
+    // the zip crate gives only with the entry (reading its local header).
+    if decoded.is_ascii() {
+        return Some((decoded, true));
+    }
+    let raw = match archive.by_index_raw(index) {
+        Ok(entry) => entry.name_raw().to_vec(),
+        // Its read and any copy fail with that error; the name only serves the index.
+        Err(_) => return Some((decoded, true)),
+    };
+    Some(match String::from_utf8(raw) {
+        Ok(name) => (name, true),
+        Err(_) => (decoded, false),
+    })
 }
 
 fn check_entry_name(name: &str) -> std::result::Result<(), &'static str> {
@@ -849,8 +913,9 @@ fn dataset_folder(entries: &[Entry]) -> String {
     }
 }
 
-/// The entries beside the dataset's `folder` (none when the dataset is at the root).
-fn outside_entries(entries: &[Entry], folder: &str) -> Vec<usize> {
+/// The entries beside the dataset's `folder` (none when the dataset is at the root), with
+/// their names as the archive has them.
+fn outside_entries(entries: &[Entry], folder: &str) -> Vec<(usize, String)> {
     if folder.is_empty() {
         return Vec::new();
     }
@@ -858,8 +923,16 @@ fn outside_entries(entries: &[Entry], folder: &str) -> Vec<usize> {
     entries
         .iter()
         .filter(|e| e.name != folder_entry && !e.name.starts_with(folder))
-        .map(|e| e.index)
+        .map(|e| match e.is_dir {
+            true => (e.index, format!("{}/", e.name)),
+            false => (e.index, e.name.clone()),
+        })
         .collect()
+}
+
+/// The name of the first entry whose name a rewrite would change (see [`entry_name`]).
+fn inexact_name(entries: &[Entry]) -> Option<String> {
+    entries.iter().find(|e| !e.exact).map(|e| e.name.clone())
 }
 
 /// The content-bearing objects under `folder`, keyed relative to it.
@@ -1108,6 +1181,7 @@ impl ZMap for ZipMap {
                 let file = locked.try_clone().map_err(|e| Error::io(&self.path, e))?;
                 self.reindex(&mut state, file)?;
             }
+            self.check_names_kept(&state)?;
             *claim = Some(locked);
         }
         Ok(())
@@ -1131,6 +1205,7 @@ impl ZMap for ZipMap {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 state.objects.clear();
                 state.outside.clear();
+                state.inexact_name = None;
                 state.archive = None;
                 state.identity = None;
                 state.drop_changes();
