@@ -998,3 +998,49 @@ fn an_archive_with_a_name_beyond_utf8_is_not_rewritten() {
         .collect();
     assert_eq!(names.len(), 2, "nothing left beside it: {names:?}");
 }
+
+/// An archive rewritten in place (same file, as `cp other.zip ds.zip` or zarr-python's
+/// `ZipStore(mode="a")` leave it) holds other bytes at the offsets the map indexed: the flush
+/// fails and leaves it as it is, rather than copying entries from those offsets.
+#[test]
+fn a_flush_refuses_an_archive_rewritten_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ds.zip");
+    let other = dir.path().join("other.zip");
+    make_zip(
+        &path,
+        &[
+            (".zgroup", b"{\"zarr_format\": 2}", false),
+            ("v/0", b"1111", false),
+        ],
+    );
+    make_zip(
+        &other,
+        &[
+            (".zgroup", b"{\"zarr_format\": 2}", false),
+            ("v/0", b"2222", false),
+        ],
+    );
+    let map = ZipMap::open(&path, true).unwrap();
+    map.claim_writer().unwrap();
+    map.put(".zattrs", b"{}").unwrap();
+    let inode = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&path).unwrap());
+    // The same size, so only the modification time tells the new content.
+    std::fs::write(&path, std::fs::read(&other).unwrap()).unwrap();
+    let meta = std::fs::metadata(&path).unwrap();
+    assert_eq!(std::os::unix::fs::MetadataExt::ino(&meta), inode);
+    match map.flush() {
+        Err(Error::Busy(m)) => assert!(m.contains("rewritten in place by another program"), "{m}"),
+        other => panic!("expected Busy, got {other:?}"),
+    }
+    drop(map);
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        std::fs::read(&other).unwrap()
+    );
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names.len(), 2, "nothing left beside it: {names:?}");
+}

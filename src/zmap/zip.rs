@@ -355,6 +355,34 @@ impl ZipMap {
         }
     }
 
+    /// The metadata of the archive file at `target`, if it is still the one indexed (`read`):
+    /// neither removed, nor replaced by another file, nor rewritten in place (`cp other.zip
+    /// ds.zip`, zarr-python's `ZipStore(mode="a")`), which changes its size or modification
+    /// time. A rewrite from the old index would copy the entries from offsets that now hold
+    /// other bytes.
+    fn unchanged_since_read(&self, target: &Path, read: FileIdentity) -> Result<fs::Metadata> {
+        let changed = |what: &str| {
+            Error::Busy(format!(
+                "{}: the archive was {what} by another program since it was read; it is not \
+                 overwritten, and the changes since are not written",
+                self.path.display()
+            ))
+        };
+        let meta = match fs::metadata(target) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(changed("removed")),
+            Err(e) => return Err(Error::io(target, e)),
+        };
+        let now = identity_of(&meta);
+        if (now.0, now.1) != (read.0, read.1) {
+            return Err(changed("replaced"));
+        }
+        if now != read {
+            return Err(changed("rewritten in place"));
+        }
+        Ok(meta)
+    }
+
     fn check_writable(&self, key: &str) -> Result<()> {
         if self.read_only {
             return Err(Error::NotPermitted(format!(
@@ -1077,24 +1105,7 @@ impl ZMap for ZipMap {
         let old = match state.identity {
             None => None,
             Some(read) => {
-                let changed = |what: &str| {
-                    Error::Busy(format!(
-                        "{}: the archive was {what} by another program since it was read; it \
-                         is not overwritten, and the changes since are not written",
-                        self.path.display()
-                    ))
-                };
-                let meta = match fs::metadata(&target) {
-                    Ok(meta) => meta,
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                        return Err(changed("removed"))
-                    }
-                    Err(e) => return Err(Error::io(&target, e)),
-                };
-                let (dev, ino, ..) = identity_of(&meta);
-                if (dev, ino) != (read.0, read.1) {
-                    return Err(changed("replaced"));
-                }
+                let meta = self.unchanged_since_read(&target, read)?;
                 check_may_rewrite(&target)?;
                 Some(Ownership::from(&meta))
             }
@@ -1108,6 +1119,11 @@ impl ZMap for ZipMap {
         let written = self
             .write_archive(&mut state, file, &temp, old)
             .and_then(|file| {
+                // Rewritten in place while the copy was made, the archive may have fed it
+                // bytes of its new content from the old one's offsets.
+                if let Some(read) = state.identity {
+                    self.unchanged_since_read(&target, read)?;
+                }
                 let new_claim = match *claim {
                     Some(_) => Some(super::lock_file(
                         file.try_clone().map_err(|e| Error::io(&temp, e))?,
