@@ -1190,7 +1190,8 @@ impl ZMap for ZipMap {
             if state.identity != Some(locked_identity) {
                 if state.dirty {
                     return Err(Error::Busy(format!(
-                        "{}: another process replaced the archive while this one held                          unwritten changes",
+                        "{}: another process replaced the archive while this one held \
+                         unwritten changes",
                         self.path.display()
                     )));
                 }
