@@ -1044,3 +1044,35 @@ fn a_flush_refuses_an_archive_rewritten_in_place() {
         .collect();
     assert_eq!(names.len(), 2, "nothing left beside it: {names:?}");
 }
+
+/// A writer's claim removes what killed writers left beside the archive, before any flush
+/// (a directory store's claim does the same); a running process's file stays.
+#[test]
+fn a_writers_claim_removes_partial_archives_of_killed_writers() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ds.zip");
+    make_zip(&path, &[(".zgroup", b"{\"zarr_format\": 2}", false)]);
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let dead = child.id();
+    child.wait().unwrap();
+    let alive = std::os::unix::process::parent_id();
+    let orphan = dir
+        .path()
+        .join(format!(".ds.zip.nczarrfs-tmp.{dead}.0123456789abcdef"));
+    let in_use = dir
+        .path()
+        .join(format!(".ds.zip.nczarrfs-tmp.{alive}.0123456789abcdef"));
+    for p in [&orphan, &in_use] {
+        std::fs::write(p, b"partial").unwrap();
+    }
+    let reader = ZipMap::open(&path, false).unwrap();
+    assert_eq!(reader.search("").unwrap(), vec![".zgroup"]);
+    assert!(orphan.exists(), "a reader removes nothing");
+    let map = ZipMap::open(&path, true).unwrap();
+    map.claim_writer().unwrap();
+    assert!(
+        !orphan.exists(),
+        "the killed writer's partial archive is removed"
+    );
+    assert!(in_use.exists(), "a running process's file stays");
+}

@@ -630,7 +630,8 @@ impl<F: Seek> Seek for TempArchive<F> {
 
 /// The directory that holds the archive `target` (a path through no symbolic link), and the
 /// name prefix of the temporary files a writer puts there (left by a writer that died, they
-/// are removed at the next flush), the archive's name in it byte for byte (or its start and a
+/// are removed by the next writer's claim and at each flush), the archive's name in it byte
+/// for byte (or its start and a
 /// hash when it is long, see [`super::temp_files::name_stem`]).
 fn temp_place(target: &Path) -> (PathBuf, OsString) {
     let dir = match target.parent() {
@@ -1173,7 +1174,8 @@ impl ZMap for ZipMap {
 
     /// Locks the archive, and re-indexes it when the locked file is not the one indexed at
     /// open: another writer may have replaced it in between, and a flush from the old index
-    /// would undo that writer's changes.
+    /// would undo that writer's changes. Then removes the temporary files beside it that
+    /// killed writers left (see [`remove_orphans`]).
     fn claim_writer(&self) -> Result<()> {
         let mut claim = self.writer_claim.lock().unwrap_or_else(|e| e.into_inner());
         while claim.is_none() && self.path.exists() {
@@ -1200,6 +1202,12 @@ impl ZMap for ZipMap {
             }
             self.check_names_kept(&state)?;
             *claim = Some(locked);
+            // A killed writer's partial archive or spill file can be as large as the archive:
+            // gone now rather than at this writer's first flush, which may never come.
+            if let Ok(target) = super::through_links(&self.path) {
+                let (dir, temp_prefix) = temp_place(&target);
+                remove_orphans(&dir, &temp_prefix);
+            }
         }
         Ok(())
     }
