@@ -1076,3 +1076,50 @@ fn a_writers_claim_removes_partial_archives_of_killed_writers() {
     );
     assert!(in_use.exists(), "a running process's file stays");
 }
+
+/// Bytes before the archive (a self-extracting stub; `cat stub a.zip`, or that adjusted by
+/// `zip -A` so that offsets count from the file's start) stay before it after a rewrite,
+/// which `unzip -t` then finds whole.
+#[test]
+fn a_rewrite_keeps_what_precedes_the_archive() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dir.path().join("s.file");
+    std::fs::create_dir_all(ds.join("v")).unwrap();
+    std::fs::write(ds.join(".zgroup"), br#"{"zarr_format": 2}"#).unwrap();
+    std::fs::write(ds.join("v/0"), b"chunk").unwrap();
+    let plain = dir.path().join("plain.zip");
+    info_zip(dir.path(), &plain, &["s.file".as_ref()]);
+    let stub = b"#!/bin/sh\necho stub\nexit 0\n";
+    for adjusted in [false, true] {
+        let path = dir.path().join(format!("sfx-{adjusted}.zip"));
+        std::fs::write(&path, [&stub[..], &std::fs::read(&plain).unwrap()].concat()).unwrap();
+        if adjusted {
+            let status = std::process::Command::new("zip")
+                .args(["-qA"])
+                .arg(&path)
+                .status()
+                .expect("zip (Debian package zip) must be installed");
+            assert!(status.success());
+        }
+        let map = ZipMap::open(&path, true).unwrap();
+        map.claim_writer().unwrap();
+        map.put("v/1", b"new chunk").unwrap();
+        map.flush().unwrap();
+        drop(map);
+        let bytes = std::fs::read(&path).unwrap();
+        assert!(bytes.starts_with(stub), "adjusted: {adjusted}");
+        assert_eq!(&bytes[stub.len()..stub.len() + 4], b"PK\x03\x04");
+        let test = std::process::Command::new("unzip")
+            .arg("-tq")
+            .arg(&path)
+            .output()
+            .expect("unzip (Debian package unzip) must be installed");
+        assert!(test.status.success(), "{test:?}");
+        let reread = ZipMap::open(&path, false).unwrap();
+        assert_eq!(reread.get("v/0").unwrap().as_deref(), Some(&b"chunk"[..]));
+        assert_eq!(
+            reread.get("v/1").unwrap().as_deref(),
+            Some(&b"new chunk"[..])
+        );
+    }
+}

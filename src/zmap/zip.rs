@@ -83,6 +83,8 @@ pub struct ZipMap {
 struct State {
     /// `None` while the archive does not exist yet (a new writable map).
     archive: Option<ZipArchive<File>>,
+    /// The archive's file, for the bytes before its first entry (see [`prefix_len`]).
+    file: Option<File>,
     /// Every content-bearing key (relative to `folder`) and where its bytes are.
     objects: BTreeMap<String, Source>,
     /// Entries beside the dataset's folder (a README next to it), with their names: kept as
@@ -173,61 +175,36 @@ impl ZipMap {
     /// the archive is created by the first `flush`. An entry whose name could escape the
     /// archive (absolute, `..`, a drive letter) makes the open fail.
     pub fn open(path: &Path, writable: bool) -> Result<Self> {
-        let (archive, folder, objects, outside, inexact_name, identity) =
-            match super::file::open_object(path) {
-                Ok(file) => {
-                    let meta = file.metadata().map_err(|e| Error::io(path, e))?;
-                    if !meta.is_file() {
-                        let what = if meta.is_dir() {
-                            "a directory"
-                        } else {
-                            "not a regular file"
-                        };
-                        return Err(Error::NotZarr {
-                            location: path.display().to_string(),
-                            reason: format!("{what}, not a zip archive"),
-                        });
-                    }
-                    let mut archive = ZipArchive::new(file).map_err(|e| Error::NotZarr {
-                        location: path.display().to_string(),
-                        reason: format!("not a readable zip archive: {e}"),
-                    })?;
-                    let entries = list_entries(&mut archive, path)?;
-                    let folder = dataset_folder(&entries);
-                    let objects = index_objects(&entries, &folder);
-                    let outside = outside_entries(&entries, &folder);
-                    let inexact_name = inexact_name(&entries);
-                    let identity = Some(identity_of(&meta));
-                    (
-                        Some(archive),
-                        folder,
-                        objects,
-                        outside,
-                        inexact_name,
-                        identity,
-                    )
-                }
-                Err(e) if e.kind() == io::ErrorKind::NotFound && writable => {
-                    return Ok(ZipMap::create_new(path))
-                }
-                Err(e) => return Err(Error::io(path, e)),
+        let file = match super::file::open_object(path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound && writable => {
+                return Ok(ZipMap::create_new(path))
+            }
+            Err(e) => return Err(Error::io(path, e)),
+        };
+        let meta = file.metadata().map_err(|e| Error::io(path, e))?;
+        if !meta.is_file() {
+            let what = if meta.is_dir() {
+                "a directory"
+            } else {
+                "not a regular file"
             };
-        Ok(ZipMap {
-            path: path.to_path_buf(),
-            read_only: !writable,
-            folder,
-            state: Mutex::new(State {
-                archive,
-                objects,
-                outside,
-                inexact_name,
-                dirty: false,
-                identity,
-                held: 0,
-                spill: None,
-            }),
-            writer_claim: Mutex::new(None),
-        })
+            return Err(Error::NotZarr {
+                location: path.display().to_string(),
+                reason: format!("{what}, not a zip archive"),
+            });
+        }
+        let raw = file.try_clone().map_err(|e| Error::io(path, e))?;
+        let mut archive = ZipArchive::new(file).map_err(|e| Error::NotZarr {
+            location: path.display().to_string(),
+            reason: format!("not a readable zip archive: {e}"),
+        })?;
+        let entries = list_entries(&mut archive, path)?;
+        let mut map = ZipMap::create_new(path);
+        map.read_only = !writable;
+        map.folder = dataset_folder(&entries);
+        map.install(&mut map.lock(), archive, raw, &entries, &meta);
+        Ok(map)
     }
 
     /// A writable map for a new archive at `path`, which the first flush creates there; the
@@ -240,6 +217,7 @@ impl ZipMap {
             folder: String::new(),
             state: Mutex::new(State {
                 archive: None,
+                file: None,
                 objects: BTreeMap::new(),
                 outside: Vec::new(),
                 inexact_name: None,
@@ -396,19 +374,34 @@ impl ZipMap {
     /// Indexes the archive open as `file` (the one at the map's path) in place of `state`'s,
     /// forgetting the changes held (flushed into it, or given up).
     fn reindex(&self, state: &mut State, file: File) -> Result<()> {
-        let identity = file.metadata().map_err(|e| Error::io(&self.path, e))?;
+        let meta = file.metadata().map_err(|e| Error::io(&self.path, e))?;
+        let raw = file.try_clone().map_err(|e| Error::io(&self.path, e))?;
         let mut archive = ZipArchive::new(file).map_err(|e| Error::Storage {
             key: String::new(),
             reason: format!("reopening {}: {e}", self.path.display()),
         })?;
         let entries = list_entries(&mut archive, &self.path)?;
-        state.objects = index_objects(&entries, &self.folder);
-        state.outside = outside_entries(&entries, &self.folder);
-        state.inexact_name = inexact_name(&entries);
-        state.archive = Some(archive);
-        state.identity = Some(identity_of(&identity));
-        state.drop_changes();
+        self.install(state, archive, raw, &entries, &meta);
         Ok(())
+    }
+
+    /// Makes `archive`, of `entries`, open as `file` (whose metadata is `meta`), the one
+    /// `state` holds, forgetting the changes held.
+    fn install(
+        &self,
+        state: &mut State,
+        archive: ZipArchive<File>,
+        file: File,
+        entries: &[Entry],
+        meta: &fs::Metadata,
+    ) {
+        state.objects = index_objects(entries, &self.folder);
+        state.outside = outside_entries(entries, &self.folder);
+        state.inexact_name = inexact_name(entries);
+        state.archive = Some(archive);
+        state.file = Some(file);
+        state.identity = Some(identity_of(meta));
+        state.drop_changes();
     }
 
     /// Appends `value` to the spill file (made, and unlinked at once, on first use).
@@ -461,7 +454,14 @@ impl ZipMap {
         if let Some(old) = old {
             keep_mode_and_owner(&file, old).map_err(|e| Error::io(temp, e))?;
         }
-        let mut writer = ZipWriter::new(TempArchive::new(file));
+        let mut out = TempArchive::new(file);
+        // What precedes the archive (a self-extracting stub, `cat stub a.zip`) stays before
+        // it; the new archive's offsets count from the file's start, as `zip -A` makes them.
+        if let (Some(archive), Some(old)) = (&mut state.archive, &state.file) {
+            let len = prefix_len(archive).map_err(|e| storage_err("", e))?;
+            copy_prefix(old, len, &mut out).map_err(|e| Error::io(temp, e))?;
+        }
+        let mut writer = ZipWriter::new(out);
         if let Some(archive) = &state.archive {
             writer.set_raw_comment(archive.comment().into());
         }
@@ -694,6 +694,32 @@ fn remove_orphans(dir: &Path, prefix: &OsStr) {
             let _ = fs::remove_file(entry.path());
         }
     }
+}
+
+/// How many bytes precede the archive's first entry (or its central directory, when it has
+/// no entries) in its file.
+fn prefix_len(archive: &mut ZipArchive<File>) -> zip::result::ZipResult<u64> {
+    let mut first = archive.central_directory_start();
+    for index in 0..archive.len() {
+        first = first.min(archive.by_index_raw(index)?.header_start());
+    }
+    Ok(first)
+}
+
+/// Copies the first `len` bytes of `file` to `out`.
+fn copy_prefix(file: &File, len: u64, out: &mut impl Write) -> io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let mut piece = vec![0u8; usize::try_from(len.min(1 << 20)).unwrap_or(1 << 20)];
+    let mut done = 0u64;
+    while done < len {
+        let n = piece
+            .len()
+            .min(usize::try_from(len - done).unwrap_or(usize::MAX));
+        file.read_exact_at(&mut piece[..n], done)?;
+        out.write_all(&piece[..n])?;
+        done += n as u64;
+    }
+    Ok(())
 }
 
 /// Copies entry `index` of `archive` into `writer` as it is stored (no recompression), under
@@ -1232,6 +1258,7 @@ impl ZMap for ZipMap {
                 state.outside.clear();
                 state.inexact_name = None;
                 state.archive = None;
+                state.file = None;
                 state.identity = None;
                 state.drop_changes();
                 return Ok(());
