@@ -1123,3 +1123,49 @@ fn a_rewrite_keeps_what_precedes_the_archive() {
         );
     }
 }
+
+/// A zip archive named with `file` storage in the fragment is told as a zip archive, with
+/// how to name it, not as "neither a directory nor a zip archive".
+#[test]
+fn a_zip_archive_opened_as_a_directory_store_is_named_as_a_zip_archive() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ds.zip");
+    make_zip(&path, &[(".zgroup", b"{\"zarr_format\": 2}", false)]);
+    let url = format!("file://{}#mode=nczarr,file", path.display());
+    let location = Location::parse(&url).unwrap();
+    let err = zmap::open(&location, false).unwrap_err();
+    assert!(matches!(err, Error::NotZarr { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(
+        text.contains("a zip archive") && text.contains("`zip`"),
+        "{text}"
+    );
+    assert!(!text.contains("neither"), "{text}");
+}
+
+/// An archive cut inside its end-of-central-directory record (22 bytes, whose signature
+/// survives) is told as truncated, not as a bare "i/o error".
+#[test]
+fn an_archive_cut_in_its_end_record_is_told_as_truncated() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dir.path().join("t.file");
+    std::fs::create_dir_all(&ds).unwrap();
+    std::fs::write(ds.join(".zgroup"), br#"{"zarr_format": 2}"#).unwrap();
+    let whole = dir.path().join("whole.zip");
+    info_zip(dir.path(), &whole, &["t.file".as_ref()]);
+    let bytes = std::fs::read(&whole).unwrap();
+    // Info-ZIP writes no archive comment: the end record is the last 22 bytes.
+    assert_eq!(&bytes[bytes.len() - 22..bytes.len() - 18], b"PK\x05\x06");
+    let cut = dir.path().join("cut.zip");
+    std::fs::write(&cut, &bytes[..bytes.len() - 10]).unwrap();
+    match ZipMap::open(&cut, false) {
+        Err(e @ Error::NotZarr { .. }) => {
+            let text = e.to_string();
+            assert!(
+                text.contains("truncated") && !text.contains("i/o error"),
+                "{text}"
+            );
+        }
+        other => panic!("expected NotZarr, got {other:?}"),
+    }
+}

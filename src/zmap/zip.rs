@@ -197,7 +197,7 @@ impl ZipMap {
         let raw = file.try_clone().map_err(|e| Error::io(path, e))?;
         let mut archive = ZipArchive::new(file).map_err(|e| Error::NotZarr {
             location: path.display().to_string(),
-            reason: format!("not a readable zip archive: {e}"),
+            reason: format!("not a readable zip archive: {}", unreadable_archive(&e)),
         })?;
         let entries = list_entries(&mut archive, path)?;
         let mut map = ZipMap::create_new(path);
@@ -378,7 +378,11 @@ impl ZipMap {
         let raw = file.try_clone().map_err(|e| Error::io(&self.path, e))?;
         let mut archive = ZipArchive::new(file).map_err(|e| Error::Storage {
             key: String::new(),
-            reason: format!("reopening {}: {e}", self.path.display()),
+            reason: format!(
+                "reopening {}: {}",
+                self.path.display(),
+                unreadable_archive(&e)
+            ),
         })?;
         let entries = list_entries(&mut archive, &self.path)?;
         self.install(state, archive, raw, &entries, &meta);
@@ -734,6 +738,20 @@ fn copy_raw(
     let archive = archive.as_mut().ok_or(ZipError::FileNotFound)?;
     let entry = archive.by_index_raw(index)?;
     writer.raw_copy_file_rename(entry, name)
+}
+
+/// Why the zip crate could not read an archive: its I/O error says only "i/o error", and the
+/// one behind it, an end of file in the middle of a record, means the file is cut short.
+fn unreadable_archive(e: &ZipError) -> String {
+    match e {
+        ZipError::Io(io) if io.kind() == io::ErrorKind::UnexpectedEof => {
+            "the file ends in the middle of a zip record: it is truncated, its \
+             end-of-central-directory record or central directory cut short"
+                .to_string()
+        }
+        ZipError::Io(io) => format!("i/o error: {io}"),
+        other => other.to_string(),
+    }
 }
 
 /// The most a deflate stream can expand: 258 bytes per 2-bit symbol at best, 1032 to 1.
