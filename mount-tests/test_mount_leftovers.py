@@ -141,3 +141,29 @@ def test_failed_flushes_leave_no_temporary_files(mounter, tmp_path):
     assert not is_mounted(rw)
     assert leftovers(moved) == []
     assert zarr_warnings(moved) == []
+
+
+def test_a_rw_mount_of_a_zip_archive_removes_what_killed_writers_left_at_once(mounter, tmp_path):
+    """A writer killed while it wrote a new archive leaves it beside the old one
+    (`.NAME.zip.nczarrfs-tmp.PID.TOKEN`); a rw mount removes it when it takes the archive, as
+    it does in a directory store, not at its first flush (which may never come). A reader
+    leaves it alone, as does the writer the files of a process still running."""
+    archive = tmp_path / "ds.zip"
+    made = subprocess.run([str(mounter.binary), "gen", "-k", "zarr,zip", "-o", str(archive), "-"],
+                          input="netcdf ds {\nvariables:\n int v ;\ndata:\n v = 1 ;\n}\n",
+                          capture_output=True, text=True, timeout=60)
+    assert made.returncode == 0, made.stderr
+    killed = tmp_path / f".ds.zip.nczarrfs-tmp.{ended_pid()}.{secrets.token_hex(8)}"
+    killed.write_bytes(archive.read_bytes()[:40])
+    live = tmp_path / f".ds.zip.nczarrfs-tmp.{os.getpid()}.{secrets.token_hex(8)}"
+    live.write_bytes(b"PK")
+    ro = mounter.mount(str(archive))
+    unmount(ro)
+    assert killed.exists()
+    rw = mounter.mount(str(archive), "rw")
+    assert not killed.exists() and live.exists()
+    assert (rw / "v" / "data").read_bytes() == np.int32(1).tobytes()
+    pids = daemon_pids(rw)
+    unmount(rw)
+    assert wait_until(lambda: not any(Path(f"/proc/{p}").exists() for p in pids), 30)
+    assert live.exists()

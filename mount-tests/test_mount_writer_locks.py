@@ -359,3 +359,34 @@ def test_a_writer_waits_for_an_unmounted_daemon_whose_connection_number_is_taken
     shown = mounter.run("dump", "-v", "z", str(path))
     assert shown.returncode == 0, shown.stderr
     assert "z = 42, 8, 9 ;" in shown.stdout, shown.stdout
+
+
+def test_a_rw_mount_does_not_rewrite_a_zip_archive_rewritten_in_place(mounter, tmp_path):
+    """zarr-python's ZipStore(mode="a") appends to the archive a rw mount writes (same file,
+    the mount's lock ignored): the mount's next store fails with EBUSY and leaves the archive
+    as zarr-python wrote it, instead of rewriting it from the offsets it read before."""
+    import zarr
+
+    archive = tmp_path / "ds.zip"
+    made = mounter.run("gen", "-k", "zarr,zip", "-o", str(archive), "-", input=CDL)
+    assert made.returncode == 0, made.stderr
+    inode = archive.stat().st_ino
+    log = tmp_path / "mount.log"
+    mnt = mounter.mount(str(archive), "rw", log=log)
+    with zarr.storage.ZipStore(archive, mode="a") as store:
+        zarr.open_group(store, mode="a", zarr_format=2).create_array(
+            "extra", shape=(2,), chunks=(2,), dtype="<i4", fill_value=0)[:] = [4, 5]
+    assert archive.stat().st_ino == inode
+    appended = archive.read_bytes()
+    with pytest.raises(OSError) as refused:
+        write_attribute(mnt, "late", "lost")
+    assert refused.value.errno == errno.EBUSY
+    umount_and_wait(mnt)
+    assert "rewritten in place by another program" in log.read_text()
+    assert archive.read_bytes() == appended
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+    with zarr.storage.ZipStore(archive, mode="r") as store:
+        group = zarr.open_group(store, mode="r", zarr_format=2)
+        assert group["z"][:].tolist() == [7, 8, 9]
+        assert group["extra"][:].tolist() == [4, 5]
+        assert "late" not in group.attrs

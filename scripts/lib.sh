@@ -32,10 +32,10 @@ apt_install() {
 # The base system this project needs: C and C++ compilers (c-blosc and its snappy, whose C++
 # runtime is linked statically: g++ brings libstdc++.a), Python with venv, ncdump, FUSE, and
 # for mount tests gfortran (Fortran direct access) and rsync (its quick check of a file written
-# through the mount).
+# through the mount), and Info-ZIP's zip (archives as it writes them, for the zip map's tests).
 need_system() {
     need_commands cc:gcc c++:g++ python3:python3 ncdump:netcdf-bin fusermount3:fuse3 \
-        systemd-analyze:systemd unzip:unzip gfortran:gfortran rsync:rsync || return 1
+        systemd-analyze:systemd unzip:unzip zip:zip gfortran:gfortran rsync:rsync || return 1
     # Debian splits venv/ensurepip out of python3.
     if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
         apt_install python3-venv || return 1

@@ -886,3 +886,286 @@ fn a_new_archive_follows_no_link() {
         Some(&b"{\"zarr_format\": 2}"[..])
     );
 }
+
+/// Runs Info-ZIP's `zip -qr ARCHIVE NAMES…` in `dir`, in a UTF-8 locale: `zip` 3.0 stores the
+/// names' bytes as the file system has them and never sets the UTF-8 flag (bit 11).
+fn info_zip(dir: &Path, archive: &Path, names: &[&std::ffi::OsStr]) {
+    let status = std::process::Command::new("zip")
+        .current_dir(dir)
+        .env("LC_ALL", "C.UTF-8")
+        .arg("-qr")
+        .arg(archive)
+        .args(names)
+        .status();
+    // scripts/test installs zip: a missing one fails here rather than passing as a skip.
+    let status = status.expect("zip (Debian package zip) must be installed");
+    assert!(status.success());
+}
+
+/// The raw bytes of every entry name of the archive at `path`, in the archive's order.
+fn raw_names(path: &Path) -> Vec<Vec<u8>> {
+    let mut archive = zip::ZipArchive::new(std::fs::File::open(path).unwrap()).unwrap();
+    (0..archive.len())
+        .map(|i| archive.by_index_raw(i).unwrap().name_raw().to_vec())
+        .collect()
+}
+
+/// Info-ZIP's `zip` stores UTF-8 names without the UTF-8 flag; they are read as UTF-8 (as
+/// libzip, netcdf-c's zip library, guesses them), and a rewrite keeps their bytes.
+#[test]
+fn unflagged_utf8_names_are_read_as_utf8_and_kept_by_a_rewrite() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dir.path().join("u.file");
+    std::fs::create_dir_all(ds.join("température")).unwrap();
+    std::fs::write(ds.join(".zgroup"), br#"{"zarr_format": 2}"#).unwrap();
+    std::fs::write(ds.join("température/.zarray"), b"{}").unwrap();
+    std::fs::write(ds.join("température/0"), b"chunk").unwrap();
+    let path = dir.path().join("u.zip");
+    info_zip(dir.path(), &path, &["u.file".as_ref()]);
+    let before = raw_names(&path);
+    assert!(
+        before.contains(&"u.file/température/0".as_bytes().to_vec()),
+        "{before:?}"
+    );
+
+    let map = ZipMap::open(&path, true).unwrap();
+    assert_eq!(map.root_folder(), Some("u.file"));
+    assert_eq!(map.search("").unwrap(), vec![".zgroup", "température"]);
+    assert_eq!(
+        map.get("température/0").unwrap().as_deref(),
+        Some(&b"chunk"[..])
+    );
+    map.claim_writer().unwrap();
+    map.put(".zattrs", b"{}").unwrap();
+    map.flush().unwrap();
+    drop(map);
+
+    // A rewrite writes the folder's entry and the objects; the directory entries inside the
+    // folder go (the keys imply them).
+    let mut kept = before;
+    kept.retain(|n| !n.ends_with(b"/") || n == b"u.file/");
+    kept.push(b"u.file/.zattrs".to_vec());
+    kept.sort();
+    let mut after = raw_names(&path);
+    after.sort();
+    assert_eq!(after, kept, "every name kept byte for byte");
+    let reread = ZipMap::open(&path, false).unwrap();
+    assert_eq!(
+        reread.get("température/0").unwrap().as_deref(),
+        Some(&b"chunk"[..])
+    );
+}
+
+/// A name that is not UTF-8 (Latin-1 bytes, as `zip` stores them from such a file system) is
+/// read as code page 437, as Python's zipfile reads it; a rewrite could not keep its bytes,
+/// so the archive is not opened for writing, and is left as it is.
+#[test]
+fn an_archive_with_a_name_beyond_utf8_is_not_rewritten() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dir.path().join("l.file");
+    let latin = std::ffi::OsStr::from_bytes(b"temp\xe9rature");
+    std::fs::create_dir_all(ds.join(latin)).unwrap();
+    std::fs::write(ds.join(".zgroup"), br#"{"zarr_format": 2}"#).unwrap();
+    std::fs::write(ds.join(latin).join("0"), b"chunk").unwrap();
+    let path = dir.path().join("l.zip");
+    info_zip(dir.path(), &path, &["l.file".as_ref()]);
+    let bytes = std::fs::read(&path).unwrap();
+
+    // 0xE9 is Θ in code page 437 (Python: b"\xe9".decode("cp437")).
+    let map = ZipMap::open(&path, true).unwrap();
+    assert_eq!(map.search("").unwrap(), vec![".zgroup", "tempΘrature"]);
+    match map.claim_writer() {
+        Err(Error::Unsupported(m)) => {
+            assert!(
+                m.contains(r#""l.file/tempΘrature""#) && m.contains("not UTF-8"),
+                "{m}"
+            )
+        }
+        other => panic!("expected Unsupported, got {other:?}"),
+    }
+    map.put(".zattrs", b"{}").unwrap();
+    assert!(matches!(map.flush(), Err(Error::Unsupported(_))));
+    drop(map);
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        bytes,
+        "the archive is untouched"
+    );
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names.len(), 2, "nothing left beside it: {names:?}");
+}
+
+/// An archive rewritten in place (same file, as `cp other.zip ds.zip` or zarr-python's
+/// `ZipStore(mode="a")` leave it) holds other bytes at the offsets the map indexed: the flush
+/// fails and leaves it as it is, rather than copying entries from those offsets.
+#[test]
+fn a_flush_refuses_an_archive_rewritten_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ds.zip");
+    let other = dir.path().join("other.zip");
+    make_zip(
+        &path,
+        &[
+            (".zgroup", b"{\"zarr_format\": 2}", false),
+            ("v/0", b"1111", false),
+        ],
+    );
+    make_zip(
+        &other,
+        &[
+            (".zgroup", b"{\"zarr_format\": 2}", false),
+            ("v/0", b"2222", false),
+        ],
+    );
+    let map = ZipMap::open(&path, true).unwrap();
+    map.claim_writer().unwrap();
+    map.put(".zattrs", b"{}").unwrap();
+    let inode = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&path).unwrap());
+    // The same size, so only the modification time tells the new content.
+    std::fs::write(&path, std::fs::read(&other).unwrap()).unwrap();
+    let meta = std::fs::metadata(&path).unwrap();
+    assert_eq!(std::os::unix::fs::MetadataExt::ino(&meta), inode);
+    match map.flush() {
+        Err(Error::Busy(m)) => assert!(m.contains("rewritten in place by another program"), "{m}"),
+        other => panic!("expected Busy, got {other:?}"),
+    }
+    drop(map);
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        std::fs::read(&other).unwrap()
+    );
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names.len(), 2, "nothing left beside it: {names:?}");
+}
+
+/// A writer's claim removes what killed writers left beside the archive, before any flush
+/// (a directory store's claim does the same); a running process's file stays.
+#[test]
+fn a_writers_claim_removes_partial_archives_of_killed_writers() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ds.zip");
+    make_zip(&path, &[(".zgroup", b"{\"zarr_format\": 2}", false)]);
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let dead = child.id();
+    child.wait().unwrap();
+    let alive = std::os::unix::process::parent_id();
+    let orphan = dir
+        .path()
+        .join(format!(".ds.zip.nczarrfs-tmp.{dead}.0123456789abcdef"));
+    let in_use = dir
+        .path()
+        .join(format!(".ds.zip.nczarrfs-tmp.{alive}.0123456789abcdef"));
+    for p in [&orphan, &in_use] {
+        std::fs::write(p, b"partial").unwrap();
+    }
+    let reader = ZipMap::open(&path, false).unwrap();
+    assert_eq!(reader.search("").unwrap(), vec![".zgroup"]);
+    assert!(orphan.exists(), "a reader removes nothing");
+    let map = ZipMap::open(&path, true).unwrap();
+    map.claim_writer().unwrap();
+    assert!(
+        !orphan.exists(),
+        "the killed writer's partial archive is removed"
+    );
+    assert!(in_use.exists(), "a running process's file stays");
+}
+
+/// Bytes before the archive (a self-extracting stub; `cat stub a.zip`, or that adjusted by
+/// `zip -A` so that offsets count from the file's start) stay before it after a rewrite,
+/// which `unzip -t` then finds whole.
+#[test]
+fn a_rewrite_keeps_what_precedes_the_archive() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dir.path().join("s.file");
+    std::fs::create_dir_all(ds.join("v")).unwrap();
+    std::fs::write(ds.join(".zgroup"), br#"{"zarr_format": 2}"#).unwrap();
+    std::fs::write(ds.join("v/0"), b"chunk").unwrap();
+    let plain = dir.path().join("plain.zip");
+    info_zip(dir.path(), &plain, &["s.file".as_ref()]);
+    let stub = b"#!/bin/sh\necho stub\nexit 0\n";
+    for adjusted in [false, true] {
+        let path = dir.path().join(format!("sfx-{adjusted}.zip"));
+        std::fs::write(&path, [&stub[..], &std::fs::read(&plain).unwrap()].concat()).unwrap();
+        if adjusted {
+            let status = std::process::Command::new("zip")
+                .args(["-qA"])
+                .arg(&path)
+                .status()
+                .expect("zip (Debian package zip) must be installed");
+            assert!(status.success());
+        }
+        let map = ZipMap::open(&path, true).unwrap();
+        map.claim_writer().unwrap();
+        map.put("v/1", b"new chunk").unwrap();
+        map.flush().unwrap();
+        drop(map);
+        let bytes = std::fs::read(&path).unwrap();
+        assert!(bytes.starts_with(stub), "adjusted: {adjusted}");
+        assert_eq!(&bytes[stub.len()..stub.len() + 4], b"PK\x03\x04");
+        let test = std::process::Command::new("unzip")
+            .arg("-tq")
+            .arg(&path)
+            .output()
+            .expect("unzip (Debian package unzip) must be installed");
+        assert!(test.status.success(), "{test:?}");
+        let reread = ZipMap::open(&path, false).unwrap();
+        assert_eq!(reread.get("v/0").unwrap().as_deref(), Some(&b"chunk"[..]));
+        assert_eq!(
+            reread.get("v/1").unwrap().as_deref(),
+            Some(&b"new chunk"[..])
+        );
+    }
+}
+
+/// A zip archive named with `file` storage in the fragment is told as a zip archive, with
+/// how to name it, not as "neither a directory nor a zip archive".
+#[test]
+fn a_zip_archive_opened_as_a_directory_store_is_named_as_a_zip_archive() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ds.zip");
+    make_zip(&path, &[(".zgroup", b"{\"zarr_format\": 2}", false)]);
+    let url = format!("file://{}#mode=nczarr,file", path.display());
+    let location = Location::parse(&url).unwrap();
+    let err = zmap::open(&location, false).unwrap_err();
+    assert!(matches!(err, Error::NotZarr { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(
+        text.contains("a zip archive") && text.contains("`zip`"),
+        "{text}"
+    );
+    assert!(!text.contains("neither"), "{text}");
+}
+
+/// An archive cut inside its end-of-central-directory record (22 bytes, whose signature
+/// survives) is told as truncated, not as a bare "i/o error".
+#[test]
+fn an_archive_cut_in_its_end_record_is_told_as_truncated() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dir.path().join("t.file");
+    std::fs::create_dir_all(&ds).unwrap();
+    std::fs::write(ds.join(".zgroup"), br#"{"zarr_format": 2}"#).unwrap();
+    let whole = dir.path().join("whole.zip");
+    info_zip(dir.path(), &whole, &["t.file".as_ref()]);
+    let bytes = std::fs::read(&whole).unwrap();
+    // Info-ZIP writes no archive comment: the end record is the last 22 bytes.
+    assert_eq!(&bytes[bytes.len() - 22..bytes.len() - 18], b"PK\x05\x06");
+    let cut = dir.path().join("cut.zip");
+    std::fs::write(&cut, &bytes[..bytes.len() - 10]).unwrap();
+    match ZipMap::open(&cut, false) {
+        Err(e @ Error::NotZarr { .. }) => {
+            let text = e.to_string();
+            assert!(
+                text.contains("truncated") && !text.contains("i/o error"),
+                "{text}"
+            );
+        }
+        other => panic!("expected NotZarr, got {other:?}"),
+    }
+}

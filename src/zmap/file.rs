@@ -187,8 +187,14 @@ impl Drop for FileMap {
 }
 
 /// Why a plain file is not a dataset: a netCDF file (HDF5 or classic) is named as such, since
-/// netCDF users will try one, with the way to read or convert it.
+/// netCDF users will try one, with the way to read or convert it, and a zip archive (a
+/// location whose fragment names `file` storage) with the way to name it.
 fn not_a_store_reason(path: &Path) -> String {
+    if super::zip::looks_like_zip(path) {
+        return "a zip archive, but the location's `file` asks for a directory: write `zip` \
+                for `file` in its fragment, or give the archive's path alone"
+            .into();
+    }
     let mut head = [0u8; 8];
     let n = fs::File::open(path)
         .and_then(|mut f| io::Read::read(&mut f, &mut head))

@@ -87,10 +87,15 @@ pub struct ZipMap {
 struct State {
     /// `None` while the archive does not exist yet (a new writable map).
     archive: Option<ZipArchive<File>>,
+    /// The archive's file, for the bytes before its first entry (see [`prefix_len`]).
+    file: Option<File>,
     /// Every content-bearing key (relative to `folder`) and where its bytes are.
     objects: BTreeMap<String, Source>,
-    /// Entries beside the dataset's folder (a README next to it): kept as they are.
-    outside: Vec<usize>,
+    /// Entries beside the dataset's folder (a README next to it), with their names: kept as
+    /// they are.
+    outside: Vec<(usize, String)>,
+    /// The name of an entry that a rewrite would not keep as it is (see [`entry_name`]).
+    inexact_name: Option<String>,
     /// Whether `objects` differs from the archive on disk.
     dirty: bool,
     /// The archive file indexed (see [`file_identity`]), to notice its replacement.
@@ -174,52 +179,36 @@ impl ZipMap {
     /// the archive is created by the first `flush`. An entry whose name could escape the
     /// archive (absolute, `..`, a drive letter) makes the open fail.
     pub fn open(path: &Path, writable: bool) -> Result<Self> {
-        let (archive, folder, objects, outside, identity) = match super::file::open_object(path) {
-            Ok(file) => {
-                let meta = file.metadata().map_err(|e| Error::io(path, e))?;
-                if !meta.is_file() {
-                    let what = if meta.is_dir() {
-                        "a directory"
-                    } else {
-                        "not a regular file"
-                    };
-                    return Err(Error::NotZarr {
-                        location: path.display().to_string(),
-                        reason: format!("{what}, not a zip archive"),
-                    });
-                }
-                let archive = ZipArchive::new(file).map_err(|e| Error::NotZarr {
-                    location: path.display().to_string(),
-                    reason: format!("not a readable zip archive: {e}"),
-                })?;
-                let entries = list_entries(&archive, path)?;
-                let folder = dataset_folder(&entries);
-                let objects = index_objects(&entries, &folder);
-                let outside = outside_entries(&entries, &folder);
-                let identity = Some(identity_of(&meta));
-                (Some(archive), folder, objects, outside, identity)
-            }
+        let file = match super::file::open_object(path) {
+            Ok(file) => file,
             Err(e) if e.kind() == io::ErrorKind::NotFound && writable => {
                 return Ok(ZipMap::create_new(path))
             }
             Err(e) => return Err(Error::io(path, e)),
         };
-        Ok(ZipMap {
-            path: path.to_path_buf(),
-            read_only: !writable,
-            folder,
-            state: Mutex::new(State {
-                archive,
-                objects,
-                outside,
-                dirty: false,
-                identity,
-                held: 0,
-                spill: None,
-            }),
-            writer_claim: Mutex::new(None),
-            generation: AtomicU64::new(0),
-        })
+        let meta = file.metadata().map_err(|e| Error::io(path, e))?;
+        if !meta.is_file() {
+            let what = if meta.is_dir() {
+                "a directory"
+            } else {
+                "not a regular file"
+            };
+            return Err(Error::NotZarr {
+                location: path.display().to_string(),
+                reason: format!("{what}, not a zip archive"),
+            });
+        }
+        let raw = file.try_clone().map_err(|e| Error::io(path, e))?;
+        let mut archive = ZipArchive::new(file).map_err(|e| Error::NotZarr {
+            location: path.display().to_string(),
+            reason: format!("not a readable zip archive: {}", unreadable_archive(&e)),
+        })?;
+        let entries = list_entries(&mut archive, path)?;
+        let mut map = ZipMap::create_new(path);
+        map.read_only = !writable;
+        map.folder = dataset_folder(&entries);
+        map.install(&mut map.lock(), archive, raw, &entries, &meta);
+        Ok(map)
     }
 
     /// A writable map for a new archive at `path`, which the first flush creates there; the
@@ -232,8 +221,10 @@ impl ZipMap {
             folder: String::new(),
             state: Mutex::new(State {
                 archive: None,
+                file: None,
                 objects: BTreeMap::new(),
                 outside: Vec::new(),
+                inexact_name: None,
                 dirty: false,
                 identity: None,
                 held: 0,
@@ -332,6 +323,49 @@ impl ZipMap {
         Err(storage_err(&unreadable_entry(archive, index, why)))
     }
 
+    /// Refuses to rewrite an archive holding an entry whose name is not UTF-8: the new
+    /// archive would hold that name re-encoded, other bytes than the ones its maker wrote.
+    fn check_names_kept(&self, state: &State) -> Result<()> {
+        match &state.inexact_name {
+            None => Ok(()),
+            Some(name) => Err(Error::Unsupported(format!(
+                "{} cannot be rewritten: the name of its entry {} is not UTF-8 (it is read as \
+                 code page 437), and the new archive could not keep its bytes; open it \
+                 read-only",
+                self.path.display(),
+                crate::error::quoted(name)
+            ))),
+        }
+    }
+
+    /// The metadata of the archive file at `target`, if it is still the one indexed (`read`):
+    /// neither removed, nor replaced by another file, nor rewritten in place (`cp other.zip
+    /// ds.zip`, zarr-python's `ZipStore(mode="a")`), which changes its size or modification
+    /// time. A rewrite from the old index would copy the entries from offsets that now hold
+    /// other bytes.
+    fn unchanged_since_read(&self, target: &Path, read: FileIdentity) -> Result<fs::Metadata> {
+        let changed = |what: &str| {
+            Error::Busy(format!(
+                "{}: the archive was {what} by another program since it was read; it is not \
+                 overwritten, and the changes since are not written",
+                self.path.display()
+            ))
+        };
+        let meta = match fs::metadata(target) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(changed("removed")),
+            Err(e) => return Err(Error::io(target, e)),
+        };
+        let now = identity_of(&meta);
+        if (now.0, now.1) != (read.0, read.1) {
+            return Err(changed("replaced"));
+        }
+        if now != read {
+            return Err(changed("rewritten in place"));
+        }
+        Ok(meta)
+    }
+
     fn check_writable(&self, key: &str) -> Result<()> {
         if self.read_only {
             return Err(Error::NotPermitted(format!(
@@ -345,18 +379,38 @@ impl ZipMap {
     /// Indexes the archive open as `file` (the one at the map's path) in place of `state`'s,
     /// forgetting the changes held (flushed into it, or given up).
     fn reindex(&self, state: &mut State, file: File) -> Result<()> {
-        let identity = file.metadata().map_err(|e| Error::io(&self.path, e))?;
-        let archive = ZipArchive::new(file).map_err(|e| Error::Storage {
+        let meta = file.metadata().map_err(|e| Error::io(&self.path, e))?;
+        let raw = file.try_clone().map_err(|e| Error::io(&self.path, e))?;
+        let mut archive = ZipArchive::new(file).map_err(|e| Error::Storage {
             key: String::new(),
-            reason: format!("reopening {}: {e}", self.path.display()),
+            reason: format!(
+                "reopening {}: {}",
+                self.path.display(),
+                unreadable_archive(&e)
+            ),
         })?;
-        let entries = list_entries(&archive, &self.path)?;
-        state.objects = index_objects(&entries, &self.folder);
-        state.outside = outside_entries(&entries, &self.folder);
-        state.archive = Some(archive);
-        state.identity = Some(identity_of(&identity));
-        state.drop_changes();
+        let entries = list_entries(&mut archive, &self.path)?;
+        self.install(state, archive, raw, &entries, &meta);
         Ok(())
+    }
+
+    /// Makes `archive`, of `entries`, open as `file` (whose metadata is `meta`), the one
+    /// `state` holds, forgetting the changes held.
+    fn install(
+        &self,
+        state: &mut State,
+        archive: ZipArchive<File>,
+        file: File,
+        entries: &[Entry],
+        meta: &fs::Metadata,
+    ) {
+        state.objects = index_objects(entries, &self.folder);
+        state.outside = outside_entries(entries, &self.folder);
+        state.inexact_name = inexact_name(entries);
+        state.archive = Some(archive);
+        state.file = Some(file);
+        state.identity = Some(identity_of(meta));
+        state.drop_changes();
     }
 
     /// Appends `value` to the spill file (made, and unlinked at once, on first use).
@@ -405,10 +459,18 @@ impl ZipMap {
                 reason: format!("writing {}: {other}", temp.display()),
             },
         };
+        self.check_names_kept(state)?;
         if let Some(old) = old {
             keep_mode_and_owner(&file, old).map_err(|e| Error::io(temp, e))?;
         }
-        let mut writer = ZipWriter::new(TempArchive::new(file));
+        let mut out = TempArchive::new(file);
+        // What precedes the archive (a self-extracting stub, `cat stub a.zip`) stays before
+        // it; the new archive's offsets count from the file's start, as `zip -A` makes them.
+        if let (Some(archive), Some(old)) = (&mut state.archive, &state.file) {
+            let len = prefix_len(archive).map_err(|e| storage_err("", e))?;
+            copy_prefix(old, len, &mut out).map_err(|e| Error::io(temp, e))?;
+        }
+        let mut writer = ZipWriter::new(out);
         if let Some(archive) = &state.archive {
             writer.set_raw_comment(archive.comment().into());
         }
@@ -431,7 +493,7 @@ impl ZipMap {
             let name = format!("{}{key}", self.folder);
             match source {
                 Source::Archived(index) => {
-                    copy_raw(archive, &mut writer, *index).map_err(|e| storage_err(key, e))?
+                    copy_raw(archive, &mut writer, *index, name).map_err(|e| storage_err(key, e))?
                 }
                 Source::Local(bytes) => {
                     let large = u32::try_from(bytes.len()).is_err();
@@ -464,8 +526,8 @@ impl ZipMap {
                 }
             }
         }
-        for index in outside.iter() {
-            copy_raw(archive, &mut writer, *index).map_err(|e| storage_err("", e))?;
+        for (index, name) in outside.iter() {
+            copy_raw(archive, &mut writer, *index, name.clone()).map_err(|e| storage_err("", e))?;
         }
         let archive = writer.finish().map_err(|e| storage_err("", e))?;
         archive.file.sync_all().map_err(|e| Error::io(temp, e))?;
@@ -577,7 +639,8 @@ impl<F: Seek> Seek for TempArchive<F> {
 
 /// The directory that holds the archive `target` (a path through no symbolic link), and the
 /// name prefix of the temporary files a writer puts there (left by a writer that died, they
-/// are removed at the next flush), the archive's name in it byte for byte (or its start and a
+/// are removed by the next writer's claim and at each flush), the archive's name in it byte
+/// for byte (or its start and a
 /// hash when it is long, see [`super::temp_files::name_stem`]).
 fn temp_place(target: &Path) -> (PathBuf, OsString) {
     let dir = match target.parent() {
@@ -642,15 +705,58 @@ fn remove_orphans(dir: &Path, prefix: &OsStr) {
     }
 }
 
-/// Copies entry `index` of `archive` into `writer` as it is stored (no recompression).
+/// How many bytes precede the archive's first entry (or its central directory, when it has
+/// no entries) in its file.
+fn prefix_len(archive: &mut ZipArchive<File>) -> zip::result::ZipResult<u64> {
+    let mut first = archive.central_directory_start();
+    for index in 0..archive.len() {
+        first = first.min(archive.by_index_raw(index)?.header_start());
+    }
+    Ok(first)
+}
+
+/// Copies the first `len` bytes of `file` to `out`.
+fn copy_prefix(file: &File, len: u64, out: &mut impl Write) -> io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let mut piece = vec![0u8; usize::try_from(len.min(1 << 20)).unwrap_or(1 << 20)];
+    let mut done = 0u64;
+    while done < len {
+        let n = piece
+            .len()
+            .min(usize::try_from(len - done).unwrap_or(usize::MAX));
+        file.read_exact_at(&mut piece[..n], done)?;
+        out.write_all(&piece[..n])?;
+        done += n as u64;
+    }
+    Ok(())
+}
+
+/// Copies entry `index` of `archive` into `writer` as it is stored (no recompression), under
+/// `name`, the one it was read under (the zip crate's own copy would write the name as it
+/// decoded it, code page 437 for an unflagged name, changing a UTF-8 one's bytes).
 fn copy_raw(
     archive: &mut Option<ZipArchive<File>>,
     writer: &mut ZipWriter<TempArchive>,
     index: usize,
+    name: String,
 ) -> zip::result::ZipResult<()> {
     let archive = archive.as_mut().ok_or(ZipError::FileNotFound)?;
     let entry = archive.by_index_raw(index)?;
-    writer.raw_copy_file(entry)
+    writer.raw_copy_file_rename(entry, name)
+}
+
+/// Why the zip crate could not read an archive: its I/O error says only "i/o error", and the
+/// one behind it, an end of file in the middle of a record, means the file is cut short.
+fn unreadable_archive(e: &ZipError) -> String {
+    match e {
+        ZipError::Io(io) if io.kind() == io::ErrorKind::UnexpectedEof => {
+            "the file ends in the middle of a zip record: it is truncated, its \
+             end-of-central-directory record or central directory cut short"
+                .to_string()
+        }
+        ZipError::Io(io) => format!("i/o error: {io}"),
+        other => other.to_string(),
+    }
 }
 
 /// The most a deflate stream can expand: 258 bytes per 2-bit symbol at best, 1032 to 1.
@@ -722,6 +828,9 @@ struct Entry {
     index: usize,
     name: String,
     is_dir: bool,
+    /// Whether `name` (with its `/`) is, in UTF-8, the bytes the archive holds: a rewrite
+    /// then writes the name the archive had.
+    exact: bool,
 }
 
 /// The signatures of the records that follow the central directory's entries (end of
@@ -736,12 +845,13 @@ const RECORD_SIGNATURES: [&str; 4] = [
 /// Lists and checks the archive's entries: a name that could escape a directory it is
 /// extracted to is an error naming it, and a name holding a record signature is an archive
 /// whose central directory was cut short (`path` is the archive).
-fn list_entries(archive: &ZipArchive<File>, path: &Path) -> Result<Vec<Entry>> {
+fn list_entries(archive: &mut ZipArchive<File>, path: &Path) -> Result<Vec<Entry>> {
     let mut entries = Vec::with_capacity(archive.len());
     for index in 0..archive.len() {
-        let Some(raw) = archive.name_for_index(index) else {
+        let Some((raw, exact)) = entry_name(archive, index) else {
             continue;
         };
+        let raw = raw.as_str();
         // The zip crate takes the entries' sizes on trust, so an entry that lost bytes
         // reads on into the next record; unzip and Python's zipfile refuse such an archive.
         if RECORD_SIGNATURES.iter().any(|sig| raw.contains(sig)) {
@@ -768,9 +878,35 @@ fn list_entries(archive: &ZipArchive<File>, path: &Path) -> Result<Vec<Entry>> {
             index,
             name: name.to_string(),
             is_dir,
+            exact,
         });
     }
     Ok(entries)
+}
+
+/// The name of entry `index`, and whether it is the archive's bytes as they are.
+///
+/// A name is read as UTF-8 whenever its bytes are UTF-8, flagged as such (bit 11) or not, as
+/// libzip (netcdf-c's zip library) guesses it: Info-ZIP's `zip` 3.0 stores names in the
+/// locale's encoding and never sets the flag. Only a name that is not UTF-8 is read as the
+/// zip crate reads it, as code page 437 (Python's `zipfile`, whose `ZipStore` zarr-python
+/// uses, reads every unflagged name so); a rewrite could not keep such a name as it is.
+fn entry_name(archive: &mut ZipArchive<File>, index: usize) -> Option<(String, bool)> {
+    let decoded = archive.name_for_index(index)?.to_string();
+    // ASCII names read alike in every encoding; only the others need their raw bytes, which
+    // the zip crate gives only with the entry (reading its local header).
+    if decoded.is_ascii() {
+        return Some((decoded, true));
+    }
+    let raw = match archive.by_index_raw(index) {
+        Ok(entry) => entry.name_raw().to_vec(),
+        // Its read and any copy fail with that error; the name only serves the index.
+        Err(_) => return Some((decoded, true)),
+    };
+    Some(match String::from_utf8(raw) {
+        Ok(name) => (name, true),
+        Err(_) => (decoded, false),
+    })
 }
 
 fn check_entry_name(name: &str) -> std::result::Result<(), &'static str> {
@@ -855,8 +991,9 @@ fn dataset_folder(entries: &[Entry]) -> String {
     }
 }
 
-/// The entries beside the dataset's `folder` (none when the dataset is at the root).
-fn outside_entries(entries: &[Entry], folder: &str) -> Vec<usize> {
+/// The entries beside the dataset's `folder` (none when the dataset is at the root), with
+/// their names as the archive has them.
+fn outside_entries(entries: &[Entry], folder: &str) -> Vec<(usize, String)> {
     if folder.is_empty() {
         return Vec::new();
     }
@@ -864,8 +1001,16 @@ fn outside_entries(entries: &[Entry], folder: &str) -> Vec<usize> {
     entries
         .iter()
         .filter(|e| e.name != folder_entry && !e.name.starts_with(folder))
-        .map(|e| e.index)
+        .map(|e| match e.is_dir {
+            true => (e.index, format!("{}/", e.name)),
+            false => (e.index, e.name.clone()),
+        })
         .collect()
+}
+
+/// The name of the first entry whose name a rewrite would change (see [`entry_name`]).
+fn inexact_name(entries: &[Entry]) -> Option<String> {
+    entries.iter().find(|e| !e.exact).map(|e| e.name.clone())
 }
 
 /// The content-bearing objects under `folder`, keyed relative to it.
@@ -1010,24 +1155,7 @@ impl ZMap for ZipMap {
         let old = match state.identity {
             None => None,
             Some(read) => {
-                let changed = |what: &str| {
-                    Error::Busy(format!(
-                        "{}: the archive was {what} by another program since it was read; it \
-                         is not overwritten, and the changes since are not written",
-                        self.path.display()
-                    ))
-                };
-                let meta = match fs::metadata(&target) {
-                    Ok(meta) => meta,
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                        return Err(changed("removed"))
-                    }
-                    Err(e) => return Err(Error::io(&target, e)),
-                };
-                let (dev, ino, ..) = identity_of(&meta);
-                if (dev, ino) != (read.0, read.1) {
-                    return Err(changed("replaced"));
-                }
+                let meta = self.unchanged_since_read(&target, read)?;
                 check_may_rewrite(&target)?;
                 Some(Ownership::from(&meta))
             }
@@ -1041,6 +1169,11 @@ impl ZMap for ZipMap {
         let written = self
             .write_archive(&mut state, file, &temp, old)
             .and_then(|file| {
+                // Rewritten in place while the copy was made, the archive may have fed it
+                // bytes of its new content from the old one's offsets.
+                if let Some(read) = state.identity {
+                    self.unchanged_since_read(&target, read)?;
+                }
                 let new_claim = match *claim {
                     Some(_) => Some(super::lock_file(
                         file.try_clone().map_err(|e| Error::io(&temp, e))?,
@@ -1090,7 +1223,8 @@ impl ZMap for ZipMap {
 
     /// Locks the archive, and re-indexes it when the locked file is not the one indexed at
     /// open: another writer may have replaced it in between, and a flush from the old index
-    /// would undo that writer's changes.
+    /// would undo that writer's changes. Then removes the temporary files beside it that
+    /// killed writers left (see [`remove_orphans`]).
     fn claim_writer(&self) -> Result<()> {
         let mut claim = self.writer_claim.lock().unwrap_or_else(|e| e.into_inner());
         while claim.is_none() && self.path.exists() {
@@ -1107,14 +1241,22 @@ impl ZMap for ZipMap {
             if state.identity != Some(locked_identity) {
                 if state.dirty {
                     return Err(Error::Busy(format!(
-                        "{}: another process replaced the archive while this one held                          unwritten changes",
+                        "{}: another process replaced the archive while this one held \
+                         unwritten changes",
                         self.path.display()
                     )));
                 }
                 let file = locked.try_clone().map_err(|e| Error::io(&self.path, e))?;
                 self.reindex(&mut state, file)?;
             }
+            self.check_names_kept(&state)?;
             *claim = Some(locked);
+            // A killed writer's partial archive or spill file can be as large as the archive:
+            // gone now rather than at this writer's first flush, which may never come.
+            if let Ok(target) = super::through_links(&self.path) {
+                let (dir, temp_prefix) = temp_place(&target);
+                remove_orphans(&dir, &temp_prefix);
+            }
         }
         Ok(())
     }
@@ -1140,7 +1282,9 @@ impl ZMap for ZipMap {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 state.objects.clear();
                 state.outside.clear();
+                state.inexact_name = None;
                 state.archive = None;
+                state.file = None;
                 state.identity = None;
                 state.drop_changes();
                 return Ok(());
