@@ -1352,7 +1352,7 @@ fn var_parts(
                     b.resize(d.size, 0);
                     b
                 })
-            } else if dialect == Dialect::Pure {
+            } else if dialect == Dialect::Pure && !netcdf_c_text_fill(fv, zattrs, nctype) {
                 fill::fill_value(&zkey, fv, nctype, d, string_width)?
             } else {
                 fill::nczarr_fill_value(&zkey, fv, nctype, d, string_width)?
@@ -1397,6 +1397,18 @@ fn var_parts(
         attrs,
         fill_value,
     })
+}
+
+/// Whether the `fill_value` `fv` of a pure Zarr string array is netcdf-c's plain text rather
+/// than zarr-python's base64: netcdf-c's `mode=zarr` writes a string variable's fill as its
+/// text, both as `fill_value` and as a `_FillValue` attribute of the same spelling, where
+/// zarr-python and xarray write base64 and no such attribute (xarray keeps a Zarr v2
+/// `_FillValue` in `fill_value` alone). Base64 text is also plain text, so only the attribute
+/// tells the two apart.
+fn netcdf_c_text_fill(fv: &Json, zattrs: Option<&Json>, nctype: NcType) -> bool {
+    nctype == NcType::String
+        && matches!(fv, Json::Str(_) | Json::Bytes(_))
+        && zattrs.and_then(|z| z.get("_FillValue")) == Some(fv)
 }
 
 /// A group, variable or dimension name listed in NCZarr metadata names one child: it is not
@@ -1959,6 +1971,35 @@ mod tests {
             AttrValue::Char(br#"["a","b"]"#.to_vec())
         );
         assert_eq!(root.attrs[1].value, AttrValue::Int(vec![1, 2]));
+    }
+
+    /// netcdf-c 4.10.1's `mode=zarr` (netCDF4-python 1.7.5) writes `fill_value="dj"` as
+    /// `"fill_value": "dj"` beside `"_FillValue": "dj"`, and reads unwritten chunks as `dj`;
+    /// zarr-python writes base64 and no attribute (base64 of `ab` is `YWI=`).
+    #[test]
+    fn pure_string_fill_is_text_where_the_fill_attribute_spells_it_so() {
+        let fill_of = |fill: &str, attr: Option<&str>| {
+            let zarray = format!(
+                r#"{{"zarr_format": 2, "shape": [4], "dtype": "|S4", "chunks": [2], "fill_value": {fill}}}"#
+            );
+            let zattrs = match attr {
+                Some(a) => format!(r#"{{"_FillValue": {a}, "_ARRAY_DIMENSIONS": ["x"]}}"#),
+                None => r#"{"_ARRAY_DIMENSIONS": ["x"]}"#.to_string(),
+            };
+            let objs = [
+                (".zgroup", r#"{"zarr_format": 2}"#),
+                ("s/.zarray", zarray.as_str()),
+                ("s/.zattrs", zattrs.as_str()),
+            ];
+            let ds = read_dataset(&table(&objs), &Mode::default()).unwrap();
+            let v = ds.var(ds.find_var("s").unwrap());
+            v.storage.fill_value.clone().unwrap()
+        };
+        assert_eq!(fill_of(r#""dj""#, Some(r#""dj""#)), b"dj\0\0");
+        assert_eq!(fill_of(r#""abcd""#, Some(r#""abcd""#)), b"abcd");
+        assert_eq!(fill_of(r#""YWI=""#, None), b"ab\0\0");
+        // An attribute of another spelling leaves the fill to zarr-python's reading.
+        assert_eq!(fill_of(r#""YWI=""#, Some(r#""ab""#)), b"ab\0\0");
     }
 
     const XARRAY_GROUP: &[(&str, &str)] = &[
