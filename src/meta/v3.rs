@@ -1265,6 +1265,23 @@ fn fill_value(key: &str, value: &Json, vt: &VarType) -> Result<Option<Vec<u8>>> 
             ),
         )
     };
+    // One element: a list (or object) of any other type is refused, as zarr-python refuses
+    // it, where its first value would otherwise be taken. Raw bits `r<N>` (the NCZarr draft's
+    // char and string) take one, a number per byte, as the Zarr v3 specification has it.
+    match value {
+        Json::Arr(items) if vt.name.starts_with('r') => {
+            // As many bytes as an element has: a char's one, a string's width.
+            return items
+                .iter()
+                .map(|b| b.as_u64().and_then(|b| u8::try_from(b).ok()))
+                .collect::<Option<Vec<u8>>>()
+                .filter(|b| vt.dtype.as_ref().is_some_and(|d| d.size == b.len()))
+                .map(Some)
+                .ok_or_else(bad);
+        }
+        Json::Arr(_) | Json::Obj(_) => return Err(bad()),
+        _ => {}
+    }
     let hex = value
         .as_str()
         .and_then(|s| s.strip_prefix("0x"))
@@ -1569,6 +1586,47 @@ mod tests {
             &Mode::default()
         )
         .is_err());
+        // Raw bits take one number per byte (the Zarr v3 specification).
+        let root = r#"{"node_type": "group", "zarr_format": 3, "attributes": {"_nczarr_superblock": {"version": "3.0.0"}, "_nczarr_group": {"dimensions": [{"name": "t", "size": 1}], "arrays": ["v"], "subgroups": []}}}"#;
+        let alias = r#", "attributes": {"_nczarr_array": {"dimension_references": ["/t"], "type_alias": "string"}}"#;
+        let a = array("\"r16\"", "[1]", "[97, 0]", alias);
+        let ds = open(
+            &[("zarr.json", root), ("v/zarr.json", &a)],
+            &Mode::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            ds.var(ds.find_var("v").unwrap()).storage.fill_value,
+            Some(b"a\0".to_vec())
+        );
+    }
+
+    /// zarr-python 3.1.6 refuses a list where one value is due ("Invalid type: [1]. Expected
+    /// an integer.", "Invalid type: [1.5]. Expected a float or a special string encoding of a
+    /// float."), and an object likewise. Of `bool` it takes `[false]` as false and `{"a": 1}`
+    /// as true (NumPy's `np.bool_` of the value), which the specification's one boolean does
+    /// not allow: refused too.
+    #[test]
+    fn a_fill_value_is_one_value() {
+        for (dtype, fill) in [
+            ("\"int32\"", "[1]"),
+            ("\"float64\"", "[1.5]"),
+            ("\"float32\"", "[]"),
+            ("\"int32\"", r#"{"a": 1}"#),
+            ("\"bool\"", "[true]"),
+        ] {
+            let a = array(dtype, "[1]", fill, "");
+            let e = open(
+                &[("zarr.json", GROUP), ("v/zarr.json", &a)],
+                &Mode::default(),
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(
+                e.contains(&format!("fill_value {fill} does not fit")),
+                "{e}"
+            );
+        }
     }
 
     /// The reason `v` (data type `dtype`, codecs `codecs`, fill value `fill`) is unreadable,
