@@ -540,6 +540,18 @@ impl Reader<'_> {
         if vt.unreadable.is_none() && vt.dtype.is_some() && !no_fill {
             vt.unreadable = missing_fill_value(z.get("fill_value"), &vt.name);
         }
+        let fill = match (&vt.dtype, z.get("fill_value")) {
+            (Some(_), Some(fv)) if !no_fill => fill_value(&zkey, fv, &vt),
+            _ => Ok(None),
+        };
+        // A fill value that does not fit makes its variable unreadable, as zarr-python
+        // refuses that array alone.
+        let fill_value = fill.unwrap_or_else(|e| {
+            if vt.unreadable.is_none() {
+                vt.unreadable = Some(super::unfit_fill_reason(e));
+            }
+            None
+        });
         if let Some(why) = &vt.unreadable {
             match self
                 .consolidated
@@ -565,10 +577,6 @@ impl Reader<'_> {
                 }
             }
         }
-        let fill_value = match (&vt.dtype, z.get("fill_value")) {
-            (Some(_), Some(fv)) if !no_fill => fill_value(&zkey, fv, &vt)?,
-            _ => None,
-        };
 
         // NCZarrfs keeps `_FillValue` out of the attributes (see writer_v3) and records where
         // it stood among them.
@@ -1579,13 +1587,23 @@ mod tests {
             // With no chunks to measure, the slots are as wide as the fill value.
             Some(b"YWI=".to_vec())
         );
-        // A value that does not fit is an error, not a silent wrap.
-        let a = array("\"uint8\"", "[1]", "300", "");
-        assert!(open(
-            &[("zarr.json", GROUP), ("v/zarr.json", &a)],
-            &Mode::default()
-        )
-        .is_err());
+        // A value that does not fit leaves the variable unreadable, not a silent wrap.
+        let le = r#"[{"name": "bytes", "configuration": {"endian": "little"}}]"#;
+        for (dtype, fill) in [
+            ("\"uint8\"", "300"),
+            ("\"int32\"", "2.5"),
+            ("\"int32\"", "\"NaN\""),
+            ("\"float64\"", "\"abc\""),
+        ] {
+            let why = why_unreadable(dtype, le, &format!(r#", "fill_value": {fill}"#));
+            assert_eq!(
+                why.unwrap(),
+                format!(
+                    "fill_value {fill} does not fit data_type {}",
+                    &dtype[1..dtype.len() - 1]
+                )
+            );
+        }
         // Raw bits take one number per byte (the Zarr v3 specification).
         let root = r#"{"node_type": "group", "zarr_format": 3, "attributes": {"_nczarr_superblock": {"version": "3.0.0"}, "_nczarr_group": {"dimensions": [{"name": "t", "size": 1}], "arrays": ["v"], "subgroups": []}}}"#;
         let alias = r#", "attributes": {"_nczarr_array": {"dimension_references": ["/t"], "type_alias": "string"}}"#;
@@ -1615,16 +1633,11 @@ mod tests {
             ("\"int32\"", r#"{"a": 1}"#),
             ("\"bool\"", "[true]"),
         ] {
-            let a = array(dtype, "[1]", fill, "");
-            let e = open(
-                &[("zarr.json", GROUP), ("v/zarr.json", &a)],
-                &Mode::default(),
-            )
-            .unwrap_err()
-            .to_string();
+            let le = r#"[{"name": "bytes", "configuration": {"endian": "little"}}]"#;
+            let why = why_unreadable(dtype, le, &format!(r#", "fill_value": {fill}"#)).unwrap();
             assert!(
-                e.contains(&format!("fill_value {fill} does not fit")),
-                "{e}"
+                why.starts_with(&format!("fill_value {fill} does not fit")),
+                "{why}"
             );
         }
     }
