@@ -376,3 +376,44 @@ def test_netcdf_c_pure_zarr_string_fill_is_its_text_and_copies_consistently(
     with netCDF4.Dataset(f"file://{tmp_path / 'nczarr.file'}#mode=nczarr,file") as nc:
         assert [str(x) for x in nc["s"][:]] == expected
         assert nc["s"]._FillValue == fill
+
+
+def test_netcdf_c_writes_char_bytes_raw_which_zarr_python_cannot_open(tmp_path):
+    """The oracle behind refusing char text that is not UTF-8 in pure Zarr: netcdf-c's own
+    `mode=zarr` writes such a `_FillValue` as the raw byte, and zarr-python fails on it."""
+    src = tmp_path / "c.file"
+    with netCDF4.Dataset(f"file://{src}#mode=zarr,file", "w") as nc:
+        nc.createDimension("x", 2)
+        nc.createVariable("c", "S1", ("x",), fill_value=b"\xff")
+    assert b'"_FillValue": "\xff"' in (src / "c" / ".zattrs").read_bytes()
+    with pytest.raises(UnicodeDecodeError):
+        zarr.open_group(str(src), mode="r")["c"]
+
+
+@pytest.mark.parametrize("command", ["copy", "gen"])
+@pytest.mark.parametrize("mode", ["zarr", "zarr,v3"])
+def test_char_text_that_is_not_utf8_is_refused_in_pure_zarr(nczarrfs, tmp_path, command, mode):
+    """`c:_FillValue = "\\377"` (ncgen takes it; netcdf-c stores the byte): NCZarr keeps it, as
+    netCDF4-python reads back; pure Zarr cannot hold it as JSON text zarr-python reads, so
+    the copy or gen is refused, naming the attribute, and writes nothing."""
+    cdl = tmp_path / "r.cdl"
+    cdl.write_text('netcdf r {\ndimensions:\n  x = 2 ;\nvariables:\n  char c(x) ;\n'
+                   '    c:_FillValue = "\\377" ;\n    c:u = "caf\\303\\251" ;\ndata:\n'
+                   '  c = "a" ;\n}\n')
+    src = tmp_path / "r.file"
+    made = nczarrfs("gen", "-o", str(src), str(cdl))
+    assert made.returncode == 0, made.stderr.decode()
+    with netCDF4.Dataset(f"file://{src}#mode=nczarr,file") as nc:
+        nc.set_auto_chartostring(False)
+        nc.set_auto_mask(False)
+        assert nc["c"][:].tolist() == [b"a", b"\xff"]
+    dst = tmp_path / "t.zarr"
+    if command == "copy":
+        res = nczarrfs("copy", "-k", mode, str(src), str(dst))
+    else:
+        res = nczarrfs("gen", "-k", mode, "-o", str(dst), str(cdl))
+    err = res.stderr.decode()
+    assert res.returncode == 1, err
+    assert ('attribute "_FillValue" of variable /c in pure Zarr: its text is not UTF-8 '
+            "(byte 0xFF at offset 0)") in err, err
+    assert not dst.exists()
