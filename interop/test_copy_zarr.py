@@ -329,3 +329,91 @@ def test_a_shadowed_dimension_pure_zarr_cannot_name_is_refused_as_such(
     assert "/d (3, used by /g/v)" in err and "/g/d (2, used by /g/w)" in err, err
     assert "invalid metadata" not in err, err
     assert not dst.exists()
+
+
+@pytest.mark.parametrize("fill", ["dj", "abcd"])
+def test_netcdf_c_pure_zarr_string_fill_is_its_text_and_copies_consistently(
+    nczarrfs, tmp_path, fill
+):
+    """netcdf-c's `mode=zarr` writes a string variable's fill as its plain text, as
+    `fill_value` and as the `_FillValue` attribute alike, and reads unwritten chunks as that
+    text; zarr-python would take `fill_value` for base64 ("abcd" is valid base64). Read as
+    netCDF4-python reads it, and copied to pure Zarr so that zarr-python reads the same."""
+    src = tmp_path / "s.file"
+    with netCDF4.Dataset(f"file://{src}#mode=zarr,file", "w") as nc:
+        nc.createDimension("x", 4)
+        v = nc.createVariable("s", str, ("x",), chunksizes=(2,), fill_value=fill)
+        v[0] = "a"
+    stored = json.loads((src / "s" / ".zarray").read_text())["fill_value"]
+    assert stored == fill
+    with netCDF4.Dataset(f"file://{src}#mode=zarr,file") as nc:
+        expected = [str(x) for x in nc["s"][:]]
+    assert expected == ["a", fill, fill, fill]
+
+    def values(path):
+        out = tmp_path / "s.npy"
+        res = nczarrfs("get", str(path), "s", "--npy", "-o", str(out))
+        assert res.returncode == 0, res.stderr.decode(errors="replace")
+        return [x.decode() for x in np.load(out)]
+
+    assert values(src) == expected
+    dump = nczarrfs("dump", str(src))
+    assert dump.returncode == 0, dump.stderr
+    assert b's = "a", _, _, _ ;' in dump.stdout, dump.stdout
+
+    for mode in ["zarr", "nczarr"]:
+        dst = tmp_path / f"{mode}.file"
+        res = nczarrfs("copy", "-k", mode, str(src), str(dst))
+        assert res.returncode == 0, res.stderr.decode(errors="replace")
+        assert values(dst) == expected, mode
+        attr = json.loads((dst / "s" / ".zattrs").read_text())["_FillValue"]
+        assert attr == fill, mode
+    # Pure Zarr holds the fill in base64, as zarr-python reads it.
+    copy = zarr.open_group(str(tmp_path / "zarr.file"), mode="r")["s"]
+    assert copy.fill_value == fill.encode()
+    assert [x.decode() for x in copy[...]] == expected
+    # NCZarr holds it as text, as netcdf-c reads it.
+    with netCDF4.Dataset(f"file://{tmp_path / 'nczarr.file'}#mode=nczarr,file") as nc:
+        assert [str(x) for x in nc["s"][:]] == expected
+        assert nc["s"]._FillValue == fill
+
+
+def test_netcdf_c_writes_char_bytes_raw_which_zarr_python_cannot_open(tmp_path):
+    """The oracle behind refusing char text that is not UTF-8 in pure Zarr: netcdf-c's own
+    `mode=zarr` writes such a `_FillValue` as the raw byte, and zarr-python fails on it."""
+    src = tmp_path / "c.file"
+    with netCDF4.Dataset(f"file://{src}#mode=zarr,file", "w") as nc:
+        nc.createDimension("x", 2)
+        nc.createVariable("c", "S1", ("x",), fill_value=b"\xff")
+    assert b'"_FillValue": "\xff"' in (src / "c" / ".zattrs").read_bytes()
+    with pytest.raises(UnicodeDecodeError):
+        zarr.open_group(str(src), mode="r")["c"]
+
+
+@pytest.mark.parametrize("command", ["copy", "gen"])
+@pytest.mark.parametrize("mode", ["zarr", "zarr,v3"])
+def test_char_text_that_is_not_utf8_is_refused_in_pure_zarr(nczarrfs, tmp_path, command, mode):
+    """`c:_FillValue = "\\377"` (ncgen takes it; netcdf-c stores the byte): NCZarr keeps it, as
+    netCDF4-python reads back; pure Zarr cannot hold it as JSON text zarr-python reads, so
+    the copy or gen is refused, naming the attribute, and writes nothing."""
+    cdl = tmp_path / "r.cdl"
+    cdl.write_text('netcdf r {\ndimensions:\n  x = 2 ;\nvariables:\n  char c(x) ;\n'
+                   '    c:_FillValue = "\\377" ;\n    c:u = "caf\\303\\251" ;\ndata:\n'
+                   '  c = "a" ;\n}\n')
+    src = tmp_path / "r.file"
+    made = nczarrfs("gen", "-o", str(src), str(cdl))
+    assert made.returncode == 0, made.stderr.decode()
+    with netCDF4.Dataset(f"file://{src}#mode=nczarr,file") as nc:
+        nc.set_auto_chartostring(False)
+        nc.set_auto_mask(False)
+        assert nc["c"][:].tolist() == [b"a", b"\xff"]
+    dst = tmp_path / "t.zarr"
+    if command == "copy":
+        res = nczarrfs("copy", "-k", mode, str(src), str(dst))
+    else:
+        res = nczarrfs("gen", "-k", mode, "-o", str(dst), str(cdl))
+    err = res.stderr.decode()
+    assert res.returncode == 1, err
+    assert ('attribute "_FillValue" of variable /c in pure Zarr: its text is not UTF-8 '
+            "(byte 0xFF at offset 0)") in err, err
+    assert not dst.exists()

@@ -45,7 +45,7 @@ def _edit(meta_path, change) -> None:
 def _zarr_python_reads(path) -> np.ndarray | None:
     try:
         return zarr.open_array(str(path), mode="r")[...]
-    except (ValueError, TypeError, KeyError):
+    except (ValueError, TypeError, KeyError, OverflowError):
         return None
 
 
@@ -104,6 +104,11 @@ REFUSED_V3 = {
     ),
     "fill-null": (_fill(None), 'fill_value null is no value of data_type "int32"'),
     "fill-missing": (_no_fill, "no fill_value, which Zarr v3 requires"),
+    "fill-list": (_fill([1]), "fill_value [1] does not fit data_type int32"),
+    "fill-object": (_fill({"a": 1}), 'fill_value {"a": 1} does not fit data_type int32'),
+    "fill-fraction": (_fill(2.5), "fill_value 2.5 does not fit data_type int32"),
+    "fill-NaN": (_fill("NaN"), 'fill_value "NaN" does not fit data_type int32'),
+    "fill-too-large": (_fill(2**31), "fill_value 2147483648 does not fit data_type int32"),
 }
 
 
@@ -218,6 +223,27 @@ def test_v2_native_byte_order_is_refused_for_that_variable(nczarrfs, tmp_path):
     res = nczarrfs("get", str(store), "a")
     err = res.stderr.decode(errors="replace")
     assert res.returncode == 1 and 'dtype "=i4": byte order "="' in err, err
+    assert _get(nczarrfs, store, "b", tmp_path).tolist() == OTHER
+
+
+@pytest.mark.parametrize("edit,says", [
+    ({"dtype": "|u1", "fill_value": 300}, "fill_value 300 does not fit dtype |u1"),
+    ({"fill_value": "NaN"}, 'fill_value "NaN" does not fit dtype <i4'),
+    ({"fill_value": 2.5}, "fill_value 2.5 does not fit dtype <i4"),
+    ({"fill_value": [1]}, "fill_value [1] does not fit dtype <i4"),
+    ({"dtype": "<f8", "fill_value": "abc"}, 'fill_value "abc" does not fit dtype <f8'),
+], ids=["300-u1", "NaN-i4", "2.5-i4", "list-i4", "abc-f8"])
+def test_v2_fill_value_that_does_not_fit_is_refused_for_that_variable(
+    nczarrfs, tmp_path, edit, says
+):
+    store = tmp_path / "s.zarr"
+    _v2_store(store, **edit)
+    assert _zarr_python_reads(store / "a") is None
+    for command in [("get", str(store), "a"), ("dump", str(store))]:
+        res = nczarrfs(*command)
+        err = res.stderr.decode(errors="replace")
+        assert res.returncode == 1, err
+        assert f"variable /a: {says}" in err and f"a/.zarray: {says}" in err, err
     assert _get(nczarrfs, store, "b", tmp_path).tolist() == OTHER
 
 

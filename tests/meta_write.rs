@@ -540,3 +540,57 @@ fn a_nul_byte_ends_nczarr_text_and_every_spelling_reads_back() {
         assert_eq!(t.value, AttrValue::Char(b"x\0y".to_vec()), "{spelling:?}");
     }
 }
+
+/// Char text that is not UTF-8 (ncgen's `c:_FillValue = "\377"`): netcdf-c 4.10.1 writes the
+/// byte raw into NCZarr and pure Zarr alike (`"_FillValue": "\xff"`), which zarr-python
+/// cannot decode ("'utf-8' codec can't decode byte 0xff"), and reads it back. NCZarr keeps it
+/// so; pure Zarr, whose JSON must be UTF-8, refuses it, naming the attribute, before anything
+/// is stored.
+#[test]
+fn char_text_that_is_not_utf8_is_refused_in_pure_zarr_only() {
+    let mut ds = Dataset::new();
+    let x = ds.add_dim(Dataset::ROOT, "x", 2, false);
+    let mut c = var("c", Dataset::ROOT, NcType::Char, vec![x]);
+    c.storage.fill_value = Some(vec![0xff]);
+    c.attrs = vec![
+        attr("ok", AttrValue::Char("café".as_bytes().to_vec())),
+        attr("_FillValue", AttrValue::Char(vec![0xff])),
+    ];
+    ds.add_var(c);
+    let opts = |dialect| WriteOptions {
+        dialect,
+        ..WriteOptions::default()
+    };
+    let map = TestMap::default();
+    write_metadata(&map, &ds, &opts(Dialect::NcZarr)).unwrap();
+    let zattrs = map.get("c/.zattrs").unwrap().unwrap();
+    assert!(
+        zattrs.windows(16).any(|w| w == b"\"_FillValue\":\"\xff\""),
+        "{zattrs:?}"
+    );
+    for v3 in [false, true] {
+        let map = TestMap::default();
+        let e = if v3 {
+            nczarrfs::meta::writer_v3::write_metadata(&map, &ds, &opts(Dialect::Zarr))
+        } else {
+            write_metadata(&map, &ds, &opts(Dialect::Zarr))
+        }
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains(r#"attribute "_FillValue" of variable /c in pure Zarr: its text is not UTF-8 (byte 0xFF at offset 0)"#),
+            "{e}"
+        );
+        assert!(map.0.lock().unwrap().is_empty());
+    }
+    // A global attribute is named as the root group's.
+    ds.vars[0].attrs.pop();
+    ds.groups[0].attrs = vec![attr("g", AttrValue::Char(b"ab\xe9".to_vec()))];
+    let e = write_metadata(&TestMap::default(), &ds, &opts(Dialect::Zarr))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(r#"attribute "g" of group / in pure Zarr: its text is not UTF-8 (byte 0xE9 at offset 2)"#),
+        "{e}"
+    );
+}

@@ -95,8 +95,7 @@ fn elements(value: &Json) -> Vec<&Json> {
 pub fn infer(key: &str, name: &str, value: &Json) -> Result<AttrValue> {
     let elems = elements(value);
     match value {
-        Json::Str(s) => return Ok(AttrValue::Char(s.as_bytes().to_vec())),
-        Json::Null | Json::Obj(_) => return Ok(char_text(value)),
+        Json::Str(_) | Json::Bytes(_) | Json::Null | Json::Obj(_) => return Ok(char_text(value)),
         Json::Arr(items) if items.is_empty() => return Ok(AttrValue::Char(Vec::new())),
         _ => {}
     }
@@ -165,6 +164,8 @@ pub fn to_type(key: &str, name: &str, value: &Json, t: NcType) -> Result<AttrVal
                 .iter()
                 .map(|e| match e {
                     Json::Str(s) => s.clone(),
+                    // netCDF strings are text: bytes that are not UTF-8 cannot all be kept.
+                    Json::Bytes(b) => String::from_utf8_lossy(b).into_owned(),
                     other => other.unparse(),
                 })
                 .collect(),
@@ -334,6 +335,23 @@ mod tests {
         assert!(convert("k", "a", &j("300"), Some("<u1")).is_err());
         assert!(convert("k", "a", &j("\"x\""), Some("<i4")).is_err());
         assert!(convert("k", "a", &j("1.5"), Some("<i4")).is_err());
+    }
+
+    /// netcdf-c 4.10.1 (`mode=zarr` and NCZarr alike) writes a char attribute's bytes into the
+    /// JSON as they are (`"_FillValue": "\xff"`): they read back as those bytes, not as JSON
+    /// text, and as a string attribute (netCDF4-python's `'\ufffd'`) with the replacement
+    /// character.
+    #[test]
+    fn bytes_that_are_not_utf8_are_char_text() {
+        let raw = Json::parse("k", b"\"a\xff\"").unwrap();
+        assert_eq!(
+            infer("k", "a", &raw).unwrap(),
+            AttrValue::Char(b"a\xff".to_vec())
+        );
+        assert_eq!(
+            to_type("k", "a", &raw, NcType::String).unwrap(),
+            AttrValue::Str(vec!["a\u{fffd}".into()])
+        );
     }
 
     #[test]

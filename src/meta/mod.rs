@@ -1307,15 +1307,15 @@ fn var_parts(
         .flatten();
     let mut object_fill = match (&object_chain, z.get("fill_value")) {
         (Some(_), Some(fv)) => {
-            fill::object_fill(&zkey, fv, !crate::codec::is_object_utf8_filter(&filters))?
+            fill::object_fill(&zkey, fv, !crate::codec::is_object_utf8_filter(&filters))
         }
-        _ => None,
+        _ => Ok(None),
     };
-    let (nctype, mut dtype, string_width, unreadable) = match &object_chain {
-        Some(chain) => {
-            let fill_len = object_fill.as_ref().map_or(0, Vec::len);
-            object_string_type(map, &zkey, &p.key, chain, &chunks, fill_len)
-        }
+    let fill_len = object_fill
+        .as_ref()
+        .map_or(0, |f| f.as_ref().map_or(0, Vec::len));
+    let (nctype, mut dtype, string_width, mut unreadable) = match &object_chain {
+        Some(chain) => object_string_type(map, &zkey, &p.key, chain, &chunks, fill_len),
         None => var_type(dialect, &described(&zkey, from_summary), z),
     };
     if let Some(d) = &dtype {
@@ -1347,16 +1347,24 @@ fn var_parts(
     let mut fill_value = None;
     if let Some(d) = &dtype {
         if let Some(fv) = z.get("fill_value") {
-            fill_value = if object_chain.is_some() {
-                object_fill.take().map(|mut b| {
-                    b.resize(d.size, 0);
-                    b
+            let fill = if object_chain.is_some() {
+                std::mem::replace(&mut object_fill, Ok(None)).map(|f| {
+                    f.map(|mut b| {
+                        b.resize(d.size, 0);
+                        b
+                    })
                 })
-            } else if dialect == Dialect::Pure {
-                fill::fill_value(&zkey, fv, nctype, d, string_width)?
+            } else if dialect == Dialect::Pure && !netcdf_c_text_fill(fv, zattrs, nctype) {
+                fill::fill_value(&zkey, fv, nctype, d, string_width)
             } else {
-                fill::nczarr_fill_value(&zkey, fv, nctype, d, string_width)?
+                fill::nczarr_fill_value(&zkey, fv, nctype, d, string_width)
             };
+            match fill {
+                Ok(f) => fill_value = f,
+                Err(e) => {
+                    unreadable = Some(unfit_fill(&described(&zkey, from_summary), e));
+                }
+            }
         }
         // An explicit `null` means no fill (zeros), even beside a `_FillValue` attribute:
         // zarr-python reads pure Zarr so, and netcdf-c (4.9.0 and 4.10.1 alike) writes `null`
@@ -1397,6 +1405,36 @@ fn var_parts(
         attrs,
         fill_value,
     })
+}
+
+/// Why a variable whose `fill_value` does not fit its type is unreadable, warned of as
+/// coming from `source`: zarr-python refuses such an array and reads the others, and so does
+/// nczarrfs, rather than refuse the whole dataset or guess the values of unwritten chunks.
+fn unfit_fill(source: &str, e: Error) -> String {
+    let why = unfit_fill_reason(e);
+    log::warn!("{source}: {why}");
+    why
+}
+
+/// [`unfit_fill`] without the warning: the reason alone, without the object, which the
+/// warning names and a read names the variable instead of.
+fn unfit_fill_reason(e: Error) -> String {
+    match e {
+        Error::InvalidMetadata { reason, .. } => reason,
+        other => other.to_string(),
+    }
+}
+
+/// Whether the `fill_value` `fv` of a pure Zarr string array is netcdf-c's plain text rather
+/// than zarr-python's base64: netcdf-c's `mode=zarr` writes a string variable's fill as its
+/// text, both as `fill_value` and as a `_FillValue` attribute of the same spelling, where
+/// zarr-python and xarray write base64 and no such attribute (xarray keeps a Zarr v2
+/// `_FillValue` in `fill_value` alone). Base64 text is also plain text, so only the attribute
+/// tells the two apart.
+fn netcdf_c_text_fill(fv: &Json, zattrs: Option<&Json>, nctype: NcType) -> bool {
+    nctype == NcType::String
+        && matches!(fv, Json::Str(_) | Json::Bytes(_))
+        && zattrs.and_then(|z| z.get("_FillValue")) == Some(fv)
 }
 
 /// A group, variable or dimension name listed in NCZarr metadata names one child: it is not
@@ -1961,6 +1999,35 @@ mod tests {
         assert_eq!(root.attrs[1].value, AttrValue::Int(vec![1, 2]));
     }
 
+    /// netcdf-c 4.10.1's `mode=zarr` (netCDF4-python 1.7.5) writes `fill_value="dj"` as
+    /// `"fill_value": "dj"` beside `"_FillValue": "dj"`, and reads unwritten chunks as `dj`;
+    /// zarr-python writes base64 and no attribute (base64 of `ab` is `YWI=`).
+    #[test]
+    fn pure_string_fill_is_text_where_the_fill_attribute_spells_it_so() {
+        let fill_of = |fill: &str, attr: Option<&str>| {
+            let zarray = format!(
+                r#"{{"zarr_format": 2, "shape": [4], "dtype": "|S4", "chunks": [2], "fill_value": {fill}}}"#
+            );
+            let zattrs = match attr {
+                Some(a) => format!(r#"{{"_FillValue": {a}, "_ARRAY_DIMENSIONS": ["x"]}}"#),
+                None => r#"{"_ARRAY_DIMENSIONS": ["x"]}"#.to_string(),
+            };
+            let objs = [
+                (".zgroup", r#"{"zarr_format": 2}"#),
+                ("s/.zarray", zarray.as_str()),
+                ("s/.zattrs", zattrs.as_str()),
+            ];
+            let ds = read_dataset(&table(&objs), &Mode::default()).unwrap();
+            let v = ds.var(ds.find_var("s").unwrap());
+            v.storage.fill_value.clone().unwrap()
+        };
+        assert_eq!(fill_of(r#""dj""#, Some(r#""dj""#)), b"dj\0\0");
+        assert_eq!(fill_of(r#""abcd""#, Some(r#""abcd""#)), b"abcd");
+        assert_eq!(fill_of(r#""YWI=""#, None), b"ab\0\0");
+        // An attribute of another spelling leaves the fill to zarr-python's reading.
+        assert_eq!(fill_of(r#""YWI=""#, Some(r#""ab""#)), b"ab\0\0");
+    }
+
     const XARRAY_GROUP: &[(&str, &str)] = &[
         (".zgroup", r#"{"zarr_format": 2}"#),
         (
@@ -2223,6 +2290,51 @@ mod tests {
         assert_eq!(u.storage.fill_value, Some(fill));
     }
 
+    /// zarr-python 3.1.6 refuses an array whose `fill_value` does not fit its dtype ("Python
+    /// integer 300 out of bounds for uint8", "Invalid type: NaN. Expected an integer.",
+    /// "Invalid type: [1, 2]. Expected an integer.") and reads the other arrays: so does
+    /// nczarrfs, whose read of that variable says why.
+    #[test]
+    fn a_fill_value_that_does_not_fit_makes_its_variable_unreadable() {
+        for (dtype, fill, why) in [
+            ("|u1", "300", "fill_value 300 does not fit dtype |u1"),
+            (
+                "<i4",
+                r#""NaN""#,
+                r#"fill_value "NaN" does not fit dtype <i4"#,
+            ),
+            ("<i2", "2.5", "fill_value 2.5 does not fit dtype <i2"),
+            (
+                "<f8",
+                r#""abc""#,
+                r#"fill_value "abc" does not fit dtype <f8"#,
+            ),
+            // One element: a list is not its first value.
+            ("<i4", "[1, 2]", "fill_value [1,2] does not fit dtype <i4"),
+            (
+                "|O",
+                "{}",
+                "fill_value {} of an object array is not a value",
+            ),
+        ] {
+            let v = format!(
+                r#"{{"zarr_format": 2, "shape": [2], "dtype": "{dtype}", "chunks": [2],
+                "fill_value": {fill}, "filters": [{{"id": "vlen-utf8"}}]}}"#
+            );
+            let w = r#"{"zarr_format": 2, "shape": [2], "dtype": "<i4", "chunks": [2], "fill_value": 0}"#;
+            let objs = [
+                (".zgroup", r#"{"zarr_format": 2}"#),
+                ("v/.zarray", v.as_str()),
+                ("w/.zarray", w),
+            ];
+            let ds = open(&objs).unwrap();
+            let st = &ds.var(ds.find_var("v").unwrap()).storage;
+            assert_eq!(st.unreadable.as_deref(), Some(why), "{dtype} {fill}");
+            let w = ds.find_var("w").unwrap();
+            assert_eq!(ds.var(w).storage.unreadable, None);
+        }
+    }
+
     fn bad(zarray: &str) -> String {
         let objs = [(".zgroup", r#"{"zarr_format": 2}"#), ("v/.zarray", zarray)];
         open(&objs).unwrap_err().to_string()
@@ -2252,17 +2364,8 @@ mod tests {
             r#"{"zarr_format": 2, "shape": [2], "dtype": "<i4", "chunks": [2], "fill_value": 0, "order": "X"}"#,
         );
         assert!(e.contains("order"), "{e}");
-        let e = bad(
-            r#"{"zarr_format": 2, "shape": [2], "dtype": "|u1", "chunks": [2], "fill_value": 300}"#,
-        );
-        assert!(e.contains("fill_value"), "{e}");
         let e = bad(r#"{"zarr_format": 2, "shape": [2], "#);
         assert!(e.contains("corrupt JSON in \"v/.zarray\""), "{e}");
-        // One element, as zarr-python wants: a list is not its first value.
-        let e = bad(
-            r#"{"zarr_format": 2, "shape": [2], "dtype": "<i4", "chunks": [2], "fill_value": [1, 2]}"#,
-        );
-        assert!(e.contains("fill_value [1,2]"), "{e}");
         // The number 2, not the string.
         let e = bad(
             r#"{"zarr_format": "2", "shape": [2], "dtype": "<i4", "chunks": [2], "fill_value": 0}"#,

@@ -540,6 +540,18 @@ impl Reader<'_> {
         if vt.unreadable.is_none() && vt.dtype.is_some() && !no_fill {
             vt.unreadable = missing_fill_value(z.get("fill_value"), &vt.name);
         }
+        let fill = match (&vt.dtype, z.get("fill_value")) {
+            (Some(_), Some(fv)) if !no_fill => fill_value(&zkey, fv, &vt),
+            _ => Ok(None),
+        };
+        // A fill value that does not fit makes its variable unreadable, as zarr-python
+        // refuses that array alone.
+        let fill_value = fill.unwrap_or_else(|e| {
+            if vt.unreadable.is_none() {
+                vt.unreadable = Some(super::unfit_fill_reason(e));
+            }
+            None
+        });
         if let Some(why) = &vt.unreadable {
             match self
                 .consolidated
@@ -565,10 +577,6 @@ impl Reader<'_> {
                 }
             }
         }
-        let fill_value = match (&vt.dtype, z.get("fill_value")) {
-            (Some(_), Some(fv)) if !no_fill => fill_value(&zkey, fv, &vt)?,
-            _ => None,
-        };
 
         // NCZarrfs keeps `_FillValue` out of the attributes (see writer_v3) and records where
         // it stood among them.
@@ -1265,6 +1273,23 @@ fn fill_value(key: &str, value: &Json, vt: &VarType) -> Result<Option<Vec<u8>>> 
             ),
         )
     };
+    // One element: a list (or object) of any other type is refused, as zarr-python refuses
+    // it, where its first value would otherwise be taken. Raw bits `r<N>` (the NCZarr draft's
+    // char and string) take one, a number per byte, as the Zarr v3 specification has it.
+    match value {
+        Json::Arr(items) if vt.name.starts_with('r') => {
+            // As many bytes as an element has: a char's one, a string's width.
+            return items
+                .iter()
+                .map(|b| b.as_u64().and_then(|b| u8::try_from(b).ok()))
+                .collect::<Option<Vec<u8>>>()
+                .filter(|b| vt.dtype.as_ref().is_some_and(|d| d.size == b.len()))
+                .map(Some)
+                .ok_or_else(bad);
+        }
+        Json::Arr(_) | Json::Obj(_) => return Err(bad()),
+        _ => {}
+    }
     let hex = value
         .as_str()
         .and_then(|s| s.strip_prefix("0x"))
@@ -1562,13 +1587,59 @@ mod tests {
             // With no chunks to measure, the slots are as wide as the fill value.
             Some(b"YWI=".to_vec())
         );
-        // A value that does not fit is an error, not a silent wrap.
-        let a = array("\"uint8\"", "[1]", "300", "");
-        assert!(open(
-            &[("zarr.json", GROUP), ("v/zarr.json", &a)],
-            &Mode::default()
+        // A value that does not fit leaves the variable unreadable, not a silent wrap.
+        let le = r#"[{"name": "bytes", "configuration": {"endian": "little"}}]"#;
+        for (dtype, fill) in [
+            ("\"uint8\"", "300"),
+            ("\"int32\"", "2.5"),
+            ("\"int32\"", "\"NaN\""),
+            ("\"float64\"", "\"abc\""),
+        ] {
+            let why = why_unreadable(dtype, le, &format!(r#", "fill_value": {fill}"#));
+            assert_eq!(
+                why.unwrap(),
+                format!(
+                    "fill_value {fill} does not fit data_type {}",
+                    &dtype[1..dtype.len() - 1]
+                )
+            );
+        }
+        // Raw bits take one number per byte (the Zarr v3 specification).
+        let root = r#"{"node_type": "group", "zarr_format": 3, "attributes": {"_nczarr_superblock": {"version": "3.0.0"}, "_nczarr_group": {"dimensions": [{"name": "t", "size": 1}], "arrays": ["v"], "subgroups": []}}}"#;
+        let alias = r#", "attributes": {"_nczarr_array": {"dimension_references": ["/t"], "type_alias": "string"}}"#;
+        let a = array("\"r16\"", "[1]", "[97, 0]", alias);
+        let ds = open(
+            &[("zarr.json", root), ("v/zarr.json", &a)],
+            &Mode::default(),
         )
-        .is_err());
+        .unwrap();
+        assert_eq!(
+            ds.var(ds.find_var("v").unwrap()).storage.fill_value,
+            Some(b"a\0".to_vec())
+        );
+    }
+
+    /// zarr-python 3.1.6 refuses a list where one value is due ("Invalid type: [1]. Expected
+    /// an integer.", "Invalid type: [1.5]. Expected a float or a special string encoding of a
+    /// float."), and an object likewise. Of `bool` it takes `[false]` as false and `{"a": 1}`
+    /// as true (NumPy's `np.bool_` of the value), which the specification's one boolean does
+    /// not allow: refused too.
+    #[test]
+    fn a_fill_value_is_one_value() {
+        for (dtype, fill) in [
+            ("\"int32\"", "[1]"),
+            ("\"float64\"", "[1.5]"),
+            ("\"float32\"", "[]"),
+            ("\"int32\"", r#"{"a": 1}"#),
+            ("\"bool\"", "[true]"),
+        ] {
+            let le = r#"[{"name": "bytes", "configuration": {"endian": "little"}}]"#;
+            let why = why_unreadable(dtype, le, &format!(r#", "fill_value": {fill}"#)).unwrap();
+            assert!(
+                why.starts_with(&format!("fill_value {fill} does not fit")),
+                "{why}"
+            );
+        }
     }
 
     /// The reason `v` (data type `dtype`, codecs `codecs`, fill value `fill`) is unreadable,

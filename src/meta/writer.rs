@@ -299,8 +299,11 @@ pub(crate) fn put_objects(
 pub fn metadata_objects(ds: &Dataset, opts: &WriteOptions) -> Result<Vec<(String, Value)>> {
     if opts.dialect == Dialect::NcZarr {
         check_layout_holds(ds, opts.layout)?;
-    } else if opts.xarray {
-        check_dimension_names_hold(ds, "_ARRAY_DIMENSIONS")?;
+    } else {
+        if opts.xarray {
+            check_dimension_names_hold(ds, "_ARRAY_DIMENSIONS")?;
+        }
+        check_text_is_utf8(ds)?;
     }
     let mut out = Vec::new();
     for g in ds.groups_preorder() {
@@ -386,6 +389,41 @@ pub(crate) fn check_dimension_names_hold(ds: &Dataset, field: &str) -> Result<()
                     dim.len,
                     ds.var_fqn(v),
                     ds.group_fqn(g),
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Refuses, for pure Zarr, a char attribute whose text is not UTF-8. JSON holds text, which
+/// zarr-python and xarray decode as UTF-8: they cannot open a store holding other bytes (as
+/// netcdf-c's `mode=zarr` writes them, raw), and no valid spelling of them reads back as the
+/// same bytes (`\u00ff` is the character ÿ, two bytes in UTF-8). NCZarr, whose reader is
+/// netcdf-c, keeps the bytes as netcdf-c writes them.
+pub(crate) fn check_text_is_utf8(ds: &Dataset) -> Result<()> {
+    let owners = ds
+        .groups_preorder()
+        .into_iter()
+        .map(|g| (format!("group {}", ds.group_fqn(g)), &ds.group(g).attrs))
+        .chain((0..ds.vars.len()).map(|v| {
+            let v = VarId(v);
+            (format!("variable {}", ds.var_fqn(v)), &ds.var(v).attrs)
+        }));
+    for (owner, attrs) in owners {
+        for a in attrs {
+            let AttrValue::Char(bytes) = &a.value else {
+                continue;
+            };
+            if let Err(e) = std::str::from_utf8(bytes) {
+                let at = e.valid_up_to();
+                return Err(Error::Unsupported(format!(
+                    "attribute {} of {owner} in pure Zarr: its text is not UTF-8 (byte \
+                     0x{:02X} at offset {at}), and Zarr's JSON metadata holds UTF-8 text only \
+                     (zarr-python and xarray cannot open a store holding other bytes); NCZarr \
+                     keeps such text, as netcdf-c writes it",
+                    crate::error::quoted(&a.name),
+                    bytes[at],
                 )));
             }
         }

@@ -187,6 +187,7 @@ fn keep_dimension_names(node: &mut Map<String, Value>, old: &Json) {
 pub fn metadata_objects(ds: &Dataset, opts: &WriteOptions) -> Result<Vec<(String, Value)>> {
     if opts.dialect == Dialect::Zarr {
         super::writer::check_dimension_names_hold(ds, "dimension_names")?;
+        super::writer::check_text_is_utf8(ds)?;
     }
     let mut out = Vec::new();
     for g in ds.groups_preorder() {
