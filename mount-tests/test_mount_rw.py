@@ -416,25 +416,94 @@ def test_an_unchanged_fill_value_may_be_written_back(mounter, nczarr):
     assert fill.read_text() == text
 
 
-def test_an_attribute_netcdf_cannot_write_is_refused_at_open(mounter, tmp_path):
-    """A pure Zarr attribute whose name netCDF refuses (a trailing space, a `/`) can be read
-    but not written: the shell's `echo v > file`, which does not check the close, must fail
-    at the open with EPERM, and the stored value stay."""
+@pytest.mark.parametrize("kind", ["nczarr", "zarr"])
+def test_a_new_fill_value_is_refused_when_its_file_is_created(mounter, tmp_path, kind):
+    """netCDF-4 takes no `_FillValue` for a variable already defined (NC_ELATEFILL), which
+    every variable of a mounted dataset is, whether chunks of it are stored (`w`) or not
+    (`v`): creating the file fails with EPERM and a log line saying why, by a shell
+    redirection as by `O_CREAT | O_EXCL`, and nothing is stored."""
+    import netCDF4
     import zarr
 
+    if kind == "nczarr":
+        url = f"file://{tmp_path / 'ds.file'}#mode=nczarr,file"
+        with netCDF4.Dataset(url, "w") as ds:
+            ds.createDimension("d", 4)
+            ds.createVariable("v", "i4", ("d",), fill_value=False)
+            ds.createVariable("w", "i4", ("d",), fill_value=False)[:] = [1, 2, 3, 4]
+    else:
+        url = str(tmp_path / "ds.zarr")
+        root = zarr.open_group(url, mode="w", zarr_format=2)
+        root.create_array("v", shape=(4,), dtype="i4", fill_value=None)
+        root.create_array("w", shape=(4,), dtype="i4", chunks=(2,))[:] = [1, 2, 3, 4]
+    log = tmp_path / "mount.log"
+    mnt = mounter.mount(url, "rw", log=log)
+    for var in ("v", "w"):
+        fill = mnt / var / "@attributes" / "_FillValue"
+        r = subprocess.run(["sh", "-c", f'echo -999 > "{fill}"'], capture_output=True,
+                           text=True)
+        assert r.returncode != 0 and "Operation not permitted" in r.stderr, r.stderr
+        with pytest.raises(OSError) as e:
+            os.open(fill, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        assert e.value.errno == errno.EPERM
+        assert os.listdir(fill.parent) == [], var
+    umount_and_wait(mnt)
+    if kind == "nczarr":
+        with netCDF4.Dataset(url) as ds:
+            assert ds["v"].ncattrs() == [] and ds["w"].ncattrs() == []
+            assert list(ds["w"][:]) == [1, 2, 3, 4]
+    else:
+        root = zarr.open_group(url, mode="r")
+        assert dict(root["v"].attrs) == {} and dict(root["w"].attrs) == {}
+        assert root["v"].metadata.fill_value is None
+        assert root["w"].metadata.fill_value == 0
+        assert list(root["w"][:]) == [1, 2, 3, 4]
+    lines = [line for line in log.read_text().splitlines() if "_FillValue" in line]
+    assert len(lines) == 4, lines
+    for line in lines:
+        assert "the fill value of a variable already in storage cannot change" in line, line
+        assert line.endswith("(EPERM)"), line
+
+
+def test_attributes_named_as_netcdf_does_not_allow_are_rewritten_but_not_made(mounter, tmp_path):
+    """A pure Zarr attribute whose name netCDF refuses (not in NFC, a trailing space, a `/`)
+    takes a new value like any other: by a shell redirection, an open with `O_CREAT` and
+    Python's `write_text`. A new attribute so named is refused when its file is opened for
+    writing (EPERM), since the shell's `echo v > file` does not check the close. zarr-python
+    reads what is stored."""
+    import unicodedata
+
+    import zarr
+
+    nfd = unicodedata.normalize("NFD", "attribüt")
     store = tmp_path / "names.zarr"
     root = zarr.open_group(str(store), mode="w", zarr_format=2)
-    root.attrs["trail "] = "t"
-    root.attrs["a/b"] = "s"
-    mnt = mounter.mount(str(store), "rw")
-    for entry in ["trail ", "a%2Fb"]:
-        path = mnt / "@attributes" / entry
-        assert path.exists(), entry
-        r = subprocess.run(["sh", "-c", f'echo 12 > "{path}"'], capture_output=True, text=True)
+    root.attrs.update({nfd: 1, "trail ": 2, "a/b": "s"})
+    log = tmp_path / "mount.log"
+    mnt = mounter.mount(str(store), "rw", log=log)
+    attrs = mnt / "@attributes"
+    r = subprocess.run(["sh", "-c", f'echo 42 > "{attrs / nfd}"'], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    fd = os.open(attrs / "trail ", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        assert os.write(fd, b"43\n") == 3
+    finally:
+        os.close(fd)
+    (attrs / "a%2Fb").write_text("u\n")
+    assert (attrs / nfd).read_text() == "42\n"
+    assert (attrs / "trail ").read_text() == "43\n"
+    for entry in [unicodedata.normalize("NFD", "neü"), "new ", "c%2Fd"]:
+        r = subprocess.run(["sh", "-c", f'echo 12 > "{attrs / entry}"'], capture_output=True,
+                           text=True)
         assert r.returncode != 0, entry
         assert "Operation not permitted" in r.stderr, r.stderr
+        assert not (attrs / entry).exists(), entry
     umount_and_wait(mnt)
-    assert dict(zarr.open_group(str(store), mode="r").attrs) == {"trail ": "t", "a/b": "s"}
+    assert dict(zarr.open_group(str(store), mode="r").attrs) == {nfd: 42, "trail ": 43,
+                                                                 "a/b": "u"}
+    text = log.read_text()
+    assert text.count("(EPERM)") == 3, text
+    assert "normalization form C" in text and "end with a space" in text, text
 
 
 def test_an_open_attribute_file_follows_its_rename_and_its_removal(mounter, nczarr):

@@ -743,3 +743,62 @@ def test_a_variable_deleted_from_s3_fails_reads_instead_of_reading_fill(
         mounter.cleanup()
         client.delete_objects(Bucket=S3_BUCKET,
                               Delete={"Objects": [{"Key": k} for k in keys]})
+
+
+@pytest.mark.parametrize("gone_by", ["deleted", "retyped"])
+def test_a_variable_made_again_is_never_read_through_a_descriptor_of_the_old(
+        mounter, tmp_path, gone_by):
+    """`v` is deleted (or retyped from int32 to int64) underneath, and a reload sees it;
+    then a `v` like the old one (int32, same trailing shape, chunks and fill value, more
+    records) is made in its place. Descriptors opened before, one that read at each step
+    and one that did not read in between, keep failing with `EIO`, as a deleted local
+    file's descriptor never reads a new file made under its name; new opens read the new
+    variable, on another inode."""
+    import zarr
+
+    store = tmp_path / "again.zarr"
+    group = zarr.open_group(str(store), mode="w", zarr_format=2)
+
+    def make(dtype, rows, first):
+        v = group.create_array("v", shape=(rows, 4), chunks=(2, 4), dtype=dtype,
+                               fill_value=-1, compressors=None, overwrite=True,
+                               attributes={"_ARRAY_DIMENSIONS": ["t", "x"]})
+        values = (first + np.arange(rows * 4)).reshape(rows, 4).astype(dtype)
+        v[:] = values
+        return values
+
+    old = make("<i4", 4, 0)
+    ttl = 1
+    mnt = mounter.mount(str(store), f"ttl={ttl}")
+    data = mnt / "v" / "data"
+    reader = os.open(data, os.O_RDONLY)
+    idle = os.open(data, os.O_RDONLY)
+    old_ino = os.fstat(reader).st_ino
+
+    def fails(fd):
+        with pytest.raises(OSError) as failed:
+            os.pread(fd, 1024, 0)
+        assert failed.value.errno == errno.EIO
+
+    try:
+        for fd in (reader, idle):
+            assert os.pread(fd, 1024, 0) == old.tobytes()
+        if gone_by == "deleted":
+            del group["v"]
+        else:
+            make("<i8", 4, 500)
+        time.sleep(ttl + 1.5)
+        os.listdir(mnt)
+        fails(reader)
+        new = make("<i4", 9, 1000)
+        time.sleep(ttl + 1.5)
+        os.listdir(mnt)
+        assert data.read_bytes() == new.tobytes()
+        assert os.stat(data).st_ino != old_ino
+        for fd in (reader, idle, reader):
+            fails(fd)
+            assert os.fstat(fd).st_size == old.nbytes
+            assert os.fstat(fd).st_ino == old_ino
+    finally:
+        os.close(reader)
+        os.close(idle)

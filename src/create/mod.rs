@@ -312,6 +312,13 @@ pub fn check_key_names(model: &Dataset, zarr_version: u8) -> Result<()> {
 /// own anywhere, the format's on the root group. NCZarr's own keys, in either case, would
 /// be taken for the dataset's metadata.
 pub fn check_attr_name(target: AttrTarget, name: &str) -> Result<()> {
+    check_name(name)?;
+    check_attr_not_reserved(target, name)
+}
+
+/// Refuses an attribute name that netcdf-c reserves (see [`check_attr_name`]), new or not:
+/// such an attribute means something to netCDF, whatever value is written.
+pub fn check_attr_not_reserved(target: AttrTarget, name: &str) -> Result<()> {
     const EVERYWHERE: [&str; 10] = [
         "CLASS",
         "DIMENSION_LIST",
@@ -325,7 +332,6 @@ pub fn check_attr_name(target: AttrTarget, name: &str) -> Result<()> {
         "_SuperblockVersion",
     ];
     const ROOT: [&str; 3] = ["_Codecs", "_Format", "_nc3_strict"];
-    check_name(name)?;
     let root = matches!(target, AttrTarget::Group(g) if g == Dataset::ROOT);
     if EVERYWHERE.contains(&name)
         || (root && ROOT.contains(&name))

@@ -1893,3 +1893,46 @@ fn a_netcdf_c_release_out_of_range_is_a_value_refused_and_no_version_a_usage_err
         assert!(matches!(refusal(version), Error::Usage(_)), "{version}");
     }
 }
+
+#[test]
+fn attributes_held_under_names_netcdf_refuses_are_rewritten_but_not_made() {
+    // Names zarr-python writes and netCDF does not allow: not NFC, a trailing space, a `/`,
+    // a leading `-`.
+    let names = ["attribu\u{308}t", "trail ", "a/b", "-dash"];
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("names.zarr");
+    let map = zmap::FileMap::open(&root, true).unwrap();
+    map.put(".zgroup", br#"{"zarr_format": 2}"#).unwrap();
+    let held: serde_json::Map<String, Value> = names
+        .iter()
+        .chain(&["CLASS"])
+        .map(|n| (n.to_string(), json!(1)))
+        .collect();
+    map.put(".zattrs", &serde_json::to_vec(&held).unwrap())
+        .unwrap();
+    let loc = Location::parse(format!("file://{}#mode=zarr,file", root.display())).unwrap();
+    let mut w = DatasetWriter::open(&loc).unwrap();
+    let global = AttrTarget::Group(Dataset::ROOT);
+    for name in names {
+        w.check_attr_writable(global, name).unwrap();
+        w.put_attr(global, name, AttrValue::Int(vec![42])).unwrap();
+    }
+    // New names refused for the same reasons.
+    for new in ["neu\u{308}", "new ", "c/d", "-new", "NAME"] {
+        assert!(w.check_attr_writable(global, new).is_err(), "{new:?}");
+        assert!(
+            w.put_attr(global, new, AttrValue::Int(vec![1])).is_err(),
+            "{new:?}"
+        );
+    }
+    // A name netcdf-c reserves stays refused, held or not: it means something to netCDF.
+    assert!(w
+        .put_attr(global, "CLASS", AttrValue::Int(vec![42]))
+        .is_err());
+    w.close().unwrap();
+    let stored: Value = serde_json::from_slice(&map.get(".zattrs").unwrap().unwrap()).unwrap();
+    let mut want: serde_json::Map<String, Value> =
+        names.iter().map(|n| (n.to_string(), json!(42))).collect();
+    want.insert("CLASS".into(), json!(1));
+    assert_eq!(stored, Value::Object(want));
+}

@@ -20,8 +20,9 @@ use crate::{meta, zmap, Error, Result};
 
 use super::codecs::{check_numcodecs_chain, for_netcdf_c, string_shuffle, without_shuffle};
 use super::{
-    check_attr_name, check_key_name, check_key_names, check_name, check_storable, default_chunks,
-    AttrTarget, Codecs, CreateOptions, Fill, VarOptions, NETCDF_MAXSTRLEN, WRITER_CACHE_BYTES,
+    check_attr_name, check_attr_not_reserved, check_key_name, check_key_names, check_name,
+    check_storable, default_chunks, AttrTarget, Codecs, CreateOptions, Fill, VarOptions,
+    NETCDF_MAXSTRLEN, WRITER_CACHE_BYTES,
 };
 
 /// What [`DatasetWriter::grow_dim_for_write`] changed: a dimension's length before, and the
@@ -748,7 +749,7 @@ impl DatasetWriter {
     /// Sets or replaces an attribute. `_FillValue` on a variable also sets its fill value
     /// (a variable without fill keeps none), which is only possible before values are written.
     pub fn put_attr(&mut self, target: AttrTarget, name: &str, value: AttrValue) -> Result<()> {
-        check_attr_name(target, name)?;
+        self.check_attr_writable(target, name)?;
         let for_4_9_0 = self.opts.dialect == Dialect::NcZarr
             && self.opts.zarr_version == 2
             && self.opts.layout == NczarrLayout::UpperCaseKeys;
@@ -787,6 +788,22 @@ impl DatasetWriter {
         }
         self.meta_dirty = true;
         Ok(())
+    }
+
+    /// Whether attribute `name` of `target` may be written: a new name must be one netCDF
+    /// allows ([`check_attr_name`]), but an attribute already held keeps the name it has (a
+    /// pure Zarr attribute named `x ` or not in NFC), as its removal and rename do: refusing
+    /// its new value would protect nothing, the name being stored already. A name netCDF
+    /// reserves stays refused either way.
+    pub fn check_attr_writable(&self, target: AttrTarget, name: &str) -> Result<()> {
+        let attrs = match target {
+            AttrTarget::Group(g) => self.model.groups.get(g.0).map(|g| &g.attrs),
+            AttrTarget::Var(v) => self.model.vars.get(v.0).map(|v| &v.attrs),
+        };
+        if attrs.is_some_and(|attrs| attrs.iter().any(|a| a.name == name)) {
+            return check_attr_not_reserved(target, name);
+        }
+        check_attr_name(target, name)
     }
 
     /// Whether the dataset is NCZarr in Zarr v2, the one netcdf-c reads, whose text attributes

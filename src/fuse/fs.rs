@@ -25,7 +25,7 @@ use fuser::{
 };
 
 use crate::chunk::{ChunkEngine, Hyperslab};
-use crate::create::{check_attr_name, AttrTarget, DatasetWriter};
+use crate::create::{AttrTarget, DatasetWriter};
 use crate::dataset::OpenDataset;
 use crate::error::quoted;
 use crate::location::Mode;
@@ -147,6 +147,12 @@ struct View {
     /// file is the old one for good: its number was retired with the size it had then, and a
     /// later growth must not make it read on into another variable's records.
     follows: bool,
+    /// What the chunks of the variable held, by the first model since the file stopped
+    /// following that did not hold the view's values (see [`chunks_alike`]); `Alike` until
+    /// then. It never goes back: a variable made again later under the name, however much
+    /// alike, is another variable, as a file made again under the name of a deleted one is
+    /// never read through the deleted one's descriptors.
+    lost: ChunksNow,
 }
 
 /// An open file.
@@ -219,6 +225,7 @@ impl Handle {
                 Mutex::new(View {
                     snap,
                     follows: true,
+                    lost: ChunksNow::Alike,
                 })
             }),
             content: None,
@@ -237,23 +244,34 @@ impl Handle {
 
     /// Brings the view of a `data` file that follows the newest model up to `newest`, or
     /// ends its following when its variable changed otherwise than by appended records
-    /// (see [`data_view_kept`]). Each published model must be offered in turn: judged
-    /// against the model the file was opened with instead, a variable that grew, shrank
-    /// and grew again would look grown, and the file would read the new variable's bytes
-    /// beyond what it showed before.
+    /// (see [`data_view_kept`]), and notes for good when `newest` no longer holds the
+    /// view's values (see [`View::lost`]). Each published model must be offered in turn:
+    /// judged against the model the file was opened with instead, a variable that grew,
+    /// shrank and grew again would look grown, and the file would read the new variable's
+    /// bytes beyond what it showed before; judged only against the newest, a variable
+    /// deleted and made again alike would look as if it never went away.
     fn follow(&self, newest: &Arc<Snapshot>) {
         let (Some(view), Node::File(owner, FileKind::Data)) = (&self.view, &self.node) else {
             return;
         };
         let mut view = lock(view);
-        if !view.follows || Arc::ptr_eq(&view.snap, newest) {
+        if view.lost != ChunksNow::Alike || Arc::ptr_eq(&view.snap, newest) {
             return;
         }
-        if data_view_kept(owner, &view.snap.model, &newest.model) {
+        if view.follows && data_view_kept(owner, &view.snap.model, &newest.model) {
             view.snap = Arc::clone(newest);
-        } else {
-            view.follows = false;
+            return;
         }
+        view.follows = false;
+        view.lost = chunks_alike(owner, &view.snap.model, &newest.model);
+    }
+
+    /// What the chunks held when they last changed meaning for this file's view (see
+    /// [`View::lost`]); `Alike` for a file without a view or one whose chunks never did.
+    fn lost(&self) -> ChunksNow {
+        self.view
+            .as_ref()
+            .map_or(ChunksNow::Alike, |v| lock(v).lost)
     }
 
     /// The object `owner` (this handle's) names in `ds`, unless a rename has since given that
@@ -928,17 +946,17 @@ impl Shared {
         Some(Ok(Ok(n)))
     }
 
-    /// Whether netCDF allows writing an attribute `name` on `owner` at all (see
-    /// [`check_attr_name`]), checked when its file is opened for writing so that
-    /// `echo v > file` fails at once rather than at a close the shell does not check. Its
-    /// value can still be refused at the close (a new `_FillValue` of a stored variable, unless
-    /// unchanged, as `cp -r` of a dataset onto itself writes it).
+    /// Whether an attribute `name` may be written on `owner` at all (see
+    /// [`DatasetWriter::check_attr_writable`]), checked when its file is opened for writing
+    /// so that `echo v > file` fails at once rather than at a close the shell does not check.
+    /// Its value can still be refused at the close (a new `_FillValue` of a stored variable,
+    /// unless unchanged, as `cp -r` of a dataset onto itself writes it).
     fn check_attr_writable(&self, owner: &Owner, name: &str) -> Result<()> {
         let Some(writer) = &self.writer else {
             return Err(Error::NotPermitted("read-only mount".into()));
         };
         let w = read_lock(writer);
-        check_attr_name(attr_target(w.model(), owner)?, name)
+        w.check_attr_writable(attr_target(w.model(), owner)?, name)
     }
 
     /// Logs a failed write-side operation and gives its errno.
@@ -1212,46 +1230,21 @@ impl Shared {
         }
     }
 
-    /// What the chunks stored now hold for `owner` as `view` (a read's model, see
-    /// [`Shared::read_snapshot`]) decodes them. An older view over chunks written for
-    /// another type or chunking would read the new variable's bytes as values of the old.
-    fn chunks_now(&self, owner: &Owner, view: &Arc<Snapshot>) -> ChunksNow {
+    /// What the chunks stored now hold for the `data` file of `owner` that `handle` reads as
+    /// `view` (a read's model, see [`Shared::read_snapshot`]) decodes them. An older view
+    /// over chunks written for another type or chunking would read the new variable's bytes
+    /// as values of the old; once they did not hold its values, they never do again (see
+    /// [`View::lost`]).
+    fn chunks_now(&self, handle: &Handle, owner: &Owner, view: &Arc<Snapshot>) -> ChunksNow {
+        let lost = handle.lost();
+        if lost != ChunksNow::Alike {
+            return lost;
+        }
         let newest = Arc::clone(&read_lock(&self.snap));
         if Arc::ptr_eq(&newest, view) {
             return ChunksNow::Alike;
         }
-        let (old, new) = (&view.model, &newest.model);
-        match (owner.resolve(old), owner.resolve(new)) {
-            (Some(Resolved::Var(a)), Some(Resolved::Var(b))) => {
-                let (va, vb) = (old.var(a), new.var(b));
-                let (sa, sb) = (&va.storage, &vb.storage);
-                let alike = va.nctype == vb.nctype
-                    && va.element_size() == vb.element_size()
-                    && old.var_shape(a).get(1..) == new.var_shape(b).get(1..)
-                    && sa.shape.get(1..) == sb.shape.get(1..)
-                    && (
-                        &sa.dtype,
-                        &sa.chunks,
-                        &sa.order,
-                        &sa.key_encoding,
-                        &sa.codecs,
-                    ) == (
-                        &sb.dtype,
-                        &sb.chunks,
-                        &sb.order,
-                        &sb.key_encoding,
-                        &sb.codecs,
-                    )
-                    && sa.fill_value == sb.fill_value;
-                match alike {
-                    true => ChunksNow::Alike,
-                    false => ChunksNow::Changed,
-                }
-            }
-            // Its chunks are gone with it: read through the view, every one would be missing,
-            // and fill values would pass for values that were stored.
-            _ => ChunksNow::Deleted,
-        }
+        chunks_alike(owner, &view.model, &newest.model)
     }
 
     /// The size of the `data` file of `owner` as read through `handle`.
@@ -1400,6 +1393,44 @@ enum ChunksNow {
     Deleted,
 }
 
+/// What the chunks stored for `owner` by `new` hold for a reader that decodes them as `old`
+/// does: its values when the variable has the same type, trailing shape, chunks, codecs and
+/// fill value (more or fewer records, or chunks rewritten in place, keep them), else another
+/// variable's, or nothing once it is gone.
+fn chunks_alike(owner: &Owner, old: &Dataset, new: &Dataset) -> ChunksNow {
+    match (owner.resolve(old), owner.resolve(new)) {
+        (Some(Resolved::Var(a)), Some(Resolved::Var(b))) => {
+            let (va, vb) = (old.var(a), new.var(b));
+            let (sa, sb) = (&va.storage, &vb.storage);
+            let alike = va.nctype == vb.nctype
+                && va.element_size() == vb.element_size()
+                && old.var_shape(a).get(1..) == new.var_shape(b).get(1..)
+                && sa.shape.get(1..) == sb.shape.get(1..)
+                && (
+                    &sa.dtype,
+                    &sa.chunks,
+                    &sa.order,
+                    &sa.key_encoding,
+                    &sa.codecs,
+                ) == (
+                    &sb.dtype,
+                    &sb.chunks,
+                    &sb.order,
+                    &sb.key_encoding,
+                    &sb.codecs,
+                )
+                && sa.fill_value == sb.fill_value;
+            match alike {
+                true => ChunksNow::Alike,
+                false => ChunksNow::Changed,
+            }
+        }
+        // Its chunks are gone with it: read through the view, every one would be missing,
+        // and fill values would pass for values that were stored.
+        _ => ChunksNow::Deleted,
+    }
+}
+
 /// Whether the bytes of the `data` file of `owner` keep their meaning from `old` to `new`: the
 /// same element type and trailing dimensions, and a first dimension at least as long (records
 /// appended). The chunking is not part of it: the file holds the values in C order whatever
@@ -1481,7 +1512,11 @@ fn new_entry_name<'a>(
 fn node_display(node: &Node) -> String {
     match node {
         Node::Dir(o) => o.display(),
-        Node::AttrDir(o) => format!("{}/{}", o.display(), layout::ATTRIBUTES),
+        Node::AttrDir(o) => format!(
+            "{}/{}",
+            o.display().trim_end_matches('/'),
+            layout::ATTRIBUTES
+        ),
         Node::File(o, k) => {
             let name = match k {
                 FileKind::Data => layout::DATA.to_string(),
@@ -1982,7 +2017,7 @@ impl Filesystem for NczarrFs {
             sh.storage_replaced_under(&snap, &handle.node);
             return reply.error(Errno::EIO);
         }
-        match sh.chunks_now(owner, &snap) {
+        match sh.chunks_now(&handle, owner, &snap) {
             ChunksNow::Alike => {}
             ChunksNow::Changed => {
                 sh.log_once(format!(
@@ -2796,5 +2831,34 @@ fn maybe_prefetch(
     if let Some((lo, hi)) = step.prefetch {
         let snap = Arc::clone(snap);
         sh.prefetcher.spawn(move || prefetch(&snap, var, lo, hi));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fuse::layout::GroupPath;
+
+    #[test]
+    fn node_display_names_each_node_by_its_path_in_the_mount() {
+        let root = Owner::Group(GroupPath::root());
+        let g = Owner::Group(GroupPath::root().child("g"));
+        let v = Owner::Var(GroupPath::root(), "v".into());
+        let attr = |o: &Owner| Node::File(o.clone(), FileKind::Attr("a/b".into()));
+        let cases = [
+            (Node::Dir(root.clone()), "/"),
+            (Node::AttrDir(root.clone()), "/@attributes"),
+            (attr(&root), "/@attributes/a%2Fb"),
+            (Node::File(root.clone(), FileKind::Header), "/@header.cdl"),
+            (Node::File(root, FileKind::Metadata), "/@metadata.json"),
+            (Node::Dir(g.clone()), "/g"),
+            (Node::AttrDir(g.clone()), "/g/@attributes"),
+            (attr(&g), "/g/@attributes/a%2Fb"),
+            (Node::AttrDir(v.clone()), "/v/@attributes"),
+            (Node::File(v, FileKind::Data), "/v/data"),
+        ];
+        for (node, want) in cases {
+            assert_eq!(node_display(&node), want, "{node:?}");
+        }
     }
 }
