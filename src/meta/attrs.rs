@@ -3,8 +3,9 @@
 //! With a dtype from NCZarr's `types` map the values are converted to that type. Without one
 //! (pure Zarr) the type is inferred from *all* elements, the way netcdf-c does it but without
 //! its first-element-only defect: integers pick the first of int, uint, int64, uint64 that holds
-//! every value; any float makes it double; booleans are ubyte; a string is char text; anything
-//! else (objects, arrays of strings, mixed arrays, null) becomes the char text of the JSON.
+//! every value; any float makes it double, and so do `"NaN"`, `"Infinity"` and `"-Infinity"`
+//! beside numbers; booleans are ubyte; a string is char text; anything else (objects, arrays
+//! of strings, other mixed arrays, null) becomes the char text of the JSON.
 
 use super::json::Json;
 use crate::error::quoted;
@@ -73,6 +74,16 @@ pub fn convert(key: &str, name: &str, value: &Json, dtype: Option<&str>) -> Resu
     }
 }
 
+/// Converts one attribute of a dataset read as pure Zarr, whose NCZarr-recorded type `dtype`
+/// is applied as netcdf-c 4.10.1 applies it in `mode=zarr`: the same as [`convert`], except
+/// that a one-byte string type (`>S1`, NCZarr's char) is a string there, as it is for arrays.
+pub fn convert_pure(key: &str, name: &str, value: &Json, dtype: Option<&str>) -> Result<AttrValue> {
+    match dtype {
+        Some(d) if d.get(1..) == Some("S1") => to_type(key, name, value, NcType::String),
+        _ => convert(key, name, value, dtype),
+    }
+}
+
 /// The char text of a value: a string's content, anything else as JSON text. netcdf-c stores
 /// a char attribute whose text parses as JSON as that JSON (`["lat","lon"]`), and reads it
 /// back as the text.
@@ -98,6 +109,18 @@ pub fn infer(key: &str, name: &str, value: &Json) -> Result<AttrValue> {
         Json::Str(_) | Json::Bytes(_) | Json::Null | Json::Obj(_) => return Ok(char_text(value)),
         Json::Arr(items) if items.is_empty() => return Ok(AttrValue::Char(Vec::new())),
         _ => {}
+    }
+    // netcdf-c writes the non-finite elements of a double attribute as these strings (JSON
+    // has no such numbers) and reads such a list back as doubles. Only beside a number: a
+    // list of these strings alone is text to netcdf-c and zarr-python alike.
+    let non_finite = |e: &Json| matches!(e, Json::Str(s) if is_non_finite(s));
+    if elems.iter().any(|e| matches!(e, Json::Num(_)))
+        && elems.iter().any(|e| non_finite(e))
+        && elems
+            .iter()
+            .all(|e| matches!(e, Json::Num(_)) || non_finite(e))
+    {
+        return to_type(key, name, value, NcType::Double);
     }
     if !elems
         .iter()
@@ -127,6 +150,11 @@ pub fn infer(key: &str, name: &str, value: &Json) -> Result<AttrValue> {
         }
     };
     to_type(key, name, value, t)
+}
+
+/// Whether `s` is how JSON writers (Python's, netcdf-c's) spell a non-finite double.
+fn is_non_finite(s: &str) -> bool {
+    matches!(s, "NaN" | "Infinity" | "-Infinity")
 }
 
 /// An integer-spelled number (or boolean) as an integer.
@@ -274,6 +302,30 @@ mod tests {
             inf("[-999999986991104.0, 999999986991104.0]"),
             AttrValue::Double(vec![-999999986991104.0, 999999986991104.0])
         );
+        // netcdf-c 4.10.1 writes a double attribute's non-finite elements so, and reads them
+        // back as doubles; the strings alone stay text (as for netcdf-c).
+        let AttrValue::Double(v) = inf(r#"[1.5, "Infinity", "-Infinity", "NaN"]"#) else {
+            panic!()
+        };
+        assert_eq!(v[..3], [1.5, f64::INFINITY, f64::NEG_INFINITY]);
+        assert!(v[3].is_nan());
+        let AttrValue::Double(v) = inf(r#"[1, "NaN"]"#) else {
+            panic!()
+        };
+        assert_eq!(v[0], 1.0);
+        assert!(v[1].is_nan());
+        assert_eq!(
+            inf(r#"["NaN","-Infinity"]"#),
+            AttrValue::Char(br#"["NaN","-Infinity"]"#.to_vec())
+        );
+        assert_eq!(
+            inf(r#"[1.5, "inf"]"#),
+            AttrValue::Char(br#"[1.5,"inf"]"#.to_vec())
+        );
+        assert_eq!(
+            inf(r#"[true, "NaN"]"#),
+            AttrValue::Char(br#"[true,"NaN"]"#.to_vec())
+        );
         // Full double precision is kept.
         assert_eq!(
             inf("3.141592653589793"),
@@ -327,6 +379,18 @@ mod tests {
         assert_eq!(
             c("\"-Infinity\"", "<f8"),
             AttrValue::Double(vec![f64::NEG_INFINITY])
+        );
+    }
+
+    #[test]
+    fn typed_read_as_pure_zarr() {
+        let c = |v: &str, d: &str| convert_pure("k", "a", &j(v), Some(d)).unwrap();
+        // netcdf-c 4.10.1 in mode=zarr: a `>S1` attribute is a string, the rest as in NCZarr.
+        assert_eq!(c("\"ghi\"", ">S1"), AttrValue::Str(vec!["ghi".into()]));
+        assert_eq!(c("[1,2]", "<u2"), AttrValue::UShort(vec![1, 2]));
+        assert_eq!(
+            c(r#"["a","b"]"#, "|S128"),
+            AttrValue::Str(vec!["a".into(), "b".into()])
         );
     }
 

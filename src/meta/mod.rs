@@ -723,7 +723,7 @@ impl Reader<'_> {
     fn attributes(&self, prefix: &str, zattrs: Option<&Json>) -> Result<Vec<Attribute>> {
         let v1_attrs = self.load_v1(prefix, ".nczattrs")?;
         let types = attr_types(self.dialect, zattrs, v1_attrs.as_ref());
-        typed_attributes(prefix, zattrs, types)
+        typed_attributes(prefix, zattrs, types, self.dialect)
     }
 
     /// NCZarr's group description at `prefix` in this dialect, if present.
@@ -1087,7 +1087,8 @@ impl Reader<'_> {
                     let name = format!("_Anonymous_Dim_{len}");
                     let d = match self.ds.find_dim_in(Dataset::ROOT, &name) {
                         Some(d) => d,
-                        None => self.ds.add_dim(Dataset::ROOT, &name, len, false),
+                        // Unlimited at length 0, as in `named_dim`.
+                        None => self.ds.add_dim(Dataset::ROOT, &name, len, len == 0),
                     };
                     dims.push(d);
                 }
@@ -1166,17 +1167,17 @@ fn ncz_array(dialect: Dialect, prefix: &str, objects: &VarObjects) -> Result<Opt
     Ok(Some(NczArray { dimrefs, scalar }))
 }
 
-/// The NCZarr attribute types of an object, if `dialect` records them: in its `.zattrs`, or
-/// in NCZarr 1.0.0's `.nczattrs` (`v1_attrs`).
+/// The NCZarr attribute types of an object, if recorded: in its `.zattrs` (read as pure Zarr
+/// too), or in NCZarr 1.0.0's `.nczattrs` (`v1_attrs`).
 fn attr_types<'a>(
     dialect: Dialect,
     zattrs: Option<&'a Json>,
     v1_attrs: Option<&'a Json>,
 ) -> Option<&'a Json> {
     match dialect {
-        Dialect::Pure => None,
         Dialect::V1 => v1_attrs?.get("types"),
-        Dialect::InObjects | Dialect::InAttrs => zattrs
+        // netcdf-c 4.10.1 applies NCZarr's types in `mode=zarr` too.
+        Dialect::Pure | Dialect::InObjects | Dialect::InAttrs => zattrs
             .and_then(|z| ncz_key(z, "_nczarr_attr").or_else(|| z.get("_nczarr_attrs")))
             .and_then(|a| a.get("types")),
     }
@@ -1186,6 +1187,7 @@ fn typed_attributes(
     prefix: &str,
     zattrs: Option<&Json>,
     types: Option<&Json>,
+    dialect: Dialect,
 ) -> Result<Vec<Attribute>> {
     let Some(z) = zattrs else {
         return Ok(Vec::new());
@@ -1202,7 +1204,11 @@ fn typed_attributes(
         let dtype = types.and_then(|t| t.get(name)).and_then(Json::as_str);
         out.push(Attribute {
             name: name.clone(),
-            value: attrs::convert(&key, name, value, dtype)?,
+            value: if dialect == Dialect::Pure {
+                attrs::convert_pure(&key, name, value, dtype)?
+            } else {
+                attrs::convert(&key, name, value, dtype)?
+            },
         });
     }
     Ok(out)
@@ -1331,9 +1337,10 @@ fn var_parts(
         }
     }
 
-    let mut attrs = typed_attributes(&p.key, zattrs, types)?;
-    // Without NCZarr types, _FillValue takes the variable's type, as netCDF requires.
-    if types.is_none() && unreadable.is_none() {
+    let mut attrs = typed_attributes(&p.key, zattrs, types, dialect)?;
+    // Without an NCZarr type, _FillValue takes the variable's type, as netCDF requires.
+    let fill_typed = types.is_some_and(|t| t.get("_FillValue").is_some());
+    if !fill_typed && unreadable.is_none() {
         if let (Some(a), Some(raw)) = (
             attrs.iter_mut().find(|a| a.name == "_FillValue"),
             zattrs.and_then(|z| z.get("_FillValue")),
@@ -1609,7 +1616,8 @@ fn named_dim(
             quoted(name)
         );
     }
-    Ok(ds.add_dim(group, name, len, false))
+    // netCDF has no fixed dimension of length 0: netcdf-c reads one as unlimited.
+    Ok(ds.add_dim(group, name, len, len == 0))
 }
 
 /// A list of non-negative integers at member `field`.
@@ -1985,18 +1993,22 @@ mod tests {
         };
         let ds = read_dataset(&table(V4101), &mode).unwrap();
         // Pure Zarr: `>S1` is a one-byte string, `["_scalar_"]` with shape [1] a scalar,
-        // the types map is ignored (charattr stays char text, sa becomes JSON text).
+        // the types map applies, with `>S1` a string too (netcdf-c 4.10.1's nc_inq_att in
+        // mode=zarr: charattr NC_STRING, ia NC_INT64, sa NC_STRING).
         let c = ds.var(ds.find_var("c").unwrap());
         assert_eq!((c.nctype, c.string_width), (NcType::String, 1));
         assert_eq!(dim_names(&ds, "c"), ["/d2"]);
         assert!(ds.var(ds.find_var("s").unwrap()).dims.is_empty());
         assert_eq!(dim_names(&ds, "g/v"), ["/g/e", "/d2"]);
         let root = ds.group(Dataset::ROOT);
+        let names: Vec<&str> = root.attrs.iter().map(|a| a.name.as_str()).collect();
+        assert_eq!(names, ["charattr", "ia", "sa"]);
+        assert_eq!(root.attrs[0].value, AttrValue::Str(vec!["ghi".into()]));
+        assert_eq!(root.attrs[1].value, AttrValue::Int64(vec![1, 2]));
         assert_eq!(
             root.attrs[2].value,
-            AttrValue::Char(br#"["a","b"]"#.to_vec())
+            AttrValue::Str(vec!["a".into(), "b".into()])
         );
-        assert_eq!(root.attrs[1].value, AttrValue::Int(vec![1, 2]));
     }
 
     /// netcdf-c 4.10.1's `mode=zarr` (netCDF4-python 1.7.5) writes `fill_value="dj"` as

@@ -693,7 +693,8 @@ impl Reader<'_> {
                     let name = anonymous_dim_name(len);
                     match self.ds.find_dim_in(Dataset::ROOT, &name) {
                         Some(d) => d,
-                        None => self.ds.add_dim(Dataset::ROOT, &name, len, false),
+                        // Unlimited at length 0, as in `named_dim`.
+                        None => self.ds.add_dim(Dataset::ROOT, &name, len, len == 0),
                     }
                 }
             };
