@@ -209,13 +209,72 @@ COMPRESSIONS = [
 ]
 
 
+def filter_reports(var) -> list[str]:
+    """netcdf-c's report of a variable's filters (`nc_inq_var_filter_ids` and
+    `nc_inq_var_filter_info`), each as `id,param,...`, in the order it gives them."""
+    count = ctypes.c_size_t(0)
+    status = LIB.nc_inq_var_filter_ids(var._grpid, var._varid, ctypes.byref(count), None)
+    assert status == 0, f"nc_inq_var_filter_ids: {status}"
+    ids = (ctypes.c_uint * max(count.value, 1))()
+    LIB.nc_inq_var_filter_ids(var._grpid, var._varid, ctypes.byref(count), ids)
+    out = []
+    for fid in ids[:count.value]:
+        n = ctypes.c_size_t(0)
+        status = LIB.nc_inq_var_filter_info(var._grpid, var._varid, fid, ctypes.byref(n), None)
+        assert status == 0, f"nc_inq_var_filter_info: {status}"
+        params = (ctypes.c_uint * max(n.value, 1))()
+        LIB.nc_inq_var_filter_info(var._grpid, var._varid, fid, ctypes.byref(n), params)
+        out.append(",".join(str(v) for v in [fid, *params[:n.value]]))
+    return out
+
+
+def filter_lines(var, all_filters: bool) -> list[str]:
+    """ncdump -s's filter lines for one variable, from netcdf-c's report on its filters:
+    fletcher32, shuffle and deflate by their own attributes (unless `-F`), the rest in
+    `_Filter`."""
+    reports = filter_reports(var)
+    ids = [r.split(",")[0] for r in reports]
+    lines = []
+    if not all_filters:
+        if "3" in ids:
+            lines.append(f'{var.name}:_Fletcher32 = "true"')
+        if "2" in ids:
+            lines.append(f'{var.name}:_Shuffle = "true"')
+        if "1" in ids:
+            lines.append(f"{var.name}:_DeflateLevel = {reports[ids.index('1')].split(',')[1]}")
+        reports = [r for r, i in zip(reports, ids) if i not in ("1", "2", "3")]
+    if reports:
+        lines.append(f'{var.name}:_Filter = "{"|".join(reports)}"')
+    return lines
+
+
+FILTER_NAMES = ("_Fletcher32", "_Shuffle", "_DeflateLevel", "_Filter")
+
+
+def dumped_filter_lines(cdl: str) -> list[str]:
+    return [s for s in split(cdl)[1] if s.split(" = ")[0].rsplit(":", 1)[1] in FILTER_NAMES]
+
+
+def expected_filter_lines(url: str, all_filters: bool) -> list[str]:
+    with netCDF4.Dataset(url) as nc:
+        return [line for var in nc.variables.values() for line in filter_lines(var, all_filters)]
+
+
+def _as_sets(lines):
+    return [(l.split(" = ")[0], frozenset(l.split(" = ")[1].strip('"').split("|")))
+            for l in lines]
+
+
 @pytest.mark.parametrize("flag", [[], ["-F"]], ids=["standard", "all-filters"])
 def test_filters_and_codecs_match_netcdf_c(nczarrfs, tmp_path, plugins, flag):
-    """Every compression netCDF4-python offers, written by netcdf-c as NCZarr and as HDF5:
-    `_Codecs` equals netcdf-c's report on the NCZarr store, and the filter lines equal
-    Debian's `ncdump -s` (with `-F`, `ncdump -s -F`) of the HDF5 file. HDF5 runs fletcher32
-    first whatever the order asked; NCZarr keeps it last, so with `-F` a chain holding it is
-    compared as a set."""
+    """Every compression netCDF4-python offers, written by netcdf-c as NCZarr and as HDF5.
+    The rule `filter_lines` turning netcdf-c's filter reports into ncdump's lines must give
+    Debian's `ncdump -s` (with `-F`, `ncdump -s -F`) of the HDF5 file from the reports on that
+    file; our filter lines must be the rule applied to netcdf-c's reports on the NCZarr store,
+    which differ from HDF5's in their parameters (netcdf-c reports shuffle without the element
+    size, blosc without type size and chunk bytes). `_Codecs` equals netcdf-c's report. HDF5
+    runs fletcher32 first whatever the order asked, so with `-F` the HDF5 check compares a
+    chain holding it as a set."""
     zpath = str(tmp_path / "c.file")
     hpath = str(tmp_path / "c.nc")
     for target in (twins.nczarr_url(zpath), hpath):
@@ -228,26 +287,61 @@ def test_filters_and_codecs_match_netcdf_c(nczarrfs, tmp_path, plugins, flag):
                 v[:] = np.arange(420).reshape(60, 7)
     theirs = subprocess.run(["ncdump", "-s", "-h", *flag, hpath], capture_output=True,
                             check=True).stdout.decode()
+    rule = expected_filter_lines(hpath, bool(flag))
+    if flag:
+        assert _as_sets(rule) == _as_sets(dumped_filter_lines(theirs))
+    else:
+        assert rule == dumped_filter_lines(theirs)
     r = nczarrfs("dump", "-s", "-h", *flag, zpath)
     assert r.returncode == 0, r.stderr.decode()
-    filter_names = ("_Fletcher32", "_Shuffle", "_DeflateLevel", "_Filter")
-
-    def filter_lines(cdl):
-        return [s for s in split(cdl)[1] if s.split(" = ")[0].rsplit(":", 1)[1] in filter_names]
-
-    ours, want = filter_lines(r.stdout.decode()), filter_lines(theirs)
-    if flag:
-        def as_sets(lines):
-            return [(l.split(" = ")[0], frozenset(l.split(" = ")[1].strip('"').split("|")))
-                    for l in lines]
-        assert as_sets(ours) == as_sets(want)
-    else:
-        assert ours == want
+    want = expected_filter_lines(twins.nczarr_url(zpath), bool(flag))
+    assert any("32001,0,0,0,0," in l for l in want), "netcdf-c's blosc report changed"
+    assert dumped_filter_lines(r.stdout.decode()) == want
     codecs = [s for s in split(r.stdout.decode())[1] if ":_Codecs = " in s]
     with netCDF4.Dataset(twins.nczarr_url(zpath)) as nc:
         expected = [f"v{i}:_Codecs = {_quoted(nc[f'v{i}'].getncattr('_Codecs'))}"
                     for i in range(len(COMPRESSIONS))]
     assert codecs == expected
+
+
+OUR_CHAINS = [
+    "shuffle,zlib:4",
+    "shuffle,fletcher32,zlib:2",
+    "shuffle,zstd:5",
+    "zstd:-5",
+    "bz2:9",
+    "blosc:lz4:5:1",
+    "shuffle,blosc:zstd:3:2",
+    "blosc:blosclz:0:0",
+    '[{"id": "blosc", "cname": "zlib", "clevel": 4, "shuffle": 1, "blocksize": 1024}]',
+]
+
+
+@pytest.mark.parametrize("chain", OUR_CHAINS)
+@pytest.mark.parametrize("flag", [[], ["-F"]], ids=["standard", "all-filters"])
+def test_filters_of_our_stores_match_netcdf_c(nczarrfs, tmp_path, plugins, chain, flag):
+    """A store `copy` writes, with each codec chain over variables of several types (strings,
+    whose shuffle copy leaves out, and chars too): our filter lines are the rule applied to
+    what netcdf-c reports reading that store."""
+    src = str(tmp_path / "src.file")
+    with netCDF4.Dataset(twins.nczarr_url(src), "w") as nc:
+        nc.createDimension("x", 12)
+        nc.createDimension("n", 5)
+        nc.createVariable("i", "i4", ("x",))[:] = np.arange(12)
+        nc.createVariable("d", "f8", ("x", "n"))[:] = np.arange(60).reshape(12, 5) / 7
+        nc.createVariable("b", "i1", ("n",))[:] = np.arange(5)
+        s = nc.createVariable("s", str, ("n",))
+        for k in range(5):
+            s[k] = "w" * k
+        nc.createVariable("c", "S1", ("x",))[:] = np.array(list(b"abcdefghijkl"), "S1")
+    out = str(tmp_path / "out.file")
+    r = nczarrfs("copy", "--codec", chain, src, out)
+    assert r.returncode == 0, r.stderr.decode()
+    r = nczarrfs("dump", "-s", "-h", *flag, out)
+    assert r.returncode == 0, r.stderr.decode()
+    want = expected_filter_lines(twins.nczarr_url(out), bool(flag))
+    assert want
+    assert dumped_filter_lines(r.stdout.decode()) == want
 
 
 def test_kind_is_netcdf4(nczarrfs, tmp_path):

@@ -871,3 +871,73 @@ def test_gen_cuts_char_data_longer_than_its_variable_with_a_warning(nczarrfs, tm
     res = nczarrfs("gen", "-o", str(tmp_path / "numbers.file"), str(numbers))
     assert res.returncode == 1
     assert b'too many values for dimension "d" of length 3' in res.stderr
+
+
+#: Record variables of several shapes and types, each with a data section shorter than the
+#: default chunk, or none at all (`h`, `u` and `empty`: Debian's ncgen aborts on a partial
+#: record of `h` and on data for `u`): ncgen defines every variable before it writes any record,
+#: so netcdf-c's default chunks see each unlimited dimension at length 0.
+RECORD_CHUNKS_CDL = """netcdf rc {
+dimensions:
+	t = UNLIMITED ;
+	r = UNLIMITED ;
+	x = 5 ;
+	y = 3000 ;
+	z = 5000000 ;
+variables:
+	int e(t) ;
+	byte b(t) ;
+	double d(t) ;
+	short w(t, r) ;
+	float f(t, x) ;
+	int g(x, t) ;
+	double h(t, x, y) ;
+	ushort u(t, r, x) ;
+	int64 empty(t) ;
+	char c(t, x) ;
+	string s(t) ;
+	string sz(z) ;
+	string st(t, y) ;
+data:
+ e = 1, 2 ;
+ b = 1, 2, 3 ;
+ d = 1 ;
+ w = {1, 2, 3}, {4, 5, 6} ;
+ f = 1, 2, 3, 4, 5 ;
+ g = {1, 2}, {3, 4}, {5, 6}, {7, 8}, {9, 10} ;
+ c = "abcde", "fghij" ;
+ s = "a", "b", "c" ;
+}
+"""
+
+
+def _chunk_sizes(cdl: str) -> dict[str, str]:
+    return dict(re.findall(r"^\s*(\w+):_ChunkSizes = (.*) ;$", cdl, re.M))
+
+
+def test_gen_default_chunks_along_unlimited_dimensions_are_ncgens(nczarrfs, tmp_path):
+    """Default chunks of record variables with records written equal those ncgen gives the
+    same CDL (`ncdump -hs` of its netCDF-4 file): not sized by the records the data holds,
+    and a string sized as netcdf-c sizes it (a pointer), not by its stored width. HDF5 keeps
+    `sz`, of a fixed dimension only, contiguous: its chunks are those netcdf-c gives it in an
+    NCZarr store netCDF4-python writes."""
+    cdl = tmp_path / "rc.cdl"
+    cdl.write_text(RECORD_CHUNKS_CDL)
+    ref = tmp_path / "rc.nc"
+    subprocess.run(["ncgen", "-k", "nc4", "-o", str(ref), str(cdl)], check=True)
+    want = _chunk_sizes(subprocess.run(["ncdump", "-hs", str(ref)], capture_output=True,
+                                       check=True).stdout.decode())
+    assert want["e"] == "1024" and len(want) == 12, want
+    out = tmp_path / "rc.file"
+    r = nczarrfs("gen", "-o", str(out), str(cdl))
+    assert r.returncode == 0, r.stderr.decode()
+    r = nczarrfs("dump", "-hs", str(out))
+    assert r.returncode == 0, r.stderr.decode()
+    ours = _chunk_sizes(r.stdout.decode())
+    twin = tmp_path / "sz.file"
+    with netCDF4.Dataset(twins.nczarr_url(str(twin)), "w") as nc:
+        nc.createDimension("z", 5000000)
+        nc.createVariable("sz", str, ("z",))
+    with netCDF4.Dataset(twins.nczarr_url(str(twin))) as nc:
+        want["sz"] = ", ".join(str(c) for c in nc["sz"].chunking())
+    assert ours == want

@@ -1372,3 +1372,79 @@ def test_a_store_naming_a_shadowed_dimension_stays_writable(mounter, tmp_path, z
             assert back[name].metadata.dimension_names == ("x",), name
         else:
             assert back[name].attrs["_ARRAY_DIMENSIONS"] == ["x"], name
+
+
+def test_quantize_attributes_gen_refuses_are_refused_and_writes_are_quantized(mounter, tmp_path):
+    """A quantization attribute `gen` and `put` refuse (a precision out of range, a non-integer,
+    a second mode, an integer variable) is refused at the close (EPERM, logged), so `put`
+    still takes the variable; a valid one is kept, and the values written through the mount
+    are then quantized as netcdf-c quantizes them: bit for bit what netCDF4-python's write of
+    the whole variable stores, also when the `data` file is written in pieces, one starting
+    at an odd element (BitGroom alternates along the positions)."""
+    import netCDF4
+
+    values = (np.random.default_rng(7).standard_normal(10) * 100).astype("f4")
+    values[4] = 0
+    oracle = tmp_path / "oracle.file"
+    with netCDF4.Dataset(f"file://{oracle}#mode=nczarr,file", "w") as ds:
+        ds.createDimension("x", 10)
+        v = ds.createVariable("v", "f4", ("x",), significant_digits=3, quantize_mode="BitGroom")
+        v[:] = values
+    with netCDF4.Dataset(f"file://{oracle}#mode=nczarr,file") as ds:
+        want = ds["v"][:].data
+    assert not np.array_equal(want, values)
+
+    url = f"file://{tmp_path / 'q.file'}#mode=nczarr,file"
+    with netCDF4.Dataset(url, "w") as ds:
+        ds.createDimension("x", 10)
+        ds.createVariable("v", "f4", ("x",))
+        ds.createVariable("i", "i4", ("x",))
+    log = tmp_path / "mount.log"
+    mnt = mounter.mount(url, "rw", log=log)
+
+    def echo(text: str, path: Path) -> None:
+        subprocess.run(["bash", "-c", 'echo "$0" > "$1"', text, str(path)], check=True)
+
+    refused = [
+        ("20", mnt / "v" / "@attributes" / "_QuantizeBitGroomNumberOfSignificantDigits"),
+        ("2.5", mnt / "v" / "@attributes" / "_QuantizeGranularBitRoundNumberOfSignificantDigits"),
+        ("3", mnt / "i" / "@attributes" / "_QuantizeBitRoundNumberOfSignificantBits"),
+    ]
+    for text, path in refused:
+        echo(text, path)
+        assert not path.exists(), path
+    attr = mnt / "v" / "@attributes" / "_QuantizeBitGroomNumberOfSignificantDigits"
+    fd = os.open(attr, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.write(fd, b"7")
+    with pytest.raises(OSError) as e:
+        os.fsync(fd)
+    assert e.value.errno == errno.EPERM
+    with contextlib.suppress(OSError):
+        os.close(fd)
+    echo("3", attr)
+    # A second mode beside the valid one, made by a rename, is refused too.
+    other = mnt / "v" / "@attributes" / "note"
+    echo("4", other)
+    with pytest.raises(OSError) as e:
+        os.rename(other, mnt / "v" / "@attributes" / "_QuantizeBitRoundNumberOfSignificantBits")
+    assert e.value.errno == errno.EPERM
+    os.unlink(other)
+    fd = os.open(mnt / "v" / "data", os.O_WRONLY)
+    try:
+        os.pwrite(fd, values[:3].tobytes(), 0)
+        os.pwrite(fd, values[3:].tobytes(), 12)
+    finally:
+        os.close(fd)
+    umount_and_wait(mnt)
+    text = log.read_text()
+    assert text.count("(EPERM)") >= 4, text
+    assert "a float variable keeps 1 to 6 significant decimal digits" in text
+    assert "applies only to float and double variables, not int" in text
+    with netCDF4.Dataset(url) as ds:
+        assert ds["v"].quantization() == (3, "BitGroom")
+        assert "_QuantizeBitRoundNumberOfSignificantBits" not in ds["i"].ncattrs()
+        got = ds["v"][:].data
+    assert got.tobytes() == want.tobytes()
+    r = subprocess.run([str(mounter.binary), "put", url, "i"], capture_output=True,
+                       input=np.arange(10, dtype="<i4").tobytes(), timeout=60, check=False)
+    assert r.returncode == 0, r.stderr

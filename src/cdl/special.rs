@@ -10,7 +10,8 @@
 //! - codecs netcdf-c maps to HDF5 filters are shown by those: `_Fletcher32`, `_Shuffle` and
 //!   `_DeflateLevel` for the three standard ones, and `_Filter = "id,params|..."` for the
 //!   others (bzip2 307, blosc 32001, zstd 32015), in chain order; with `-F` (`all_filters`)
-//!   every one goes into `_Filter`;
+//!   every one goes into `_Filter`, with the parameters netcdf-c's NCZarr codec mapping
+//!   gives (not those HDF5 keeps for the same filter in a netCDF-4 file);
 //! - `_Codecs` is the codec chain as JSON, formatted as netcdf-c formats it (`", "` inside
 //!   a codec, `","` between codecs); the array-to-bytes codecs of Zarr v3 are left out;
 //! - `_SuperblockVersion` is the NCZarr format's major version (0 for pure Zarr), as
@@ -45,7 +46,7 @@ pub fn var_specials(ds: &Dataset, v: VarId, all_filters: bool) -> Vec<(&'static 
         out.push(("_ChunkSizes", list.join(", ")));
     }
     let chain = byte_codecs(&var.storage.codecs);
-    let filters: Vec<Hdf5Filter> = chain.iter().filter_map(|c| hdf5_filter(c, var)).collect();
+    let filters: Vec<Hdf5Filter> = chain.iter().filter_map(|c| hdf5_filter(c)).collect();
     let has = |id: u32| filters.iter().any(|f| f.id == id);
     let mut rest = filters.clone();
     if !all_filters {
@@ -185,15 +186,15 @@ fn codec_param<'a>(codec: &'a Value, key: &str) -> Option<&'a Value> {
         .or_else(|| codec.get("configuration").and_then(|c| c.get(key)))
 }
 
-/// The HDF5 filter netcdf-c maps a codec to, with the parameters HDF5 stores for it; `None`
+/// The HDF5 filter netcdf-c maps a codec to, with the parameters netcdf-c reports for it
+/// (its NCZarr codec mapping's, not those HDF5 stores in a netCDF-4 file); `None`
 /// for codecs netcdf-c has no HDF5 filter for (gzip, lz4, crc32c, ...).
-fn hdf5_filter(codec: &Value, var: &Variable) -> Option<Hdf5Filter> {
+fn hdf5_filter(codec: &Value) -> Option<Hdf5Filter> {
     let int = |key: &str, default: u64| {
         codec_param(codec, key)
             .and_then(|v| v.as_u64().or_else(|| v.as_str()?.parse().ok()))
             .unwrap_or(default)
     };
-    let typesize = var.element_size() as u64;
     let (id, params) = match codec_name(codec) {
         // An HDF5 filter's parameters are unsigned ints: a negative level (numcodecs' -1, the
         // library's default) is kept in that form, and `_DeflateLevel` shows it signed.
@@ -201,7 +202,9 @@ fn hdf5_filter(codec: &Value, var: &Variable) -> Option<Hdf5Filter> {
             Some(level) if level < 0 => (DEFLATE, vec![u64::from(level as i32 as u32)]),
             _ => (DEFLATE, vec![int("level", 1)]),
         },
-        "shuffle" => (SHUFFLE, vec![typesize]),
+        // netcdf-c gives shuffle no parameters: the element size is the type's, found when
+        // the filter runs.
+        "shuffle" => (SHUFFLE, vec![]),
         "fletcher32" => (FLETCHER32, vec![]),
         "bz2" => (307, vec![int("level", 9)]),
         // A negative level (numcodecs' -5) as netcdf-c stores and ncdump prints it.
@@ -212,33 +215,37 @@ fn hdf5_filter(codec: &Value, var: &Variable) -> Option<Hdf5Filter> {
             }
             _ => (32015, vec![int("level", 3)]),
         },
+        // netcdf-c's codec-to-HDF5 mapping leaves the three reserved parameters and the type
+        // size at 0 (the filter fills them in only for its own use when it runs) and passes the
+        // codec's blocksize where HDF5 keeps the chunk's bytes; a member the codec lacks gets
+        // netcdf-c's default: blocksize 1, level 9, no shuffle, lz4.
         "blosc" => {
-            let cname = codec_param(codec, "cname").and_then(Value::as_str);
-            let compressor = ["blosclz", "lz4", "lz4hc", "snappy", "zlib", "zstd"]
-                .iter()
-                .position(|n| Some(*n) == cname)? as u64;
+            let compressor = match codec_param(codec, "cname") {
+                None => 1,
+                Some(cname) => ["blosclz", "lz4", "lz4hc", "snappy", "zlib", "zstd"]
+                    .iter()
+                    .position(|n| Some(*n) == cname.as_str())?
+                    as u64,
+            };
+            // Zarr v3 names the shuffle, which netcdf-c (reading no v3) has no mapping for:
+            // the names stand for numcodecs' numbers.
             let shuffle = match codec_param(codec, "shuffle") {
-                Some(Value::String(s)) => match s.as_str() {
+                Some(Value::String(s)) if s.parse::<u64>().is_err() => match s.as_str() {
                     "noshuffle" => 0,
                     "shuffle" => 1,
                     "bitshuffle" => 2,
                     _ => return None,
                 },
-                other => other.and_then(Value::as_u64).unwrap_or(1),
+                _ => int("shuffle", 0),
             };
-            // Damaged metadata may declare chunks no product fits; netcdf-c could not open them.
-            let chunk_bytes = chunk_shape(var)
-                .iter()
-                .try_fold(typesize, |acc, &n| acc.checked_mul(n))
-                .unwrap_or(0);
             (
                 32001,
                 vec![
                     0,
                     0,
-                    typesize,
-                    chunk_bytes,
-                    int("clevel", 5),
+                    0,
+                    int("blocksize", 1),
+                    int("clevel", 9),
                     shuffle,
                     compressor,
                 ],
@@ -290,6 +297,48 @@ mod tests {
             netcdf_json(&json!({"name": "bz2", "configuration": {"level": 9}})),
             r#"{"name": "bz2", "configuration": {"level": 9}}"#
         );
+    }
+
+    #[test]
+    fn filter_parameters_are_netcdf_c_s_for_nczarr() {
+        // What netcdf-c 4.10.1's nc_inq_var_filter_info reports for these codecs in an
+        // NCZarr store (netCDF4-python's own, and hand-edited .zarray files).
+        let cases = [
+            (json!({"id": "shuffle", "elementsize": 0}), 2, vec![]),
+            (json!({"id": "shuffle", "elementsize": 8}), 2, vec![]),
+            (json!({"id": "fletcher32"}), 3, vec![]),
+            (json!({"id": "zlib", "level": "3"}), 1, vec![3]),
+            (json!({"id": "bz2", "level": 9}), 307, vec![9]),
+            (json!({"id": "zstd", "level": 4}), 32015, vec![4]),
+            (
+                json!({"id": "blosc", "clevel": 5, "blocksize": 0, "cname": "blosclz", "shuffle": 1}),
+                32001,
+                vec![0, 0, 0, 0, 5, 1, 0],
+            ),
+            (
+                json!({"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": 1, "blocksize": 1024}),
+                32001,
+                vec![0, 0, 0, 1024, 5, 1, 1],
+            ),
+            (
+                json!({"id": "blosc", "cname": "zstd", "clevel": "7", "shuffle": "2", "blocksize": "64"}),
+                32001,
+                vec![0, 0, 0, 64, 7, 2, 5],
+            ),
+            (
+                json!({"id": "blosc", "cname": "zlib", "clevel": 3}),
+                32001,
+                vec![0, 0, 0, 1, 3, 0, 4],
+            ),
+            (json!({"id": "blosc"}), 32001, vec![0, 0, 0, 1, 9, 0, 1]),
+        ];
+        for (codec, id, params) in cases {
+            assert_eq!(
+                hdf5_filter(&codec),
+                Some(Hdf5Filter { id, params }),
+                "{codec}"
+            );
+        }
     }
 
     #[test]

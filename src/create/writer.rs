@@ -67,8 +67,9 @@ impl DatasetWriter {
     /// Creates a dataset at `location` holding `model`'s groups, dimensions, variables and
     /// attributes. Each variable's storage is completed: its key from its group path, its
     /// dtype from its type and the dialect (keeping a big-endian order), its shape from its
-    /// dimensions, netcdf-c's default chunks unless valid ones are given. Codecs and fill
-    /// values are kept as given.
+    /// dimensions, netcdf-c's default chunks unless valid ones are given (those of a
+    /// variable defined before any record is written, as ncgen and nccopy define theirs).
+    /// Codecs and fill values are kept as given.
     pub fn create_with(
         location: &Location,
         opts: CreateOptions,
@@ -108,7 +109,7 @@ impl DatasetWriter {
             stored_vars: 0,
         };
         for i in 0..w.model.vars.len() {
-            w.complete_storage(VarId(i))?;
+            w.complete_storage(VarId(i), true)?;
         }
         w.check_paths_storable(Dataset::ROOT)?;
         w.warn_every_text_after_nul();
@@ -580,13 +581,17 @@ impl DatasetWriter {
             }
         }
         let id = self.model.add_var(var);
-        self.complete_storage(id)?;
+        self.complete_storage(id, false)?;
         self.meta_dirty = true;
         Ok(id)
     }
 
     /// Fills in a variable's storage description (see [`DatasetWriter::create_with`]).
-    fn complete_storage(&mut self, id: VarId) -> Result<()> {
+    /// `before_records`: the variable belongs to a whole dataset being defined, whose records
+    /// come after every definition (as ncgen and nccopy define theirs), so its default chunks
+    /// are netcdf-c's for unlimited dimensions of length 0, whatever their lengths will be;
+    /// a variable added later gets them for the dimensions' current lengths, as netcdf-c's.
+    fn complete_storage(&mut self, id: VarId, before_records: bool) -> Result<()> {
         let dialect = self.opts.dialect;
         let shape = self.stored_shape(id);
         let dims: Vec<(u64, bool)> = self
@@ -644,7 +649,15 @@ impl DatasetWriter {
         } else if v.dims.is_empty() {
             shape.iter().map(|_| 1).collect()
         } else {
-            default_chunks(&dims, dtype.size)
+            let defined: Vec<(u64, bool)> = dims
+                .iter()
+                .map(|&(len, unlimited)| {
+                    (if unlimited && before_records { 0 } else { len }, unlimited)
+                })
+                .collect();
+            // netcdf-c sizes a string by its pointer, whatever width the store gives it.
+            let esize = crate::codec::netcdf_element_size(v.nctype, dtype.size);
+            default_chunks(&defined, esize)
         };
         if old_layout && dialect == Dialect::NcZarr {
             // netcdf-c before 4.9.3 refuses the whole dataset when a chunk is longer than its

@@ -44,7 +44,9 @@ use super::slab::{element_range_slabs, slab_len};
 use super::splice::{self, Spliced};
 use super::stream::{Geometry, ReadStream};
 use super::workers::Workers;
-use super::write::{grow_data, parse_attr_text, why_fixed_size, write_data, write_data_within};
+use super::write::{
+    check_quantize_attr, grow_data, parse_attr_text, why_fixed_size, write_data, write_data_within,
+};
 
 /// How long the kernel may cache names and attributes when the dataset is declared static.
 const STATIC_TTL: Duration = Duration::from_secs(3600);
@@ -1024,7 +1026,8 @@ impl Shared {
                     let value = parse_attr_text(&text, handle.opened_value.as_ref());
                     // A value that is not stored must not be shown either: the mount would
                     // show it until remounted, and store it at some later sync.
-                    let stored = w.change_and_sync(|w| w.put_attr(target, name, value));
+                    let stored = check_quantize_attr(w.model(), target, name, &value, None)
+                        .and_then(|()| w.change_and_sync(|w| w.put_attr(target, name, value)));
                     if stored.is_err() && handle.placeholder.swap(false, Ordering::SeqCst) {
                         if let Err(e) = w.del_attr(target, name) {
                             log::warn!(
@@ -1181,6 +1184,7 @@ impl Shared {
                     text.resize(size, 0);
                     let value = parse_attr_text(&text, Some(&attr.value));
                     let target = attr_target(w.model(), owner)?;
+                    check_quantize_attr(w.model(), target, name, &value, None)?;
                     w.change_and_sync(|w| w.put_attr(target, name, value))
                 })
                 .map_err(|e| self.refused(node, "truncate", &e))
@@ -2601,10 +2605,13 @@ impl Filesystem for NczarrFs {
                 }
                 sh.change(|w| {
                     let target = attr_target(w.model(), owner)?;
-                    let exists = match owner.resolve(w.model()) {
-                        Some(r) => layout::attrs_of(w.model(), r).iter().any(|a| a.name == to),
-                        None => false,
-                    };
+                    let attrs = owner
+                        .resolve(w.model())
+                        .map_or(&[][..], |r| layout::attrs_of(w.model(), r));
+                    let exists = attrs.iter().any(|a| a.name == to);
+                    if let Some(moved) = attrs.iter().find(|a| &a.name == from) {
+                        check_quantize_attr(w.model(), target, &to, &moved.value, Some(from))?;
+                    }
                     w.change_and_sync(|w| {
                         if exists {
                             // rename(2) replaces its target.

@@ -5,8 +5,9 @@
 use crate::cdl::lexer::{tokenize, Tok};
 use crate::cdl::parser::parse_cdl;
 use crate::chunk::{FailedWrite, Hyperslab};
-use crate::create::DatasetWriter;
-use crate::model::{AttrValue, Dataset, DimId, NcType, VarId};
+use crate::create::{AttrTarget, DatasetWriter};
+use crate::model::quantize::{Quantize, QuantizeMode};
+use crate::model::{AttrValue, Attribute, Dataset, DimId, NcType, VarId};
 use crate::{Error, Result};
 
 use super::slab::{element_range_slabs, slab_len};
@@ -149,7 +150,8 @@ fn write_grown(
     let esz = w.model().var(var).element_size() as u64;
     let end = offset + data.len() as u64;
     let shape = w.model().var_shape(var);
-    let buf = merge_partial_elements(w, var, &shape, offset, data).map_err(nothing)?;
+    let mut buf = merge_partial_elements(w, var, &shape, offset, data).map_err(nothing)?;
+    quantize(w.model(), var, offset / esz, &mut buf).map_err(nothing)?;
     // A value the stored type cannot hold refuses the whole write, not only what follows it.
     check_storable(w, var, &shape, offset / esz, &buf).map_err(nothing)?;
     let mut pos = 0;
@@ -165,6 +167,55 @@ fn write_grown(
         }
     }
     Ok(data.len())
+}
+
+/// Quantizes whole elements of `var`, from element `first` on, as netcdf-c quantizes every
+/// write to a variable whose attributes ask for it (and `put` does). A `data` file is written
+/// in pieces the kernel cuts as it likes, so BitGroom alternates along the element's position
+/// in the file: the values are those of one netcdf-c write of the whole variable. A setting
+/// `put` refuses refuses the write.
+fn quantize(ds: &Dataset, var: VarId, first: u64, buf: &mut [u8]) -> Result<()> {
+    let v = ds.var(var);
+    let setting = Quantize::of_variable(v)
+        .map_err(|e| Error::Invalid(format!("{}: {e}", ds.var_fqn(var))))?;
+    if let Some(q) = setting {
+        let fill = v
+            .attr("_FillValue")
+            .and_then(|a| crate::meta::fill_from_attr(&a.value, v.nctype, v.element_size()));
+        q.apply_at(v.nctype, buf, fill.as_deref(), first);
+    }
+    Ok(())
+}
+
+/// Refuses to make `value` the attribute `name` of `target` (replacing the attribute
+/// `renamed_from` too, for a rename) when the variable would then ask for a quantization that
+/// `gen` and `put` refuse ([`Quantize::of_variable`]: a type other than float and double, a
+/// precision out of range, not one integer, two settings), which would leave every later
+/// `put` to the variable refused. Other attributes are not looked at: a dataset that already
+/// holds such a setting may still change them.
+pub fn check_quantize_attr(
+    ds: &Dataset,
+    target: AttrTarget,
+    name: &str,
+    value: &AttrValue,
+    renamed_from: Option<&str>,
+) -> Result<()> {
+    let AttrTarget::Var(v) = target else {
+        return Ok(());
+    };
+    if QuantizeMode::from_attribute(name).is_none() {
+        return Ok(());
+    }
+    let mut var = ds.var(v).clone();
+    var.attrs
+        .retain(|a| a.name != name && Some(a.name.as_str()) != renamed_from);
+    var.attrs.push(Attribute {
+        name: name.to_string(),
+        value: value.clone(),
+    });
+    Quantize::of_variable(&var)
+        .map(|_| ())
+        .map_err(|e| Error::Invalid(format!("{}: {e}", ds.var_fqn(v))))
 }
 
 /// The dimension a write past the end of `var`'s `data` file grows: its first, when that is

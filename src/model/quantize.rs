@@ -154,21 +154,27 @@ impl Quantize {
     /// fill value (one native element), which is left alone; without one, netCDF's default
     /// fill is. Other types are left unchanged.
     pub fn apply(&self, t: NcType, values: &mut [u8], fill: Option<&[u8]>) {
+        self.apply_at(t, values, fill, 0);
+    }
+
+    /// [`Quantize::apply`] to values whose first is at position `first` of the write
+    /// BitGroom alternates along (even positions shaved, odd ones set).
+    pub fn apply_at(&self, t: NcType, values: &mut [u8], fill: Option<&[u8]>, first: u64) {
         let fill = fill.map(<[u8]>::to_vec).unwrap_or_else(|| t.default_fill());
         match t {
             NcType::Float => {
                 let fill = f32::from_le_bytes(fill[..4].try_into().expect("4 bytes"));
-                self.apply_to::<f32>(values, fill)
+                self.apply_to::<f32>(values, fill, first)
             }
             NcType::Double => {
                 let fill = f64::from_le_bytes(fill[..8].try_into().expect("8 bytes"));
-                self.apply_to::<f64>(values, fill)
+                self.apply_to::<f64>(values, fill, first)
             }
             _ => {}
         }
     }
 
-    fn apply_to<F: Ieee>(&self, values: &mut [u8], fill: F) {
+    fn apply_to<F: Ieee>(&self, values: &mut [u8], fill: F, first: u64) {
         // BitGroom and BitRound keep the same bits of every value.
         let uniform = match self.mode {
             QuantizeMode::BitGroom => Some(Masks::new::<F>(
@@ -186,7 +192,9 @@ impl Quantize {
             }
             let bits = value.bits();
             let quantized = match (self.mode, &uniform) {
-                (QuantizeMode::BitGroom, Some(m)) if index % 2 == 0 => bits & m.keep,
+                (QuantizeMode::BitGroom, Some(m)) if (first + index as u64) % 2 == 0 => {
+                    bits & m.keep
+                }
                 // Setting bits of a zero would make it a tiny non-zero number.
                 (QuantizeMode::BitGroom, Some(_)) if value.is_zero() => continue,
                 (QuantizeMode::BitGroom, Some(m)) => bits | m.set,
@@ -526,6 +534,22 @@ mod tests {
         q.apply(NcType::Float, &mut bytes, Some(&1.1f32.to_le_bytes()));
         assert_eq!(&bytes[..4], 1.1f32.to_ne_bytes());
         assert_eq!(&bytes[4..], 0x400c_0000u32.to_ne_bytes());
+    }
+
+    #[test]
+    fn bitgroom_alternates_from_the_first_values_position() {
+        // Values from position 1 of a write are quantized as the tail of that write.
+        let q = Quantize::new(QuantizeMode::BitGroom, 3, NcType::Float).unwrap();
+        let values: Vec<f32> = vec![1.2345, 31.4567, 2.5432, 14.0123, -1.7654];
+        let bytes = |v: &[f32]| v.iter().flat_map(|x| x.to_ne_bytes()).collect::<Vec<u8>>();
+        let mut whole = bytes(&values);
+        q.apply(NcType::Float, &mut whole, None);
+        let mut tail = bytes(&values[1..]);
+        q.apply_at(NcType::Float, &mut tail, None, 1);
+        assert_eq!(tail, whole[4..]);
+        let mut from_zero = bytes(&values[1..]);
+        q.apply(NcType::Float, &mut from_zero, None);
+        assert_ne!(from_zero, whole[4..]);
     }
 
     #[test]
