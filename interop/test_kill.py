@@ -128,6 +128,13 @@ def test_sigkill_leaves_readable_datasets(source, tmp_path):
     assert outcomes["staging checked"] > 0, "no kill landed during a copy"
 
 
+def _default_disposition(sig: int):
+    """What a child runs before exec so that `sig` ends it: a signal inherited as ignored
+    stays ignored (as `nohup`, which may run the suite, leaves SIGHUP), and the test is of the
+    handling a user's signal meets."""
+    return lambda: signal.signal(sig, signal.SIG_DFL)
+
+
 def _staging(dst: Path) -> list[Path]:
     return sorted(dst.parent.glob(f".{dst.name}.nczarrfs-*"))
 
@@ -143,7 +150,7 @@ def test_a_signal_removes_the_staging_copy(source, tmp_path, sig):
         dst = tmp_path / f"s{i}.file"
         p = subprocess.Popen(
             [binary, "copy", "--codec", "zlib:1", "--chunks", "t/1,y/32,x/32", str(source), str(dst)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=_default_disposition(sig))
         deadline = time.monotonic() + 30
         while not _staging(dst) and p.poll() is None and time.monotonic() < deadline:
             time.sleep(0.001)
@@ -193,7 +200,8 @@ def test_a_signal_during_get_o_leaves_no_temporary_file(source, tmp_path, sig):
     out.write_bytes(b"before")
     for i in range(3):
         p = subprocess.Popen([binary, "get", str(source), "a", "-o", str(out)],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             preexec_fn=_default_disposition(sig))
         deadline = time.monotonic() + 30
         while not _get_temporaries(out) and p.poll() is None and time.monotonic() < deadline:
             time.sleep(0.0005)
