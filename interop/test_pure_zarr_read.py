@@ -94,6 +94,52 @@ def test_nczarr_read_as_pure_zarr_keeps_attribute_types(nczarrfs, tmp_path):
     assert b"_nczarr" not in r.stdout and b"_NCProperties" not in r.stdout
 
 
+# Char text netCDF4-python writes to NCZarr, which netcdf-c stores as the JSON it parses as
+# (typed `>S1`): in `mode=zarr` netcdf-c reads a JSON string or a list of strings as a string
+# attribute, and any other JSON as the char text it was (lists unparsed without spaces).
+JSON_LOOKING_TEXT = ['{"a": 1}', '[{"a": 1}]', '{"a": 1, "b": [1, 2], "c": "x"}', "null",
+                     "[[1, 2], [3]]", '[1, {"a": 1}]', "[null, 1]", '["a", null]',
+                     '[["a"], ["b"]]', '["a", "b"]', '"a"', "plain", "{}"]
+
+
+def test_json_looking_char_attributes_read_as_pure_zarr(nczarrfs, tmp_path):
+    src = tmp_path / "json.file"
+    with netCDF4.Dataset(_url(src, "nczarr"), "w") as d:
+        for i, text in enumerate(JSON_LOOKING_TEXT):
+            d.setncattr(f"a{i}", text)
+    stored = json.loads((src / ".zattrs").read_text())
+    assert stored["a0"] == {"a": 1} and stored["_nczarr_attr"]["types"]["a0"] == ">S1"
+    want = _view(_url(src, "zarr"))
+    types = want["atttypes"]
+    assert types["a0"] == types["a1"] == 2 and types["a9"] == types["a10"] == 12, types
+    assert want["attrs"]["a1"] == ["text", '[{"a": 1}]']
+    assert _ours(nczarrfs, _url(src, "zarr"), tmp_path) == want
+
+
+@pytest.mark.parametrize("text, netcdf_c_nczarr", [
+    ("1", "1"), ("[1, 2]", "[1,2]"), ("[true, false]", "[true,false]"), ('[1, "a"]', '[1,"a"]'),
+    ("1.5", "1"), ("true", "1")])
+def test_char_attributes_netcdf_c_cannot_read_as_pure_zarr(nczarrfs, tmp_path, text,
+                                                            netcdf_c_nczarr):
+    """Numbers and booleans netcdf-c stored for char text: netcdf-c refuses the whole dataset
+    in `mode=zarr` ("Invalid argument"). nczarrfs reads them as the char text netcdf-c reads
+    from the same store as NCZarr (lists unparsed without spaces), but for a lone float or
+    boolean, which netcdf-c cuts to "1" there: that keeps the text written."""
+    src = tmp_path / "num.file"
+    with netCDF4.Dataset(_url(src, "nczarr"), "w") as d:
+        d.a = text
+    with pytest.raises(OSError):
+        netCDF4.Dataset(_url(src, "zarr"))
+    with netCDF4.Dataset(_url(src, "nczarr")) as d:
+        assert d.a == netcdf_c_nczarr
+    want = json.dumps(json.loads(text), separators=(",", ":"))
+    ours = _ours(nczarrfs, _url(src, "zarr"), tmp_path)
+    assert ours["atttypes"] == {"a": 2}
+    assert ours["attrs"]["a"] == ["text", want]
+    if netcdf_c_nczarr != "1" or text == "1":
+        assert want == netcdf_c_nczarr
+
+
 def test_non_finite_double_attributes(nczarrfs, tmp_path):
     src = tmp_path / "inf.file"
     with netCDF4.Dataset(_url(src, "zarr"), "w") as d:

@@ -76,10 +76,21 @@ pub fn convert(key: &str, name: &str, value: &Json, dtype: Option<&str>) -> Resu
 
 /// Converts one attribute of a dataset read as pure Zarr, whose NCZarr-recorded type `dtype`
 /// is applied as netcdf-c 4.10.1 applies it in `mode=zarr`: the same as [`convert`], except
-/// that a one-byte string type (`>S1`, NCZarr's char) is a string there, as it is for arrays.
+/// that a one-byte string type (`>S1`, NCZarr's char) on a JSON string or a list of strings
+/// is a string there, as it is for arrays. Any other JSON under `>S1` is char text that
+/// netcdf-c stored as JSON (`{"a": 1}`, `[[1,2]]`): netcdf-c reads it back as that char text
+/// in both modes. It refuses to open a dataset holding numbers or booleans under `>S1`;
+/// their char text is what NCZarr makes of them, and loses nothing.
 pub fn convert_pure(key: &str, name: &str, value: &Json, dtype: Option<&str>) -> Result<AttrValue> {
+    let strings = match value {
+        Json::Str(_) | Json::Bytes(_) => true,
+        Json::Arr(items) => items
+            .iter()
+            .all(|e| matches!(e, Json::Str(_) | Json::Bytes(_))),
+        _ => false,
+    };
     match dtype {
-        Some(d) if d.get(1..) == Some("S1") => to_type(key, name, value, NcType::String),
+        Some(d) if d.get(1..) == Some("S1") && strings => to_type(key, name, value, NcType::String),
         _ => convert(key, name, value, dtype),
     }
 }
@@ -387,6 +398,22 @@ mod tests {
         let c = |v: &str, d: &str| convert_pure("k", "a", &j(v), Some(d)).unwrap();
         // netcdf-c 4.10.1 in mode=zarr: a `>S1` attribute is a string, the rest as in NCZarr.
         assert_eq!(c("\"ghi\"", ">S1"), AttrValue::Str(vec!["ghi".into()]));
+        assert_eq!(c("[]", ">S1"), AttrValue::Str(vec![]));
+        // Char text netcdf-c stored as JSON stays char text, as netcdf-c reads it back
+        // (`nc_inq_atttype` NC_CHAR, `nc_get_att_text`), lists of strings aside.
+        for (json, text) in [
+            (r#"{"a": 1}"#, r#"{"a": 1}"#),
+            (r#"[{"a": 1}]"#, r#"[{"a": 1}]"#),
+            ("[[1, 2], [3]]", "[[1,2],[3]]"),
+            (r#"["a", null]"#, r#"["a",null]"#),
+            ("null", "null"),
+            // netcdf-c refuses these; NCZarr's reading of them.
+            ("1", "1"),
+            ("[true, false]", "[true,false]"),
+            (r#"[1, "a"]"#, r#"[1,"a"]"#),
+        ] {
+            assert_eq!(c(json, ">S1"), AttrValue::Char(text.into()), "{json}");
+        }
         assert_eq!(c("[1,2]", "<u2"), AttrValue::UShort(vec![1, 2]));
         assert_eq!(
             c(r#"["a","b"]"#, "|S128"),
