@@ -941,3 +941,102 @@ def test_gen_default_chunks_along_unlimited_dimensions_are_ncgens(nczarrfs, tmp_
     with netCDF4.Dataset(twins.nczarr_url(str(twin))) as nc:
         want["sz"] = ", ".join(str(c) for c in nc["sz"].chunking())
     assert ours == want
+
+
+PARTIAL_CHUNKS_FIXED_CDL = """netcdf pc {
+dimensions:
+	x = 7 ;
+	y = 3000 ;
+	z = 5 ;
+variables:
+	int a(x, y) ;
+		a:_ChunkSizes = 3 ;
+	int b(y, x) ;
+		b:_ChunkSizes = 0, 5 ;
+	int c(x, y) ;
+		c:_ChunkSizes = 7, 0 ;
+	double d(x, y, z) ;
+		d:_ChunkSizes = 0, 0, 2 ;
+	short e(x, y) ;
+		e:_ChunkSizes = 3, 4, 5 ;
+	byte f(y) ;
+		f:_ChunkSizes = 0 ;
+	int g(x, y) ;
+		g:_ChunkSizes = 0 ;
+}
+"""
+
+
+def test_gen_partial_chunk_sizes_are_ncgens_in_nczarr(nczarrfs, tmp_path):
+    """`_ChunkSizes` shorter than the rank or holding a 0: ncgen hands netcdf-c as many
+    lengths as the rank (a missing one reads as 0, extra ones are not read) and netcdf-c
+    picks its default for each 0, in NCZarr its `ncz_find_default_chunksizes2` (trimming the
+    lengths given too). Oracle: Debian's ncgen writing NCZarr, whose `.zarray` chunks `gen`
+    must write. (HDF5 picks otherwise: `ncdump -hs` of ncgen's netCDF-4 file says `3, 2048`
+    for `a`.)"""
+    cdl = tmp_path / "pc.cdl"
+    cdl.write_text(PARTIAL_CHUNKS_FIXED_CDL)
+    ref = tmp_path / "ref.file"
+    subprocess.run(["ncgen", "-k", "nc4", "-o", twins.nczarr_url(str(ref)), str(cdl)],
+                   check=True)
+    names = "abcdefg"
+    want = {n: json.loads((ref / n / ".zarray").read_text())["chunks"] for n in names}
+    assert want["a"] == [3, 3000] and want["e"] == [3, 4], want
+    out = tmp_path / "pc.file"
+    r = nczarrfs("gen", "-o", str(out), str(cdl))
+    assert r.returncode == 0, r.stderr.decode()
+    assert b'"/e"' in r.stderr and b"ignored" in r.stderr, r.stderr.decode()
+    ours = {n: json.loads((out / n / ".zarray").read_text())["chunks"] for n in names}
+    assert ours == want
+
+
+def test_gen_partial_chunk_sizes_along_unlimited_dimensions(nczarrfs, tmp_path):
+    """The same with unlimited dimensions, which Debian's ncgen (netcdf-c 4.9.0) cannot write
+    to NCZarr: the oracle is netcdf-c 4.10.1 given the lengths ncgen would hand it (padded
+    with 0 to the rank) through netCDF4-python's `chunksizes`. Along an unlimited dimension
+    the chunk is netcdf-c's 1 (or its 1-D and all-unlimited defaults) whatever was given."""
+    dims = {"t": None, "r": None, "x": 7, "y": 3000}
+    variables = [("v", "i4", ("t", "x"), [5, 0]), ("w", "i4", ("t", "x"), [0, 5]),
+                 ("h", "f8", ("t", "x", "y"), [2]), ("k", "i4", ("x", "t"), [3, 0]),
+                 ("u", "i2", ("t", "r"), [5]), ("s", "f8", ("t",), [0]),
+                 ("m", "i4", ("x", "t"), [0, 9])]
+    cdl = ["netcdf pu {", "dimensions:"]
+    cdl += [f"\t{n} = {'UNLIMITED' if n_len is None else n_len} ;" for n, n_len in dims.items()]
+    cdl.append("variables:")
+    ctype = {"i4": "int", "f8": "double", "i2": "short"}
+    for name, kind, vdims, chunks in variables:
+        cdl.append(f"\t{ctype[kind]} {name}({', '.join(vdims)}) ;")
+        cdl.append(f"\t\t{name}:_ChunkSizes = {', '.join(map(str, chunks))} ;")
+    cdl.append("}\n")
+    path = tmp_path / "pu.cdl"
+    path.write_text("\n".join(cdl))
+    twin = tmp_path / "twin.file"
+    with netCDF4.Dataset(twins.nczarr_url(str(twin)), "w") as nc:
+        for n, n_len in dims.items():
+            nc.createDimension(n, n_len)
+        for name, kind, vdims, chunks in variables:
+            given = (chunks + [0] * len(vdims))[:len(vdims)]
+            nc.createVariable(name, kind, vdims, chunksizes=given)
+    with netCDF4.Dataset(twins.nczarr_url(str(twin))) as nc:
+        want = {name: nc[name].chunking() for name, *_ in variables}
+    assert want["v"] == [1, 7] and want["u"] == [2896, 2896], want
+    out = tmp_path / "pu.file"
+    r = nczarrfs("gen", "-o", str(out), str(path))
+    assert r.returncode == 0, r.stderr.decode()
+    with netCDF4.Dataset(twins.nczarr_url(str(out))) as nc:
+        ours = {name: nc[name].chunking() for name, *_ in variables}
+    assert ours == want
+
+
+@pytest.mark.parametrize("chunks", ["-1, 4", "3, -4"])
+def test_gen_refuses_negative_chunk_sizes_as_ncgen(nczarrfs, tmp_path, chunks):
+    cdl = tmp_path / "neg.cdl"
+    cdl.write_text("netcdf n {\ndimensions:\n\tx = 7 ;\n\ty = 30 ;\nvariables:\n"
+                   f"\tint v(x, y) ;\n\t\tv:_ChunkSizes = {chunks} ;\n}}\n")
+    r = subprocess.run(["ncgen", "-k", "nc4", "-o", str(tmp_path / "n.nc"), str(cdl)],
+                       capture_output=True, check=False)
+    assert r.returncode != 0 and b"Bad chunk sizes" in r.stderr
+    out = tmp_path / "n.file"
+    r = nczarrfs("gen", "-o", str(out), str(cdl))
+    assert r.returncode != 0 and b"_ChunkSizes" in r.stderr, r.stderr.decode()
+    assert not out.exists()

@@ -244,6 +244,33 @@ fn user_defined_types_are_refused() {
     }
 }
 
+/// ncgen hands netcdf-c one length per dimension: a missing one reads as 0 (netcdf-c's
+/// default), extra ones are not read; a negative one, or any on a scalar, netcdf-c refuses
+/// ("Bad chunk sizes", "Invalid argument" from Debian's ncgen).
+#[test]
+fn chunk_sizes_are_one_per_dimension() {
+    let cdl = |chunks: &str, var: &str| {
+        format!(
+            "netcdf x {{\ndimensions:\n x = 7 ; y = 30 ;\nvariables:\n int {var} ;\n  \
+             v:_ChunkSizes = {chunks} ;\n}}"
+        )
+    };
+    let parsed = |chunks: &str| parse_cdl(&cdl(chunks, "v(x, y)"), "x.cdl").unwrap();
+    assert_eq!(parsed("3").vars[0].special.chunk_sizes, Some(vec![3, 0]));
+    assert_eq!(parsed("0, 5").vars[0].special.chunk_sizes, Some(vec![0, 5]));
+    let p = parsed("3, 4, 5");
+    assert_eq!(p.vars[0].special.chunk_sizes, Some(vec![3, 4]));
+    assert_eq!(p.warnings.len(), 1, "{:?}", p.warnings);
+    assert!(p.warnings[0].starts_with("x.cdl:6:"), "{}", p.warnings[0]);
+    assert!(parsed("3, 4").warnings.is_empty());
+    for bad in ["-1, 4", "3, -4"] {
+        let e = parse_cdl(&cdl(bad, "v(x, y)"), "x.cdl").unwrap_err();
+        assert!(e.to_string().contains("_ChunkSizes"), "{e}");
+    }
+    let e = parse_cdl(&cdl("0", "v"), "x.cdl").unwrap_err();
+    assert!(e.to_string().contains("scalar"), "{e}");
+}
+
 #[test]
 fn special_attributes_are_not_attributes() {
     let p = parse_cdl(

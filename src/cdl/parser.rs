@@ -125,7 +125,8 @@ pub struct ParsedCdl {
     /// Dataset-wide special attributes.
     pub globals: GlobalSpecials,
     /// Warnings about what the CDL gives that is not stored (char data longer than its
-    /// variable), each naming its place in the file and the variable.
+    /// variable, `_ChunkSizes` longer than its variable's rank), each naming its place in
+    /// the file and the variable.
     pub warnings: Vec<String>,
 }
 
@@ -178,6 +179,7 @@ fn read_declarations<'f>(text: &str, file: &'f str) -> Result<Declared<'f>> {
         extras: Vec::new(),
         data: Vec::new(),
         globals: GlobalSpecials::default(),
+        warnings: Vec::new(),
     };
     p.fill_ahead();
     let read = p.read_all();
@@ -204,6 +206,7 @@ fn read_declarations<'f>(text: &str, file: &'f str) -> Result<Declared<'f>> {
         extras: p.extras,
         data: p.data,
         globals: p.globals,
+        warnings: p.warnings,
     })
 }
 
@@ -293,6 +296,8 @@ struct Parser<'t, 'f> {
     extras: Vec<VarExtras>,
     data: Vec<DataSection>,
     globals: GlobalSpecials,
+    /// Warnings about what the declarations give that is not stored.
+    warnings: Vec<String>,
 }
 
 /// The text read: what is left is to size the unlimited dimensions and build the rows.
@@ -303,6 +308,8 @@ struct Declared<'f> {
     extras: Vec<VarExtras>,
     data: Vec<DataSection>,
     globals: GlobalSpecials,
+    /// The parser's warnings, before those about the data.
+    warnings: Vec<String>,
 }
 
 const SPECIAL_VAR_ATTRS: [&str; 12] = [
@@ -943,14 +950,30 @@ impl Parser<'_, '_> {
         let sp = &mut self.extras[v.0].special;
         match name {
             "_ChunkSizes" => {
-                let Some(ints) =
-                    ints.filter(|i| i.iter().all(|x| *x > 0 && *x <= u32::MAX as i128))
+                let Some(mut ints) =
+                    ints.filter(|i| i.iter().all(|x| (0..=u32::MAX as i128).contains(x)))
                 else {
-                    return Err(bad("positive integers"));
+                    return Err(bad("integers from 0"));
                 };
-                if ints.len() != ndims {
-                    return Err(bad(&format!("{ndims} chunk sizes (the variable's rank)")));
+                if ndims == 0 {
+                    // As netcdf-c, which refuses to chunk a scalar ("Invalid argument").
+                    return Err(self.err(pos, format!("{name}: a scalar has no chunks")));
                 }
+                // As ncgen, which hands netcdf-c as many lengths as the rank: a missing one
+                // is 0, extra ones go unread, and netcdf-c picks its default for a 0.
+                if ints.len() > ndims {
+                    self.warnings.push(format!(
+                        "{}:{}:{}: _ChunkSizes of {} has {} lengths for {ndims} dimension(s): \
+                         the last {} ignored, as ncgen ignores them",
+                        self.file,
+                        pos.line,
+                        pos.column,
+                        crate::error::quoted(&self.ds.var_fqn(v)),
+                        ints.len(),
+                        ints.len() - ndims,
+                    ));
+                }
+                ints.resize(ndims, 0);
                 // A chunk longer than its fixed dimension is kept, though ncgen refuses it
                 // ("Bad chunk sizes"): Zarr allows it (zarr-python writes such arrays, a copy
                 // of a record variable to pure Zarr makes one), netcdf-c reads it, and `dump
@@ -1453,10 +1476,11 @@ impl Declared<'_> {
         for (d, n) in &ext {
             self.ds.dims[d.0].len = *n;
         }
-        let warnings = cut
-            .iter()
-            .map(|(section, dropped)| self.dropped_warning(section, dropped))
-            .collect();
+        let mut warnings = std::mem::take(&mut self.warnings);
+        warnings.extend(
+            cut.iter()
+                .map(|(section, dropped)| self.dropped_warning(section, dropped)),
+        );
         for section in &data {
             let shape = self.ds.var_shape(section.var);
             if element_count(&shape).is_none() {

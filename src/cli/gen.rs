@@ -298,12 +298,7 @@ fn prepare(parsed: ParsedCdl, no_fill: bool) -> Result<(Dataset, Vec<Option<Vec<
             }
         }
         if let Some(chunks) = &sp.chunk_sizes {
-            if chunks.len() != var.dims.len() || chunks.contains(&0) {
-                return Err(Error::Invalid(format!(
-                    "{fqn}: _ChunkSizes {chunks:?} does not fit {} dimension(s)",
-                    var.dims.len()
-                )));
-            }
+            // One length per dimension (the parser's doing); a 0 is netcdf-c's default.
             var.storage.chunks = chunks.clone();
         }
         if matches!(

@@ -180,11 +180,25 @@ pub enum AttrTarget {
 /// netcdf-c's default chunk lengths for a variable of element size `esize` with dimensions
 /// `(len, unlimited)`.
 pub fn default_chunks(dims: &[(u64, bool)], esize: usize) -> Vec<u64> {
+    complete_chunks(dims, esize, &vec![0; dims.len()])
+}
+
+/// The chunk lengths netcdf-c (NCZarr's `ncz_find_default_chunksizes2`) makes of the lengths
+/// `given` (one per dimension, 0 for none) when one of them is 0: its default for each 0,
+/// but also 1 along an unlimited dimension whatever was given, its defaults for the 1-D
+/// unlimited and all-unlimited cases over any given length, and the halving and the trimming
+/// of overhangs over every length. HDF5's netCDF-4 picks otherwise (`5, 0` over `t, x` keeps
+/// the 5 there), but this is what netcdf-c and ncgen write to NCZarr.
+pub(crate) fn complete_chunks(dims: &[(u64, bool)], esize: usize, given: &[u64]) -> Vec<u64> {
     let esize = esize.max(1) as f64;
     let n = dims.len();
     let num_unlim = dims.iter().filter(|d| d.1).count();
     let num_values: f64 = dims.iter().filter(|d| !d.1).map(|d| d.0 as f64).product();
-    let mut chunks: Vec<u64> = dims.iter().map(|d| u64::from(d.1)).collect();
+    let mut chunks: Vec<u64> = dims
+        .iter()
+        .zip(given)
+        .map(|(d, &g)| if d.1 { 1 } else { g })
+        .collect();
     if n == 1 && num_unlim == 1 {
         // netcdf-c divides by the type size twice here; so do we, for identical layouts.
         let suggested = (DEFAULT_CHUNK_BYTES / esize).min(DEFAULT_1D_UNLIM_BYTES as f64) as u64;
@@ -195,7 +209,7 @@ pub fn default_chunks(dims: &[(u64, bool)], esize: usize) -> Vec<u64> {
         chunks = vec![s.max(1); n];
     }
     for (d, (len, unlim)) in dims.iter().enumerate() {
-        if !unlim {
+        if !unlim && chunks[d] == 0 {
             let s = ((DEFAULT_CHUNK_BYTES / (num_values * esize))
                 .powf(1.0 / (n - num_unlim) as f64)
                 * *len as f64

@@ -29,6 +29,22 @@ fn default_chunks_match_netcdf_c() {
     assert_eq!(default_chunks(&[(0, true), (7, false)], 8), [1, 7]);
 }
 
+#[test]
+fn zero_chunk_lengths_complete_as_netcdf_c() {
+    // netCDF4-python 1.7.5 (netcdf-c 4.10.1) `createVariable(…, chunksizes=…)` with a 0, then
+    // `Variable.chunking()`, in NCZarr; t, r unlimited, x = 7, y = 3000.
+    let (t, r, x, y) = ((0, true), (0, true), (7, false), (3000, false));
+    assert_eq!(complete_chunks(&[t, x], 4, &[5, 0]), [1, 7]);
+    assert_eq!(complete_chunks(&[t, x], 4, &[0, 5]), [1, 4]);
+    assert_eq!(complete_chunks(&[x, y], 4, &[3, 0]), [3, 3000]);
+    assert_eq!(complete_chunks(&[y, x], 4, &[0, 5]), [3000, 4]);
+    assert_eq!(complete_chunks(&[t, x, y], 4, &[2, 0, 0]), [1, 7, 3000]);
+    assert_eq!(complete_chunks(&[x, t], 4, &[3, 0]), [3, 1]);
+    assert_eq!(complete_chunks(&[t, r], 2, &[5, 0]), [2896, 2896]);
+    assert_eq!(complete_chunks(&[t], 8, &[0]), [512]);
+    assert_eq!(complete_chunks(&[y, x], 8, &[0, 2]), [3000, 2]);
+}
+
 fn writer(dir: &Path, mode: &str) -> (Location, DatasetWriter) {
     let loc = Location::parse(format!(
         "file://{}#mode={mode}",

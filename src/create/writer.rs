@@ -21,8 +21,8 @@ use crate::{meta, zmap, Error, Result};
 use super::codecs::{check_numcodecs_chain, for_netcdf_c, string_shuffle, without_shuffle};
 use super::{
     check_attr_name, check_attr_not_reserved, check_key_name, check_key_names, check_name,
-    check_storable, default_chunks, AttrTarget, Codecs, CreateOptions, Fill, VarOptions,
-    NETCDF_MAXSTRLEN, WRITER_CACHE_BYTES,
+    check_storable, complete_chunks, default_chunks, AttrTarget, Codecs, CreateOptions, Fill,
+    VarOptions, NETCDF_MAXSTRLEN, WRITER_CACHE_BYTES,
 };
 
 /// What [`DatasetWriter::grow_dim_for_write`] changed: a dimension's length before, and the
@@ -639,12 +639,8 @@ impl DatasetWriter {
         if big && dtype.order == ByteOrder::Little {
             dtype.order = ByteOrder::Big;
         }
-        let chunks_ok = if v.dims.is_empty() {
-            false
-        } else {
-            v.storage.chunks.len() == v.dims.len() && !v.storage.chunks.contains(&0)
-        };
-        let mut chunks = if chunks_ok {
+        let given = !v.dims.is_empty() && v.storage.chunks.len() == v.dims.len();
+        let mut chunks = if given && !v.storage.chunks.contains(&0) {
             v.storage.chunks.clone()
         } else if v.dims.is_empty() {
             shape.iter().map(|_| 1).collect()
@@ -657,7 +653,11 @@ impl DatasetWriter {
                 .collect();
             // netcdf-c sizes a string by its pointer, whatever width the store gives it.
             let esize = crate::codec::netcdf_element_size(v.nctype, dtype.size);
-            default_chunks(&defined, esize)
+            match given {
+                // Some lengths given, a 0 among them (ncgen's `_ChunkSizes = 5, 0`).
+                true => complete_chunks(&defined, esize, &v.storage.chunks),
+                false => default_chunks(&defined, esize),
+            }
         };
         if old_layout && dialect == Dialect::NcZarr {
             // netcdf-c before 4.9.3 refuses the whole dataset when a chunk is longer than its
