@@ -252,3 +252,41 @@ def test_put_quantizes_as_netcdf_c_after_reopening(tmp_path, nczarrfs, mode, t, 
     # Only the rows written: netcdf-c writes NCZarr's default double fill as 9.96921e+36.
     assert hexes(got[2:5]) == hexes(want[2:5])
     assert hexes(got[2:5]) != hexes(part.view(UINT[t])) or precision == PRECISIONS[(mode, t)][-1]
+
+
+def test_put_leaves_a_pure_zarr_arrays_fill_value_alone(tmp_path, nczarrfs):
+    """`put` into a pure Zarr array with `fill_value: -999` and no `_FillValue` attribute (as
+    xarray writes missing values) leaves the -999s alone, as netcdf-c does with its variable's
+    fill: netCDF4-python's `get_fill_value()` of such an array is -999, and its write to a
+    variable whose fill is -999 stores the -999s unquantized (not -1024)."""
+    values = np.array([-999, 1.3, -999, 3.3, 1000.7, -999], "f4")
+    oracle = tmp_path / "oracle.zarr"
+    with netCDF4.Dataset(f"file://{oracle}#mode=zarr,file", "w") as ds:
+        ds.createDimension("x", len(values))
+        v = ds.createVariable("v", "f4", ("x",), fill_value=-999.0, significant_digits=3,
+                              quantize_mode="BitRound")
+        v.set_auto_mask(False)
+        v[:] = values
+    with netCDF4.Dataset(f"file://{oracle}#mode=zarr,file") as ds:
+        ds["v"].set_auto_mask(False)
+        want = ds["v"][:]
+    assert list(want[[0, 2, 5]]) == [-999, -999, -999]
+    assert want.tobytes() != values.tobytes()
+    store = tmp_path / "x.zarr"
+    (store / "v").mkdir(parents=True)
+    (store / ".zgroup").write_text('{"zarr_format": 2}')
+    (store / "v" / ".zarray").write_text(json.dumps({
+        "zarr_format": 2, "shape": [len(values)], "chunks": [len(values)], "dtype": "<f4",
+        "fill_value": -999.0, "order": "C", "compressor": None, "filters": None}))
+    (store / "v" / ".zattrs").write_text(json.dumps({
+        "_ARRAY_DIMENSIONS": ["x"], "_QuantizeBitRoundNumberOfSignificantBits": 3}))
+    url = f"file://{store}#mode=zarr,file"
+    with netCDF4.Dataset(url) as ds:
+        assert "_FillValue" not in ds["v"].ncattrs()
+        assert ds["v"].get_fill_value() == -999
+    (tmp_path / "in.bin").write_bytes(values.tobytes())
+    r = nczarrfs("put", str(store), "v", "-i", str(tmp_path / "in.bin"))
+    assert r.returncode == 0, r.stderr.decode()
+    with netCDF4.Dataset(url) as ds:
+        ds["v"].set_auto_mask(False)
+        assert ds["v"][:].tobytes() == want.tobytes()

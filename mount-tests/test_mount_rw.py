@@ -1448,3 +1448,122 @@ def test_quantize_attributes_gen_refuses_are_refused_and_writes_are_quantized(mo
     r = subprocess.run([str(mounter.binary), "put", url, "i"], capture_output=True,
                        input=np.arange(10, dtype="<i4").tobytes(), timeout=60, check=False)
     assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize("t", ["f4", "f8"])
+@pytest.mark.parametrize("mode", ["BitGroom", "GranularBitRound", "BitRound"])
+def test_quantized_values_written_in_pieces_cut_at_any_byte_are_netcdf_c_s(
+        mounter, tmp_path, mode, t):
+    """Values written to a quantized variable's `data` file in pieces cut at random bytes
+    (elements split across writes), in order and in random order, are stored bit for bit as
+    netCDF4-python's one write of the whole array stores them: a value is quantized from its
+    own bytes, never from an earlier piece's quantized value completed (which turned a zero
+    into a tiny number and 915.9025 into 912 with 9 bits)."""
+    import netCDF4
+
+    precision = 9 if mode == "BitRound" else 3
+    n = 60
+    rng = np.random.default_rng([11, ["BitGroom", "GranularBitRound", "BitRound"].index(mode),
+                                 4 if t == "f4" else 8])
+    values = (rng.standard_normal(n) * 1000).astype(t)
+    values[[3, 10, 17]] = 0
+    values[11] = -0.0
+    values[0] = 915.9025
+    oracle = tmp_path / "oracle.file"
+    with netCDF4.Dataset(f"file://{oracle}#mode=nczarr,file", "w") as ds:
+        ds.createDimension("x", n)
+        v = ds.createVariable("v", t, ("x",), significant_digits=precision, quantize_mode=mode)
+        v[:] = values
+    with netCDF4.Dataset(f"file://{oracle}#mode=nczarr,file") as ds:
+        want = ds["v"][:].data.tobytes()
+    assert want != values.tobytes()
+
+    url = f"file://{tmp_path / 'q.file'}#mode=nczarr,file"
+    names = ["in_order", "shuffled"]
+    with netCDF4.Dataset(url, "w") as ds:
+        ds.createDimension("x", n)
+        for name in names:
+            ds.createVariable(name, t, ("x",), significant_digits=precision, quantize_mode=mode)
+    raw = values.tobytes()
+    mnt = mounter.mount(url, "rw")
+    for name in names:
+        cuts = sorted({0, len(raw), *rng.choice(np.arange(1, len(raw)), 40, replace=False)})
+        pieces = list(zip(cuts[:-1], cuts[1:]))
+        if name == "shuffled":
+            rng.shuffle(pieces)
+        fd = os.open(mnt / name / "data", os.O_WRONLY)
+        try:
+            for a, b in pieces:
+                assert os.pwrite(fd, raw[a:b], int(a)) == b - a
+        finally:
+            os.close(fd)
+    umount_and_wait(mnt)
+    with netCDF4.Dataset(url) as ds:
+        for name in names:
+            assert ds[name][:].data.tobytes() == want, name
+
+
+def test_quantization_leaves_a_pure_zarr_arrays_fill_value_alone(mounter, tmp_path):
+    """A pure Zarr array with `fill_value: -999` and no `_FillValue` attribute (as xarray and
+    zarr-python write them): netcdf-c takes -999 as the variable's fill (netCDF4-python's
+    `get_fill_value()`), and quantization leaves its fill alone, so values written through the
+    mount that are -999 stay -999 (missing) instead of becoming -1024; the others are
+    quantized as netCDF4-python quantizes them in a variable whose fill is -999."""
+    import netCDF4
+
+    values = np.array([-999, 1.3, -999, 3.3, 1000.7, -999], "f4")
+    oracle = tmp_path / "oracle.zarr"
+    with netCDF4.Dataset(f"file://{oracle}#mode=zarr,file", "w") as ds:
+        ds.createDimension("x", len(values))
+        v = ds.createVariable("v", "f4", ("x",), fill_value=-999.0, significant_digits=3,
+                              quantize_mode="BitRound")
+        v.set_auto_mask(False)
+        v[:] = values
+    with netCDF4.Dataset(f"file://{oracle}#mode=zarr,file") as ds:
+        ds["v"].set_auto_mask(False)
+        want = ds["v"][:]
+    assert list(want[[0, 2, 5]]) == [-999, -999, -999]
+    assert want.tobytes() != values.tobytes()
+
+    store = tmp_path / "x.zarr"
+    (store / "v").mkdir(parents=True)
+    (store / ".zgroup").write_text('{"zarr_format": 2}')
+    (store / "v" / ".zarray").write_text(json.dumps({
+        "zarr_format": 2, "shape": [len(values)], "chunks": [len(values)], "dtype": "<f4",
+        "fill_value": -999.0, "order": "C", "compressor": None, "filters": None}))
+    (store / "v" / ".zattrs").write_text(json.dumps({
+        "_ARRAY_DIMENSIONS": ["x"], "_QuantizeBitRoundNumberOfSignificantBits": 3}))
+    url = f"file://{store}#mode=zarr,file"
+    with netCDF4.Dataset(url) as ds:
+        assert "_FillValue" not in ds["v"].ncattrs()
+        assert ds["v"].get_fill_value() == -999
+    mnt = mounter.mount(url, "rw")
+    (mnt / "v" / "data").write_bytes(values.tobytes())
+    umount_and_wait(mnt)
+    with netCDF4.Dataset(url) as ds:
+        ds["v"].set_auto_mask(False)
+        assert ds["v"][:].tobytes() == want.tobytes()
+
+
+def test_a_quantization_attribute_written_as_short_is_stored_and_shown_as_int(mounter, tmp_path):
+    """`echo 3s > …/_QuantizeBitGroomNumberOfSignificantDigits`: netcdf-c's
+    nc_def_var_quantize and `gen` store the setting as one int (ncgen 4.10 of
+    `v:_Quantize… = 3s ;` calls it), so the mount stores and shows `3`, an int after
+    remounting too, not a short shown until the remount."""
+    import netCDF4
+
+    url = f"file://{tmp_path / 'q.file'}#mode=nczarr,file"
+    with netCDF4.Dataset(url, "w") as ds:
+        ds.createDimension("x", 2)
+        ds.createVariable("v", "f4", ("x",))
+    attr = "_QuantizeBitGroomNumberOfSignificantDigits"
+    for round_ in range(2):
+        mnt = mounter.mount(url, "rw")
+        path = mnt / "v" / "@attributes" / attr
+        if round_ == 0:
+            subprocess.run(["bash", "-c", 'echo 3s > "$0"', str(path)], check=True)
+        assert path.read_text().strip() == "3"
+        umount_and_wait(mnt)
+    with netCDF4.Dataset(url) as ds:
+        assert ds["v"].quantization() == (3, "BitGroom")
+        assert ds["v"].getncattr(attr).dtype == np.int32

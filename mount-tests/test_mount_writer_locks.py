@@ -5,6 +5,7 @@ what was stored."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
@@ -390,3 +391,45 @@ def test_a_rw_mount_does_not_rewrite_a_zip_archive_rewritten_in_place(mounter, t
         assert group["z"][:].tolist() == [7, 8, 9]
         assert group["extra"][:].tolist() == [4, 5]
         assert "late" not in group.attrs
+
+
+def test_reads_of_a_zip_archive_rewritten_in_place_fail_with_ebusy(mounter, tmp_path):
+    """An Info-ZIP archive of a netCDF4-python NCZarr dataset, mounted rw, that another
+    program rewrites in place (`cp` of a Python-zipfile archive of the same directory: its
+    entries at other offsets): a write into part of a chunk (which reads the chunk) and a read
+    of the `data` file fail with EBUSY and the log tells why, as a flush does, instead of an EIO
+    about a bad local file header."""
+    import zipfile
+
+    import netCDF4
+
+    folder = tmp_path / "nc"
+    with netCDF4.Dataset(f"file://{folder}#mode=nczarr,file", "w") as ds:
+        ds.createDimension("x", 10)
+        ds.createVariable("v", "i4", ("x",))[:] = np.arange(10, dtype="i4")
+    archive = tmp_path / "ds.zip"
+    subprocess.run(["zip", "-q", "-r", str(archive), "nc"], cwd=tmp_path, check=True)
+    other = tmp_path / "other.zip"
+    with zipfile.ZipFile(other, "w") as z:
+        for path in sorted(folder.rglob("*")):
+            if path.is_file():
+                z.write(path, str(path.relative_to(tmp_path)))
+    log = tmp_path / "mount.log"
+    mnt = mounter.mount(str(archive), "rw", log=log)
+    subprocess.run(["cp", str(other), str(archive)], check=True)
+    fd = os.open(mnt / "v" / "data", os.O_WRONLY)
+    try:
+        with pytest.raises(OSError) as refused:
+            os.pwrite(fd, np.int32(42).tobytes(), 4)
+        assert refused.value.errno == errno.EBUSY
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    with pytest.raises(OSError) as refused:
+        (mnt / "v" / "data").read_bytes()
+    assert refused.value.errno == errno.EBUSY
+    umount_and_wait(mnt)
+    text = log.read_text()
+    assert "rewritten in place by another program" in text, text
+    assert "local file header" not in text, text
+    assert archive.read_bytes() == other.read_bytes()

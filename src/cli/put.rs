@@ -125,9 +125,7 @@ pub fn run(args: PutArgs) -> Result<i32> {
     {
         Some(quantize) => {
             let v = w.model().var(var);
-            let fill = v
-                .attr("_FillValue")
-                .and_then(|a| crate::meta::fill_from_attr(&a.value, v.nctype, v.element_size()));
+            let fill = crate::meta::quantize_fill(w.model(), var);
             let mut copy = values.to_vec();
             quantize.apply(v.nctype, &mut copy, fill.as_deref());
             quantized = copy;

@@ -45,7 +45,8 @@ use super::splice::{self, Spliced};
 use super::stream::{Geometry, ReadStream};
 use super::workers::Workers;
 use super::write::{
-    check_quantize_attr, grow_data, parse_attr_text, why_fixed_size, write_data, write_data_within,
+    grow_data, parse_attr_text, quantize_attr_value, why_fixed_size, write_data, write_data_within,
+    PartialElements,
 };
 
 /// How long the kernel may cache names and attributes when the dataset is declared static.
@@ -321,6 +322,7 @@ fn zero_unwritten(
     w: &mut DatasetWriter,
     var: VarId,
     truncation: &Mutex<Truncation>,
+    partial: &PartialElements,
 ) -> Result<bool> {
     let size = content::data_size(w.model(), var);
     let gaps = lock(truncation).unwritten(size);
@@ -331,7 +333,7 @@ fn zero_unwritten(
         while at < gap.end {
             let n = usize::try_from(gap.end - at).map_or(ZERO_PIECE, |n| n.min(ZERO_PIECE));
             zeros.resize(n, 0);
-            let written = write_data(w, var, at, &zeros)? as u64;
+            let written = write_data(w, var, at, &zeros, partial)? as u64;
             if written == 0 {
                 break;
             }
@@ -379,6 +381,8 @@ struct Shared {
     /// Taken by writes of values that share the writer's lock with reads
     /// ([`write_data_within`]), so that they run one at a time.
     shared_writes: Mutex<()>,
+    /// The bytes written so far to elements of quantized variables written in part.
+    partial: PartialElements,
     opts: MountOptions,
     uid: u32,
     gid: u32,
@@ -583,6 +587,7 @@ impl NczarrFs {
             values_written: Mutex::new(HashMap::new()),
             truncations: OpenTruncations::default(),
             shared_writes: Mutex::new(()),
+            partial: PartialElements::default(),
             uid: opts.uid.unwrap_or(uid),
             gid: opts.gid.unwrap_or(gid),
             snap: RwLock::new(Arc::new(snap)),
@@ -935,7 +940,7 @@ impl Shared {
         let Ok(Resolved::Var(var)) = handle.owner_in(owner, w.model()) else {
             return None;
         };
-        let n = match write_data_within(&w, var, offset, data)? {
+        let n = match write_data_within(&w, var, offset, data, &self.partial)? {
             Ok(n) => n,
             Err(e) => return Some(Err(e)),
         };
@@ -1026,8 +1031,8 @@ impl Shared {
                     let value = parse_attr_text(&text, handle.opened_value.as_ref());
                     // A value that is not stored must not be shown either: the mount would
                     // show it until remounted, and store it at some later sync.
-                    let stored = check_quantize_attr(w.model(), target, name, &value, None)
-                        .and_then(|()| w.change_and_sync(|w| w.put_attr(target, name, value)));
+                    let stored = quantize_attr_value(w.model(), target, name, value, None)
+                        .and_then(|value| w.change_and_sync(|w| w.put_attr(target, name, value)));
                     if stored.is_err() && handle.placeholder.swap(false, Ordering::SeqCst) {
                         if let Err(e) = w.del_attr(target, name) {
                             log::warn!(
@@ -1049,7 +1054,7 @@ impl Shared {
                         return Err(Error::NotFound(owner.display()));
                     };
                     if let Some((_, truncation)) = &handle.truncation {
-                        if zero_unwritten(w, var, truncation)? {
+                        if zero_unwritten(w, var, truncation, &self.partial)? {
                             self.wrote_values(var);
                         }
                     }
@@ -1184,7 +1189,7 @@ impl Shared {
                     text.resize(size, 0);
                     let value = parse_attr_text(&text, Some(&attr.value));
                     let target = attr_target(w.model(), owner)?;
-                    check_quantize_attr(w.model(), target, name, &value, None)?;
+                    let value = quantize_attr_value(w.model(), target, name, value, None)?;
                     w.change_and_sync(|w| w.put_attr(target, name, value))
                 })
                 .map_err(|e| self.refused(node, "truncate", &e))
@@ -2149,7 +2154,7 @@ impl Filesystem for NczarrFs {
                 } else {
                     offset
                 };
-                let n = write_data(w, var, at, data)?;
+                let n = write_data(w, var, at, data, &sh.partial)?;
                 if n == 0 && !data.is_empty() {
                     return Ok(Err(why_fixed_size(w.model(), var)));
                 }
@@ -2609,15 +2614,29 @@ impl Filesystem for NczarrFs {
                         .resolve(w.model())
                         .map_or(&[][..], |r| layout::attrs_of(w.model(), r));
                     let exists = attrs.iter().any(|a| a.name == to);
-                    if let Some(moved) = attrs.iter().find(|a| &a.name == from) {
-                        check_quantize_attr(w.model(), target, &to, &moved.value, Some(from))?;
-                    }
+                    let stored = match attrs.iter().find(|a| &a.name == from) {
+                        Some(moved) => Some(quantize_attr_value(
+                            w.model(),
+                            target,
+                            &to,
+                            moved.value.clone(),
+                            Some(from),
+                        )?)
+                        .filter(|stored| *stored != moved.value),
+                        None => None,
+                    };
                     w.change_and_sync(|w| {
                         if exists {
                             // rename(2) replaces its target.
                             w.del_attr(target, &to)?;
                         }
-                        w.rename_attr(target, from, &to)
+                        w.rename_attr(target, from, &to)?;
+                        match stored {
+                            // Renamed into a quantization attribute, a value of another
+                            // type is stored as one int, as it is when written.
+                            Some(value) => w.put_attr(target, &to, value),
+                            None => Ok(()),
+                        }
                     })
                 })
                 .map(|()| {

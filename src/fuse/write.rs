@@ -2,6 +2,9 @@
 //! file become hyperslab writes (growing the unlimited first dimension when they run past the
 //! end), and the text written to an attribute file becomes a typed attribute value.
 
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, MutexGuard};
+
 use crate::cdl::lexer::{tokenize, Tok};
 use crate::cdl::parser::parse_cdl;
 use crate::chunk::{FailedWrite, Hyperslab};
@@ -20,8 +23,15 @@ use super::slab::{element_range_slabs, slab_len};
 /// A variable grows when its first dimension is unlimited and used only there: the dimension
 /// is extended to cover the whole record the write ends in, so the rest of that record (and any
 /// gap before the write) reads as fill. Bytes that cover only part of an element are merged
-/// with the element's current value.
-pub fn write_data(w: &mut DatasetWriter, var: VarId, offset: u64, data: &[u8]) -> Result<usize> {
+/// with the element's current value; for a quantized variable, with the bytes earlier writes
+/// gave it, kept in `partial` (see [`PartialElements`]).
+pub fn write_data(
+    w: &mut DatasetWriter,
+    var: VarId,
+    offset: u64,
+    data: &[u8],
+    partial: &PartialElements,
+) -> Result<usize> {
     let ds = w.model();
     let v = ds
         .vars
@@ -53,7 +63,10 @@ pub fn write_data(w: &mut DatasetWriter, var: VarId, offset: u64, data: &[u8]) -
                 // (netcdf-c stores its default fill exactly and declares it rounded).
                 let mut grown = shape.clone();
                 grown[0] = records;
-                let buf = merge_partial_elements(w, var, &shape, offset, data)?;
+                let buf = {
+                    let kept = partial.lock();
+                    merge_partial_elements(w, var, &shape, offset, data, kept.get(&var))?
+                };
                 check_storable(w, var, &grown, offset / esz, &buf)?;
                 growth = w.grow_dim_for_write(dim, records)?;
             }
@@ -64,7 +77,7 @@ pub fn write_data(w: &mut DatasetWriter, var: VarId, offset: u64, data: &[u8]) -
     let data = &data[..(end - offset) as usize];
     // A write that fails having changed nothing leaves the variable as long as it was; one
     // whose first slabs took effect is a short write of their bytes.
-    let written = write_grown(w, var, offset, data);
+    let written = write_grown(w, var, offset, data, partial);
     match (written, growth) {
         (Ok(n), Some(growth)) if n < data.len() => {
             let records = (offset + n as u64).div_ceil(esz).div_ceil(record_elems);
@@ -120,6 +133,7 @@ pub fn write_data_within(
     var: VarId,
     offset: u64,
     data: &[u8],
+    partial: &PartialElements,
 ) -> Option<Result<usize>> {
     let ds = w.model();
     let v = ds.vars.get(var.0)?;
@@ -132,7 +146,35 @@ pub fn write_data_within(
     if !w.writes_beside_reads().unwrap_or(false) {
         return None;
     }
-    Some(write_grown(w, var, offset, data).map_err(|f| f.error))
+    Some(write_grown(w, var, offset, data, partial).map_err(|f| f.error))
+}
+
+/// The bytes written to elements of quantized variables that writes have covered only in part
+/// so far, by variable and element index. A value is quantized from the bytes its writer gave
+/// it, as netcdf-c quantizes the values of one write: an element written in pieces (`dd bs=2`
+/// of floats, a kernel cutting a write across an element) is stored quantized from what it
+/// holds after each piece, and the next piece is merged with those kept bytes, not with the
+/// quantized value stored, which lost the low bits of the first piece. An element leaves once
+/// its writers have given every byte of it; one never completed keeps the quantized value of
+/// its written bytes over what it held before. Variables are never removed from a dataset,
+/// so an index always names the same element.
+#[derive(Debug, Default)]
+pub struct PartialElements(Mutex<HashMap<VarId, BTreeMap<u64, Partial>>>);
+
+impl PartialElements {
+    fn lock(&self) -> MutexGuard<'_, HashMap<VarId, BTreeMap<u64, Partial>>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// An element of a quantized variable written in part (see [`PartialElements`]).
+#[derive(Debug, Clone)]
+struct Partial {
+    /// The element as written, unquantized: the bytes written over what it held before.
+    raw: Vec<u8>,
+    /// Which bytes of it were written (bit `i` for byte `i`: quantized elements, float and
+    /// double, have at most 8).
+    written: u8,
 }
 
 /// [`write_data`] of `data` at byte `offset` of `var`, which is long enough for it: the bytes
@@ -142,6 +184,7 @@ fn write_grown(
     var: VarId,
     offset: u64,
     data: &[u8],
+    partial: &PartialElements,
 ) -> std::result::Result<usize, FailedWrite> {
     let nothing = |error| FailedWrite {
         error,
@@ -150,11 +193,28 @@ fn write_grown(
     let esz = w.model().var(var).element_size() as u64;
     let end = offset + data.len() as u64;
     let shape = w.model().var_shape(var);
-    let mut buf = merge_partial_elements(w, var, &shape, offset, data).map_err(nothing)?;
-    quantize(w.model(), var, offset / esz, &mut buf).map_err(nothing)?;
+    let setting = quantization(w.model(), var).map_err(nothing)?;
+    let mut kept = partial.lock();
+    if setting.is_none() {
+        // Bytes kept while the variable had a setting would be stale should one come back.
+        kept.remove(&var);
+    }
+    let mut buf =
+        merge_partial_elements(w, var, &shape, offset, data, kept.get(&var)).map_err(nothing)?;
+    let raw = setting.map(|(q, fill)| {
+        let raw = buf.clone();
+        q.apply_at(
+            w.model().var(var).nctype,
+            &mut buf,
+            fill.as_deref(),
+            offset / esz,
+        );
+        raw
+    });
     // A value the stored type cannot hold refuses the whole write, not only what follows it.
     check_storable(w, var, &shape, offset / esz, &buf).map_err(nothing)?;
     let mut pos = 0;
+    let mut result = Ok(data.len());
     for slab in element_range_slabs(&shape, offset / esz, end.div_ceil(esz)) {
         let n = (slab_len(&slab) * esz) as usize;
         match w.try_write_within(var, &slab, &buf[pos..pos + n]) {
@@ -162,60 +222,94 @@ fn write_grown(
             Err(failed) if failed.in_part || pos == 0 => return Err(failed),
             Err(failed) => {
                 log::debug!("short write: {}", failed.error);
-                return Ok((offset / esz * esz + pos as u64 - offset) as usize);
+                result = Ok((offset / esz * esz + pos as u64 - offset) as usize);
+                break;
             }
         }
     }
-    Ok(data.len())
+    if let Some(raw) = raw {
+        let elements = kept.entry(var).or_default();
+        keep_partial(elements, esz, offset, end, &raw[..pos]);
+        if elements.is_empty() {
+            kept.remove(&var);
+        }
+    }
+    result
 }
 
-/// Quantizes whole elements of `var`, from element `first` on, as netcdf-c quantizes every
+/// Records in `kept` (one variable's [`PartialElements`]) the elements stored from `raw`, the
+/// unquantized whole elements from element `offset / esz` on, of which bytes `offset..end` of
+/// the `data` file were written: an element written whole, or completed, leaves; one written
+/// in part keeps its bytes.
+fn keep_partial(kept: &mut BTreeMap<u64, Partial>, esz: u64, offset: u64, end: u64, raw: &[u8]) {
+    let first = offset / esz;
+    for (i, element) in raw.chunks_exact(esz as usize).enumerate() {
+        let index = first + i as u64;
+        let start = index * esz;
+        let from = offset.max(start) - start;
+        let to = end.min(start + esz) - start;
+        let covered = (from..to).fold(0u8, |mask, b| mask | 1 << b);
+        let written = kept.get(&index).map_or(0, |p| p.written) | covered;
+        if u32::from(written) == (1u32 << esz) - 1 {
+            kept.remove(&index);
+        } else {
+            kept.insert(
+                index,
+                Partial {
+                    raw: element.to_vec(),
+                    written,
+                },
+            );
+        }
+    }
+}
+
+/// The quantization of `var` and the fill value it leaves alone, as netcdf-c quantizes every
 /// write to a variable whose attributes ask for it (and `put` does). A `data` file is written
 /// in pieces the kernel cuts as it likes, so BitGroom alternates along the element's position
 /// in the file: the values are those of one netcdf-c write of the whole variable. A setting
 /// `put` refuses refuses the write.
-fn quantize(ds: &Dataset, var: VarId, first: u64, buf: &mut [u8]) -> Result<()> {
+fn quantization(ds: &Dataset, var: VarId) -> Result<Option<(Quantize, Option<Vec<u8>>)>> {
     let v = ds.var(var);
     let setting = Quantize::of_variable(v)
         .map_err(|e| Error::Invalid(format!("{}: {e}", ds.var_fqn(var))))?;
-    if let Some(q) = setting {
-        let fill = v
-            .attr("_FillValue")
-            .and_then(|a| crate::meta::fill_from_attr(&a.value, v.nctype, v.element_size()));
-        q.apply_at(v.nctype, buf, fill.as_deref(), first);
-    }
-    Ok(())
+    Ok(setting.map(|q| (q, crate::meta::quantize_fill(ds, var))))
 }
 
-/// Refuses to make `value` the attribute `name` of `target` (replacing the attribute
-/// `renamed_from` too, for a rename) when the variable would then ask for a quantization that
-/// `gen` and `put` refuse ([`Quantize::of_variable`]: a type other than float and double, a
-/// precision out of range, not one integer, two settings), which would leave every later
-/// `put` to the variable refused. Other attributes are not looked at: a dataset that already
-/// holds such a setting may still change them.
-pub fn check_quantize_attr(
+/// The value to store as attribute `name` of `target` for `value` (replacing the attribute
+/// `renamed_from` too, for a rename): `value` itself, except that a quantization attribute is
+/// stored as netcdf-c's `nc_def_var_quantize` and `gen` store it, one `int` (`3s` written to
+/// the file becomes `3`: the attribute is stored untyped, which reads back as `int`, and the
+/// mount must not show another type meanwhile). Refused when the variable would then ask for
+/// a quantization that `gen` and `put` refuse ([`Quantize::of_variable`]: a type other than
+/// float and double, a precision out of range, not one integer, two settings), which would
+/// leave every later `put` to the variable refused. Other attributes are not looked at: a
+/// dataset that already holds such a setting may still change them.
+pub fn quantize_attr_value(
     ds: &Dataset,
     target: AttrTarget,
     name: &str,
-    value: &AttrValue,
+    value: AttrValue,
     renamed_from: Option<&str>,
-) -> Result<()> {
+) -> Result<AttrValue> {
     let AttrTarget::Var(v) = target else {
-        return Ok(());
+        return Ok(value);
     };
     if QuantizeMode::from_attribute(name).is_none() {
-        return Ok(());
+        return Ok(value);
     }
     let mut var = ds.var(v).clone();
     var.attrs
         .retain(|a| a.name != name && Some(a.name.as_str()) != renamed_from);
     var.attrs.push(Attribute {
         name: name.to_string(),
-        value: value.clone(),
+        value,
     });
-    Quantize::of_variable(&var)
-        .map(|_| ())
-        .map_err(|e| Error::Invalid(format!("{}: {e}", ds.var_fqn(v))))
+    match Quantize::of_variable(&var) {
+        Ok(Some(q)) => Ok(q.attribute_value()),
+        Ok(None) => unreachable!("the variable has the quantization attribute {name}"),
+        Err(e) => Err(Error::Invalid(format!("{}: {e}", ds.var_fqn(v)))),
+    }
 }
 
 /// The dimension a write past the end of `var`'s `data` file grows: its first, when that is
@@ -248,21 +342,26 @@ pub fn why_fixed_size(ds: &Dataset, var: VarId) -> String {
 
 /// The whole elements that `data`, written at byte `offset` of `var`'s `data` file, touches
 /// (C order, from element `offset / element_size`): `data` itself, with the bytes of an element
-/// it covers only in part taken from what the element reads now, or from the fill value when
-/// it lies past `shape` (in records the write is about to add).
+/// it covers only in part taken from the bytes `kept` for it (see [`PartialElements`]), or
+/// else from what the element reads now, or from the fill value when it lies past `shape` (in
+/// records the write is about to add).
 fn merge_partial_elements(
     w: &DatasetWriter,
     var: VarId,
     shape: &[u64],
     offset: u64,
     data: &[u8],
+    kept: Option<&BTreeMap<u64, Partial>>,
 ) -> Result<Vec<u8>> {
     let esz = w.model().var(var).element_size() as u64;
     let end = offset + data.len() as u64;
     let (e0, e1) = (offset / esz, end.div_ceil(esz));
     let elements: u64 = shape.iter().product();
     let current = |index: u64, out: &mut [u8]| -> Result<()> {
-        if index < elements {
+        if let Some(p) = kept.and_then(|k| k.get(&index)) {
+            out.copy_from_slice(&p.raw);
+            Ok(())
+        } else if index < elements {
             let slab = element_range_slabs(shape, index, index + 1)
                 .pop()
                 .unwrap_or_else(|| Hyperslab::whole(&[]));
@@ -662,16 +761,26 @@ mod tests {
             .flat_map(|x| x.to_ne_bytes())
             .collect();
         // 4 elements: one record and a third of the next, which is then filled.
-        assert_eq!(write_data(&mut w, v, 0, &bytes).unwrap(), 16);
+        assert_eq!(
+            write_data(&mut w, v, 0, &bytes, &PartialElements::default()).unwrap(),
+            16
+        );
         assert_eq!(w.model().var_shape(v), vec![2, 3]);
         assert_eq!(ints(&w, v), vec![1, 2, 3, 4, FILL, FILL]);
         // Two bytes into element 4, then its other two bytes.
         let five = 5i32.to_ne_bytes();
-        write_data(&mut w, v, 16, &five[..2]).unwrap();
-        write_data(&mut w, v, 18, &five[2..]).unwrap();
+        write_data(&mut w, v, 16, &five[..2], &PartialElements::default()).unwrap();
+        write_data(&mut w, v, 18, &five[2..], &PartialElements::default()).unwrap();
         assert_eq!(ints(&w, v)[4], 5);
         // A write past the end leaves a hole of fill.
-        write_data(&mut w, v, 3 * 12 + 4, &9i32.to_ne_bytes()).unwrap();
+        write_data(
+            &mut w,
+            v,
+            3 * 12 + 4,
+            &9i32.to_ne_bytes(),
+            &PartialElements::default(),
+        )
+        .unwrap();
         assert_eq!(w.model().var_shape(v), vec![4, 3]);
         assert_eq!(ints(&w, v)[6..], [FILL, FILL, FILL, FILL, 9, FILL]);
     }
@@ -697,16 +806,22 @@ mod tests {
         let s = w
             .add_var(Dataset::ROOT, "s", NcType::String, &[t], var_opts)
             .unwrap();
-        assert_eq!(write_data(&mut w, s, 0, b"abcd").unwrap(), 4);
+        assert_eq!(
+            write_data(&mut w, s, 0, b"abcd", &PartialElements::default()).unwrap(),
+            4
+        );
         // Half of a new element, whose text (with the fill after it) is not UTF-8.
-        let refused = write_data(&mut w, s, 4, b"a\xff");
+        let refused = write_data(&mut w, s, 4, b"a\xff", &PartialElements::default());
         assert!(
             matches!(refused, Err(Error::Unrepresentable(_))),
             "{refused:?}"
         );
         assert_eq!(w.model().var_shape(s), vec![1]);
         // Half of a new element that is text grows the variable by that element.
-        assert_eq!(write_data(&mut w, s, 4, b"ef").unwrap(), 2);
+        assert_eq!(
+            write_data(&mut w, s, 4, b"ef", &PartialElements::default()).unwrap(),
+            2
+        );
         assert_eq!(w.model().var_shape(s), vec![2]);
     }
 
@@ -714,8 +829,21 @@ mod tests {
     fn fixed_variables_take_what_fits() {
         let dir = tempfile::tempdir().unwrap();
         let (mut w, _, f) = writer(&dir.path().join("ds"));
-        assert_eq!(write_data(&mut w, f, 4, &[1, 0, 2, 0, 3, 0]).unwrap(), 2);
-        assert_eq!(write_data(&mut w, f, 6, &[1]).unwrap(), 0);
+        assert_eq!(
+            write_data(
+                &mut w,
+                f,
+                4,
+                &[1, 0, 2, 0, 3, 0],
+                &PartialElements::default()
+            )
+            .unwrap(),
+            2
+        );
+        assert_eq!(
+            write_data(&mut w, f, 6, &[1], &PartialElements::default()).unwrap(),
+            0
+        );
         let mut out = [0u8; 6];
         w.read(f, &Hyperslab::whole(&[3]), &mut out).unwrap();
         assert_eq!(&out[4..], &[1, 0]);
@@ -754,22 +882,148 @@ mod tests {
         w.write(square, &Hyperslab::whole(&[2, 2]), &values)
             .unwrap();
         // An append would be stored at element (1, 1) of the 3 × 3 layout: refused.
-        assert_eq!(write_data(&mut w, square, 16, &values[..8]).unwrap(), 0);
+        assert_eq!(
+            write_data(
+                &mut w,
+                square,
+                16,
+                &values[..8],
+                &PartialElements::default()
+            )
+            .unwrap(),
+            0
+        );
         assert!(why_fixed_size(w.model(), square).contains("dimension r again"));
         // A write across the end takes what fits, as for a fixed-size variable.
-        assert_eq!(write_data(&mut w, square, 8, &values).unwrap(), 8);
+        assert_eq!(
+            write_data(&mut w, square, 8, &values, &PartialElements::default()).unwrap(),
+            8
+        );
         assert_eq!(ints(&w, square), vec![1, 2, 1, 2]);
         // Records added through another variable keep every value at its index.
-        assert_eq!(write_data(&mut w, record, 8, &values[..4]).unwrap(), 4);
+        assert_eq!(
+            write_data(&mut w, record, 8, &values[..4], &PartialElements::default()).unwrap(),
+            4
+        );
         assert_eq!(
             ints(&w, square),
             vec![1, 2, FILL, 1, 2, FILL, FILL, FILL, FILL]
         );
         // Another unlimited dimension later in the shape does not grow with the first.
         assert_eq!(
-            write_data(&mut w, other_unlimited, 24, &values[..8]).unwrap(),
+            write_data(
+                &mut w,
+                other_unlimited,
+                24,
+                &values[..8],
+                &PartialElements::default()
+            )
+            .unwrap(),
             8
         );
         assert_eq!(w.model().var_shape(other_unlimited), vec![4, 2]);
+    }
+
+    /// A writer over a temporary directory with a variable of type `t` and `n` elements,
+    /// quantized by attribute `name` = `precision`.
+    fn quantized(
+        dir: &std::path::Path,
+        t: NcType,
+        n: u64,
+        name: &str,
+        precision: i32,
+    ) -> (DatasetWriter, VarId) {
+        let loc = Location::parse(format!("file://{}#mode=nczarr,file", dir.display())).unwrap();
+        let mut w = DatasetWriter::create(&loc, CreateOptions::default()).unwrap();
+        let x = w.add_dim(Dataset::ROOT, "x", n, false).unwrap();
+        let v = w
+            .add_var(Dataset::ROOT, "v", t, &[x], VarOptions::default())
+            .unwrap();
+        w.put_attr(AttrTarget::Var(v), name, AttrValue::Int(vec![precision]))
+            .unwrap();
+        (w, v)
+    }
+
+    fn stored(w: &DatasetWriter, v: VarId) -> Vec<u8> {
+        let shape = w.model().var_shape(v);
+        let mut out = vec![0u8; shape[0] as usize * w.model().var(v).element_size()];
+        w.read(v, &Hyperslab::whole(&shape), &mut out).unwrap();
+        out
+    }
+
+    /// `dd bs=3` of the doubles 1.5 and 0 into a variable BitGroom-quantized to 3 digits: 1.5
+    /// has no bits below the kept ones, and a zero is left alone, so both are stored as they
+    /// are. Merged with the first piece already quantized, the zero became a tiny number.
+    #[test]
+    fn an_element_written_in_pieces_is_quantized_from_its_own_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let name = QuantizeMode::BitGroom.attribute();
+        let (mut w, v) = quantized(&dir.path().join("ds"), NcType::Double, 2, name, 3);
+        let bytes: Vec<u8> = [1.5f64, 0.0].iter().flat_map(|x| x.to_ne_bytes()).collect();
+        let partial = PartialElements::default();
+        for (i, piece) in bytes.chunks(3).enumerate() {
+            write_data(&mut w, v, i as u64 * 3, piece, &partial).unwrap();
+        }
+        assert_eq!(stored(&w, v), bytes);
+        assert!(partial.lock().is_empty());
+    }
+
+    /// Pieces cut at any byte, written in any order, store what one write of the whole array
+    /// stores, in every mode and for both types.
+    #[test]
+    fn pieces_in_any_order_are_quantized_as_one_write() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for (t, esz) in [(NcType::Float, 4u64), (NcType::Double, 8)] {
+            for mode in QuantizeMode::ALL {
+                let precision = if mode == QuantizeMode::BitRound { 9 } else { 3 };
+                let n = 40u64;
+                let values: Vec<u8> = (0..n)
+                    .flat_map(|i| {
+                        let x = (i as f64 - 17.3) * 91.7309 + if i % 7 == 0 { 0.0 } else { 0.123 };
+                        let x = if i % 11 == 0 { 0.0 } else { x };
+                        match t {
+                            NcType::Float => (x as f32).to_ne_bytes().to_vec(),
+                            _ => x.to_ne_bytes().to_vec(),
+                        }
+                    })
+                    .collect();
+                let mut want = values.clone();
+                Quantize::new(mode, precision.into(), t)
+                    .unwrap()
+                    .apply(t, &mut want, None);
+                for shuffled in [false, true] {
+                    let dir = tempfile::tempdir().unwrap();
+                    let (mut w, v) =
+                        quantized(&dir.path().join("ds"), t, n, mode.attribute(), precision);
+                    let mut cuts: Vec<u64> = (0..30).map(|_| 1 + next(n * esz - 1)).collect();
+                    cuts.extend([0, n * esz]);
+                    cuts.sort_unstable();
+                    cuts.dedup();
+                    let mut pieces: Vec<(u64, u64)> =
+                        cuts.windows(2).map(|c| (c[0], c[1])).collect();
+                    if shuffled {
+                        for i in (1..pieces.len()).rev() {
+                            pieces.swap(i, next(i as u64 + 1) as usize);
+                        }
+                    }
+                    let partial = PartialElements::default();
+                    for (a, b) in pieces {
+                        let piece = &values[a as usize..b as usize];
+                        assert_eq!(
+                            write_data(&mut w, v, a, piece, &partial).unwrap(),
+                            piece.len()
+                        );
+                    }
+                    assert_eq!(stored(&w, v), want, "{t:?} {mode:?} shuffled: {shuffled}");
+                    assert!(partial.lock().is_empty());
+                }
+            }
+        }
     }
 }

@@ -17,6 +17,23 @@ mod fill;
 pub mod json;
 /// A `_FillValue` attribute as one native element of a variable, if it fits its type.
 pub(crate) use fill::from_attr as fill_from_attr;
+
+/// The fill value quantization leaves alone in `var` of `ds` (one native element; `None` for
+/// netCDF's default): its `_FillValue` attribute, or else, in pure Zarr, the array's own fill
+/// value, which netcdf-c takes as the variable's fill where no attribute gives one
+/// (`nc_inq_var_fill` of an array xarray or zarr-python wrote with `fill_value: -999` and no
+/// `_FillValue` gives -999), so that the elements missing there stay missing. An NCZarr
+/// array's `fill_value` without the attribute is netcdf-c's default fill, which it writes
+/// rounded (`9.96921e+36`): the exact default is the one left alone, as netcdf-c leaves it
+/// in HDF5 files and in the session that created the variable.
+pub fn quantize_fill(ds: &Dataset, var: VarId) -> Option<Vec<u8>> {
+    let v = ds.var(var);
+    match v.attr("_FillValue") {
+        Some(a) => fill::from_attr(&a.value, v.nctype, v.element_size()),
+        None if ds.provenance.nczarr_major == 0 => v.storage.fill_value.clone(),
+        None => None,
+    }
+}
 pub mod stored;
 pub(crate) mod v3;
 pub mod writer;

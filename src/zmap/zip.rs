@@ -275,6 +275,28 @@ impl ZipMap {
         }
     }
 
+    /// The error of a failed read of archived entry `key` (`e`), where `identity` is the
+    /// archive indexed: [`ZipMap::unchanged_since_read`]'s when another program has since
+    /// replaced, removed or rewritten the archive in place (the index's offsets then point at
+    /// other bytes, which is why the read failed), so that the cause is told rather than a
+    /// bad local header. Checked only once a read failed: a read that succeeds costs no stat.
+    fn archived_read_error(
+        &self,
+        identity: Option<FileIdentity>,
+        key: &str,
+        e: &dyn std::fmt::Display,
+    ) -> Error {
+        let changed = identity.and_then(|read| {
+            super::through_links(&self.path)
+                .and_then(|target| self.unchanged_since_read(&target, read))
+                .err()
+        });
+        match changed {
+            Some(busy @ Error::Busy(_)) => busy,
+            _ => self.read_error(key, e),
+        }
+    }
+
     /// [`ZMap::get`] of an object that may have at most `limit` bytes
     /// ([`Error::MetadataTooLarge`] otherwise): an archived entry is refused by its declared
     /// size, before anything is inflated.
@@ -285,8 +307,10 @@ impl ZipMap {
             archive,
             objects,
             spill,
+            identity,
             ..
         } = &mut *state;
+        let identity = *identity;
         let too_large = |size: u64| super::metadata_too_large(key, Some(size), limit);
         let index = match objects.get(key) {
             None => return Ok(None),
@@ -301,7 +325,7 @@ impl ZipMap {
                 return changed_bytes(spill, changed).map_err(|e| self.read_error(key, &e))
             }
         };
-        let storage_err = |e: &dyn std::fmt::Display| self.read_error(key, e);
+        let storage_err = |e: &dyn std::fmt::Display| self.archived_read_error(identity, key, e);
         let why = match open_entry(archive, index) {
             Ok((_, declared)) if declared > limit => return Err(too_large(declared)),
             Ok((mut entry, declared)) => {
@@ -1047,8 +1071,10 @@ impl ZMap for ZipMap {
             archive,
             objects,
             spill,
+            identity,
             ..
         } = &mut *state;
+        let identity = *identity;
         let index = match objects.get(key) {
             None => return Ok(None),
             Some(Source::Local(bytes)) => {
@@ -1069,7 +1095,7 @@ impl ZMap for ZipMap {
             }
             Some(Source::Archived(index)) => *index,
         };
-        let storage_err = |e: &dyn std::fmt::Display| self.read_error(key, e);
+        let storage_err = |e: &dyn std::fmt::Display| self.archived_read_error(identity, key, e);
         let why = match open_entry(archive, index) {
             Ok((mut entry, declared)) => {
                 if declared != out.len() as u64 {
