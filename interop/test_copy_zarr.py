@@ -417,3 +417,48 @@ def test_char_text_that_is_not_utf8_is_refused_in_pure_zarr(nczarrfs, tmp_path, 
     assert ('attribute "_FillValue" of variable /c in pure Zarr: its text is not UTF-8 '
             "(byte 0xFF at offset 0)") in err, err
     assert not dst.exists()
+
+
+def test_netcdf_c_writes_no_zarr_v3(tmp_path):
+    """netcdf-c 4.10.1's `mode=nczarr,v3` writes Zarr v2 (`.zgroup`, no `zarr.json`): there is
+    no netcdf-c spelling of char bytes in NCZarr on Zarr v3 to follow."""
+    src = tmp_path / "c.file"
+    with netCDF4.Dataset(f"file://{src}#mode=nczarr,v3,file", "w") as nc:
+        nc.createDimension("x", 2)
+        nc.createVariable("c", "S1", ("x",)).setncattr("w", b"a\xffb")
+    assert (src / ".zgroup").exists()
+    assert not (src / "zarr.json").exists()
+    assert b'"w": "a\xffb"' in (src / "c" / ".zattrs").read_bytes()
+
+
+@pytest.mark.parametrize("command", ["copy", "gen"])
+def test_char_text_that_is_not_utf8_is_refused_in_nczarr_v3(nczarrfs, tmp_path, command):
+    """NCZarr on Zarr v3 is read by zarr-python 3 (netcdf-c reads no Zarr v3), which fails on a
+    `zarr.json` that is not UTF-8: char text that is not is refused, naming the attribute, and
+    nothing is written. A char `_FillValue` of such a byte is the array's number `fill_value`,
+    which zarr-python reads."""
+    cdl = tmp_path / "r.cdl"
+    cdl.write_text('netcdf r {\ndimensions:\n  x = 2 ;\nvariables:\n  char c(x) ;\n'
+                   '    c:_FillValue = "\\377" ;\n    c:u = "caf\\303\\251" ;\n'
+                   '    c:w = "a\\377b" ;\ndata:\n  c = "a" ;\n}\n')
+    src = tmp_path / "r.file"
+    made = nczarrfs("gen", "-o", str(src), str(cdl))
+    assert made.returncode == 0, made.stderr.decode()
+    dst = tmp_path / "t.zarr"
+    if command == "copy":
+        res = nczarrfs("copy", "-k", "nczarr,v3", str(src), str(dst))
+    else:
+        res = nczarrfs("gen", "-k", "nczarr,v3", "-o", str(dst), str(cdl))
+    err = res.stderr.decode()
+    assert res.returncode == 1, err
+    assert ('attribute "w" of variable /c in NCZarr on Zarr v3: its text is not UTF-8 '
+            "(byte 0xFF at offset 1)") in err, err
+    assert not dst.exists()
+
+    cdl.write_text(cdl.read_text().replace('    c:w = "a\\377b" ;\n', ""))
+    made = nczarrfs("gen", "-k", "nczarr,v3", "-o", str(dst), str(cdl))
+    assert made.returncode == 0, made.stderr.decode()
+    c = zarr.open_group(str(dst), mode="r")["c"]
+    assert c.fill_value == 255
+    assert c.attrs["u"] == "café"
+    assert c[:].tolist() == [ord("a"), 255]

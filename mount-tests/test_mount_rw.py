@@ -1567,3 +1567,31 @@ def test_a_quantization_attribute_written_as_short_is_stored_and_shown_as_int(mo
     with netCDF4.Dataset(url) as ds:
         assert ds["v"].quantization() == (3, "BitGroom")
         assert ds["v"].getncattr(attr).dtype == np.int32
+
+
+def test_char_text_that_is_not_utf8_is_refused_in_nczarr_v3(mounter, tmp_path):
+    """A char attribute written through `@attributes` whose bytes are not UTF-8 cannot go into
+    NCZarr on Zarr v3's `zarr.json` (zarr-python 3 cannot open such a file, and netcdf-c reads
+    no Zarr v3): its close fails with ENOTSUP, the log names it, and the store is left as it
+    was, which zarr-python reads."""
+    import zarr
+
+    cdl = tmp_path / "c.cdl"
+    cdl.write_text('netcdf c {\ndimensions:\n  x = 2 ;\nvariables:\n  char c(x) ;\n'
+                   '    c:u = "caf\\303\\251" ;\ndata:\n  c = "a" ;\n}\n')
+    store = tmp_path / "c.zarr"
+    r = mounter.run("gen", "-k", "nczarr,v3", "-o", str(store), str(cdl))
+    assert r.returncode == 0, r.stderr
+    before = (store / "c" / "zarr.json").read_bytes()
+    log = tmp_path / "mount.log"
+    mnt = mounter.mount(str(store), "rw", log=log)
+    fd = os.open(mnt / "c" / "@attributes" / "w", os.O_WRONLY | os.O_CREAT, 0o644)
+    os.write(fd, b"a\xffb")
+    with pytest.raises(OSError) as err:
+        os.close(fd)
+    assert err.value.errno == errno.ENOTSUP
+    assert ('attribute "w" of variable /c in NCZarr on Zarr v3: its text is not UTF-8 '
+            "(byte 0xFF at offset 1)") in log.read_text()
+    umount_and_wait(mnt)
+    assert (store / "c" / "zarr.json").read_bytes() == before
+    assert dict(zarr.open_group(str(store), mode="r")["c"].attrs)["u"] == "café"

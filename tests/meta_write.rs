@@ -594,3 +594,55 @@ fn char_text_that_is_not_utf8_is_refused_in_pure_zarr_only() {
         "{e}"
     );
 }
+
+/// NCZarr on Zarr v3 has no netcdf-c to write or read it (4.10.1's `mode=nczarr,v3` writes Zarr
+/// v2, and opens no `zarr.json`), and zarr-python 3 fails on a `zarr.json` that is not UTF-8
+/// ("'utf-8' codec can't decode byte 0xff"). So char text that is not UTF-8 is refused there
+/// as in pure Zarr, naming the attribute, before anything is stored; a char `_FillValue` is the
+/// array's `fill_value`, the number 255 for the byte 0xFF, and needs no JSON text.
+#[test]
+fn char_text_that_is_not_utf8_is_refused_in_nczarr_v3() {
+    use nczarrfs::meta::writer_v3;
+    let mut ds = Dataset::new();
+    let x = ds.add_dim(Dataset::ROOT, "x", 2, false);
+    let mut c = var("c", Dataset::ROOT, NcType::Char, vec![x]);
+    c.storage.fill_value = Some(vec![0xff]);
+    c.attrs = vec![
+        attr("_FillValue", AttrValue::Char(vec![0xff])),
+        attr("ok", AttrValue::Char("café".as_bytes().to_vec())),
+    ];
+    ds.add_var(c);
+    let opts = WriteOptions {
+        dialect: Dialect::NcZarr,
+        ..WriteOptions::default()
+    };
+    let map = TestMap::default();
+    writer_v3::write_metadata(&map, &ds, &opts).unwrap();
+    let node = map.get("c/zarr.json").unwrap().unwrap();
+    let node: Value = serde_json::from_slice(&node).unwrap();
+    assert_eq!(node["fill_value"], json!(255));
+    assert_eq!(node["attributes"]["ok"], json!("café"));
+
+    ds.vars[0]
+        .attrs
+        .push(attr("w", AttrValue::Char(b"a\xffb".to_vec())));
+    let map = TestMap::default();
+    let e = writer_v3::write_metadata(&map, &ds, &opts)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(r#"attribute "w" of variable /c in NCZarr on Zarr v3: its text is not UTF-8 (byte 0xFF at offset 1)"#),
+        "{e}"
+    );
+    assert!(map.0.lock().unwrap().is_empty());
+
+    ds.vars[0].attrs.pop();
+    ds.groups[0].attrs = vec![attr("g", AttrValue::Char(b"\xfe".to_vec()))];
+    let e = writer_v3::write_metadata(&TestMap::default(), &ds, &opts)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(r#"attribute "g" of group / in NCZarr on Zarr v3: its text is not UTF-8 (byte 0xFE at offset 0)"#),
+        "{e}"
+    );
+}

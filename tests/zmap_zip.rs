@@ -940,10 +940,8 @@ fn unflagged_utf8_names_are_read_as_utf8_and_kept_by_a_rewrite() {
     map.flush().unwrap();
     drop(map);
 
-    // A rewrite writes the folder's entry and the objects; the directory entries inside the
-    // folder go (the keys imply them).
+    // A rewrite keeps every entry, the directory entries with their names' bytes too.
     let mut kept = before;
-    kept.retain(|n| !n.ends_with(b"/") || n == b"u.file/");
     kept.push(b"u.file/.zattrs".to_vec());
     kept.sort();
     let mut after = raw_names(&path);
@@ -1167,5 +1165,93 @@ fn an_archive_cut_in_its_end_record_is_told_as_truncated() {
             );
         }
         other => panic!("expected NotZarr, got {other:?}"),
+    }
+}
+
+/// The entry names `unzip -Z1` lists, in the archive's order.
+fn unzip_names(path: &Path) -> Vec<String> {
+    let out = std::process::Command::new("unzip")
+        .arg("-Z1")
+        .arg(path)
+        .output()
+        .expect("unzip (Debian package unzip) must be installed");
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// Info-ZIP's `zip -r` writes a `name/` entry for every directory. A rewrite keeps them, each
+/// before the entries below it, an empty one included; those of a deleted key go, and so do
+/// those whose every object was deleted one by one (a variable deleted object by object).
+#[test]
+fn a_rewrite_keeps_directory_entries_less_those_of_deleted_keys() {
+    for folder in ["", "ds.file/"] {
+        let dir = tempfile::tempdir().unwrap();
+        let ds = dir.path().join("ds.file");
+        for d in ["a", "b/sub", "c", "empty", "g/empty2"] {
+            std::fs::create_dir_all(ds.join(d)).unwrap();
+        }
+        // A root holding only `.zgroup` behind a directory entry is netcdf-c's folder layout.
+        for f in [".zgroup", ".zattrs"] {
+            std::fs::write(ds.join(f), br#"{"zarr_format": 2}"#).unwrap();
+        }
+        for f in [
+            "a/.zarray",
+            "a/0",
+            "b/.zarray",
+            "b/sub/x",
+            "c/.zarray",
+            "c/0",
+        ] {
+            std::fs::write(ds.join(f), b"{}").unwrap();
+        }
+        let path = dir.path().join("ds.zip");
+        match folder {
+            "" => info_zip(&ds, &path, &[".".as_ref()]),
+            _ => info_zip(dir.path(), &path, &["ds.file".as_ref()]),
+        }
+        let before = unzip_names(&path);
+        for d in ["a/", "b/", "b/sub/", "c/", "empty/", "g/", "g/empty2/"] {
+            assert!(before.contains(&format!("{folder}{d}")), "{before:?}");
+        }
+
+        let map = ZipMap::open(&path, true).unwrap();
+        map.claim_writer().unwrap();
+        map.put("a/1", b"new").unwrap();
+        map.delete("b").unwrap();
+        map.delete("c/.zarray").unwrap();
+        map.delete("c/0").unwrap();
+        map.delete("g").unwrap();
+        map.flush().unwrap();
+        drop(map);
+
+        let expected: Vec<String> = [
+            ".zattrs",
+            ".zgroup",
+            "a/",
+            "a/.zarray",
+            "a/0",
+            "a/1",
+            "empty/",
+        ]
+        .iter()
+        .map(|n| format!("{folder}{n}"))
+        .collect();
+        let after = unzip_names(&path);
+        match folder {
+            "" => assert_eq!(after, expected),
+            _ => assert_eq!(after[1..], expected[..], "{after:?}"),
+        }
+        let test = std::process::Command::new("unzip")
+            .arg("-tq")
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(test.status.success(), "{test:?}");
+        let reread = ZipMap::open(&path, false).unwrap();
+        assert_eq!(reread.get("a/1").unwrap().as_deref(), Some(&b"new"[..]));
     }
 }

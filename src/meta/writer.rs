@@ -303,7 +303,7 @@ pub fn metadata_objects(ds: &Dataset, opts: &WriteOptions) -> Result<Vec<(String
         if opts.xarray {
             check_dimension_names_hold(ds, "_ARRAY_DIMENSIONS")?;
         }
-        check_text_is_utf8(ds)?;
+        check_text_is_utf8(ds, Utf8Text::PureZarr)?;
     }
     let mut out = Vec::new();
     for g in ds.groups_preorder() {
@@ -396,32 +396,70 @@ pub(crate) fn check_dimension_names_hold(ds: &Dataset, field: &str) -> Result<()
     Ok(())
 }
 
-/// Refuses, for pure Zarr, a char attribute whose text is not UTF-8. JSON holds text, which
-/// zarr-python and xarray decode as UTF-8: they cannot open a store holding other bytes (as
-/// netcdf-c's `mode=zarr` writes them, raw), and no valid spelling of them reads back as the
-/// same bytes (`\u00ff` is the character ÿ, two bytes in UTF-8). NCZarr, whose reader is
-/// netcdf-c, keeps the bytes as netcdf-c writes them.
-pub(crate) fn check_text_is_utf8(ds: &Dataset) -> Result<()> {
+/// Metadata whose JSON must hold char text as UTF-8, for [`check_text_is_utf8`].
+///
+/// JSON holds text, which zarr-python and xarray decode as UTF-8: they cannot open a store
+/// holding other bytes (as netcdf-c's `mode=zarr` writes them, raw), and no valid spelling of
+/// them reads back as the same bytes (`\u00ff` is the character ÿ, two bytes in UTF-8). NCZarr
+/// on Zarr v2, whose reader is netcdf-c, keeps the bytes as netcdf-c writes them.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Utf8Text {
+    /// Pure Zarr, v2 or v3.
+    PureZarr,
+    /// NCZarr on Zarr v3, which netcdf-c 4.10.1 neither reads nor writes (its `mode=nczarr,v3`
+    /// writes Zarr v2), so zarr-python 3 is the other reader of `zarr.json`.
+    NcZarrV3,
+}
+
+/// Refuses a char attribute whose text is not UTF-8 where `target` holds UTF-8 only, naming
+/// it, before anything is stored. NCZarr on Zarr v3 keeps a variable's `_FillValue` in the
+/// array's `fill_value`, a number, so that attribute is not JSON text there.
+pub(crate) fn check_text_is_utf8(ds: &Dataset, target: Utf8Text) -> Result<()> {
     let owners = ds
         .groups_preorder()
         .into_iter()
-        .map(|g| (format!("group {}", ds.group_fqn(g)), &ds.group(g).attrs))
+        .map(|g| {
+            (
+                format!("group {}", ds.group_fqn(g)),
+                &ds.group(g).attrs,
+                false,
+            )
+        })
         .chain((0..ds.vars.len()).map(|v| {
-            let v = VarId(v);
-            (format!("variable {}", ds.var_fqn(v)), &ds.var(v).attrs)
+            let var = ds.var(VarId(v));
+            let fill_in_array = target == Utf8Text::NcZarrV3 && var.storage.fill_value.is_some();
+            (
+                format!("variable {}", ds.var_fqn(VarId(v))),
+                &var.attrs,
+                fill_in_array,
+            )
         }));
-    for (owner, attrs) in owners {
+    for (owner, attrs, fill_in_array) in owners {
         for a in attrs {
             let AttrValue::Char(bytes) = &a.value else {
                 continue;
             };
+            if fill_in_array && a.name == "_FillValue" {
+                continue;
+            }
             if let Err(e) = std::str::from_utf8(bytes) {
                 let at = e.valid_up_to();
+                let (in_what, readers) = match target {
+                    Utf8Text::PureZarr => (
+                        "pure Zarr",
+                        "Zarr's JSON metadata holds UTF-8 text only (zarr-python and xarray \
+                         cannot open a store holding other bytes)",
+                    ),
+                    Utf8Text::NcZarrV3 => (
+                        "NCZarr on Zarr v3",
+                        "zarr.json holds UTF-8 text only (zarr-python cannot open a store \
+                         holding other bytes, and netcdf-c writes no Zarr v3)",
+                    ),
+                };
                 return Err(Error::Unsupported(format!(
-                    "attribute {} of {owner} in pure Zarr: its text is not UTF-8 (byte \
-                     0x{:02X} at offset {at}), and Zarr's JSON metadata holds UTF-8 text only \
-                     (zarr-python and xarray cannot open a store holding other bytes); NCZarr \
-                     keeps such text, as netcdf-c writes it",
+                    "attribute {} of {owner} in {in_what}: its text is not UTF-8 (byte \
+                     0x{:02X} at offset {at}), and {readers}; NCZarr on Zarr v2 keeps such \
+                     text, as netcdf-c writes it",
                     crate::error::quoted(&a.name),
                     bytes[at],
                 )));

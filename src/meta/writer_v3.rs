@@ -27,7 +27,8 @@ use super::json::Json;
 use super::stored::{json_fingerprint, Rewrite, StoredMetadata, STORAGE_TRANSFORMERS};
 use super::writer::WriteOptions;
 use super::writer::{
-    attr_json, bare_floats, base64, default_dtype, f32_as_f64, float_json, Dialect,
+    attr_json, bare_floats, base64, check_text_is_utf8, default_dtype, f32_as_f64, float_json,
+    Dialect, Utf8Text,
 };
 use crate::error::quoted;
 use crate::model::{
@@ -187,7 +188,9 @@ fn keep_dimension_names(node: &mut Map<String, Value>, old: &Json) {
 pub fn metadata_objects(ds: &Dataset, opts: &WriteOptions) -> Result<Vec<(String, Value)>> {
     if opts.dialect == Dialect::Zarr {
         super::writer::check_dimension_names_hold(ds, "dimension_names")?;
-        super::writer::check_text_is_utf8(ds)?;
+        check_text_is_utf8(ds, Utf8Text::PureZarr)?;
+    } else {
+        check_text_is_utf8(ds, Utf8Text::NcZarrV3)?;
     }
     let mut out = Vec::new();
     for g in ds.groups_preorder() {

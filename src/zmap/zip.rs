@@ -91,6 +91,11 @@ struct State {
     file: Option<File>,
     /// Every content-bearing key (relative to `folder`) and where its bytes are.
     objects: BTreeMap<String, Source>,
+    /// The directory entries under `folder` (`zip -r` and Python's `zipfile` write them), by
+    /// their names relative to it with the trailing `/`: their entry numbers, and whether
+    /// objects were below them. A rewrite keeps them, less those of deleted keys and those
+    /// whose objects are all gone (a group or variable deleted one object at a time).
+    dirs: BTreeMap<String, (usize, bool)>,
     /// Entries beside the dataset's folder (a README next to it), with their names: kept as
     /// they are.
     outside: Vec<(usize, String)>,
@@ -223,6 +228,7 @@ impl ZipMap {
                 archive: None,
                 file: None,
                 objects: BTreeMap::new(),
+                dirs: BTreeMap::new(),
                 outside: Vec::new(),
                 inexact_name: None,
                 dirty: false,
@@ -429,6 +435,7 @@ impl ZipMap {
         meta: &fs::Metadata,
     ) {
         state.objects = index_objects(entries, &self.folder);
+        state.dirs = index_dirs(entries, &self.folder, &state.objects);
         state.outside = outside_entries(entries, &self.folder);
         state.inexact_name = inexact_name(entries);
         state.archive = Some(archive);
@@ -466,6 +473,7 @@ impl ZipMap {
 
     /// Writes the whole archive to `file`, new at `temp`: the dataset folder's entry first
     /// (netcdf-c names the dataset after the first entry), then every object in key order,
+    /// each directory entry kept just before the objects below it (where `zip -r` puts it),
     /// then the entries beside the folder as they were, and the archive's comment. The new
     /// archive takes the mode and owner of the `old` one's file. Returns `file`, synced.
     fn write_archive(
@@ -509,11 +517,29 @@ impl ZipMap {
         let State {
             archive,
             objects,
+            dirs,
             outside,
             spill,
             ..
         } = state;
+        let mut dirs = dirs.iter().peekable();
+        let copy_dir = |archive: &mut Option<ZipArchive<File>>,
+                        writer: &mut ZipWriter<TempArchive>,
+                        dir: &String,
+                        index: usize| {
+            let name = format!("{}{dir}", self.folder);
+            copy_raw(archive, writer, index, name).map_err(|e| storage_err(dir, e))
+        };
         for (key, source) in objects.iter() {
+            // A directory's name with its `/` sorts before every key below it, and those keys
+            // come right after it.
+            while let Some((dir, (index, had_objects))) =
+                dirs.next_if(|(dir, _)| dir.as_str() < key.as_str())
+            {
+                if key.starts_with(dir.as_str()) || !had_objects {
+                    copy_dir(archive, &mut writer, dir, *index)?;
+                }
+            }
             let name = format!("{}{key}", self.folder);
             match source {
                 Source::Archived(index) => {
@@ -548,6 +574,11 @@ impl ZipMap {
                         done += n;
                     }
                 }
+            }
+        }
+        for (dir, (index, had_objects)) in dirs {
+            if !had_objects {
+                copy_dir(archive, &mut writer, dir, *index)?;
             }
         }
         for (index, name) in outside.iter() {
@@ -1037,6 +1068,27 @@ fn inexact_name(entries: &[Entry]) -> Option<String> {
     entries.iter().find(|e| !e.exact).map(|e| e.name.clone())
 }
 
+/// The directory entries under `folder` (not its own), by their names relative to it with
+/// the trailing `/`, with their entry numbers and whether any of `objects` is below them.
+fn index_dirs(
+    entries: &[Entry],
+    folder: &str,
+    objects: &BTreeMap<String, Source>,
+) -> BTreeMap<String, (usize, bool)> {
+    entries
+        .iter()
+        .filter(|e| e.is_dir)
+        .filter_map(|e| {
+            let dir = format!("{}/", e.name.strip_prefix(folder)?);
+            let had_objects = objects
+                .range(dir.clone()..)
+                .next()
+                .is_some_and(|(k, _)| k.starts_with(dir.as_str()));
+            Some((dir, (e.index, had_objects)))
+        })
+        .collect()
+}
+
 /// The content-bearing objects under `folder`, keyed relative to it.
 fn index_objects(entries: &[Entry], folder: &str) -> BTreeMap<String, Source> {
     entries
@@ -1152,7 +1204,12 @@ impl ZMap for ZipMap {
             keep
         });
         state.held -= freed;
-        if state.objects.len() != before {
+        // The directory of a deleted group or variable goes with it.
+        let dirs_before = state.dirs.len();
+        state
+            .dirs
+            .retain(|dir, _| dir.strip_suffix('/') != Some(key) && !dir.starts_with(&below));
+        if state.objects.len() != before || state.dirs.len() != dirs_before {
             state.dirty = true;
         }
         Ok(())
@@ -1307,6 +1364,7 @@ impl ZMap for ZipMap {
             Ok(file) => file,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 state.objects.clear();
+                state.dirs.clear();
                 state.outside.clear();
                 state.inexact_name = None;
                 state.archive = None;
