@@ -157,10 +157,14 @@ fn byte_codecs(spec: &CodecSpec) -> Vec<&Value> {
             compressor,
         } => filters.iter().chain(compressor.iter()).collect(),
         CodecSpec::V3(codecs) => {
-            let chain = sharding_config(codecs)
-                .and_then(|c| c.get("codecs"))
-                .and_then(Value::as_array)
-                .map_or(&codecs[..], Vec::as_slice);
+            // A sharded array without inner codecs has `bytes` alone (zarr-python 3.1.6).
+            let chain = match sharding_config(codecs) {
+                Some(c) => c
+                    .get("codecs")
+                    .and_then(Value::as_array)
+                    .map_or(&[][..], Vec::as_slice),
+                None => &codecs[..],
+            };
             chain
                 .iter()
                 .filter(|c| !matches!(codec_name(c), "bytes" | "transpose" | "vlen-utf8"))

@@ -279,6 +279,9 @@ pub const NETCDF_CODECS: [&str; 7] = [
     "blosc",
 ];
 
+/// numcodecs' blosc `AUTOSHUFFLE`: bit-shuffle for 1-byte items, byte-shuffle otherwise.
+const AUTOSHUFFLE: i64 = -1;
+
 /// The compressors of numcodecs' blosc (c-blosc also has `snappy`, which numcodecs is built
 /// without, and netcdf-c refuses a dataset using it).
 pub const BLOSC_CNAMES: [&str; 5] = ["blosclz", "lz4", "lz4hc", "zlib", "zstd"];
@@ -288,7 +291,8 @@ pub const BLOSC_CNAMES: [&str; 5] = ["blosclz", "lz4", "lz4hc", "zlib", "zstd"];
 /// the type's becomes netcdf-c's `elementsize: 0` (netcdf-c shuffles by the type size
 /// whatever the metadata says, so it would decode other values), and on Zarr v2 a negative
 /// zstd level is stored as netcdf-c stores it ([`netcdf_c_zstd_level`]; netcdf-c refuses to
-/// open a dataset holding a negative number). On Zarr v3 (`zarr_version` 3), which netcdf-c
+/// open a dataset holding a negative number), and blosc's `AUTOSHUFFLE` as the shuffle it
+/// resolves to (netcdf-c compresses with none other than 0, 1 or 2). On Zarr v3 (`zarr_version` 3), which netcdf-c
 /// does not write, the level stays signed, the only form zarr-python 3 opens. Other codecs
 /// netcdf-c lacks are kept, with a warning naming the variable it will not read.
 /// `element_size` is what netcdf-c shuffles the variable by ([`netcdf_element_size`]).
@@ -346,6 +350,14 @@ pub(super) fn for_netcdf_c(
                 }
                 _ => Some(c),
             },
+            // netcdf-c's blosc hands the shuffle to c-blosc, which compresses with 0, 1 or 2
+            // only: numcodecs' AUTOSHUFFLE (a Zarr v3 blosc without a shuffle) is resolved
+            // as numcodecs resolves it.
+            "blosc" if int("shuffle") == Some(AUTOSHUFFLE) => {
+                let mut c = c.clone();
+                c["shuffle"] = json!(if element_size == 1 { 2 } else { 1 });
+                Some(c)
+            }
             id if !NETCDF_CODECS.contains(&id) => {
                 log::warn!("{fqn}: netcdf-c has no codec {id}, so it will not read this variable");
                 Some(c)

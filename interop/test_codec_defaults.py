@@ -1,0 +1,107 @@
+"""Codec parameters a configuration leaves out or spells unusually, against the tool whose
+reading decides what they mean: zarr-python 3 for a Zarr v3 `zarr.json` that `copy` turns
+into a Zarr v2 chain.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import warnings
+
+import netCDF4
+import numcodecs
+import numpy as np
+import pytest
+import zarr
+
+PLUGINS = os.path.join(os.path.dirname(netCDF4.__file__), "plugins")
+SHUFFLES = {"noshuffle": 0, "shuffle": 1, "bitshuffle": 2}
+
+
+@pytest.fixture(autouse=True)
+def _quiet(monkeypatch):
+    monkeypatch.setenv("HDF5_PLUGIN_PATH", PLUGINS)
+    warnings.filterwarnings("ignore", module="zarr")
+    warnings.filterwarnings("ignore", module="numcodecs")
+
+
+def _zarr_python_numcodecs(codec) -> dict:
+    """The numcodecs configuration zarr-python 3 compresses with for one of its opened v3
+    codecs (its `_gzip_codec`, `_zstd_codec`, `_blosc_codec` are built from these)."""
+    d = codec.to_dict()
+    cfg = d["configuration"]
+    if d["name"] == "gzip":
+        return {"id": "gzip", "level": cfg["level"]}
+    if d["name"] == "zstd":
+        return {"id": "zstd", "level": cfg["level"], "checksum": cfg["checksum"]}
+    assert d["name"] == "blosc", d
+    return {"id": "blosc", "cname": cfg["cname"], "clevel": cfg["clevel"],
+            "shuffle": SHUFFLES[cfg["shuffle"]], "blocksize": cfg["blocksize"],
+            "typesize": cfg["typesize"]}
+
+
+# (dtype, the v3 codec as zarr.json holds it: members left out, or null where zarr-python
+# takes null for "from the data type")
+V3_CODECS = [
+    ("<i4", {"name": "gzip", "configuration": {}}),
+    ("<f8", {"name": "zstd", "configuration": {}}),
+    ("<i4", {"name": "blosc", "configuration": {}}),
+    ("|u1", {"name": "blosc", "configuration": {}}),
+    ("|u1", {"name": "blosc", "configuration": {"cname": "lz4", "shuffle": None}}),
+    ("<i2", {"name": "blosc", "configuration": {"clevel": 2, "typesize": 2}}),
+]
+
+
+@pytest.mark.parametrize("mode", ["nczarr", "zarr"])
+@pytest.mark.parametrize("dtype, codec", V3_CODECS, ids=[f"{d}-{json.dumps(c)}"
+                                                          for d, c in V3_CODECS])
+def test_copy_from_zarr_v3_compresses_as_zarr_python(nczarrfs, tmp_path, mode, dtype, codec):
+    """zarr-python 3.1.6 fills what a v3 gzip, zstd or blosc configuration leaves out with
+    its own defaults (gzip 5, blosc zstd, a shuffle by the item size), not numcodecs'. A copy
+    to Zarr v2 must compress each chunk to the bytes zarr-python's codec makes of it."""
+    src = tmp_path / "s.zarr"
+    values = (np.arange(300) % 11).astype(dtype)
+    root = zarr.open_group(str(src), mode="w", zarr_format=3)
+    # Written with the codec (decoding needs none of its parameters), then edited.
+    compressor = {"gzip": zarr.codecs.GzipCodec, "zstd": zarr.codecs.ZstdCodec,
+                  "blosc": zarr.codecs.BloscCodec}[codec["name"]]()
+    root.create_array("v", shape=values.shape, chunks=(300,), dtype=dtype,
+                      compressors=compressor, dimension_names=["x"])[:] = values
+    meta_path = src / "v" / "zarr.json"
+    meta = json.loads(meta_path.read_text())
+    meta["codecs"] = [c for c in meta["codecs"] if c["name"] == "bytes"] + [codec]
+    meta_path.write_text(json.dumps(meta))
+    # The oracle: what zarr-python opens the edited array with, and reads from it.
+    opened = zarr.open_array(str(src / "v"), mode="r")
+    want = _zarr_python_numcodecs(opened.compressors[0])
+    assert opened[:].tolist() == values.tolist()
+    target = tmp_path / "t"
+    res = nczarrfs("copy", "-k", mode, str(src), str(target))
+    assert res.returncode == 0, res.stderr.decode()
+    zarray = json.loads((target / "v" / ".zarray").read_text())
+    ours = zarray["compressor"]
+    for key in ("level", "cname", "clevel", "blocksize"):
+        if key in want:
+            assert ours[key] == want[key], (key, ours, want)
+    if mode == "nczarr" and want["id"] == "gzip":
+        # netcdf-c has no gzip: NCZarr gets zlib, at the same level.
+        assert ours["id"] == "zlib"
+    else:
+        # numcodecs, as zarr-python 2 and 3 run it on a v2 chunk, compresses the chunk's
+        # values to the bytes zarr-python's v3 codec makes.
+        chunk = np.frombuffer(values.tobytes(), dtype=zarray["dtype"])
+        assert numcodecs.get_codec(dict(ours)).encode(chunk) == \
+            numcodecs.get_codec(dict(want)).encode(chunk)
+    read = zarr.open_array(str(target / "v"), mode="r")[:]
+    assert read.tolist() == values.tolist()
+    if mode == "nczarr":
+        assert ours.get("shuffle", 0) in (0, 1, 2), "netcdf-c compresses with 0, 1 or 2 only"
+        script = (f"import netCDF4\nwith netCDF4.Dataset('file://{target}#mode=nczarr,file') "
+                  f"as nc:\n    print(nc['v'][...].tolist())")
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                             timeout=60)
+        assert out.returncode == 0, out.stderr[-500:]
+        assert json.loads(out.stdout) == values.tolist()
