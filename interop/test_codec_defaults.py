@@ -1,10 +1,13 @@
 """Codec parameters a configuration leaves out or spells unusually, against the tool whose
 reading decides what they mean: zarr-python 3 for a Zarr v3 `zarr.json` that `copy` turns
-into a Zarr v2 chain.
+into a Zarr v2 chain, netcdf-c 4.10.1 (netCDF4-python and its libnetcdf through ctypes) for
+the float parameters `dump -s` reports.
 """
 
 from __future__ import annotations
 
+import ctypes
+import glob
 import json
 import os
 import subprocess
@@ -105,3 +108,54 @@ def test_copy_from_zarr_v3_compresses_as_zarr_python(nczarrfs, tmp_path, mode, d
                              timeout=60)
         assert out.returncode == 0, out.stderr[-500:]
         assert json.loads(out.stdout) == values.tolist()
+
+
+def _libnetcdf():
+    found = glob.glob(os.path.join(os.path.dirname(netCDF4.__file__), "..", "netcdf4.libs",
+                                   "libnetcdf*"))
+    assert found
+    return ctypes.CDLL(found[0])
+
+
+# Compressors as netcdf-c may have written them, numbers as floats or strings.
+FLOAT_CODECS = {
+    "b1": {"id": "blosc", "clevel": 5.0, "blocksize": 0, "cname": "lz4", "shuffle": 1},
+    "b2": {"id": "blosc", "clevel": 5.7, "blocksize": 64.0, "cname": "zstd", "shuffle": 2.0},
+    "b3": {"id": "blosc", "clevel": "6", "blocksize": "128", "cname": "lz4", "shuffle": "1"},
+    "z1": {"id": "zstd", "level": 4.0},
+    "z2": {"id": "zstd", "level": 4.9},
+    "l1": {"id": "zlib", "level": 3.0},
+    "bz": {"id": "bz2", "level": 7.0},
+}
+
+
+def test_dump_s_reads_float_parameters_as_netcdf_c(nczarrfs, tmp_path):
+    """netcdf-c truncates a float parameter to an integer (NCJcvt): `dump -s` reports what
+    netcdf-c's nc_inq_var_filter_info does for it."""
+    path = tmp_path / "f.file"
+    url = f"file://{path}#mode=nczarr,file"
+    with netCDF4.Dataset(url, "w") as nc:
+        nc.createDimension("x", 8)
+        for name in FLOAT_CODECS:
+            nc.createVariable(name, "i4", ("x",), chunksizes=(8,))
+    for name, codec in FLOAT_CODECS.items():
+        p = path / name / ".zarray"
+        meta = json.loads(p.read_text())
+        meta["compressor"], meta["filters"] = codec, None
+        p.write_text(json.dumps(meta))
+    lib = _libnetcdf()
+    want = {}
+    with netCDF4.Dataset(url) as nc:
+        for name in FLOAT_CODECS:
+            v = nc[name]
+            nf, ids = ctypes.c_size_t(), (ctypes.c_uint * 8)()
+            assert lib.nc_inq_var_filter_ids(nc._grpid, v._varid, ctypes.byref(nf), ids) == 0
+            np_, ps = ctypes.c_size_t(), (ctypes.c_uint * 16)()
+            assert lib.nc_inq_var_filter_info(nc._grpid, v._varid, ids[0], ctypes.byref(np_),
+                                              ps) == 0
+            want[name] = ",".join(map(str, [ids[0], *ps[:np_.value]]))
+    res = nczarrfs("dump", "-s", "-h", "-F", str(path))
+    assert res.returncode == 0, res.stderr.decode()
+    got = {line.strip().split(":")[0]: line.split('"')[1]
+           for line in res.stdout.decode().splitlines() if ":_Filter = " in line}
+    assert got == want
