@@ -1,7 +1,7 @@
 """Codec parameters a configuration leaves out or spells unusually, against the tool whose
 reading decides what they mean: zarr-python 3 for a Zarr v3 `zarr.json` that `copy` turns
 into a Zarr v2 chain, netcdf-c 4.10.1 (netCDF4-python and its libnetcdf through ctypes) for
-the float parameters `dump -s` reports.
+the blosc `_Filter` `gen` turns into a codec and for the float parameters `dump -s` reports.
 """
 
 from __future__ import annotations
@@ -115,6 +115,69 @@ def _libnetcdf():
                                    "libnetcdf*"))
     assert found
     return ctypes.CDLL(found[0])
+
+
+def _netcdf_c_blosc(path, params: list[int]) -> dict:
+    """The compressor netcdf-c writes into .zarray for an NCZarr variable given these blosc
+    filter parameters (as ncgen gives a `_Filter`'s), in a process of its own."""
+    script = f"""
+import ctypes, glob, os, netCDF4, numpy as np
+lib = ctypes.CDLL(glob.glob(os.path.join(os.path.dirname(netCDF4.__file__), "..",
+                                         "netcdf4.libs", "libnetcdf*"))[0])
+with netCDF4.Dataset("file://{path}#mode=nczarr,file", "w") as nc:
+    nc.createDimension("x", 64)
+    v = nc.createVariable("v", "i4", ("x",), chunksizes=(64,))
+    p = (ctypes.c_uint * {len(params)})(*{params!r})
+    assert lib.nc_def_var_filter(nc._grpid, v._varid, 32001, {len(params)}, p) == 0
+    v[:] = np.arange(64) % 5
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr[-500:]
+    return json.loads((path / "v" / ".zarray").read_text())["compressor"]
+
+
+@pytest.mark.parametrize("params", [[0, 0, 0, 1024, 5, 1, 1], [0, 0, 0, 0, 3, 2, 5],
+                                    [2, 2, 4, 256, 7, 1, 4]])
+def test_gen_blosc_filter_gives_netcdf_c_s_codec(nczarrfs, tmp_path, params):
+    """The fourth blosc parameter is the codec's blocksize, kept as netcdf-c keeps it."""
+    want = _netcdf_c_blosc(tmp_path / "theirs.file", params)
+    cdl = tmp_path / "b.cdl"
+    cdl.write_text("netcdf b {\ndimensions: x = 64;\nvariables: int v(x);\n"
+                   f'v:_ChunkSizes = 64; v:_Filter = "32001,{",".join(map(str, params))}";\n'
+                   "data: v = " + ", ".join(str(i % 5) for i in range(64)) + ";\n}\n")
+    target = tmp_path / "ours.file"
+    res = nczarrfs("gen", "-o", f"file://{target}#mode=nczarr,file", str(cdl))
+    assert res.returncode == 0, res.stderr.decode()
+    ours = json.loads((target / "v" / ".zarray").read_text())["compressor"]
+    assert list(ours.items()) == list(want.items())
+
+
+def test_gen_refuses_a_blosc_filter_netcdf_c_refuses(nczarrfs, tmp_path):
+    """netcdf-c defines the filter, then fails the variable's first write."""
+    script = f"""
+import ctypes, glob, os, netCDF4, numpy as np
+lib = ctypes.CDLL(glob.glob(os.path.join(os.path.dirname(netCDF4.__file__), "..",
+                                         "netcdf4.libs", "libnetcdf*"))[0])
+with netCDF4.Dataset("file://{tmp_path}/theirs.file#mode=nczarr,file", "w") as nc:
+    nc.createDimension("x", 8)
+    v = nc.createVariable("v", "i4", ("x",), chunksizes=(8,))
+    p = (ctypes.c_uint * 5)(0, 0, 0, 0, 5)
+    lib.nc_def_var_filter(nc._grpid, v._varid, 32001, 5, p)
+    v[:] = np.arange(8)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode != 0
+    cdl = tmp_path / "b.cdl"
+    cdl.write_text('netcdf b {\ndimensions: x = 8;\nvariables: int v(x);\n'
+                   'v:_Filter = "32001,0,0,0,0,5";\n}\n')
+    target = tmp_path / "ours.file"
+    res = nczarrfs("gen", "-o", f"file://{target}#mode=nczarr,file", str(cdl))
+    assert res.returncode == 1
+    assert "variable v: " in res.stderr.decode() or "/v: " in res.stderr.decode(), \
+        res.stderr.decode()
+    assert not target.exists()
 
 
 # Compressors as netcdf-c may have written them, numbers as floats or strings.

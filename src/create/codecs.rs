@@ -186,15 +186,30 @@ impl Codecs {
                 3 => json!({"id": "fletcher32"}),
                 307 => json!({"id": "bz2", "level": param(1, 9)}),
                 32015 => json!({"id": "zstd", "level": param(1, 3)}),
-                // HDF5's blosc parameters (as ncdump -s prints them after the id): two
-                // reserved, type size, chunk bytes, then level, shuffle and compressor.
+                // HDF5's blosc parameters (as ncdump -s prints them after the id): three
+                // reserved (HDF5 keeps its filter revision, blosc's version and the type
+                // size there), a block size (HDF5 keeps the chunk's bytes), then level,
+                // shuffle and compressor. netcdf-c 4.10.1 refuses fewer than seven, and
+                // stores the fourth as the codec's blocksize, in its own order of members.
                 32001 => {
+                    if nums.len() < 8 {
+                        return Err(Error::Invalid(format!(
+                            "blosc filter {spec:?} has {} parameter(s), where netcdf-c takes \
+                             7: reserved,reserved,reserved,blocksize,clevel,shuffle,compressor",
+                            nums.len() - 1
+                        )));
+                    }
                     let cname = ["blosclz", "lz4", "lz4hc", "snappy", "zlib", "zstd"]
-                        .get(usize::try_from(param(7, 1)).unwrap_or(1))
-                        .copied()
-                        .unwrap_or("lz4");
-                    json!({"id": "blosc", "cname": cname, "clevel": param(5, 5),
-                           "shuffle": param(6, 1), "blocksize": 0})
+                        .get(usize::try_from(nums[7]).unwrap_or(usize::MAX))
+                        .ok_or_else(|| {
+                            Error::Invalid(format!(
+                                "blosc filter {spec:?}: compressor {} is none of blosc's \
+                                 (0 blosclz, 1 lz4, 2 lz4hc, 3 snappy, 4 zlib, 5 zstd)",
+                                nums[7]
+                            ))
+                        })?;
+                    json!({"id": "blosc", "clevel": nums[5], "blocksize": nums[4],
+                           "cname": cname, "shuffle": nums[6]})
                 }
                 id => {
                     return Err(Error::Unsupported(format!(
