@@ -157,10 +157,14 @@ fn byte_codecs(spec: &CodecSpec) -> Vec<&Value> {
             compressor,
         } => filters.iter().chain(compressor.iter()).collect(),
         CodecSpec::V3(codecs) => {
-            let chain = sharding_config(codecs)
-                .and_then(|c| c.get("codecs"))
-                .and_then(Value::as_array)
-                .map_or(&codecs[..], Vec::as_slice);
+            // A sharded array without inner codecs has `bytes` alone (zarr-python 3.1.6).
+            let chain = match sharding_config(codecs) {
+                Some(c) => c
+                    .get("codecs")
+                    .and_then(Value::as_array)
+                    .map_or(&[][..], Vec::as_slice),
+                None => &codecs[..],
+            };
             chain
                 .iter()
                 .filter(|c| !matches!(codec_name(c), "bytes" | "transpose" | "vlen-utf8"))
@@ -190,25 +194,19 @@ fn codec_param<'a>(codec: &'a Value, key: &str) -> Option<&'a Value> {
 /// (its NCZarr codec mapping's, not those HDF5 stores in a netCDF-4 file); `None`
 /// for codecs netcdf-c has no HDF5 filter for (gzip, lz4, crc32c, ...).
 fn hdf5_filter(codec: &Value) -> Option<Hdf5Filter> {
-    let int = |key: &str, default: u64| {
-        codec_param(codec, key)
-            .and_then(|v| v.as_u64().or_else(|| v.as_str()?.parse().ok()))
-            .unwrap_or(default)
-    };
+    let signed = |key: &str| codec_param(codec, key).and_then(netcdf_c_int);
+    // An HDF5 filter's parameters are unsigned ints: a negative level (numcodecs' -1, the
+    // library's default) is kept in that form, and `_DeflateLevel` shows it signed.
+    let int = |key: &str, default: u64| signed(key).map_or(default, |n| u64::from(n as u32));
     let (id, params) = match codec_name(codec) {
-        // An HDF5 filter's parameters are unsigned ints: a negative level (numcodecs' -1, the
-        // library's default) is kept in that form, and `_DeflateLevel` shows it signed.
-        "zlib" => match codec_param(codec, "level").and_then(Value::as_i64) {
-            Some(level) if level < 0 => (DEFLATE, vec![u64::from(level as i32 as u32)]),
-            _ => (DEFLATE, vec![int("level", 1)]),
-        },
+        "zlib" => (DEFLATE, vec![int("level", 1)]),
         // netcdf-c gives shuffle no parameters: the element size is the type's, found when
         // the filter runs.
         "shuffle" => (SHUFFLE, vec![]),
         "fletcher32" => (FLETCHER32, vec![]),
         "bz2" => (307, vec![int("level", 9)]),
         // A negative level (numcodecs' -5) as netcdf-c stores and ncdump prints it.
-        "zstd" => match codec_param(codec, "level").and_then(Value::as_i64) {
+        "zstd" => match signed("level") {
             Some(level) if level < 0 => {
                 let level = crate::codec::netcdf_c_zstd_level(level);
                 (32015, vec![level.unsigned_abs()])
@@ -254,6 +252,28 @@ fn hdf5_filter(codec: &Value) -> Option<Hdf5Filter> {
         _ => return None,
     };
     Some(Hdf5Filter { id, params })
+}
+
+/// A codec parameter as netcdf-c's JSON conversion to an integer reads it (`NCJcvt` to
+/// `NCJ_INT`): an integer as it is, a number with a fraction or exponent (netcdf-c can write
+/// `5.0`) truncated towards zero, a string by its leading integer (`sscanf("%lld")`); `None`
+/// for anything else, which leaves netcdf-c's default.
+fn netcdf_c_int(v: &Value) -> Option<i64> {
+    match v {
+        Value::Number(n) => n
+            .as_i64()
+            .or_else(|| n.as_u64().map(|_| i64::MAX))
+            .or_else(|| n.as_f64().map(|f| f.trunc() as i64)),
+        Value::String(s) => {
+            let t = s.trim_start();
+            let digits = t
+                .char_indices()
+                .find(|&(i, c)| !(c.is_ascii_digit() || (i == 0 && (c == '-' || c == '+'))))
+                .map_or(t.len(), |(i, _)| i);
+            t[..digits].parse().ok()
+        }
+        _ => None,
+    }
 }
 
 /// JSON as netcdf-c writes a codec in `_Codecs`: `{"id": "zlib", "level": 4}`.
@@ -331,6 +351,23 @@ mod tests {
                 vec![0, 0, 0, 1, 3, 0, 4],
             ),
             (json!({"id": "blosc"}), 32001, vec![0, 0, 0, 1, 9, 0, 1]),
+            // Numbers netcdf-c wrote as floats, or with a fraction, truncated as netcdf-c
+            // 4.10.1's nc_inq_var_filter_info reports them.
+            (
+                json!({"id": "blosc", "clevel": 5.0, "blocksize": 0, "cname": "lz4", "shuffle": 1}),
+                32001,
+                vec![0, 0, 0, 0, 5, 1, 1],
+            ),
+            (
+                json!({"id": "blosc", "clevel": 5.7, "blocksize": 64.0, "cname": "zstd", "shuffle": 2.0}),
+                32001,
+                vec![0, 0, 0, 64, 5, 2, 5],
+            ),
+            (json!({"id": "zstd", "level": 4.0}), 32015, vec![4]),
+            (json!({"id": "zstd", "level": 4.9}), 32015, vec![4]),
+            (json!({"id": "zlib", "level": 3.0}), 1, vec![3]),
+            (json!({"id": "zlib", "level": 3.6}), 1, vec![3]),
+            (json!({"id": "bz2", "level": 7.0}), 307, vec![7]),
         ];
         for (codec, id, params) in cases {
             assert_eq!(

@@ -180,10 +180,13 @@ impl V3Chain {
                 ),
             ));
         }
-        let inner_codecs = config
-            .get("codecs")
-            .and_then(Value::as_array)
-            .ok_or_else(|| codec_err(name, "codecs is not a list"))?;
+        // zarr-python 3.1.6 takes missing inner codecs for `bytes` alone.
+        let bytes_only = [serde_json::json!({"name": "bytes"})];
+        let inner_codecs = match config.get("codecs") {
+            None => &bytes_only[..],
+            Some(Value::Array(list)) => list.as_slice(),
+            Some(_) => return Err(codec_err(name, "codecs is not a list")),
+        };
         if inner_codecs
             .iter()
             .any(|c| codec_parts(c).is_ok_and(|(n, _)| n == "sharding_indexed"))

@@ -181,7 +181,7 @@ impl Pipeline {
                 // it, numcodecs.blosc and the others numcodecs' as it is.
                 "blosc" | "zstd" | "gzip" if name == id => {
                     let refusal = v3_refusal(id, &params);
-                    v3_as_numcodecs(id, &mut params);
+                    v3_as_numcodecs(id, &mut params, element_size);
                     params.insert("id".to_string(), Value::from(id));
                     let codec = codec_from_v2(&Value::Object(params), element_size)?;
                     out.push(match refusal {
@@ -560,9 +560,10 @@ struct EncodingRefusal {
 /// Turns the configuration of zarr-python's Zarr v3 `blosc`, `zstd` or `gzip` into the
 /// numcodecs one it compresses with: a shuffle's name is numcodecs' integer, and what it
 /// leaves out is zarr-python's default, not numcodecs' (gzip level 5, blosc's compressor
-/// zstd; a shuffle or type size left out or `null` follows the data type: bit-shuffle for
-/// 1-byte items, byte-shuffle otherwise, which is numcodecs' AUTOSHUFFLE).
-fn v3_as_numcodecs(id: &str, params: &mut Map<String, Value>) {
+/// zstd; a shuffle or type size left out or `null` follows the data type, whose items are
+/// `element_size` bytes: bit-shuffle for 1-byte items, byte-shuffle otherwise, whatever
+/// type size the configuration gives).
+fn v3_as_numcodecs(id: &str, params: &mut Map<String, Value>, element_size: usize) {
     match id {
         "gzip" if !params.contains_key("level") => {
             params.insert("level".to_string(), Value::from(5));
@@ -572,7 +573,7 @@ fn v3_as_numcodecs(id: &str, params: &mut Map<String, Value>) {
                 params.insert("cname".to_string(), Value::from("zstd"));
             }
             let shuffle = match params.get("shuffle") {
-                None | Some(Value::Null) => Some(-1),
+                None | Some(Value::Null) => Some(if element_size == 1 { 2 } else { 1 }),
                 Some(Value::String(s)) => V3_SHUFFLES
                     .iter()
                     .position(|n| n == s)
@@ -1262,6 +1263,18 @@ mod tests {
         let enc = p.encode(data.clone()).unwrap();
         assert_eq!(enc[2] & 0x5, 0x4, "bit shuffle");
         assert_eq!(p.decode(enc).unwrap(), data);
+        // The shuffle follows the data type, not a type size the configuration gives:
+        // zarr-python 3.1.6 opens {"typesize": 1} on int32 data with shuffle "shuffle", and
+        // {"typesize": 4} on uint8 data with "bitshuffle".
+        let config = |t: u32| [json!({"name": "blosc", "configuration": {"typesize": t}})];
+        let enc = Pipeline::from_v3(&config(1), 4)
+            .unwrap()
+            .encode(data.clone());
+        assert_eq!(enc.unwrap()[2] & 0x5, 0x1, "byte shuffle");
+        let enc = Pipeline::from_v3(&config(4), 1)
+            .unwrap()
+            .encode(data.clone());
+        assert_eq!(enc.unwrap()[2] & 0x5, 0x4, "bit shuffle");
         // numcodecs.blosc keeps numcodecs' defaults: lz4, byte shuffle.
         let p = Pipeline::from_v3(&[json!({"name": "numcodecs.blosc"})], 1).unwrap();
         let enc = p.encode(data).unwrap();

@@ -186,15 +186,30 @@ impl Codecs {
                 3 => json!({"id": "fletcher32"}),
                 307 => json!({"id": "bz2", "level": param(1, 9)}),
                 32015 => json!({"id": "zstd", "level": param(1, 3)}),
-                // HDF5's blosc parameters (as ncdump -s prints them after the id): two
-                // reserved, type size, chunk bytes, then level, shuffle and compressor.
+                // HDF5's blosc parameters (as ncdump -s prints them after the id): three
+                // reserved (HDF5 keeps its filter revision, blosc's version and the type
+                // size there), a block size (HDF5 keeps the chunk's bytes), then level,
+                // shuffle and compressor. netcdf-c 4.10.1 refuses fewer than seven, and
+                // stores the fourth as the codec's blocksize, in its own order of members.
                 32001 => {
+                    if nums.len() < 8 {
+                        return Err(Error::Invalid(format!(
+                            "blosc filter {spec:?} has {} parameter(s), where netcdf-c takes \
+                             7: reserved,reserved,reserved,blocksize,clevel,shuffle,compressor",
+                            nums.len() - 1
+                        )));
+                    }
                     let cname = ["blosclz", "lz4", "lz4hc", "snappy", "zlib", "zstd"]
-                        .get(usize::try_from(param(7, 1)).unwrap_or(1))
-                        .copied()
-                        .unwrap_or("lz4");
-                    json!({"id": "blosc", "cname": cname, "clevel": param(5, 5),
-                           "shuffle": param(6, 1), "blocksize": 0})
+                        .get(usize::try_from(nums[7]).unwrap_or(usize::MAX))
+                        .ok_or_else(|| {
+                            Error::Invalid(format!(
+                                "blosc filter {spec:?}: compressor {} is none of blosc's \
+                                 (0 blosclz, 1 lz4, 2 lz4hc, 3 snappy, 4 zlib, 5 zstd)",
+                                nums[7]
+                            ))
+                        })?;
+                    json!({"id": "blosc", "clevel": nums[5], "blocksize": nums[4],
+                           "cname": cname, "shuffle": nums[6]})
                 }
                 id => {
                     return Err(Error::Unsupported(format!(
@@ -279,6 +294,9 @@ pub const NETCDF_CODECS: [&str; 7] = [
     "blosc",
 ];
 
+/// numcodecs' blosc `AUTOSHUFFLE`: bit-shuffle for 1-byte items, byte-shuffle otherwise.
+const AUTOSHUFFLE: i64 = -1;
+
 /// The compressors of numcodecs' blosc (c-blosc also has `snappy`, which numcodecs is built
 /// without, and netcdf-c refuses a dataset using it).
 pub const BLOSC_CNAMES: [&str; 5] = ["blosclz", "lz4", "lz4hc", "zlib", "zstd"];
@@ -288,7 +306,8 @@ pub const BLOSC_CNAMES: [&str; 5] = ["blosclz", "lz4", "lz4hc", "zlib", "zstd"];
 /// the type's becomes netcdf-c's `elementsize: 0` (netcdf-c shuffles by the type size
 /// whatever the metadata says, so it would decode other values), and on Zarr v2 a negative
 /// zstd level is stored as netcdf-c stores it ([`netcdf_c_zstd_level`]; netcdf-c refuses to
-/// open a dataset holding a negative number). On Zarr v3 (`zarr_version` 3), which netcdf-c
+/// open a dataset holding a negative number), and blosc's `AUTOSHUFFLE` as the shuffle it
+/// resolves to (netcdf-c compresses with none other than 0, 1 or 2). On Zarr v3 (`zarr_version` 3), which netcdf-c
 /// does not write, the level stays signed, the only form zarr-python 3 opens. Other codecs
 /// netcdf-c lacks are kept, with a warning naming the variable it will not read.
 /// `element_size` is what netcdf-c shuffles the variable by ([`netcdf_element_size`]).
@@ -346,6 +365,14 @@ pub(super) fn for_netcdf_c(
                 }
                 _ => Some(c),
             },
+            // netcdf-c's blosc hands the shuffle to c-blosc, which compresses with 0, 1 or 2
+            // only: numcodecs' AUTOSHUFFLE (a Zarr v3 blosc without a shuffle) is resolved
+            // as numcodecs resolves it.
+            "blosc" if int("shuffle") == Some(AUTOSHUFFLE) => {
+                let mut c = c.clone();
+                c["shuffle"] = json!(if element_size == 1 { 2 } else { 1 });
+                Some(c)
+            }
             id if !NETCDF_CODECS.contains(&id) => {
                 log::warn!("{fqn}: netcdf-c has no codec {id}, so it will not read this variable");
                 Some(c)

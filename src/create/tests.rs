@@ -1372,6 +1372,37 @@ fn codec_words_and_hdf5_filters() {
     assert!(Codecs::from_hdf5_filter("40000").is_err());
 }
 
+#[test]
+fn blosc_filters_become_the_codec_netcdf_c_stores() {
+    // netcdf-c 4.10.1, given these parameters by nc_def_var_filter on an NCZarr variable,
+    // writes these compressors into .zarray (the fourth parameter is the blocksize; the
+    // three before it are ignored).
+    let compressor = |spec: &str| {
+        Codecs::from_hdf5_filter(spec)
+            .unwrap()
+            .compressor
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(
+        compressor("32001,0,0,0,1024,5,1,1"),
+        r#"{"id":"blosc","clevel":5,"blocksize":1024,"cname":"lz4","shuffle":1}"#
+    );
+    assert_eq!(
+        compressor("32001,9,9,9,4096,9,0,0"),
+        r#"{"id":"blosc","clevel":9,"blocksize":4096,"cname":"blosclz","shuffle":0}"#
+    );
+    assert_eq!(
+        compressor("32001,0,0,0,0,3,2,5"),
+        r#"{"id":"blosc","clevel":3,"blocksize":0,"cname":"zstd","shuffle":2}"#
+    );
+    // It refuses fewer than seven parameters, and a compressor blosc does not number.
+    for spec in ["32001", "32001,0,0,0,2048,5", "32001,0,0,0,0,5,1,9"] {
+        let e = Codecs::from_hdf5_filter(spec).unwrap_err();
+        assert!(matches!(e, Error::Invalid(_)), "{spec}: {e}");
+    }
+}
+
 /// A map that records the keys of the metadata objects stored through it.
 #[derive(Debug)]
 struct RecordingPuts {

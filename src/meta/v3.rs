@@ -967,7 +967,10 @@ fn codec_list_problem(codecs: &[serde_json::Value], multi_byte: bool) -> Option<
                     Some(serde_json::Value::Array(items)) => items.as_slice(),
                     _ => &[],
                 };
-                let inner = codec_list_problem(list("codecs"), multi_byte);
+                // zarr-python 3.1.6 takes missing inner codecs for `bytes` alone.
+                let inner = config
+                    .and_then(|c| c.get("codecs"))
+                    .and_then(|_| codec_list_problem(list("codecs"), multi_byte));
                 // The index is of 8-byte integers.
                 let index = || {
                     list("index_codecs")

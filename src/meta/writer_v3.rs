@@ -573,7 +573,16 @@ pub fn shard_chunk_shape(list: &[Value]) -> Option<Vec<u64>> {
 /// A Zarr v3 codec list as an equivalent Zarr v2 chain of numcodecs objects, in encoding
 /// order. `bytes`, `transpose` and the variable-length codecs describe the element layout
 /// (which a writer chooses anew), so they are dropped; `sharding_indexed` contributes its
-/// inner chain. A codec with no numcodecs equivalent is [`Error::Unsupported`].
+/// inner chain (zarr-python 3.1.6 takes a missing one for `bytes` alone). A codec with no
+/// numcodecs equivalent is [`Error::Unsupported`].
+///
+/// A parameter zarr-python's own `gzip`, `zstd` or `blosc` configuration leaves out is the
+/// default zarr-python 3.1.6 compresses with, spelled out, since numcodecs' defaults differ:
+/// gzip level 5 (numcodecs 1); zstd level 0 and no checksum; blosc compressor zstd
+/// (numcodecs lz4), clevel 5, blocksize 0, and a missing or `null` shuffle numcodecs'
+/// `AUTOSHUFFLE` (-1), which resolves as zarr-python does: bit-shuffle for 1-byte items,
+/// byte-shuffle otherwise. blosc's type size is left to numcodecs, which takes the item
+/// size, as zarr-python does for a missing one.
 pub fn codecs_v2(list: &[Value]) -> Result<Vec<Value>> {
     let mut out = Vec::new();
     for entry in list {
@@ -589,14 +598,16 @@ pub fn codecs_v2(list: &[Value]) -> Result<Vec<Value>> {
         let id = match name {
             "bytes" | "transpose" | "vlen-utf8" | "vlen-bytes" => continue,
             "sharding_indexed" => {
-                let inner = params
-                    .get("codecs")
-                    .and_then(Value::as_array)
-                    .ok_or_else(|| Error::Codec {
-                        codec: name.to_string(),
-                        reason: "codecs is not a list".to_string(),
-                    })?;
-                out.extend(codecs_v2(inner)?);
+                match params.get("codecs") {
+                    None => {}
+                    Some(Value::Array(inner)) => out.extend(codecs_v2(inner)?),
+                    Some(_) => {
+                        return Err(Error::Codec {
+                            codec: name.to_string(),
+                            reason: "codecs is not a list".to_string(),
+                        })
+                    }
+                }
                 continue;
             }
             // A zstd checksum is kept when it is on: numcodecs and netcdf-c take it in the v2
@@ -605,24 +616,54 @@ pub fn codecs_v2(list: &[Value]) -> Result<Vec<Value>> {
                 if params.get("checksum") != Some(&Value::Bool(true)) {
                     params.remove("checksum");
                 }
+                fill_missing(&mut params, &[("level", json!(0))]);
                 name
             }
-            "gzip" | "crc32c" => {
+            "gzip" => {
+                params.remove("checksum");
+                fill_missing(&mut params, &[("level", json!(5))]);
+                name
+            }
+            "crc32c" => {
                 params.remove("checksum");
                 name
             }
             "bz2" => name,
             "blosc" => {
-                if let Some(Value::String(s)) = params.get("shuffle") {
-                    let code = match s.as_str() {
-                        "noshuffle" => 0,
-                        "bitshuffle" => 2,
-                        _ => 1,
-                    };
+                let code = match params.get("shuffle") {
+                    None | Some(Value::Null) => Some(-1),
+                    Some(Value::String(s)) => match s.as_str() {
+                        "noshuffle" => Some(0),
+                        "shuffle" => Some(1),
+                        "bitshuffle" => Some(2),
+                        // zarr-python opens no array with another name: no numcodecs
+                        // shuffle means it, so the copy is refused, not guessed at.
+                        other => {
+                            return Err(Error::Codec {
+                                codec: name.to_string(),
+                                reason: format!(
+                                    "shuffle {} is not one zarr-python's Zarr v3 blosc takes \
+                                     (noshuffle, shuffle, bitshuffle)",
+                                    quoted(other)
+                                ),
+                            })
+                        }
+                    },
+                    Some(_) => None,
+                };
+                if let Some(code) = code {
                     params.insert("shuffle".into(), json!(code));
                 }
                 // numcodecs takes the element size from the data it is given.
                 params.remove("typesize");
+                fill_missing(
+                    &mut params,
+                    &[
+                        ("cname", json!("zstd")),
+                        ("clevel", json!(5)),
+                        ("blocksize", json!(0)),
+                    ],
+                );
                 name
             }
             n => match n.strip_prefix("numcodecs.") {
@@ -639,6 +680,15 @@ pub fn codecs_v2(list: &[Value]) -> Result<Vec<Value>> {
         out.push(Value::Object(params));
     }
     Ok(out)
+}
+
+/// Inserts each `(key, value)` whose key `params` lacks.
+fn fill_missing(params: &mut Map<String, Value>, defaults: &[(&str, Value)]) {
+    for (key, value) in defaults {
+        if !params.contains_key(*key) {
+            params.insert((*key).to_string(), value.clone());
+        }
+    }
 }
 
 /// netCDF's name of an attribute type on Zarr v3 (`_nczarr_attrs`).
@@ -991,6 +1041,68 @@ mod tests {
             codecs_v2(&[json!({"name": "fancy"})]),
             Err(Error::Unsupported(_))
         ));
+    }
+
+    #[test]
+    fn v3_parameters_left_out_become_zarr_python_s_defaults() {
+        // zarr-python 3.1.6 opens these configurations as GzipCodec(level=5),
+        // ZstdCodec(level=0, checksum=False) and BloscCodec(cname="zstd", clevel=5,
+        // blocksize=0, shuffle by the item size); numcodecs' own defaults differ (GZip
+        // level 1, Blosc lz4).
+        let v2 = |c: Value| codecs_v2(&[c]).unwrap();
+        assert_eq!(
+            v2(json!({"name": "gzip", "configuration": {}})),
+            [json!({"level": 5, "id": "gzip"})]
+        );
+        assert_eq!(
+            v2(json!({"name": "zstd", "configuration": {}})),
+            [json!({"level": 0, "id": "zstd"})]
+        );
+        assert_eq!(
+            v2(json!({"name": "zstd", "configuration": {"checksum": true}})),
+            [json!({"checksum": true, "level": 0, "id": "zstd"})]
+        );
+        let blosc = v2(json!({"name": "blosc", "configuration": {}}));
+        assert_eq!(
+            blosc,
+            [
+                json!({"shuffle": -1, "cname": "zstd", "clevel": 5, "blocksize": 0,
+                    "id": "blosc"})
+            ]
+        );
+        assert_eq!(
+            v2(json!({"name": "blosc", "configuration": {"shuffle": null, "typesize": 4}})),
+            blosc
+        );
+        // Given members stay as they are.
+        assert_eq!(
+            v2(
+                json!({"name": "blosc", "configuration": {"cname": "lz4", "clevel": 2,
+                      "shuffle": "bitshuffle", "typesize": 8, "blocksize": 64}})
+            ),
+            [
+                json!({"cname": "lz4", "clevel": 2, "shuffle": 2, "blocksize": 64,
+                    "id": "blosc"})
+            ]
+        );
+        // numcodecs' AUTOSHUFFLE is zarr-python's choice: bit-shuffle for 1-byte items
+        // (c-blosc's flag 0x4), byte-shuffle otherwise (0x1).
+        let data: Vec<u8> = (0u32..500).flat_map(|i| (i % 7).to_le_bytes()).collect();
+        for (esize, flag) in [(1, 0x4), (4, 0x1)] {
+            let p = crate::codec::Pipeline::from_v2(&[], Some(&blosc[0]), esize).unwrap();
+            let enc = p.encode(data.clone()).unwrap();
+            assert_eq!(
+                (enc[2] >> 5, enc[2] & 0x5),
+                (4, flag),
+                "zstd, {esize}-byte items"
+            );
+        }
+        // A sharded array without inner codecs has `bytes` alone; one with a shuffle
+        // zarr-python does not name is refused, not guessed at.
+        let sharded = json!({"name": "sharding_indexed", "configuration": {"chunk_shape": [2]}});
+        assert_eq!(v2(sharded), Vec::<Value>::new());
+        let odd = json!({"name": "blosc", "configuration": {"shuffle": "byteshuffle"}});
+        assert!(matches!(codecs_v2(&[odd]), Err(Error::Codec { .. })));
     }
 
     #[test]
