@@ -260,9 +260,8 @@ def test_attribute_text_ends_at_a_nul_byte_in_nczarr(mounter, nczarr, tmp_path):
 
 
 def test_shell_redirections_keep_the_type_of_an_existing_attribute(mounter, tmp_path):
-    # `echo VALUE > FILE` closes a duplicate of the file before anything is written, so the
-    # attribute is flushed once empty and then again with its text: the second flush must
-    # still type the text by the attribute as it was when the file was opened.
+    # `echo VALUE > FILE` closes a duplicate of the file before anything is written, then
+    # writes the text: it must be typed by the attribute as it was when the file was opened.
     import netCDF4
 
     url = f"file://{tmp_path / 's.file'}#mode=nczarr,file"
@@ -1448,3 +1447,49 @@ def test_quantize_attributes_gen_refuses_are_refused_and_writes_are_quantized(mo
     r = subprocess.run([str(mounter.binary), "put", url, "i"], capture_output=True,
                        input=np.arange(10, dtype="<i4").tobytes(), timeout=60, check=False)
     assert r.returncode == 0, r.stderr
+
+
+def test_an_attribute_file_empty_at_a_close_before_its_text_is_no_value_yet(mounter, tmp_path,
+                                                                           monkeypatch):
+    """`echo 3 > FILE` closes a duplicate of the file it created or truncated before writing:
+    that empty text is neither refused (a quantization attribute) nor stored (any other), so
+    the log has no EPERM line and storage keeps the old value until the text comes. A file
+    still empty at its last close is the empty text, as documented: refused for a
+    quantization attribute (logged), a `char` attribute "" otherwise."""
+    import netCDF4
+
+    url = f"file://{tmp_path / 'q.file'}#mode=nczarr,file"
+    with netCDF4.Dataset(url, "w") as ds:
+        ds.createDimension("x", 4)
+        v = ds.createVariable("v", "f4", ("x",))
+        v.note = "old"
+    log = tmp_path / "mount.log"
+    monkeypatch.setenv("RUST_LOG", "warn")
+    mnt = mounter.mount(url, "rw", log=log)
+    attrs = mnt / "v" / "@attributes"
+    stored = tmp_path / "q.file" / "v" / ".zattrs"
+
+    def echo(text: str, path: Path) -> None:
+        subprocess.run(["bash", "-c", 'echo "$0" > "$1"', text, str(path)], check=True)
+
+    echo("3", attrs / "_QuantizeBitGroomNumberOfSignificantDigits")
+    echo("4", attrs / "_QuantizeBitGroomNumberOfSignificantDigits")
+    # The close of a duplicate while empty stores nothing: not the new attribute, not an
+    # empty value over the old one.
+    for name, flags, before in [("note", os.O_TRUNC, "old"), ("fresh", os.O_CREAT, None)]:
+        fd = os.open(attrs / name, os.O_WRONLY | flags)
+        os.close(os.dup(fd))
+        assert json.loads(stored.read_text()).get(name) == before
+        os.write(fd, b"new\n")
+        os.close(fd)
+    (attrs / "touched").touch()
+    (attrs / "_QuantizeBitRoundNumberOfSignificantBits").touch()
+    umount_and_wait(mnt)
+    lines = [line for line in log.read_text().splitlines() if "(EPERM)" in line]
+    assert len(lines) == 1, lines
+    assert "_QuantizeBitRoundNumberOfSignificantBits" in lines[0]
+    with netCDF4.Dataset(url) as ds:
+        assert ds["v"].quantization() == (4, "BitGroom")
+        a = {k: ds["v"].getncattr(k) for k in ds["v"].ncattrs()}
+    assert (a["note"], a["fresh"], a["touched"]) == ("new", "new", "")
+    assert "_QuantizeBitRoundNumberOfSignificantBits" not in a
