@@ -1,6 +1,7 @@
 """Where the commands write: standard output for `get` (a closed pipe ends it quietly, as it
-ends `dump` and ncdump), `-o -` as standard output, and `-` refused as the place of a
-dataset (a directory or an archive, not a stream)."""
+ends `dump` and ncdump; one closed at start is an error, as for `cat`), `-o -` as standard
+output, and `-` refused as the place of a dataset (a directory or an archive, not a
+stream)."""
 
 from __future__ import annotations
 
@@ -65,6 +66,35 @@ def test_dump_to_a_full_device_fails(dataset, flags):
                            stderr=subprocess.PIPE, timeout=60)
     assert r.returncode == 1
     assert r.stderr.decode().startswith("nczarrfs: ") and "No space left" in r.stderr.decode()
+
+
+def closed_stdout(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """Runs `args` with descriptor 1 closed, as `ARGS >&-` does."""
+    return subprocess.run(args, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=cwd,
+                          preexec_fn=lambda: os.close(1), timeout=60, check=False)
+
+
+@pytest.mark.parametrize("command", [["dump", "gp.file"], ["dump", "-k", "gp.file"],
+                                     ["get", "gp.file", "a"], ["get", "gp.file", "a", "-o", "-"],
+                                     ["get", "gp.file", "a", "--count", "0"]])
+def test_standard_output_closed_at_start_fails_as_cat_fails(dataset, command):
+    """`cat FILE >&-` fails at once with EBADF, even with nothing to write; so do the commands
+    that write to standard output, rather than write to the `/dev/null` that the Rust runtime
+    puts on a closed descriptor 1."""
+    cat = closed_stdout(["cat", "gp.cdl"], dataset.parent)
+    assert cat.returncode == 1
+    assert cat.stderr == b"cat: standard output: Bad file descriptor\n"
+    ours = closed_stdout([str(nczarrfs_binary()), *command], dataset.parent)
+    assert ours.returncode == cat.returncode
+    assert ours.stderr.decode().startswith("nczarrfs: standard output: Bad file descriptor")
+
+
+def test_get_to_a_file_needs_no_standard_output(dataset):
+    r = closed_stdout([str(nczarrfs_binary()), "get", "gp.file", "a", "--count", "3", "-o",
+                       "a.bin"], dataset.parent)
+    assert (r.returncode, r.stderr) == (0, b"")
+    assert (dataset.parent / "a.bin").read_bytes() == (
+        b"\x01\x00\x00\x00\x02\x00\x00\x00\x03\x00\x00\x00")
 
 
 def test_get_dash_o_dash_is_standard_output(nczarrfs, dataset, tmp_path):

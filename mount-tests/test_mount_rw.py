@@ -22,7 +22,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from conftest import daemon_pids, is_mounted, unmount, wait_until  # noqa: E402
+from conftest import (S3_BUCKET, daemon_pids, is_mounted, moto_or_skip, unmount,  # noqa: E402
+                      wait_until)
 from datasets import netcdf_values, nczarr_dataset  # noqa: E402
 
 # netCDF's default fill values (netcdf.h) and the one the dataset declares for `temp`.
@@ -260,9 +261,8 @@ def test_attribute_text_ends_at_a_nul_byte_in_nczarr(mounter, nczarr, tmp_path):
 
 
 def test_shell_redirections_keep_the_type_of_an_existing_attribute(mounter, tmp_path):
-    # `echo VALUE > FILE` closes a duplicate of the file before anything is written, so the
-    # attribute is flushed once empty and then again with its text: the second flush must
-    # still type the text by the attribute as it was when the file was opened.
+    # `echo VALUE > FILE` closes a duplicate of the file before anything is written, then
+    # writes the text: it must be typed by the attribute as it was when the file was opened.
     import netCDF4
 
     url = f"file://{tmp_path / 's.file'}#mode=nczarr,file"
@@ -1595,3 +1595,123 @@ def test_char_text_that_is_not_utf8_is_refused_in_nczarr_v3(mounter, tmp_path):
     umount_and_wait(mnt)
     assert (store / "c" / "zarr.json").read_bytes() == before
     assert dict(zarr.open_group(str(store), mode="r")["c"].attrs)["u"] == "café"
+
+
+def test_an_attribute_file_empty_at_a_close_before_its_text_is_no_value_yet(mounter, tmp_path,
+                                                                           monkeypatch):
+    """`echo 3 > FILE` closes a duplicate of the file it created or truncated before writing:
+    that empty text is neither refused (a quantization attribute) nor stored (any other), so
+    the log has no EPERM line and storage keeps the old value until the text comes. A file
+    still empty at its last close is the empty text, as documented: refused for a
+    quantization attribute (logged), a `char` attribute "" otherwise."""
+    import netCDF4
+
+    url = f"file://{tmp_path / 'q.file'}#mode=nczarr,file"
+    with netCDF4.Dataset(url, "w") as ds:
+        ds.createDimension("x", 4)
+        v = ds.createVariable("v", "f4", ("x",))
+        v.note = "old"
+    log = tmp_path / "mount.log"
+    monkeypatch.setenv("RUST_LOG", "warn")
+    mnt = mounter.mount(url, "rw", log=log)
+    attrs = mnt / "v" / "@attributes"
+    stored = tmp_path / "q.file" / "v" / ".zattrs"
+
+    def echo(text: str, path: Path) -> None:
+        subprocess.run(["bash", "-c", 'echo "$0" > "$1"', text, str(path)], check=True)
+
+    echo("3", attrs / "_QuantizeBitGroomNumberOfSignificantDigits")
+    echo("4", attrs / "_QuantizeBitGroomNumberOfSignificantDigits")
+    # The close of a duplicate while empty stores nothing: not the new attribute, not an
+    # empty value over the old one.
+    for name, flags, before in [("note", os.O_TRUNC, "old"), ("fresh", os.O_CREAT, None)]:
+        fd = os.open(attrs / name, os.O_WRONLY | flags)
+        os.close(os.dup(fd))
+        assert json.loads(stored.read_text()).get(name) == before
+        os.write(fd, b"new\n")
+        os.close(fd)
+    (attrs / "touched").touch()
+    (attrs / "_QuantizeBitRoundNumberOfSignificantBits").touch()
+    umount_and_wait(mnt)
+    lines = [line for line in log.read_text().splitlines() if "(EPERM)" in line]
+    assert len(lines) == 1, lines
+    assert "_QuantizeBitRoundNumberOfSignificantBits" in lines[0]
+    with netCDF4.Dataset(url) as ds:
+        assert ds["v"].quantization() == (4, "BitGroom")
+        a = {k: ds["v"].getncattr(k) for k in ds["v"].ncattrs()}
+    assert (a["note"], a["fresh"], a["touched"]) == ("new", "new", "")
+    assert "_QuantizeBitRoundNumberOfSignificantBits" not in a
+
+
+def _odd_group_store(store: Path) -> dict[str, bytes]:
+    """A pure Zarr v2 store with the group `g` holding the array `a`, as zarr-python writes
+    it: its objects by key."""
+    import zarr
+
+    group = zarr.open_group(str(store), mode="w", zarr_format=2)
+    group.create_group("g").create_array("a", shape=(3,), dtype="i4", chunks=(3,))[:] = [1, 2, 3]
+    return {p.relative_to(store).as_posix(): p.read_bytes() for p in store.rglob("*")
+            if p.is_file()}
+
+
+def _mv_is_refused_naming(mnt: Path, log: Path, names: str) -> None:
+    for source, target in [(mnt / "g", mnt / "g2"), (mnt / "g" / "a", mnt / "g" / "a2")]:
+        with pytest.raises(OSError) as e:
+            os.rename(source, target)
+        assert e.value.errno == errno.EPERM
+    assert sorted(p.name for p in (mnt / "g").iterdir() if not p.name.startswith("@")) == ["a"]
+    umount_and_wait(mnt)
+    lines = [line for line in log.read_text().splitlines() if "(EPERM)" in line]
+    assert len(lines) == 2, lines
+    assert all(names in line for line in lines), lines
+
+
+def test_a_group_holding_a_file_no_key_names_is_not_moved(mounter, tmp_path):
+    """A file of a directory store whose name is not UTF-8 has no key: a `mv` of the group or
+    array holding it would neither copy it nor keep it when the old directory goes, so it is
+    refused (EPERM, a log line naming the file), storage untouched."""
+    store = tmp_path / "odd.zarr"
+    before = _odd_group_store(store)
+    odd = os.fsencode(store / "g" / "a") + b"/\xffodd"
+    with open(odd, "wb") as f:
+        f.write(b"kept")
+    log = tmp_path / "mount.log"
+    mnt = mounter.mount(str(store), "rw", log=log)
+    _mv_is_refused_naming(mnt, log, "not UTF-8")
+    after = {p.relative_to(store).as_posix(): p.read_bytes() for p in store.rglob("*")
+             if p.is_file() and p.name.isprintable()}
+    assert after == before
+    assert open(odd, "rb").read() == b"kept"
+
+
+def test_an_s3_group_holding_a_key_no_dataset_key_names_is_not_moved(mounter, tmp_path,
+                                                                     monkeypatch):
+    """S3 takes keys with an empty segment (`g/a//x`), which no dataset key is: a `mv` of the
+    group or array over it is refused (EPERM, a log line naming the key), every object kept."""
+    endpoint = moto_or_skip()
+    import boto3
+    from botocore.config import Config
+
+    objects = _odd_group_store(tmp_path / "odd.zarr")
+    objects["g/a//junk"] = b"kept"
+    client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing",
+                          aws_secret_access_key="testing", region_name="us-east-1",
+                          config=Config(s3={"addressing_style": "path"}))
+    client.create_bucket(Bucket=S3_BUCKET)
+    prefix = f"oddkeys-{random.randrange(1 << 32):08x}"
+    for key, body in objects.items():
+        client.put_object(Bucket=S3_BUCKET, Key=f"{prefix}/{key}", Body=body)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    log = tmp_path / "mount.log"
+    try:
+        mnt = mounter.mount(f"{endpoint}/{S3_BUCKET}/{prefix}#mode=zarr,s3", "rw", log=log)
+        _mv_is_refused_naming(mnt, log, f'"{prefix}/g/a//junk"')
+        listed = client.list_objects_v2(Bucket=S3_BUCKET, Prefix=f"{prefix}/")["Contents"]
+        after = {o["Key"][len(prefix) + 1:]: client.get_object(
+            Bucket=S3_BUCKET, Key=o["Key"])["Body"].read() for o in listed}
+        assert after == objects
+    finally:
+        mounter.cleanup()
+        client.delete_objects(Bucket=S3_BUCKET, Delete={"Objects": [
+            {"Key": f"{prefix}/{k}"} for k in objects]})

@@ -27,3 +27,17 @@ fn main() {
 /// freed by one block of work come back as fresh pages for the next.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// Runs [`note_closed_standard_output`] as the process starts, before the Rust runtime puts
+/// `/dev/null` on a closed descriptor 1, which would make every write to it succeed.
+#[used]
+#[link_section = ".init_array"]
+static NOTE_CLOSED_STANDARD_OUTPUT: extern "C" fn() = note_closed_standard_output;
+
+/// Tells the command line whether descriptor 1 is closed.
+extern "C" fn note_closed_standard_output() {
+    // SAFETY: F_GETFD only reads the descriptor's flags.
+    if unsafe { libc::fcntl(1, libc::F_GETFD) } == -1 {
+        nczarrfs::cli::note_standard_output_closed();
+    }
+}

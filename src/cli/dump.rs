@@ -105,6 +105,7 @@ fn parse_x_option(text: &str) -> std::result::Result<char, String> {
 
 /// Runs `dump`.
 pub fn run(args: DumpArgs) -> Result<i32> {
+    super::check_standard_output()?;
     super::refuse_empty_list("-v", "variable", &args.vars)?;
     super::refuse_empty_list("-g", "group", &args.groups)?;
     let line_len = args

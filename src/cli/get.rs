@@ -53,6 +53,10 @@ const ALIGNED_BLOCKS: u64 = 4;
 
 /// Runs `get`.
 pub fn run(args: GetArgs) -> Result<i32> {
+    let to_file = args.output.as_ref().filter(|path| path.as_os_str() != "-");
+    if to_file.is_none() {
+        super::check_standard_output()?;
+    }
     let cache = match &args.cache_size {
         Some(s) => parse_size(s)?,
         None => 0,
@@ -64,17 +68,14 @@ pub fn run(args: GetArgs) -> Result<i32> {
         .map_err(Error::NotFound)?
         .ok_or_else(|| super::no_variable(ds, &args.var, &args.location.to_string_lossy()))?;
     let slab = hyperslab(ds, var, &args)?;
-    let output = match &args.output {
-        Some(path) if path.as_os_str() != "-" => Some(OutputFile::create(path)?),
-        _ => None,
-    };
+    let output = to_file.map(|path| OutputFile::create(path)).transpose()?;
     let mut out: Box<dyn Write + Send> = match &output {
         Some(f) => Box::new(BufWriter::new(f.file.try_clone().map_err(|e| f.error(e))?)),
         None => Box::new(BufWriter::new(std::io::stdout())),
     };
     let io_err = |e: std::io::Error| match &output {
         Some(f) => f.error(e),
-        None => Error::io("<stdout>", e),
+        None => Error::io("standard output", e),
     };
     let mut written = || -> Result<()> {
         if args.npy {

@@ -309,6 +309,31 @@ fn refuse_standard_output(location: &std::ffi::OsStr) -> Result<()> {
     }
 }
 
+/// Set when descriptor 1 was closed as the process started, which the Rust runtime hides by
+/// opening `/dev/null` there before `main`.
+static STANDARD_OUTPUT_CLOSED: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// Records that descriptor 1 was closed at start (`nczarrfs dump X >&-`): the binary calls
+/// this from a constructor that runs before the runtime opens `/dev/null` there, so that the
+/// commands that write to standard output fail, as `cat` does, rather than write nowhere
+/// and exit 0.
+pub fn note_standard_output_closed() {
+    STANDARD_OUTPUT_CLOSED.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Fails with EBADF, before any work, when standard output was closed at start: checked up
+/// front as `cat` checks it, so that even a command that would write nothing tells.
+fn check_standard_output() -> Result<()> {
+    if STANDARD_OUTPUT_CLOSED.load(std::sync::atomic::Ordering::Relaxed) {
+        return Err(crate::Error::io(
+            "standard output",
+            std::io::Error::from_raw_os_error(libc::EBADF),
+        ));
+    }
+    Ok(())
+}
+
 /// Leaves netCDF's default fill out of a variable written to pure Zarr v2 when the variable
 /// has no `_FillValue`: xarray takes a Zarr v2 `fill_value` as `_FillValue` and would take
 /// ordinary values (an empty string, a byte 255) for missing, where netCDF readers take them

@@ -1013,7 +1013,8 @@ impl DatasetWriter {
     /// stay behind (logged), and the rename succeeds.
     ///
     /// Objects already under `new` (strays of another program, or of a crash) would be taken
-    /// for the renamed node's: the rename is then refused.
+    /// for the renamed node's: the rename is then refused, as it is when an object under `old`
+    /// has no key to copy it by ([`ZMap::keys_to_move`]).
     fn move_prefix(&mut self, old: &str, new: &str, before: Dataset) -> Result<()> {
         let stray = match self.map.keys_under(new) {
             Ok(keys) => keys.into_iter().next(),
@@ -1037,9 +1038,27 @@ impl DatasetWriter {
         // The objects under `new` are copies made here, not by a rewrite of the metadata;
         // what is known of those under `old` goes at the rewrite, which no longer names them.
         self.stored_meta.forget_under(new);
+        // Listed before anything is copied: an object that no key names (a file name that is
+        // not UTF-8, an S3 key such as `g/a//x`) could be neither copied nor kept when the
+        // old prefix is deleted, so the rename is refused with storage as it was.
+        let keys = match self
+            .engine
+            .invalidate(old)
+            .and_then(|()| self.map.keys_to_move(old))
+        {
+            Ok(keys) => keys,
+            Err(e) => {
+                self.model = before;
+                return Err(match e {
+                    Error::NotPermitted(why) => {
+                        Error::NotPermitted(format!("cannot rename {old:?} to {new:?}: {why}"))
+                    }
+                    e => e,
+                });
+            }
+        };
         let mut node_objects: Vec<String> = Vec::new();
-        let copied = self.engine.invalidate(old).and_then(|()| {
-            let keys = self.map.keys_under(old)?;
+        let copied = (|| {
             node_objects = keys.iter().filter(|k| is_node_object(k)).cloned().collect();
             for phase in copy_phases(keys) {
                 let pairs: Vec<(String, String)> = phase
@@ -1054,7 +1073,7 @@ impl DatasetWriter {
             self.meta_dirty = true;
             self.write_meta()?;
             self.map.flush()
-        });
+        })();
         if let Err(e) = copied {
             self.undo_new_prefix(new, before);
             return Err(e);

@@ -158,6 +158,17 @@ struct View {
     lost: ChunksNow,
 }
 
+/// Which call asks [`Shared::commit`] for what a file owes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Commit {
+    /// A `close` of one descriptor (FUSE's flush), which may not be the file's last.
+    Flush,
+    /// An `fsync`: it syncs the dataset even when nothing was written.
+    Fsync,
+    /// The last close of the file (FUSE's release).
+    Release,
+}
+
 /// An open file.
 #[derive(Debug)]
 struct Handle {
@@ -186,8 +197,8 @@ struct Handle {
     text: Option<Mutex<Vec<u8>>>,
     /// An attribute file opened for writing: the attribute as it was at the open, whose type
     /// types the text (`None` when the open created it: its placeholder has no type to keep).
-    /// Not the attribute's value at the flush: `echo 1 > FILE` flushes a duplicate of the
-    /// file while it is still empty, and that empty text becomes a `char` attribute.
+    /// Not the attribute's value at a later flush: a text already stored by one flush of the
+    /// file (`dup`, write, close the duplicate, write again) would type the rest.
     opened_value: Option<AttrValue>,
     /// What became of an attribute file opened for writing while it was open: renamed
     /// (`Some(new name)`) or removed (`None`), as a file that is open follows a rename and
@@ -989,9 +1000,18 @@ impl Shared {
 
     /// What a flush, fsync or close of `handle` owes: an attribute file's text becomes the
     /// attribute; a written `data` file (or any, for `fsync`) syncs the dataset.
-    fn commit(&self, handle: &Handle, always: bool) -> std::result::Result<(), Errno> {
+    fn commit(&self, handle: &Handle, when: Commit) -> std::result::Result<(), Errno> {
+        let always = when == Commit::Fsync;
         let wrote = handle.wrote.swap(false, Ordering::SeqCst);
         if self.writer.is_none() || !(wrote || always) {
+            return Ok(());
+        }
+        if when == Commit::Flush && handle.text.as_ref().is_some_and(|t| lock(t).is_empty()) {
+            // `echo 3 > FILE` closes a duplicate of the file it created or truncated before
+            // writing to it: that empty text is no value yet (a quantization attribute would
+            // be refused for it, any other attribute stored empty for a moment). The last
+            // close, or an fsync, stores what the file holds then, empty or not.
+            handle.wrote.store(true, Ordering::SeqCst);
             return Ok(());
         }
         // An fsync asks a server held as down at once rather than fail from memory; so does a
@@ -2201,7 +2221,7 @@ impl Filesystem for NczarrFs {
             return reply.error(Errno::ENOSYS);
         }
         let handle = lock(&self.shared.handles).get(&fh).cloned();
-        match handle.map(|h| self.shared.commit(&h, false)) {
+        match handle.map(|h| self.shared.commit(&h, Commit::Flush)) {
             Some(Err(errno)) => reply.error(errno),
             _ => reply.ok(),
         }
@@ -2217,7 +2237,7 @@ impl Filesystem for NczarrFs {
     ) {
         let fh = fh.0;
         let handle = lock(&self.shared.handles).get(&fh).cloned();
-        match handle.map(|h| self.shared.commit(&h, true)) {
+        match handle.map(|h| self.shared.commit(&h, Commit::Fsync)) {
             Some(Err(errno)) => reply.error(errno),
             _ => reply.ok(),
         }
@@ -2237,7 +2257,7 @@ impl Filesystem for NczarrFs {
         let Some(handle) = lock(&self.shared.handles).remove(&fh) else {
             return reply.ok();
         };
-        let committed = self.shared.commit(&handle, false);
+        let committed = self.shared.commit(&handle, Commit::Release);
         if let Some((var, truncation)) = &handle.truncation {
             self.shared.truncations.close(*var, truncation);
         }

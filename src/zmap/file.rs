@@ -734,9 +734,27 @@ impl FileMap {
         Ok(meta.is_file())
     }
 
+    /// [`ZMap::search`], or with `strict` [`ZMap::keys_to_move`]'s listing, which fails on
+    /// a name that is not UTF-8 rather than leave it out.
+    fn search_names(&self, prefix: &str, strict: bool) -> Result<Vec<String>> {
+        validate_prefix(prefix)?;
+        let dir = match prefix.is_empty() {
+            true => match self.open_current_root().and_then(|root| {
+                beneath::open_at(root.as_fd(), c".", libc::O_RDONLY | libc::O_DIRECTORY)
+            }) {
+                Ok(fd) => Some(fd),
+                Err(e) if is_absent(&e) => None,
+                Err(e) => return Err(self.root_error(e)),
+            },
+            false => self.open_below(prefix, libc::O_RDONLY | libc::O_DIRECTORY)?,
+        };
+        self.names_in(prefix, dir, strict)
+    }
+
     /// The names in the directory `dir` of `prefix` (`None`: there is none) as
-    /// [`ZMap::search`] tells them: sorted, without temporary files.
-    fn names_in(&self, prefix: &str, dir: Option<OwnedFd>) -> Result<Vec<String>> {
+    /// [`ZMap::search`] tells them: sorted, without temporary files; one that is not UTF-8
+    /// is left out with a warning, or with `strict` refused.
+    fn names_in(&self, prefix: &str, dir: Option<OwnedFd>, strict: bool) -> Result<Vec<String>> {
         let Some(dir) = dir else {
             return Ok(Vec::new());
         };
@@ -750,6 +768,13 @@ impl FileMap {
             match name.to_str() {
                 Some(name) if name.starts_with(TEMP_PREFIX) => {}
                 Some(name) => names.push(name.to_string()),
+                None if strict => {
+                    return Err(Error::NotPermitted(format!(
+                        "{} has a name that is not UTF-8, which no key names: it would be \
+                         left behind",
+                        dir_path.join(&name).display()
+                    )))
+                }
                 None => log::warn!(
                     "ignoring {}: file name is not UTF-8",
                     dir_path.join(&name).display()
@@ -1312,18 +1337,11 @@ impl ZMap for FileMap {
     }
 
     fn search(&self, prefix: &str) -> Result<Vec<String>> {
-        validate_prefix(prefix)?;
-        let dir = match prefix.is_empty() {
-            true => match self.open_current_root().and_then(|root| {
-                beneath::open_at(root.as_fd(), c".", libc::O_RDONLY | libc::O_DIRECTORY)
-            }) {
-                Ok(fd) => Some(fd),
-                Err(e) if is_absent(&e) => None,
-                Err(e) => return Err(self.root_error(e)),
-            },
-            false => self.open_below(prefix, libc::O_RDONLY | libc::O_DIRECTORY)?,
-        };
-        self.names_in(prefix, dir)
+        self.search_names(prefix, false)
+    }
+
+    fn keys_to_move(&self, prefix: &str) -> Result<Vec<String>> {
+        super::walk_keys_under(self, prefix, |p| self.search_names(p, true))
     }
 
     fn read_only(&self) -> bool {
@@ -1985,6 +2003,27 @@ mod tests {
         assert_eq!(map.search("g").unwrap(), vec![".zgroup"]);
         map.delete("g").unwrap();
         assert_eq!(map.search("").unwrap(), vec![".zgroup"]);
+    }
+
+    #[test]
+    fn keys_to_move_refuses_a_name_that_is_not_utf8() {
+        use std::os::unix::ffi::OsStrExt;
+        let (_dir, map) = writable();
+        map.put("g/a/0", b"x").unwrap();
+        assert_eq!(map.keys_to_move("g").unwrap(), vec!["g/a/0"]);
+        let odd = map
+            .root()
+            .join("g/a")
+            .join(std::ffi::OsStr::from_bytes(b"\xffodd"));
+        fs::write(&odd, b"kept").unwrap();
+        // Reads leave it out; a move must not.
+        assert_eq!(map.keys_under("g").unwrap(), vec!["g/a/0"]);
+        let err = map.keys_to_move("g").unwrap_err();
+        assert!(
+            matches!(&err, Error::NotPermitted(why) if why.contains("not UTF-8")),
+            "{err}"
+        );
+        assert_eq!(map.keys_to_move("h").unwrap(), Vec::<String>::new());
     }
 
     #[test]

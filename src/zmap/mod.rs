@@ -312,7 +312,16 @@ pub trait ZMap: Send + Sync + Debug {
     /// it. The default walks [`ZMap::search`] down the tree, one listing per prefix; maps
     /// that list a whole prefix at once (S3, a thousand keys per request) do that instead.
     fn keys_under(&self, prefix: &str) -> Result<Vec<String>> {
-        walk_keys_under(self, prefix)
+        walk_keys_under(self, prefix, |p| self.search(p))
+    }
+
+    /// Every key under `prefix`, as [`ZMap::keys_under`], for a move of all of them: fails
+    /// with [`Error::NotPermitted`] naming the first object stored under `prefix` that no key
+    /// names (a file name that is not UTF-8, an S3 key with an empty, `.` or `..` segment),
+    /// which the move would leave behind, or delete with the rest. The default is
+    /// [`ZMap::keys_under`], for maps whose every object has a key.
+    fn keys_to_move(&self, prefix: &str) -> Result<Vec<String>> {
+        self.keys_under(prefix)
     }
 
     /// Copies the object at each `(from, to)` pair's `from` to its `to`, each copy stored as
@@ -443,12 +452,17 @@ pub(crate) fn through_links(path: &std::path::Path) -> Result<std::path::PathBuf
     ))
 }
 
-/// [`ZMap::keys_under`] by walking [`ZMap::search`] from `prefix` down.
-fn walk_keys_under<M: ZMap + ?Sized>(map: &M, prefix: &str) -> Result<Vec<String>> {
+/// [`ZMap::keys_under`] of `map` by walking a listing of child names (`search`, as
+/// [`ZMap::search`]) from `prefix` down.
+fn walk_keys_under<M: ZMap + ?Sized>(
+    map: &M,
+    prefix: &str,
+    search: impl Fn(&str) -> Result<Vec<String>>,
+) -> Result<Vec<String>> {
     let mut out = Vec::new();
     let mut stack = vec![prefix.to_string()];
     while let Some(p) = stack.pop() {
-        let children = map.search(&p)?;
+        let children = search(&p)?;
         if children.is_empty() {
             // A listing just answered, so an error here is about this one key: s3s-fs, for
             // one, fails a HEAD of a key that is an empty folder on its disk. Nothing is

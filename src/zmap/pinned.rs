@@ -172,6 +172,10 @@ impl ZMap for PinnedMap {
         self.checked(self.inner.keys_under(prefix))
     }
 
+    fn keys_to_move(&self, prefix: &str) -> Result<Vec<String>> {
+        self.checked(self.inner.keys_to_move(prefix))
+    }
+
     fn copy_many(&self, pairs: &[(String, String)]) -> Result<()> {
         self.inner.copy_many(pairs)
     }

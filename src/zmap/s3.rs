@@ -359,6 +359,49 @@ impl S3Map {
         Some(key.to_string())
     }
 
+    /// [`ZMap::keys_under`], or with `strict` [`ZMap::keys_to_move`]'s listing: an object
+    /// whose key has an empty, `.` or `..` segment (`g/a//x`, which S3 allows) fails either
+    /// listing, as a storage error or, with `strict`, refused by name.
+    fn list_keys(&self, prefix: &str, strict: bool) -> Result<Vec<String>> {
+        let path = self.path_of_prefix(prefix)?;
+        let listing = self
+            .store
+            .list(path.as_ref())
+            .map_ok(|meta| (meta.location, meta.size))
+            .try_collect::<Vec<(Path, u64)>>();
+        let listed = block_on(self.request(prefix, listing))??.map_err(|e| match e {
+            object_store::Error::InvalidPath { source } if strict => Error::NotPermitted(format!(
+                "{}: an object under {prefix:?} has a key no dataset key names, which \
+                     would be left behind: {source}",
+                self.description
+            )),
+            e => self.error(prefix, &e),
+        })?;
+        // As the default walk does, for the same reason (s3s-fs).
+        let is_object = |key: &str| {
+            self.exists(key)
+                .unwrap_or_else(|e| super::absent(self, key, &e))
+        };
+        let mut keys = Vec::with_capacity(listed.len());
+        for (location, size) in &listed {
+            let Some(key) = self.key_of(location) else {
+                continue;
+            };
+            // A "folder" (an empty object named `g/`, which consoles and s3fs-fuse make) is
+            // listed without its `/`, as if it were an object `g`: only an empty object that
+            // is there by its name is one.
+            if *size == 0 && !is_object(&key) {
+                continue;
+            }
+            keys.push(key);
+        }
+        if keys.is_empty() && !prefix.is_empty() && is_object(prefix) {
+            keys.push(prefix.to_string());
+        }
+        keys.sort();
+        Ok(keys)
+    }
+
     fn check_writable(&self, key: &str) -> Result<()> {
         if self.read_only {
             return Err(Error::NotPermitted(format!(
@@ -995,37 +1038,11 @@ impl ZMap for S3Map {
     }
 
     fn keys_under(&self, prefix: &str) -> Result<Vec<String>> {
-        let path = self.path_of_prefix(prefix)?;
-        let listing = self
-            .store
-            .list(path.as_ref())
-            .map_ok(|meta| (meta.location, meta.size))
-            .try_collect::<Vec<(Path, u64)>>();
-        let listed =
-            block_on(self.request(prefix, listing))??.map_err(|e| self.error(prefix, &e))?;
-        // As the default walk does, for the same reason (s3s-fs).
-        let is_object = |key: &str| {
-            self.exists(key)
-                .unwrap_or_else(|e| super::absent(self, key, &e))
-        };
-        let mut keys = Vec::with_capacity(listed.len());
-        for (location, size) in &listed {
-            let Some(key) = self.key_of(location) else {
-                continue;
-            };
-            // A "folder" (an empty object named `g/`, which consoles and s3fs-fuse make) is
-            // listed without its `/`, as if it were an object `g`: only an empty object that
-            // is there by its name is one.
-            if *size == 0 && !is_object(&key) {
-                continue;
-            }
-            keys.push(key);
-        }
-        if keys.is_empty() && !prefix.is_empty() && is_object(prefix) {
-            keys.push(prefix.to_string());
-        }
-        keys.sort();
-        Ok(keys)
+        self.list_keys(prefix, false)
+    }
+
+    fn keys_to_move(&self, prefix: &str) -> Result<Vec<String>> {
+        self.list_keys(prefix, true)
     }
 
     fn copy_many(&self, pairs: &[(String, String)]) -> Result<()> {

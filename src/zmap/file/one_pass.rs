@@ -146,7 +146,7 @@ impl ZMap for OnePass<'_> {
             return self.map.search(prefix);
         }
         let opened = self.open(prefix, libc::O_RDONLY | libc::O_DIRECTORY)?;
-        self.map.names_in(prefix, opened)
+        self.map.names_in(prefix, opened, false)
     }
 
     fn put(&self, key: &str, value: &[u8]) -> Result<()> {
