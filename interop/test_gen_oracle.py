@@ -1040,3 +1040,23 @@ def test_gen_refuses_negative_chunk_sizes_as_ncgen(nczarrfs, tmp_path, chunks):
     r = nczarrfs("gen", "-o", str(out), str(cdl))
     assert r.returncode != 0 and b"_ChunkSizes" in r.stderr, r.stderr.decode()
     assert not out.exists()
+
+
+def test_gen_ignores_lengths_past_the_rank_unchecked_as_ncgen(nczarrfs, tmp_path):
+    """ncgen hands netcdf-c one length per dimension and never reads the rest, so a negative
+    length past the rank is not refused: `gen` ignores it too, with a warning."""
+    cdl = tmp_path / "extra.cdl"
+    cdl.write_text("netcdf e {\ndimensions:\n\tx = 7 ;\nvariables:\n"
+                   "\tint v(x) ;\n\t\tv:_ChunkSizes = 3, -2 ;\n}\n")
+    r = subprocess.run(["ncgen", "-k", "nc4", "-o", str(tmp_path / "e.nc"), str(cdl)],
+                       capture_output=True, check=False)
+    assert r.returncode == 0, r.stderr
+    want = subprocess.run(["ncdump", "-hs", str(tmp_path / "e.nc")], capture_output=True,
+                          check=True).stdout.decode()
+    assert "v:_ChunkSizes = 3 ;" in want
+    out = tmp_path / "e.file"
+    r = nczarrfs("gen", "-o", str(out), str(cdl))
+    assert r.returncode == 0, r.stderr.decode()
+    assert b"ignored" in r.stderr
+    r = nczarrfs("dump", "-hs", str(out))
+    assert "v:_ChunkSizes = 3 ;" in r.stdout.decode()

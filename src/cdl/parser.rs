@@ -950,9 +950,7 @@ impl Parser<'_, '_> {
         let sp = &mut self.extras[v.0].special;
         match name {
             "_ChunkSizes" => {
-                let Some(mut ints) =
-                    ints.filter(|i| i.iter().all(|x| (0..=u32::MAX as i128).contains(x)))
-                else {
+                let Some(mut ints) = ints else {
                     return Err(bad("integers from 0"));
                 };
                 if ndims == 0 {
@@ -973,7 +971,12 @@ impl Parser<'_, '_> {
                         ints.len() - ndims,
                     ));
                 }
+                // Only the lengths netcdf-c reads are checked: ncgen takes `0, -2` on one
+                // dimension.
                 ints.resize(ndims, 0);
+                if !ints.iter().all(|x| (0..=u32::MAX as i128).contains(x)) {
+                    return Err(bad("integers from 0"));
+                }
                 // A chunk longer than its fixed dimension is kept, though ncgen refuses it
                 // ("Bad chunk sizes"): Zarr allows it (zarr-python writes such arrays, a copy
                 // of a record variable to pure Zarr makes one), netcdf-c reads it, and `dump
