@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -123,3 +124,90 @@ def test_char_text_a_store_refuses_leaves_the_attributes_as_stored(mounter, tmp_
     stored = dict((group[owner] if owner else group).attrs)
     assert stored[old] == before[old]
     assert stored["w"] == "synced"
+
+
+def test_quantize_values_netcdf_refuses_leave_the_attributes_as_stored(mounter, tmp_path):
+    """A quantization setting netcdf-c refuses (digits out of range, a second mode) fails the
+    close with EPERM: a new attribute file is not listed, a rewritten one keeps its value,
+    as netCDF4-python reads it once unmounted."""
+    import netCDF4
+
+    url = f"file://{tmp_path / 'q.file'}#mode=nczarr,file"
+    with netCDF4.Dataset(url, "w") as ds:
+        ds.createDimension("x", 4)
+        ds.createVariable("v", "f4", ("x",), significant_digits=3)
+    mnt = mounter.mount(url, "rw")
+    attrs = mnt / "v" / "@attributes"
+    groom = "_QuantizeBitGroomNumberOfSignificantDigits"
+    second = "_QuantizeBitRoundNumberOfSignificantBits"
+    assert os.listdir(attrs) == [groom]
+    shell_write(attrs / groom, "99")
+    assert (attrs / groom).read_text().strip() == "3"
+    assert refused_write(attrs / groom, b"99") == errno.EPERM
+    assert (attrs / groom).read_text().strip() == "3"
+    shell_write(attrs / second, "4")
+    assert refused_write(attrs / second, b"4") == errno.EPERM
+    assert os.listdir(attrs) == [groom]
+    meta = json.loads((mnt / "v" / "@metadata.json").read_text())["attributes"]
+    assert list(meta) == [groom]
+    umount_and_wait(mnt)
+    with netCDF4.Dataset(url) as ds:
+        assert ds["v"].ncattrs() == [groom]
+        assert ds["v"].quantization() == (3, "BitGroom")
+
+
+def test_a_zip_rewritten_in_place_refuses_changes_and_the_mount_shows_what_it_holds(
+        mounter, tmp_path):
+    """Once another program rewrote the zip archive in place, every store of the mount fails
+    with EBUSY: a new attribute file is not listed, a rewritten one keeps its old value, a
+    `mkdir` makes no group and a `mv` renames nothing. An empty value stored before the
+    rewrite (the first close of a duplicate of a new file) is in the archive, and stays
+    listed when the text after it cannot be stored, nor the empty value taken back. The
+    archive, as zarr-python reads it, holds what the mount showed."""
+    import zarr
+
+    cdl = tmp_path / "d.cdl"
+    cdl.write_text(CDL)
+    archive = tmp_path / "d.zip"
+    r = mounter.run("gen", "-k", "nczarr,zip", "-o", str(archive), str(cdl))
+    assert r.returncode == 0, r.stderr
+    mnt = mounter.mount(str(archive), "rw")
+    attrs = mnt / "v" / "@attributes"
+    early = os.open(attrs / "early", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.close(os.dup(early))
+        with zipfile.ZipFile(archive, "a") as z:
+            z.writestr("other.txt", "another program's")
+        os.write(early, b"late")
+        with pytest.raises(OSError) as err:
+            os.close(early)
+        assert err.value.errno == errno.EBUSY
+    except BaseException:
+        os.close(early)
+        raise
+    shell_write(attrs / "w", "x")
+    shell_write(attrs / "keep", "changed")
+    assert refused_write(attrs / "w", b"x") == errno.EBUSY
+    assert refused_write(attrs / "keep", b"changed") == errno.EBUSY
+    with pytest.raises(OSError) as err:
+        os.mkdir(mnt / "g")
+    assert err.value.errno == errno.EBUSY
+    with pytest.raises(OSError) as err:
+        os.rename(mnt / "v", mnt / "v2")
+    assert err.value.errno == errno.EBUSY
+    with pytest.raises(OSError) as err:
+        os.rename(attrs / "keep", attrs / "keep2")
+    assert err.value.errno == errno.EBUSY
+    shown = shown_attrs(mnt / "v")
+    assert shown == {"keep": "k", "early": ""}
+    assert sorted(p for p in os.listdir(mnt) if not p.startswith("@")) == ["v"]
+    umount_and_wait(mnt)
+
+    with zipfile.ZipFile(archive) as z:
+        assert z.read("other.txt") == b"another program's"
+    group = zarr.open_group(zarr.storage.ZipStore(archive, mode="r"), path="d", mode="r",
+                            zarr_format=2)
+    assert list(group.group_keys()) == []
+    assert list(group.array_keys()) == ["v"]
+    stored = {k: v for k, v in group["v"].attrs.items() if not k.startswith("_")}
+    assert stored == shown
