@@ -1,7 +1,7 @@
 """Codec parameters a configuration leaves out or spells unusually, against the tool whose
 reading decides what they mean: zarr-python 3 for a Zarr v3 `zarr.json` that `copy` turns
 into a Zarr v2 chain, netcdf-c 4.10.1 (netCDF4-python and its libnetcdf through ctypes) for
-the blosc `_Filter` `gen` turns into a codec and for the float parameters `dump -s` reports.
+the blosc `_Filter` `gen` turns into a codec and for the parameters `dump -s` reports.
 """
 
 from __future__ import annotations
@@ -180,36 +180,45 @@ with netCDF4.Dataset("file://{tmp_path}/theirs.file#mode=nczarr,file", "w") as n
     assert not target.exists()
 
 
-# Compressors as netcdf-c may have written them, numbers as floats or strings.
-FLOAT_CODECS = {
+# Compressors as netcdf-c or a hand may have written them: numbers as floats, strings,
+# booleans or negative numbers (numcodecs' blosc AUTOSHUFFLE, zarr-python's default, is -1).
+ODD_CODECS = {
     "b1": {"id": "blosc", "clevel": 5.0, "blocksize": 0, "cname": "lz4", "shuffle": 1},
     "b2": {"id": "blosc", "clevel": 5.7, "blocksize": 64.0, "cname": "zstd", "shuffle": 2.0},
     "b3": {"id": "blosc", "clevel": "6", "blocksize": "128", "cname": "lz4", "shuffle": "1"},
+    "b4": {"id": "blosc", "clevel": 5, "blocksize": 0, "cname": "lz4", "shuffle": -1},
+    "b5": {"id": "blosc", "clevel": 5.7, "blocksize": 0, "cname": "lz4", "shuffle": True},
+    "b6": {"id": "blosc", "clevel": 5, "blocksize": 16.5, "cname": "lz4", "shuffle": 1.0},
+    "b7": {"id": "blosc", "clevel": False, "blocksize": True, "cname": "lz4", "shuffle": False},
+    "b8": {"id": "blosc", "clevel": 5, "blocksize": "abc", "cname": "lz4", "shuffle": "-1"},
+    "b9": {"id": "blosc", "clevel": 5, "blocksize": 64, "cname": "lz4", "shuffle": "true"},
+    "b10": {"id": "blosc", "cname": "lz4", "shuffle": "bitshuffle", "blocksize": "x"},
+    "b11": {"id": "blosc", "clevel": 5, "blocksize": 0, "cname": "lz4",
+            "shuffle": -4294967297},
     "z1": {"id": "zstd", "level": 4.0},
     "z2": {"id": "zstd", "level": 4.9},
+    "z3": {"id": "zstd", "level": 5.5},
+    "z4": {"id": "zstd", "level": True},
+    "z5": {"id": "zstd", "level": "abc"},
     "l1": {"id": "zlib", "level": 3.0},
+    "l2": {"id": "zlib", "level": 7.0},
+    "l3": {"id": "zlib", "level": False},
+    "l4": {"id": "zlib", "level": "true"},
+    "l5": {"id": "zlib", "level": " +4"},
+    "l6": {"id": "zlib", "level": -0.5},
     "bz": {"id": "bz2", "level": 7.0},
+    "bz2": {"id": "bz2", "level": 4.9},
+    "bz3": {"id": "bz2", "level": True},
 }
 
 
-def test_dump_s_reads_float_parameters_as_netcdf_c(nczarrfs, tmp_path):
-    """netcdf-c truncates a float parameter to an integer (NCJcvt): `dump -s` reports what
-    netcdf-c's nc_inq_var_filter_info does for it."""
-    path = tmp_path / "f.file"
-    url = f"file://{path}#mode=nczarr,file"
-    with netCDF4.Dataset(url, "w") as nc:
-        nc.createDimension("x", 8)
-        for name in FLOAT_CODECS:
-            nc.createVariable(name, "i4", ("x",), chunksizes=(8,))
-    for name, codec in FLOAT_CODECS.items():
-        p = path / name / ".zarray"
-        meta = json.loads(p.read_text())
-        meta["compressor"], meta["filters"] = codec, None
-        p.write_text(json.dumps(meta))
+def _netcdf_c_filters(url, names) -> dict:
+    """`id,param,...` of each variable's first filter, as netcdf-c's
+    nc_inq_var_filter_info reports it."""
     lib = _libnetcdf()
     want = {}
     with netCDF4.Dataset(url) as nc:
-        for name in FLOAT_CODECS:
+        for name in names:
             v = nc[name]
             nf, ids = ctypes.c_size_t(), (ctypes.c_uint * 8)()
             assert lib.nc_inq_var_filter_ids(nc._grpid, v._varid, ctypes.byref(nf), ids) == 0
@@ -217,8 +226,63 @@ def test_dump_s_reads_float_parameters_as_netcdf_c(nczarrfs, tmp_path):
             assert lib.nc_inq_var_filter_info(nc._grpid, v._varid, ids[0], ctypes.byref(np_),
                                               ps) == 0
             want[name] = ",".join(map(str, [ids[0], *ps[:np_.value]]))
+    return want
+
+
+def _dump_s_filters(nczarrfs, path) -> dict:
     res = nczarrfs("dump", "-s", "-h", "-F", str(path))
     assert res.returncode == 0, res.stderr.decode()
-    got = {line.strip().split(":")[0]: line.split('"')[1]
-           for line in res.stdout.decode().splitlines() if ":_Filter = " in line}
-    assert got == want
+    return {line.strip().split(":")[0]: line.split('"')[1]
+            for line in res.stdout.decode().splitlines() if ":_Filter = " in line}
+
+
+def _nczarr_with_compressors(path, variables: dict) -> str:
+    """An NCZarr store netCDF4-python makes, with `variables` (name: (dtype, compressor))
+    whose .zarray compressors are then replaced; its URL."""
+    url = f"file://{path}#mode=nczarr,file"
+    with netCDF4.Dataset(url, "w") as nc:
+        nc.createDimension("x", 8)
+        for name, (dtype, _) in variables.items():
+            nc.createVariable(name, dtype, ("x",), chunksizes=(8,))
+    for name, (_, codec) in variables.items():
+        p = path / name / ".zarray"
+        meta = json.loads(p.read_text())
+        meta["compressor"], meta["filters"] = codec, None
+        p.write_text(json.dumps(meta))
+    return url
+
+
+def test_dump_s_reads_odd_parameters_as_netcdf_c(nczarrfs, tmp_path):
+    """netcdf-c converts a parameter to an integer with NCJcvt (a float truncated, a boolean
+    0 or 1, a string by sscanf, which leaves the integer as it was when it reads nothing)
+    and keeps it as an unsigned int: `dump -s` reports what netcdf-c's
+    nc_inq_var_filter_info does for it."""
+    path = tmp_path / "f.file"
+    url = _nczarr_with_compressors(path, {n: ("i4", c) for n, c in ODD_CODECS.items()})
+    assert _dump_s_filters(nczarrfs, path) == _netcdf_c_filters(url, ODD_CODECS)
+
+
+def test_dump_s_shows_zarr_v3_defaults_as_zarr_python_fills_them(nczarrfs, tmp_path):
+    """A v3 blosc or zstd leaving members out is shown with zarr-python 3.1.6's defaults:
+    the parameters netcdf-c reports for an NCZarr store compressing as zarr-python opens
+    the v3 array (netcdf-c, which reads no v3, is the oracle through that store)."""
+    src = tmp_path / "s.zarr"
+    root = zarr.open_group(str(src), mode="w", zarr_format=3)
+    wanted = {}
+    for i, (dtype, codec) in enumerate(V3_CODECS):
+        if codec["name"] == "gzip":
+            continue  # netcdf-c has no filter for gzip
+        name = f"v{i}"
+        root.create_array(name, shape=(8,), chunks=(8,), dtype=dtype, compressors=None,
+                          dimension_names=["x"])
+        meta_path = src / name / "zarr.json"
+        meta = json.loads(meta_path.read_text())
+        meta["codecs"] = [c for c in meta["codecs"] if c["name"] == "bytes"] + [codec]
+        meta_path.write_text(json.dumps(meta))
+        want = _zarr_python_numcodecs(zarr.open_array(str(src / name), mode="r")
+                                      .compressors[0])
+        want.pop("typesize", None)
+        want.pop("checksum", None)
+        wanted[name] = (np.dtype(dtype).str.lstrip("<|"), want)
+    url = _nczarr_with_compressors(tmp_path / "t.file", wanted)
+    assert _dump_s_filters(nczarrfs, src) == _netcdf_c_filters(url, wanted)

@@ -17,9 +17,12 @@
 //! - `_SuperblockVersion` is the NCZarr format's major version (0 for pure Zarr), as
 //!   netcdf-c reports it.
 
+use std::num::IntErrorKind;
+
 use serde_json::Value;
 
 use super::fmt::escape_text;
+use crate::codec::netcdf_element_size;
 use crate::model::{ByteOrder, CodecSpec, Dataset, NcType, VarId, Variable};
 
 /// One HDF5 filter: its id and parameters as `ncdump -s` prints them.
@@ -46,7 +49,11 @@ pub fn var_specials(ds: &Dataset, v: VarId, all_filters: bool) -> Vec<(&'static 
         out.push(("_ChunkSizes", list.join(", ")));
     }
     let chain = byte_codecs(&var.storage.codecs);
-    let filters: Vec<Hdf5Filter> = chain.iter().filter_map(|c| hdf5_filter(c)).collect();
+    let element_size = netcdf_element_size(var.nctype, var.element_size());
+    let filters: Vec<Hdf5Filter> = chain
+        .iter()
+        .filter_map(|c| hdf5_filter(c, element_size))
+        .collect();
     let has = |id: u32| filters.iter().any(|f| f.id == id);
     let mut rest = filters.clone();
     if !all_filters {
@@ -192,26 +199,34 @@ fn codec_param<'a>(codec: &'a Value, key: &str) -> Option<&'a Value> {
 
 /// The HDF5 filter netcdf-c maps a codec to, with the parameters netcdf-c reports for it
 /// (its NCZarr codec mapping's, not those HDF5 stores in a netCDF-4 file); `None`
-/// for codecs netcdf-c has no HDF5 filter for (gzip, lz4, crc32c, ...).
-fn hdf5_filter(codec: &Value) -> Option<Hdf5Filter> {
-    let signed = |key: &str| codec_param(codec, key).and_then(netcdf_c_int);
-    // An HDF5 filter's parameters are unsigned ints: a negative level (numcodecs' -1, the
-    // library's default) is kept in that form, and `_DeflateLevel` shows it signed.
-    let int = |key: &str, default: u64| signed(key).map_or(default, |n| u64::from(n as u32));
+/// for codecs netcdf-c has no HDF5 filter for (gzip, lz4, crc32c, ...). A Zarr v3 codec is
+/// first taken as the numcodecs object `copy` writes for it to Zarr v2 ([`as_numcodecs`];
+/// items of `element_size` bytes).
+fn hdf5_filter(codec: &Value, element_size: usize) -> Option<Hdf5Filter> {
+    let numcodecs = as_numcodecs(codec, element_size)?;
+    let codec = &numcodecs;
+    // netcdf-c reads a level through an integer it leaves unset, so a string it cannot read
+    // as a number is the 0 that netcdf-c 4.10.1 reports. An HDF5 filter's parameters are
+    // unsigned ints: a negative level (numcodecs' -1, the library's default) is kept in that
+    // form, and `_DeflateLevel` shows it signed.
+    let level = |default: u64| match codec_param(codec, "level") {
+        None => default,
+        Some(v) => u64::from(netcdf_c_int(v).unwrap_or(0) as u32),
+    };
     let (id, params) = match codec_name(codec) {
-        "zlib" => (DEFLATE, vec![int("level", 1)]),
+        "zlib" => (DEFLATE, vec![level(1)]),
         // netcdf-c gives shuffle no parameters: the element size is the type's, found when
         // the filter runs.
         "shuffle" => (SHUFFLE, vec![]),
         "fletcher32" => (FLETCHER32, vec![]),
-        "bz2" => (307, vec![int("level", 9)]),
+        "bz2" => (307, vec![level(9)]),
         // A negative level (numcodecs' -5) as netcdf-c stores and ncdump prints it.
-        "zstd" => match signed("level") {
-            Some(level) if level < 0 => {
-                let level = crate::codec::netcdf_c_zstd_level(level);
-                (32015, vec![level.unsigned_abs()])
+        "zstd" => match codec_param(codec, "level").and_then(netcdf_c_int) {
+            Some(n) if n < 0 => {
+                let n = crate::codec::netcdf_c_zstd_level(n);
+                (32015, vec![n.unsigned_abs()])
             }
-            _ => (32015, vec![int("level", 3)]),
+            _ => (32015, vec![level(3)]),
         },
         // netcdf-c's codec-to-HDF5 mapping leaves the three reserved parameters and the type
         // size at 0 (the filter fills them in only for its own use when it runs) and passes the
@@ -225,52 +240,77 @@ fn hdf5_filter(codec: &Value) -> Option<Hdf5Filter> {
                     .position(|n| Some(*n) == cname.as_str())?
                     as u64,
             };
-            // Zarr v3 names the shuffle, which netcdf-c (reading no v3) has no mapping for:
-            // the names stand for numcodecs' numbers.
-            let shuffle = match codec_param(codec, "shuffle") {
-                Some(Value::String(s)) if s.parse::<u64>().is_err() => match s.as_str() {
-                    "noshuffle" => 0,
-                    "shuffle" => 1,
-                    "bitshuffle" => 2,
-                    _ => return None,
-                },
-                _ => int("shuffle", 0),
+            // netcdf-c converts clevel, blocksize and shuffle, in that order, into one
+            // integer, which a string it cannot read as a number leaves as it was: such a
+            // member repeats the one before it (0 for clevel).
+            let mut last = 0;
+            let mut next = |key: &str, default: i64| {
+                last = match codec_param(codec, key) {
+                    None => default,
+                    Some(v) => netcdf_c_int(v).unwrap_or(last),
+                };
+                u64::from(last as u32)
             };
-            (
-                32001,
-                vec![
-                    0,
-                    0,
-                    0,
-                    int("blocksize", 1),
-                    int("clevel", 9),
-                    shuffle,
-                    compressor,
-                ],
-            )
+            let clevel = next("clevel", 9);
+            let blocksize = next("blocksize", 1);
+            let shuffle = next("shuffle", 0);
+            (32001, vec![0, 0, 0, blocksize, clevel, shuffle, compressor])
         }
         _ => return None,
     };
     Some(Hdf5Filter { id, params })
 }
 
+/// A codec as numcodecs object: a Zarr v2 one as it is, a Zarr v3 one as `copy` writes it
+/// to Zarr v2, with blosc's shuffle resolved as on an NCZarr target, so that `dump -s` shows
+/// what netcdf-c reports for an NCZarr copy (gzip, which that copy makes zlib, stays gzip,
+/// for which netcdf-c has no filter, as on Zarr v2). What
+/// zarr-python's own `blosc`, `zstd` and `gzip` leave out is zarr-python 3.1.6's default
+/// (blosc zstd, clevel 5, blocksize 0; zstd level 0; gzip level 5), not netcdf-c's, and a
+/// blosc shuffle left out or `null` is the one zarr-python compresses with: bit-shuffle for
+/// 1-byte items, byte-shuffle otherwise. `None` for a v3 codec numcodecs has no object for,
+/// or a blosc shuffle name zarr-python does not know.
+fn as_numcodecs(codec: &Value, element_size: usize) -> Option<Value> {
+    if codec.get("id").is_some() {
+        return Some(codec.clone());
+    }
+    let mut v2 = crate::meta::writer_v3::codecs_v2(std::slice::from_ref(codec))
+        .ok()?
+        .pop()?;
+    let auto_shuffle = matches!(codec_param(codec, "shuffle"), None | Some(Value::Null));
+    if codec.get("name").and_then(Value::as_str) == Some("blosc") && auto_shuffle {
+        v2["shuffle"] = Value::from(if element_size == 1 { 2 } else { 1 });
+    }
+    Some(v2)
+}
+
 /// A codec parameter as netcdf-c's JSON conversion to an integer reads it (`NCJcvt` to
 /// `NCJ_INT`): an integer as it is, a number with a fraction or exponent (netcdf-c can write
-/// `5.0`) truncated towards zero, a string by its leading integer (`sscanf("%lld")`); `None`
-/// for anything else, which leaves netcdf-c's default.
+/// `5.0`) truncated towards zero, a boolean as 1 or 0, a string by its leading integer
+/// (`sscanf("%lld")`). `None` where that conversion sets nothing: a string without a leading
+/// integer, and `null`, a list or an object (with which netcdf-c opens no dataset).
 fn netcdf_c_int(v: &Value) -> Option<i64> {
     match v {
         Value::Number(n) => n
             .as_i64()
             .or_else(|| n.as_u64().map(|_| i64::MAX))
             .or_else(|| n.as_f64().map(|f| f.trunc() as i64)),
+        Value::Bool(b) => Some(i64::from(*b)),
         Value::String(s) => {
             let t = s.trim_start();
             let digits = t
                 .char_indices()
                 .find(|&(i, c)| !(c.is_ascii_digit() || (i == 0 && (c == '-' || c == '+'))))
                 .map_or(t.len(), |(i, _)| i);
-            t[..digits].parse().ok()
+            match t[..digits].parse() {
+                Ok(n) => Some(n),
+                // sscanf stores the nearest integer it has for one out of range.
+                Err(e) => match e.kind() {
+                    IntErrorKind::PosOverflow => Some(i64::MAX),
+                    IntErrorKind::NegOverflow => Some(i64::MIN),
+                    _ => None,
+                },
+            }
         }
         _ => None,
     }
@@ -368,14 +408,132 @@ mod tests {
             (json!({"id": "zlib", "level": 3.0}), 1, vec![3]),
             (json!({"id": "zlib", "level": 3.6}), 1, vec![3]),
             (json!({"id": "bz2", "level": 7.0}), 307, vec![7]),
+            (json!({"id": "bz2", "level": 4.9}), 307, vec![4]),
+            // numcodecs' blosc AUTOSHUFFLE, zarr-python's default, as an unsigned int.
+            (
+                json!({"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": -1, "blocksize": 0}),
+                32001,
+                vec![0, 0, 0, 0, 5, 4294967295, 1],
+            ),
+            (
+                json!({"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": "-1", "blocksize": 0}),
+                32001,
+                vec![0, 0, 0, 0, 5, 4294967295, 1],
+            ),
+            (
+                json!({"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": 1.0, "blocksize": 16.5}),
+                32001,
+                vec![0, 0, 0, 16, 5, 1, 1],
+            ),
+            // Booleans are 1 and 0.
+            (json!({"id": "zlib", "level": false}), 1, vec![0]),
+            (json!({"id": "zlib", "level": true}), 1, vec![1]),
+            (json!({"id": "zstd", "level": true}), 32015, vec![1]),
+            (json!({"id": "zstd", "level": false}), 32015, vec![0]),
+            (json!({"id": "bz2", "level": true}), 307, vec![1]),
+            (
+                json!({"id": "blosc", "cname": "lz4", "clevel": 5.7, "shuffle": true, "blocksize": 0}),
+                32001,
+                vec![0, 0, 0, 0, 5, 1, 1],
+            ),
+            (
+                json!({"id": "blosc", "cname": "lz4", "clevel": false, "shuffle": false, "blocksize": true}),
+                32001,
+                vec![0, 0, 0, 1, 0, 0, 1],
+            ),
+            // A string without a leading integer: 0 for a level, and for blosc the member
+            // converted before it (clevel, blocksize, shuffle), or its default.
+            (json!({"id": "zlib", "level": "true"}), 1, vec![0]),
+            (json!({"id": "zstd", "level": "abc"}), 32015, vec![0]),
+            (json!({"id": "bz2", "level": "abc"}), 307, vec![0]),
+            (json!({"id": "zlib", "level": "0x10"}), 1, vec![0]),
+            (json!({"id": "zlib", "level": " +4"}), 1, vec![4]),
+            (
+                json!({"id": "blosc", "cname": "lz4", "clevel": "abc", "shuffle": 1, "blocksize": 64}),
+                32001,
+                vec![0, 0, 0, 64, 0, 1, 1],
+            ),
+            (
+                json!({"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": 1, "blocksize": "abc"}),
+                32001,
+                vec![0, 0, 0, 5, 5, 1, 1],
+            ),
+            (
+                json!({"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": "abc", "blocksize": 64}),
+                32001,
+                vec![0, 0, 0, 64, 5, 64, 1],
+            ),
+            (
+                json!({"id": "blosc", "cname": "lz4", "shuffle": "abc", "blocksize": "x"}),
+                32001,
+                vec![0, 0, 0, 9, 9, 9, 1],
+            ),
+            // Zarr v3's shuffle names mean nothing to netcdf-c in Zarr v2.
+            (
+                json!({"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": "bitshuffle", "blocksize": 0}),
+                32001,
+                vec![0, 0, 0, 0, 5, 0, 1],
+            ),
+            // An unsigned int keeps the low 32 bits of a shuffle out of its range.
+            (
+                json!({"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": 4294967296u64, "blocksize": 0}),
+                32001,
+                vec![0, 0, 0, 0, 5, 0, 1],
+            ),
+            (
+                json!({"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": -0.5, "blocksize": 0}),
+                32001,
+                vec![0, 0, 0, 0, 5, 0, 1],
+            ),
         ];
         for (codec, id, params) in cases {
             assert_eq!(
-                hdf5_filter(&codec),
+                hdf5_filter(&codec, 4),
                 Some(Hdf5Filter { id, params }),
                 "{codec}"
             );
         }
+    }
+
+    #[test]
+    fn zarr_v3_parameters_left_out_are_zarr_python_s() {
+        // zarr-python 3.1.6 opens a v3 blosc without members as BloscCodec(cname="zstd",
+        // clevel=5, blocksize=0) with shuffle "shuffle", or "bitshuffle" for 1-byte items
+        // (a `null` shuffle the same, whatever the typesize), and a zstd without a level
+        // as ZstdCodec(level=0): an NCZarr copy holds those, which netcdf-c reports so.
+        let blosc = |config: Value, esize: usize| {
+            hdf5_filter(&json!({"name": "blosc", "configuration": config}), esize)
+        };
+        let filter = |shuffle: u64, compressor: u64| {
+            Some(Hdf5Filter {
+                id: 32001,
+                params: vec![0, 0, 0, 0, 5, shuffle, compressor],
+            })
+        };
+        assert_eq!(blosc(json!({}), 4), filter(1, 5));
+        assert_eq!(blosc(json!({}), 1), filter(2, 5));
+        assert_eq!(
+            blosc(json!({"shuffle": null, "typesize": 1}), 8),
+            filter(1, 5)
+        );
+        assert_eq!(blosc(json!({"cname": "lz4"}), 2), filter(1, 1));
+        assert_eq!(blosc(json!({"shuffle": "noshuffle"}), 2), filter(0, 5));
+        assert_eq!(blosc(json!({"shuffle": "bitshuffle"}), 2), filter(2, 5));
+        // A shuffle zarr-python does not know has no numcodecs form.
+        assert_eq!(blosc(json!({"shuffle": "twice"}), 2), None);
+        let zstd = json!({"name": "zstd", "configuration": {}});
+        assert_eq!(
+            hdf5_filter(&zstd, 4),
+            Some(Hdf5Filter {
+                id: 32015,
+                params: vec![0]
+            })
+        );
+        // netcdf-c has no filter for gzip, whatever its level.
+        assert_eq!(
+            hdf5_filter(&json!({"name": "gzip", "configuration": {}}), 4),
+            None
+        );
     }
 
     #[test]
