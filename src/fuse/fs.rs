@@ -204,9 +204,11 @@ struct Handle {
     /// (`Some(new name)`) or removed (`None`), as a file that is open follows a rename and
     /// writes into nothing once unlinked. Unset while it keeps its name.
     moved: Mutex<Option<Option<String>>>,
-    /// What stands in this file's attribute for the text still to come, which a failed store
-    /// of that text takes out again (see [`Placeholder`]).
-    placeholder: Mutex<Placeholder>,
+    /// An attribute file that its open created: until something stores the attribute, it is
+    /// the empty placeholder the create put in the model, which a failed store of the text
+    /// takes out again (storage holds no such attribute; a later flush that stores the text
+    /// makes the attribute anew).
+    placeholder: AtomicBool,
     /// The error of the last failed flush of this file that was logged: the kernel's release
     /// after a failed close, and a close after a failed `fsync`, try again, and the same
     /// failure again is not logged again.
@@ -248,7 +250,7 @@ impl Handle {
             text: None,
             opened_value: None,
             moved: Mutex::new(None),
-            placeholder: Mutex::new(Placeholder::None),
+            placeholder: AtomicBool::new(false),
             logged_failure: Mutex::new(None),
             _data_file: is_data.then(OpenDataFile::new),
         }
@@ -302,27 +304,6 @@ impl Handle {
     }
 }
 
-/// What an attribute file open for writing put in place of the attribute as its open found
-/// it before any text written to it was stored. A text that then fails to store (refused, or
-/// not stored for the storage's error) takes it out again, so that the mount goes on showing
-/// what storage held before: no attribute where the file was new, the old value where it
-/// was truncated.
-#[derive(Debug, Clone, PartialEq, Default)]
-enum Placeholder {
-    /// Nothing of the kind: the attribute is as stored, or holds a text written to the file.
-    #[default]
-    None,
-    /// The empty attribute the create put in the model, not stored.
-    InModel,
-    /// The value of the file's empty text (`empty`), stored by a close before anything was
-    /// written: a shell redirection closes a duplicate of the file while it is still empty.
-    /// `before` is what storage held then (`None`: no such attribute).
-    Stored {
-        empty: AttrValue,
-        before: Option<AttrValue>,
-    },
-}
-
 /// The errno of a failed write-side operation: what netCDF refuses (a taken or illegal name,
 /// a fill value that can no longer change) is `EPERM`, groups nested too deeply for the
 /// directory store (refused before any change) `ENAMETOOLONG`, the rest the storage's.
@@ -336,56 +317,11 @@ fn refusal_errno(e: &Error) -> Errno {
 
 /// The value of attribute `name` of `owner` in `ds`, if both exist.
 fn attr_value(ds: &Dataset, owner: &Owner, name: &str) -> Option<AttrValue> {
-    attr_value_in(ds, owner.resolve(ds)?, name)
-}
-
-/// The value of attribute `name` of `r` in `ds`, if it exists.
-fn attr_value_in(ds: &Dataset, r: Resolved, name: &str) -> Option<AttrValue> {
+    let r = owner.resolve(ds)?;
     layout::attrs_of(ds, r)
         .iter()
         .find(|a| a.name == name)
         .map(|a| a.value.clone())
-}
-
-/// Takes `placeholder`, what the attribute file `handle` put in place of its attribute
-/// `name` of `r` (see [`Placeholder`]), out again after a failed store of the file's text
-/// (which left the model as stored); what is left to take out if that fails too.
-fn take_back_placeholder(
-    w: &mut DatasetWriter,
-    handle: &Handle,
-    r: Resolved,
-    name: &str,
-    placeholder: Placeholder,
-) -> Placeholder {
-    let target = match r {
-        Resolved::Group(g) => AttrTarget::Group(g),
-        Resolved::Var(v) => AttrTarget::Var(v),
-    };
-    let taken = match &placeholder {
-        Placeholder::None => return Placeholder::None,
-        // Never stored: storage holds no such attribute.
-        Placeholder::InModel => w.del_attr(target, name),
-        Placeholder::Stored { empty, before } => {
-            if attr_value_in(w.model(), r, name).as_ref() != Some(empty) {
-                // Changed since by another file or a `truncate`: that value stays.
-                return Placeholder::None;
-            }
-            w.change_and_sync(|w| match before {
-                Some(old) => w.put_attr(target, name, old.clone()),
-                None => w.del_attr(target, name),
-            })
-        }
-    };
-    match taken {
-        Ok(()) => Placeholder::None,
-        Err(e) => {
-            log::warn!(
-                "{}: the empty value this file stored stays: {e}",
-                node_display(&handle.node)
-            );
-            placeholder
-        }
-    }
 }
 
 /// Largest run of zeros written at once where a truncated `data` file was not rewritten.
@@ -973,7 +909,7 @@ impl Shared {
             if current_attr_name(opened_as, &moved) == Some(from) {
                 *moved = Some(to.map(str::to_string));
                 // The `mv` stored the attribute under its new name, placeholder or not.
-                *lock(&handle.placeholder) = Placeholder::None;
+                handle.placeholder.store(false, Ordering::SeqCst);
             }
         }
     }
@@ -1106,46 +1042,31 @@ impl Shared {
                     return Ok(());
                 };
                 let text = lock(text).clone();
-                self.change(|w| {
+                let stored = self.change(|w| {
                     let r = handle.owner_in(owner, w.model())?;
                     let target = match r {
                         Resolved::Group(g) => AttrTarget::Group(g),
                         Resolved::Var(v) => AttrTarget::Var(v),
                     };
                     let value = parse_attr_text(&text, handle.opened_value.as_ref());
-                    let mut placeholder = lock(&handle.placeholder);
-                    // What storage holds before this store: every change is stored at once,
-                    // so the model's value, unless it is the create's placeholder.
-                    let before = match &*placeholder {
-                        Placeholder::None => attr_value_in(w.model(), r, name),
-                        Placeholder::InModel => None,
-                        Placeholder::Stored { before, .. } => before.clone(),
-                    };
                     // A value that is not stored must not be shown either: the mount would
                     // show it until remounted, and store it at some later sync.
                     let stored = quantize_attr_value(w.model(), target, name, value, None)
-                        .and_then(|value| {
-                            w.change_and_sync(|w| w.put_attr(target, name, value.clone()))?;
-                            Ok(value)
-                        });
-                    match stored {
-                        // A close of the file still empty (a duplicate's, by a shell
-                        // redirection): the text written next is what the file is for.
-                        Ok(empty) if text.is_empty() && !always => {
-                            *placeholder = Placeholder::Stored { empty, before };
-                            Ok(())
-                        }
-                        Ok(_) => {
-                            *placeholder = Placeholder::None;
-                            Ok(())
-                        }
-                        Err(e) => {
-                            let taken = std::mem::take(&mut *placeholder);
-                            *placeholder = take_back_placeholder(w, handle, r, name, taken);
-                            Err(e)
+                        .and_then(|value| w.change_and_sync(|w| w.put_attr(target, name, value)));
+                    if stored.is_err() && handle.placeholder.swap(false, Ordering::SeqCst) {
+                        if let Err(e) = w.del_attr(target, name) {
+                            log::warn!(
+                                "{}: the attribute this file created stays shown empty: {e}",
+                                node_display(&handle.node)
+                            );
                         }
                     }
-                })
+                    stored
+                });
+                if stored.is_ok() {
+                    handle.placeholder.store(false, Ordering::SeqCst);
+                }
+                stored
             }
             (Node::File(owner, FileKind::Data), _) if handle.truncation.is_some() => {
                 self.change(|w| {
@@ -2511,9 +2432,7 @@ impl Filesystem for NczarrFs {
         handle.text = Some(Mutex::new(initial));
         handle.opened_value = opened_value;
         handle.wrote = AtomicBool::new(!existed || flags & libc::O_TRUNC != 0);
-        if !existed {
-            handle.placeholder = Mutex::new(Placeholder::InModel);
-        }
+        handle.placeholder = AtomicBool::new(!existed);
         let fh = sh.add_handle(handle);
         reply.created(
             &sh.kernel_ttl(),
