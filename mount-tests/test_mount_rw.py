@@ -1503,6 +1503,130 @@ def test_quantized_values_written_in_pieces_cut_at_any_byte_are_netcdf_c_s(
             assert ds[name][:].data.tobytes() == want, name
 
 
+def _bitround9(tmp_path, name, build):
+    """The values of float variables BitRound-quantized to 9 bits as netCDF4-python stores
+    them: `build(ds)` makes and writes them in a fresh dataset `name`."""
+    import netCDF4
+
+    url = f"file://{tmp_path / name}#mode=nczarr,file"
+    with netCDF4.Dataset(url, "w") as ds:
+        build(ds)
+    with netCDF4.Dataset(url) as ds:
+        ds.set_auto_mask(False)
+        return {k: v[:].tobytes() for k, v in ds.variables.items()}
+
+
+def test_quantized_pieces_kept_follow_their_element_when_another_variable_grows_it(
+        mounter, tmp_path):
+    """The bytes kept for a value of a quantized variable written in part stay with that
+    value when another variable grows a dimension it uses after its first (which moves it to
+    another byte offset of the flat file), and never complete the value that takes its old
+    place: the file holds what netCDF4-python's one write of the final byte image stores
+    (q[0, 2] was -7.0078125, completed from q[1, 0]'s kept bytes)."""
+    import netCDF4
+
+    def dataset(ds, q):
+        ds.createDimension("x", 2)
+        ds.createDimension("t", None)
+        v = ds.createVariable("q", "f4", ("x", "t"), significant_digits=9,
+                              quantize_mode="BitRound")
+        v.set_auto_mask(False)
+        v[:] = q
+        ds.createVariable("a", "f4", ("t",))[:] = [10, 20]
+
+    url = f"file://{tmp_path / 'q.file'}#mode=nczarr,file"
+    with netCDF4.Dataset(url, "w") as ds:
+        dataset(ds, np.array([[1, 2], [3, 4]], "f4"))
+    mnt = mounter.mount(url, "rw")
+    fd = os.open(mnt / "q" / "data", os.O_WRONLY)
+    try:
+        os.pwrite(fd, b"\x00\xe0", 8)  # low half of q[1, 0]
+        fa = os.open(mnt / "a" / "data", os.O_WRONLY)
+        try:
+            assert os.pwrite(fa, np.float32(30).tobytes(), 8) == 4  # t grows to 3
+        finally:
+            os.close(fa)
+        os.pwrite(fd, b"\xe0\xc0", 10)  # high half of element 2, now q[0, 2]
+        os.pwrite(fd, b"\x10\x41", 14)  # high half of q[1, 0], now element 3
+    finally:
+        os.close(fd)
+    umount_and_wait(mnt)
+
+    fill = netCDF4.default_fillvals["f4"]
+    low_fill = np.float32(fill).tobytes()[:2]
+    image = np.frombuffer(
+        np.array([1, 2], "f4").tobytes() + low_fill + b"\xe0\xc0"
+        + b"\x00\xe0\x10\x41" + np.array([4, fill], "f4").tobytes(), "f4").reshape(2, 3)
+    want = _bitround9(tmp_path, "oracle.file", lambda ds: dataset(ds, image))["q"]
+    assert np.frombuffer(want, "f4")[2:4].tolist() == [-7, 9.0625]
+    with netCDF4.Dataset(url) as ds:
+        ds.set_auto_mask(False)
+        assert ds["q"][:].tobytes() == want
+
+
+def test_quantized_pieces_are_forgotten_at_an_o_trunc_open_and_the_last_close(
+        mounter, tmp_path):
+    """Bytes kept for a value of a quantized variable written in part are forgotten when the
+    `data` file is opened with `O_TRUNC` (what was not written since becomes zeros: `b` ends
+    as the one write of 1, 0 stores it, where the bytes written before the open made
+    1.0078125) and when its last descriptor is closed: a piece written through a new open
+    then completes the stored quantized value, as netcdf-c's write of an element read back
+    and patched does (`c`), while pieces through one open are one value (`d`)."""
+    import netCDF4
+
+    def dataset(ds, values):
+        ds.createDimension("x", 2)
+        for name, v in values.items():
+            ds.createVariable(name, "f4", ("x",), significant_digits=9,
+                              quantize_mode="BitRound")[:] = v
+
+    def f4(raw):
+        return np.frombuffer(raw, "f4")
+
+    url = f"file://{tmp_path / 'q.file'}#mode=nczarr,file"
+    with netCDF4.Dataset(url, "w") as ds:
+        dataset(ds, {"b": [5, 6], "c": [5, 6], "d": [5, 6]})
+    mnt = mounter.mount(url, "rw")
+    kept = os.open(mnt / "b" / "data", os.O_WRONLY)
+    try:
+        os.pwrite(kept, b"\xff\xff", 0)
+        fd = os.open(mnt / "b" / "data", os.O_WRONLY | os.O_TRUNC)
+        try:
+            os.pwrite(fd, b"\x80\x3f", 2)
+        finally:
+            os.close(fd)
+    finally:
+        os.close(kept)
+    for piece, at in [(b"\x00\xe0", 0), (b"\x10\x41", 2)]:
+        fd = os.open(mnt / "c" / "data", os.O_WRONLY)
+        try:
+            os.pwrite(fd, piece, at)
+        finally:
+            os.close(fd)
+    fd = os.open(mnt / "d" / "data", os.O_WRONLY)
+    try:
+        os.pwrite(fd, b"\x00\xe0", 0)
+        os.pwrite(fd, b"\x10\x41", 2)
+    finally:
+        os.close(fd)
+    umount_and_wait(mnt)
+
+    # netcdf-c's writes: 5 with the low half e000, read back, its high half made 4110.
+    first = _bitround9(tmp_path, "first.file", lambda ds: dataset(ds, {
+        "c": f4(b"\x00\xe0\xa0\x40" + np.float32(6).tobytes())}))["c"]
+    want_c = _bitround9(tmp_path, "second.file", lambda ds: dataset(ds, {
+        "c": f4(first[:2] + b"\x10\x41" + first[4:])}))["c"]
+    want = _bitround9(tmp_path, "once.file", lambda ds: dataset(ds, {
+        "b": f4(b"\x00\x00\x80\x3f" + bytes(4)),
+        "d": f4(b"\x00\xe0\x10\x41" + np.float32(6).tobytes())}))
+    assert f4(want["b"]).tolist() == [1, 0]
+    assert f4(want_c).tolist() == [9, 6] and f4(want["d"]).tolist() == [9.0625, 6]
+    with netCDF4.Dataset(url) as ds:
+        assert ds["b"][:].data.tobytes() == want["b"]
+        assert ds["c"][:].data.tobytes() == want_c
+        assert ds["d"][:].data.tobytes() == want["d"]
+
+
 def test_quantization_leaves_a_pure_zarr_arrays_fill_value_alone(mounter, tmp_path):
     """A pure Zarr array with `fill_value: -999` and no `_FillValue` attribute (as xarray and
     zarr-python write them): netcdf-c takes -999 as the variable's fill (netCDF4-python's

@@ -288,6 +288,14 @@ impl Handle {
             .map_or(ChunksNow::Alike, |v| lock(v).lost)
     }
 
+    /// The variable of a `data` file opened on a `rw` mount.
+    fn data_var(&self) -> Option<VarId> {
+        match (&self.node, self.opened) {
+            (Node::File(_, FileKind::Data), Some(Resolved::Var(var))) => Some(var),
+            _ => None,
+        }
+    }
+
     /// The object `owner` (this handle's) names in `ds`, unless a rename has since given that
     /// name to another object than the one the file was opened on: then the file, like one
     /// whose name was removed, reaches nothing.
@@ -1938,6 +1946,9 @@ impl Filesystem for NczarrFs {
                     if let Some(Resolved::Var(var)) = owner.resolve(&snap.model) {
                         let size = content::data_size(&snap.model, var);
                         truncation = Some((var, sh.truncations.open(var, size)));
+                        // The pieces written before are no longer the file's: the bytes not
+                        // written again become zeros, not what those pieces held.
+                        sh.partial.forget(var);
                     }
                 }
                 let flags = if self.direct_data {
@@ -1993,6 +2004,9 @@ impl Filesystem for NczarrFs {
         // A truncated file owes its flush even if nothing is written: it is empty (an
         // attribute) or zeros (`data`).
         handle.wrote = AtomicBool::new(truncating);
+        if let Some(var) = handle.data_var() {
+            sh.partial.opened(var);
+        }
         let fh = sh.add_handle(handle);
         reply.opened(FileHandle(fh), open_flags);
     }
@@ -2260,6 +2274,10 @@ impl Filesystem for NczarrFs {
         let committed = self.shared.commit(&handle, Commit::Release);
         if let Some((var, truncation)) = &handle.truncation {
             self.shared.truncations.close(*var, truncation);
+        }
+        // After the commit, which may complete kept elements with the zeros of an `O_TRUNC`.
+        if let Some(var) = handle.data_var() {
+            self.shared.partial.released(var);
         }
         match committed {
             Err(errno) => reply.error(errno),

@@ -64,8 +64,9 @@ pub fn write_data(
                 let mut grown = shape.clone();
                 grown[0] = records;
                 let buf = {
-                    let kept = partial.lock();
-                    merge_partial_elements(w, var, &shape, offset, data, kept.get(&var))?
+                    let mut kept = partial.lock();
+                    let elements = kept_elements(&mut kept, w.model(), var);
+                    merge_partial_elements(w, var, &shape, offset, data, elements.as_deref())?
                 };
                 check_storable(w, var, &grown, offset / esz, &buf)?;
                 growth = w.grow_dim_for_write(dim, records)?;
@@ -156,15 +157,113 @@ pub fn write_data_within(
 /// holds after each piece, and the next piece is merged with those kept bytes, not with the
 /// quantized value stored, which lost the low bits of the first piece. An element leaves once
 /// its writers have given every byte of it; one never completed keeps the quantized value of
-/// its written bytes over what it held before. Variables are never removed from a dataset,
-/// so an index always names the same element.
+/// its written bytes over what it held before.
+///
+/// A variable's kept bytes are forgotten when the last open descriptor of its `data` file is
+/// released ([`PartialElements::released`]) and at an open with `O_TRUNC`
+/// ([`PartialElements::forget`]): a piece written after that merges with the quantized value
+/// stored, as a netcdf-c write of part of an element would. When a dimension of the variable
+/// grows (through another variable), the kept bytes follow their element to its new index.
 #[derive(Debug, Default)]
-pub struct PartialElements(Mutex<HashMap<VarId, BTreeMap<u64, Partial>>>);
+pub struct PartialElements {
+    kept: Mutex<HashMap<VarId, KeptVar>>,
+    /// How many descriptors have each variable's `data` file open.
+    open: Mutex<HashMap<VarId, usize>>,
+}
 
 impl PartialElements {
-    fn lock(&self) -> MutexGuard<'_, HashMap<VarId, BTreeMap<u64, Partial>>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> MutexGuard<'_, HashMap<VarId, KeptVar>> {
+        self.kept.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    fn lock_open(&self) -> MutexGuard<'_, HashMap<VarId, usize>> {
+        self.open.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A descriptor of `var`'s `data` file was opened.
+    pub fn opened(&self, var: VarId) {
+        *self.lock_open().entry(var).or_default() += 1;
+    }
+
+    /// A descriptor of `var`'s `data` file counted by [`PartialElements::opened`] was
+    /// released: the last one forgets the bytes kept for the variable, which would otherwise
+    /// stay until unmount for every element left written in part.
+    pub fn released(&self, var: VarId) {
+        let mut open = self.lock_open();
+        let Some(n) = open.get_mut(&var) else {
+            return;
+        };
+        *n -= 1;
+        if *n == 0 {
+            open.remove(&var);
+            // With the count still held: a descriptor opened meanwhile must not lose the
+            // bytes its first write keeps.
+            self.forget(var);
+        }
+    }
+
+    /// Forgets the bytes kept for `var` (its `data` file opened with `O_TRUNC`: the bytes
+    /// written before are no longer the file's, and its unwritten bytes become zeros).
+    pub fn forget(&self, var: VarId) {
+        self.lock().remove(&var);
+    }
+}
+
+/// The elements of one variable written in part, indexed in the shape it had then.
+#[derive(Debug)]
+struct KeptVar {
+    /// The variable's type, dimensions and shape when the indices were last checked.
+    nctype: NcType,
+    dims: Vec<DimId>,
+    shape: Vec<u64>,
+    elements: BTreeMap<u64, Partial>,
+}
+
+/// `var`'s kept elements (see [`PartialElements`]), indexed in its shape in `ds`: a dimension
+/// grown since they were kept (another variable's write or `truncate` past the end of the
+/// unlimited dimension `var` uses after its first) moves each to its element's new index, and
+/// a change of type or dimensions forgets them, so that they never complete another element.
+fn kept_elements<'a>(
+    kept: &'a mut HashMap<VarId, KeptVar>,
+    ds: &Dataset,
+    var: VarId,
+) -> Option<&'a mut BTreeMap<u64, Partial>> {
+    let v = ds.var(var);
+    let shape = ds.var_shape(var);
+    let k = kept.get_mut(&var)?;
+    if k.nctype != v.nctype || k.dims != v.dims {
+        kept.remove(&var);
+        return None;
+    }
+    if k.shape != shape {
+        k.elements = std::mem::take(&mut k.elements)
+            .into_iter()
+            .filter_map(|(i, p)| Some((reindex(i, &k.shape, &shape)?, p)))
+            .collect();
+        k.shape = shape;
+    }
+    Some(&mut kept.get_mut(&var)?.elements)
+}
+
+/// The index in C order in shape `to` of the element at index `index` in shape `from` (same
+/// rank): `None` when it lies outside either.
+fn reindex(index: u64, from: &[u64], to: &[u64]) -> Option<u64> {
+    let mut coords = vec![0; from.len()];
+    let mut rest = index;
+    for (c, &n) in coords.iter_mut().zip(from).rev() {
+        if n == 0 {
+            return None;
+        }
+        *c = rest % n;
+        rest /= n;
+    }
+    if rest != 0 {
+        return None;
+    }
+    coords
+        .iter()
+        .zip(to)
+        .try_fold(0u64, |flat, (&c, &n)| (c < n).then(|| flat * n + c))
 }
 
 /// An element of a quantized variable written in part (see [`PartialElements`]).
@@ -199,8 +298,9 @@ fn write_grown(
         // Bytes kept while the variable had a setting would be stale should one come back.
         kept.remove(&var);
     }
-    let mut buf =
-        merge_partial_elements(w, var, &shape, offset, data, kept.get(&var)).map_err(nothing)?;
+    let elements = kept_elements(&mut kept, w.model(), var);
+    let mut buf = merge_partial_elements(w, var, &shape, offset, data, elements.as_deref())
+        .map_err(nothing)?;
     let raw = setting.map(|(q, fill)| {
         let raw = buf.clone();
         q.apply_at(
@@ -228,9 +328,15 @@ fn write_grown(
         }
     }
     if let Some(raw) = raw {
-        let elements = kept.entry(var).or_default();
-        keep_partial(elements, esz, offset, end, &raw[..pos]);
-        if elements.is_empty() {
+        let v = w.model().var(var);
+        let k = kept.entry(var).or_insert_with(|| KeptVar {
+            nctype: v.nctype,
+            dims: v.dims.clone(),
+            shape,
+            elements: BTreeMap::new(),
+        });
+        keep_partial(&mut k.elements, esz, offset, end, &raw[..pos]);
+        if k.elements.is_empty() {
             kept.remove(&var);
         }
     }
@@ -946,7 +1052,8 @@ mod tests {
 
     fn stored(w: &DatasetWriter, v: VarId) -> Vec<u8> {
         let shape = w.model().var_shape(v);
-        let mut out = vec![0u8; shape[0] as usize * w.model().var(v).element_size()];
+        let mut out =
+            vec![0u8; shape.iter().product::<u64>() as usize * w.model().var(v).element_size()];
         w.read(v, &Hyperslab::whole(&shape), &mut out).unwrap();
         out
     }
@@ -966,6 +1073,98 @@ mod tests {
         }
         assert_eq!(stored(&w, v), bytes);
         assert!(partial.lock().is_empty());
+    }
+
+    fn floats(w: &DatasetWriter, v: VarId) -> Vec<f32> {
+        stored(w, v)
+            .chunks(4)
+            .map(|c| f32::from_ne_bytes(c.try_into().unwrap()))
+            .collect()
+    }
+
+    /// `q(x, t)` (x = 2, t unlimited at 2) BitRound-quantized to 9 bits holds 1, 2, 3, 4; the
+    /// low half of q[1, 0] (element 2) is written, then a write of `a(t)` grows t to 3, which
+    /// makes q[1, 0] element 3 and element 2 the new q[0, 2]. The high halves written then
+    /// complete each element from its own bytes: element 2 from the fill (0x7cf00000, low
+    /// half zero) and `c0e0` makes -7; q[1, 0] from its kept `e000` and `4110` is 0x4110e000
+    /// (9.0546875), whose 9 bits round up (the dropped 14 bits are exactly half) to 9.0625.
+    /// Its quantized value stored after the first piece, 0x40410000, has no `e000` left: the
+    /// bytes kept for element 2 used to complete the new q[0, 2] (-7.0078125 then).
+    #[test]
+    fn kept_bytes_follow_their_element_when_a_dimension_grows() {
+        let dir = tempfile::tempdir().unwrap();
+        let loc = Location::parse(format!(
+            "file://{}#mode=nczarr,file",
+            dir.path().join("ds").display()
+        ))
+        .unwrap();
+        let mut w = DatasetWriter::create(&loc, CreateOptions::default()).unwrap();
+        let x = w.add_dim(Dataset::ROOT, "x", 2, false).unwrap();
+        let t = w.add_dim(Dataset::ROOT, "t", 0, true).unwrap();
+        let add = |w: &mut DatasetWriter, name: &str, dims: &[DimId]| {
+            w.add_var(
+                Dataset::ROOT,
+                name,
+                NcType::Float,
+                dims,
+                VarOptions::default(),
+            )
+            .unwrap()
+        };
+        let q = add(&mut w, "q", &[x, t]);
+        let a = add(&mut w, "a", &[t]);
+        let name = QuantizeMode::BitRound.attribute();
+        w.put_attr(AttrTarget::Var(q), name, AttrValue::Int(vec![9]))
+            .unwrap();
+        w.grow_dim(t, 2).unwrap();
+        let partial = PartialElements::default();
+        let values: Vec<u8> = [1f32, 2., 3., 4.]
+            .iter()
+            .flat_map(|x| x.to_ne_bytes())
+            .collect();
+        write_data(&mut w, q, 0, &values, &partial).unwrap();
+        let half = |word: u16| word.to_le_bytes();
+        write_data(&mut w, q, 8, &half(0xe000), &partial).unwrap();
+        write_data(&mut w, a, 8, &30f32.to_ne_bytes(), &partial).unwrap();
+        assert_eq!(w.model().var_shape(q), vec![2, 3]);
+        write_data(&mut w, q, 10, &half(0xc0e0), &partial).unwrap();
+        write_data(&mut w, q, 14, &half(0x4110), &partial).unwrap();
+        let fill = f32::from_bits(0x7cf0_0000);
+        assert_eq!(floats(&w, q), vec![1., 2., -7., 9.0625, 4., fill]);
+        // Only the new q[0, 2] is still written in part.
+        let kept: Vec<u64> = partial.lock()[&q].elements.keys().copied().collect();
+        assert_eq!(kept, vec![2]);
+    }
+
+    /// Float 5 and 6, BitRound-quantized to 9 bits, each get the low half `e000` through one
+    /// of two descriptors (5 is then 0x40a0e000, stored 0x40a10000). With one descriptor
+    /// still open, the high half `4110` completes element 0 from its kept bytes, 0x4110e000
+    /// rounded up to 9.0625; once the last is released they are forgotten, and element 1's
+    /// high half merges with the stored 0x40c10000 (6 with `e000`, rounded up): 0x41100000 is
+    /// 9. Nothing is kept after.
+    #[test]
+    fn the_last_release_forgets_kept_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let name = QuantizeMode::BitRound.attribute();
+        let (mut w, v) = quantized(&dir.path().join("ds"), NcType::Float, 2, name, 9);
+        let partial = PartialElements::default();
+        let values: Vec<u8> = [5f32, 6.].iter().flat_map(|x| x.to_ne_bytes()).collect();
+        write_data(&mut w, v, 0, &values, &partial).unwrap();
+        partial.opened(v);
+        partial.opened(v);
+        let half = |word: u16| word.to_le_bytes();
+        write_data(&mut w, v, 0, &half(0xe000), &partial).unwrap();
+        write_data(&mut w, v, 4, &half(0xe000), &partial).unwrap();
+        assert_eq!(floats(&w, v), vec![5.03125, 6.03125]);
+        partial.released(v);
+        write_data(&mut w, v, 2, &half(0x4110), &partial).unwrap();
+        partial.released(v);
+        assert!(partial.lock().is_empty());
+        write_data(&mut w, v, 6, &half(0x4110), &partial).unwrap();
+        assert_eq!(floats(&w, v), vec![9.0625, 9.]);
+        // A release of a file no longer counted open changes nothing.
+        partial.released(v);
+        assert_eq!(partial.lock().len(), 1);
     }
 
     /// Pieces cut at any byte, written in any order, store what one write of the whole array
