@@ -125,6 +125,47 @@ def test_char_text_a_store_refuses_leaves_the_attributes_as_stored(mounter, tmp_
     assert stored["w"] == "synced"
 
 
+@pytest.mark.parametrize("kind", ["zarr", "nczarr,v3"])
+def test_a_refused_new_attribute_stays_out_of_storage_when_a_sibling_was_stored(mounter,
+                                                                                tmp_path, kind):
+    """A new attribute file held open while another attribute of the same variable is stored:
+    that store writes the new one's empty placeholder with it. The new file's text refused at
+    its close (not UTF-8, ENOTSUP), storage holds no attribute of its name, as the mount lists
+    none, read by zarr-python while mounted and once unmounted."""
+    import zarr
+
+    def stored_attrs(store: Path) -> dict:
+        """The attributes of `v` as zarr-python reads them, less the ones the layout keeps
+        (`_ARRAY_DIMENSIONS`, `_nczarr_*`)."""
+        attrs = zarr.open_group(str(store), mode="r")["v"].attrs
+        return {n: a for n, a in attrs.items() if not n.startswith("_")}
+
+    cdl = tmp_path / "d.cdl"
+    cdl.write_text(CDL)
+    store = tmp_path / "d.zarr"
+    r = mounter.run("gen", "-k", kind, "-o", str(store), str(cdl))
+    assert r.returncode == 0, r.stderr
+    mnt = mounter.mount(str(store), "rw")
+    attrs = mnt / "v" / "@attributes"
+
+    fd = os.open(attrs / "new", os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        shell_write(attrs / "other", "hi")
+        os.write(fd, b"a\xff")
+    except BaseException:
+        os.close(fd)
+        raise
+    with pytest.raises(OSError) as err:
+        os.close(fd)
+    assert err.value.errno == errno.ENOTSUP
+    expected = {"keep": "k", "other": "hi"}
+    assert shown_attrs(mnt / "v") == expected
+    assert stored_attrs(store) == expected
+    umount_and_wait(mnt)
+
+    assert stored_attrs(store) == expected
+
+
 def test_quantize_values_netcdf_refuses_leave_the_attributes_as_stored(mounter, tmp_path):
     """A quantization setting netcdf-c refuses (digits out of range, a second mode) fails the
     close with EPERM: a new attribute file is not listed, a rewritten one keeps its value,

@@ -372,6 +372,39 @@ fn current_attr_name<'a>(opened_as: &'a str, moved: &'a Option<Option<String>>) 
     }
 }
 
+/// Takes out the empty placeholder that the create of attribute file `node` put in the model,
+/// after storing its text failed with `failure`. Another store of the same owner (a sibling
+/// attribute set meanwhile) writes the placeholder with it, so its removal is stored now:
+/// left to a later sync, storage would hold an attribute the mount no longer lists until then,
+/// or for good if the daemon is killed. A store that failed for storage (a full disk, a
+/// server down), not a refusal of the text, is not repeated here, where a silent server would
+/// cost the close a second timeout: the removal stays pending for the next sync.
+fn drop_placeholder(
+    w: &mut DatasetWriter,
+    target: AttrTarget,
+    name: &str,
+    failure: &Error,
+    node: &Node,
+) {
+    if let Err(e) = w.del_attr(target, name) {
+        log::warn!(
+            "{}: the attribute this file created stays shown empty: {e}",
+            node_display(node)
+        );
+        return;
+    }
+    if matches!(failure, Error::Storage { .. } | Error::Io { .. }) {
+        return;
+    }
+    if let Err(e) = w.sync() {
+        log::warn!(
+            "{}: the removal of the empty attribute this file created is not stored yet (the \
+             next store of the dataset stores it): {e}",
+            node_display(node)
+        );
+    }
+}
+
 /// The entries of a directory as one snapshot shows them (`.` and `..` first), with their
 /// inodes: the offset of an entry is its index plus one.
 #[derive(Debug)]
@@ -1061,12 +1094,9 @@ impl Shared {
                     // show it until remounted, and store it at some later sync.
                     let stored = quantize_attr_value(w.model(), target, name, value, None)
                         .and_then(|value| w.change_and_sync(|w| w.put_attr(target, name, value)));
-                    if stored.is_err() && handle.placeholder.swap(false, Ordering::SeqCst) {
-                        if let Err(e) = w.del_attr(target, name) {
-                            log::warn!(
-                                "{}: the attribute this file created stays shown empty: {e}",
-                                node_display(&handle.node)
-                            );
+                    if let Err(failure) = &stored {
+                        if handle.placeholder.swap(false, Ordering::SeqCst) {
+                            drop_placeholder(w, target, name, failure, &handle.node);
                         }
                     }
                     stored
