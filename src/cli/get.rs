@@ -3,7 +3,7 @@
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::os::fd::AsRawFd;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 
 use crate::chunk::{parse_size, Hyperslab};
@@ -54,7 +54,7 @@ const ALIGNED_BLOCKS: u64 = 4;
 /// Runs `get`.
 pub fn run(args: GetArgs) -> Result<i32> {
     let to_file = args.output.as_ref().filter(|path| path.as_os_str() != "-");
-    if to_file.is_none() {
+    if to_file.is_none_or(|path| names_standard_output(path)) {
         super::check_standard_output()?;
     }
     let cache = match &args.cache_size {
@@ -102,6 +102,19 @@ pub fn run(args: GetArgs) -> Result<i32> {
         (None, result) => result?,
     }
     Ok(0)
+}
+
+/// Whether `-o path` is one of the names of descriptor 1: when standard output was closed at
+/// start, the runtime's `/dev/null` there would take the values and the command exit 0. Only
+/// these spellings are known; the descriptor itself cannot tell, being `/dev/null` by then.
+fn names_standard_output(path: &Path) -> bool {
+    const NAMES: [&str; 4] = [
+        "/dev/stdout",
+        "/dev/fd/1",
+        "/proc/self/fd/1",
+        "/proc/thread-self/fd/1",
+    ];
+    NAMES.iter().any(|name| path.as_os_str() == *name)
 }
 
 /// How [`write_values`] names the output in its errors, for [`run`] to name it properly.
