@@ -48,6 +48,7 @@ fn dump_text(location: &str) -> String {
         "x",
         &DumpOptions::default(),
         &mut out,
+        Path::new("test output"),
     )
     .unwrap_or_else(|e| panic!("dump {location}: {e}"));
     String::from_utf8(out).expect("utf-8")

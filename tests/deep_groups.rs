@@ -5,6 +5,7 @@
 //! thread whose stack (256 KiB) such recursion overflows at the depth used, while the work
 //! itself needs far less.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use nczarrfs::cdl::parser::parse_cdl;
@@ -68,7 +69,15 @@ fn check_deep(ds: &Dataset, engine: &ChunkEngine, depth: usize) {
     engine.read(ds, v, &whole, &mut values).unwrap();
     assert_eq!(values, [7i16, -8, 9].map(i16::to_ne_bytes).concat()[..]);
     let mut text = Vec::new();
-    dump(ds, engine, "deep", &DumpOptions::default(), &mut text).unwrap();
+    dump(
+        ds,
+        engine,
+        "deep",
+        &DumpOptions::default(),
+        &mut text,
+        Path::new("test output"),
+    )
+    .unwrap();
     let text = String::from_utf8(text).unwrap();
     let opened: Vec<usize> = text
         .lines()

@@ -7,7 +7,7 @@
 //! `_SuperblockVersion`, `_IsNetcdf4`). The dataset name is passed as upstream's tests do
 //! (`ncdump -n`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use nczarrfs::cdl::writer::{dump, DumpOptions};
 use nczarrfs::dataset::{OpenDataset, DEFAULT_CACHE_BYTES};
@@ -101,8 +101,15 @@ fn dump_with(location: &str, name: &str, header_only: bool, special: bool) -> St
         ..Default::default()
     };
     let mut out = Vec::new();
-    dump(&open.model, &open.engine, name, &opts, &mut out)
-        .unwrap_or_else(|e| panic!("dump {location}: {e}"));
+    dump(
+        &open.model,
+        &open.engine,
+        name,
+        &opts,
+        &mut out,
+        Path::new("test output"),
+    )
+    .unwrap_or_else(|e| panic!("dump {location}: {e}"));
     String::from_utf8(out).expect("utf-8 output")
 }
 
@@ -245,6 +252,7 @@ fn shape_without_dimensions_does_not_crash() {
             "ref_noshape",
             &DumpOptions::default(),
             &mut out,
+            Path::new("test output"),
         );
     }
 }

@@ -4,6 +4,7 @@
 //! reader, so these tests do not depend on storage or the chunk engine.
 
 use std::collections::HashMap;
+use std::path::Path;
 
 use nczarrfs::cdl::writer::{attr_values, dump_with_reader, var_header, DumpOptions};
 use nczarrfs::chunk::Hyperslab;
@@ -103,7 +104,15 @@ impl Builder {
             }
             Ok(())
         };
-        dump_with_reader(ds, name, opts, &mut read, &mut out).expect("dump");
+        dump_with_reader(
+            ds,
+            name,
+            opts,
+            &mut read,
+            &mut out,
+            Path::new("test output"),
+        )
+        .expect("dump");
         String::from_utf8(out).expect("utf-8")
     }
 }
@@ -445,7 +454,15 @@ fn unknown_var_is_an_error() {
         ..Default::default()
     };
     let mut read = |_: VarId, _: &Hyperslab, _: &mut [u8]| -> Result<()> { Ok(()) };
-    let err = dump_with_reader(&b.ds, "g", &opts, &mut read, &mut Vec::new()).unwrap_err();
+    let err = dump_with_reader(
+        &b.ds,
+        "g",
+        &opts,
+        &mut read,
+        &mut Vec::new(),
+        Path::new("test output"),
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("nosuch"), "{err}");
 }
 

@@ -138,8 +138,15 @@ fn dump_text_with(location: &str, name: &str, special: bool) -> String {
         special,
         ..Default::default()
     };
-    dump(&open.model, &open.engine, name, &opts, &mut out)
-        .unwrap_or_else(|e| panic!("dump {location}: {e}"));
+    dump(
+        &open.model,
+        &open.engine,
+        name,
+        &opts,
+        &mut out,
+        Path::new("test output"),
+    )
+    .unwrap_or_else(|e| panic!("dump {location}: {e}"));
     let text = String::from_utf8(out).expect("utf-8");
     // `normalise` drops these lines from both sides of a comparison: a dump without `-s`
     // must not print them in the first place.

@@ -296,14 +296,28 @@ fn exercise(store: Store) {
         header_only: true,
         ..Default::default()
     };
-    let _ = dump(&ds, &engine, "damaged", &header, &mut std::io::sink());
+    let _ = dump(
+        &ds,
+        &engine,
+        "damaged",
+        &header,
+        &mut std::io::sink(),
+        Path::new("sink"),
+    );
     let special = DumpOptions {
         header_only: true,
         special: true,
         all_filters: ds.vars.len() % 2 == 1,
         ..Default::default()
     };
-    let _ = dump(&ds, &engine, "damaged", &special, &mut std::io::sink());
+    let _ = dump(
+        &ds,
+        &engine,
+        "damaged",
+        &special,
+        &mut std::io::sink(),
+        Path::new("sink"),
+    );
     for v in 0..ds.vars.len() {
         let var = VarId(v);
         let shape = ds.var_shape(var);
@@ -342,6 +356,7 @@ fn exercise(store: Store) {
             "damaged",
             &DumpOptions::default(),
             &mut std::io::sink(),
+            Path::new("sink"),
         );
     }
 }

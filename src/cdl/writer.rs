@@ -12,6 +12,7 @@
 use std::ffi::OsStr;
 use std::io::{self, BufWriter, Write};
 use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
 
 use crate::cdl::fmt::{
     double_data, escape_name, escape_name_bytes, escape_text, float_data, quote_char_row,
@@ -131,16 +132,18 @@ const KEYWORDS: [&str; 5] = ["variables", "dimensions", "data", "group", "types"
 
 /// Writes the CDL of `ds` as `ncdump [-h] [-c] [-v ...]` prints it, reading values through
 /// `engine`. `name` is the dataset name unless `opts.name` overrides it; its bytes are
-/// written as they are, UTF-8 or not, as ncdump writes a file's name.
+/// written as they are, UTF-8 or not, as ncdump writes a file's name. `out_name` names
+/// `out` in the error of a failed write (`standard output`, a file's path).
 pub fn dump(
     ds: &Dataset,
     engine: &ChunkEngine,
     name: impl AsRef<OsStr>,
     opts: &DumpOptions,
     out: &mut dyn Write,
+    out_name: &Path,
 ) -> Result<()> {
     let mut read = |v: VarId, slab: &Hyperslab, buf: &mut [u8]| engine.read(ds, v, slab, buf);
-    dump_with_reader(ds, name, opts, &mut read, out)
+    dump_with_reader(ds, name, opts, &mut read, out, out_name)
 }
 
 /// A source of variable values: fills the buffer with the hyperslab's values in native
@@ -154,6 +157,7 @@ pub fn dump_with_reader(
     opts: &DumpOptions,
     read: &mut ValueReader<'_>,
     out: &mut dyn Write,
+    out_name: &Path,
 ) -> Result<()> {
     let only_vars = match &opts.vars {
         Some(vars) => Some(ds.select_vars(vars).map_err(Error::NotFound)?),
@@ -163,7 +167,7 @@ pub fn dump_with_reader(
         Some(groups) => Some(ds.select_groups(groups).map_err(Error::NotFound)?),
         None => None,
     };
-    let mut w = Cdl::new(out);
+    let mut w = Cdl::new(out, out_name);
     w.only_vars = only_vars;
     w.only_groups = only_groups;
     w.special = opts.special.then_some(opts.all_filters);
@@ -188,7 +192,7 @@ pub fn dump_with_reader(
     w.raw(b" {\n")?;
     w.group(ds, Dataset::ROOT, opts, read)?;
     w.raw(b"}\n")?;
-    w.out.flush().map_err(io_err)
+    w.flush()
 }
 
 /// The header of one group as ncdump prints it, without indentation: `dimensions:`,
@@ -196,11 +200,9 @@ pub fn dump_with_reader(
 /// `// group attributes:`; no data and no subgroups.
 pub fn group_header(ds: &Dataset, group: GroupId) -> String {
     let mut buf = Vec::new();
-    let mut w = Cdl::new(&mut buf);
+    let mut w = Cdl::new(&mut buf, Path::new(IN_MEMORY));
     // Writing to a Vec cannot fail.
-    let _ = w
-        .group_header(ds, group, 0)
-        .and_then(|()| w.out.flush().map_err(io_err));
+    let _ = w.group_header(ds, group, 0).and_then(|()| w.flush());
     drop(w);
     String::from_utf8_lossy(&buf).into_owned()
 }
@@ -209,10 +211,8 @@ pub fn group_header(ds: &Dataset, group: GroupId) -> String {
 /// indentation: `\tint v(d) ;\n\t\tv:units = "m" ;\n`.
 pub fn var_header(ds: &Dataset, var: VarId) -> String {
     let mut buf = Vec::new();
-    let mut w = Cdl::new(&mut buf);
-    let _ = w
-        .var_decl(ds, var, 0)
-        .and_then(|()| w.out.flush().map_err(io_err));
+    let mut w = Cdl::new(&mut buf, Path::new(IN_MEMORY));
+    let _ = w.var_decl(ds, var, 0).and_then(|()| w.flush());
     drop(w);
     String::from_utf8_lossy(&buf).into_owned()
 }
@@ -236,7 +236,7 @@ pub fn attr_values(value: &AttrValue) -> String {
 /// has length 0 (ncdump prints nothing for such variables).
 pub fn var_data(ds: &Dataset, var: VarId, values: &[u8], depth: usize) -> Result<String> {
     let mut buf = Vec::new();
-    let mut w = Cdl::new(&mut buf);
+    let mut w = Cdl::new(&mut buf, Path::new(IN_MEMORY));
     let mut read = |_: VarId, slab: &Hyperslab, out: &mut [u8]| {
         copy_slab(
             &ds.var_shape(var),
@@ -248,7 +248,7 @@ pub fn var_data(ds: &Dataset, var: VarId, values: &[u8], depth: usize) -> Result
     };
     w.indent = depth * 2;
     w.var_data(ds, var, &mut read)?;
-    w.out.flush().map_err(io_err)?;
+    w.flush()?;
     drop(w);
     Ok(String::from_utf8_lossy(&buf).into_owned())
 }
@@ -288,9 +288,9 @@ fn copy_slab(
     Ok(())
 }
 
-fn io_err(e: io::Error) -> Error {
-    Error::io("<output>", e)
-}
+/// What the in-memory output of one header or data piece is called (writing to a `Vec`
+/// cannot fail, but the writer needs a name for its output).
+const IN_MEMORY: &str = "in-memory text";
 
 /// Text of a `char` attribute as C reads it: up to its first NUL.
 fn c_text(bytes: &[u8]) -> String {
@@ -630,6 +630,8 @@ impl BlockReader {
 /// for wrapping the data section.
 struct Cdl<'w> {
     out: BufWriter<&'w mut dyn Write>,
+    /// What `out` is, for the error of a failed write.
+    out_name: &'w Path,
     indent: usize,
     linep: usize,
     /// `-s` and `-F` (see [`DumpOptions`]).
@@ -657,9 +659,10 @@ struct Cdl<'w> {
 }
 
 impl<'w> Cdl<'w> {
-    fn new(out: &'w mut dyn Write) -> Self {
+    fn new(out: &'w mut dyn Write, out_name: &'w Path) -> Self {
         Cdl {
             out: BufWriter::with_capacity(1 << 16, out),
+            out_name,
             indent: 0,
             linep: 0,
             special: None,
@@ -676,12 +679,21 @@ impl<'w> Cdl<'w> {
     }
 
     fn raw(&mut self, b: &[u8]) -> Result<()> {
-        self.out.write_all(b).map_err(io_err)
+        self.out.write_all(b).map_err(|e| self.io_err(e))
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        self.out.flush().map_err(|e| self.io_err(e))
+    }
+
+    /// A failed write of the output as the error that names it.
+    fn io_err(&self, e: io::Error) -> Error {
+        Error::io(self.out_name, e)
     }
 
     fn indent_out(&mut self) -> Result<()> {
         for _ in 0..self.indent {
-            self.out.write_all(b" ").map_err(io_err)?;
+            self.out.write_all(b" ").map_err(|e| self.io_err(e))?;
         }
         Ok(())
     }

@@ -1,6 +1,7 @@
 //! `nczarrfs dump`: ncdump's output for an NCZarr or Zarr dataset.
 
 use std::io::Write;
+use std::path::Path;
 
 use crate::cdl::writer::{dump, Annotate, DumpOptions};
 use crate::dataset::{OpenDataset, DEFAULT_CACHE_BYTES};
@@ -171,7 +172,14 @@ pub fn run(args: DumpArgs) -> Result<i32> {
     let stdout = std::io::stdout();
     let mut lock = stdout.lock();
     let name = open.location.dataset_name();
-    match dump(&open.model, &open.engine, &name, &opts, &mut lock) {
+    match dump(
+        &open.model,
+        &open.engine,
+        &name,
+        &opts,
+        &mut lock,
+        Path::new("standard output"),
+    ) {
         Ok(()) => {}
         // A closed pipe (`dump ... | head`) ends the output quietly, as ncdump does.
         Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::BrokenPipe => {}

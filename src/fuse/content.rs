@@ -1,6 +1,8 @@
 //! The content of the layout's generated files: `@metadata.json`, `@header.cdl` and attribute
 //! files. Every call into the CDL writer is in this file.
 
+use std::path::Path;
+
 use serde_json::{json, Map, Number, Value};
 
 use crate::cdl::writer;
@@ -26,7 +28,14 @@ pub fn header(
                 ..Default::default()
             };
             let mut out = Vec::new();
-            writer::dump(ds, engine, dataset_name, &opts, &mut out)?;
+            writer::dump(
+                ds,
+                engine,
+                dataset_name,
+                &opts,
+                &mut out,
+                Path::new("@header.cdl"),
+            )?;
             Ok(out)
         }
         Resolved::Group(g) => Ok(writer::group_header(ds, g).into_bytes()),
